@@ -1,0 +1,76 @@
+// Internal contract between the API layer (validation, dispatch) and the backends.
+// validate_* checks a params struct completely and resolves its dimensions; a backend receives only
+// validated params together with their Dims, so backends never re-check shapes.
+#pragma once
+
+#include <cstdint>
+
+#include "common/error.hpp"
+#include "flashgdn/flashgdn.hpp"
+
+namespace flashgdn {
+
+// Dimensions shared by the token-major ops (chunk_fwd, chunk_bwd, recurrent).
+struct SeqDims {
+  int64_t B = 0;      // batch (1 when varlen)
+  int64_t T = 0;      // tokens per batch entry (total tokens when varlen)
+  int64_t N = 0;      // sequences: B, or cu_seqlens.size - 1
+  int64_t Hqk = 0;    // q/k heads
+  int64_t Hv = 0;     // value heads
+  int64_t K = 0;      // key head dim
+  int64_t V = 0;      // value head dim
+  bool varlen = false;
+  float scale = 0.f;  // resolved (K^-1/2 when the params say 0)
+  int64_t group() const { return Hv / Hqk; }  // value heads per q/k head
+};
+
+struct ChunkDims : SeqDims {
+  int64_t num_checkpoints = 0;  // C_max of state_checkpoints (0 when absent)
+};
+
+struct RecurrentDims : SeqDims {
+  int64_t slots = 0;      // pool rows (0 without a pool)
+  int64_t T_max = 0;      // columns of 2-D state_indices (0 when 1-D or absent)
+  int64_t n_buf = 0;      // intermediate_states rows
+  int64_t T_buf = 0;      // intermediate_states tokens per row
+};
+
+struct GatingDims {
+  int64_t rows = 0;  // product of the leading dims of a
+  int64_t Hv = 0;
+};
+
+struct CommitDims {
+  int64_t N = 0, slots = 0, n_buf = 0, T_buf = 0, Hv = 0, K = 0, V = 0;
+};
+
+// Validation (src/api/validate.cpp). Every rule names the argument in its message.
+Status validate(const ChunkFwdParams& p, ChunkDims* d);
+Status validate(const ChunkBwdParams& p, SeqDims* d);
+Status validate(const GatingParams& p, GatingDims* d);
+Status validate(const RecurrentParams& p, RecurrentDims* d);
+Status validate(const RecurrentCommitParams& p, CommitDims* d);
+
+namespace cpu {
+// CPU backend (src/cpu/). fp32 compute by default, fp64 with exec.cpu_fp64; recurrent or chunked form.
+Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d);
+Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d);
+Status gating(const GatingParams& p, const GatingDims& d);
+Status recurrent(const RecurrentParams& p, const RecurrentDims& d);
+Status recurrent_commit(const RecurrentCommitParams& p, const CommitDims& d);
+}  // namespace cpu
+
+#if FLASHGDN_WITH_CUDA
+namespace cuda {
+// CUDA backend (src/cuda/<op>/). Launches only: no allocation, no host synchronization.
+size_t chunk_fwd_workspace_size(const ChunkFwdParams& p, const ChunkDims& d);
+Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t ws_bytes, void* stream);
+size_t recurrent_workspace_size(const RecurrentParams& p, const RecurrentDims& d);
+Status recurrent(const RecurrentParams& p, const RecurrentDims& d, void* ws, size_t ws_bytes, void* stream);
+Status recurrent_commit(const RecurrentCommitParams& p, const CommitDims& d, void* stream);
+Status gating(const GatingParams& p, const GatingDims& d, void* stream);
+bool device_present();
+}  // namespace cuda
+#endif
+
+}  // namespace flashgdn

@@ -1,0 +1,76 @@
+// TensorView helpers and library facts.
+#include <cmath>
+
+#include "api/internal.hpp"
+
+namespace flashgdn {
+
+const char* dtype_name(DType dt) {
+  switch (dt) {
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::bf16: return "bfloat16";
+    case DType::f16: return "float16";
+    case DType::i32: return "int32";
+    case DType::i64: return "int64";
+  }
+  return "unknown";
+}
+
+int64_t dtype_size(DType dt) {
+  switch (dt) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::bf16: return 2;
+    case DType::f16: return 2;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+  }
+  return 0;
+}
+
+int64_t TensorView::numel() const {
+  if (ndim < 0) return 0;
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  return n;
+}
+
+bool TensorView::is_contiguous() const {
+  int64_t expect = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    if (shape[i] != 1 && strides[i] != expect) return false;
+    expect *= shape[i];
+  }
+  return true;
+}
+
+TensorView make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape, DeviceType device,
+                       int32_t device_id) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.device_id = device_id;
+  t.ndim = int32_t(shape.size());
+  int i = 0;
+  for (int64_t s : shape) t.shape[i++] = s;
+  int64_t st = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.strides[d] = st;
+    st *= t.shape[d];
+  }
+  return t;
+}
+
+const char* version() { return "0.1.0"; }
+
+bool cuda_available() {
+#if FLASHGDN_WITH_CUDA
+  return cuda::device_present();
+#else
+  return false;
+#endif
+}
+
+}  // namespace flashgdn
