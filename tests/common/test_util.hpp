@@ -36,7 +36,7 @@ struct HostTensor {
   double get(int64_t i) const { return detail::load_as_double(bytes.data(), dtype, i); }
   void set(int64_t i, double x) { detail::store_from_double(bytes.data(), dtype, i, x); }
   std::vector<double> to_double() const {
-    std::vector<double> out(size_t(numel()));
+    std::vector<double> out(static_cast<size_t>(numel()));
     for (int64_t i = 0; i < numel(); ++i) out[size_t(i)] = get(i);
     return out;
   }

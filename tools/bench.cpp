@@ -1,0 +1,432 @@
+// `flashgdn bench <case...>`: named GPU benchmark cases with the ceilings measured in the same run.
+// Timing: each launch is captured in a CUDA graph together with its siblings over rotated input sets (total
+// bytes beyond the 60 MB L2), the graph is replayed, and the median replay time over the launches in it is the
+// per-call time. Inputs are non-zero random data. Bytes and FLOPs follow gdn-math.md §9.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli_util.hpp"
+
+#if FLASHGDN_WITH_CUDA
+#include <cublas_v2.h>
+#endif
+
+namespace flashgdn::cli {
+
+namespace {
+
+struct BenchResult {
+  std::string name;
+  std::string what;
+  double ms = 0;         // per call, graph replay
+  double eager_ms = 0;   // per call, plain stream launches
+  double bytes = 0;      // compulsory bytes moved
+  double flops = 0;
+  double ws_bytes = 0;   // workspace
+  std::string status = "ok";
+};
+
+struct Ceilings {
+  double copy_tbps = 0;    // device-to-device copy, read + write counted
+  double gemm_tflops = 0;  // bf16 GEMM 8192^3 via cuBLAS
+};
+
+struct CaseDef {
+  std::string name;
+  std::string what;
+};
+
+const std::vector<CaseDef>& case_list() {
+  static const std::vector<CaseDef> cases = {
+      {"decode_n1", "decode T=1, N=1, Hqk=16 Hv=32 K=V=128, fp32 pool"},
+      {"decode_n8", "decode T=1, N=8, fp32 pool"},
+      {"decode_n32", "decode T=1, N=32, fp32 pool"},
+      {"decode_n128", "decode T=1, N=128, fp32 pool"},
+      {"decode_n256", "decode T=1, N=256, fp32 pool"},
+      {"decode_bf16_n256", "decode T=1, N=256, bf16 pool"},
+      {"mtp_t12_n1", "multi-token T=12, N=1, final state only, fp32 pool"},
+      {"mtp_t12_n32", "multi-token T=12, N=32, fp32 pool"},
+      {"mtp_t12_n256", "multi-token T=12, N=256, fp32 pool"},
+      {"verify_t12_n1", "verify T=12, N=1, fp32 pool read, bf16 intermediate states, no commit"},
+      {"verify_t12_n256", "verify T=12, N=256, fp32 pool read, bf16 intermediate states, no commit"},
+      {"prefill_t32k_h16", "prefill bf16 B=1 T=32768 Hqk=Hv=16"},
+      {"prefill_t128k_h32", "prefill bf16 B=1 T=131072 Hqk=Hv=32"},
+      {"prefill_t32k_h16_32", "prefill bf16 B=1 T=32768 Hqk=16 Hv=32"},
+      {"prefill_varlen_4x8k", "prefill bf16 varlen 4x8192 Hqk=16 Hv=64"},
+      {"prefill_varlen_64x512", "prefill bf16 varlen 64x512 Hqk=16 Hv=32"},
+      {"prefill_fp16_t32k_h16", "prefill fp16 B=1 T=32768 Hqk=Hv=16"},
+      {"prefill_fp16_t128k_h16", "prefill fp16 B=1 T=131072 Hqk=Hv=16"},
+  };
+  return cases;
+}
+
+void bench_usage() {
+  std::printf(
+      "usage: flashgdn bench [--json FILE] [--reps R] <case|group...>\n"
+      "  Runs named GPU benchmark cases and prints ms per call (CUDA-graph replay, inputs rotated beyond L2),\n"
+      "  achieved TB/s and TFLOP/s, and the ratio to the floor max(bytes / copy rate, FLOPs / bf16 GEMM rate)\n"
+      "  with both ceilings measured in the same run.\n"
+      "  groups: all, decode (decode_*, mtp_*, verify_*), prefill (prefill_*)\n"
+      "  cases:\n");
+  for (auto& c : case_list()) std::printf("    %-24s %s\n", c.name.c_str(), c.what.c_str());
+}
+
+#if FLASHGDN_WITH_CUDA
+
+// Fill a device tensor with random data: a host block of `block` random values tiled over the buffer
+// (full random generation of gigabytes on the host would dominate the run).
+void fill_random(DeviceTensor& t, uint64_t seed, double scale = 1.0, double offset = 0.0, bool unit_interval = false) {
+  int64_t n = int64_t(t.bytes / size_t(dtype_size(t.dtype)));
+  int64_t block = std::min<int64_t>(n, int64_t(1) << 22);
+  HostTensor h(t.dtype, {block});
+  test::Rng rng(seed);
+  for (int64_t i = 0; i < block; ++i)
+    h.set(i, offset + scale * (unit_interval ? rng.uniform() : rng.normal()));
+  char* dst = static_cast<char*>(t.ptr);
+  size_t bb = size_t(block * dtype_size(t.dtype));
+  cuda_check(cudaMemcpy(dst, h.data(), bb, cudaMemcpyHostToDevice), "fill");
+  for (size_t off = bb; off < t.bytes; off += bb)
+    cuda_check(cudaMemcpy(dst + off, dst, std::min(bb, t.bytes - off), cudaMemcpyDeviceToDevice), "fill");
+}
+
+// Median per-launch time of `launch(r)` for r in [0, rotations): graph of all rotations, replayed `reps` times.
+double time_graph(int rotations, int reps, const std::function<void(int, cudaStream_t)>& launch, double* eager_ms) {
+  cudaStream_t st;
+  cuda_check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  // Eager: one launch per rotation, timed individually after a warm-up pass.
+  for (int r = 0; r < rotations; ++r) launch(r, st);
+  cuda_check(cudaStreamSynchronize(st), "warm-up");
+  std::vector<double> eager;
+  for (int i = 0; i < std::max(reps, 10); ++i) {
+    cudaEventRecord(a, st);
+    launch(i % rotations, st);
+    cudaEventRecord(b, st);
+    cudaEventSynchronize(b);
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    eager.push_back(ms);
+  }
+  *eager_ms = median(eager);
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  cuda_check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int r = 0; r < rotations; ++r) launch(r, st);
+  cuda_check(cudaStreamEndCapture(st, &g), "end capture");
+  cuda_check(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+  cuda_check(cudaGraphLaunch(ge, st), "replay");
+  cuda_check(cudaStreamSynchronize(st), "replay sync");
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(a, st);
+    cudaGraphLaunch(ge, st);
+    cudaEventRecord(b, st);
+    cuda_check(cudaEventSynchronize(b), "replay");
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    times.push_back(ms / rotations);
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaStreamDestroy(st);
+  return median(times);
+}
+
+Ceilings measure_ceilings() {
+  Ceilings c;
+  const size_t bytes = size_t(1) << 31;  // 2 GiB copy
+  DeviceTensor src(DType::f32, {int64_t(bytes / 4)}), dst(DType::f32, {int64_t(bytes / 4)});
+  fill_random(src, 1);
+  double eager;
+  double ms = time_graph(1, 10, [&](int, cudaStream_t st) {
+    cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, st);
+  }, &eager);
+  c.copy_tbps = 2.0 * double(bytes) / (ms * 1e-3) / 1e12;
+  const int n = 8192;
+  DeviceTensor A(DType::bf16, {n, n}), B(DType::bf16, {n, n}), C(DType::bf16, {n, n});
+  fill_random(A, 2), fill_random(B, 3);
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return c;
+  const float alpha = 1.f, beta = 0.f;
+  auto gemm = [&](cudaStream_t st) {
+    cublasSetStream(h, st);
+    cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, A.ptr, CUDA_R_16BF, n, B.ptr, CUDA_R_16BF, n, &beta,
+                 C.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  };
+  cudaStream_t st;
+  cudaStreamCreate(&st);
+  for (int i = 0; i < 3; ++i) gemm(st);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a), cudaEventCreate(&b);
+  std::vector<double> t;
+  for (int i = 0; i < 10; ++i) {
+    cudaEventRecord(a, st);
+    gemm(st);
+    cudaEventRecord(b, st);
+    cudaEventSynchronize(b);
+    float m;
+    cudaEventElapsedTime(&m, a, b);
+    t.push_back(m);
+  }
+  c.gemm_tflops = 2.0 * n * double(n) * n / (median(t) * 1e-3) / 1e12;
+  cublasDestroy(h);
+  cudaStreamDestroy(st);
+  return c;
+}
+
+// ---- recurrent cases -----------------------------------------------------------------------------------
+struct RecurrentShape {
+  int64_t N = 1, T = 1;
+  DType pool_dtype = DType::f32;
+  bool verify = false;  // bf16 intermediate states, no commit
+};
+
+BenchResult bench_recurrent(const RecurrentShape& s, int reps) {
+  const int64_t Hqk = 16, Hv = 32, K = 128, V = 128, N = s.N, T = s.T;
+  const double state_bytes = double(Hv * K * V);
+  // Rotations: enough disjoint input sets that one graph replay streams > 256 MB.
+  const double per_call = N * state_bytes * dtype_size(s.pool_dtype) * 2;
+  const int R = int(std::min<double>(64, std::max<double>(1, std::ceil(256e6 / per_call))));
+  DeviceTensor q(DType::bf16, {R * N, T, Hqk, K}), k(DType::bf16, {R * N, T, Hqk, K}), v(DType::bf16, {R * N, T, Hv, V});
+  DeviceTensor g(DType::f32, {R * N, T, Hv}), beta(DType::f32, {R * N, T, Hv}), o(DType::bf16, {R * N, T, Hv, V});
+  DeviceTensor pool(s.pool_dtype, {R * N, Hv, K, V}), idx(DType::i32, {R * N});
+  DeviceTensor inter;
+  if (s.verify) inter = DeviceTensor(DType::bf16, {R * N, T, Hv, K, V});
+  fill_random(q, 11), fill_random(k, 12), fill_random(v, 13);
+  fill_random(g, 14, -0.1, 0.0, true), fill_random(beta, 15, 1.0, 0.0, true);
+  fill_random(pool, 16, 0.1);
+  HostTensor hidx(DType::i32, {R * N});
+  for (int64_t i = 0; i < R * N; ++i) hidx.set(i, double(i));
+  idx.upload(hidx);
+  auto slice = [](const DeviceTensor& t, int r, int64_t rows) {
+    TensorView v = t.view();
+    v.shape[0] = rows;
+    v.data = static_cast<char*>(t.ptr) + size_t(r) * size_t(rows) * size_t(v.strides[0]) * size_t(dtype_size(t.dtype));
+    return v;
+  };
+  RecurrentParams p;
+  p.use_qk_l2norm_in_kernel = true;
+  p.commit = !s.verify;
+  p.state_pool = pool.view();
+  auto set = [&](int r) {
+    p.q = slice(q, r, N), p.k = slice(k, r, N), p.v = slice(v, r, N), p.g = slice(g, r, N);
+    p.beta = slice(beta, r, N), p.o = slice(o, r, N), p.state_indices = slice(idx, r, N);
+    if (s.verify) p.intermediate_states = slice(inter, r, N);
+  };
+  set(0);
+  size_t ws_bytes = 0;
+  check(recurrent_workspace_size(p, &ws_bytes), "recurrent_workspace_size");
+  DeviceTensor ws(DType::i32, {int64_t(ws_bytes / 4 + 1)});
+  BenchResult res;
+  res.ws_bytes = double(ws_bytes);
+  Status last;
+  res.ms = time_graph(R, reps, [&](int r, cudaStream_t st) {
+    set(r);
+    Status e = recurrent(p, ws.ptr, ws_bytes, st);
+    if (!e.ok()) last = e;
+  }, &res.eager_ms);
+  if (!last.ok()) throw std::runtime_error(last.message());
+  const double psz = double(dtype_size(s.pool_dtype));
+  res.bytes = N * state_bytes * psz * (s.verify ? 1 : 2)               // pool read (+ write when committing)
+              + (s.verify ? N * T * state_bytes * 2.0 : 0.0)             // bf16 intermediate states
+              + N * T * (2.0 * Hqk * K * 2 + 2.0 * Hv * V * 2 + Hv * 8.0);  // q, k, v, o (bf16), g, beta (fp32)
+  res.flops = N * T * Hv * 6.0 * K * V;
+  return res;
+}
+
+// ---- prefill cases -------------------------------------------------------------------------------------
+struct PrefillShape {
+  std::vector<int64_t> lens;  // one entry: B = 1 fixed length; several: varlen
+  int64_t Hqk = 16, Hv = 16;
+  DType dtype = DType::bf16;
+};
+
+BenchResult bench_prefill(const PrefillShape& s, int reps) {
+  const int64_t K = 128, V = 128, C = 64, Hqk = s.Hqk, Hv = s.Hv;
+  int64_t T = 0;
+  for (auto l : s.lens) T += l;
+  const int64_t N = int64_t(s.lens.size());
+  const bool varlen = N > 1;
+  DeviceTensor q(s.dtype, {1, T, Hqk, K}), k(s.dtype, {1, T, Hqk, K}), v(s.dtype, {1, T, Hv, V});
+  DeviceTensor g(DType::f32, {1, T, Hv}), beta(DType::f32, {1, T, Hv}), o(s.dtype, {1, T, Hv, V});
+  DeviceTensor ht(DType::f32, {N, Hv, K, V}), cu;
+  fill_random(q, 21), fill_random(k, 22), fill_random(v, 23);
+  fill_random(g, 24, -0.1, 0.0, true), fill_random(beta, 25, 1.0, 0.0, true);
+  ChunkFwdParams p;
+  p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = g.view(), p.beta = beta.view(), p.o = o.view();
+  p.final_state = ht.view();
+  p.use_qk_l2norm_in_kernel = true;
+  if (varlen) {
+    HostTensor hcu(DType::i32, {N + 1});
+    int64_t acc = 0;
+    hcu.set(0, 0);
+    for (int64_t n = 0; n < N; ++n) hcu.set(n + 1, double(acc += s.lens[size_t(n)]));
+    cu = DeviceTensor(hcu);
+    p.cu_seqlens = cu.view();
+  }
+  size_t ws_bytes = 0;
+  check(chunk_fwd_workspace_size(p, &ws_bytes), "chunk_fwd_workspace_size");
+  DeviceTensor ws(DType::i32, {int64_t(ws_bytes / 4 + 1)});
+  BenchResult res;
+  res.ws_bytes = double(ws_bytes);
+  Status last;
+  res.ms = time_graph(1, reps, [&](int, cudaStream_t st) {
+    Status e = chunk_fwd(p, ws.ptr, ws_bytes, st);
+    if (!e.ok()) last = e;
+  }, &res.eager_ms);
+  if (!last.ok()) throw std::runtime_error(last.message());
+  const double es = double(dtype_size(s.dtype));
+  res.bytes = T * (2.0 * Hqk * K * es + 2.0 * Hv * V * es + Hv * 8.0) + N * Hv * K * V * 4.0;
+  res.flops = double(T) * Hv * (6.0 * K * V + 2.0 * C * (3 * K + 2 * V) + C * C / 3.0);
+  return res;
+}
+
+BenchResult run_case(const std::string& name, int reps) {
+  BenchResult r;
+  auto rec = [&](int64_t N, int64_t T, DType pd, bool verify) {
+    RecurrentShape s;
+    s.N = N, s.T = T, s.pool_dtype = pd, s.verify = verify;
+    return bench_recurrent(s, reps);
+  };
+  auto pre = [&](std::vector<int64_t> lens, int64_t hqk, int64_t hv, DType dt) {
+    PrefillShape s;
+    s.lens = std::move(lens), s.Hqk = hqk, s.Hv = hv, s.dtype = dt;
+    return bench_prefill(s, std::max(3, reps / 4));
+  };
+  if (name == "decode_n1") r = rec(1, 1, DType::f32, false);
+  else if (name == "decode_n8") r = rec(8, 1, DType::f32, false);
+  else if (name == "decode_n32") r = rec(32, 1, DType::f32, false);
+  else if (name == "decode_n128") r = rec(128, 1, DType::f32, false);
+  else if (name == "decode_n256") r = rec(256, 1, DType::f32, false);
+  else if (name == "decode_bf16_n256") r = rec(256, 1, DType::bf16, false);
+  else if (name == "mtp_t12_n1") r = rec(1, 12, DType::f32, false);
+  else if (name == "mtp_t12_n32") r = rec(32, 12, DType::f32, false);
+  else if (name == "mtp_t12_n256") r = rec(256, 12, DType::f32, false);
+  else if (name == "verify_t12_n1") r = rec(1, 12, DType::f32, true);
+  else if (name == "verify_t12_n256") r = rec(256, 12, DType::f32, true);
+  else if (name == "prefill_t32k_h16") r = pre({32768}, 16, 16, DType::bf16);
+  else if (name == "prefill_t128k_h32") r = pre({131072}, 32, 32, DType::bf16);
+  else if (name == "prefill_t32k_h16_32") r = pre({32768}, 16, 32, DType::bf16);
+  else if (name == "prefill_varlen_4x8k") r = pre(std::vector<int64_t>(4, 8192), 16, 64, DType::bf16);
+  else if (name == "prefill_varlen_64x512") r = pre(std::vector<int64_t>(64, 512), 16, 32, DType::bf16);
+  else if (name == "prefill_fp16_t32k_h16") r = pre({32768}, 16, 16, DType::f16);
+  else if (name == "prefill_fp16_t128k_h16") r = pre({131072}, 16, 16, DType::f16);
+  else throw std::runtime_error("unknown case " + name);
+  return r;
+}
+#endif
+
+}  // namespace
+
+int run_bench(int argc, char** argv) {
+  std::vector<std::string> names;
+  std::string json_path;
+  int reps = 20;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      bench_usage();
+      return 0;
+    } else if (a == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
+    } else if (a == "--reps" && i + 1 < argc) {
+      reps = std::max(3, std::atoi(argv[++i]));
+    } else if (a == "all" || a == "decode" || a == "prefill") {
+      for (auto& c : case_list()) {
+        bool dec = c.name.rfind("prefill", 0) != 0;
+        if (a == "all" || (a == "decode") == dec) names.push_back(c.name);
+      }
+    } else {
+      bool known = false;
+      for (auto& c : case_list()) known |= c.name == a;
+      if (!known) {
+        std::fprintf(stderr, "flashgdn bench: unknown case '%s'\n", a.c_str());
+        bench_usage();
+        return 2;
+      }
+      names.push_back(a);
+    }
+  }
+  if (names.empty()) {
+    bench_usage();
+    return 2;
+  }
+#if !FLASHGDN_WITH_CUDA
+  std::fprintf(stderr, "flashgdn bench: this build has no CUDA; the benchmark cases are GPU cases\n");
+  return 2;
+#else
+  if (!cuda_available()) {
+    std::fprintf(stderr, "flashgdn bench: no CUDA device visible; the benchmark cases are GPU cases\n");
+    return 2;
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("flashgdn bench on %s (%d SMs), flashgdn %s\n", prop.name, prop.multiProcessorCount, version());
+  std::printf("measuring ceilings (2 GiB device copy, bf16 GEMM 8192^3)...\n");
+  std::fflush(stdout);
+  Ceilings ceil = measure_ceilings();
+  std::printf("copy %.2f TB/s, bf16 GEMM %.0f TFLOP/s\n\n", ceil.copy_tbps, ceil.gemm_tflops);
+  std::vector<BenchResult> results;
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::printf("[%zu/%zu] %s ...\n", i + 1, names.size(), names[i].c_str());
+    std::fflush(stdout);
+    BenchResult r;
+    try {
+      r = run_case(names[i], reps);
+    } catch (const std::exception& e) {
+      r.status = e.what();
+    }
+    r.name = names[i];
+    for (auto& c : case_list())
+      if (c.name == names[i]) r.what = c.what;
+    results.push_back(r);
+  }
+  std::printf("\n| case | ms (graph) | ms (eager) | TB/s | %% copy | TFLOP/s | floor ms | x floor | workspace MB |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (auto& r : results) {
+    if (r.status != "ok") {
+      std::printf("| %s | n/a: %s |||||||\n", r.name.c_str(), r.status.c_str());
+      continue;
+    }
+    double tbps = r.bytes / (r.ms * 1e-3) / 1e12, tflops = r.flops / (r.ms * 1e-3) / 1e12;
+    double floor_ms = std::max(r.bytes / (ceil.copy_tbps * 1e12), r.flops / (ceil.gemm_tflops * 1e12)) * 1e3;
+    std::printf("| %s | %.4f | %.4f | %.2f | %.0f%% | %.1f | %.4f | %.2f | %.2f |\n", r.name.c_str(), r.ms,
+                r.eager_ms, tbps, 100 * tbps / ceil.copy_tbps, tflops, floor_ms, r.ms / floor_ms, r.ws_bytes / 1e6);
+  }
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "flashgdn bench: cannot write %s\n", json_path.c_str());
+      return 1;
+    }
+    std::fprintf(f, "{\n  \"device\": \"%s\", \"sms\": %d, \"copy_tbps\": %.4f, \"gemm_tflops\": %.2f,\n  \"cases\": [\n",
+                 prop.name, prop.multiProcessorCount, ceil.copy_tbps, ceil.gemm_tflops);
+    for (size_t i = 0; i < results.size(); ++i) {
+      auto& r = results[i];
+      std::string st = r.status;
+      for (auto& ch : st)
+        if (ch == '"' || ch == '\\' || ch == '\n') ch = ' ';
+      std::fprintf(f,
+                   "    {\"case\": \"%s\", \"what\": \"%s\", \"status\": \"%s\", \"ms\": %.6f, \"eager_ms\": %.6f, "
+                   "\"bytes\": %.0f, \"flops\": %.0f, \"workspace_bytes\": %.0f}%s\n",
+                   r.name.c_str(), r.what.c_str(), st.c_str(), r.ms, r.eager_ms, r.bytes, r.flops, r.ws_bytes,
+                   i + 1 < results.size() ? "," : "");
+    }
+    std::fprintf(f, "  ]\n}\n");
+    std::fclose(f);
+  }
+  return 0;
+#endif
+}
+
+}  // namespace flashgdn::cli
