@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The one script for the GPU machine: build, GPU tests, sanitizers, demo, benchmarks, Python package + tests +
+# side-by-side peer benchmark. Logs and tables go to $OUT (the device tool returns at most 8 files, so the
+# logs are bundled in $OUT/logs.tar.gz and the summary tables are separate files).
+# usage: scripts/device_run.sh [stage...]   stages: build gputest sanitize demo bench python side (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/flashgdn-out}
+LOG=$OUT/logs
+mkdir -p "$LOG"
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(build gputest sanitize demo bench python side)
+has() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+summary=$OUT/summary.md
+{
+  echo "# flashgdn device run"
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+dirty')"
+  echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>/dev/null)"
+  echo "command: scripts/device_run.sh ${stages[*]}"
+} >"$summary"
+step() { echo; echo "=== $* ($(date +%T))"; }
+
+if has build; then
+  step build
+  if [ ! -f /usr/include/dlpack/dlpack.h ] && ls .deps/*.deb >/dev/null 2>&1; then
+    for f in .deps/*.deb; do dpkg -x "$f" /; done
+  fi
+  t0=$(date +%s)
+  cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHGDN_WITH_CUDA=ON >"$LOG/configure.log" 2>&1 &&
+    cmake --build build-dev -j 16 >"$LOG/build.log" 2>&1
+  rc=$?
+  echo "build rc=$rc in $(( $(date +%s) - t0 )) s" | tee -a "$summary"
+  grep -E "error|spill|lmem|Used [0-9]+ registers" "$LOG/build.log" | grep -B0 -E "error|bytes spill|lmem" | grep -v " 0 bytes spill" | head -20 | tee -a "$summary"
+  [ $rc -ne 0 ] && { tail -50 "$LOG/build.log"; tar czf "$OUT/logs.tar.gz" -C "$OUT" logs; exit 1; }
+fi
+B=build-dev
+
+if has gputest; then
+  step gpu tests
+  $B/flashgdn_gpu_tests --gtest_brief=1 >"$LOG/gpu_tests.log" 2>&1
+  echo "gpu tests rc=$? : $(grep -E '^\[  (PASSED|FAILED)' "$LOG/gpu_tests.log" | tr '\n' ' ')" | tee -a "$summary"
+  grep -E "^\[  FAILED|Failure|error" "$LOG/gpu_tests.log" | head -30 | tee -a "$summary"
+  $B/flashgdn_cpu_tests --gtest_brief=1 >"$LOG/cpu_tests.log" 2>&1
+  echo "cpu tests rc=$?" | tee -a "$summary"
+fi
+
+if has sanitize; then
+  step compute-sanitizer
+  filt=${SANITIZE_FILTER:-*Sanit*:*Small*:*Sentinel*:*Varlen*}
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 $B/flashgdn_gpu_tests --gtest_brief=1 \
+      --gtest_filter="$filt" >"$LOG/sanitize_$tool.log" 2>&1
+    echo "compute-sanitizer $tool rc=$? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/sanitize_$tool.log" | tail -1)" | tee -a "$summary"
+  done
+fi
+
+if has demo; then
+  step demo
+  $B/flashgdn demo >"$LOG/demo.log" 2>&1
+  echo "demo rc=$?" | tee -a "$summary"
+  cat "$LOG/demo.log" >>"$summary"
+fi
+
+if has bench; then
+  step bench
+  $B/flashgdn bench ${BENCH_CASES:-all} --json "$OUT/bench.json" >"$LOG/bench.log" 2>&1
+  echo "bench rc=$?" | tee -a "$summary"
+  sed -n '/^copy /p;/^| case/,$p' "$LOG/bench.log" | tee "$OUT/bench.md" >>"$summary"
+fi
+
+if has python; then
+  step python package
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      >"$LOG/peers_install.log" 2>&1 && export PYTHONPATH=/tmp/site
+  fi
+  t0=$(date +%s)
+  python3 -m pip install --no-build-isolation --no-deps -v . >"$LOG/pip_install.log" 2>&1
+  echo "pip install rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$summary"
+  (cd /tmp && PYTHONUNBUFFERED=1 timeout 300 python3 -m pytest "$OLDPWD/tests/python" -q -rs >"$LOG/pytest.log" 2>&1)
+  echo "pytest rc=$? : $(tail -1 "$LOG/pytest.log")" | tee -a "$summary"
+fi
+
+if has side; then
+  step side-by-side benchmark
+  (cd /tmp && PYTHONUNBUFFERED=1 timeout 400 python3 "$OLDPWD/bench/side_by_side.py" --out "$OUT/side" ${SIDE_ARGS:-} \
+    >"$LOG/side_by_side.log" 2>&1)
+  echo "side_by_side rc=$?" | tee -a "$summary"
+  tail -60 "$LOG/side_by_side.log" >>"$summary"
+fi
+
+tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
+echo; cat "$summary"
