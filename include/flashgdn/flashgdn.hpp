@@ -7,7 +7,8 @@
 // Conventions of this header:
 //   * Every op takes one params struct of TensorViews and scalars, and returns a Status.
 //   * A TensorView with ndim < 0 is absent; fields documented "may be absent" accept that.
-//   * Strides are in elements (not bytes), int64, any sign except that outputs may not overlap.
+//   * Strides are in elements (not bytes), int64, non-negative (a dim of size 1 may have any stride); no zero
+//     strides (broadcast) on dims of size > 1; an output may not overlap itself, another output or an input.
 //   * Tensors on the CPU run on the CPU backend; tensors on CUDA run on the GPU kernels. All tensors of one
 //     call live on one device.
 //   * GPU launches never allocate and never synchronize with the host (CUDA-graph safe). Scratch memory is
@@ -21,18 +22,24 @@
 #include <string>
 #include <utility>
 
+#if defined(_WIN32)
+#define FLASHGDN_CXX_API __declspec(dllexport)
+#else
+#define FLASHGDN_CXX_API __attribute__((visibility("default")))
+#endif
+
 namespace flashgdn {
 
 enum class DType : int32_t { f32 = 0, f64 = 1, bf16 = 2, f16 = 3, i32 = 4, i64 = 5 };
 enum class DeviceType : int32_t { cpu = 0, cuda = 1 };
 
-const char* dtype_name(DType dt);
-int64_t dtype_size(DType dt);
+FLASHGDN_CXX_API const char* dtype_name(DType dt);
+FLASHGDN_CXX_API int64_t dtype_size(DType dt);
 
 inline constexpr int kMaxDims = 6;
 
 // A non-owning view of a strided tensor.
-struct TensorView {
+struct FLASHGDN_CXX_API TensorView {
   void* data = nullptr;
   DType dtype = DType::f32;
   DeviceType device = DeviceType::cpu;
@@ -47,7 +54,7 @@ struct TensorView {
 };
 
 // A compact row-major view of `data` with the given shape.
-TensorView make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape,
+FLASHGDN_CXX_API TensorView make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape,
                        DeviceType device = DeviceType::cpu, int32_t device_id = 0);
 
 enum class StatusCode : int32_t {
@@ -120,7 +127,7 @@ struct ChunkFwdParams {
   TensorView dt_bias;        // [Hv] may be absent
   TensorView initial_state;  // [N, Hv, K, V] (k_major) or [N, Hv, V, K] (v_major); may be absent (zeros)
   TensorView cu_seqlens;     // [N + 1] i32/i64; may be absent
-  TensorView o;              // [B, T, Hv, V]   output, dtype of v
+  TensorView o;              // [B, T, Hv, V]   output, dtype of v (varlen rows past cu_seqlens[N] unwritten)
   TensorView final_state;    // [N, Hv, K, V] or [N, Hv, V, K] f32 output; may be absent
   // State after every `checkpoint_interval` tokens of each sequence (prefix caching):
   // [N, C_max, Hv, K, V] or [N, C_max, Hv, V, K] f32, entry c = state after (c + 1) * interval tokens;
@@ -136,8 +143,8 @@ struct ChunkFwdParams {
   ExecOptions exec;
 };
 
-Status chunk_fwd_workspace_size(const ChunkFwdParams& p, size_t* bytes);
-Status chunk_fwd(const ChunkFwdParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
+FLASHGDN_CXX_API Status chunk_fwd_workspace_size(const ChunkFwdParams& p, size_t* bytes);
+FLASHGDN_CXX_API Status chunk_fwd(const ChunkFwdParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
                  void* stream = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------
@@ -165,8 +172,8 @@ struct ChunkBwdParams {
   ExecOptions exec;
 };
 
-Status chunk_bwd_workspace_size(const ChunkBwdParams& p, size_t* bytes);
-Status chunk_bwd(const ChunkBwdParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
+FLASHGDN_CXX_API Status chunk_bwd_workspace_size(const ChunkBwdParams& p, size_t* bytes);
+FLASHGDN_CXX_API Status chunk_bwd(const ChunkBwdParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
                  void* stream = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------
@@ -177,12 +184,12 @@ struct GatingParams {
   TensorView dt_bias;  // [Hv]; may be absent
   TensorView b;        // [..., Hv] same shape as a; may be absent
   TensorView g;        // [..., Hv] output, f32 (f64 on CPU)
-  TensorView beta;     // [..., Hv] output; may be absent (then b must be too)
+  TensorView beta;     // [..., Hv] output; written when b is given; may be absent (then b must be too)
   GateOptions gate;    // softplus_beta, softplus_threshold, allow_neg_eigval are read
   ExecOptions exec;
 };
 
-Status gating(const GatingParams& p, void* stream = nullptr);
+FLASHGDN_CXX_API Status gating(const GatingParams& p, void* stream = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------
 // recurrent: decode, multi-token decode and speculative verify on a state pool (gdn-math §8), or FLA's
@@ -195,6 +202,7 @@ Status gating(const GatingParams& p, void* stream = nullptr);
 //   * state_indices [N, T_max]: pool[state_indices[n, a - 1]], a = num_accepted_tokens[n] (1 if absent).
 // A row is invalid when its start slot is invalid (slot < 0, or slot == 0 with null_slot_is_invalid, or
 // slot >= slots) or a is outside [1, T_max]: its outputs are written as zeros and nothing else is written.
+// A length-0 row touches nothing (without a pool, final_state[n] = initial_state[n], as in chunk_fwd).
 // Writes of a valid row, when commit is true:
 //   * state_indices [N]:        pool[state_indices[n]] = S_T;
 //   * state_indices [N, T_max]: pool[state_indices[n, t]] = S_t for every token t whose slot is valid.
@@ -229,14 +237,15 @@ struct RecurrentParams {
   ExecOptions exec;
 };
 
-Status recurrent_workspace_size(const RecurrentParams& p, size_t* bytes);
-Status recurrent(const RecurrentParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
+FLASHGDN_CXX_API Status recurrent_workspace_size(const RecurrentParams& p, size_t* bytes);
+FLASHGDN_CXX_API Status recurrent(const RecurrentParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
                  void* stream = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------
 // recurrent_commit: after a no-commit verify (gdn-math §8.2 B), copy the accepted intermediate state into
 // the pool: pool[state_indices[n]] = intermediate_states[intermediate_indices[n], num_accepted_tokens[n] - 1]
-// for every n whose slot is valid and whose count is in [1, T_buf]; other rows are skipped.
+// for every n whose slot is valid and whose count is in [1, T_buf]; other rows are skipped. The pool and the
+// buffer share one state layout (the copy is layout-agnostic).
 struct RecurrentCommitParams {
   TensorView state_pool;            // [slots, Hv, K, V] / [slots, Hv, V, K] in-out
   TensorView state_indices;         // [N] i32/i64
@@ -247,10 +256,10 @@ struct RecurrentCommitParams {
   ExecOptions exec;
 };
 
-Status recurrent_commit(const RecurrentCommitParams& p, void* stream = nullptr);
+FLASHGDN_CXX_API Status recurrent_commit(const RecurrentCommitParams& p, void* stream = nullptr);
 
 // Library facts.
-const char* version();
-bool cuda_available();  // built with CUDA and a device is visible
+FLASHGDN_CXX_API const char* version();
+FLASHGDN_CXX_API bool cuda_available();  // built with CUDA and a device is visible
 
 }  // namespace flashgdn

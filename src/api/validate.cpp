@@ -1,0 +1,947 @@
+// Validation of every params struct (internal.hpp): shapes, dtypes, devices, strides, aliasing, scalar options
+// and, where the values live in host memory (or exec.check_indices asks for it), the index values.
+// Backends receive only params that passed here, together with the resolved Dims.
+//
+// Every failure is FGDN_INVALID("<op>: <argument>: expected <what>, got <what>") or, for a valid request this
+// build or device cannot run, FGDN_ERROR(unsupported, ...). Nothing here dereferences a non-index tensor, and
+// index tensors are read only when they are host memory (ops.cpp mirrors CUDA index tensors to the host for
+// exec.check_indices and validates the mirror).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "api/internal.hpp"
+#include "common/dtype.hpp"
+#include "common/error.hpp"
+
+namespace flashgdn {
+namespace {
+
+using detail::str_cat;
+
+// The GPU kernels index token-head rows in int32 (elements in int64): keep every count below 2^31.
+constexpr int64_t kInt32Max = 2147483647;
+
+// ---- formatting -------------------------------------------------------------------------------------------
+
+std::string shape_str(const TensorView& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.ndim; ++i) s += str_cat(i ? ", " : "", t.shape[i]);
+  return s + "]";
+}
+
+std::string strides_str(const TensorView& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.ndim; ++i) s += str_cat(i ? ", " : "", t.strides[i]);
+  return s + "]";
+}
+
+std::string list_str(std::initializer_list<int64_t> v) {
+  std::string s = "[";
+  bool first = true;
+  for (int64_t x : v) {
+    s += str_cat(first ? "" : ", ", x);
+    first = false;
+  }
+  return s + "]";
+}
+
+std::string device_str(const TensorView& t) {
+  if (t.device == DeviceType::cpu) return "cpu";
+  if (t.device == DeviceType::cuda) return str_cat("cuda:", t.device_id);
+  return str_cat("device type ", int32_t(t.device));
+}
+
+// ---- dtype sets ----------------------------------------------------------------------------------------------
+
+using DSet = uint32_t;
+constexpr DSet bit(DType d) {
+  return DSet(1) << int32_t(d);
+}
+constexpr DSet kFloat = bit(DType::f32) | bit(DType::bf16) | bit(DType::f16);  // storage floats
+constexpr DSet kF32 = bit(DType::f32);                                         // fp32 state / gate outputs
+constexpr DSet kIndex = bit(DType::i32) | bit(DType::i64);
+
+bool valid_dtype(DType d) {
+  return int32_t(d) >= int32_t(DType::f32) && int32_t(d) <= int32_t(DType::i64);
+}
+
+std::string dset_str(DSet s) {
+  std::vector<std::string> names;
+  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64, DType::i32, DType::i64})
+    if (s & bit(d)) names.push_back(dtype_name(d));
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i) out += i + 1 == names.size() ? " or " : ", ";
+    out += names[i];
+  }
+  return out;
+}
+
+// ---- per-call context ----------------------------------------------------------------------------------------
+
+enum class Role { input, output, inout };
+
+struct Arg {
+  const char* name;
+  const TensorView* t;
+  Role role;
+  bool dense;  // on CUDA: stride-1 last dim, 16-byte aligned pointer and strides (vectorized loads)
+};
+
+struct Ctx {
+  const char* op;
+  bool cuda = false;  // the call's tensors live on a CUDA device
+
+  // fp64 storage is accepted by the CPU backend only.
+  DSet floats() const { return cuda ? kFloat : kFloat | bit(DType::f64); }
+  DSet f32() const { return cuda ? kF32 : kF32 | bit(DType::f64); }
+  // Says why float64 is missing from a float set.
+  std::string cpu_note(DSet s) const { return cuda && (s & kF32) ? " (on CUDA)" : ""; }
+};
+
+// Element count, or -1 when the product overflows int64.
+int64_t safe_numel(const TensorView& t) {
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] == 0) return 0;
+  }
+  for (int i = 0; i < t.ndim; ++i) {
+    if (__builtin_mul_overflow(n, t.shape[i], &n)) return -1;
+  }
+  return n;
+}
+
+// Largest element offset (sum of stride * (size - 1)); strides are non-negative here. -1 on overflow.
+int64_t max_offset(const TensorView& t) {
+  int64_t off = 0;
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] <= 1) continue;
+    int64_t term;
+    if (__builtin_mul_overflow(t.strides[i], t.shape[i] - 1, &term) || __builtin_add_overflow(off, term, &off))
+      return -1;
+  }
+  return off;
+}
+
+// An output must map distinct indices to distinct addresses. Sorted by stride, every stride must exceed the
+// largest offset reachable by the dims with smaller strides. (Sufficient, not necessary: a few interleaved
+// layouts that happen not to collide are rejected too; no framework produces them.)
+bool may_self_alias(const TensorView& t) {
+  std::array<std::pair<int64_t, int64_t>, kMaxDims> dims{};  // (stride, size) of dims with size > 1
+  int n = 0;
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] > 1) dims[size_t(n++)] = {t.strides[i], t.shape[i]};
+  for (int i = 1; i < n; ++i)  // insertion sort by stride: at most kMaxDims entries
+    for (int j = i; j > 0 && dims[size_t(j)].first < dims[size_t(j - 1)].first; --j)
+      std::swap(dims[size_t(j)], dims[size_t(j - 1)]);
+  int64_t reach = 0;  // largest offset reachable by the dims already visited
+  for (int i = 0; i < n; ++i) {
+    if (dims[size_t(i)].first <= reach) return true;
+    reach += dims[size_t(i)].first * (dims[size_t(i)].second - 1);  // cannot overflow: max_offset passed
+  }
+  return false;
+}
+
+// Byte range [lo, hi) touched by a non-empty tensor.
+struct Range {
+  uintptr_t lo = 0, hi = 0;
+  bool empty() const { return hi <= lo; }
+};
+
+Range byte_range(const TensorView& t) {
+  Range r;
+  if (!t.defined() || safe_numel(t) <= 0) return r;
+  r.lo = reinterpret_cast<uintptr_t>(t.data);
+  r.hi = r.lo + uintptr_t(max_offset(t) + 1) * uintptr_t(dtype_size(t.dtype));
+  return r;
+}
+
+// ---- generic checks ------------------------------------------------------------------------------------------
+
+Status require(const Ctx& c, const char* name, const TensorView& t, const char* what) {
+  if (!t.defined()) return FGDN_INVALID(c.op, ": ", name, ": expected a tensor ", what, ", got none (absent)");
+  return Status::OK();
+}
+
+Status require_absent(const Ctx& c, const char* name, const TensorView& t, const char* why) {
+  if (t.defined()) return FGDN_INVALID(c.op, ": ", name, ": expected absent ", why, ", got a tensor ", shape_str(t));
+  return Status::OK();
+}
+
+// Exact shape, with the symbolic dims in the message: "expected shape [B, T, Hqk, K] = [1, 8, 2, 16]".
+Status check_shape(const Ctx& c, const char* name, const TensorView& t, const char* doc,
+                   std::initializer_list<int64_t> want) {
+  if (t.ndim != int32_t(want.size()))
+    return FGDN_INVALID(c.op, ": ", name, ": expected ", want.size(), " dims ", doc, " = ", list_str(want), ", got ",
+                        t.ndim, " dims ", shape_str(t));
+  int i = 0;
+  for (int64_t w : want) {
+    if (t.shape[i] != w)
+      return FGDN_INVALID(c.op, ": ", name, ": expected shape ", doc, " = ", list_str(want), ", got ", shape_str(t));
+    ++i;
+  }
+  return Status::OK();
+}
+
+Status check_ndim(const Ctx& c, const char* name, const TensorView& t, int32_t ndim, const char* doc) {
+  if (t.ndim != ndim)
+    return FGDN_INVALID(c.op, ": ", name, ": expected ", ndim, " dims ", doc, ", got ", t.ndim, " dims ", shape_str(t));
+  return Status::OK();
+}
+
+Status check_dtype(const Ctx& c, const char* name, const TensorView& t, DSet allowed) {
+  if (!(allowed & bit(t.dtype)))
+    return FGDN_INVALID(c.op, ": ", name, ": expected dtype ", dset_str(allowed), c.cpu_note(allowed), ", got ",
+                        dtype_name(t.dtype));
+  return Status::OK();
+}
+
+Status check_same_dtype(const Ctx& c, const char* name, const TensorView& t, const char* ref_name,
+                        const TensorView& ref) {
+  if (t.dtype != ref.dtype)
+    return FGDN_INVALID(c.op, ": ", name, ": expected the dtype of ", ref_name, " (", dtype_name(ref.dtype), "), got ",
+                        dtype_name(t.dtype));
+  return Status::OK();
+}
+
+// Per-tensor layout rules that need no shape context, then the device rule over the whole call.
+Status check_tensors(Ctx& c, std::initializer_list<Arg> args) {
+  const Arg* first = nullptr;
+  for (const Arg& a : args) {
+    const TensorView& t = *a.t;
+    if (!t.defined()) continue;
+    if (t.ndim > kMaxDims)
+      return FGDN_INVALID(c.op, ": ", a.name, ": expected at most ", kMaxDims, " dims, got ", t.ndim);
+    if (!valid_dtype(t.dtype))
+      return FGDN_INVALID(c.op, ": ", a.name, ": expected a dtype of flashgdn::DType, got code ", int32_t(t.dtype));
+    if (t.device != DeviceType::cpu && t.device != DeviceType::cuda)
+      return FGDN_INVALID(c.op, ": ", a.name, ": expected a cpu or cuda tensor, got ", device_str(t));
+    // One device per call: the first tensor decides, every other one must match it.
+    if (!first) {
+      first = &a;
+    } else if (t.device != first->t->device || (t.device == DeviceType::cuda && t.device_id != first->t->device_id)) {
+      return FGDN_INVALID(c.op, ": ", a.name, ": expected the device of ", first->name, " (", device_str(*first->t),
+                          "): all tensors of a call live on one device, got ", device_str(t));
+    }
+  }
+  c.cuda = first && first->t->device == DeviceType::cuda;
+#if !FLASHGDN_WITH_CUDA
+  if (c.cuda)
+    return FGDN_ERROR(unsupported, c.op, ": ", first->name,
+                      ": expected a cpu tensor: this build of flashgdn has no CUDA ",
+                      "support (configure with -DFLASHGDN_WITH_CUDA=ON), got ", device_str(*first->t));
+#endif
+
+  for (const Arg& a : args) {
+    const TensorView& t = *a.t;
+    if (!t.defined()) continue;
+    for (int i = 0; i < t.ndim; ++i)
+      if (t.shape[i] < 0)
+        return FGDN_INVALID(c.op, ": ", a.name, ": expected non-negative sizes, got shape ", shape_str(t));
+    const int64_t n = safe_numel(t);
+    if (n < 0 || n > kInt32Max)
+      return FGDN_INVALID(c.op, ": ", a.name, ": expected at most 2^31 - 1 elements (int32 row indexing), got shape ",
+                          shape_str(t));
+    if (n == 0) continue;  // an empty tensor touches no memory: its pointer and strides do not matter
+    if (!t.data) return FGDN_INVALID(c.op, ": ", a.name, ": expected a non-null data pointer, got null");
+    // A dim of size 1 is never stepped over, so its stride is free (frameworks put anything there).
+    for (int i = 0; i < t.ndim; ++i) {
+      if (t.shape[i] <= 1) continue;
+      if (t.strides[i] < 0)
+        return FGDN_INVALID(c.op, ": ", a.name, ": expected non-negative strides, got strides ", strides_str(t));
+      if (t.strides[i] == 0)
+        return FGDN_INVALID(c.op, ": ", a.name, ": expected no zero stride on a dim of size > 1 (broadcast is not ",
+                            "supported), got strides ", strides_str(t), " for shape ", shape_str(t));
+    }
+    const int64_t span = max_offset(t);
+    int64_t bytes;
+    if (span < 0 || __builtin_mul_overflow(span + 1, dtype_size(t.dtype), &bytes))
+      return FGDN_INVALID(c.op, ": ", a.name, ": expected strides whose byte extent fits in int64, got strides ",
+                          strides_str(t));
+    if (a.role != Role::input && may_self_alias(t))
+      return FGDN_INVALID(c.op, ": ", a.name, ": expected output strides that map distinct indices to distinct ",
+                          "addresses, got strides ", strides_str(t), " for shape ", shape_str(t));
+    if (c.cuda && a.dense && t.ndim > 0) {
+      // Vectorized 16-byte loads and stores along the last dim.
+      const int64_t es = dtype_size(t.dtype);
+      if (t.shape[t.ndim - 1] > 1 && t.strides[t.ndim - 1] != 1)
+        return FGDN_INVALID(c.op, ": ", a.name, ": expected a contiguous last dim on CUDA (stride 1), got strides ",
+                            strides_str(t));
+      if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+        return FGDN_INVALID(c.op, ": ", a.name, ": expected a 16-byte aligned data pointer on CUDA, got address ",
+                            t.data);
+      for (int i = 0; i + 1 < t.ndim; ++i)
+        if (t.shape[i] > 1 && (t.strides[i] * es) % 16 != 0)
+          return FGDN_INVALID(c.op, ": ", a.name, ": expected every stride except the last to be a multiple of 16 ",
+                              "bytes on CUDA, got strides ", strides_str(t), " (elements of ", es, " bytes)");
+    }
+  }
+  return Status::OK();
+}
+
+// Outputs may not overlap inputs or other outputs; an in-out tensor (the state pool) is exempt only against
+// itself. Inputs may share memory with each other (q and k can be one buffer). The test compares bounding byte
+// ranges, so two tensors interleaved in one allocation count as overlapping even when no element collides.
+Status check_overlaps(const Ctx& c, std::initializer_list<Arg> args) {
+  std::vector<const Arg*> v;
+  for (const Arg& a : args)
+    if (a.t->defined()) v.push_back(&a);
+  for (size_t i = 0; i < v.size(); ++i) {
+    for (size_t j = i + 1; j < v.size(); ++j) {
+      const Arg* x = v[i];
+      const Arg* y = v[j];
+      if (x->role == Role::input && y->role == Role::input) continue;
+      Range rx = byte_range(*x->t), ry = byte_range(*y->t);
+      if (rx.empty() || ry.empty() || rx.hi <= ry.lo || ry.hi <= rx.lo) continue;
+      if (x->role == Role::input) std::swap(x, y);  // name the written tensor first
+      return FGDN_INVALID(c.op, ": ", x->name, ": expected no memory overlap with ", y->name,
+                          " (outputs may not alias inputs or other outputs), got overlapping byte ranges");
+    }
+  }
+  return Status::OK();
+}
+
+Status check_exec(const Ctx& c, const ExecOptions& e) {
+  if (e.cpu_algo != CpuAlgo::recurrent && e.cpu_algo != CpuAlgo::chunked)
+    return FGDN_INVALID(c.op, ": exec.cpu_algo: expected recurrent (0) or chunked (1), got ", int32_t(e.cpu_algo));
+  if (e.cpu_threads < 0)
+    return FGDN_INVALID(c.op, ": exec.cpu_threads: expected >= 0 (0: all hardware threads), got ", e.cpu_threads);
+  return Status::OK();
+}
+
+Status check_softplus(const Ctx& c, const GateOptions& g) {
+  if (!(g.softplus_beta > 0.f) || !std::isfinite(g.softplus_beta))
+    return FGDN_INVALID(c.op, ": gate.softplus_beta: expected a finite value > 0, got ", g.softplus_beta);
+  if (std::isnan(g.softplus_threshold))
+    return FGDN_INVALID(c.op, ": gate.softplus_threshold: expected a number, got NaN");
+  return Status::OK();
+}
+
+Status check_layout_enum(const Ctx& c, StateLayout l) {
+  if (l != StateLayout::k_major && l != StateLayout::v_major)
+    return FGDN_INVALID(c.op, ": state_layout: expected k_major (0) or v_major (1), got ", int32_t(l));
+  return Status::OK();
+}
+
+// Shape of a [lead..., Hv, K, V] state tensor in the given layout.
+const char* state_doc(StateLayout l, int which) {
+  // which: 0 = [N, ...], 1 = [slots, ...], 2 = [N, C_max, ...], 3 = [N_buf, T_buf, ...]
+  static constexpr const char* k_docs[] = {"[N, Hv, K, V] (k_major)", "[slots, Hv, K, V] (k_major)",
+                                           "[N, C_max, Hv, K, V] (k_major)", "[N_buf, T_buf, Hv, K, V] (k_major)"};
+  static constexpr const char* v_docs[] = {"[N, Hv, V, K] (v_major)", "[slots, Hv, V, K] (v_major)",
+                                           "[N, C_max, Hv, V, K] (v_major)", "[N_buf, T_buf, Hv, V, K] (v_major)"};
+  return l == StateLayout::k_major ? k_docs[which] : v_docs[which];
+}
+
+int64_t inner0(StateLayout l, int64_t K, int64_t V) {
+  return l == StateLayout::k_major ? K : V;
+}
+int64_t inner1(StateLayout l, int64_t K, int64_t V) {
+  return l == StateLayout::k_major ? V : K;
+}
+
+Status check_state(const Ctx& c, const char* name, const TensorView& t, StateLayout l, int64_t N, int64_t Hv, int64_t K,
+                   int64_t V) {
+  if (!t.defined()) return Status::OK();
+  FGDN_RETURN_IF_ERROR(check_shape(c, name, t, state_doc(l, 0), {N, Hv, inner0(l, K, V), inner1(l, K, V)}));
+  return check_dtype(c, name, t, c.f32());
+}
+
+// On CUDA the kernels are instantiated for head dims 64 and 128 only.
+Status check_cuda_head_dims(const Ctx& c, const char* k_name, int64_t K, const char* v_name, int64_t V) {
+  if (!c.cuda) return Status::OK();
+  if (K != 64 && K != 128)
+    return FGDN_ERROR(unsupported, c.op, ": ", k_name, ": expected head dim K in {64, 128} on CUDA, got K = ", K);
+  if (V != 64 && V != 128)
+    return FGDN_ERROR(unsupported, c.op, ": ", v_name, ": expected head dim V in {64, 128} on CUDA, got V = ", V);
+  return Status::OK();
+}
+
+// Index tensors are read here only when they are host memory (CPU tensors, or ops.cpp's host mirror).
+bool readable(const Ctx& c, const TensorView& t) {
+  return t.defined() && !c.cuda;
+}
+
+int64_t index_at(const TensorView& t, int64_t i) {
+  return detail::load_index(t.data, t.dtype, i * t.strides[0]);
+}
+int64_t index_at(const TensorView& t, int64_t i, int64_t j) {
+  return detail::load_index(t.data, t.dtype, i * t.strides[0] + j * t.strides[1]);
+}
+
+// cu_seqlens values (gdn-math §3.2): cu[0] == 0, non-decreasing, cu[N] <= T. Fills the per-row lengths.
+Status check_cu_values(const Ctx& c, const TensorView& cu, int64_t T, std::vector<int64_t>* lens) {
+  const int64_t N = cu.shape[0] - 1;
+  if (index_at(cu, 0) != 0)
+    return FGDN_INVALID(c.op, ": cu_seqlens: expected cu_seqlens[0] == 0, got ", index_at(cu, 0));
+  lens->resize(size_t(N));
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t a = index_at(cu, n), b = index_at(cu, n + 1);
+    if (b < a)
+      return FGDN_INVALID(c.op, ": cu_seqlens: expected non-decreasing values, got cu_seqlens[", n, "] = ", a,
+                          " > cu_seqlens[", n + 1, "] = ", b);
+    (*lens)[size_t(n)] = b - a;
+  }
+  if (index_at(cu, N) > T)
+    return FGDN_INVALID(c.op, ": cu_seqlens: expected cu_seqlens[N] <= T = ", T, " (total tokens), got ",
+                        index_at(cu, N));
+  return Status::OK();
+}
+
+// ---- the shared token-major part of chunk_fwd, chunk_bwd and recurrent ---------------------------------------
+
+struct SeqArgs {
+  const TensorView &q, &k, &v, &g, &beta, &A_log, &dt_bias, &cu_seqlens;
+};
+
+Status check_seq(const Ctx& c, const SeqArgs& s, const GateOptions& gate, float scale, StateLayout layout,
+                 const ExecOptions& exec, SeqDims* d) {
+  FGDN_RETURN_IF_ERROR(require(c, "q", s.q, "[B, T, Hqk, K]"));
+  FGDN_RETURN_IF_ERROR(require(c, "k", s.k, "[B, T, Hqk, K]"));
+  FGDN_RETURN_IF_ERROR(require(c, "v", s.v, "[B, T, Hv, V]"));
+  FGDN_RETURN_IF_ERROR(check_ndim(c, "q", s.q, 4, "[B, T, Hqk, K]"));
+  const int64_t B = s.q.shape[0], T = s.q.shape[1], Hqk = s.q.shape[2], K = s.q.shape[3];
+  FGDN_RETURN_IF_ERROR(check_shape(c, "k", s.k, "[B, T, Hqk, K]", {B, T, Hqk, K}));
+  FGDN_RETURN_IF_ERROR(check_ndim(c, "v", s.v, 4, "[B, T, Hv, V]"));
+  const int64_t Hv = s.v.shape[2], V = s.v.shape[3];
+  FGDN_RETURN_IF_ERROR(check_shape(c, "v", s.v, "[B, T, Hv, V]", {B, T, Hv, V}));
+  if (K <= 0) return FGDN_INVALID(c.op, ": q: expected head dim K > 0 (q.shape[3]), got ", K);
+  if (V <= 0) return FGDN_INVALID(c.op, ": v: expected head dim V > 0 (v.shape[3]), got ", V);
+  if (Hqk <= 0) return FGDN_INVALID(c.op, ": q: expected Hqk > 0 heads (q.shape[2]), got ", Hqk);
+  if (Hv <= 0 || Hv % Hqk != 0)
+    return FGDN_INVALID(c.op, ": v: expected Hv (v.shape[2]) a positive multiple of Hqk = ", Hqk,
+                        " (each q/k head serves Hv / Hqk value heads), got Hv = ", Hv);
+
+  FGDN_RETURN_IF_ERROR(check_dtype(c, "q", s.q, c.floats()));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "k", s.k, "q", s.q));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "v", s.v, "q", s.q));
+
+  if (s.g.defined()) {
+    FGDN_RETURN_IF_ERROR(check_shape(c, "g", s.g, "[B, T, Hv]", {B, T, Hv}));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "g", s.g, c.floats()));
+  }
+  if (s.beta.defined()) {
+    FGDN_RETURN_IF_ERROR(check_shape(c, "beta", s.beta, "[B, T, Hv]", {B, T, Hv}));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "beta", s.beta, c.floats()));
+  }
+  if (s.A_log.defined()) {
+    FGDN_RETURN_IF_ERROR(check_shape(c, "A_log", s.A_log, "[Hv]", {Hv}));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "A_log", s.A_log, c.floats()));
+  }
+  if (s.dt_bias.defined()) {
+    FGDN_RETURN_IF_ERROR(check_shape(c, "dt_bias", s.dt_bias, "[Hv]", {Hv}));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "dt_bias", s.dt_bias, c.floats()));
+  }
+
+  // Gate options (gdn-math §4).
+  if (gate.use_gate_in_kernel) {
+    FGDN_RETURN_IF_ERROR(require(c, "A_log", s.A_log, "[Hv] (gate.use_gate_in_kernel is set)"));
+    FGDN_RETURN_IF_ERROR(require(c, "g", s.g, "[B, T, Hv] holding raw a (gate.use_gate_in_kernel is set)"));
+  }
+  if (gate.use_beta_sigmoid_in_kernel)
+    FGDN_RETURN_IF_ERROR(
+        require(c, "beta", s.beta, "[B, T, Hv] holding raw b (gate.use_beta_sigmoid_in_kernel is set)"));
+  if (gate.allow_neg_eigval && !gate.use_beta_sigmoid_in_kernel)
+    return FGDN_INVALID(c.op, ": gate.allow_neg_eigval: expected gate.use_beta_sigmoid_in_kernel to be set too ",
+                        "(beta = 2 sigmoid(b) is formed in the kernel), got use_beta_sigmoid_in_kernel = false");
+  FGDN_RETURN_IF_ERROR(check_softplus(c, gate));
+
+  if (!std::isfinite(scale)) return FGDN_INVALID(c.op, ": scale: expected a finite value (0: K^-1/2), got ", scale);
+  FGDN_RETURN_IF_ERROR(check_layout_enum(c, layout));
+  FGDN_RETURN_IF_ERROR(check_exec(c, exec));
+
+  // Varlen: B == 1, N = cu_seqlens.size - 1.
+  int64_t N = B;
+  if (s.cu_seqlens.defined()) {
+    FGDN_RETURN_IF_ERROR(check_ndim(c, "cu_seqlens", s.cu_seqlens, 1, "[N + 1]"));
+    if (s.cu_seqlens.shape[0] < 1)
+      return FGDN_INVALID(c.op, ": cu_seqlens: expected at least 1 entry [N + 1], got ", shape_str(s.cu_seqlens));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "cu_seqlens", s.cu_seqlens, kIndex));
+    if (B != 1)
+      return FGDN_INVALID(c.op, ": cu_seqlens: expected batch B == 1 with cu_seqlens (varlen packs the sequences ",
+                          "on the token axis), got B = ", B);
+    N = s.cu_seqlens.shape[0] - 1;
+  }
+
+  // int32 row indexing of the GPU kernels: token-head rows of q/k and of v.
+  if (B * T * std::max(Hv, Hqk) > kInt32Max)
+    return FGDN_INVALID(c.op, ": v: expected B * T * Hv <= 2^31 - 1 token-head rows (int32 row indexing), got ",
+                        B * T * std::max(Hv, Hqk));
+
+  FGDN_RETURN_IF_ERROR(check_cuda_head_dims(c, "q", K, "v", V));
+
+  d->B = B;
+  d->T = T;
+  d->N = N;
+  d->Hqk = Hqk;
+  d->Hv = Hv;
+  d->K = K;
+  d->V = V;
+  d->varlen = s.cu_seqlens.defined();
+  d->scale = scale == 0.f ? float(1.0 / std::sqrt(double(K))) : scale;
+  return Status::OK();
+}
+
+Status check_chunk_size(const Ctx& c, int32_t chunk_size) {
+  if (chunk_size != 16 && chunk_size != 32 && chunk_size != 64)
+    return FGDN_INVALID(c.op, ": chunk_size: expected 16, 32 or 64, got ", chunk_size);
+  return Status::OK();
+}
+
+// Per-row token counts when they are readable: T for every row (fixed length) or from cu_seqlens.
+// Returns false when cu_seqlens lives on the device (values unknown).
+bool row_lengths(const Ctx& c, const SeqDims& d, const TensorView& cu, std::vector<int64_t>* lens, Status* st) {
+  if (!d.varlen) {
+    lens->assign(size_t(d.N), d.T);
+    return true;
+  }
+  if (!readable(c, cu)) return false;
+  *st = check_cu_values(c, cu, d.T, lens);
+  return true;
+}
+
+}  // namespace
+
+// ---- chunk_fwd -----------------------------------------------------------------------------------------------
+
+Status validate(const ChunkFwdParams& p, ChunkDims* d) {
+  Ctx c{"chunk_fwd"};
+  const std::initializer_list<Arg> args = {{"q", &p.q, Role::input, true},
+                                           {"k", &p.k, Role::input, true},
+                                           {"v", &p.v, Role::input, true},
+                                           {"g", &p.g, Role::input, false},
+                                           {"beta", &p.beta, Role::input, false},
+                                           {"A_log", &p.A_log, Role::input, false},
+                                           {"dt_bias", &p.dt_bias, Role::input, false},
+                                           {"initial_state", &p.initial_state, Role::input, true},
+                                           {"cu_seqlens", &p.cu_seqlens, Role::input, false},
+                                           {"o", &p.o, Role::output, true},
+                                           {"final_state", &p.final_state, Role::output, true},
+                                           {"state_checkpoints", &p.state_checkpoints, Role::output, true}};
+  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  ChunkDims dims;
+  FGDN_RETURN_IF_ERROR(check_seq(c, {p.q, p.k, p.v, p.g, p.beta, p.A_log, p.dt_bias, p.cu_seqlens}, p.gate, p.scale,
+                                 p.state_layout, p.exec, &dims));
+  const int64_t B = dims.B, T = dims.T, N = dims.N, Hv = dims.Hv, K = dims.K, V = dims.V;
+  FGDN_RETURN_IF_ERROR(check_chunk_size(c, p.chunk_size));
+
+  FGDN_RETURN_IF_ERROR(require(c, "o", p.o, "[B, T, Hv, V]"));
+  FGDN_RETURN_IF_ERROR(check_shape(c, "o", p.o, "[B, T, Hv, V]", {B, T, Hv, V}));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "o", p.o, "v", p.v));
+  FGDN_RETURN_IF_ERROR(check_state(c, "initial_state", p.initial_state, p.state_layout, N, Hv, K, V));
+  FGDN_RETURN_IF_ERROR(check_state(c, "final_state", p.final_state, p.state_layout, N, Hv, K, V));
+
+  if (p.state_checkpoints.defined()) {
+    const TensorView& s = p.state_checkpoints;
+    const char* doc = state_doc(p.state_layout, 2);
+    FGDN_RETURN_IF_ERROR(check_ndim(c, "state_checkpoints", s, 5, doc));
+    dims.num_checkpoints = s.shape[1];
+    FGDN_RETURN_IF_ERROR(check_shape(c, "state_checkpoints", s, doc,
+                                     {N, s.shape[1], Hv, inner0(p.state_layout, K, V), inner1(p.state_layout, K, V)}));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "state_checkpoints", s, c.f32()));
+    if (p.checkpoint_interval <= 0 || p.checkpoint_interval % p.chunk_size != 0)
+      return FGDN_INVALID(c.op, ": checkpoint_interval: expected a positive multiple of chunk_size = ", p.chunk_size,
+                          " (state_checkpoints is given), got ", p.checkpoint_interval);
+  }
+
+  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+
+  if (dims.varlen && readable(c, p.cu_seqlens)) {
+    std::vector<int64_t> lens;
+    FGDN_RETURN_IF_ERROR(check_cu_values(c, p.cu_seqlens, T, &lens));
+  }
+  *d = dims;
+  return Status::OK();
+}
+
+// ---- chunk_bwd -----------------------------------------------------------------------------------------------
+
+Status validate(const ChunkBwdParams& p, SeqDims* d) {
+  Ctx c{"chunk_bwd"};
+  const std::initializer_list<Arg> args = {{"q", &p.q, Role::input, true},
+                                           {"k", &p.k, Role::input, true},
+                                           {"v", &p.v, Role::input, true},
+                                           {"g", &p.g, Role::input, false},
+                                           {"beta", &p.beta, Role::input, false},
+                                           {"A_log", &p.A_log, Role::input, false},
+                                           {"dt_bias", &p.dt_bias, Role::input, false},
+                                           {"initial_state", &p.initial_state, Role::input, true},
+                                           {"cu_seqlens", &p.cu_seqlens, Role::input, false},
+                                           {"d_o", &p.d_o, Role::input, true},
+                                           {"d_ht", &p.d_ht, Role::input, true},
+                                           {"dq", &p.dq, Role::output, true},
+                                           {"dk", &p.dk, Role::output, true},
+                                           {"dv", &p.dv, Role::output, true},
+                                           {"dg", &p.dg, Role::output, false},
+                                           {"dbeta", &p.dbeta, Role::output, false},
+                                           {"dh0", &p.dh0, Role::output, true},
+                                           {"dA_log", &p.dA_log, Role::output, false},
+                                           {"ddt_bias", &p.ddt_bias, Role::output, false}};
+  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  SeqDims dims;
+  FGDN_RETURN_IF_ERROR(check_seq(c, {p.q, p.k, p.v, p.g, p.beta, p.A_log, p.dt_bias, p.cu_seqlens}, p.gate, p.scale,
+                                 p.state_layout, p.exec, &dims));
+  const int64_t B = dims.B, T = dims.T, N = dims.N, Hqk = dims.Hqk, Hv = dims.Hv, K = dims.K, V = dims.V;
+  FGDN_RETURN_IF_ERROR(check_chunk_size(c, p.chunk_size));
+  FGDN_RETURN_IF_ERROR(check_state(c, "initial_state", p.initial_state, p.state_layout, N, Hv, K, V));
+
+  FGDN_RETURN_IF_ERROR(require(c, "d_o", p.d_o, "[B, T, Hv, V]"));
+  FGDN_RETURN_IF_ERROR(check_shape(c, "d_o", p.d_o, "[B, T, Hv, V]", {B, T, Hv, V}));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "d_o", p.d_o, "v", p.v));
+  FGDN_RETURN_IF_ERROR(check_state(c, "d_ht", p.d_ht, p.state_layout, N, Hv, K, V));
+
+  FGDN_RETURN_IF_ERROR(require(c, "dq", p.dq, "[B, T, Hqk, K]"));
+  FGDN_RETURN_IF_ERROR(check_shape(c, "dq", p.dq, "[B, T, Hqk, K]", {B, T, Hqk, K}));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "dq", p.dq, "q", p.q));
+  FGDN_RETURN_IF_ERROR(require(c, "dk", p.dk, "[B, T, Hqk, K]"));
+  FGDN_RETURN_IF_ERROR(check_shape(c, "dk", p.dk, "[B, T, Hqk, K]", {B, T, Hqk, K}));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "dk", p.dk, "k", p.k));
+  FGDN_RETURN_IF_ERROR(require(c, "dv", p.dv, "[B, T, Hv, V]"));
+  FGDN_RETURN_IF_ERROR(check_shape(c, "dv", p.dv, "[B, T, Hv, V]", {B, T, Hv, V}));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "dv", p.dv, "v", p.v));
+  if (p.dg.defined()) {
+    FGDN_RETURN_IF_ERROR(check_shape(c, "dg", p.dg, "[B, T, Hv]", {B, T, Hv}));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "dg", p.dg, c.floats()));
+  }
+  if (p.dbeta.defined()) {
+    FGDN_RETURN_IF_ERROR(check_shape(c, "dbeta", p.dbeta, "[B, T, Hv]", {B, T, Hv}));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "dbeta", p.dbeta, c.floats()));
+  }
+  FGDN_RETURN_IF_ERROR(check_state(c, "dh0", p.dh0, p.state_layout, N, Hv, K, V));
+  using Named = std::pair<const char*, const TensorView*>;
+  for (auto [name, t] : std::initializer_list<Named>{{"dA_log", &p.dA_log}, {"ddt_bias", &p.ddt_bias}}) {
+    if (!t->defined()) continue;
+    if (!p.gate.use_gate_in_kernel)
+      return FGDN_INVALID(c.op, ": ", name, ": expected absent without gate.use_gate_in_kernel (no gate parameters ",
+                          "are used), got a tensor ", shape_str(*t));
+    FGDN_RETURN_IF_ERROR(check_shape(c, name, *t, "[Hv]", {Hv}));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, name, *t, c.f32()));
+  }
+
+  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+  if (dims.varlen && readable(c, p.cu_seqlens)) {
+    std::vector<int64_t> lens;
+    FGDN_RETURN_IF_ERROR(check_cu_values(c, p.cu_seqlens, T, &lens));
+  }
+  *d = dims;
+  return Status::OK();
+}
+
+// ---- gating --------------------------------------------------------------------------------------------------
+
+Status validate(const GatingParams& p, GatingDims* d) {
+  Ctx c{"gating"};
+  const std::initializer_list<Arg> args = {{"A_log", &p.A_log, Role::input, false},
+                                           {"a", &p.a, Role::input, false},
+                                           {"dt_bias", &p.dt_bias, Role::input, false},
+                                           {"b", &p.b, Role::input, false},
+                                           {"g", &p.g, Role::output, false},
+                                           {"beta", &p.beta, Role::output, false}};
+  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  FGDN_RETURN_IF_ERROR(require(c, "a", p.a, "[..., Hv]"));
+  if (p.a.ndim < 1) return FGDN_INVALID(c.op, ": a: expected at least 1 dim [..., Hv], got 0 dims []");
+  const int64_t Hv = p.a.shape[p.a.ndim - 1];
+  if (Hv <= 0) return FGDN_INVALID(c.op, ": a: expected Hv > 0 (the last dim), got shape ", shape_str(p.a));
+  FGDN_RETURN_IF_ERROR(check_dtype(c, "a", p.a, c.floats()));
+  FGDN_RETURN_IF_ERROR(require(c, "A_log", p.A_log, "[Hv]"));
+  FGDN_RETURN_IF_ERROR(check_shape(c, "A_log", p.A_log, "[Hv]", {Hv}));
+  FGDN_RETURN_IF_ERROR(check_dtype(c, "A_log", p.A_log, c.floats()));
+  if (p.dt_bias.defined()) {
+    FGDN_RETURN_IF_ERROR(check_shape(c, "dt_bias", p.dt_bias, "[Hv]", {Hv}));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "dt_bias", p.dt_bias, c.floats()));
+  }
+  // b, g and beta have the shape of a.
+  auto same_shape_as_a = [&](const char* name, const TensorView& t) -> Status {
+    bool same = t.ndim == p.a.ndim;
+    for (int i = 0; same && i < t.ndim; ++i) same = t.shape[i] == p.a.shape[i];
+    if (!same)
+      return FGDN_INVALID(c.op, ": ", name, ": expected the shape of a [..., Hv] = ", shape_str(p.a), ", got ",
+                          shape_str(t));
+    return Status::OK();
+  };
+  FGDN_RETURN_IF_ERROR(require(c, "g", p.g, "[..., Hv] (output)"));
+  FGDN_RETURN_IF_ERROR(same_shape_as_a("g", p.g));
+  FGDN_RETURN_IF_ERROR(check_dtype(c, "g", p.g, c.f32()));
+  if (p.b.defined() != p.beta.defined()) {
+    if (p.b.defined())
+      return FGDN_INVALID(c.op, ": beta: expected a tensor [..., Hv] (output) since b is given, got none (absent)");
+    return FGDN_INVALID(c.op, ": beta: expected absent since b is absent (beta = sigmoid(b)), got a tensor ",
+                        shape_str(p.beta));
+  }
+  if (p.b.defined()) {
+    FGDN_RETURN_IF_ERROR(same_shape_as_a("b", p.b));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "b", p.b, c.floats()));
+    FGDN_RETURN_IF_ERROR(same_shape_as_a("beta", p.beta));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "beta", p.beta, c.floats()));
+  }
+  FGDN_RETURN_IF_ERROR(check_softplus(c, p.gate));
+  FGDN_RETURN_IF_ERROR(check_exec(c, p.exec));
+  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+  d->Hv = Hv;
+  d->rows = safe_numel(p.a) / Hv;
+  return Status::OK();
+}
+
+// ---- recurrent -----------------------------------------------------------------------------------------------
+
+namespace {
+
+bool invalid_slot(int64_t slot, int64_t slots, bool null_slot_is_invalid) {
+  return slot < 0 || (null_slot_is_invalid && slot == 0) || slot >= slots;
+}
+
+// exec.check_indices: the index values a kernel would otherwise clamp become errors (gdn-math §8).
+Status check_recurrent_indices(const Ctx& c, const RecurrentParams& p, const RecurrentDims& d,
+                               const std::vector<int64_t>& lens) {
+  const TensorView& si = p.state_indices;
+  const bool two_d = si.defined() && si.ndim == 2;
+  std::unordered_map<int64_t, int64_t> start_owner;  // valid start slot -> row
+  for (int64_t n = 0; n < d.N; ++n) {
+    if (lens[size_t(n)] == 0) continue;  // a length-0 row touches nothing
+    int64_t a = 1;
+    if (p.num_accepted_tokens.defined()) {
+      a = index_at(p.num_accepted_tokens, n);
+      if (a < 1 || a > d.T_max)
+        return FGDN_INVALID(c.op, ": num_accepted_tokens: expected values in [1, T_max = ", d.T_max,
+                            "] (exec.check_indices), got num_accepted_tokens[", n, "] = ", a);
+    }
+    if (p.state_pool.defined()) {
+      if (si.defined()) {
+        const int64_t cols = two_d ? d.T_max : 1;
+        for (int64_t t = 0; t < cols; ++t) {
+          const int64_t slot = two_d ? index_at(si, n, t) : index_at(si, n);
+          if (slot >= d.slots)
+            return FGDN_INVALID(c.op, ": state_indices: expected slots < state_pool.shape[0] = ", d.slots,
+                                " or an invalid-slot sentinel (exec.check_indices), got state_indices[", n,
+                                two_d ? str_cat(", ", t) : std::string(), "] = ", slot);
+        }
+      }
+      const int64_t start = !si.defined() ? n : two_d ? index_at(si, n, a - 1) : index_at(si, n);
+      if (!invalid_slot(start, d.slots, p.null_slot_is_invalid)) {
+        auto [it, fresh] = start_owner.emplace(start, n);
+        if (!fresh)
+          return FGDN_INVALID(c.op, ": state_indices: expected distinct valid start slots (duplicates race, gdn-math ",
+                              "§8.1; exec.check_indices), got slot ", start, " for rows ", it->second, " and ", n);
+      }
+    }
+    if (p.intermediate_states.defined() && p.intermediate_indices.defined()) {
+      const int64_t buf = index_at(p.intermediate_indices, n);
+      if (buf >= d.n_buf)
+        return FGDN_INVALID(c.op, ": intermediate_indices: expected values < intermediate_states.shape[0] = ", d.n_buf,
+                            " (exec.check_indices), got intermediate_indices[", n, "] = ", buf);
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status validate(const RecurrentParams& p, RecurrentDims* d) {
+  Ctx c{"recurrent"};
+  const std::initializer_list<Arg> args = {{"q", &p.q, Role::input, true},
+                                           {"k", &p.k, Role::input, true},
+                                           {"v", &p.v, Role::input, true},
+                                           {"g", &p.g, Role::input, false},
+                                           {"beta", &p.beta, Role::input, false},
+                                           {"A_log", &p.A_log, Role::input, false},
+                                           {"dt_bias", &p.dt_bias, Role::input, false},
+                                           {"cu_seqlens", &p.cu_seqlens, Role::input, false},
+                                           {"state_indices", &p.state_indices, Role::input, false},
+                                           {"num_accepted_tokens", &p.num_accepted_tokens, Role::input, false},
+                                           {"intermediate_indices", &p.intermediate_indices, Role::input, false},
+                                           {"initial_state", &p.initial_state, Role::input, true},
+                                           {"o", &p.o, Role::output, true},
+                                           {"state_pool", &p.state_pool, Role::inout, true},
+                                           {"intermediate_states", &p.intermediate_states, Role::output, true},
+                                           {"final_state", &p.final_state, Role::output, true}};
+  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  RecurrentDims dims;
+  FGDN_RETURN_IF_ERROR(check_seq(c, {p.q, p.k, p.v, p.g, p.beta, p.A_log, p.dt_bias, p.cu_seqlens}, p.gate, p.scale,
+                                 p.state_layout, p.exec, &dims));
+  const int64_t B = dims.B, T = dims.T, N = dims.N, Hv = dims.Hv, K = dims.K, V = dims.V;
+  const StateLayout l = p.state_layout;
+
+  FGDN_RETURN_IF_ERROR(require(c, "o", p.o, "[B, T, Hv, V]"));
+  FGDN_RETURN_IF_ERROR(check_shape(c, "o", p.o, "[B, T, Hv, V]", {B, T, Hv, V}));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "o", p.o, "v", p.v));
+
+  if (p.state_pool.defined()) {
+    const TensorView& pool = p.state_pool;
+    FGDN_RETURN_IF_ERROR(check_ndim(c, "state_pool", pool, 4, state_doc(l, 1)));
+    dims.slots = pool.shape[0];
+    FGDN_RETURN_IF_ERROR(
+        check_shape(c, "state_pool", pool, state_doc(l, 1), {dims.slots, Hv, inner0(l, K, V), inner1(l, K, V)}));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "state_pool", pool, c.floats()));
+    FGDN_RETURN_IF_ERROR(require_absent(c, "initial_state", p.initial_state,
+                                        "when state_pool is given (the pool holds the start states)"));
+    FGDN_RETURN_IF_ERROR(require_absent(c, "final_state", p.final_state,
+                                        "when state_pool is given (the pool receives the final states)"));
+    const TensorView& si = p.state_indices;
+    if (si.defined()) {
+      if (si.ndim != 1 && si.ndim != 2)
+        return FGDN_INVALID(c.op, ": state_indices: expected 1 dim [N] or 2 dims [N, T_max], got ", si.ndim, " dims ",
+                            shape_str(si));
+      if (si.shape[0] != N)
+        return FGDN_INVALID(c.op, ": state_indices: expected ", si.ndim == 1 ? "[N]" : "[N, T_max]", " with N = ", N,
+                            " rows, got ", shape_str(si));
+      FGDN_RETURN_IF_ERROR(check_dtype(c, "state_indices", si, kIndex));
+      if (si.ndim == 2) {
+        dims.T_max = si.shape[1];
+        if (dims.T_max < 1)
+          return FGDN_INVALID(c.op, ": state_indices: expected T_max >= 1 columns [N, T_max], got ", shape_str(si));
+        // Token t of a row writes column t: a fixed-length row of T tokens needs T columns.
+        if (!dims.varlen && T > dims.T_max)
+          return FGDN_INVALID(c.op, ": state_indices: expected T_max >= T = ", T,
+                              " (token t writes slot column t), got ", shape_str(si));
+      }
+    } else if (dims.slots < N) {
+      return FGDN_INVALID(c.op, ": state_pool: expected at least N = ", N,
+                          " slots (state_indices is absent: row n uses slot n), got ", shape_str(pool));
+    }
+    if (p.num_accepted_tokens.defined()) {
+      if (!si.defined() || si.ndim != 2)
+        return FGDN_INVALID(c.op, ": num_accepted_tokens: expected only with 2-D state_indices [N, T_max] (it picks ",
+                            "the start column), got state_indices ", si.defined() ? shape_str(si) : "absent");
+      FGDN_RETURN_IF_ERROR(check_shape(c, "num_accepted_tokens", p.num_accepted_tokens, "[N]", {N}));
+      FGDN_RETURN_IF_ERROR(check_dtype(c, "num_accepted_tokens", p.num_accepted_tokens, kIndex));
+    }
+  } else {
+    FGDN_RETURN_IF_ERROR(require_absent(c, "state_indices", p.state_indices, "without state_pool"));
+    FGDN_RETURN_IF_ERROR(require_absent(c, "num_accepted_tokens", p.num_accepted_tokens, "without state_pool"));
+    FGDN_RETURN_IF_ERROR(check_state(c, "initial_state", p.initial_state, l, N, Hv, K, V));
+    FGDN_RETURN_IF_ERROR(check_state(c, "final_state", p.final_state, l, N, Hv, K, V));
+  }
+
+  if (p.intermediate_states.defined()) {
+    const TensorView& is = p.intermediate_states;
+    FGDN_RETURN_IF_ERROR(check_ndim(c, "intermediate_states", is, 5, state_doc(l, 3)));
+    dims.n_buf = is.shape[0];
+    dims.T_buf = is.shape[1];
+    FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_states", is, state_doc(l, 3),
+                                     {dims.n_buf, dims.T_buf, Hv, inner0(l, K, V), inner1(l, K, V)}));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "intermediate_states", is, c.floats()));
+    if (!dims.varlen && T > dims.T_buf)
+      return FGDN_INVALID(c.op, ": intermediate_states: expected T_buf >= T = ", T,
+                          " (the state after token t goes to entry t), got ", shape_str(is));
+    if (p.intermediate_indices.defined()) {
+      FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_indices", p.intermediate_indices, "[N]", {N}));
+      FGDN_RETURN_IF_ERROR(check_dtype(c, "intermediate_indices", p.intermediate_indices, kIndex));
+    } else if (dims.n_buf < N) {
+      return FGDN_INVALID(c.op, ": intermediate_states: expected at least N = ", N,
+                          " rows N_buf (intermediate_indices is absent: row n uses entry n), got ", shape_str(is));
+    }
+  } else {
+    FGDN_RETURN_IF_ERROR(
+        require_absent(c, "intermediate_indices", p.intermediate_indices, "without intermediate_states"));
+  }
+
+  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+
+  // Values. cu_seqlens in host memory is always checked (cheap); the slot-like indices only with check_indices,
+  // because out-of-range slots are legal at run time (they mark invalid rows).
+  std::vector<int64_t> lens;
+  Status st;
+  if (row_lengths(c, dims, p.cu_seqlens, &lens, &st)) {
+    FGDN_RETURN_IF_ERROR(st);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t len = lens[size_t(n)];
+      if (dims.T_max > 0 && len > dims.T_max)
+        return FGDN_INVALID(c.op, ": cu_seqlens: expected rows of at most T_max = ", dims.T_max,
+                            " tokens (state_indices columns), got ", len, " tokens in row ", n);
+      if (p.intermediate_states.defined() && len > dims.T_buf)
+        return FGDN_INVALID(c.op, ": cu_seqlens: expected rows of at most T_buf = ", dims.T_buf,
+                            " tokens (intermediate_states entries), got ", len, " tokens in row ", n);
+    }
+    const bool idx_readable = !c.cuda;
+    if (p.exec.check_indices && idx_readable) FGDN_RETURN_IF_ERROR(check_recurrent_indices(c, p, dims, lens));
+  }
+  *d = dims;
+  return Status::OK();
+}
+
+// ---- recurrent_commit ----------------------------------------------------------------------------------------
+
+Status validate(const RecurrentCommitParams& p, CommitDims* d) {
+  Ctx c{"recurrent_commit"};
+  const std::initializer_list<Arg> args = {{"state_indices", &p.state_indices, Role::input, false},
+                                           {"intermediate_states", &p.intermediate_states, Role::input, true},
+                                           {"intermediate_indices", &p.intermediate_indices, Role::input, false},
+                                           {"num_accepted_tokens", &p.num_accepted_tokens, Role::input, false},
+                                           {"state_pool", &p.state_pool, Role::inout, true}};
+  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  FGDN_RETURN_IF_ERROR(check_exec(c, p.exec));
+  // The layout of the pool is not a parameter here: pool and buffer just have to agree on their last dims.
+  FGDN_RETURN_IF_ERROR(require(c, "state_pool", p.state_pool, "[slots, Hv, K, V] or [slots, Hv, V, K]"));
+  FGDN_RETURN_IF_ERROR(check_ndim(c, "state_pool", p.state_pool, 4, "[slots, Hv, K, V] or [slots, Hv, V, K]"));
+  FGDN_RETURN_IF_ERROR(check_dtype(c, "state_pool", p.state_pool, c.floats()));
+  CommitDims dims;
+  dims.slots = p.state_pool.shape[0];
+  dims.Hv = p.state_pool.shape[1];
+  dims.K = p.state_pool.shape[2];  // the two inner dims as stored (K, V for k_major; V, K for v_major)
+  dims.V = p.state_pool.shape[3];
+  if (dims.Hv <= 0 || dims.K <= 0 || dims.V <= 0)
+    return FGDN_INVALID(c.op, ": state_pool: expected positive Hv and head dims, got ", shape_str(p.state_pool));
+
+  const TensorView& is = p.intermediate_states;
+  FGDN_RETURN_IF_ERROR(require(c, "intermediate_states", is, "[N_buf, T_buf, Hv, K, V] or [N_buf, T_buf, Hv, V, K]"));
+  FGDN_RETURN_IF_ERROR(check_ndim(c, "intermediate_states", is, 5, "[N_buf, T_buf, Hv, K, V] or [.., V, K]"));
+  dims.n_buf = is.shape[0];
+  dims.T_buf = is.shape[1];
+  FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_states", is, "[N_buf, T_buf, <inner dims of state_pool>]",
+                                   {dims.n_buf, dims.T_buf, dims.Hv, dims.K, dims.V}));
+  FGDN_RETURN_IF_ERROR(check_dtype(c, "intermediate_states", is, c.floats()));
+
+  FGDN_RETURN_IF_ERROR(require(c, "state_indices", p.state_indices, "[N]"));
+  FGDN_RETURN_IF_ERROR(check_ndim(c, "state_indices", p.state_indices, 1, "[N]"));
+  FGDN_RETURN_IF_ERROR(check_dtype(c, "state_indices", p.state_indices, kIndex));
+  dims.N = p.state_indices.shape[0];
+  const int64_t N = dims.N;
+  FGDN_RETURN_IF_ERROR(require(c, "num_accepted_tokens", p.num_accepted_tokens, "[N]"));
+  FGDN_RETURN_IF_ERROR(check_shape(c, "num_accepted_tokens", p.num_accepted_tokens, "[N]", {N}));
+  FGDN_RETURN_IF_ERROR(check_dtype(c, "num_accepted_tokens", p.num_accepted_tokens, kIndex));
+  if (p.intermediate_indices.defined()) {
+    FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_indices", p.intermediate_indices, "[N]", {N}));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "intermediate_indices", p.intermediate_indices, kIndex));
+  } else if (dims.n_buf < N) {
+    return FGDN_INVALID(c.op, ": intermediate_states: expected at least N = ", N,
+                        " rows N_buf (intermediate_indices is absent: row n uses entry n), got ", shape_str(is));
+  }
+  FGDN_RETURN_IF_ERROR(check_cuda_head_dims(c, "state_pool", dims.K, "state_pool", dims.V));
+  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+
+  if (p.exec.check_indices && !c.cuda) {
+    // Rows with an invalid slot or a count outside [1, T_buf] are skipped by contract (SGLang passes a <= 0
+    // to mean skip), so only slots past the pool, counts past the buffer and buffer rows past N_buf are errors.
+    std::unordered_map<int64_t, int64_t> owner;
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t slot = index_at(p.state_indices, n);
+      const int64_t a = index_at(p.num_accepted_tokens, n);
+      if (slot >= dims.slots)
+        return FGDN_INVALID(c.op, ": state_indices: expected slots < state_pool.shape[0] = ", dims.slots,
+                            " or an invalid-slot sentinel (exec.check_indices), got state_indices[", n, "] = ", slot);
+      if (a > dims.T_buf)
+        return FGDN_INVALID(c.op, ": num_accepted_tokens: expected values <= T_buf = ", dims.T_buf,
+                            " (exec.check_indices), got num_accepted_tokens[", n, "] = ", a);
+      const int64_t buf = p.intermediate_indices.defined() ? index_at(p.intermediate_indices, n) : n;
+      if (buf >= dims.n_buf)
+        return FGDN_INVALID(c.op,
+                            ": intermediate_indices: expected values < intermediate_states.shape[0] = ", dims.n_buf,
+                            " (exec.check_indices), got intermediate_indices[", n, "] = ", buf);
+      if (invalid_slot(slot, dims.slots, p.null_slot_is_invalid) || a < 1) continue;
+      auto [it, fresh] = owner.emplace(slot, n);
+      if (!fresh)
+        return FGDN_INVALID(c.op, ": state_indices: expected distinct valid slots (duplicates race; ",
+                            "exec.check_indices), got slot ", slot, " for rows ", it->second, " and ", n);
+    }
+  }
+  *d = dims;
+  return Status::OK();
+}
+
+}  // namespace flashgdn
