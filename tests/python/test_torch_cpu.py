@@ -1,0 +1,202 @@
+"""torch on the CPU backend: autograd through chunk_bwd against the fp64 oracle's backward, custom-op checks,
+torch.compile(fullgraph=True) tracing, foreign DLPack inputs."""
+
+import numpy as np
+import pytest
+
+import flashgdn
+from conftest import Problem, gdn_check, rel, to_np, torch
+
+pytestmark = pytest.mark.skipif(torch is None, reason="torch not installed")
+
+
+def t64(x, grad=False):
+    return torch.from_numpy(np.ascontiguousarray(x)).double().requires_grad_(grad)
+
+
+@pytest.mark.parametrize("raw_gates", [False, True])
+def test_autograd_matches_oracle_backward(raw_gates):
+    # lengths not multiples of the chunk, an empty sequence, GQA (Hqk=2, Hv=4), K != V
+    p = Problem(21, [19, 0, 40], Hqk=2, Hv=4, K=16, V=8)
+    rng = np.random.default_rng(22)
+    dO = rng.standard_normal((p.cu[-1], p.Hv, p.V))
+    dhT = rng.standard_normal((len(p.lens), p.Hv, p.K, p.V))
+    P = (p.q, p.k, p.v, p.a, p.b_raw, p.A_log, p.dt_bias, p.h0)
+    ref, dg_ref, db_ref = gdn_check.full_backward(P, p.cu, p.Hqk, p.Hv, p.scale, dO, dhT)
+    dq_r, dk_r, dv_r, da_r, dbraw_r, dA_r, ddt_r, dh0_r = ref
+
+    q, k, v = t64(p.q[None], True), t64(p.k[None], True), t64(p.v[None], True)
+    h0 = t64(p.h0, True)
+    cu = torch.from_numpy(p.cu)
+    with flashgdn.exec_options(cpu_fp64=True):
+        if raw_gates:
+            a, b = t64(p.a[None], True), t64(p.b_raw[None], True)
+            A_log, dt_bias = t64(p.A_log, True), t64(p.dt_bias, True)
+            o, ht = flashgdn.chunk_gated_delta_rule(q, k, v, a, b, initial_state=h0, output_final_state=True,
+                                                    use_qk_l2norm_in_kernel=True, cu_seqlens=cu,
+                                                    use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias,
+                                                    use_beta_sigmoid_in_kernel=True)
+        else:
+            g, beta = t64(p.g[None], True), t64(p.beta[None], True)
+            o, ht = flashgdn.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                                    use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+        loss = (o * t64(dO[None])).sum() + (ht * t64(dhT)).sum()
+        loss.backward()
+    tol = 1e-7  # scale is a float32 param
+    assert rel(to_np(q.grad)[0], dq_r) < tol
+    assert rel(to_np(k.grad)[0], dk_r) < tol
+    assert rel(to_np(v.grad)[0], dv_r) < tol
+    assert rel(to_np(h0.grad), dh0_r) < tol
+    if raw_gates:
+        assert rel(to_np(a.grad)[0], da_r) < tol
+        assert rel(to_np(b.grad)[0], dbraw_r) < tol
+        assert rel(to_np(A_log.grad), dA_r) < tol
+        assert rel(to_np(dt_bias.grad), ddt_r) < tol
+    else:
+        assert rel(to_np(g.grad)[0], dg_ref) < tol
+        assert rel(to_np(beta.grad)[0], db_ref) < tol
+
+
+def test_autograd_fp32_tolerance():
+    p = Problem(23, [64, 33], Hqk=1, Hv=2, K=16, V=16)
+    rng = np.random.default_rng(24)
+    dO = rng.standard_normal((p.cu[-1], p.Hv, p.V))
+    q_n, k_n = gdn_check.l2n(p.q), gdn_check.l2n(p.k)
+    ref = gdn_check.gdn_core_bwd(q_n, k_n, p.v, p.g, p.beta, np.zeros_like(p.h0), p.cu, p.scale, dO,
+                                 np.zeros_like(p.h0))
+    f32 = lambda x: torch.from_numpy(np.ascontiguousarray(x[None])).float().requires_grad_(True)  # noqa: E731
+    q, k, v, g, beta = f32(q_n), f32(k_n), f32(p.v), f32(p.g), f32(p.beta)
+    o, _ = flashgdn.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=torch.from_numpy(p.cu))
+    o.backward(torch.from_numpy(dO[None]).float())
+    for x, r in zip((q, k, v, g, beta), ref[:5]):
+        assert x.grad.dtype == torch.float32
+        assert rel(to_np(x.grad)[0], r) < 1e-4
+
+
+def test_opcheck_chunk_fwd():
+    p = Problem(25, [20, 12], Hqk=1, Hv=2, K=8, V=8)
+    f = lambda x: torch.from_numpy(np.ascontiguousarray(x[None])).float()  # noqa: E731
+    args = (f(gdn_check.l2n(p.q)), f(gdn_check.l2n(p.k)), f(p.v), f(p.g), f(p.beta), None, None,
+            torch.from_numpy(p.h0).float(), torch.from_numpy(p.cu), 0.0, True, False, False, False, False, False,
+            64, 1.0, 20.0)
+    torch.library.opcheck(torch.ops.flashgdn.chunk_fwd.default, args,
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def test_torch_compile_fullgraph():
+    p = Problem(26, [16, 16], Hqk=2, Hv=4, K=8, V=8)
+    B, T = 2, 16
+    f = lambda x: torch.from_numpy(np.ascontiguousarray(x.reshape((B, T) + x.shape[1:]))).float()  # noqa: E731
+    q, k, v, g, beta = f(p.q), f(p.k), f(p.v), f(p.g), f(p.beta)
+    h0 = torch.from_numpy(p.h0).float()
+
+    def step(q, k, v, g, beta, h0, pool, idx):
+        o, ht = flashgdn.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                                use_qk_l2norm_in_kernel=True)
+        o2, _ = flashgdn.fused_recurrent_gated_delta_rule(q[:, :1], k[:, :1], v[:, :1], g[:, :1], beta[:, :1],
+                                                          initial_state=ht, use_qk_l2norm_in_kernel=True)
+        o3 = flashgdn.recurrent_gated_delta_rule_pool(q[:, :1], k[:, :1], v[:, :1], g[:, :1], beta[:, :1], pool,
+                                                      idx, use_qk_l2norm_in_kernel=True)
+        gg, bb = flashgdn.fused_gdn_gating(torch.zeros(4), g[0], beta[0], torch.zeros(4))
+        return o * 2, ht, o2, o3, gg
+
+    pool_e = torch.randn(4, p.Hv, p.K, p.V)
+    pool_c = pool_e.clone()
+    idx = torch.tensor([2, 0], dtype=torch.int32)
+    ref = step(q, k, v, g, beta, h0, pool_e, idx)
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    out = compiled(q, k, v, g, beta, h0, pool_c, idx)
+    for a, b in zip(ref, out):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(pool_e, pool_c, rtol=0, atol=0)
+
+
+def test_torch_compile_training_step():
+    p = Problem(27, [32], Hqk=1, Hv=2, K=8, V=8)
+    f = lambda x: torch.from_numpy(np.ascontiguousarray(x[None])).float().requires_grad_(True)  # noqa: E731
+    q, k, v, g, beta = f(p.q), f(p.k), f(p.v), f(p.g), f(p.beta)
+
+    def loss_fn(q, k, v, g, beta):
+        o, _ = flashgdn.chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+        return (o * o).sum()
+
+    loss_fn(q, k, v, g, beta).backward()
+    ref = [x.grad.clone() for x in (q, k, v, g, beta)]
+    for x in (q, k, v, g, beta):
+        x.grad = None
+    torch.compile(loss_fn, fullgraph=True, backend="aot_eager")(q, k, v, g, beta).backward()
+    for x, r in zip((q, k, v, g, beta), ref):
+        torch.testing.assert_close(x.grad, r, rtol=1e-6, atol=1e-6)
+
+
+def test_foreign_dlpack_roundtrip():
+    # any DLPack producer is borrowed and handed back in its own framework (numpy stands in for JAX here)
+    p = Problem(28, [10], Hqk=1, Hv=2, K=8, V=8)
+    o_ref, _ = p.oracle()
+
+    class Foreign:  # a minimal DLPack producer that is neither torch nor numpy
+        def __init__(self, a):
+            self.a = np.ascontiguousarray(a)
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    o, _ = flashgdn.chunk_gated_delta_rule(*(Foreign(x[None].astype(np.float32)) for x in
+                                             (p.q, p.k, p.v, p.g, p.beta)),
+                                           initial_state=Foreign(p.h0.astype(np.float32)),
+                                           use_qk_l2norm_in_kernel=True)
+    assert rel(to_np(o)[0], o_ref) < 1e-5
+
+
+def test_strided_views_read_correctly():
+    # non-contiguous inputs (a head slice with a storage offset, a transposed pool) must read through their strides
+    p = Problem(29, [23], Hqk=2, Hv=4, K=16, V=16)
+    f = lambda x: torch.from_numpy(np.ascontiguousarray(x[None])).float()  # noqa: E731
+    q, k, v, g, beta = f(p.q), f(p.k), f(p.v), f(p.g), f(p.beta)
+    big = torch.randn(1, 23, 5, 16)
+    big[:, :, 3:5] = q
+    q_view = big[:, :, 3:5]  # storage offset 48, head stride 16, token stride 80
+    assert not q_view.is_contiguous() and q_view.storage_offset() > 0
+    h0 = torch.from_numpy(p.h0).float()
+    h0_t = h0.transpose(2, 3).contiguous().transpose(2, 3)  # same values, K/V strides swapped
+    o_ref, ht_ref = flashgdn.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                                    use_qk_l2norm_in_kernel=True)
+    o, ht = flashgdn.chunk_gated_delta_rule(q_view, k, v, g, beta, initial_state=h0_t, output_final_state=True,
+                                            use_qk_l2norm_in_kernel=True)
+    torch.testing.assert_close(o, o_ref, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(ht, ht_ref, rtol=1e-6, atol=1e-6)
+
+
+def test_signature_matches_fla():
+    import inspect
+
+    fla_chunk = ["q", "k", "v", "g", "beta", "scale", "initial_state", "output_final_state",
+                 "use_qk_l2norm_in_kernel", "use_beta_sigmoid_in_kernel", "allow_neg_eigval", "state_v_first",
+                 "cu_seqlens", "cu_seqlens_cpu", "chunk_indices", "cp_context"]
+    params = list(inspect.signature(flashgdn.chunk_gated_delta_rule).parameters.values())
+    positional = [x.name for x in params if x.kind == x.POSITIONAL_OR_KEYWORD]
+    assert positional == fla_chunk
+    try:  # against the real FLA when it is installed
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla
+
+        ref = [x.name for x in inspect.signature(fla).parameters.values() if x.kind == x.POSITIONAL_OR_KEYWORD]
+        assert positional == ref
+    except ImportError:
+        pass
+    rec = list(inspect.signature(flashgdn.fused_recurrent_gated_delta_rule).parameters)
+    assert rec[:10] == ["q", "k", "v", "g", "beta", "scale", "initial_state", "output_final_state",
+                        "use_qk_l2norm_in_kernel", "cu_seqlens"]
+    gating = list(inspect.signature(flashgdn.fused_gdn_gating).parameters)
+    assert gating == ["A_log", "a", "b", "dt_bias", "beta", "threshold"]
+
+
+def test_unsupported_options_raise():
+    p = Problem(30, [4], Hqk=1, Hv=1, K=8, V=8)
+    f = lambda x: torch.from_numpy(np.ascontiguousarray(x[None])).float()  # noqa: E731
+    with pytest.raises(NotImplementedError):
+        flashgdn.fused_recurrent_gated_delta_rule(f(p.q), f(p.k), f(p.v), gk=f(p.g))
+    with pytest.raises(TypeError):
+        flashgdn.chunk_gated_delta_rule(f(p.q), f(p.k), f(p.v), f(p.g), f(p.beta), bogus=1)
