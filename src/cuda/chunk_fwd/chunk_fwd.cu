@@ -1,8 +1,334 @@
-// STUB until the chunk_fwd kernels land (issue 5).
+// cuda::chunk_fwd: the chunked prefill (inference forward, gdn-math §5-§6) on Hopper.
+//
+// Two paths, chosen on the host from shapes and the SM count only (no host sync, CUDA-graph safe):
+//   * direct: one fused kernel, one CTA per (sequence, value head, 64-column state tile) walking all chunks;
+//   * segment split (gdn-math §6) when there are fewer such CTAs than 2 x SMs and the sequences are long:
+//       1. chunk_index_kernel  builds the (sequence, segment, chunk range) list on the device,
+//       2. the fused kernel in summary mode writes each segment's [M | N] (augmented state [I | 0]),
+//       3. chunk_scan_kernel   S_start(j+1) = M_j S_start(j) + N_j  (fp32, exact, stored over N_j),
+//       4. the fused kernel in split mode runs every segment from its start state (outputs, final state).
+// docs/chunk_fwd.md has the design and the measured numbers.
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+
 #include "api/internal.hpp"
+#include "cuda/chunk_fwd/chunk_fwd.hpp"
+#include "cuda/common/cuda_check.cuh"
+
 namespace flashgdn::cuda {
-size_t chunk_fwd_workspace_size(const ChunkFwdParams&, const ChunkDims&) { return 0; }
-Status chunk_fwd(const ChunkFwdParams&, const ChunkDims&, void*, size_t, void*) {
-  return FGDN_ERROR(unsupported, "chunk_fwd: no CUDA kernel yet");
+
+namespace {
+
+constexpr int64_t kChunk = 64;
+constexpr int64_t kTile = 64;
+
+std::atomic<int> g_segments{0};
+std::atomic<unsigned long long*> g_prof{nullptr};
+std::once_flag g_env_once;
+
+void read_env_once() {
+  std::call_once(g_env_once, [] {
+    if (const char* s = std::getenv("FLASHGDN_CHUNK_SEGMENTS")) g_segments.store(std::max(0, std::atoi(s)));
+  });
 }
+
+// SM count per device, queried once per device (racing first calls store the same value).
+int sm_count(int dev) {
+  static std::atomic<int> cache[64];
+  if (dev < 0 || dev >= 64) dev = 0;
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v > 0) return v;
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) sms = 132;
+  cache[dev].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+size_t align_up(size_t x) { return (x + 255) & ~size_t(255); }
+
+// The execution plan: a pure function of the shapes, the segment override and the SM count.
+struct Plan {
+  bool split = false;
+  int64_t seg_chunks = 0;  // segment length in chunks
+  int64_t cap = 0;         // work items (upper bound of the number of segments over all sequences)
+};
+
+Plan make_plan(const ChunkDims& d, int sms) {
+  Plan pl;
+  const int64_t vt = d.V / kTile, kt = d.K / kTile;
+  const int64_t N = std::max<int64_t>(d.N, 1);
+  const int64_t nch_total = ceil_div(d.T, kChunk);  // per batch entry (fixed) or over all sequences (varlen)
+  const int64_t avg = d.varlen ? ceil_div(nch_total, N) : nch_total;  // chunks of a typical sequence
+  int P = g_segments.load();
+  if (P == 1 || d.N == 0 || avg < 2) return pl;
+  if (P <= 0) {
+    // Automatic. Measured (docs/chunk_fwd.md): a CTA's chunk loop is latency bound, two CTAs share an SM at
+    // ~1.25x the time per chunk, the summary pass costs ~0.9 of the forward. Cost ~ segment length x (waves of
+    // the forward + 0.9 x waves of the summary) + the scan, with 2 x SMs CTA slots per wave.
+    const int64_t base = d.N * d.Hv * vt;
+    if (base >= 2 * sms || avg < 32) return pl;
+    const int64_t slots = 2 * int64_t(sms);
+    double best = 1e30;
+    for (int cand = 1; cand <= 64; ++cand) {
+      const int64_t ls = ceil_div(avg, cand), nseg = ceil_div(avg, ls);
+      const int64_t x2 = d.N * nseg * d.Hv * vt, x1 = d.N * (nseg - 1) * d.Hv * (kt + vt);
+      const double w2 = x2 <= sms ? 0.8 : double(ceil_div(x2, slots));  // one CTA per SM runs ~1.25x faster
+      const double w1 = x1 <= sms ? 0.8 : double(ceil_div(x1, slots));
+      double cost = double(ls) * w2;
+      if (nseg > 1) cost += double(ls) * 0.9 * w1 + 0.5 * double(nseg - 1) + 4.0;
+      if (cost < best - 1e-9) best = cost, P = int(nseg);
+    }
+    if (P <= 1) return pl;
+  }
+  pl.split = true;
+  pl.seg_chunks = ceil_div(avg, P);
+  if (d.varlen) {
+    // sum_n max(1, ceil(nch_n / Ls)) <= N + (sum_n nch_n) / Ls and sum_n nch_n <= ceil(T / C) + min(N, T).
+    pl.cap = d.N + (nch_total + std::min(d.N, d.T)) / pl.seg_chunks;
+  } else {
+    pl.cap = d.N * std::max<int64_t>(1, ceil_div(nch_total, pl.seg_chunks));
+  }
+  return pl;
+}
+
+struct WsLayout {
+  size_t items = 0, seq_first = 0, mn = 0, total = 0;
+};
+
+WsLayout ws_layout(const Plan& pl, const ChunkDims& d) {
+  WsLayout w;
+  if (!pl.split) return w;
+  w.items = 0;
+  w.seq_first = align_up(size_t(pl.cap) * sizeof(ChunkWorkItem));
+  w.mn = w.seq_first + align_up(size_t(d.N) * sizeof(int32_t));
+  w.total = w.mn + size_t(pl.cap) * size_t(d.Hv) * size_t(d.K) * size_t(d.K + d.V) * sizeof(float);
+  return w;
+}
+
+// ---- device helpers of the split path ------------------------------------------------------------------
+
+__device__ __forceinline__ int64_t clamped_len(const void* cu, int32_t cu_i64, int64_t n, int64_t T) {
+  if (cu == nullptr) return T;
+  int64_t s0 = cu_i64 ? static_cast<const int64_t*>(cu)[n] : static_cast<const int32_t*>(cu)[n];
+  int64_t s1 = cu_i64 ? static_cast<const int64_t*>(cu)[n + 1] : static_cast<const int32_t*>(cu)[n + 1];
+  s0 = s0 < 0 ? 0 : (s0 > T ? T : s0);
+  s1 = s1 < 0 ? 0 : (s1 > T ? T : s1);
+  return s1 > s0 ? s1 - s0 : 0;
+}
+
+// One block: per sequence nseg = max(1, ceil(chunks / Ls)) segments, an exclusive scan gives each
+// sequence's first item; the slack up to `cap` is marked empty (n = -1).
+__global__ void __launch_bounds__(1024) chunk_index_kernel(const void* cu, int32_t cu_i64, int64_t N, int64_t T,
+                                                           int64_t ls, ChunkWorkItem* items, int64_t cap,
+                                                           int32_t* seq_first) {
+  __shared__ int64_t scan[1024];
+  __shared__ int64_t carry;
+  const int tid = threadIdx.x;
+  if (tid == 0) carry = 0;
+  __syncthreads();
+  for (int64_t base = 0; base < N; base += 1024) {
+    const int64_t n = base + tid;
+    int64_t nch = 0, nseg = 0;
+    if (n < N) {
+      nch = (clamped_len(cu, cu_i64, n, T) + kChunk - 1) / kChunk;
+      nseg = nch > ls ? (nch + ls - 1) / ls : 1;
+    }
+    scan[tid] = nseg;
+    __syncthreads();
+    for (int off = 1; off < 1024; off <<= 1) {
+      const int64_t y = tid >= off ? scan[tid - off] : 0;
+      __syncthreads();
+      scan[tid] += y;
+      __syncthreads();
+    }
+    const int64_t first = carry + scan[tid] - nseg;
+    if (n < N) {
+      seq_first[n] = static_cast<int32_t>(first < cap ? first : cap);
+      for (int64_t s = 0; s < nseg && first + s < cap; ++s) {
+        ChunkWorkItem it{};
+        it.n = static_cast<int32_t>(n);
+        it.seg = static_cast<int32_t>(s);
+        it.nseg = static_cast<int32_t>(nseg);
+        it.c_begin = static_cast<int32_t>(s * ls);
+        it.c_end = static_cast<int32_t>((s + 1) * ls < nch ? (s + 1) * ls : nch);
+        items[first + s] = it;
+      }
+    }
+    __syncthreads();
+    if (tid == 1023) carry += scan[1023];
+    __syncthreads();
+  }
+  for (int64_t i = carry + tid; i < cap; i += 1024) {
+    ChunkWorkItem it{};
+    it.n = -1;
+    items[i] = it;
+  }
+}
+
+// S_start(j+1) = M_j S_start(j) + N_j for one (sequence, value head, 8 state columns); thread i owns row i.
+// fp32 throughout (gdn-math §6.3). The result overwrites N_j, where the split forward reads it.
+__global__ void __launch_bounds__(128) chunk_scan_kernel(const ChunkKernelArgs a, int32_t K,
+                                                         const int32_t* seq_first) {
+  __shared__ float S[128][8];
+  const int64_t n = blockIdx.x;
+  const int h = blockIdx.y, c0 = blockIdx.z * 8, i = threadIdx.x;
+  const int64_t first = seq_first[n];
+  if (first >= a.items_cap) return;
+  const int nseg = a.items[first].nseg;
+  if (nseg <= 1) return;
+  const int64_t width = K + a.V;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    float v = 0.f;
+    if (a.h0) {
+      const float* p = a.h0 + n * a.h0_sn + h * a.h0_sh;
+      v = a.state_vmajor ? p[int64_t(c0 + j) * a.h0_sr + i] : p[int64_t(i) * a.h0_sr + c0 + j];
+    }
+    S[i][j] = v;
+  }
+  __syncthreads();
+  for (int s = 0; s + 1 < nseg && first + s < a.items_cap; ++s) {
+    float* base = a.mn + ((first + s) * a.Hv + h) * int64_t(K) * width;
+    float* nrow = base + int64_t(i) * width + K + c0;
+    float acc[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] = nrow[j];
+    const float4* mrow = reinterpret_cast<const float4*>(base + int64_t(i) * width);
+    for (int k4 = 0; k4 < K / 4; ++k4) {
+      const float4 m = mrow[k4];
+      const float mk[4] = {m.x, m.y, m.z, m.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] = fmaf(mk[e], S[4 * k4 + e][j], acc[j]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      S[i][j] = acc[j];
+      nrow[j] = acc[j];
+    }
+    __syncthreads();
+  }
+}
+
+ChunkKernelArgs make_args(const ChunkFwdParams& p, const ChunkDims& d) {
+  ChunkKernelArgs a{};
+  a.q = p.q.data, a.k = p.k.data, a.v = p.v.data;
+  a.q_sb = p.q.strides[0], a.q_st = p.q.strides[1], a.q_sh = p.q.strides[2];
+  a.k_sb = p.k.strides[0], a.k_st = p.k.strides[1], a.k_sh = p.k.strides[2];
+  a.v_sb = p.v.strides[0], a.v_st = p.v.strides[1], a.v_sh = p.v.strides[2];
+  if (p.g.defined()) {
+    a.g = p.g.data, a.g_dtype = int32_t(p.g.dtype);
+    a.g_sb = p.g.strides[0], a.g_st = p.g.strides[1], a.g_sh = p.g.strides[2];
+  }
+  if (p.beta.defined()) {
+    a.beta = p.beta.data, a.b_dtype = int32_t(p.beta.dtype);
+    a.b_sb = p.beta.strides[0], a.b_st = p.beta.strides[1], a.b_sh = p.beta.strides[2];
+  }
+  if (p.A_log.defined()) a.A_log = p.A_log.data, a.alog_s = p.A_log.strides[0], a.alog_dtype = int32_t(p.A_log.dtype);
+  if (p.dt_bias.defined())
+    a.dt_bias = p.dt_bias.data, a.dtb_s = p.dt_bias.strides[0], a.dtb_dtype = int32_t(p.dt_bias.dtype);
+  if (p.initial_state.defined()) {
+    a.h0 = static_cast<const float*>(p.initial_state.data);
+    a.h0_sn = p.initial_state.strides[0], a.h0_sh = p.initial_state.strides[1], a.h0_sr = p.initial_state.strides[2];
+  }
+  a.o = p.o.data;
+  a.o_sb = p.o.strides[0], a.o_st = p.o.strides[1], a.o_sh = p.o.strides[2];
+  if (p.final_state.defined()) {
+    a.ht = static_cast<float*>(p.final_state.data);
+    a.ht_sn = p.final_state.strides[0], a.ht_sh = p.final_state.strides[1], a.ht_sr = p.final_state.strides[2];
+  }
+  if (p.state_checkpoints.defined() && p.checkpoint_interval > 0 && d.num_checkpoints > 0) {
+    a.ckpt = static_cast<float*>(p.state_checkpoints.data);
+    a.ck_sn = p.state_checkpoints.strides[0], a.ck_sc = p.state_checkpoints.strides[1];
+    a.ck_sh = p.state_checkpoints.strides[2], a.ck_sr = p.state_checkpoints.strides[3];
+    a.ckpt_interval = p.checkpoint_interval;
+    a.num_ckpt = d.num_checkpoints;
+  }
+  if (p.cu_seqlens.defined()) a.cu_seqlens = p.cu_seqlens.data, a.cu_i64 = p.cu_seqlens.dtype == DType::i64;
+  a.B = d.B, a.T = d.T, a.N = d.N, a.Hqk = d.Hqk, a.Hv = d.Hv, a.V = d.V;
+  a.group = int32_t(d.group());
+  a.scale = d.scale;
+  a.l2norm = p.use_qk_l2norm_in_kernel;
+  a.gate_in_kernel = p.gate.use_gate_in_kernel;
+  a.beta_sigmoid = p.gate.use_beta_sigmoid_in_kernel;
+  a.beta_mult = p.gate.allow_neg_eigval ? 2.f : 1.f;
+  a.sp_beta = p.gate.softplus_beta;
+  a.sp_threshold = p.gate.softplus_threshold;
+  a.state_vmajor = p.state_layout == StateLayout::v_major;
+  a.mode = kModeForward;
+  a.prof = g_prof.load();
+  return a;
+}
+
+int launch(const ChunkKernelArgs& a, bool bf16, int64_t K, int64_t items, int64_t tiles, void* stream) {
+  return bf16 ? launch_chunk_kernel_bf16(a, K, items, tiles, stream)
+              : launch_chunk_kernel_f16(a, K, items, tiles, stream);
+}
+
+}  // namespace
+
+void chunk_fwd_set_segments(int segments) {
+  read_env_once();
+  g_segments.store(std::max(0, segments));
+}
+
+void chunk_fwd_set_profile_buffer(unsigned long long* dev_counters) { g_prof.store(dev_counters); }
+
+int chunk_fwd_get_segments() {
+  read_env_once();
+  return g_segments.load();
+}
+
+size_t chunk_fwd_workspace_size(const ChunkFwdParams& p, const ChunkDims& d) {
+  read_env_once();
+  if (p.chunk_size != kChunk) return 0;
+  return ws_layout(make_plan(d, sm_count(p.q.device_id)), d).total;
+}
+
+Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t ws_bytes, void* stream) {
+  read_env_once();
+  if (p.chunk_size != kChunk)
+    return FGDN_ERROR(unsupported, "chunk_fwd: chunk_size: the CUDA kernels use 64, got ", p.chunk_size);
+  if (p.q.dtype != DType::bf16 && p.q.dtype != DType::f16)
+    return FGDN_ERROR(unsupported, "chunk_fwd: q: the CUDA kernels take bf16 or f16 q, k, v, got ",
+                      dtype_name(p.q.dtype));
+  if ((d.K != 64 && d.K != 128) || (d.V != 64 && d.V != 128))
+    return FGDN_ERROR(unsupported, "chunk_fwd: K and V must be 64 or 128 on CUDA, got K=", d.K, " V=", d.V);
+  if (d.N == 0 || d.Hv == 0) return Status::OK();
+  const bool bf16 = p.q.dtype == DType::bf16;
+  ChunkKernelArgs a = make_args(p, d);
+  const Plan pl = make_plan(d, sm_count(p.q.device_id));
+  const int64_t vt = d.V / kTile, kt = d.K / kTile;
+  if (!pl.split) {
+    FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, bf16, d.K, d.N, vt, stream)));
+    return Status::OK();
+  }
+  const WsLayout wl = ws_layout(pl, d);
+  if (ws == nullptr || ws_bytes < wl.total)
+    return FGDN_INVALID("chunk_fwd: workspace: expected at least ", wl.total, " bytes, got ", ws_bytes);
+  auto* base = static_cast<unsigned char*>(ws);
+  auto* items = reinterpret_cast<ChunkWorkItem*>(base + wl.items);
+  auto* seq_first = reinterpret_cast<int32_t*>(base + wl.seq_first);
+  a.items = items;
+  a.items_cap = pl.cap;
+  a.mn = reinterpret_cast<float*>(base + wl.mn);
+  const auto st = static_cast<cudaStream_t>(stream);
+
+  chunk_index_kernel<<<1, 1024, 0, st>>>(a.cu_seqlens, a.cu_i64, d.N, d.T, pl.seg_chunks, items, pl.cap, seq_first);
+  FGDN_CUDA_CHECK(cudaGetLastError());
+  a.mode = kModeSummary;
+  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, bf16, d.K, pl.cap, kt + vt, stream)));
+  chunk_scan_kernel<<<dim3(unsigned(d.N), unsigned(d.Hv), unsigned(d.V / 8)), unsigned(d.K), 0, st>>>(
+      a, int32_t(d.K), seq_first);
+  FGDN_CUDA_CHECK(cudaGetLastError());
+  a.mode = kModeForwardSplit;
+  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, bf16, d.K, pl.cap, vt, stream)));
+  return Status::OK();
+}
+
 }  // namespace flashgdn::cuda

@@ -1,0 +1,90 @@
+// Internal interface of the CUDA chunked prefill (src/cuda/chunk_fwd/). Plain C++: the GPU tests include it.
+//
+// The kernel launchers take one POD argument block (ChunkKernelArgs) so that the host dispatcher
+// (chunk_fwd.cu) and the per-dtype kernel instantiations (chunk_fwd_bf16.cu, chunk_fwd_f16.cu) share it.
+#pragma once
+
+#include <cstdint>
+
+namespace flashgdn::cuda {
+
+// Force the segment split of gdn-math §6 (testing and benchmarking): 0 = automatic (the default),
+// 1 = never split, P > 1 = split every sequence into about P segments. Thread-safe; affects
+// chunk_fwd_workspace_size and chunk_fwd calls made after it. The environment variable
+// FLASHGDN_CHUNK_SEGMENTS (read once, at the first call) sets the initial value.
+void chunk_fwd_set_segments(int segments);
+int chunk_fwd_get_segments();
+
+// One unit of work of the split path: chunks [c_begin, c_end) of sequence n, segment seg of nseg.
+struct ChunkWorkItem {
+  int32_t n;  // sequence; -1: no work (grid slack)
+  int32_t seg;
+  int32_t nseg;
+  int32_t c_begin;
+  int32_t c_end;
+  int32_t pad[3];
+};
+
+enum ChunkKernelMode : int32_t {
+  kModeForward = 0,       // one CTA per (sequence, value head, V-tile), all chunks
+  kModeForwardSplit = 1,  // one CTA per (work item, value head, V-tile), start state from the scan
+  kModeSummary = 2,       // segment summary [M | N] via the augmented state [I | 0] (gdn-math §6.1)
+};
+
+struct ChunkKernelArgs {
+  const void* q;  // [B, T, Hqk, K]
+  const void* k;  // [B, T, Hqk, K]
+  const void* v;  // [B, T, Hv, V]
+  int64_t q_sb, q_st, q_sh;
+  int64_t k_sb, k_st, k_sh;
+  int64_t v_sb, v_st, v_sh;
+  const void* g;  // [B, T, Hv] may be null (g = 0)
+  int64_t g_sb, g_st, g_sh;
+  int32_t g_dtype;
+  const void* beta;  // [B, T, Hv] may be null (beta = 1)
+  int64_t b_sb, b_st, b_sh;
+  int32_t b_dtype;
+  const void* A_log;  // [Hv] may be null
+  int64_t alog_s;
+  int32_t alog_dtype;
+  const void* dt_bias;  // [Hv] may be null
+  int64_t dtb_s;
+  int32_t dtb_dtype;
+  const float* h0;  // [N, Hv, K, V] / [N, Hv, V, K] may be null (zeros)
+  int64_t h0_sn, h0_sh, h0_sr;
+  void* o;  // [B, T, Hv, V]
+  int64_t o_sb, o_st, o_sh;
+  float* ht;  // [N, Hv, K, V] / [N, Hv, V, K] may be null
+  int64_t ht_sn, ht_sh, ht_sr;
+  float* ckpt;  // [N, C_max, Hv, K, V] / [N, C_max, Hv, V, K] may be null
+  int64_t ck_sn, ck_sc, ck_sh, ck_sr;
+  int64_t ckpt_interval;
+  int64_t num_ckpt;
+  const void* cu_seqlens;  // [N + 1] may be null (fixed length)
+  int32_t cu_i64;
+  int64_t B, T, N, Hqk, Hv, V;
+  int32_t group;  // Hv / Hqk
+  float scale;
+  int32_t l2norm;
+  int32_t gate_in_kernel;
+  int32_t beta_sigmoid;
+  float beta_mult;  // 1, or 2 with allow_neg_eigval
+  float sp_beta, sp_threshold;
+  int32_t state_vmajor;
+  // segment split (workspace)
+  int32_t mode;                   // ChunkKernelMode
+  const ChunkWorkItem* items;     // [items_cap] (split modes)
+  int64_t items_cap;
+  float* mn;                      // [items_cap, Hv, K, K + V] segment summaries, then start states
+  unsigned long long* prof;       // [9] phase cycle counters of CTA (0, 0, 0); may be null (profiling builds)
+};
+
+// Profiling builds (-DFGDN_CHUNK_PROFILE): device buffer of 9 counters filled by the next launches.
+void chunk_fwd_set_profile_buffer(unsigned long long* dev_counters);
+
+// Launch the fused kernel (defined per dtype). grid = (items, Hv, tiles); tiles = V/64 (forward) or
+// (K+V)/64 (summary). Returns a cudaError_t as int.
+int launch_chunk_kernel_bf16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
+int launch_chunk_kernel_f16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
+
+}  // namespace flashgdn::cuda
