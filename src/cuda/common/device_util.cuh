@@ -1,0 +1,170 @@
+// Device helpers shared by the recurrent, commit and gating kernels: runtime-dtype scalar and 4-vector
+// loads/stores (fp32 math on bf16/f16/f32 storage), index loads, warp reductions.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "flashgdn/flashgdn.hpp"
+
+namespace flashgdn::cuda {
+
+// ---- compile-time storage types ------------------------------------------------------------------------
+// A 4-element vector of a storage type: 16 bytes for fp32, 8 bytes for bf16/f16. Callers guarantee the
+// element offset is a multiple of 4 and the base 16-byte aligned (validated: last dim contiguous, other
+// strides multiples of 16 bytes).
+template <class T>
+__device__ __forceinline__ void load4(const T* p, float (&x)[4]);
+template <class T>
+__device__ __forceinline__ void store4(T* p, const float (&x)[4]);
+
+template <>
+__device__ __forceinline__ void load4<float>(const float* p, float (&x)[4]) {
+  float4 v = *reinterpret_cast<const float4*>(p);
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+template <>
+__device__ __forceinline__ void store4<float>(float* p, const float (&x)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+}
+template <>
+__device__ __forceinline__ void load4<__nv_bfloat16>(const __nv_bfloat16* p, float (&x)[4]) {
+  uint2 v = *reinterpret_cast<const uint2*>(p);
+  float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
+  float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
+  x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+}
+template <>
+__device__ __forceinline__ void store4<__nv_bfloat16>(__nv_bfloat16* p, const float (&x)[4]) {
+  __nv_bfloat162 a = __floats2bfloat162_rn(x[0], x[1]);
+  __nv_bfloat162 b = __floats2bfloat162_rn(x[2], x[3]);
+  uint2 v;
+  v.x = *reinterpret_cast<uint32_t*>(&a);
+  v.y = *reinterpret_cast<uint32_t*>(&b);
+  *reinterpret_cast<uint2*>(p) = v;
+}
+template <>
+__device__ __forceinline__ void load4<__half>(const __half* p, float (&x)[4]) {
+  uint2 v = *reinterpret_cast<const uint2*>(p);
+  float2 a = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
+  float2 b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
+  x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+}
+template <>
+__device__ __forceinline__ void store4<__half>(__half* p, const float (&x)[4]) {
+  __half2 a = __floats2half2_rn(x[0], x[1]);
+  __half2 b = __floats2half2_rn(x[2], x[3]);
+  uint2 v;
+  v.x = *reinterpret_cast<uint32_t*>(&a);
+  v.y = *reinterpret_cast<uint32_t*>(&b);
+  *reinterpret_cast<uint2*>(p) = v;
+}
+
+// ---- cp.async: global -> shared copies that need no registers (sm_80+) -------------------------------
+// A thread that copies a vector and later reads it back itself needs only cp_async_wait, no barrier.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
+  static_assert(BYTES == 8 || BYTES == 16, "cp.async of 8 or 16 bytes");
+  if constexpr (BYTES == 16)  // .cg: cache in L2 only (the state is touched once)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Wait until at most N committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---- runtime storage types (DType as int) ---------------------------------------------------------------
+// The branch is uniform across the CTA, so it costs one predicate per access.
+__device__ __forceinline__ float load1(const void* base, DType dt, int64_t off) {
+  switch (dt) {
+    case DType::bf16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[off]);
+    case DType::f16:
+      return __half2float(static_cast<const __half*>(base)[off]);
+    default:
+      return static_cast<const float*>(base)[off];
+  }
+}
+__device__ __forceinline__ void store1(void* base, DType dt, int64_t off, float x) {
+  switch (dt) {
+    case DType::bf16:
+      static_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(x);
+      break;
+    case DType::f16:
+      static_cast<__half*>(base)[off] = __float2half_rn(x);
+      break;
+    default:
+      static_cast<float*>(base)[off] = x;
+      break;
+  }
+}
+__device__ __forceinline__ void load4(const void* base, DType dt, int64_t off, float (&x)[4]) {
+  switch (dt) {
+    case DType::bf16:
+      load4(static_cast<const __nv_bfloat16*>(base) + off, x);
+      break;
+    case DType::f16:
+      load4(static_cast<const __half*>(base) + off, x);
+      break;
+    default:
+      load4(static_cast<const float*>(base) + off, x);
+      break;
+  }
+}
+__device__ __forceinline__ void store4(void* base, DType dt, int64_t off, const float (&x)[4]) {
+  switch (dt) {
+    case DType::bf16:
+      store4(static_cast<__nv_bfloat16*>(base) + off, x);
+      break;
+    case DType::f16:
+      store4(static_cast<__half*>(base) + off, x);
+      break;
+    default:
+      store4(static_cast<float*>(base) + off, x);
+      break;
+  }
+}
+
+// Index tensors are i32 or i64.
+__device__ __forceinline__ int64_t load_index(const void* base, bool i64, int64_t off) {
+  return i64 ? static_cast<const int64_t*>(base)[off] : int64_t(static_cast<const int32_t*>(base)[off]);
+}
+
+// ---- reductions ------------------------------------------------------------------------------------------
+// Butterfly sum over the lanes that differ in the bits [FROM, TO) of the lane id; every lane gets the sum.
+template <int FROM, int TO>
+__device__ __forceinline__ float lane_sum(float x) {
+#pragma unroll
+  for (int m = FROM; m < TO; m <<= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+// ---- gates (gdn-math §4) -------------------------------------------------------------------------------
+// softplus with PyTorch's convention: (1/beta) log(1 + exp(beta x)) if beta x <= threshold, else x.
+__device__ __forceinline__ float softplus(float x, float sp_beta, float sp_threshold) {
+  float bx = sp_beta * x;
+  return bx <= sp_threshold ? log1pf(expf(bx)) / sp_beta : x;
+}
+// g = -exp(A_log) softplus(a + dt_bias)
+__device__ __forceinline__ float gate_from_raw(float a, float A_log, float dt_bias, float sp_beta, float sp_thr) {
+  return -expf(A_log) * softplus(a + dt_bias, sp_beta, sp_thr);
+}
+// beta = c sigmoid(b), c = 2 with allow_neg_eigval
+__device__ __forceinline__ float beta_from_raw(float b, bool allow_neg_eigval) {
+  float s = 1.0f / (1.0f + expf(-b));
+  return allow_neg_eigval ? 2.0f * s : s;
+}
+
+}  // namespace flashgdn::cuda

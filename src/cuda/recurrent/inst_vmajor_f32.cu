@@ -1,0 +1,7 @@
+// Instantiations of the recurrent kernel for v-major f32 storage (one file per (layout, dtype) so
+// they compile in parallel).
+#include "cuda/recurrent/recurrent_kernel.cuh"
+
+namespace flashgdn::cuda {
+FGDN_INSTANTIATE_RECURRENT(StateLayout::v_major, float)
+}  // namespace flashgdn::cuda

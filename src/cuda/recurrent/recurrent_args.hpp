@@ -1,0 +1,79 @@
+// Kernel arguments of the recurrent (decode / multi-token / verify) kernel, resolved from validated
+// RecurrentParams + RecurrentDims on the host. Plain C++ (no CUDA headers) so the standalone harness and
+// the dispatcher share it. All strides are in elements; the last dim of every tensor is contiguous.
+#pragma once
+
+#include <cstdint>
+
+#include "api/internal.hpp"
+
+namespace flashgdn::cuda {
+
+struct RecurrentArgs {
+  // ---- activations ([b, t, h] strides; the head dim is contiguous) ----
+  const void* q = nullptr;  // [B, T, Hqk, K]
+  const void* k = nullptr;  // [B, T, Hqk, K]
+  DType qk_dtype = DType::f32;
+  int64_t q_s[3] = {}, k_s[3] = {};
+  const void* v = nullptr;  // [B, T, Hv, V]
+  void* o = nullptr;        // [B, T, Hv, V] output, dtype of v
+  DType v_dtype = DType::f32;
+  int64_t v_s[3] = {}, o_s[3] = {};
+  const void* g = nullptr;     // [B, T, Hv] (raw a with gate_in_kernel); may be null (g = 0)
+  const void* beta = nullptr;  // [B, T, Hv] (raw b with beta_sigmoid); may be null (beta = 1)
+  DType g_dtype = DType::f32, beta_dtype = DType::f32;
+  int64_t g_s[3] = {}, beta_s[3] = {};
+  const void* A_log = nullptr;    // [Hv]; may be null
+  const void* dt_bias = nullptr;  // [Hv]; may be null
+  DType A_log_dtype = DType::f32, dt_bias_dtype = DType::f32;
+  int64_t A_log_s = 1, dt_bias_s = 1;
+  const void* cu_seqlens = nullptr;  // [N + 1]; may be null (fixed length)
+  bool cu_i64 = false;
+
+  // ---- state ([slot or n, h, row] strides; rows are K (k_major) or V (v_major) long) ----
+  void* pool = nullptr;  // [slots, Hv, K, V] / [slots, Hv, V, K]; may be null
+  DType pool_dtype = DType::f32;
+  int64_t pool_s[3] = {};
+  int64_t slots = 0;
+  const void* state_indices = nullptr;  // [N] or [N, T_max]; may be null (row n uses slot n)
+  bool si_i64 = false;
+  int64_t si_s[2] = {};
+  int64_t T_max = 0;                   // 0: 1-D (or absent) state_indices
+  const void* num_accepted = nullptr;  // [N]; may be null (a = 1)
+  bool na_i64 = false;
+  int64_t na_s = 1;
+  void* inter = nullptr;  // [N_buf, T_buf, Hv, K, V] / [.., V, K]; may be null
+  DType inter_dtype = DType::f32;
+  int64_t inter_s[4] = {};
+  int64_t n_buf = 0, T_buf = 0;
+  const void* inter_indices = nullptr;  // [N]; may be null (row n uses entry n)
+  bool ii_i64 = false;
+  int64_t ii_s = 1;
+  const float* h0 = nullptr;  // [N, Hv, K, V] / [N, Hv, V, K] (only without a pool); may be null (zeros)
+  int64_t h0_s[3] = {};
+  float* hT = nullptr;  // like h0, output; may be null
+  int64_t hT_s[3] = {};
+
+  // ---- dims and options ----
+  int64_t N = 0, T = 0, Hqk = 0, Hv = 0;
+  int32_t K = 0, V = 0;
+  bool varlen = false;
+  float scale = 0.f;
+  bool l2norm = false;
+  bool gate_in_kernel = false, beta_sigmoid = false, allow_neg_eigval = false;
+  float softplus_beta = 1.f, softplus_threshold = 20.f;
+  bool commit = true;
+  bool null_slot_is_invalid = false;
+  StateLayout layout = StateLayout::k_major;
+};
+
+// Resolve the kernel arguments from validated params.
+RecurrentArgs make_recurrent_args(const RecurrentParams& p, const RecurrentDims& d);
+
+// The V-tile width the dispatcher picks for these arguments (16 or 32).
+int recurrent_default_bv(const RecurrentArgs& a);
+
+// Launch with an explicit V-tile width (the harness sweeps it); bv = 0 picks the default.
+Status recurrent_launch(const RecurrentArgs& a, int bv, void* stream);
+
+}  // namespace flashgdn::cuda

@@ -1,0 +1,686 @@
+// CUDA recurrent kernels through the public API (flashgdn::recurrent / recurrent_commit on CUDA tensors)
+// against the CPU oracle (the same API on fp64 copies, exec.cpu_fp64, CpuAlgo::recurrent). Covers decode,
+// multi-token and verify on a pool (1-D / 2-D slots, num_accepted_tokens, sentinels, commit / no commit,
+// intermediate states), the pool-less initial/final contract, varlen with empty rows, GQA, both layouts,
+// K != V, pool / activation / intermediate dtypes, raw gates, l2norm off, CUDA-graph replay and bitwise
+// stability (gdn-math §8, §10.3, §10.4). Outputs are poisoned with NaN before every run.
+//
+// Tolerances (relative Frobenius error against the fp64 oracle, gdn-math §10.3): fp32 output and fp32 state
+// 1e-5; bf16 output 3e-3, f16 output 1e-3; a stored bf16 state 1e-2 and f16 2e-3 (storage rounding alone is
+// ~2e-3 / 3e-4: the looser bound of the low-precision pool row of §10.3).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "flashgdn/flashgdn.hpp"
+#include "test_util.hpp"
+
+#if FLASHGDN_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace flashgdn::test {
+namespace {
+
+#define FGDN_SKIP_WITHOUT_GPU() \
+  if (!flashgdn::cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+// ---- device memory (guarded so this file compiles without CUDA; the tests skip there) -------------------
+struct DevMem {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  DevMem() = default;
+  explicit DevMem(size_t n) : bytes(n) {
+#if FLASHGDN_WITH_CUDA
+    EXPECT_EQ(cudaMalloc(&ptr, n ? n : 16), cudaSuccess);
+#endif
+  }
+  ~DevMem() {
+#if FLASHGDN_WITH_CUDA
+    if (ptr) cudaFree(ptr);
+#endif
+  }
+  DevMem(const DevMem&) = delete;
+  DevMem& operator=(const DevMem&) = delete;
+};
+
+void to_device(void* dst, const void* src, size_t n) {
+#if FLASHGDN_WITH_CUDA
+  ASSERT_EQ(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), cudaSuccess);
+#else
+  (void)dst, (void)src, (void)n;
+#endif
+}
+void to_host(void* dst, const void* src, size_t n) {
+#if FLASHGDN_WITH_CUDA
+  ASSERT_EQ(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), cudaSuccess);
+#else
+  (void)dst, (void)src, (void)n;
+#endif
+}
+void device_sync() {
+#if FLASHGDN_WITH_CUDA
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+#endif
+}
+
+// A host tensor and its device mirror.
+struct Mirror {
+  HostTensor* h = nullptr;
+  std::unique_ptr<DevMem> d;
+  TensorView view() const {
+    TensorView v = h->view();
+    v.data = d->ptr;
+    v.device = DeviceType::cuda;
+    return v;
+  }
+  void upload() { to_device(d->ptr, h->data(), h->bytes.size()); }
+  void download() { to_host(h->data(), d->ptr, h->bytes.size()); }
+};
+
+Mirror mirror(HostTensor* h) {
+  Mirror m;
+  m.h = h;
+  m.d = std::make_unique<DevMem>(h->bytes.size());
+  m.upload();
+  return m;
+}
+
+// fp64 copy of a float tensor for the oracle (indices keep their dtype).
+HostTensor oracle_copy(const HostTensor& t) {
+  if (t.empty_shape()) return t;
+  if (t.dtype == DType::i32 || t.dtype == DType::i64) return t;
+  return t.cast(DType::f64);
+}
+TensorView view_or_absent(const HostTensor& t) {
+  return t.empty_shape() ? TensorView{} : t.view();
+}
+
+double tol_out(DType dt) {
+  return dt == DType::f32 ? 1e-5 : dt == DType::bf16 ? 3e-3 : 1e-3;
+}
+double tol_state(DType dt) {
+  return dt == DType::f32 ? 1e-5 : dt == DType::bf16 ? 1e-2 : 2e-3;
+}
+
+// ---- a case: inputs + flags ----------------------------------------------------------------------------
+struct Spec {
+  int64_t N = 3, T = 1;          // fixed length: N rows of T tokens
+  std::vector<int64_t> seqlens;  // non-empty: varlen
+  int64_t Hqk = 2, Hv = 4, K = 64, V = 64;
+  StateLayout layout = StateLayout::k_major;
+  bool pool = true;
+  DType pool_dt = DType::f32;
+  DType act_dt = DType::f32;
+  int64_t T_max = 0;  // > 0: 2-D state_indices [N, T_max]
+  bool nacc = false;
+  bool inter = false;
+  DType inter_dt = DType::f32;
+  bool commit = true;
+  bool null_invalid = false;
+  bool gate_raw = false, beta_raw = false, neg_eig = false, l2 = true, has_g = true, has_beta = true;
+  bool h0 = true, hT = true;
+  DType idx_dt = DType::i32;
+  float scale = 0.f;
+  uint64_t seed = 1;
+  int64_t extra_slots = 3;
+  // index overrides (applied after the defaults): {row, col, value}; col ignored for 1-D
+  std::vector<std::array<int64_t, 3>> slot_set, nacc_set, buf_set;
+};
+
+struct Inputs {
+  HostTensor q, k, v, g, beta, A_log, dt_bias, cu, o, pool, si, na, inter, ii, h0, hT;
+  int64_t N = 0, B = 0, T = 0;
+};
+
+Inputs make(const Spec& s) {
+  Rng rng(s.seed);
+  Inputs in;
+  const bool varlen = !s.seqlens.empty();
+  in.N = varlen ? int64_t(s.seqlens.size()) : s.N;
+  in.B = varlen ? 1 : in.N;
+  in.T = s.T;
+  if (varlen) {
+    in.T = 0;
+    for (auto l : s.seqlens) in.T += l;
+  }
+  const int64_t N = in.N, B = in.B, T = in.T;
+  in.q = HostTensor(s.act_dt, {B, T, s.Hqk, s.K});
+  in.k = HostTensor(s.act_dt, {B, T, s.Hqk, s.K});
+  in.v = HostTensor(s.act_dt, {B, T, s.Hv, s.V});
+  in.o = HostTensor(s.act_dt, {B, T, s.Hv, s.V});
+  for (int64_t i = 0; i < in.q.numel(); ++i) in.q.set(i, rng.normal());
+  // Without l2norm keep |k| ~ 1 so the recurrence stays contractive (gdn-math §1.3).
+  for (int64_t i = 0; i < in.k.numel(); ++i) in.k.set(i, rng.normal() / (s.l2 ? 1.0 : std::sqrt(double(s.K))));
+  for (int64_t i = 0; i < in.v.numel(); ++i) in.v.set(i, rng.normal());
+  if (s.has_g) {
+    in.g = HostTensor(DType::f32, {B, T, s.Hv});
+    for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, s.gate_raw ? rng.normal() : -rng.uniform());
+  }
+  if (s.has_beta) {
+    in.beta = HostTensor(DType::f32, {B, T, s.Hv});
+    for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, s.beta_raw ? rng.normal() : rng.uniform());
+  }
+  if (s.gate_raw) {
+    in.A_log = HostTensor(DType::f32, {s.Hv});
+    in.dt_bias = HostTensor(DType::f32, {s.Hv});
+    for (int64_t h = 0; h < s.Hv; ++h) in.A_log.set(h, rng.uniform(-1.5, -0.5)), in.dt_bias.set(h, rng.normal());
+  }
+  if (varlen) {
+    in.cu = HostTensor(s.idx_dt, {N + 1});
+    int64_t acc = 0;
+    in.cu.set(0, 0);
+    for (int64_t n = 0; n < N; ++n) acc += s.seqlens[size_t(n)], in.cu.set(n + 1, double(acc));
+  }
+  const bool kmaj = s.layout == StateLayout::k_major;
+  const int64_t R = kmaj ? s.K : s.V, C = kmaj ? s.V : s.K;
+  if (s.pool) {
+    const int64_t cols = s.T_max > 0 ? s.T_max : 1;
+    const int64_t slots = N * cols + s.extra_slots;
+    in.pool = HostTensor(s.pool_dt, {slots, s.Hv, R, C});
+    for (int64_t i = 0; i < in.pool.numel(); ++i) in.pool.set(i, 0.1 * rng.normal());  // non-symmetric
+    // Distinct slots in reverse order, never slot 0 unless an override asks for it.
+    if (s.T_max > 0) {
+      in.si = HostTensor(s.idx_dt, {N, s.T_max});
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t t = 0; t < s.T_max; ++t) in.si.set(n * s.T_max + t, double(slots - 1 - (n * s.T_max + t)));
+      for (auto& o : s.slot_set) in.si.set(o[0] * s.T_max + o[1], double(o[2]));
+      if (s.nacc) {
+        in.na = HostTensor(s.idx_dt, {N});
+        for (int64_t n = 0; n < N; ++n) in.na.set(n, double(1 + (n * 5) % s.T_max));
+        for (auto& o : s.nacc_set) in.na.set(o[0], double(o[2]));
+      }
+    } else {
+      in.si = HostTensor(s.idx_dt, {N});
+      for (int64_t n = 0; n < N; ++n) in.si.set(n, double(slots - 1 - n));
+      for (auto& o : s.slot_set) in.si.set(o[0], double(o[2]));
+    }
+  } else {
+    if (s.h0) {
+      in.h0 = HostTensor(DType::f32, {N, s.Hv, R, C});
+      for (int64_t i = 0; i < in.h0.numel(); ++i) in.h0.set(i, 0.1 * rng.normal());
+    }
+    if (s.hT) in.hT = HostTensor(DType::f32, {N, s.Hv, R, C});
+  }
+  if (s.inter) {
+    int64_t tb = varlen ? 0 : T;
+    for (auto l : s.seqlens) tb = std::max(tb, l);
+    in.inter = HostTensor(s.inter_dt, {N + 1, tb, s.Hv, R, C});
+    in.ii = HostTensor(s.idx_dt, {N});
+    for (int64_t n = 0; n < N; ++n) in.ii.set(n, double(N - n));  // entry 0 unused
+    for (auto& o : s.buf_set) in.ii.set(o[0], double(o[2]));
+  }
+  in.o.fill_nan();
+  if (!in.inter.empty_shape()) in.inter.fill_nan();
+  if (!in.hT.empty_shape()) in.hT.fill_nan();
+  return in;
+}
+
+RecurrentParams params(const Spec& s) {
+  RecurrentParams p;
+  p.commit = s.commit;
+  p.null_slot_is_invalid = s.null_invalid;
+  p.scale = s.scale;
+  p.use_qk_l2norm_in_kernel = s.l2;
+  p.gate.use_gate_in_kernel = s.gate_raw;
+  p.gate.use_beta_sigmoid_in_kernel = s.beta_raw;
+  p.gate.allow_neg_eigval = s.neg_eig;
+  p.state_layout = s.layout;
+  return p;
+}
+
+// The oracle: fp64 copies of every float tensor, CPU recurrence in fp64.
+struct OracleOut {
+  HostTensor o, pool, inter, hT;
+};
+OracleOut run_oracle(const Spec& s, const Inputs& in) {
+  OracleOut r;
+  HostTensor q = oracle_copy(in.q), k = oracle_copy(in.k), v = oracle_copy(in.v), g = oracle_copy(in.g),
+             beta = oracle_copy(in.beta), A = oracle_copy(in.A_log), dtb = oracle_copy(in.dt_bias),
+             h0 = oracle_copy(in.h0);
+  r.o = oracle_copy(in.o), r.pool = oracle_copy(in.pool), r.inter = oracle_copy(in.inter), r.hT = oracle_copy(in.hT);
+  RecurrentParams p = params(s);
+  p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = view_or_absent(g), p.beta = view_or_absent(beta);
+  p.A_log = view_or_absent(A), p.dt_bias = view_or_absent(dtb), p.cu_seqlens = view_or_absent(in.cu);
+  p.o = r.o.view(), p.state_pool = view_or_absent(r.pool), p.state_indices = view_or_absent(in.si);
+  p.num_accepted_tokens = view_or_absent(in.na), p.intermediate_states = view_or_absent(r.inter);
+  p.intermediate_indices = view_or_absent(in.ii), p.initial_state = view_or_absent(h0);
+  p.final_state = view_or_absent(r.hT);
+  p.exec.cpu_fp64 = true;
+  p.exec.cpu_algo = CpuAlgo::recurrent;
+  Status st = recurrent(p);
+  EXPECT_TRUE(st.ok()) << "oracle: " << st.message();
+  return r;
+}
+
+// The device run: mirrors of every tensor; returns the downloaded outputs.
+struct DeviceRun {
+  std::vector<Mirror> m;
+  RecurrentParams p;
+  Inputs out;  // host copies of the outputs after the run
+};
+
+std::unique_ptr<DeviceRun> prepare_device(const Spec& s, const Inputs& in) {
+  auto r = std::make_unique<DeviceRun>();
+  r->out = in;
+  Inputs& o = r->out;
+  auto mv = [&](HostTensor& t) -> TensorView {
+    if (t.empty_shape()) return TensorView{};
+    r->m.push_back(mirror(&t));
+    return r->m.back().view();
+  };
+  r->m.reserve(16);
+  RecurrentParams& p = r->p;
+  p = params(s);
+  p.q = mv(o.q), p.k = mv(o.k), p.v = mv(o.v), p.g = mv(o.g), p.beta = mv(o.beta), p.A_log = mv(o.A_log);
+  p.dt_bias = mv(o.dt_bias), p.cu_seqlens = mv(o.cu), p.o = mv(o.o), p.state_pool = mv(o.pool);
+  p.state_indices = mv(o.si), p.num_accepted_tokens = mv(o.na), p.intermediate_states = mv(o.inter);
+  p.intermediate_indices = mv(o.ii), p.initial_state = mv(o.h0), p.final_state = mv(o.hT);
+  return r;
+}
+
+void download_outputs(DeviceRun& r) {
+  for (auto& m : r.m)
+    if (m.h == &r.out.o || m.h == &r.out.pool || m.h == &r.out.inter || m.h == &r.out.hT) m.download();
+}
+
+std::unique_ptr<DeviceRun> run_device(const Spec& s, const Inputs& in) {
+  auto r = prepare_device(s, in);
+  Status st = recurrent(r->p);
+  EXPECT_TRUE(st.ok()) << "cuda: " << st.message();
+  device_sync();
+  download_outputs(*r);
+  return r;
+}
+
+// Relative error where the oracle wrote; where it left the NaN poison, the device must have too.
+double err_written(const HostTensor& dev, const HostTensor& ref, std::string* why) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double x = dev.get(i), y = ref.get(i);
+    if (std::isnan(y)) {
+      if (!std::isnan(x)) {
+        *why = "element " + std::to_string(i) + " written where the oracle wrote nothing";
+        return INFINITY;
+      }
+      continue;
+    }
+    if (!std::isfinite(x)) {
+      *why = "element " + std::to_string(i) + " non-finite";
+      return INFINITY;
+    }
+    num += (x - y) * (x - y), den += y * y;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// Compare a device run with the oracle: o (with exact zeros where the oracle wrote zeros: invalid rows),
+// the pool (slots the oracle left unchanged must be bit-identical on the device), intermediates, hT.
+void expect_match(const Spec& s, const Inputs& in, const Inputs& dev, const OracleOut& ref) {
+  std::string why;
+  const double eo = err_written(dev.o, ref.o, &why);
+  EXPECT_LE(eo, tol_out(s.act_dt) * (s.pool_dt == DType::f32 ? 1 : 2)) << "o: " << why;
+  // Per (token, head) row: exact zeros where the oracle wrote all zeros (invalid rows).
+  const int64_t rows = ref.o.numel() / s.V;
+  int zero_rows = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    bool all_zero = true;
+    for (int64_t j = 0; j < s.V && all_zero; ++j) all_zero = ref.o.get(r * s.V + j) == 0.0;
+    if (!all_zero) continue;
+    ++zero_rows;
+    for (int64_t j = 0; j < s.V; ++j) ASSERT_EQ(dev.o.get(r * s.V + j), 0.0) << "invalid row " << r << " not zero";
+  }
+  // Per-head error too (one broken head must not hide in the aggregate; gdn-math §10.3). The oracle's
+  // unwritten rows (NaN) are zeroed on both sides for this measure.
+  HostTensor od = dev.o.cast(DType::f64), orf = ref.o;
+  for (int64_t i = 0; i < orf.numel(); ++i)
+    if (std::isnan(orf.get(i))) orf.set(i, 0.0), od.set(i, 0.0);
+  EXPECT_LE(max_head_err(od, orf, s.Hv, [&](int64_t i) { return (i / s.V) % s.Hv; }),
+            3 * tol_out(s.act_dt) * (s.pool_dt == DType::f32 ? 1 : 2));
+  if (s.pool) {
+    const int64_t per_slot = in.pool.numel() / in.pool.shape[0];
+    const size_t slot_bytes = size_t(per_slot * dtype_size(in.pool.dtype));
+    HostTensor pool0 = oracle_copy(in.pool);
+    for (int64_t sl = 0; sl < in.pool.shape[0]; ++sl) {
+      bool changed = false;
+      for (int64_t e = 0; e < per_slot && !changed; ++e)
+        changed = ref.pool.get(sl * per_slot + e) != pool0.get(sl * per_slot + e);
+      if (!changed) {
+        EXPECT_EQ(
+            std::memcmp(dev.pool.bytes.data() + sl * slot_bytes, in.pool.bytes.data() + sl * slot_bytes, slot_bytes), 0)
+            << "pool slot " << sl << " must be bit-identical";
+      }
+    }
+    EXPECT_LE(err_written(dev.pool, ref.pool, &why), tol_state(s.pool_dt)) << "pool: " << why;
+  }
+  if (s.inter) {
+    EXPECT_LE(err_written(dev.inter, ref.inter, &why), tol_state(s.inter_dt)) << "inter: " << why;
+  }
+  if (!s.pool && s.hT) {
+    EXPECT_LE(err_written(dev.hT, ref.hT, &why), 1e-5) << "hT: " << why;
+  }
+}
+
+void check(const Spec& s) {
+  Inputs in = make(s);
+  OracleOut ref = run_oracle(s, in);
+  auto dev = run_device(s, in);
+  expect_match(s, in, dev->out, ref);
+}
+
+std::string name_of(DType d) {
+  return dtype_name(d);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+TEST(CudaRecurrent, DecodeEveryLayoutDtypeAndHeadDims) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (StateLayout L : {StateLayout::k_major, StateLayout::v_major})
+    for (DType pd : {DType::f32, DType::bf16, DType::f16})
+      for (auto kv : {std::pair<int64_t, int64_t>{64, 128}, {128, 64}, {128, 128}})
+        for (DType ad : {DType::f32, DType::bf16}) {
+          Spec s;
+          s.layout = L, s.pool_dt = pd, s.K = kv.first, s.V = kv.second, s.act_dt = ad, s.N = 4;
+          SCOPED_TRACE(std::string(L == StateLayout::k_major ? "k_major" : "v_major") + " pool " + name_of(pd) + " K" +
+                       std::to_string(s.K) + " V" + std::to_string(s.V) + " act " + name_of(ad));
+          check(s);
+        }
+}
+
+TEST(CudaRecurrent, F16Activations) {
+  FGDN_SKIP_WITHOUT_GPU();
+  Spec s;
+  s.act_dt = DType::f16, s.T = 3, s.K = 128, s.V = 128;
+  check(s);
+}
+
+TEST(CudaRecurrent, GqaMappingAndMha) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (auto hh : {std::pair<int64_t, int64_t>{2, 4}, {2, 8}, {1, 4}, {3, 3}}) {
+    Spec s;
+    s.Hqk = hh.first, s.Hv = hh.second, s.T = 2;
+    SCOPED_TRACE("Hqk " + std::to_string(s.Hqk) + " Hv " + std::to_string(s.Hv));
+    check(s);
+  }
+}
+
+// Transposed state with K != V and a non-symmetric pool (gdn-math §10.4).
+TEST(CudaRecurrent, VMajorWithKNotEqualV) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (auto kv : {std::pair<int64_t, int64_t>{64, 128}, {128, 64}}) {
+    Spec s;
+    s.layout = StateLayout::v_major, s.K = kv.first, s.V = kv.second, s.T = 5;
+    check(s);
+  }
+}
+
+// Sentinels: slot -1, slot >= slots, slot 0 with null_slot_is_invalid; i32 and i64 indices. Invalid rows
+// write exact zeros and leave every pool row bit-identical (checked in expect_match).
+TEST(CudaRecurrent, DecodeSentinelSlots) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (DType idt : {DType::i32, DType::i64})
+    for (bool null_invalid : {false, true}) {
+      Spec s;
+      s.N = 6, s.idx_dt = idt, s.null_invalid = null_invalid, s.act_dt = DType::bf16;
+      const int64_t slots = s.N + s.extra_slots;
+      s.slot_set = {{0, 0, -1}, {2, 0, slots}, {3, 0, 0}, {5, 0, -7}};
+      SCOPED_TRACE(std::string(dtype_name(idt)) + (null_invalid ? " null_slot_is_invalid" : ""));
+      check(s);
+    }
+}
+
+TEST(CudaRecurrent, RawGatesNegEigvalNoL2CustomScale) {
+  FGDN_SKIP_WITHOUT_GPU();
+  Spec s;
+  s.gate_raw = true, s.beta_raw = true, s.neg_eig = true, s.l2 = false, s.scale = 0.3f, s.T = 4;
+  check(s);
+  s.neg_eig = false, s.l2 = true, s.scale = 0.f, s.layout = StateLayout::v_major;
+  check(s);
+}
+
+TEST(CudaRecurrent, NoGateNoBeta) {
+  FGDN_SKIP_WITHOUT_GPU();
+  Spec s;
+  s.has_g = false, s.has_beta = false, s.T = 3;
+  check(s);
+}
+
+// Multi-token decode, final state only (1-D slots, commit): T = 12 and T = 20 (more than one staged chunk).
+TEST(CudaRecurrent, MultiTokenCommit) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (int64_t T : {12, 20}) {
+    Spec s;
+    s.T = T, s.K = 128, s.V = 128, s.act_dt = DType::bf16;
+    SCOPED_TRACE("T " + std::to_string(T));
+    check(s);
+    s.layout = StateLayout::v_major, s.pool_dt = DType::bf16;
+    check(s);
+  }
+}
+
+TEST(CudaRecurrent, NoCommitLeavesPoolUntouched) {
+  FGDN_SKIP_WITHOUT_GPU();
+  Spec s;
+  s.T = 4, s.commit = false;
+  Inputs in = make(s);
+  auto dev = run_device(s, in);
+  EXPECT_TRUE(dev->out.pool.bit_equal(in.pool));
+  check(s);
+}
+
+// Varlen rows with empty rows at the start, middle and end (pool: they touch nothing).
+TEST(CudaRecurrent, VarlenWithEmptyRowsOnPool) {
+  FGDN_SKIP_WITHOUT_GPU();
+  Spec s;
+  s.seqlens = {0, 1, 0, 5, 3, 0};
+  check(s);
+  s.idx_dt = DType::i64, s.layout = StateLayout::v_major;
+  check(s);
+}
+
+// Pool-less contract: initial/final state; an empty row's final state equals its initial state exactly.
+TEST(CudaRecurrent, NoPoolInitialFinalStateVarlen) {
+  FGDN_SKIP_WITHOUT_GPU();
+  Spec s;
+  s.pool = false, s.seqlens = {0, 17, 2, 0}, s.K = 64, s.V = 128, s.layout = StateLayout::v_major;
+  Inputs in = make(s);
+  OracleOut ref = run_oracle(s, in);
+  auto dev = run_device(s, in);
+  expect_match(s, in, dev->out, ref);
+  const int64_t per = in.h0.numel() / in.N;
+  for (int64_t n : {0, 3})
+    for (int64_t e = 0; e < per; ++e) ASSERT_EQ(dev->out.hT.get(n * per + e), in.h0.get(n * per + e));
+}
+
+// initial_state absent must equal initial_state = zeros, bitwise.
+TEST(CudaRecurrent, AbsentInitialStateEqualsZeros) {
+  FGDN_SKIP_WITHOUT_GPU();
+  Spec s;
+  s.pool = false, s.T = 7, s.h0 = false;
+  Inputs a = make(s);
+  auto da = run_device(s, a);
+  s.h0 = true;
+  Inputs b = make(s);
+  b.h0.fill(0.0);
+  auto db = run_device(s, b);
+  EXPECT_TRUE(da->out.o.bit_equal(db->out.o));
+  EXPECT_TRUE(da->out.hT.bit_equal(db->out.hT));
+  s.h0 = false;
+  check(s);
+}
+
+// Protocol A (gdn-math §8.2): 2-D slot table, start column num_accepted - 1; counts 1, T, mid, 0 and
+// T_max + 1 (invalid rows), a skipped write slot (-1 in a later column), a null start slot.
+TEST(CudaRecurrent, SlotTableWithNumAccepted) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (StateLayout L : {StateLayout::k_major, StateLayout::v_major}) {
+    Spec s;
+    s.layout = L, s.N = 7, s.T = 4, s.T_max = 4, s.nacc = true, s.null_invalid = true;
+    s.nacc_set = {{0, 0, 1}, {1, 0, 4}, {2, 0, 2}, {3, 0, 0}, {4, 0, 5}, {5, 0, 1}, {6, 0, 3}};
+    s.slot_set = {{5, 0, 0}, {6, 1, -1}};
+    SCOPED_TRACE(L == StateLayout::k_major ? "k_major" : "v_major");
+    check(s);
+    s.pool_dt = DType::bf16, s.K = 128;
+    check(s);
+  }
+}
+
+// Protocol A with varlen rows shorter than T_max and no num_accepted (a = 1).
+TEST(CudaRecurrent, SlotTableVarlen) {
+  FGDN_SKIP_WITHOUT_GPU();
+  Spec s;
+  s.seqlens = {3, 0, 2, 4}, s.T_max = 4;
+  check(s);
+}
+
+// Protocol B: intermediate states in every dtype without commit (pool untouched), an invalid buffer
+// index (-1) and one past the end skip that row's writes.
+TEST(CudaRecurrent, IntermediateStatesNoCommit) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (DType idt : {DType::f32, DType::bf16, DType::f16}) {
+    Spec s;
+    s.N = 4, s.T = 5, s.K = 128, s.inter = true, s.inter_dt = idt, s.commit = false;
+    s.buf_set = {{1, 0, -1}, {2, 0, 99}};
+    SCOPED_TRACE(dtype_name(idt));
+    check(s);
+  }
+}
+
+TEST(CudaRecurrent, IntermediateStatesWithCommitVarlen) {
+  FGDN_SKIP_WITHOUT_GPU();
+  Spec s;
+  s.seqlens = {2, 0, 6}, s.inter = true, s.layout = StateLayout::v_major;
+  check(s);
+  // Protocol A and B together.
+  Spec a;
+  a.T = 4, a.T_max = 4, a.nacc = true, a.inter = true, a.inter_dt = DType::bf16;
+  check(a);
+}
+
+// No-commit verify, then recurrent_commit: the pool equals the oracle's verify + commit; rows with an
+// invalid slot, invalid buffer or out-of-range count are skipped.
+TEST(CudaRecurrent, VerifyThenCommit) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (DType pd : {DType::f32, DType::bf16}) {
+    Spec s;
+    s.N = 5, s.T = 4, s.inter = true, s.inter_dt = pd, s.pool_dt = pd, s.commit = false, s.K = 128, s.V = 64;
+    const int64_t slots = s.N + s.extra_slots;
+    s.slot_set = {{1, 0, -1}};
+    Inputs in = make(s);
+    OracleOut ref = run_oracle(s, in);
+    auto dev = prepare_device(s, in);
+    ASSERT_TRUE(recurrent(dev->p).ok());
+    // accepted counts: 1, 2 (row 1 invalid slot), T, 0 (skip), T + 1 (skip)
+    HostTensor na(DType::i32, {s.N});
+    const int acc[5] = {1, 2, 4, 0, 5};
+    for (int64_t n = 0; n < s.N; ++n) na.set(n, acc[n]);
+    Mirror dna = mirror(&na);
+    RecurrentCommitParams cp;
+    cp.state_pool = dev->p.state_pool, cp.state_indices = dev->p.state_indices;
+    cp.intermediate_states = dev->p.intermediate_states, cp.intermediate_indices = dev->p.intermediate_indices;
+    cp.num_accepted_tokens = dna.view();
+    Status st = recurrent_commit(cp);
+    ASSERT_TRUE(st.ok()) << st.message();
+    device_sync();
+    download_outputs(*dev);
+    // Oracle commit on the oracle's fp64 buffers.
+    HostTensor si = in.si, ii = in.ii;
+    RecurrentCommitParams hp;
+    hp.state_pool = ref.pool.view(), hp.state_indices = si.view(), hp.intermediate_states = ref.inter.view();
+    hp.intermediate_indices = ii.view(), hp.num_accepted_tokens = na.view();
+    hp.exec.cpu_fp64 = true;
+    ASSERT_TRUE(recurrent_commit(hp).ok());
+    std::string why;
+    EXPECT_LE(err_written(dev->out.pool, ref.pool, &why), tol_state(pd)) << why;
+    // Skipped rows (1, 3, 4) and unused slots keep their bytes.
+    const size_t slot_bytes = size_t(in.pool.numel() / slots * dtype_size(pd));
+    for (int64_t n : {1, 3, 4}) {
+      const int64_t sl = int64_t(in.si.get(n));
+      if (sl < 0) continue;
+      EXPECT_EQ(
+          std::memcmp(dev->out.pool.bytes.data() + sl * slot_bytes, in.pool.bytes.data() + sl * slot_bytes, slot_bytes),
+          0)
+          << "slot of skipped row " << n;
+    }
+    // Committed rows equal the device's intermediate entry bit for bit (same dtype).
+    const int64_t per = in.pool.numel() / slots, Tb = in.inter.shape[1];
+    for (int64_t n : {0, 2}) {
+      const int64_t sl = int64_t(in.si.get(n)), b = int64_t(in.ii.get(n));
+      for (int64_t e = 0; e < per; ++e)
+        ASSERT_EQ(dev->out.pool.get(sl * per + e), dev->out.inter.get((b * Tb + acc[n] - 1) * per + e));
+    }
+  }
+}
+
+// CUDA-graph capture and replay give the eager result bit for bit; 1000 launches are bitwise identical.
+TEST(CudaRecurrent, GraphReplayAndBitwiseStability) {
+  FGDN_SKIP_WITHOUT_GPU();
+#if FLASHGDN_WITH_CUDA
+  Spec s;
+  s.N = 4, s.T = 6, s.T_max = 6, s.nacc = true, s.commit = false, s.inter = true, s.inter_dt = DType::bf16;
+  s.K = 128, s.V = 128, s.act_dt = DType::bf16;
+  Inputs in = make(s);
+  auto dev = prepare_device(s, in);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ASSERT_TRUE(recurrent(dev->p, nullptr, 0, stream).ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  download_outputs(*dev);
+  const HostTensor o0 = dev->out.o, i0 = dev->out.inter;
+  // poison, capture, replay
+  Mirror* mo = nullptr;
+  Mirror* mi = nullptr;
+  for (auto& m : dev->m) {
+    if (m.h == &dev->out.o) mo = &m;
+    if (m.h == &dev->out.inter) mi = &m;
+  }
+  ASSERT_TRUE(mo && mi);
+  dev->out.o.fill_nan(), dev->out.inter.fill_nan();
+  mo->upload(), mi->upload();
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  Status st = recurrent(dev->p, nullptr, 0, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  mo->download(), mi->download();
+  EXPECT_TRUE(dev->out.o.bit_equal(o0));
+  EXPECT_TRUE(dev->out.inter.bit_equal(i0));
+  int mismatches = 0;
+  for (int it = 0; it < 1000; ++it) {
+    ASSERT_TRUE(recurrent(dev->p, nullptr, 0, stream).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    mo->download();
+    if (!dev->out.o.bit_equal(o0)) ++mismatches;
+  }
+  mi->download();
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_TRUE(dev->out.inter.bit_equal(i0));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+#endif
+}
+
+// The workspace is zero bytes (no scratch), so a null workspace is always accepted.
+TEST(CudaRecurrent, WorkspaceIsZero) {
+  FGDN_SKIP_WITHOUT_GPU();
+  Spec s;
+  Inputs in = make(s);
+  auto dev = prepare_device(s, in);
+  size_t bytes = 123;
+  ASSERT_TRUE(recurrent_workspace_size(dev->p, &bytes).ok());
+  EXPECT_EQ(bytes, 0u);
+}
+
+}  // namespace
+}  // namespace flashgdn::test
