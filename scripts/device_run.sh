@@ -46,9 +46,9 @@ fi
 
 if has sanitize; then
   step compute-sanitizer
-  filt=${SANITIZE_FILTER:-*Sanit*:*Small*:*Sentinel*:*Varlen*}
+  filt=${SANITIZE_FILTER:-CudaRecurrent.DecodeSentinelSlots:CudaRecurrent.SlotTableWithNumAccepted:CudaRecurrent.VarlenWithEmptyRowsOnPool:CudaRecurrent.VerifyThenCommit:CudaChunkFwd.LengthsAroundTheChunk:CudaChunkFwd.VarlenWithEmptySequences:CudaChunkFwd.SegmentSplitOnAndOff:CudaGating.*}
   for tool in memcheck racecheck; do
-    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 $B/flashgdn_gpu_tests --gtest_brief=1 \
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B/flashgdn_gpu_tests --gtest_brief=1 \
       --gtest_filter="$filt" >"$LOG/sanitize_$tool.log" 2>&1
     echo "compute-sanitizer $tool rc=$? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/sanitize_$tool.log" | tail -1)" | tee -a "$summary"
   done
