@@ -14,7 +14,7 @@ has() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; 
 summary=$OUT/summary.md
 {
   echo "# flashgdn device run"
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+dirty')"
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  commit: ${FLASHGDN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>/dev/null)"
   echo "command: scripts/device_run.sh ${stages[*]}"
 } >"$summary"
@@ -22,8 +22,9 @@ step() { echo; echo "=== $* ($(date +%T))"; }
 
 if has build; then
   step build
-  if [ ! -f /usr/include/dlpack/dlpack.h ] && ls .deps/*.deb >/dev/null 2>&1; then
-    for f in .deps/*.deb; do dpkg -x "$f" /; done
+  deps=${DEPS_DIR:-.deps}
+  if [ ! -f /usr/include/dlpack/dlpack.h ] && ls "$deps"/*.deb >/dev/null 2>&1; then
+    for f in "$deps"/*.deb; do dpkg -x "$f" /; done
   fi
   t0=$(date +%s)
   cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHGDN_WITH_CUDA=ON >"$LOG/configure.log" 2>&1 &&
