@@ -378,6 +378,7 @@ else:
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_rec
 t2 = time.perf_counter()
+DEV = "cuda"
 g = torch.Generator(device=DEV).manual_seed(0)
 r = lambda *s: torch.randn(*s, device=DEV, generator=g)
 if op == "decode":

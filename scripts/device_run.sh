@@ -27,14 +27,14 @@ if has build; then
     for f in "$deps"/*.deb; do dpkg -x "$f" /; done
   fi
   t0=$(date +%s)
-  cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHGDN_WITH_CUDA=ON >"$LOG/configure.log" 2>&1 &&
-    cmake --build build-dev -j 16 >"$LOG/build.log" 2>&1
+  cmake -S . -B "${BUILD_DIR:-build-dev}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHGDN_WITH_CUDA=ON >"$LOG/configure.log" 2>&1 &&
+    cmake --build "${BUILD_DIR:-build-dev}" -j 16 >"$LOG/build.log" 2>&1
   rc=$?
   echo "build rc=$rc in $(( $(date +%s) - t0 )) s" | tee -a "$summary"
   grep -E "error|spill|lmem|Used [0-9]+ registers" "$LOG/build.log" | grep -B0 -E "error|bytes spill|lmem" | grep -v " 0 bytes spill" | head -20 | tee -a "$summary"
   [ $rc -ne 0 ] && { tail -50 "$LOG/build.log"; tar czf "$OUT/logs.tar.gz" -C "$OUT" logs; exit 1; }
 fi
-B=build-dev
+B=${BUILD_DIR:-build-dev}
 
 if has gputest; then
   step gpu tests

@@ -71,7 +71,7 @@ class TorchFw:
         device = like.device
 
         def alloc(nbytes):
-            ws = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            ws = torch.empty((nbytes + 3) // 4, dtype=torch.int32, device=device)  # int32: a dtype the binding reads
             if stream is not None and device.type == "cuda":
                 # Workspace used on a stream other than the current one: keep the caching allocator from
                 # handing its blocks out again before that stream is done with them.
@@ -115,7 +115,7 @@ class NumpyFw:
     @staticmethod
     def allocator(like, stream=None):
         np = sys.modules["numpy"]
-        return lambda nbytes: np.empty(nbytes, dtype=np.uint8)
+        return lambda nbytes: np.empty((nbytes + 3) // 4, dtype=np.int32)
 
     @staticmethod
     def wrap(x):
@@ -156,7 +156,7 @@ class CupyFw:
     @staticmethod
     def allocator(like, stream=None):
         cp = sys.modules["cupy"]
-        return lambda nbytes: cp.empty(nbytes, dtype=cp.uint8)
+        return lambda nbytes: cp.empty((nbytes + 3) // 4, dtype=cp.int32)
 
     @staticmethod
     def wrap(x):

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "api/internal.hpp"
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
@@ -25,12 +26,20 @@ constexpr int64_t kChunk = 64;
 constexpr int64_t kTile = 64;
 
 std::atomic<int> g_segments{0};
+std::atomic<int> g_impl{kChunkImplDefault};
 std::atomic<unsigned long long*> g_prof{nullptr};
 std::once_flag g_env_once;
 
 void read_env_once() {
   std::call_once(g_env_once, [] {
     if (const char* s = std::getenv("FLASHGDN_CHUNK_SEGMENTS")) g_segments.store(std::max(0, std::atoi(s)));
+    if (const char* s = std::getenv("FLASHGDN_CHUNK_IMPL")) {
+      const std::string v(s);
+      g_impl.store(v == "variant" ? kChunkImplVariant
+                   : v == "wide"  ? kChunkImplWide
+                   : v == "wide1" ? kChunkImplWide1
+                                  : kChunkImplDefault);
+    }
   });
 }
 
@@ -49,14 +58,15 @@ int sm_count(int dev) {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 size_t align_up(size_t x) { return (x + 255) & ~size_t(255); }
 
-// The execution plan: a pure function of the shapes, the segment override and the SM count.
+// The execution plan: a pure function of the shapes, the segment override, the kernel (FLASHGDN_CHUNK_IMPL) and
+// the SM count.
 struct Plan {
   bool split = false;
   int64_t seg_chunks = 0;  // segment length in chunks
   int64_t cap = 0;         // work items (upper bound of the number of segments over all sequences)
 };
 
-Plan make_plan(const ChunkDims& d, int sms) {
+Plan make_plan(const ChunkDims& d, int sms, int impl) {
   Plan pl;
   const int64_t vt = d.V / kTile, kt = d.K / kTile;
   const int64_t N = std::max<int64_t>(d.N, 1);
@@ -68,15 +78,18 @@ Plan make_plan(const ChunkDims& d, int sms) {
     // Automatic. Measured (docs/chunk_fwd.md): a CTA's chunk loop is latency bound, two CTAs share an SM at
     // ~1.25x the time per chunk, the summary pass costs ~0.9 of the forward. Cost ~ segment length x (waves of
     // the forward + 0.9 x waves of the summary) + the scan, with 2 x SMs CTA slots per wave.
+    // CTA slots per SM: 2 (default, variant, wide), 1 (wide1: 8 warps at up to 255 registers)
+    const int64_t per_sm = impl == kChunkImplWide1 ? 1 : 2;
     const int64_t base = d.N * d.Hv * vt;
-    if (base >= 2 * sms || avg < 32) return pl;
-    const int64_t slots = 2 * int64_t(sms);
+    if (base >= per_sm * sms || avg < 32) return pl;
+    const int64_t slots = per_sm * int64_t(sms);
     double best = 1e30;
     for (int cand = 1; cand <= 64; ++cand) {
       const int64_t ls = ceil_div(avg, cand), nseg = ceil_div(avg, ls);
       const int64_t x2 = d.N * nseg * d.Hv * vt, x1 = d.N * (nseg - 1) * d.Hv * (kt + vt);
-      const double w2 = x2 <= sms ? 0.8 : double(ceil_div(x2, slots));  // one CTA per SM runs ~1.25x faster
-      const double w1 = x1 <= sms ? 0.8 : double(ceil_div(x1, slots));
+      const double solo = per_sm == 2 ? 0.8 : 1.0;  // one CTA per SM runs ~1.25x faster than two
+      const double w2 = x2 <= sms ? solo : double(ceil_div(x2, slots));
+      const double w1 = x1 <= sms ? solo : double(ceil_div(x1, slots));
       double cost = double(ls) * w2;
       if (nseg > 1) cost += double(ls) * 0.9 * w1 + 0.5 * double(nseg - 1) + 4.0;
       if (cost < best - 1e-9) best = cost, P = int(nseg);
@@ -265,7 +278,12 @@ ChunkKernelArgs make_args(const ChunkFwdParams& p, const ChunkDims& d) {
   return a;
 }
 
-int launch(const ChunkKernelArgs& a, bool bf16, int64_t K, int64_t items, int64_t tiles, void* stream) {
+int launch(const ChunkKernelArgs& a, int impl, bool bf16, int64_t K, int64_t items, int64_t tiles, void* stream) {
+  if (impl != kChunkImplDefault) {
+    const int nw = impl == kChunkImplVariant ? 4 : 8, minb = impl == kChunkImplWide1 ? 1 : 2;
+    return bf16 ? launch_chunk_kernel_wide_bf16(a, K, nw, minb, items, tiles, stream)
+                : launch_chunk_kernel_wide_f16(a, K, nw, minb, items, tiles, stream);
+  }
   return bf16 ? launch_chunk_kernel_bf16(a, K, items, tiles, stream)
               : launch_chunk_kernel_f16(a, K, items, tiles, stream);
 }
@@ -275,6 +293,16 @@ int launch(const ChunkKernelArgs& a, bool bf16, int64_t K, int64_t items, int64_
 void chunk_fwd_set_segments(int segments) {
   read_env_once();
   g_segments.store(std::max(0, segments));
+}
+
+void chunk_fwd_set_impl(int impl) {
+  read_env_once();
+  g_impl.store(impl >= kChunkImplDefault && impl <= kChunkImplWide1 ? impl : kChunkImplDefault);
+}
+
+int chunk_fwd_get_impl() {
+  read_env_once();
+  return g_impl.load();
 }
 
 void chunk_fwd_set_profile_buffer(unsigned long long* dev_counters) { g_prof.store(dev_counters); }
@@ -287,7 +315,7 @@ int chunk_fwd_get_segments() {
 size_t chunk_fwd_workspace_size(const ChunkFwdParams& p, const ChunkDims& d) {
   read_env_once();
   if (p.chunk_size != kChunk) return 0;
-  return ws_layout(make_plan(d, sm_count(p.q.device_id)), d).total;
+  return ws_layout(make_plan(d, sm_count(p.q.device_id), g_impl.load()), d).total;
 }
 
 Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t ws_bytes, void* stream) {
@@ -302,10 +330,11 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t w
   if (d.N == 0 || d.Hv == 0) return Status::OK();
   const bool bf16 = p.q.dtype == DType::bf16;
   ChunkKernelArgs a = make_args(p, d);
-  const Plan pl = make_plan(d, sm_count(p.q.device_id));
+  const int impl = g_impl.load();  // one kernel for every launch of this call
+  const Plan pl = make_plan(d, sm_count(p.q.device_id), impl);
   const int64_t vt = d.V / kTile, kt = d.K / kTile;
   if (!pl.split) {
-    FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, bf16, d.K, d.N, vt, stream)));
+    FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, d.N, vt, stream)));
     return Status::OK();
   }
   const WsLayout wl = ws_layout(pl, d);
@@ -322,12 +351,12 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t w
   chunk_index_kernel<<<1, 1024, 0, st>>>(a.cu_seqlens, a.cu_i64, d.N, d.T, pl.seg_chunks, items, pl.cap, seq_first);
   FGDN_CUDA_CHECK(cudaGetLastError());
   a.mode = kModeSummary;
-  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, bf16, d.K, pl.cap, kt + vt, stream)));
+  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, pl.cap, kt + vt, stream)));
   chunk_scan_kernel<<<dim3(unsigned(d.N), unsigned(d.Hv), unsigned(d.V / 8)), unsigned(d.K), 0, st>>>(
       a, int32_t(d.K), seq_first);
   FGDN_CUDA_CHECK(cudaGetLastError());
   a.mode = kModeForwardSplit;
-  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, bf16, d.K, pl.cap, vt, stream)));
+  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, pl.cap, vt, stream)));
   return Status::OK();
 }
 

@@ -15,6 +15,18 @@ namespace flashgdn::cuda {
 void chunk_fwd_set_segments(int segments);
 int chunk_fwd_get_segments();
 
+// Which fused kernel runs (benchmarking and A/B checks; all are exact implementations of gdn-math §5):
+//   kChunkImplDefault  chunk_fwd_kernel.cuh (4 warps, U = (A diag(b)) V - W S0);
+//   kChunkImplVariant  chunk_fwd_kernel_wide.cuh, 4 warps: U = (A diag(b)) (V - Gamma K S0), no W GEMM, A hi + lo;
+//   kChunkImplWide     the same with 8 warps per CTA (columns of every state-dependent GEMM split over 2 warps),
+//                      registers capped for 2 CTAs per SM (128: some spills);
+//   kChunkImplWide1    8 warps, 1 CTA per SM (up to 255 registers, no spills).
+// Thread-safe; affects chunk_fwd calls made after it. The environment variable FLASHGDN_CHUNK_IMPL (read once,
+// at the first call: "default", "variant", "wide" or "wide1"; anything else is the default) sets the initial value.
+enum ChunkImpl : int { kChunkImplDefault = 0, kChunkImplVariant = 1, kChunkImplWide = 2, kChunkImplWide1 = 3 };
+void chunk_fwd_set_impl(int impl);
+int chunk_fwd_get_impl();
+
 // One unit of work of the split path: chunks [c_begin, c_end) of sequence n, segment seg of nseg.
 struct ChunkWorkItem {
   int32_t n;  // sequence; -1: no work (grid slack)
@@ -86,5 +98,11 @@ void chunk_fwd_set_profile_buffer(unsigned long long* dev_counters);
 // (K+V)/64 (summary). Returns a cudaError_t as int.
 int launch_chunk_kernel_bf16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
 int launch_chunk_kernel_f16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
+// The kernel of chunk_fwd_kernel_wide.cuh with nwarps = 4 (variant) or 8 (wide: min_blocks 2, wide1: 1); same
+// grid, same arguments.
+int launch_chunk_kernel_wide_bf16(const ChunkKernelArgs& a, int64_t K, int nwarps, int min_blocks, int64_t items,
+                                  int64_t tiles, void* stream);
+int launch_chunk_kernel_wide_f16(const ChunkKernelArgs& a, int64_t K, int nwarps, int min_blocks, int64_t items,
+                                 int64_t tiles, void* stream);
 
 }  // namespace flashgdn::cuda

@@ -4,6 +4,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/recurrent/recurrent_args.hpp"
 
@@ -116,7 +119,21 @@ int recurrent_default_bv(const RecurrentArgs& a) {
   return 16;
 }
 
+bool recurrent_direct_enabled() {
+  // Read once (a function-local static is initialized thread-safely); "1" selects the direct kernel.
+  static const bool on = [] {
+    const char* e = std::getenv("FLASHGDN_RECURRENT_DIRECT");
+    return e != nullptr && std::strcmp(e, "1") == 0;
+  }();
+  return on;
+}
+
 Status recurrent_launch(const RecurrentArgs& a, int bv, void* stream) {
+  return recurrent_direct_enabled() ? recurrent_launch_direct(a, bv, stream)
+                                    : recurrent_launch_persistent(a, bv, stream);
+}
+
+Status recurrent_launch_persistent(const RecurrentArgs& a, int bv, void* stream) {
   if (a.K != 64 && a.K != 128) return FGDN_ERROR(unsupported, "recurrent: K = ", a.K, " on CUDA; expected 64 or 128");
   if (a.V != 64 && a.V != 128) return FGDN_ERROR(unsupported, "recurrent: V = ", a.V, " on CUDA; expected 64 or 128");
   if (a.Hqk <= 0 || a.Hv % a.Hqk != 0)

@@ -73,7 +73,15 @@ RecurrentArgs make_recurrent_args(const RecurrentParams& p, const RecurrentDims&
 // The V-tile width the dispatcher picks for these arguments (16 or 32).
 int recurrent_default_bv(const RecurrentArgs& a);
 
-// Launch with an explicit V-tile width (the harness sweeps it); bv = 0 picks the default.
+// Launch with an explicit V-tile width (the harness sweeps it); bv = 0 picks the default. Runs the direct kernel
+// when FLASHGDN_RECURRENT_DIRECT=1 (read once per process), else the persistent one.
 Status recurrent_launch(const RecurrentArgs& a, int bv, void* stream);
+
+// The two kernel families, callable explicitly (the standalone harness compares them in one process).
+// Persistent: recurrent_kernel.cuh (the default). Direct: direct_kernel.cuh, one CTA per tile (opt-in).
+Status recurrent_launch_persistent(const RecurrentArgs& a, int bv, void* stream);
+Status recurrent_launch_direct(const RecurrentArgs& a, int bv, void* stream);
+int recurrent_direct_default_bv(const RecurrentArgs& a);
+bool recurrent_direct_enabled();  // FLASHGDN_RECURRENT_DIRECT=1
 
 }  // namespace flashgdn::cuda

@@ -4,11 +4,14 @@
 //
 // Build (repo root; one nvcc per file, JOBS at a time; extra flags go to nvcc):
 //   JOBS=16 tests/cuda/standalone/build.sh /tmp/rec [-DFGDN_REC_PREFETCH=1]
-// Run: ./recurrent_bench [check] [small] [bench] [sweep] [diag]   (default: check bench)
+// Run: ./recurrent_bench [check] [small] [bench] [sweep] [diag] [persistent|direct]   (default: check bench)
 //   check: correctness cases (every feature combination, all V-tile widths) + graph replay + 1000-launch repeat
 //   small: the correctness cases only (fast enough for compute-sanitizer)
 //   bench: the target shapes (H200; Hqk=16, Hv=32, K=V=128) with the default tile; sweep: every tile width
 //   diag: shapes that split the cost (per-token slope, second staging chunk, K-major barrier, l2norm)
+//   persistent / direct: run only that kernel family; default: both (recurrent_kernel.cuh, direct_kernel.cuh),
+//   checked one after the other and benched side by side (one table row per shape and tile: both times and the
+//   speedup). The FLASHGDN_RECURRENT_DIRECT switch is bypassed: the harness calls each family explicitly.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -398,13 +401,24 @@ double tol_for(DType dt) {
 }
 
 int g_fail = 0;
+bool g_direct = false;  // which kernel family launch() runs
+
+Status launch(const cuda::RecurrentArgs& a, int bv, void* stream) {
+  return g_direct ? cuda::recurrent_launch_direct(a, bv, stream) : cuda::recurrent_launch_persistent(a, bv, stream);
+}
+int default_bv(const cuda::RecurrentArgs& a) {
+  return g_direct ? cuda::recurrent_direct_default_bv(a) : cuda::recurrent_default_bv(a);
+}
+const char* path_name() {
+  return g_direct ? "direct" : "persistent";
+}
 
 bool run_case(const Case& c, int bv) {
   Data D;
   build(c, D);
   const HT pool0 = D.pool;
   cuda::RecurrentArgs a = cuda::make_recurrent_args(D.p, D.d);
-  ST_OK(cuda::recurrent_launch(a, bv, nullptr));
+  ST_OK(launch(a, bv, nullptr));
   CK(cudaDeviceSynchronize());
   Ref r = reference(c, D);
   bool ok = true;
@@ -435,7 +449,7 @@ bool run_case(const Case& c, int bv) {
   if (!c.pool && c.hT) D.hT.download(), eh = compare(D.hT, r.hT, "hT", &ok);
   const double to = tol_for(c.qkv_dt) * (c.pool && c.pool_dt != DType::f32 ? 4 : 1);
   if (!(eo <= to) || !(ep <= tol_for(c.pool_dt)) || !(ei <= tol_for(c.inter_dt)) || !(eh <= 2e-5)) ok = false;
-  std::printf("  %-4s %-44s bv=%2d  o %.2e  pool %.2e  inter %.2e  hT %.2e\n", ok ? "ok" : "FAIL", c.name.c_str(), bv,
+  std::printf("  %-4s %-10s %-44s bv=%2d  o %.2e  pool %.2e  inter %.2e  hT %.2e\n", ok ? "ok" : "FAIL", path_name(), c.name.c_str(), bv,
               eo, ep, ei, eh);
   if (!ok) ++g_fail;
   for (HT* t : {&D.q, &D.k, &D.v, &D.g, &D.beta, &D.A_log, &D.dt_bias, &D.cu, &D.o, &D.pool, &D.si, &D.na, &D.inter,
@@ -690,7 +704,7 @@ bool check_graph_and_repeat() {
   cuda::RecurrentArgs a = cuda::make_recurrent_args(D.p, D.d);
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
-  ST_OK(cuda::recurrent_launch(a, 0, s));
+  ST_OK(launch(a, 0, s));
   CK(cudaStreamSynchronize(s));
   HT o0 = D.o, i0 = D.inter;
   o0.dev = i0.dev = nullptr;
@@ -702,25 +716,26 @@ bool check_graph_and_repeat() {
   cudaGraph_t g;
   cudaGraphExec_t ge;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  ST_OK(cuda::recurrent_launch(a, 0, s));
+  ST_OK(launch(a, 0, s));
   CK(cudaStreamEndCapture(s, &g));
   CK(cudaGraphInstantiate(&ge, g, 0));
   CK(cudaGraphLaunch(ge, s));
   CK(cudaStreamSynchronize(s));
   D.o.download(), D.inter.download();
   bool ok = D.o.bytes == o0.bytes && D.inter.bytes == i0.bytes;
-  std::printf("  %-4s graph capture + replay bitwise equal to eager\n", ok ? "ok" : "FAIL");
+  std::printf("  %-4s %-10s graph capture + replay bitwise equal to eager\n", ok ? "ok" : "FAIL", path_name());
   int bad = 0;
   std::vector<uint8_t> ob(D.o.nbytes());
   for (int it = 0; it < 1000; ++it) {
-    ST_OK(cuda::recurrent_launch(a, 0, s));
+    ST_OK(launch(a, 0, s));
     CK(cudaMemcpyAsync(ob.data(), D.o.dev, ob.size(), cudaMemcpyDeviceToHost, s));
     CK(cudaStreamSynchronize(s));
     if (ob != o0.bytes) ++bad;
   }
   D.inter.download();
   if (D.inter.bytes != i0.bytes) ++bad;
-  std::printf("  %-4s 1000 launches bitwise identical (%d mismatches)\n", bad == 0 ? "ok" : "FAIL", bad);
+  std::printf("  %-4s %-10s 1000 launches bitwise identical (%d mismatches)\n", bad == 0 ? "ok" : "FAIL", path_name(),
+              bad);
   ok = ok && bad == 0;
   cudaGraphExecDestroy(ge), cudaGraphDestroy(g), cudaStreamDestroy(s);
   if (!ok) ++g_fail;
@@ -778,7 +793,12 @@ struct BenchShape {
   bool l2norm = true;  // false: no in-kernel l2norm (diag: staging cost)
 };
 
-void bench_one(const BenchShape& b, int bv, FILE* log) {
+struct BenchResult {
+  double us = 0, tbs = 0;
+  int bv = 0;
+};
+
+BenchResult bench_one(const BenchShape& b, int bv, FILE* log) {
   const int64_t Hqk = 16, Hv = 32, K = 128, V = 128;
   const int64_t state_elems = Hv * K * V;
   const double sbytes = double(state_elems) * dtype_size(b.pool_dt);
@@ -858,8 +878,8 @@ void bench_one(const BenchShape& b, int bv, FILE* log) {
     d.slots = slots;
     if (b.inter) d.n_buf = nbuf, d.T_buf = b.T;
     cuda::RecurrentArgs a = cuda::make_recurrent_args(p, d);
-    used_bv = bv ? bv : cuda::recurrent_default_bv(a);
-    ST_OK(cuda::recurrent_launch(a, bv, s));
+    used_bv = bv ? bv : default_bv(a);
+    ST_OK(launch(a, bv, s));
   }
   CK(cudaStreamEndCapture(s, &graph));
   CK(cudaGraphInstantiate(&ge, graph, 0));
@@ -881,14 +901,32 @@ void bench_one(const BenchShape& b, int bv, FILE* log) {
   const double bytes = b.N * (sbytes * (b.inter ? 1 : 2) + (b.inter ? b.T * state_elems * 2.0 : 0)) +
                        double(qk_b * 2 + v_b * 2 + gb_b * 2);
   const double tbs = bytes / (us * 1e-6) / 1e12;
-  char line[256];
-  std::snprintf(line, sizeof line, "| %-34s | %4d | %3lld | %2d | %9.2f | %6.2f | %5.1f%% | %-18s |", b.name.c_str(),
-                int(b.N), (long long)b.T, used_bv, us, tbs, 100 * tbs / g_copy_tbs, b.target);
-  std::printf("%s\n", line);
-  if (log) std::fprintf(log, "%s  R=%d best=%.3f worst=%.3f\n", line, R, ms.front() * 1e3 / R, ms.back() * 1e3 / R);
+  if (log)
+    std::fprintf(log, "%-10s | %-34s | %4d | %3lld | %2d | %9.2f | %6.2f | %5.1f%% | R=%d best=%.3f worst=%.3f\n",
+                 path_name(), b.name.c_str(), int(b.N), (long long)b.T, used_bv, us, tbs, 100 * tbs / g_copy_tbs, R,
+                 ms.front() * 1e3 / R, ms.back() * 1e3 / R);
   cudaGraphExecDestroy(ge), cudaGraphDestroy(graph), cudaStreamDestroy(s);
   for (void* p : {q, k, v, o, g, be, pool, static_cast<void*>(dsi)}) cudaFree(p);
   if (inter) cudaFree(inter);
+  return {us, tbs, used_bv};
+}
+
+// One table row: the shape on the selected families (side by side when both run), same tile request bv.
+void bench_row(const BenchShape& b, int bv, bool run_p, bool run_d, FILE* log) {
+  BenchResult rp, rd;
+  if (run_p) g_direct = false, rp = bench_one(b, bv, log);
+  if (run_d) g_direct = true, rd = bench_one(b, bv, log);
+  auto cell = [](char* dst, size_t n, const BenchResult& r, bool ran) {
+    if (ran)
+      std::snprintf(dst, n, "%2d | %11.2f | %5.1f%%", r.bv, r.us, 100 * r.tbs / g_copy_tbs);
+    else
+      std::snprintf(dst, n, "%2s | %11s | %6s", "-", "-", "-");
+  };
+  char cp[64], cd[64], sp[16] = "      -";
+  cell(cp, sizeof cp, rp, run_p), cell(cd, sizeof cd, rd, run_d);
+  if (run_p && run_d) std::snprintf(sp, sizeof sp, "%6.2fx", rp.us / rd.us);
+  std::printf("| %-36s | %4d | %3lld | %s | %s | %s | %-18s |\n", b.name.c_str(), int(b.N), (long long)b.T, cp, cd, sp,
+              b.target);
 }
 
 std::vector<BenchShape> bench_shapes() {
@@ -928,13 +966,17 @@ std::vector<BenchShape> diag_shapes() {
 
 int main(int argc, char** argv) {
   bool do_check = false, do_bench = false, do_sweep = false, do_small = false, do_diag = false;
+  bool only_p = false, only_d = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "small")) do_small = true;  // cases + commit + gating (for compute-sanitizer)
     if (!std::strcmp(argv[i], "check")) do_check = true;
     if (!std::strcmp(argv[i], "bench")) do_bench = true;
     if (!std::strcmp(argv[i], "sweep")) do_sweep = true;
     if (!std::strcmp(argv[i], "diag")) do_diag = true;  // cost-splitting shapes (see diag_shapes)
+    if (!std::strcmp(argv[i], "persistent")) only_p = true;
+    if (!std::strcmp(argv[i], "direct")) only_d = true;
   }
+  const bool run_p = only_p || !only_d, run_d = only_d || !only_p;
   if (!do_check && !do_bench && !do_sweep && !do_small && !do_diag) do_check = do_bench = true;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered: a crash keeps what was printed
   cudaDeviceProp prop;
@@ -942,12 +984,20 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   if (do_check || do_small) {
     std::printf("== correctness (fp64 reference)\n");
-    for (const Case& c : check_cases())
-      for (int bv : {16, 32}) run_case(c, bv);
+    int fails[2] = {0, 0};
+    for (int path = 0; path < 2; ++path) {
+      if (!(path == 0 ? run_p : run_d)) continue;
+      g_direct = path == 1;
+      const int before = g_fail;
+      for (const Case& c : check_cases())
+        for (int bv : {16, 32}) run_case(c, bv);
+      if (do_check) check_graph_and_repeat();
+      fails[path] = g_fail - before;
+    }
     check_commit();
     check_gating();
-    if (do_check) check_graph_and_repeat();
-    std::printf("== correctness: %d failure(s)\n", g_fail);
+    std::printf("== correctness: %d failure(s) (persistent %d%s, direct %d%s, commit + gating %d)\n", g_fail, fails[0],
+                run_p ? "" : " not run", fails[1], run_d ? "" : " not run", g_fail - fails[0] - fails[1]);
   }
   if (do_bench || do_sweep || do_diag) {
     g_copy_tbs = measure_copy();
@@ -957,15 +1007,16 @@ int main(int argc, char** argv) {
     FILE* log = nullptr;
     if (out) log = std::fopen((std::string(out) + "/bench_log.txt").c_str(), "a");
     std::printf(
-        "| shape (Hqk=16 Hv=32 K=V=128)      |    N |   T | BV |        us |   TB/s |  %%copy | target             "
-        "|\n");
+        "| %-36s |    N |   T | BV |     pers us |  %%copy | BV |   direct us |  %%copy | speedup | target             "
+        "|\n",
+        "shape (Hqk=16 Hv=32 K=V=128)");
     for (const BenchShape& b : bench_shapes()) {
-      if (do_bench) bench_one(b, 0, log);
+      if (do_bench) bench_row(b, 0, run_p, run_d, log);
       if (do_sweep)
-        for (int bv : {16, 32}) bench_one(b, bv, log);
+        for (int bv : {16, 32}) bench_row(b, bv, run_p, run_d, log);
     }
     if (do_diag)
-      for (const BenchShape& b : diag_shapes()) bench_one(b, 0, log);
+      for (const BenchShape& b : diag_shapes()) bench_row(b, 0, run_p, run_d, log);
     if (log) std::fclose(log);
   }
   return g_fail ? 1 : 0;

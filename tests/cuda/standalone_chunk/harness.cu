@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -467,8 +468,17 @@ __global__ void fill_gate_kernel(float* g, float* beta, int64_t n, uint64_t seed
   }
 }
 
+static const char* impl_name() {
+  switch (cuda::chunk_fwd_get_impl()) {
+    case cuda::kChunkImplVariant: return "variant";
+    case cuda::kChunkImplWide: return "wide";
+    case cuda::kChunkImplWide1: return "wide1";
+    default: return "default";
+  }
+}
+
 static void time_shape(const char* name, int64_t T, int64_t Hqk, int64_t Hv, std::vector<int64_t> seqlens,
-                       double fla_ms, double goal_ms) {
+                       double fla_ms, double goal_ms, std::vector<int> seg_list = {1, 0}) {
   Case c;
   c.name = name, c.B = 1, c.T = T, c.Hqk = Hqk, c.Hv = Hv, c.seqlens = seqlens, c.h0 = false, c.ht = true;
   const int64_t TT = c.TT(), N = c.N();
@@ -506,8 +516,11 @@ static void time_shape(const char* name, int64_t T, int64_t Hqk, int64_t Hv, std
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int segs : {1, 0}) {
+  for (int segs : seg_list) {
     cuda::chunk_fwd_set_segments(segs);
+    char lab[16];
+    std::snprintf(lab, sizeof lab, "%s", segs == 1 ? "nosplit" : segs == 0 ? "auto" : "");
+    if (segs > 1) std::snprintf(lab, sizeof lab, "P=%d", segs);
     ensure_ws(D);
     const size_t ws = cuda::chunk_fwd_workspace_size(D.p, D.d);
     for (int i = 0; i < 3; ++i) run_op(D);
@@ -525,8 +538,8 @@ static void time_shape(const char* name, int64_t T, int64_t Hqk, int64_t Hv, std
     std::sort(ts.begin(), ts.end());
     const double ms = ts[ts.size() / 2];
     const double tflops = 181.6e3 * double(TT) * double(Hv) / (ms * 1e-3) / 1e12;
-    std::printf("TIME %-34s %-5s %8.3f ms  %6.1f TFLOP/s  ws %10zu B   (FLA %.3f, goal %.3f)\n", name,
-                segs == 1 ? "nosplit" : "auto", ms, tflops, ws, fla_ms, goal_ms);
+    std::printf("TIME %-8s %-34s %-7s %8.3f ms  %6.1f TFLOP/s  ws %10zu B   (FLA %.3f, goal %.3f)\n", impl_name(),
+                name, lab, ms, tflops, ws, fla_ms, goal_ms);
 #ifdef FGDN_CHUNK_PROFILE
     unsigned long long* prof;
     CK(cudaMalloc(&prof, 16 * sizeof(unsigned long long)));
@@ -540,7 +553,7 @@ static void time_shape(const char* name, int64_t T, int64_t Hqk, int64_t Hv, std
     const double nc = hp[8] > 0 ? double(hp[8]) : 1.0;
     std::printf("PROF %-30s %-7s chunks %4llu cycles/chunk: load %.0f | L %.0f | inverse %.0f | W,U,QS %.0f | P %.0f"
                 " | sync %.0f | state %.0f | PU,out %.0f\n",
-                name, segs == 1 ? "nosplit" : "auto", hp[8], hp[0] / nc, hp[1] / nc, hp[2] / nc, hp[3] / nc,
+                name, lab, hp[8], hp[0] / nc, hp[1] / nc, hp[2] / nc, hp[3] / nc,
                 hp[4] / nc, hp[5] / nc, hp[6] / nc, hp[7] / nc);
     cudaFree(prof);
 #endif
@@ -578,6 +591,9 @@ static void copy_bw() {
 int main(int argc, char** argv) {
   const bool do_time = argc < 2 || std::string(argv[1]) != "check";
   const bool do_check = argc < 2 || std::string(argv[1]) != "time";
+  // argv[2]: how many of the five timing shapes to run (default all); FLASHGDN_CHUNK_IMPL picks the kernel
+  const int nshapes = argc >= 3 ? std::atoi(argv[2]) : 5;
+  std::printf("IMPL %s (FLASHGDN_CHUNK_IMPL)\n", impl_name());
   if (do_check) {
     std::vector<Case> cs;
     Case c;
@@ -618,11 +634,12 @@ int main(int argc, char** argv) {
   }
   if (do_time) {
     copy_bw();
-    time_shape("B1_T32768_H16", 32768, 16, 16, {}, 1.414, 0.25);
-    time_shape("B1_T131072_H32", 131072, 32, 32, {}, 8.759, 1.8);
-    time_shape("B1_T32768_Hqk16_Hv32", 32768, 16, 32, {}, 2.050, 0.45);
-    time_shape("varlen_4x8192_Hqk16_Hv64", 0, 16, 64, std::vector<int64_t>(4, 8192), 3.568, 0.6);
-    time_shape("varlen_64x512_Hqk16_Hv32", 0, 16, 32, std::vector<int64_t>(64, 512), 1.948, 0.5);
+    // the first shape also sweeps the segment count (FLASHGDN_CHUNK_SEGMENTS / chunk_fwd_set_segments)
+    if (nshapes > 0) time_shape("B1_T32768_H16", 32768, 16, 16, {}, 1.414, 0.25, {1, 0, 4, 8, 16});
+    if (nshapes > 1) time_shape("B1_T131072_H32", 131072, 32, 32, {}, 8.759, 1.8);
+    if (nshapes > 2) time_shape("B1_T32768_Hqk16_Hv32", 32768, 16, 32, {}, 2.050, 0.45);
+    if (nshapes > 3) time_shape("varlen_4x8192_Hqk16_Hv64", 0, 16, 64, std::vector<int64_t>(4, 8192), 3.568, 0.6);
+    if (nshapes > 4) time_shape("varlen_64x512_Hqk16_Hv32", 0, 16, 32, std::vector<int64_t>(64, 512), 1.948, 0.5);
   }
   return g_fail ? 1 : 0;
 }

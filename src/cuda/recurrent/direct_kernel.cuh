@@ -1,0 +1,468 @@
+// The "direct" recurrent kernel family: decode (T = 1), multi-token decode and speculative verify
+// (gdn-math §1.2, §8), same semantics and arguments (RecurrentArgs) as recurrent_kernel.cuh, opt-in through
+// FLASHGDN_RECURRENT_DIRECT=1 (recurrent.cu) until a device run proves it correct and faster.
+//
+// Why another kernel: the persistent kernel is latency bound (docs/recurrent.md): 168 registers, 3 CTAs per
+// SM, a dependent chain per tile. This one is the simplest bandwidth-bound shape instead:
+//   - grid = N x Hv x (V / BV) CTAs of 128 threads, one (n, h, V-tile) state tile per CTA, no persistence,
+//     no shared-memory staging of the state: the tile goes global -> registers -> global;
+//   - T = 1 instantiations are bounded to 64 registers (8+ CTAs = 32+ warps per SM), so many tiles' loads are
+//     in flight at once (memory-level parallelism hides the latency instead of a software pipeline);
+//   - every thread issues all its 16-byte state loads (and q, k, v, g, beta of the first token) before the
+//     first use; the only dependent loads are the index loads (slot, cu_seqlens) that address the state.
+// A tile is owned by exactly one CTA and each thread reads its own state vectors before it writes them (the
+// same positions), which keeps protocol A's read-before-write safe (gdn-math §8.2).
+//
+// Thread layout: the state is stored as vectors of E = 16 / sizeof(ST) elements (4 fp32 or 8 bf16/f16).
+// A tile row (one key index i for K-major [K, V], one value index j for V-major [V, K]) is INNER contiguous
+// elements = TPR threads x one 16-byte vector; a warp covers 32 / TPR consecutive rows (K-major fp32 BV = 32:
+// 8 threads x 128 B per row, 4 rows per warp), the CTA RPP rows per pass, a thread P passes.
+//
+// Per token, from the pre-update state S (one pass over the registers, two reductions over K):
+//   q' = scale q^, k^           (l2norm in fp32, eps inside the sqrt; computed by every warp, no barrier)
+//   kS = S^T k^,  qS = S^T q'
+//   u  = beta (v - alpha kS)    (2a) on S~ = alpha S
+//   o  = alpha qS + (q'.k^) u   (= scale S_t^T q^, the post-update read, gdn-math §1.3)
+//   S  = alpha S + k^ u^T       (2b)
+// K-major reduces over the thread's rows, then the lanes of the same column group (shuffles), then the 4
+// warps through shared memory (double-buffered by token parity: one barrier per token). V-major reduces over
+// the TPR lanes of a row (shuffles only). Sums run in a fixed order: bitwise reproducible run to run.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "cuda/common/device_util.cuh"
+#include "cuda/recurrent/recurrent_args.hpp"
+
+namespace flashgdn::cuda {
+namespace direct {
+
+inline constexpr int kThreads = 128;
+inline constexpr int kWarps = kThreads / 32;
+
+// ---- 16-byte state vectors: E elements of the storage type <-> fp32 (stores round to nearest even) ----
+__device__ __forceinline__ void load16(const float* p, float (&x)[4]) {
+  const float4 v = __ldcg(reinterpret_cast<const float4*>(p));  // .cg: the state is touched once
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+__device__ __forceinline__ void store16(float* p, const float (&x)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+}
+template <class H2>
+__device__ __forceinline__ float2 to_float2(uint32_t w) {
+  if constexpr (std::is_same_v<H2, __nv_bfloat162>)
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+  else
+    return __half22float2(*reinterpret_cast<const __half2*>(&w));
+}
+template <class H2>
+__device__ __forceinline__ uint32_t from_float2(float a, float b) {
+  H2 h;
+  if constexpr (std::is_same_v<H2, __nv_bfloat162>)
+    h = __floats2bfloat162_rn(a, b);
+  else
+    h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <class H2>
+__device__ __forceinline__ void load16_half(const void* p, float (&x)[8]) {
+  const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p));
+  const float2 a = to_float2<H2>(v.x), b = to_float2<H2>(v.y), c = to_float2<H2>(v.z), d = to_float2<H2>(v.w);
+  x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y, x[4] = c.x, x[5] = c.y, x[6] = d.x, x[7] = d.y;
+}
+template <class H2>
+__device__ __forceinline__ void store16_half(void* p, const float (&x)[8]) {
+  *reinterpret_cast<uint4*>(p) = make_uint4(from_float2<H2>(x[0], x[1]), from_float2<H2>(x[2], x[3]),
+                                            from_float2<H2>(x[4], x[5]), from_float2<H2>(x[6], x[7]));
+}
+__device__ __forceinline__ void load16(const __nv_bfloat16* p, float (&x)[8]) {
+  load16_half<__nv_bfloat162>(p, x);
+}
+__device__ __forceinline__ void store16(__nv_bfloat16* p, const float (&x)[8]) {
+  store16_half<__nv_bfloat162>(p, x);
+}
+__device__ __forceinline__ void load16(const __half* p, float (&x)[8]) {
+  load16_half<__half2>(p, x);
+}
+__device__ __forceinline__ void store16(__half* p, const float (&x)[8]) {
+  store16_half<__half2>(p, x);
+}
+
+// ---- E contiguous elements of a runtime-dtype tensor (activations, intermediate states) ----
+template <int E>
+__device__ __forceinline__ void load_n(const void* base, DType dt, int64_t off, float (&x)[E]) {
+#pragma unroll
+  for (int m = 0; m < E / 4; ++m) {
+    float y[4];
+    load4(base, dt, off + 4 * m, y);
+    x[4 * m] = y[0], x[4 * m + 1] = y[1], x[4 * m + 2] = y[2], x[4 * m + 3] = y[3];
+  }
+}
+template <int E>
+__device__ __forceinline__ void store_n(void* base, DType dt, int64_t off, const float (&x)[E]) {
+#pragma unroll
+  for (int m = 0; m < E / 4; ++m) {
+    const float y[4] = {x[4 * m], x[4 * m + 1], x[4 * m + 2], x[4 * m + 3]};
+    store4(base, dt, off + 4 * m, y);
+  }
+}
+
+__device__ __forceinline__ bool slot_ok(int64_t s, int64_t slots, bool null_invalid) {
+  return s >= 0 && s < slots && !(null_invalid && s == 0);
+}
+
+template <StateLayout L, class ST, int K, int BV>
+struct Tile {
+  static constexpr bool kmaj = L == StateLayout::k_major;
+  static constexpr int E = 16 / int(sizeof(ST));  // elements per 16-byte vector
+  static constexpr int INNER = kmaj ? BV : K;     // contiguous extent of a tile row
+  static constexpr int OUTER = kmaj ? K : BV;     // tile rows
+  static constexpr int TPR = INNER / E;           // threads per tile row
+  static constexpr int RPP = kThreads / TPR;      // tile rows per pass of the CTA
+  static constexpr int P = OUTER / RPP;           // rows per thread
+  static constexpr int VN = kmaj ? E : P;         // v elements a thread needs per token
+  static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0, "a tile row must fit in one warp");
+  static_assert(P >= 1 && OUTER % RPP == 0, "tile rows must split evenly over the CTA");
+  static_assert(K % 4 == 0 && K / 4 <= 32, "one warp stages q and k (4 elements per lane)");
+};
+
+// Raw loads of one token (issued ahead of their use; finished by the token step).
+template <int VN>
+struct TokLoads {
+  float q[4], k[4];  // lane's 4 elements of q and k (lanes < K / 4)
+  float v[VN];       // the thread's v elements
+  float g, be;       // raw gate / beta (before gate_in_kernel / beta_sigmoid)
+  int64_t wslot;     // protocol A: pool slot the state after this token goes to (-1: none)
+};
+
+}  // namespace direct
+
+// Resident CTAs per SM the register budget is cut for (65536 / (128 x blocks) registers per thread): T = 1
+// gets 64 registers (8 CTAs = 32 warps per SM) except where a thread holds 32 state elements and the tile is
+// V-major or 16-bit (the conversions / per-row v): 80 registers (6 CTAs; 96 = 5 CTAs for V-major fp32), where
+// 64 or 72 spill. Multi-token instantiations keep the tile plus the next token's loads: 128 registers (4 CTAs).
+// FGDN_REC_DIRECT_MULTI_BLOCKS overrides the multi-token value (an experiment for the device run: 6 = 80
+// registers, more CTAs to hide the per-token chain, vs 4).
+#ifndef FGDN_REC_DIRECT_MULTI_BLOCKS
+#define FGDN_REC_DIRECT_MULTI_BLOCKS 4
+#endif
+template <StateLayout L, class ST, int K, int BV, bool MULTI>
+constexpr int direct_min_blocks() {
+  using G = direct::Tile<L, ST, K, BV>;
+  if (MULTI) return FGDN_REC_DIRECT_MULTI_BLOCKS;
+  if (G::P * G::E < 32 || (G::kmaj && sizeof(ST) == 4)) return 8;
+  return !G::kmaj && sizeof(ST) == 4 ? 5 : 6;  // V-major fp32 (8 rows, 8 v values per thread) spills at 80
+}
+
+template <StateLayout L, class ST, int K, int BV, bool MULTI>
+__global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K, BV, MULTI>()))
+    recurrent_direct_kernel(const RecurrentArgs a) {
+  using G = direct::Tile<L, ST, K, BV>;
+  constexpr bool kmaj = G::kmaj;
+  constexpr int E = G::E, TPR = G::TPR, RPP = G::RPP, P = G::P, VN = G::VN, NW = direct::kWarps;
+  using Tok = direct::TokLoads<VN>;
+
+  __shared__ __align__(16) float s_qk[NW][2][K];      // per warp: [0] q' = scale q^, [1] k^ (current token)
+  __shared__ __align__(16) float s_red[2][NW][2][BV];  // K-major cross-warp partial sums, by token parity
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int c = tid % TPR;   // vector index along the tile row
+  const int r0 = tid / TPR;  // tile row within a pass
+  const bool has_pool = a.pool != nullptr;
+
+  // ---- tile coordinates: tile = (n Hv + h) (V / BV) + V-tile ----
+  const int nvt = a.V / BV;
+  const int64_t nh = int64_t(blockIdx.x) / nvt;
+  const int j0 = int(int64_t(blockIdx.x) % nvt) * BV;
+  const int64_t h = nh % a.Hv, n = nh / a.Hv;
+  const int64_t hq = h / (a.Hv / a.Hqk);  // GQA: value head h reads q/k head h / (Hv / Hqk) (gdn-math §2)
+
+  // ---- first-level index loads, all independent: cu_seqlens, 1-D slot or accepted count, buffer index ----
+  int64_t bos = 0, len = a.T, b = n;
+  int64_t idx = n, ib = n;
+  if (a.varlen) {  // clamped into [0, T] and monotone: a garbage table stays in bounds
+    int64_t cu0 = load_index(a.cu_seqlens, a.cu_i64, n), cu1 = load_index(a.cu_seqlens, a.cu_i64, n + 1);
+    bos = cu0 < 0 ? 0 : (cu0 > a.T ? a.T : cu0);
+    const int64_t eos = cu1 < bos ? bos : (cu1 > a.T ? a.T : cu1);
+    b = 0, len = eos - bos;
+  }
+  if (has_pool) {
+    if (a.T_max > 0)  // 2-D slots: the accepted count a picks column a - 1
+      idx = a.num_accepted ? load_index(a.num_accepted, a.na_i64, n * a.na_s) : 1;
+    else if (a.state_indices)
+      idx = load_index(a.state_indices, a.si_i64, n * a.si_s[0]);
+  }
+  if (a.inter && a.inter_indices) ib = load_index(a.inter_indices, a.ii_i64, n * a.ii_s);
+
+  // ---- one token's raw loads (row-relative token tr) ----
+  auto load_tok = [&](int64_t tr, Tok& x) {
+    const int64_t t = bos + tr;
+    if (4 * lane < K) {
+      load4(a.q, a.qk_dtype, b * a.q_s[0] + t * a.q_s[1] + hq * a.q_s[2] + 4 * lane, x.q);
+      load4(a.k, a.qk_dtype, b * a.k_s[0] + t * a.k_s[1] + hq * a.k_s[2] + 4 * lane, x.k);
+    } else {
+      x.q[0] = x.q[1] = x.q[2] = x.q[3] = 0.f;
+      x.k[0] = x.k[1] = x.k[2] = x.k[3] = 0.f;
+    }
+    const int64_t v_off = b * a.v_s[0] + t * a.v_s[1] + h * a.v_s[2] + j0;
+    if constexpr (kmaj) {
+      direct::load_n<E>(a.v, a.v_dtype, v_off + E * c, x.v);  // columns j0 + E c + e
+    } else {
+#pragma unroll
+      for (int p = 0; p < P; ++p) x.v[p] = load1(a.v, a.v_dtype, v_off + r0 + p * RPP);  // rows j0 + r0 + p RPP
+    }
+    x.g = a.g ? load1(a.g, a.g_dtype, b * a.g_s[0] + t * a.g_s[1] + h * a.g_s[2]) : 0.f;
+    x.be = a.beta ? load1(a.beta, a.beta_dtype, b * a.beta_s[0] + t * a.beta_s[1] + h * a.beta_s[2]) : 1.f;
+    // Protocol A: the state after token tr goes to slot [n, tr] when that slot is valid (and tr < T_max).
+    x.wslot = -1;
+    if (has_pool && a.commit && a.T_max > 0 && tr < a.T_max) {
+      const int64_t s = load_index(a.state_indices, a.si_i64, n * a.si_s[0] + tr * a.si_s[1]);
+      x.wslot = direct::slot_ok(s, a.slots, a.null_slot_is_invalid) ? s : -1;
+    }
+  };
+
+  // The first token's activations do not depend on the slot: request them before the slot-dependent loads.
+  Tok cur;
+  if (len > 0) load_tok(0, cur);
+
+  // ---- the row's start slot and validity (gdn-math §8.1, §8.2) ----
+  int64_t slot = -1;
+  bool valid = true, load;
+  if (has_pool) {
+    bool ok = true;
+    if (a.T_max > 0) {  // idx is the accepted count
+      if (idx < 1 || idx > a.T_max)
+        ok = false;
+      else
+        slot = load_index(a.state_indices, a.si_i64, n * a.si_s[0] + (idx - 1) * a.si_s[1]);
+    } else {
+      slot = idx;
+    }
+    valid = ok && direct::slot_ok(slot, a.slots, a.null_slot_is_invalid);
+    load = valid && len > 0;
+  } else {
+    load = a.h0 != nullptr && (len > 0 || a.hT != nullptr);
+  }
+  const int64_t ibuf = a.inter && valid && len > 0 && ib >= 0 && ib < a.n_buf ? ib : -1;
+
+  // Offset of this thread's p-th vector inside a [K, V] / [V, K] state with row stride rs.
+  auto tile_off = [&](int p, int64_t rs) -> int64_t {
+    const int row = r0 + p * RPP;
+    return kmaj ? int64_t(row) * rs + j0 + E * c : int64_t(j0 + row) * rs + E * c;
+  };
+
+  // ---- the whole state tile: all 16-byte loads issued before any use ----
+  float s[P][E];
+  if (load) {
+    const ST* src = nullptr;
+    int64_t rs = 0;
+    if (has_pool) {
+      src = static_cast<const ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1];
+      rs = a.pool_s[2];
+    } else if constexpr (std::is_same_v<ST, float>) {  // initial/final states are fp32 (the dispatch picks ST)
+      src = a.h0 + n * a.h0_s[0] + h * a.h0_s[1];
+      rs = a.h0_s[2];
+    } else {
+      __trap();  // unreachable: without a pool the dispatch instantiates ST = float
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p) direct::load16(src + tile_off(p, rs), s[p]);
+  } else {
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+      for (int e = 0; e < E; ++e) s[p][e] = 0.f;
+  }
+
+  if (len == 0) {  // touches nothing, except the no-pool final state = initial state (gdn-math §1.5)
+    if constexpr (std::is_same_v<ST, float>) {
+      if (!has_pool && a.hT) {
+        float* dst = a.hT + n * a.hT_s[0] + h * a.hT_s[1];
+#pragma unroll
+        for (int p = 0; p < P; ++p) direct::store16(dst + tile_off(p, a.hT_s[2]), s[p]);
+      }
+    }
+    return;
+  }
+  if (!valid) {  // invalid row: exact zeros to its outputs, nothing else written
+    const float z[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int64_t x = tid; x < len * (BV / 4); x += direct::kThreads) {
+      const int64_t t = bos + x / (BV / 4);
+      store4(a.o, a.v_dtype, b * a.o_s[0] + t * a.o_s[1] + h * a.o_s[2] + j0 + 4 * (x % (BV / 4)), z);
+    }
+    return;
+  }
+
+  const int64_t ntok = MULTI ? len : 1;  // the T = 1 instantiation only runs with T <= 1
+#pragma unroll 1
+  for (int64_t tr = 0; tr < ntok; ++tr) {
+    // The next token's loads fly during this token's math (registers stay in registers across tokens).
+    Tok nxt;
+    if (MULTI && tr + 1 < ntok) load_tok(tr + 1, nxt);
+
+    // ---- token staging, redundantly per warp (no barrier): q' = scale q^, k^, q'.k^, alpha, beta ----
+    float rq = a.scale, rk = 1.f;
+    if (a.l2norm) {  // x^ = x / sqrt(sum x^2 + 1e-6), fp32 (gdn-math §1.4)
+      float sq = 0.f, sk = 0.f;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sq = fmaf(cur.q[e], cur.q[e], sq), sk = fmaf(cur.k[e], cur.k[e], sk);
+      sq = lane_sum<1, 32>(sq);
+      sk = lane_sum<1, 32>(sk);
+      rq *= rsqrtf(sq + 1e-6f);
+      rk = rsqrtf(sk + 1e-6f);
+    }
+    float qk = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      cur.q[e] *= rq;
+      cur.k[e] *= rk;
+      qk = fmaf(cur.q[e], cur.k[e], qk);
+    }
+    qk = lane_sum<1, 32>(qk);  // q'.k^
+    if (MULTI) __syncwarp();   // the warp's lanes are done reading the previous token's q', k^
+    if (4 * lane < K) {
+      *reinterpret_cast<float4*>(&s_qk[warp][0][4 * lane]) = make_float4(cur.q[0], cur.q[1], cur.q[2], cur.q[3]);
+      *reinterpret_cast<float4*>(&s_qk[warp][1][4 * lane]) = make_float4(cur.k[0], cur.k[1], cur.k[2], cur.k[3]);
+    }
+    __syncwarp();
+    float g = cur.g;
+    if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
+      g = gate_from_raw(g, load1(a.A_log, a.A_log_dtype, h * a.A_log_s),
+                        a.dt_bias ? load1(a.dt_bias, a.dt_bias_dtype, h * a.dt_bias_s) : 0.f, a.softplus_beta,
+                        a.softplus_threshold);
+    const float alpha = expf(g);
+    const float be = a.beta_sigmoid ? beta_from_raw(cur.be, a.allow_neg_eigval) : cur.be;
+    const int64_t o_off = b * a.o_s[0] + (bos + tr) * a.o_s[1] + h * a.o_s[2] + j0;
+    const float* qv = s_qk[warp][0];
+    const float* kv = s_qk[warp][1];
+
+    if constexpr (kmaj) {
+      // Thread holds rows i_p = r0 + p RPP, columns j0 + E c + e. Reduce over i: own rows, then the lanes with
+      // the same c (shuffles), then the warps through shared memory.
+      float kS[E], qS[E];
+#pragma unroll
+      for (int e = 0; e < E; ++e) kS[e] = 0.f, qS[e] = 0.f;
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const float ki = kv[r0 + p * RPP], qi = qv[r0 + p * RPP];
+#pragma unroll
+        for (int e = 0; e < E; ++e) kS[e] = fmaf(s[p][e], ki, kS[e]), qS[e] = fmaf(s[p][e], qi, qS[e]);
+      }
+#pragma unroll
+      for (int e = 0; e < E; ++e) kS[e] = lane_sum<TPR, 32>(kS[e]), qS[e] = lane_sum<TPR, 32>(qS[e]);
+      float(*red)[2][BV] = s_red[tr & 1];
+      if (lane < TPR) {
+#pragma unroll
+        for (int e = 0; e < E; e += 4) {
+          *reinterpret_cast<float4*>(&red[warp][0][E * c + e]) = make_float4(kS[e], kS[e + 1], kS[e + 2], kS[e + 3]);
+          *reinterpret_cast<float4*>(&red[warp][1][E * c + e]) = make_float4(qS[e], qS[e + 1], qS[e + 2], qS[e + 3]);
+        }
+      }
+      __syncthreads();  // one barrier per token; the parity buffer makes the next token's writes safe
+      float u[E], o[E];
+#pragma unroll
+      for (int e = 0; e < E; e += 4) {
+        float4 ks = *reinterpret_cast<const float4*>(&red[0][0][E * c + e]);
+        float4 qs = *reinterpret_cast<const float4*>(&red[0][1][E * c + e]);
+#pragma unroll
+        for (int w = 1; w < NW; ++w) {  // fixed order: bitwise reproducible
+          const float4 x = *reinterpret_cast<const float4*>(&red[w][0][E * c + e]);
+          const float4 y = *reinterpret_cast<const float4*>(&red[w][1][E * c + e]);
+          ks.x += x.x, ks.y += x.y, ks.z += x.z, ks.w += x.w;
+          qs.x += y.x, qs.y += y.y, qs.z += y.z, qs.w += y.w;
+        }
+        const float kk[4] = {ks.x, ks.y, ks.z, ks.w}, qq[4] = {qs.x, qs.y, qs.z, qs.w};
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          u[e + m] = be * (cur.v[e + m] - alpha * kk[m]);  // u = beta (v - alpha S^T k^)
+          o[e + m] = fmaf(qk, u[e + m], alpha * qq[m]);    // o = alpha S^T q' + (q'.k^) u
+        }
+      }
+      if (tid < TPR) direct::store_n<E>(a.o, a.v_dtype, o_off + E * c, o);
+#pragma unroll
+      for (int p = 0; p < P; ++p) {  // S = alpha S + k^ u^T
+        const float ki = kv[r0 + p * RPP];
+#pragma unroll
+        for (int e = 0; e < E; ++e) s[p][e] = fmaf(ki, u[e], alpha * s[p][e]);
+      }
+    } else {
+      // Thread holds rows j_p = j0 + r0 + p RPP (value index), keys i = E c + e. Reduce over i inside the TPR
+      // lanes of a row: no shared memory, no barrier.
+      float kc[E], qc[E];
+#pragma unroll
+      for (int e = 0; e < E; e += 4) {
+        const float4 k4 = *reinterpret_cast<const float4*>(&kv[E * c + e]);
+        const float4 q4 = *reinterpret_cast<const float4*>(&qv[E * c + e]);
+        kc[e] = k4.x, kc[e + 1] = k4.y, kc[e + 2] = k4.z, kc[e + 3] = k4.w;
+        qc[e] = q4.x, qc[e + 1] = q4.y, qc[e + 2] = q4.z, qc[e + 3] = q4.w;
+      }
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        float kS = 0.f, qS = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) kS = fmaf(s[p][e], kc[e], kS), qS = fmaf(s[p][e], qc[e], qS);
+        kS = lane_sum<1, TPR>(kS);
+        qS = lane_sum<1, TPR>(qS);
+        const float u = be * (cur.v[p] - alpha * kS);  // u = beta (v - alpha S^T k^)
+        // o = alpha S^T q' + (q'.k^) u, stored by one lane of the row (spread over lanes by p)
+        if (c == p % TPR) store1(a.o, a.v_dtype, o_off + r0 + p * RPP, fmaf(qk, u, alpha * qS));
+#pragma unroll
+        for (int e = 0; e < E; ++e) s[p][e] = fmaf(u, kc[e], alpha * s[p][e]);  // S^v = alpha S^v + u k^T
+      }
+    }
+
+    // ---- per-token state writes: intermediate entry (protocol B), pool slot [n, tr] (protocol A) ----
+    if (ibuf >= 0 && tr < a.T_buf) {
+      const int64_t base = ibuf * a.inter_s[0] + tr * a.inter_s[1] + h * a.inter_s[2];
+#pragma unroll
+      for (int p = 0; p < P; ++p) direct::store_n<E>(a.inter, a.inter_dtype, base + tile_off(p, a.inter_s[3]), s[p]);
+    }
+    if (cur.wslot >= 0) {
+      ST* dst = static_cast<ST*>(a.pool) + cur.wslot * a.pool_s[0] + h * a.pool_s[1];
+#pragma unroll
+      for (int p = 0; p < P; ++p) direct::store16(dst + tile_off(p, a.pool_s[2]), s[p]);
+    }
+    if constexpr (MULTI) cur = nxt;
+  }
+
+  // ---- final state: pool[slot] (1-D slots, commit) or final_state[n] (no pool) ----
+  if (has_pool) {
+    if (a.commit && a.T_max == 0) {
+      ST* dst = static_cast<ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1];
+#pragma unroll
+      for (int p = 0; p < P; ++p) direct::store16(dst + tile_off(p, a.pool_s[2]), s[p]);
+    }
+  } else if constexpr (std::is_same_v<ST, float>) {
+    if (a.hT) {
+      float* dst = a.hT + n * a.hT_s[0] + h * a.hT_s[1];
+#pragma unroll
+      for (int p = 0; p < P; ++p) direct::store16(dst + tile_off(p, a.hT_s[2]), s[p]);
+    }
+  }
+}
+
+// One CTA per tile; T <= 1 takes the 64-register instantiation.
+template <StateLayout L, class ST, int K, int BV>
+cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream) {
+  const int64_t ntiles = a.N * a.Hv * (a.V / BV);
+  if (ntiles == 0) return cudaSuccess;
+  if (ntiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  const dim3 grid{unsigned(ntiles)};
+  if (a.T <= 1)
+    recurrent_direct_kernel<L, ST, K, BV, false><<<grid, direct::kThreads, 0, stream>>>(a);
+  else
+    recurrent_direct_kernel<L, ST, K, BV, true><<<grid, direct::kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// One translation unit per (layout, storage type) instantiates every (K, BV): they compile in parallel.
+#define FGDN_INSTANTIATE_RECURRENT_DIRECT(L, ST)                                                 \
+  template cudaError_t launch_recurrent_direct<L, ST, 64, 16>(const RecurrentArgs&, cudaStream_t);  \
+  template cudaError_t launch_recurrent_direct<L, ST, 64, 32>(const RecurrentArgs&, cudaStream_t);  \
+  template cudaError_t launch_recurrent_direct<L, ST, 128, 16>(const RecurrentArgs&, cudaStream_t); \
+  template cudaError_t launch_recurrent_direct<L, ST, 128, 32>(const RecurrentArgs&, cudaStream_t);
+
+}  // namespace flashgdn::cuda
