@@ -78,8 +78,20 @@ if has python; then
   t0=$(date +%s)
   python3 -m pip install --no-build-isolation --no-deps -v . >"$LOG/pip_install.log" 2>&1
   echo "pip install rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$summary"
-  (cd /tmp && PYTHONUNBUFFERED=1 timeout 300 python3 -m pytest "$OLDPWD/tests/python" -q -rs >"$LOG/pytest.log" 2>&1)
-  echo "pytest rc=$? : $(tail -1 "$LOG/pytest.log")" | tee -a "$summary"
+  (cd /tmp && PYTHONUNBUFFERED=1 timeout 300 python3 -X faulthandler -m pytest "$OLDPWD/tests/python" -v -rs \
+    -p no:cacheprovider >"$LOG/pytest.log" 2>&1)
+  rc=$?
+  echo "pytest rc=$rc : $(grep -E '(passed|failed|error)' "$LOG/pytest.log" | tail -1)" | tee -a "$summary"
+  if [ $rc -ge 128 ]; then  # a crash: name the test, get a native backtrace, run the rest without it
+    bad=$(grep -E '::.* ' "$LOG/pytest.log" | tail -1 | awk '{print $1}')
+    echo "crashed in: $bad" | tee -a "$summary"
+    (cd /tmp && timeout 120 cuda-gdb -batch -ex run -ex bt --args python3 -m pytest "$bad" -q -p no:cacheprovider \
+      >"$LOG/crash_bt.log" 2>&1)
+    grep -E "^#[0-9]+" "$LOG/crash_bt.log" | head -25 | tee -a "$summary"
+    (cd /tmp && PYTHONUNBUFFERED=1 timeout 300 python3 -m pytest "$OLDPWD/tests/python" -q -rs -p no:cacheprovider \
+      --deselect "$bad" >"$LOG/pytest_rest.log" 2>&1)
+    echo "pytest without it rc=$? : $(tail -1 "$LOG/pytest_rest.log")" | tee -a "$summary"
+  fi
 fi
 
 if has side; then
