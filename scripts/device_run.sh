@@ -83,7 +83,8 @@ if has python; then
   rc=$?
   echo "pytest rc=$rc : $(grep -E '(passed|failed|error)' "$LOG/pytest.log" | tail -1)" | tee -a "$summary"
   if [ $rc -ge 128 ]; then  # a crash: name the test, get a native backtrace, run the rest without it
-    bad=$(grep -E '::.* ' "$LOG/pytest.log" | tail -1 | awk '{print $1}')
+    bad=$(grep -E '::' "$LOG/pytest.log" | tail -1 | awk '{print $1}')
+    bad="$OLDPWD/tests/python/${bad#*tests/python/}"
     echo "crashed in: $bad" | tee -a "$summary"
     (cd /tmp && timeout 120 cuda-gdb -batch -ex run -ex bt --args python3 -m pytest "$bad" -q -p no:cacheprovider \
       >"$LOG/crash_bt.log" 2>&1)
