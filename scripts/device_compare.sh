@@ -12,7 +12,7 @@ res=$OUT/compare.md
 echo "# kernel path comparison ($(date -u +%FT%TZ), commit ${FLASHGDN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)})" >"$res"
 bench_rows() { sed -n '/^copy /p;/^| [a-z]/p' | grep -v "^| case" ; }
 
-for impl in ${CHUNK_IMPLS:-default wide wide1 variant}; do
+for impl in ${CHUNK_IMPLS:-base wide wide1 variant}; do
   echo "== chunk_fwd impl=$impl"
   t=$(FLASHGDN_CHUNK_IMPL=$impl timeout 60 $B/flashgdn_gpu_tests --gtest_brief=1 --gtest_filter='CudaChunkFwd*' 2>&1)
   echo "### chunk_fwd $impl: tests: $(echo "$t" | grep -E '^\[  (PASSED|FAILED)' | tr '\n' ' ')" | tee -a "$res"
@@ -20,7 +20,7 @@ for impl in ${CHUNK_IMPLS:-default wide wide1 variant}; do
   FLASHGDN_CHUNK_IMPL=$impl timeout 60 $B/flashgdn bench --reps 12 prefill 2>&1 | bench_rows | tee -a "$res"
 done
 for seg in ${SEGMENTS:-1 4 8 16 32}; do
-  FLASHGDN_CHUNK_IMPL=${SEG_IMPL:-default} FLASHGDN_CHUNK_SEGMENTS=$seg timeout 60 $B/flashgdn bench --reps 8 \
+  FLASHGDN_CHUNK_IMPL=${SEG_IMPL:-wide} FLASHGDN_CHUNK_SEGMENTS=$seg timeout 60 $B/flashgdn bench --reps 8 \
     prefill_t32k_h16 prefill_t32k_h16_32 2>&1 | bench_rows | sed "s/^| prefill/| seg=$seg prefill/" | tee -a "$res"
 done
 for direct in 1; do

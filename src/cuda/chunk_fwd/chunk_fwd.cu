@@ -35,10 +35,11 @@ void read_env_once() {
     if (const char* s = std::getenv("FLASHGDN_CHUNK_SEGMENTS")) g_segments.store(std::max(0, std::atoi(s)));
     if (const char* s = std::getenv("FLASHGDN_CHUNK_IMPL")) {
       const std::string v(s);
-      g_impl.store(v == "variant" ? kChunkImplVariant
-                   : v == "wide"  ? kChunkImplWide
-                   : v == "wide1" ? kChunkImplWide1
-                                  : kChunkImplDefault);
+      g_impl.store(v == "base"      ? kChunkImplBase
+                   : v == "variant" ? kChunkImplVariant
+                   : v == "wide"    ? kChunkImplWide
+                   : v == "wide1"   ? kChunkImplWide1
+                                    : kChunkImplDefault);
     }
   });
 }
@@ -279,7 +280,7 @@ ChunkKernelArgs make_args(const ChunkFwdParams& p, const ChunkDims& d) {
 }
 
 int launch(const ChunkKernelArgs& a, int impl, bool bf16, int64_t K, int64_t items, int64_t tiles, void* stream) {
-  if (impl != kChunkImplDefault) {
+  if (impl != kChunkImplBase) {
     const int nw = impl == kChunkImplVariant ? 4 : 8, minb = impl == kChunkImplWide1 ? 1 : 2;
     return bf16 ? launch_chunk_kernel_wide_bf16(a, K, nw, minb, items, tiles, stream)
                 : launch_chunk_kernel_wide_f16(a, K, nw, minb, items, tiles, stream);
@@ -297,7 +298,7 @@ void chunk_fwd_set_segments(int segments) {
 
 void chunk_fwd_set_impl(int impl) {
   read_env_once();
-  g_impl.store(impl >= kChunkImplDefault && impl <= kChunkImplWide1 ? impl : kChunkImplDefault);
+  g_impl.store(impl >= kChunkImplBase && impl <= kChunkImplWide1 ? impl : kChunkImplDefault);
 }
 
 int chunk_fwd_get_impl() {

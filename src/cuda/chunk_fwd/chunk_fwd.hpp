@@ -15,15 +15,18 @@ namespace flashgdn::cuda {
 void chunk_fwd_set_segments(int segments);
 int chunk_fwd_get_segments();
 
-// Which fused kernel runs (benchmarking and A/B checks; all are exact implementations of gdn-math §5):
-//   kChunkImplDefault  chunk_fwd_kernel.cuh (4 warps, U = (A diag(b)) V - W S0);
+// Which fused kernel runs (benchmarking and A/B checks; all are exact implementations of gdn-math §5). The default
+// is kChunkImplWide: on the H200 it passed the same GPU tests as the others and was the fastest on every benchmark
+// shape (bench/results/2026-11-29-h200-kernel-paths.md).
+//   kChunkImplBase     chunk_fwd_kernel.cuh (4 warps, U = (A diag(b)) V - W S0);
 //   kChunkImplVariant  chunk_fwd_kernel_wide.cuh, 4 warps: U = (A diag(b)) (V - Gamma K S0), no W GEMM, A hi + lo;
 //   kChunkImplWide     the same with 8 warps per CTA (columns of every state-dependent GEMM split over 2 warps),
 //                      registers capped for 2 CTAs per SM (128: some spills);
 //   kChunkImplWide1    8 warps, 1 CTA per SM (up to 255 registers, no spills).
 // Thread-safe; affects chunk_fwd calls made after it. The environment variable FLASHGDN_CHUNK_IMPL (read once,
-// at the first call: "default", "variant", "wide" or "wide1"; anything else is the default) sets the initial value.
-enum ChunkImpl : int { kChunkImplDefault = 0, kChunkImplVariant = 1, kChunkImplWide = 2, kChunkImplWide1 = 3 };
+// at the first call: "base", "variant", "wide" or "wide1"; anything else is the default) sets the initial value.
+enum ChunkImpl : int { kChunkImplBase = 0, kChunkImplVariant = 1, kChunkImplWide = 2, kChunkImplWide1 = 3 };
+inline constexpr int kChunkImplDefault = kChunkImplWide;
 void chunk_fwd_set_impl(int impl);
 int chunk_fwd_get_impl();
 

@@ -119,18 +119,28 @@ int recurrent_default_bv(const RecurrentArgs& a) {
   return 16;
 }
 
-bool recurrent_direct_enabled() {
-  // Read once (a function-local static is initialized thread-safely); "1" selects the direct kernel.
-  static const bool on = [] {
+// FLASHGDN_RECURRENT_DIRECT (read once; a function-local static is initialized thread-safely): "1" forces the
+// direct kernel, "0" the persistent one; unset chooses by tokens per row (recurrent_launch).
+int recurrent_direct_override() {
+  static const int v = [] {
     const char* e = std::getenv("FLASHGDN_RECURRENT_DIRECT");
-    return e != nullptr && std::strcmp(e, "1") == 0;
+    if (e == nullptr) return -1;
+    return std::strcmp(e, "1") == 0 ? 1 : 0;
   }();
-  return on;
+  return v;
 }
 
+bool recurrent_direct_enabled() { return recurrent_direct_override() == 1; }
+
+// Both kernels implement the whole contract; they differ in speed. Measured on the H200
+// (bench/results/2026-11-29-h200-kernel-paths.md): the direct kernel (one state tile per CTA, all loads in flight)
+// is faster for single-token decode (N=256 fp32 pool: 0.286 vs 0.376 ms), the persistent kernel for multi-token
+// rows (T=12, N=256: 1.26 vs 1.79 ms). Rows of one token: fixed T == 1, or varlen with no more tokens than rows.
 Status recurrent_launch(const RecurrentArgs& a, int bv, void* stream) {
-  return recurrent_direct_enabled() ? recurrent_launch_direct(a, bv, stream)
-                                    : recurrent_launch_persistent(a, bv, stream);
+  const int force = recurrent_direct_override();
+  const bool single_token = a.cu_seqlens == nullptr ? a.T <= 1 : a.T <= a.N;
+  const bool direct = force >= 0 ? force == 1 : single_token;
+  return direct ? recurrent_launch_direct(a, bv, stream) : recurrent_launch_persistent(a, bv, stream);
 }
 
 Status recurrent_launch_persistent(const RecurrentArgs& a, int bv, void* stream) {

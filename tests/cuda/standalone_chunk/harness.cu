@@ -473,7 +473,7 @@ static const char* impl_name() {
     case cuda::kChunkImplVariant: return "variant";
     case cuda::kChunkImplWide: return "wide";
     case cuda::kChunkImplWide1: return "wide1";
-    default: return "default";
+    default: return "base";
   }
 }
 

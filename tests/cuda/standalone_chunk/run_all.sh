@@ -1,13 +1,13 @@
 #!/bin/bash
 # One device call (see README.md), about 3-4 minutes: builds the harness (normal + phase-profile builds) and the
-# GPU gtest in parallel, then for every kernel selectable by FLASHGDN_CHUNK_IMPL (default, variant, wide, wide1;
+# GPU gtest in parallel, then for every kernel selectable by FLASHGDN_CHUNK_IMPL (base, variant, wide, wide1;
 # override with IMPLS="...") the harness checks and the timing table (T=32768 H=16 also sweeps the segment count:
 # nosplit, auto, P=4, 8, 16), the phase profile of the first shape, and the gtest (CudaChunkFwd*) with each
 # kernel. Logs in $OUT: build.log (ptxas registers/spills), harness_<impl>.log, profile.log, gtest_<impl>.log.
 set -o pipefail
 OUT=${OUT:-/tmp}
-IMPLS=${IMPLS:-"default variant wide wide1"}
-GTEST_IMPLS=${GTEST_IMPLS:-"default variant wide wide1"}
+IMPLS=${IMPLS:-"base variant wide wide1"}
+GTEST_IMPLS=${GTEST_IMPLS:-"base variant wide wide1"}
 F="-O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -DFLASHGDN_WITH_CUDA=1"
 F="$F -Iinclude -Isrc"
 D=src/cuda/chunk_fwd
