@@ -709,7 +709,8 @@ def main():
                     "with --quick); cases past it are reported as skipped")
     ap.add_argument("--peers", default="fla,flashqla,flashinfer", help="comma-separated peers to try (\"self\": "
                     "flashgdn's chunked CPU form, for the --device cpu smoke test)")
-    ap.add_argument("--only", default="", help="run only cases whose name contains this substring")
+    ap.add_argument("--only", default="", help="run only cases whose name contains one of these comma-separated "
+                    "substrings (\"overhead\" and \"first\" select the host-overhead and first-call runs)")
     ap.add_argument("--no-graph", action="store_true", help="eager timing only")
     ap.add_argument("--no-first-call", action="store_true", help="skip the fresh-process first-call runs")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
@@ -755,7 +756,8 @@ def main():
         bench.meta["notes"].append(f"ceilings failed: {_short(e)}")
     bench.write()
 
-    cases = [c for c in build_cases(args.quick) if args.only in c["name"]]
+    wanted = [w for w in args.only.split(",")] if args.only else [""]
+    cases = [c for c in build_cases(args.quick) if any(w in c["name"] for w in wanted)]
     if DEV == "cpu":
         cases = [_tiny(c) for c in cases]
     for c in cases:

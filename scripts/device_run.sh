@@ -43,6 +43,8 @@ if has gputest; then
   grep -E "^\[  FAILED|Failure|error" "$LOG/gpu_tests.log" | head -30 | tee -a "$summary"
   $B/flashgdn_cpu_tests --gtest_brief=1 >"$LOG/cpu_tests.log" 2>&1
   echo "cpu tests rc=$?" | tee -a "$summary"
+  $B/flashgdn_api_tests --gtest_brief=1 >"$LOG/api_tests.log" 2>&1
+  echo "api tests (C ABI, validation, CUDA dispatch) rc=$? : $(grep -E '^\[  (PASSED|FAILED)' "$LOG/api_tests.log" | tr '\n' ' ')" | tee -a "$summary"
 fi
 
 if has sanitize; then

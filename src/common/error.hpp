@@ -1,18 +1,42 @@
 // Error construction shared by every layer: messages name the op and argument and end with file:line.
 #pragma once
 
-#include <sstream>
+#include <cstdio>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 #include "flashgdn/flashgdn.hpp"
 
 namespace flashgdn::detail {
 
+// Message pieces are appended without iostreams: an error path must not depend on the locale machinery of
+// whatever C++ runtime the host process loaded (a Python extension shares the interpreter's process with torch).
+inline void append_piece(std::string& s, std::string_view v) { s.append(v.data(), v.size()); }
+inline void append_piece(std::string& s, const char* v) { s.append(v ? v : "(null)"); }
+inline void append_piece(std::string& s, const std::string& v) { s.append(v); }
+inline void append_piece(std::string& s, char v) { s.push_back(v); }
+inline void append_piece(std::string& s, bool v) { s.append(v ? "true" : "false"); }
+template <class T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
+void append_piece(std::string& s, T v) {
+  s.append(std::to_string(v));
+}
+template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+void append_piece(std::string& s, T v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", double(v));
+  s.append(buf);
+}
+template <class T, std::enable_if_t<std::is_enum_v<T>, int> = 0>
+void append_piece(std::string& s, T v) {
+  s.append(std::to_string(static_cast<long long>(v)));
+}
+
 template <class... Args>
 std::string str_cat(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
+  std::string s;
+  (append_piece(s, args), ...);
+  return s;
 }
 
 inline const char* short_file(const char* f) {
