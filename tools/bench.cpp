@@ -28,11 +28,11 @@ namespace {
 struct BenchResult {
   std::string name;
   std::string what;
-  double ms = 0;         // per call, graph replay
-  double eager_ms = 0;   // per call, plain stream launches
-  double bytes = 0;      // compulsory bytes moved
+  double ms = 0;        // per call, graph replay
+  double eager_ms = 0;  // per call, plain stream launches
+  double bytes = 0;     // compulsory bytes moved
   double flops = 0;
-  double ws_bytes = 0;   // workspace
+  double ws_bytes = 0;  // workspace
   std::string status = "ok";
 };
 
@@ -90,8 +90,7 @@ void fill_random(DeviceTensor& t, uint64_t seed, double scale = 1.0, double offs
   int64_t block = std::min<int64_t>(n, int64_t(1) << 22);
   HostTensor h(t.dtype, {block});
   test::Rng rng(seed);
-  for (int64_t i = 0; i < block; ++i)
-    h.set(i, offset + scale * (unit_interval ? rng.uniform() : rng.normal()));
+  for (int64_t i = 0; i < block; ++i) h.set(i, offset + scale * (unit_interval ? rng.uniform() : rng.normal()));
   char* dst = static_cast<char*>(t.ptr);
   size_t bb = size_t(block * dtype_size(t.dtype));
   cuda_check(cudaMemcpy(dst, h.data(), bb, cudaMemcpyHostToDevice), "fill");
@@ -152,9 +151,8 @@ Ceilings measure_ceilings() {
   DeviceTensor src(DType::f32, {int64_t(bytes / 4)}), dst(DType::f32, {int64_t(bytes / 4)});
   fill_random(src, 1);
   double eager;
-  double ms = time_graph(1, 10, [&](int, cudaStream_t st) {
-    launch_copy(src.ptr, dst.ptr, bytes, st);
-  }, &eager);
+  double ms = time_graph(
+      1, 10, [&](int, cudaStream_t st) { launch_copy(src.ptr, dst.ptr, bytes, st); }, &eager);
   c.copy_tbps = 2.0 * double(bytes) / (ms * 1e-3) / 1e12;
   const int n = 8192;
   DeviceTensor A(DType::bf16, {n, n}), B(DType::bf16, {n, n}), C(DType::bf16, {n, n});
@@ -201,7 +199,8 @@ BenchResult bench_recurrent(const RecurrentShape& s, int reps) {
   // Rotations: enough disjoint input sets that one graph replay streams > 256 MB.
   const double per_call = N * state_bytes * dtype_size(s.pool_dtype) * 2;
   const int R = int(std::min<double>(64, std::max<double>(1, std::ceil(256e6 / per_call))));
-  DeviceTensor q(DType::bf16, {R * N, T, Hqk, K}), k(DType::bf16, {R * N, T, Hqk, K}), v(DType::bf16, {R * N, T, Hv, V});
+  DeviceTensor q(DType::bf16, {R * N, T, Hqk, K}), k(DType::bf16, {R * N, T, Hqk, K}),
+      v(DType::bf16, {R * N, T, Hv, V});
   DeviceTensor g(DType::f32, {R * N, T, Hv}), beta(DType::f32, {R * N, T, Hv}), o(DType::bf16, {R * N, T, Hv, V});
   DeviceTensor pool(s.pool_dtype, {R * N, Hv, K, V}), idx(DType::i32, {R * N});
   DeviceTensor inter;
@@ -234,15 +233,18 @@ BenchResult bench_recurrent(const RecurrentShape& s, int reps) {
   BenchResult res;
   res.ws_bytes = double(ws_bytes);
   Status last;
-  res.ms = time_graph(R, reps, [&](int r, cudaStream_t st) {
-    set(r);
-    Status e = recurrent(p, ws.ptr, ws_bytes, st);
-    if (!e.ok()) last = e;
-  }, &res.eager_ms);
+  res.ms = time_graph(
+      R, reps,
+      [&](int r, cudaStream_t st) {
+        set(r);
+        Status e = recurrent(p, ws.ptr, ws_bytes, st);
+        if (!e.ok()) last = e;
+      },
+      &res.eager_ms);
   if (!last.ok()) throw std::runtime_error(last.message());
   const double psz = double(dtype_size(s.pool_dtype));
-  res.bytes = N * state_bytes * psz * (s.verify ? 1 : 2)               // pool read (+ write when committing)
-              + (s.verify ? N * T * state_bytes * 2.0 : 0.0)             // bf16 intermediate states
+  res.bytes = N * state_bytes * psz * (s.verify ? 1 : 2)                    // pool read (+ write when committing)
+              + (s.verify ? N * T * state_bytes * 2.0 : 0.0)                // bf16 intermediate states
               + N * T * (2.0 * Hqk * K * 2 + 2.0 * Hv * V * 2 + Hv * 8.0);  // q, k, v, o (bf16), g, beta (fp32)
   res.flops = N * T * Hv * 6.0 * K * V;
   return res;
@@ -284,10 +286,13 @@ BenchResult bench_prefill(const PrefillShape& s, int reps) {
   BenchResult res;
   res.ws_bytes = double(ws_bytes);
   Status last;
-  res.ms = time_graph(1, reps, [&](int, cudaStream_t st) {
-    Status e = chunk_fwd(p, ws.ptr, ws_bytes, st);
-    if (!e.ok()) last = e;
-  }, &res.eager_ms);
+  res.ms = time_graph(
+      1, reps,
+      [&](int, cudaStream_t st) {
+        Status e = chunk_fwd(p, ws.ptr, ws_bytes, st);
+        if (!e.ok()) last = e;
+      },
+      &res.eager_ms);
   if (!last.ok()) throw std::runtime_error(last.message());
   const double es = double(dtype_size(s.dtype));
   res.bytes = T * (2.0 * Hqk * K * es + 2.0 * Hv * V * es + Hv * 8.0) + N * Hv * K * V * 4.0;
@@ -307,25 +312,44 @@ BenchResult run_case(const std::string& name, int reps) {
     s.lens = std::move(lens), s.Hqk = hqk, s.Hv = hv, s.dtype = dt;
     return bench_prefill(s, std::max(3, reps / 4));
   };
-  if (name == "decode_n1") r = rec(1, 1, DType::f32, false);
-  else if (name == "decode_n8") r = rec(8, 1, DType::f32, false);
-  else if (name == "decode_n32") r = rec(32, 1, DType::f32, false);
-  else if (name == "decode_n128") r = rec(128, 1, DType::f32, false);
-  else if (name == "decode_n256") r = rec(256, 1, DType::f32, false);
-  else if (name == "decode_bf16_n256") r = rec(256, 1, DType::bf16, false);
-  else if (name == "mtp_t12_n1") r = rec(1, 12, DType::f32, false);
-  else if (name == "mtp_t12_n32") r = rec(32, 12, DType::f32, false);
-  else if (name == "mtp_t12_n256") r = rec(256, 12, DType::f32, false);
-  else if (name == "verify_t12_n1") r = rec(1, 12, DType::f32, true);
-  else if (name == "verify_t12_n256") r = rec(256, 12, DType::f32, true);
-  else if (name == "prefill_t32k_h16") r = pre({32768}, 16, 16, DType::bf16);
-  else if (name == "prefill_t128k_h32") r = pre({131072}, 32, 32, DType::bf16);
-  else if (name == "prefill_t32k_h16_32") r = pre({32768}, 16, 32, DType::bf16);
-  else if (name == "prefill_varlen_4x8k") r = pre(std::vector<int64_t>(4, 8192), 16, 64, DType::bf16);
-  else if (name == "prefill_varlen_64x512") r = pre(std::vector<int64_t>(64, 512), 16, 32, DType::bf16);
-  else if (name == "prefill_fp16_t32k_h16") r = pre({32768}, 16, 16, DType::f16);
-  else if (name == "prefill_fp16_t128k_h16") r = pre({131072}, 16, 16, DType::f16);
-  else throw std::runtime_error("unknown case " + name);
+  if (name == "decode_n1")
+    r = rec(1, 1, DType::f32, false);
+  else if (name == "decode_n8")
+    r = rec(8, 1, DType::f32, false);
+  else if (name == "decode_n32")
+    r = rec(32, 1, DType::f32, false);
+  else if (name == "decode_n128")
+    r = rec(128, 1, DType::f32, false);
+  else if (name == "decode_n256")
+    r = rec(256, 1, DType::f32, false);
+  else if (name == "decode_bf16_n256")
+    r = rec(256, 1, DType::bf16, false);
+  else if (name == "mtp_t12_n1")
+    r = rec(1, 12, DType::f32, false);
+  else if (name == "mtp_t12_n32")
+    r = rec(32, 12, DType::f32, false);
+  else if (name == "mtp_t12_n256")
+    r = rec(256, 12, DType::f32, false);
+  else if (name == "verify_t12_n1")
+    r = rec(1, 12, DType::f32, true);
+  else if (name == "verify_t12_n256")
+    r = rec(256, 12, DType::f32, true);
+  else if (name == "prefill_t32k_h16")
+    r = pre({32768}, 16, 16, DType::bf16);
+  else if (name == "prefill_t128k_h32")
+    r = pre({131072}, 32, 32, DType::bf16);
+  else if (name == "prefill_t32k_h16_32")
+    r = pre({32768}, 16, 32, DType::bf16);
+  else if (name == "prefill_varlen_4x8k")
+    r = pre(std::vector<int64_t>(4, 8192), 16, 64, DType::bf16);
+  else if (name == "prefill_varlen_64x512")
+    r = pre(std::vector<int64_t>(64, 512), 16, 32, DType::bf16);
+  else if (name == "prefill_fp16_t32k_h16")
+    r = pre({32768}, 16, 16, DType::f16);
+  else if (name == "prefill_fp16_t128k_h16")
+    r = pre({131072}, 16, 16, DType::f16);
+  else
+    throw std::runtime_error("unknown case " + name);
   return r;
 }
 #endif
@@ -404,8 +428,8 @@ int run_bench(int argc, char** argv) {
     }
     double tbps = r.bytes / (r.ms * 1e-3) / 1e12, tflops = r.flops / (r.ms * 1e-3) / 1e12;
     double floor_ms = std::max(r.bytes / (ceil.copy_tbps * 1e12), r.flops / (ceil.gemm_tflops * 1e12)) * 1e3;
-    std::printf("| %s | %.4f | %.4f | %.2f | %.0f%% | %.1f | %.4f | %.2f | %.2f |\n", r.name.c_str(), r.ms,
-                r.eager_ms, tbps, 100 * tbps / ceil.copy_tbps, tflops, floor_ms, r.ms / floor_ms, r.ws_bytes / 1e6);
+    std::printf("| %s | %.4f | %.4f | %.2f | %.0f%% | %.1f | %.4f | %.2f | %.2f |\n", r.name.c_str(), r.ms, r.eager_ms,
+                tbps, 100 * tbps / ceil.copy_tbps, tflops, floor_ms, r.ms / floor_ms, r.ws_bytes / 1e6);
   }
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
@@ -413,7 +437,8 @@ int run_bench(int argc, char** argv) {
       std::fprintf(stderr, "flashgdn bench: cannot write %s\n", json_path.c_str());
       return 1;
     }
-    std::fprintf(f, "{\n  \"device\": \"%s\", \"sms\": %d, \"copy_tbps\": %.4f, \"gemm_tflops\": %.2f,\n  \"cases\": [\n",
+    std::fprintf(f,
+                 "{\n  \"device\": \"%s\", \"sms\": %d, \"copy_tbps\": %.4f, \"gemm_tflops\": %.2f,\n  \"cases\": [\n",
                  prop.name, prop.multiProcessorCount, ceil.copy_tbps, ceil.gemm_tflops);
     for (size_t i = 0; i < results.size(); ++i) {
       auto& r = results[i];

@@ -101,7 +101,9 @@ struct DeviceTensor {
 };
 
 // Upload a host tensor that may be absent (empty shape -> absent device tensor).
-inline DeviceTensor to_device(const HostTensor& h) { return h.shape.empty() ? DeviceTensor{} : DeviceTensor(h); }
+inline DeviceTensor to_device(const HostTensor& h) {
+  return h.shape.empty() ? DeviceTensor{} : DeviceTensor(h);
+}
 #endif
 
 }  // namespace flashgdn::cli

@@ -168,15 +168,16 @@ int run_demo(int argc, char** argv) {
   check(chunk_fwd(r), "oracle chunk_fwd");
   double oracle_ms = now_ms() - t0;
   double e_o = test::rel_err(o, o_ref), e_oh = o_head_err(o, o_ref, Hv, V), e_h = test::rel_err(ht, ht_ref);
-  std::printf("      chunk_fwd %9.3f ms   o rel err %.2e (worst head %.2e)   final state rel err %.2e   "
-              "[oracle %.0f ms]\n",
-              prefill_ms, e_o, e_oh, e_h, oracle_ms);
+  std::printf(
+      "      chunk_fwd %9.3f ms   o rel err %.2e (worst head %.2e)   final state rel err %.2e   "
+      "[oracle %.0f ms]\n",
+      prefill_ms, e_o, e_oh, e_h, oracle_ms);
   bool pass = e_o <= tol_o && e_oh <= 2 * tol_o && e_h <= tol_state;
 
   // ---- decode on a pool: sequence n lives in slot 2n + 1; even slots hold other requests' states ----
   const int64_t slots = 2 * N;
-  std::printf("[2/2] decode (recurrent): %d steps x %lld sequences on a %lld-slot fp32 pool\n", opt.steps,
-              (long long)N, (long long)slots);
+  std::printf("[2/2] decode (recurrent): %d steps x %lld sequences on a %lld-slot fp32 pool\n", opt.steps, (long long)N,
+              (long long)slots);
   HostTensor pool(DType::f32, {slots, Hv, K, V});
   test::Rng rng(opt.seed + 99);
   for (int64_t i = 0; i < pool.numel(); ++i) pool.set(i, 0.1 * rng.normal());
@@ -213,9 +214,12 @@ int run_demo(int argc, char** argv) {
       check(recurrent_workspace_size(rp, &ws_bytes), "recurrent_workspace_size");
       DeviceTensor ws(DType::i32, {int64_t((ws_bytes + 3) / 4)});
       // A decode step advances the pool, so it runs exactly once (no warm-up): the first call is the timed one.
-      double ms = time_op(true, 1, /*warmup=*/false, [&] { check(recurrent(rp, ws.ptr, ws_bytes, nullptr), "recurrent"); });
-      if (s == 0) first_step_ms = ms;
-      else decode_ms += ms;
+      double ms =
+          time_op(true, 1, /*warmup=*/false, [&] { check(recurrent(rp, ws.ptr, ws_bytes, nullptr), "recurrent"); });
+      if (s == 0)
+        first_step_ms = ms;
+      else
+        decode_ms += ms;
       od = dout.download();
       pool = dpool.download();
     }
@@ -225,8 +229,10 @@ int run_demo(int argc, char** argv) {
       rp.q = d.q.view(), rp.k = d.k.view(), rp.v = d.v.view(), rp.g = d.g.view(), rp.beta = d.beta.view();
       rp.o = od.view(), rp.state_pool = pool.view(), rp.state_indices = idx.view();
       double ms = time_op(false, 1, false, [&] { check(recurrent(rp), "recurrent"); });
-      if (s == 0) first_step_ms = ms;
-      else decode_ms += ms;
+      if (s == 0)
+        first_step_ms = ms;
+      else
+        decode_ms += ms;
     }
     HostTensor oref(DType::f64, {N, 1, Hv, V});
     HostTensor dq64 = d.q.cast(DType::f64), dk64 = d.k.cast(DType::f64), dv64 = d.v.cast(DType::f64);

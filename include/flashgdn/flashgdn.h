@@ -147,15 +147,15 @@ FLASHGDN_API void flashgdn_recurrent_params_init(flashgdn_recurrent_params* p);
 FLASHGDN_API void flashgdn_recurrent_commit_params_init(flashgdn_recurrent_commit_params* p);
 
 FLASHGDN_API int flashgdn_chunk_fwd_workspace_size(const flashgdn_chunk_fwd_params* p, size_t* bytes);
-FLASHGDN_API int flashgdn_chunk_fwd(const flashgdn_chunk_fwd_params* p, void* workspace,
-                                    size_t workspace_bytes, void* stream);
+FLASHGDN_API int flashgdn_chunk_fwd(const flashgdn_chunk_fwd_params* p, void* workspace, size_t workspace_bytes,
+                                    void* stream);
 FLASHGDN_API int flashgdn_chunk_bwd_workspace_size(const flashgdn_chunk_bwd_params* p, size_t* bytes);
-FLASHGDN_API int flashgdn_chunk_bwd(const flashgdn_chunk_bwd_params* p, void* workspace,
-                                    size_t workspace_bytes, void* stream);
+FLASHGDN_API int flashgdn_chunk_bwd(const flashgdn_chunk_bwd_params* p, void* workspace, size_t workspace_bytes,
+                                    void* stream);
 FLASHGDN_API int flashgdn_gating(const flashgdn_gating_params* p, void* stream);
 FLASHGDN_API int flashgdn_recurrent_workspace_size(const flashgdn_recurrent_params* p, size_t* bytes);
-FLASHGDN_API int flashgdn_recurrent(const flashgdn_recurrent_params* p, void* workspace,
-                                    size_t workspace_bytes, void* stream);
+FLASHGDN_API int flashgdn_recurrent(const flashgdn_recurrent_params* p, void* workspace, size_t workspace_bytes,
+                                    void* stream);
 FLASHGDN_API int flashgdn_recurrent_commit(const flashgdn_recurrent_commit_params* p, void* stream);
 
 /* The message of the last failed call on this thread ("" after a success). */

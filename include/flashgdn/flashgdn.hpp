@@ -55,7 +55,7 @@ struct FLASHGDN_CXX_API TensorView {
 
 // A compact row-major view of `data` with the given shape.
 FLASHGDN_CXX_API TensorView make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape,
-                       DeviceType device = DeviceType::cpu, int32_t device_id = 0);
+                                        DeviceType device = DeviceType::cpu, int32_t device_id = 0);
 
 enum class StatusCode : int32_t {
   ok = 0,
@@ -107,9 +107,9 @@ struct ExecOptions {
 // Gate and beta as given, or raw projections turned into them inside the op (gdn-math §4):
 //   g = -exp(A_log) * softplus(a + dt_bias),  beta = sigmoid(b) (x2 with allow_neg_eigval).
 struct GateOptions {
-  bool use_gate_in_kernel = false;         // `g` holds raw `a`; A_log required, dt_bias may be absent
+  bool use_gate_in_kernel = false;          // `g` holds raw `a`; A_log required, dt_bias may be absent
   bool use_beta_sigmoid_in_kernel = false;  // `beta` holds raw `b`
-  bool allow_neg_eigval = false;           // beta = 2 sigmoid(b); needs use_beta_sigmoid_in_kernel
+  bool allow_neg_eigval = false;            // beta = 2 sigmoid(b); needs use_beta_sigmoid_in_kernel
   float softplus_beta = 1.0f;
   float softplus_threshold = 20.0f;
 };
@@ -135,7 +135,7 @@ struct ChunkFwdParams {
   TensorView state_checkpoints;
   int64_t checkpoint_interval = 0;  // a positive multiple of chunk_size when state_checkpoints is given
 
-  float scale = 0.0f;  // 0: K^-1/2
+  float scale = 0.0f;                    // 0: K^-1/2
   bool use_qk_l2norm_in_kernel = false;  // q, k <- x / sqrt(sum x^2 + 1e-6), fp32
   GateOptions gate;
   StateLayout state_layout = StateLayout::k_major;
@@ -145,7 +145,7 @@ struct ChunkFwdParams {
 
 FLASHGDN_CXX_API Status chunk_fwd_workspace_size(const ChunkFwdParams& p, size_t* bytes);
 FLASHGDN_CXX_API Status chunk_fwd(const ChunkFwdParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
-                 void* stream = nullptr);
+                                  void* stream = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------
 // chunk_bwd: training backward (gdn-math §7). Inputs are the forward's; outputs are the gradients of the
@@ -153,16 +153,16 @@ FLASHGDN_CXX_API Status chunk_fwd(const ChunkFwdParams& p, void* workspace = nul
 // w.r.t. raw a, with use_beta_sigmoid_in_kernel dbeta is w.r.t. raw b.
 struct ChunkBwdParams {
   TensorView q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens;  // as in ChunkFwdParams
-  TensorView d_o;          // [B, T, Hv, V]
-  TensorView d_ht;         // [N, Hv, K, V] / [N, Hv, V, K]; may be absent (zero)
-  TensorView dq;           // [B, T, Hqk, K] output
-  TensorView dk;           // [B, T, Hqk, K] output
-  TensorView dv;           // [B, T, Hv, V] output
-  TensorView dg;           // [B, T, Hv] output; may be absent
-  TensorView dbeta;        // [B, T, Hv] output; may be absent
-  TensorView dh0;          // like initial_state, f32 output; may be absent
-  TensorView dA_log;       // [Hv] f32 output; may be absent (only with use_gate_in_kernel)
-  TensorView ddt_bias;     // [Hv] f32 output; may be absent (only with use_gate_in_kernel)
+  TensorView d_o;                                                          // [B, T, Hv, V]
+  TensorView d_ht;      // [N, Hv, K, V] / [N, Hv, V, K]; may be absent (zero)
+  TensorView dq;        // [B, T, Hqk, K] output
+  TensorView dk;        // [B, T, Hqk, K] output
+  TensorView dv;        // [B, T, Hv, V] output
+  TensorView dg;        // [B, T, Hv] output; may be absent
+  TensorView dbeta;     // [B, T, Hv] output; may be absent
+  TensorView dh0;       // like initial_state, f32 output; may be absent
+  TensorView dA_log;    // [Hv] f32 output; may be absent (only with use_gate_in_kernel)
+  TensorView ddt_bias;  // [Hv] f32 output; may be absent (only with use_gate_in_kernel)
 
   float scale = 0.0f;
   bool use_qk_l2norm_in_kernel = false;
@@ -174,7 +174,7 @@ struct ChunkBwdParams {
 
 FLASHGDN_CXX_API Status chunk_bwd_workspace_size(const ChunkBwdParams& p, size_t* bytes);
 FLASHGDN_CXX_API Status chunk_bwd(const ChunkBwdParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
-                 void* stream = nullptr);
+                                  void* stream = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------
 // gating: g, beta from raw projections (gdn-math §4; vLLM fused_gdn_gating).
@@ -239,7 +239,7 @@ struct RecurrentParams {
 
 FLASHGDN_CXX_API Status recurrent_workspace_size(const RecurrentParams& p, size_t* bytes);
 FLASHGDN_CXX_API Status recurrent(const RecurrentParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
-                 void* stream = nullptr);
+                                  void* stream = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------
 // recurrent_commit: after a no-commit verify (gdn-math §8.2 B), copy the accepted intermediate state into

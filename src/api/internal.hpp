@@ -12,15 +12,15 @@ namespace flashgdn {
 
 // Dimensions shared by the token-major ops (chunk_fwd, chunk_bwd, recurrent).
 struct SeqDims {
-  int64_t B = 0;      // batch (1 when varlen)
-  int64_t T = 0;      // tokens per batch entry (total tokens when varlen)
-  int64_t N = 0;      // sequences: B, or cu_seqlens.size - 1
-  int64_t Hqk = 0;    // q/k heads
-  int64_t Hv = 0;     // value heads
-  int64_t K = 0;      // key head dim
-  int64_t V = 0;      // value head dim
+  int64_t B = 0;    // batch (1 when varlen)
+  int64_t T = 0;    // tokens per batch entry (total tokens when varlen)
+  int64_t N = 0;    // sequences: B, or cu_seqlens.size - 1
+  int64_t Hqk = 0;  // q/k heads
+  int64_t Hv = 0;   // value heads
+  int64_t K = 0;    // key head dim
+  int64_t V = 0;    // value head dim
   bool varlen = false;
-  float scale = 0.f;  // resolved (K^-1/2 when the params say 0)
+  float scale = 0.f;                          // resolved (K^-1/2 when the params say 0)
   int64_t group() const { return Hv / Hqk; }  // value heads per q/k head
 };
 
@@ -29,10 +29,10 @@ struct ChunkDims : SeqDims {
 };
 
 struct RecurrentDims : SeqDims {
-  int64_t slots = 0;      // pool rows (0 without a pool)
-  int64_t T_max = 0;      // columns of 2-D state_indices (0 when 1-D or absent)
-  int64_t n_buf = 0;      // intermediate_states rows
-  int64_t T_buf = 0;      // intermediate_states tokens per row
+  int64_t slots = 0;  // pool rows (0 without a pool)
+  int64_t T_max = 0;  // columns of 2-D state_indices (0 when 1-D or absent)
+  int64_t n_buf = 0;  // intermediate_states rows
+  int64_t T_buf = 0;  // intermediate_states tokens per row
 };
 
 struct GatingDims {

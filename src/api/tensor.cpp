@@ -7,24 +7,36 @@ namespace flashgdn {
 
 const char* dtype_name(DType dt) {
   switch (dt) {
-    case DType::f32: return "float32";
-    case DType::f64: return "float64";
-    case DType::bf16: return "bfloat16";
-    case DType::f16: return "float16";
-    case DType::i32: return "int32";
-    case DType::i64: return "int64";
+    case DType::f32:
+      return "float32";
+    case DType::f64:
+      return "float64";
+    case DType::bf16:
+      return "bfloat16";
+    case DType::f16:
+      return "float16";
+    case DType::i32:
+      return "int32";
+    case DType::i64:
+      return "int64";
   }
   return "unknown";
 }
 
 int64_t dtype_size(DType dt) {
   switch (dt) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::bf16:
+      return 2;
+    case DType::f16:
+      return 2;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
   }
   return 0;
 }
@@ -63,7 +75,9 @@ TensorView make_tensor(void* data, DType dtype, std::initializer_list<int64_t> s
   return t;
 }
 
-const char* version() { return "0.1.0"; }
+const char* version() {
+  return "0.1.0";
+}
 
 bool cuda_available() {
 #if FLASHGDN_WITH_CUDA

@@ -59,10 +59,10 @@ inline uint16_t float_to_f16(float f) {
   std::memcpy(&u, &f, 4);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t au = u & 0x7fffffffu;
-  if (au > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (au > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
   if (au >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow (incl. inf) after rounding
-  if (au < 0x38800000u) {                                   // subnormal or zero in f16
-    if (au < 0x33000000u) return uint16_t(sign);            // rounds to 0
+  if (au < 0x38800000u) {                                  // subnormal or zero in f16
+    if (au < 0x33000000u) return uint16_t(sign);           // rounds to 0
     uint32_t e = au >> 23;
     uint32_t m = (au & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126 - e;  // 14 - (e - 127) + 13 - 1 ... m >> (shift) gives the f16 mantissa
@@ -81,12 +81,18 @@ inline uint16_t float_to_f16(float f) {
 // Read element `off` (in elements) of a tensor of dtype `dt` as double.
 inline double load_as_double(const void* base, DType dt, int64_t off) {
   switch (dt) {
-    case DType::f32: return static_cast<const float*>(base)[off];
-    case DType::f64: return static_cast<const double*>(base)[off];
-    case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(base)[off]);
-    case DType::f16: return f16_to_float(static_cast<const uint16_t*>(base)[off]);
-    case DType::i32: return static_cast<const int32_t*>(base)[off];
-    case DType::i64: return double(static_cast<const int64_t*>(base)[off]);
+    case DType::f32:
+      return static_cast<const float*>(base)[off];
+    case DType::f64:
+      return static_cast<const double*>(base)[off];
+    case DType::bf16:
+      return bf16_to_float(static_cast<const uint16_t*>(base)[off]);
+    case DType::f16:
+      return f16_to_float(static_cast<const uint16_t*>(base)[off]);
+    case DType::i32:
+      return static_cast<const int32_t*>(base)[off];
+    case DType::i64:
+      return double(static_cast<const int64_t*>(base)[off]);
   }
   return 0.0;
 }
@@ -98,12 +104,24 @@ inline int64_t load_index(const void* base, DType dt, int64_t off) {
 // Write `x` (rounded to the storage dtype) to element `off`.
 inline void store_from_double(void* base, DType dt, int64_t off, double x) {
   switch (dt) {
-    case DType::f32: static_cast<float*>(base)[off] = float(x); break;
-    case DType::f64: static_cast<double*>(base)[off] = x; break;
-    case DType::bf16: static_cast<uint16_t*>(base)[off] = float_to_bf16(float(x)); break;
-    case DType::f16: static_cast<uint16_t*>(base)[off] = float_to_f16(float(x)); break;
-    case DType::i32: static_cast<int32_t*>(base)[off] = int32_t(x); break;
-    case DType::i64: static_cast<int64_t*>(base)[off] = int64_t(x); break;
+    case DType::f32:
+      static_cast<float*>(base)[off] = float(x);
+      break;
+    case DType::f64:
+      static_cast<double*>(base)[off] = x;
+      break;
+    case DType::bf16:
+      static_cast<uint16_t*>(base)[off] = float_to_bf16(float(x));
+      break;
+    case DType::f16:
+      static_cast<uint16_t*>(base)[off] = float_to_f16(float(x));
+      break;
+    case DType::i32:
+      static_cast<int32_t*>(base)[off] = int32_t(x);
+      break;
+    case DType::i64:
+      static_cast<int64_t*>(base)[off] = int64_t(x);
+      break;
   }
 }
 

@@ -12,11 +12,21 @@ namespace flashgdn::detail {
 
 // Message pieces are appended without iostreams: an error path must not depend on the locale machinery of
 // whatever C++ runtime the host process loaded (a Python extension shares the interpreter's process with torch).
-inline void append_piece(std::string& s, std::string_view v) { s.append(v.data(), v.size()); }
-inline void append_piece(std::string& s, const char* v) { s.append(v ? v : "(null)"); }
-inline void append_piece(std::string& s, const std::string& v) { s.append(v); }
-inline void append_piece(std::string& s, char v) { s.push_back(v); }
-inline void append_piece(std::string& s, bool v) { s.append(v ? "true" : "false"); }
+inline void append_piece(std::string& s, std::string_view v) {
+  s.append(v.data(), v.size());
+}
+inline void append_piece(std::string& s, const char* v) {
+  s.append(v ? v : "(null)");
+}
+inline void append_piece(std::string& s, const std::string& v) {
+  s.append(v);
+}
+inline void append_piece(std::string& s, char v) {
+  s.push_back(v);
+}
+inline void append_piece(std::string& s, bool v) {
+  s.append(v ? "true" : "false");
+}
 template <class T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
 void append_piece(std::string& s, T v) {
   s.append(std::to_string(v));
@@ -54,7 +64,8 @@ Status make_status(StatusCode code, const char* file, int line, const Args&... a
 }  // namespace flashgdn::detail
 
 // FGDN_ERROR(code, parts...) -> Status whose message is the concatenation of parts plus file:line.
-#define FGDN_ERROR(code, ...) ::flashgdn::detail::make_status(::flashgdn::StatusCode::code, __FILE__, __LINE__, __VA_ARGS__)
+#define FGDN_ERROR(code, ...) \
+  ::flashgdn::detail::make_status(::flashgdn::StatusCode::code, __FILE__, __LINE__, __VA_ARGS__)
 #define FGDN_INVALID(...) FGDN_ERROR(invalid_argument, __VA_ARGS__)
 #define FGDN_RETURN_IF_ERROR(expr)        \
   do {                                    \

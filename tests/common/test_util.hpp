@@ -167,8 +167,8 @@ inline GdnInputs make_inputs(const GdnCase& c) {
   for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, -c.g_scale * rng.uniform());
   for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, 1.0 / (1.0 + std::exp(-rng.normal())));
   if (c.has_h0) {
-    in.h0 = c.layout == StateLayout::k_major ? HostTensor(fdt, {N, c.Hv, c.K, c.V})
-                                             : HostTensor(fdt, {N, c.Hv, c.V, c.K});
+    in.h0 =
+        c.layout == StateLayout::k_major ? HostTensor(fdt, {N, c.Hv, c.K, c.V}) : HostTensor(fdt, {N, c.Hv, c.V, c.K});
     for (int64_t i = 0; i < in.h0.numel(); ++i) in.h0.set(i, 0.1 * rng.normal());  // non-symmetric
   }
   if (!c.seqlens.empty()) {
@@ -193,18 +193,60 @@ inline std::vector<GdnCase> standard_cases() {
     cs.push_back(c);
   };
   GdnCase c;
-  c.name = "fixed_gqa2_k64v64";             c.B = 2; c.T = 70; c.Hqk = 2; c.Hv = 4; c.K = 64; c.V = 64; add(c);
-  c.name = "fixed_mha_k128v64";             c.B = 1; c.T = 65; c.Hqk = 2; c.Hv = 2; c.K = 128; c.V = 64; add(c);
-  c.name = "fixed_gqa4_k64v128_vmajor";     c.B = 1; c.T = 63; c.Hqk = 1; c.Hv = 4; c.K = 64; c.V = 128;
-  c.layout = StateLayout::v_major; add(c);
+  c.name = "fixed_gqa2_k64v64";
+  c.B = 2;
+  c.T = 70;
+  c.Hqk = 2;
+  c.Hv = 4;
+  c.K = 64;
+  c.V = 64;
+  add(c);
+  c.name = "fixed_mha_k128v64";
+  c.B = 1;
+  c.T = 65;
+  c.Hqk = 2;
+  c.Hv = 2;
+  c.K = 128;
+  c.V = 64;
+  add(c);
+  c.name = "fixed_gqa4_k64v128_vmajor";
+  c.B = 1;
+  c.T = 63;
+  c.Hqk = 1;
+  c.Hv = 4;
+  c.K = 64;
+  c.V = 128;
+  c.layout = StateLayout::v_major;
+  add(c);
   c.layout = StateLayout::k_major;
-  c.name = "varlen_gqa2_k128v128";          c.B = 1; c.seqlens = {1, 63, 0, 64, 65}; c.Hqk = 2; c.Hv = 4;
-  c.K = 128; c.V = 128; add(c);
-  c.name = "varlen_empty_ends_nol2";        c.seqlens = {0, 11, 0, 6, 13, 0}; c.Hqk = 2; c.Hv = 4; c.K = 64;
-  c.V = 64; c.l2norm = false; add(c);
-  c.seqlens.clear(); c.l2norm = true;
-  c.name = "fixed_no_h0_strong_gate";       c.B = 2; c.T = 33; c.Hqk = 2; c.Hv = 2; c.K = 64; c.V = 64;
-  c.has_h0 = false; c.g_scale = 10; add(c);
+  c.name = "varlen_gqa2_k128v128";
+  c.B = 1;
+  c.seqlens = {1, 63, 0, 64, 65};
+  c.Hqk = 2;
+  c.Hv = 4;
+  c.K = 128;
+  c.V = 128;
+  add(c);
+  c.name = "varlen_empty_ends_nol2";
+  c.seqlens = {0, 11, 0, 6, 13, 0};
+  c.Hqk = 2;
+  c.Hv = 4;
+  c.K = 64;
+  c.V = 64;
+  c.l2norm = false;
+  add(c);
+  c.seqlens.clear();
+  c.l2norm = true;
+  c.name = "fixed_no_h0_strong_gate";
+  c.B = 2;
+  c.T = 33;
+  c.Hqk = 2;
+  c.Hv = 2;
+  c.K = 64;
+  c.V = 64;
+  c.has_h0 = false;
+  c.g_scale = 10;
+  add(c);
   return cs;
 }
 

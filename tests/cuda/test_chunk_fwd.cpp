@@ -148,7 +148,9 @@ struct DevMem {
   DevMem& operator=(const DevMem&) = delete;
 };
 
-size_t nbytes(const HostTensor& t) { return t.bytes.size(); }
+size_t nbytes(const HostTensor& t) {
+  return t.bytes.size();
+}
 
 void upload(DevMem& d, const HostTensor& t) {
   if (d.p) {
@@ -502,7 +504,9 @@ TEST(CudaChunkFwd, UnsupportedChunkSize) {
 
 #else  // !FLASHGDN_WITH_CUDA
 
-TEST(CudaChunkFwd, NotBuilt) { GTEST_SKIP() << "no CUDA device (built without CUDA)"; }
+TEST(CudaChunkFwd, NotBuilt) {
+  GTEST_SKIP() << "no CUDA device (built without CUDA)";
+}
 
 #endif
 

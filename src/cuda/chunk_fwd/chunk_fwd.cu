@@ -56,8 +56,12 @@ int sm_count(int dev) {
   return sms;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-size_t align_up(size_t x) { return (x + 255) & ~size_t(255); }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+size_t align_up(size_t x) {
+  return (x + 255) & ~size_t(255);
+}
 
 // The execution plan: a pure function of the shapes, the segment override, the kernel (FLASHGDN_CHUNK_IMPL) and
 // the SM count.
@@ -135,9 +139,9 @@ __device__ __forceinline__ int64_t clamped_len(const void* cu, int32_t cu_i64, i
 
 // One block: per sequence nseg = max(1, ceil(chunks / Ls)) segments, an exclusive scan gives each
 // sequence's first item; the slack up to `cap` is marked empty (n = -1).
-__global__ void __launch_bounds__(1024) chunk_index_kernel(const void* cu, int32_t cu_i64, int64_t N, int64_t T,
-                                                           int64_t ls, ChunkWorkItem* items, int64_t cap,
-                                                           int32_t* seq_first) {
+__global__ void __launch_bounds__(1024)
+    chunk_index_kernel(const void* cu, int32_t cu_i64, int64_t N, int64_t T, int64_t ls, ChunkWorkItem* items,
+                       int64_t cap, int32_t* seq_first) {
   __shared__ int64_t scan[1024];
   __shared__ int64_t carry;
   const int tid = threadIdx.x;
@@ -184,8 +188,7 @@ __global__ void __launch_bounds__(1024) chunk_index_kernel(const void* cu, int32
 
 // S_start(j+1) = M_j S_start(j) + N_j for one (sequence, value head, 8 state columns); thread i owns row i.
 // fp32 throughout (gdn-math §6.3). The result overwrites N_j, where the split forward reads it.
-__global__ void __launch_bounds__(128) chunk_scan_kernel(const ChunkKernelArgs a, int32_t K,
-                                                         const int32_t* seq_first) {
+__global__ void __launch_bounds__(128) chunk_scan_kernel(const ChunkKernelArgs a, int32_t K, const int32_t* seq_first) {
   __shared__ float S[128][8];
   const int64_t n = blockIdx.x;
   const int h = blockIdx.y, c0 = blockIdx.z * 8, i = threadIdx.x;
@@ -306,7 +309,9 @@ int chunk_fwd_get_impl() {
   return g_impl.load();
 }
 
-void chunk_fwd_set_profile_buffer(unsigned long long* dev_counters) { g_prof.store(dev_counters); }
+void chunk_fwd_set_profile_buffer(unsigned long long* dev_counters) {
+  g_prof.store(dev_counters);
+}
 
 int chunk_fwd_get_segments() {
   read_env_once();
@@ -353,8 +358,8 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t w
   FGDN_CUDA_CHECK(cudaGetLastError());
   a.mode = kModeSummary;
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, pl.cap, kt + vt, stream)));
-  chunk_scan_kernel<<<dim3(unsigned(d.N), unsigned(d.Hv), unsigned(d.V / 8)), unsigned(d.K), 0, st>>>(
-      a, int32_t(d.K), seq_first);
+  chunk_scan_kernel<<<dim3(unsigned(d.N), unsigned(d.Hv), unsigned(d.V / 8)), unsigned(d.K), 0, st>>>(a, int32_t(d.K),
+                                                                                                      seq_first);
   FGDN_CUDA_CHECK(cudaGetLastError());
   a.mode = kModeForwardSplit;
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, pl.cap, vt, stream)));

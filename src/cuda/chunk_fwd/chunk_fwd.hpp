@@ -87,11 +87,11 @@ struct ChunkKernelArgs {
   float sp_beta, sp_threshold;
   int32_t state_vmajor;
   // segment split (workspace)
-  int32_t mode;                   // ChunkKernelMode
-  const ChunkWorkItem* items;     // [items_cap] (split modes)
+  int32_t mode;                // ChunkKernelMode
+  const ChunkWorkItem* items;  // [items_cap] (split modes)
   int64_t items_cap;
-  float* mn;                      // [items_cap, Hv, K, K + V] segment summaries, then start states
-  unsigned long long* prof;       // [9] phase cycle counters of CTA (0, 0, 0); may be null (profiling builds)
+  float* mn;                 // [items_cap, Hv, K, K + V] segment summaries, then start states
+  unsigned long long* prof;  // [9] phase cycle counters of CTA (0, 0, 0); may be null (profiling builds)
 };
 
 // Profiling builds (-DFGDN_CHUNK_PROFILE): device buffer of 9 counters filled by the next launches.

@@ -85,17 +85,21 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
 
 #ifdef FGDN_CHUNK_PROFILE
-#define FGDN_PROF(k)                                     \
-  do {                                                   \
-    if (prof_on) {                                       \
-      const unsigned long long now_ = clock64();         \
-      prof_acc[k] += now_ - prof_last;                   \
-      prof_last = now_;                                  \
-    }                                                    \
+#define FGDN_PROF(k)                             \
+  do {                                           \
+    if (prof_on) {                               \
+      const unsigned long long now_ = clock64(); \
+      prof_acc[k] += now_ - prof_last;           \
+      prof_last = now_;                          \
+    }                                            \
   } while (0)
 #else
 #define FGDN_PROF(k) \
@@ -107,14 +111,12 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 template <bool BF16>
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if constexpr (BF16) {
-    asm(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
-    asm(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -158,10 +160,14 @@ __device__ __forceinline__ void mma16_f32(float (&d)[2][4], const float* x, int 
 // Scalar load of a gate / beta / parameter element of DType dt (f32 = 0, f64 = 1, bf16 = 2, f16 = 3).
 __device__ __forceinline__ float load_scalar(const void* p, int32_t dt, int64_t off) {
   switch (dt) {
-    case 0: return static_cast<const float*>(p)[off];
-    case 1: return static_cast<float>(static_cast<const double*>(p)[off]);
-    case 2: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[off]);
-    default: return __half2float(static_cast<const __half*>(p)[off]);
+    case 0:
+      return static_cast<const float*>(p)[off];
+    case 1:
+      return static_cast<float>(static_cast<const double*>(p)[off]);
+    case 2:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[off]);
+    default:
+      return __half2float(static_cast<const __half*>(p)[off]);
   }
 }
 
@@ -202,13 +208,13 @@ struct StateRef {
 
 template <int K, class E>
 struct Smem {
-  static constexpr int LDQ = K + 8;    // padded rows: conflict-free ldmatrix
+  static constexpr int LDQ = K + 8;  // padded rows: conflict-free ldmatrix
   static constexpr int LDV = kBV + 8;
-  static constexpr int LDF = kC + 4;   // fp32 64x64 matrices
-  E q[kC * LDQ];                       // [token][K] q (l2-normalized when asked)
-  E k[kC * LDQ];                       // [token][K]
-  E v[kC * LDV];                       // [token][64] value tile
-  E s[K * LDV];                        // [K][64] the state as a GEMM operand
+  static constexpr int LDF = kC + 4;  // fp32 64x64 matrices
+  E q[kC * LDQ];                      // [token][K] q (l2-normalized when asked)
+  E k[kC * LDQ];                      // [token][K]
+  E v[kC * LDV];                      // [token][64] value tile
+  E s[K * LDV];                       // [K][64] the state as a GEMM operand
   union {
     struct {
       E u[kC * LDV];   // [token][64] U = v_new, rounded (hi part)
@@ -217,11 +223,11 @@ struct Smem {
     } uu;
     float L[kC * LDF];  // strictly lower L, live only between KK^T and the inverse
   } x;
-  float A[kC * LDF];    // A = (I + L)^-1, fp32
-  float T[4 * 256];     // inverse merge scratch
-  float gam[kC];        // gamma (inclusive cumsum of g in the chunk)
+  float A[kC * LDF];  // A = (I + L)^-1, fp32
+  float T[4 * 256];   // inverse merge scratch
+  float gam[kC];      // gamma (inclusive cumsum of g in the chunk)
   float beta[kC];
-  float bg[kC];         // beta e^gamma
+  float bg[kC];  // beta e^gamma
 };
 
 template <int K, bool BF16>
@@ -263,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fwd_kernel(const ChunkKerne
   const bool m_tile = summary && tile < K / 64;  // augmented columns of M: identity start, zero values
   const bool has_values = !m_tile;
   const int vcol0 = summary ? (tile - K / 64) * kBV : tile * kBV;  // value column of this tile
-  const int64_t mn_stride = int64_t(K) * (K + a.V);                 // one [K, K + V] summary
+  const int64_t mn_stride = int64_t(K) * (K + a.V);                // one [K, K + V] summary
 
   // ---- start state into registers (fp32) and shared memory (GEMM operand)
   const int rw = w * (K / 4);  // first state row of this warp
@@ -285,8 +291,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fwd_kernel(const ChunkKerne
         for (int e = 0; e < 4; ++e) {
           const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = nt * 8 + 2 * t4 + (e & 1);
           float val = 0.f;
-          if (m_tile) val = (i == tile * kBV + j) ? 1.f : 0.f;
-          else if (src.p) val = src.p[src.off(i, vcol0 + j)];
+          if (m_tile)
+            val = (i == tile * kBV + j) ? 1.f : 0.f;
+          else if (src.p)
+            val = src.p[src.off(i, vcol0 + j)];
           sacc[mt][nt][e] = val;
         }
 #pragma unroll
@@ -322,8 +330,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fwd_kernel(const ChunkKerne
     for (int p = 0; p < NP; ++p) {
       const int r = p * RPP + lrow;
       E* d = &dst[r * LDQ + lvec * 8];
-      if (r < nv) cp_async16(d, base + (t0 + ck * kC + r) * st + lvec * 8);
-      else *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+      if (r < nv)
+        cp_async16(d, base + (t0 + ck * kC + r) * st + lvec * 8);
+      else
+        *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
     }
   };
   auto issue_v = [&](int64_t ck) {
@@ -332,8 +342,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fwd_kernel(const ChunkKerne
     for (int p = 0; p < 4; ++p) {
       const int r = p * 16 + (tid >> 3), vec = tid & 7;
       E* d = &sm.v[r * LDV + vec * 8];
-      if (r < nv) cp_async16(d, vbase + (t0 + ck * kC + r) * a.v_st + vec * 8);
-      else *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+      if (r < nv)
+        cp_async16(d, vbase + (t0 + ck * kC + r) * a.v_st + vec * 8);
+      else
+        *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
     }
   };
   // Raw g and beta of chunk ck for tokens 2 lane, 2 lane + 1 (warp 0), loaded one chunk ahead so the global
@@ -448,10 +460,14 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fwd_kernel(const ChunkKerne
     for (int tt = 0; tt < 3; ++tt) {
       // warp 0: (0,0) (3,3) (3,0); warp 1: (1,0) (1,1) (3,1); warp 2: (2,0) (2,1); warp 3: (2,2) (3,2)
       int ti, tj;
-      if (w == 0) ti = tt == 0 ? 0 : 3, tj = tt == 1 ? 3 : 0;
-      else if (w == 1) ti = tt == 2 ? 3 : 1, tj = tt == 0 ? 0 : 1;
-      else if (w == 2) ti = tt == 2 ? -1 : 2, tj = tt;
-      else ti = tt == 2 ? -1 : 2 + tt, tj = 2;
+      if (w == 0)
+        ti = tt == 0 ? 0 : 3, tj = tt == 1 ? 3 : 0;
+      else if (w == 1)
+        ti = tt == 2 ? 3 : 1, tj = tt == 0 ? 0 : 1;
+      else if (w == 2)
+        ti = tt == 2 ? -1 : 2, tj = tt;
+      else
+        ti = tt == 2 ? -1 : 2 + tt, tj = 2;
       if (ti < 0) continue;
       float kk[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
@@ -703,8 +719,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fwd_kernel(const ChunkKerne
         uint32_t ak[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-          ldsm_x4_t(ak[mt], &sm.k[(16 * kc + (lane & 7) + ((lane >> 4) & 1) * 8) * LDQ + rw + 16 * mt +
-                                  ((lane >> 3) & 1) * 8]);
+          ldsm_x4_t(ak[mt],
+                    &sm.k[(16 * kc + (lane & 7) + ((lane >> 4) & 1) * 8) * LDQ + rw + 16 * mt + ((lane >> 3) & 1) * 8]);
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
           uint32_t b[4];

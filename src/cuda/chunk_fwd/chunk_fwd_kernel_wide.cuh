@@ -30,8 +30,8 @@ namespace flashgdn::cuda::chunk_detail {
 
 // d (one m16n8 tile: columns 8 nt .. 8 nt + 7 of a 16x16 result) += X Y, X and Y 16x16 fp32 row-major in
 // shared memory, 3xTF32 (fp32-accurate, as mma16_f32).
-__device__ __forceinline__ void mma16_f32_half(float (&d)[4], const float* x, int ldx, const float* y, int ldy,
-                                               int nt, int g, int t) {
+__device__ __forceinline__ void mma16_f32_half(float (&d)[4], const float* x, int ldx, const float* y, int ldy, int nt,
+                                               int g, int t) {
 #pragma unroll
   for (int ks = 0; ks < 2; ++ks) {
     const float av[4] = {x[g * ldx + 8 * ks + t], x[(g + 8) * ldx + 8 * ks + t], x[g * ldx + 8 * ks + t + 4],
@@ -52,10 +52,18 @@ __device__ __forceinline__ void mma16_f32_half(float (&d)[4], const float* x, in
 // reserves 5 barriers, not 16).
 __device__ __forceinline__ void pair_barrier(int rg) {
   switch (rg) {
-    case 0: asm volatile("bar.sync 1, 64;\n" ::: "memory"); break;
-    case 1: asm volatile("bar.sync 2, 64;\n" ::: "memory"); break;
-    case 2: asm volatile("bar.sync 3, 64;\n" ::: "memory"); break;
-    default: asm volatile("bar.sync 4, 64;\n" ::: "memory"); break;
+    case 0:
+      asm volatile("bar.sync 1, 64;\n" ::: "memory");
+      break;
+    case 1:
+      asm volatile("bar.sync 2, 64;\n" ::: "memory");
+      break;
+    case 2:
+      asm volatile("bar.sync 3, 64;\n" ::: "memory");
+      break;
+    default:
+      asm volatile("bar.sync 4, 64;\n" ::: "memory");
+      break;
   }
 }
 
@@ -76,10 +84,10 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
   using P = Elem<BF16>;
   using Sm = Smem<K, E>;
   constexpr int NTH = NW * 32;
-  constexpr int CS = NW / 4;        // column splits of the 64-column tile
-  constexpr int NCOL = kBV / CS;    // state / value columns per warp
-  constexpr int NT = NCOL / 8;      // m16n8 tiles per warp row block
-  constexpr int NP2 = NT / 2;       // 16-column ldmatrix.x4.trans groups
+  constexpr int CS = NW / 4;      // column splits of the 64-column tile
+  constexpr int NCOL = kBV / CS;  // state / value columns per warp
+  constexpr int NT = NCOL / 8;    // m16n8 tiles per warp row block
+  constexpr int NP2 = NT / 2;     // 16-column ldmatrix.x4.trans groups
   constexpr int LDQ = Sm::LDQ, LDV = Sm::LDV, LDF = Sm::LDF;
   constexpr int MT = K / 64;  // 16-row state m-tiles per warp (warp owns K/4 state rows)
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -115,7 +123,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
   const bool m_tile = summary && tile < K / 64;  // augmented columns of M: identity start, zero values
   const bool has_values = !m_tile;
   const int vcol0 = summary ? (tile - K / 64) * kBV : tile * kBV;  // value column of this tile
-  const int64_t mn_stride = int64_t(K) * (K + a.V);                 // one [K, K + V] summary
+  const int64_t mn_stride = int64_t(K) * (K + a.V);                // one [K, K + V] summary
 
   // ---- start state into registers (fp32) and shared memory (GEMM operand)
   const int rw = rg * (K / 4);  // first state row of this warp
@@ -137,8 +145,10 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
         for (int e = 0; e < 4; ++e) {
           const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
           float val = 0.f;
-          if (m_tile) val = (i == tile * kBV + j) ? 1.f : 0.f;
-          else if (src.p) val = src.p[src.off(i, vcol0 + j)];
+          if (m_tile)
+            val = (i == tile * kBV + j) ? 1.f : 0.f;
+          else if (src.p)
+            val = src.p[src.off(i, vcol0 + j)];
           sacc[mt][nt][e] = val;
         }
 #pragma unroll
@@ -174,8 +184,10 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
     for (int p = 0; p < NP; ++p) {
       const int r = p * RPP + lrow;
       E* d = &dst[r * LDQ + lvec * 8];
-      if (r < nv) cp_async16(d, base + (t0 + ck * kC + r) * st + lvec * 8);
-      else *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+      if (r < nv)
+        cp_async16(d, base + (t0 + ck * kC + r) * st + lvec * 8);
+      else
+        *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
     }
   };
   auto issue_v = [&](int64_t ck) {
@@ -185,8 +197,10 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
     for (int p = 0; p < NP; ++p) {
       const int r = p * RPP + (tid >> 3), vec = tid & 7;
       E* d = &sm.v[r * LDV + vec * 8];
-      if (r < nv) cp_async16(d, vbase + (t0 + ck * kC + r) * a.v_st + vec * 8);
-      else *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+      if (r < nv)
+        cp_async16(d, vbase + (t0 + ck * kC + r) * a.v_st + vec * 8);
+      else
+        *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
     }
   };
   // Raw g and beta of chunk ck for tokens 2 lane, 2 lane + 1 (warp 0), loaded one chunk ahead so the global
@@ -413,8 +427,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
           // this warp's 8 columns (8 ch ..) of the block; tw columns 8 ch .. are written and read by it only
           float tacc[4] = {0.f, 0.f, 0.f, 0.f};
           for (int kb = j; kb < i; ++kb)
-            mma16_f32_half(tacc, &sm.x.L[16 * i * LDF + 16 * kb], LDF, &sm.A[16 * kb * LDF + 16 * j], LDF, ch, g8,
-                           t4);
+            mma16_f32_half(tacc, &sm.x.L[16 * i * LDF + 16 * kb], LDF, &sm.A[16 * kb * LDF + 16 * j], LDF, ch, g8, t4);
           tw[g8 * 16 + 8 * ch + 2 * t4] = tacc[0];
           tw[g8 * 16 + 8 * ch + 2 * t4 + 1] = tacc[1];
           tw[(g8 + 8) * 16 + 8 * ch + 2 * t4] = tacc[2];
@@ -448,8 +461,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
         const float2 a01 = *reinterpret_cast<const float2*>(&sm.A[r0 * LDF + s0 + 8]);
         const float2 a11 = *reinterpret_cast<const float2*>(&sm.A[r1 * LDF + s0 + 8]);
         const float b0 = sm.beta[s0], b1 = sm.beta[s0 + 1], b8 = sm.beta[s0 + 8], b9 = sm.beta[s0 + 9];
-        const float x[4][2] = {{a00.x * b0, a00.y * b1}, {a10.x * b0, a10.y * b1}, {a01.x * b8, a01.y * b9},
-                               {a11.x * b8, a11.y * b9}};
+        const float x[4][2] = {
+            {a00.x * b0, a00.y * b1}, {a10.x * b0, a10.y * b1}, {a01.x * b8, a01.y * b9}, {a11.x * b8, a11.y * b9}};
         uint32_t ah[4], al[4];
 #pragma unroll
         for (int q2 = 0; q2 < 4; ++q2) {
@@ -611,13 +624,13 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
         uint32_t ak[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-          ldsm_x4_t(ak[mt], &sm.k[(16 * kc + (lane & 7) + ((lane >> 4) & 1) * 8) * LDQ + rw + 16 * mt +
-                                  ((lane >> 3) & 1) * 8]);
+          ldsm_x4_t(ak[mt],
+                    &sm.k[(16 * kc + (lane & 7) + ((lane >> 4) & 1) * 8) * LDQ + rw + 16 * mt + ((lane >> 3) & 1) * 8]);
 #pragma unroll
         for (int np = 0; np < NP2; ++np) {
           uint32_t b[4];
-          ldsm_x4_t(b, &sm.x.uu.ub[(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np +
-                                   (lane >> 4) * 8]);
+          ldsm_x4_t(b,
+                    &sm.x.uu.ub[(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             mma<BF16>(sacc[mt][2 * np], ak[mt], b[0], b[1]);

@@ -6,7 +6,7 @@
 namespace flashgdn::cuda {
 
 int launch_chunk_kernel_wide_bf16(const ChunkKernelArgs& a, int64_t K, int nwarps, int min_blocks, int64_t items,
-                                 int64_t tiles, void* stream) {
+                                  int64_t tiles, void* stream) {
   using chunk_detail::launch_chunk_kernel_wide;
   if (nwarps == 8 && min_blocks == 1) {
     if (K == 64) return launch_chunk_kernel_wide<64, true, 8, 1>(a, items, tiles, stream);

@@ -5,9 +5,9 @@
 
 #include "common/error.hpp"
 
-#define FGDN_CUDA_CHECK(expr)                                                                        \
-  do {                                                                                               \
-    cudaError_t _fgdn_e = (expr);                                                                    \
-    if (_fgdn_e != cudaSuccess)                                                                      \
+#define FGDN_CUDA_CHECK(expr)                                                                    \
+  do {                                                                                           \
+    cudaError_t _fgdn_e = (expr);                                                                \
+    if (_fgdn_e != cudaSuccess)                                                                  \
       return FGDN_ERROR(cuda_error, "CUDA error in ", #expr, ": ", cudaGetErrorString(_fgdn_e)); \
   } while (0)

@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   constexpr int E = G::E, TPR = G::TPR, RPP = G::RPP, P = G::P, VN = G::VN, NW = direct::kWarps;
   using Tok = direct::TokLoads<VN>;
 
-  __shared__ __align__(16) float s_qk[NW][2][K];      // per warp: [0] q' = scale q^, [1] k^ (current token)
+  __shared__ __align__(16) float s_qk[NW][2][K];       // per warp: [0] q' = scale q^, [1] k^ (current token)
   __shared__ __align__(16) float s_red[2][NW][2][BV];  // K-major cross-warp partial sums, by token parity
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -459,7 +459,7 @@ cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream)
 }
 
 // One translation unit per (layout, storage type) instantiates every (K, BV): they compile in parallel.
-#define FGDN_INSTANTIATE_RECURRENT_DIRECT(L, ST)                                                 \
+#define FGDN_INSTANTIATE_RECURRENT_DIRECT(L, ST)                                                    \
   template cudaError_t launch_recurrent_direct<L, ST, 64, 16>(const RecurrentArgs&, cudaStream_t);  \
   template cudaError_t launch_recurrent_direct<L, ST, 64, 32>(const RecurrentArgs&, cudaStream_t);  \
   template cudaError_t launch_recurrent_direct<L, ST, 128, 16>(const RecurrentArgs&, cudaStream_t); \

@@ -130,7 +130,9 @@ int recurrent_direct_override() {
   return v;
 }
 
-bool recurrent_direct_enabled() { return recurrent_direct_override() == 1; }
+bool recurrent_direct_enabled() {
+  return recurrent_direct_override() == 1;
+}
 
 // Both kernels implement the whole contract; they differ in speed. Measured on the H200
 // (bench/results/2026-11-29-h200-kernel-paths.md): the direct kernel (one state tile per CTA, all loads in flight)

@@ -449,8 +449,8 @@ bool run_case(const Case& c, int bv) {
   if (!c.pool && c.hT) D.hT.download(), eh = compare(D.hT, r.hT, "hT", &ok);
   const double to = tol_for(c.qkv_dt) * (c.pool && c.pool_dt != DType::f32 ? 4 : 1);
   if (!(eo <= to) || !(ep <= tol_for(c.pool_dt)) || !(ei <= tol_for(c.inter_dt)) || !(eh <= 2e-5)) ok = false;
-  std::printf("  %-4s %-10s %-44s bv=%2d  o %.2e  pool %.2e  inter %.2e  hT %.2e\n", ok ? "ok" : "FAIL", path_name(), c.name.c_str(), bv,
-              eo, ep, ei, eh);
+  std::printf("  %-4s %-10s %-44s bv=%2d  o %.2e  pool %.2e  inter %.2e  hT %.2e\n", ok ? "ok" : "FAIL", path_name(),
+              c.name.c_str(), bv, eo, ep, ei, eh);
   if (!ok) ++g_fail;
   for (HT* t : {&D.q, &D.k, &D.v, &D.g, &D.beta, &D.A_log, &D.dt_bias, &D.cu, &D.o, &D.pool, &D.si, &D.na, &D.inter,
                 &D.ii, &D.h0, &D.hT})

@@ -20,7 +20,9 @@
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
 
 namespace flashgdn::cuda {
-bool device_present() { return true; }  // tensor.cpp's cuda_available() needs it; the real one is elsewhere
+bool device_present() {
+  return true;
+}  // tensor.cpp's cuda_available() needs it; the real one is elsewhere
 }  // namespace flashgdn::cuda
 
 using namespace flashgdn;
@@ -58,7 +60,9 @@ struct Case {
   }
 };
 
-static uint16_t to_half_bits(float x, bool bf16) { return bf16 ? detail::float_to_bf16(x) : detail::float_to_f16(x); }
+static uint16_t to_half_bits(float x, bool bf16) {
+  return bf16 ? detail::float_to_bf16(x) : detail::float_to_f16(x);
+}
 static double from_half_bits(uint16_t u, bool bf16) {
   return bf16 ? detail::bf16_to_float(u) : detail::f16_to_float(u);
 }
@@ -96,15 +100,22 @@ static Host make_host(const Case& c, uint64_t seed) {
   }
   for (auto& x : h.v) x = to_half_bits(float(nd(gen)), c.bf16);
   for (auto& x : h.g) {
-    if (c.gate_in_kernel) x = float(nd(gen));                 // raw a
-    else if (c.special == 1) x = 0.f;
-    else if (c.special == 2) x = -30.f;
-    else x = float(-c.gscale * ud(gen));
+    if (c.gate_in_kernel)
+      x = float(nd(gen));  // raw a
+    else if (c.special == 1)
+      x = 0.f;
+    else if (c.special == 2)
+      x = -30.f;
+    else
+      x = float(-c.gscale * ud(gen));
   }
   for (auto& x : h.beta) {
-    if (c.beta_sigmoid) x = float(nd(gen));  // raw b
-    else if (c.special == 1) x = 1.f;
-    else x = float(1.0 / (1.0 + std::exp(-nd(gen))));
+    if (c.beta_sigmoid)
+      x = float(nd(gen));  // raw b
+    else if (c.special == 1)
+      x = 1.f;
+    else
+      x = float(1.0 / (1.0 + std::exp(-nd(gen))));
   }
   if (c.h0) {
     h.h0.resize(c.N() * c.Hv * c.K * c.V);
@@ -239,10 +250,12 @@ static Dev setup(const Case& c, const Host& h) {
   p.g = make_tensor(D.g, DType::f32, {Bx, T, c.Hv}, cd);
   p.beta = make_tensor(D.beta, DType::f32, {Bx, T, c.Hv}, cd);
   p.o = make_tensor(D.o, dt, {Bx, T, c.Hv, c.V}, cd);
-  if (c.h0) p.initial_state = c.vmajor ? make_tensor(D.h0, DType::f32, {N, c.Hv, c.V, c.K}, cd)
-                                       : make_tensor(D.h0, DType::f32, {N, c.Hv, c.K, c.V}, cd);
-  if (c.ht) p.final_state = c.vmajor ? make_tensor(D.ht, DType::f32, {N, c.Hv, c.V, c.K}, cd)
-                                     : make_tensor(D.ht, DType::f32, {N, c.Hv, c.K, c.V}, cd);
+  if (c.h0)
+    p.initial_state = c.vmajor ? make_tensor(D.h0, DType::f32, {N, c.Hv, c.V, c.K}, cd)
+                               : make_tensor(D.h0, DType::f32, {N, c.Hv, c.K, c.V}, cd);
+  if (c.ht)
+    p.final_state = c.vmajor ? make_tensor(D.ht, DType::f32, {N, c.Hv, c.V, c.K}, cd)
+                             : make_tensor(D.ht, DType::f32, {N, c.Hv, c.K, c.V}, cd);
   if (D.cu) p.cu_seqlens = make_tensor(D.cu, DType::i32, {N + 1}, cd);
   if (c.gate_in_kernel) {
     p.A_log = make_tensor(D.alog, DType::f32, {c.Hv}, cd);
@@ -470,10 +483,14 @@ __global__ void fill_gate_kernel(float* g, float* beta, int64_t n, uint64_t seed
 
 static const char* impl_name() {
   switch (cuda::chunk_fwd_get_impl()) {
-    case cuda::kChunkImplVariant: return "variant";
-    case cuda::kChunkImplWide: return "wide";
-    case cuda::kChunkImplWide1: return "wide1";
-    default: return "base";
+    case cuda::kChunkImplVariant:
+      return "variant";
+    case cuda::kChunkImplWide:
+      return "wide";
+    case cuda::kChunkImplWide1:
+      return "wide1";
+    default:
+      return "base";
   }
 }
 
@@ -538,8 +555,8 @@ static void time_shape(const char* name, int64_t T, int64_t Hqk, int64_t Hv, std
     std::sort(ts.begin(), ts.end());
     const double ms = ts[ts.size() / 2];
     const double tflops = 181.6e3 * double(TT) * double(Hv) / (ms * 1e-3) / 1e12;
-    std::printf("TIME %-8s %-34s %-7s %8.3f ms  %6.1f TFLOP/s  ws %10zu B   (FLA %.3f, goal %.3f)\n", impl_name(),
-                name, lab, ms, tflops, ws, fla_ms, goal_ms);
+    std::printf("TIME %-8s %-34s %-7s %8.3f ms  %6.1f TFLOP/s  ws %10zu B   (FLA %.3f, goal %.3f)\n", impl_name(), name,
+                lab, ms, tflops, ws, fla_ms, goal_ms);
 #ifdef FGDN_CHUNK_PROFILE
     unsigned long long* prof;
     CK(cudaMalloc(&prof, 16 * sizeof(unsigned long long)));
@@ -551,10 +568,11 @@ static void time_shape(const char* name, int64_t T, int64_t Hqk, int64_t Hv, std
     unsigned long long hp[16];
     CK(cudaMemcpy(hp, prof, sizeof(hp), cudaMemcpyDeviceToHost));
     const double nc = hp[8] > 0 ? double(hp[8]) : 1.0;
-    std::printf("PROF %-30s %-7s chunks %4llu cycles/chunk: load %.0f | L %.0f | inverse %.0f | W,U,QS %.0f | P %.0f"
-                " | sync %.0f | state %.0f | PU,out %.0f\n",
-                name, lab, hp[8], hp[0] / nc, hp[1] / nc, hp[2] / nc, hp[3] / nc,
-                hp[4] / nc, hp[5] / nc, hp[6] / nc, hp[7] / nc);
+    std::printf(
+        "PROF %-30s %-7s chunks %4llu cycles/chunk: load %.0f | L %.0f | inverse %.0f | W,U,QS %.0f | P %.0f"
+        " | sync %.0f | state %.0f | PU,out %.0f\n",
+        name, lab, hp[8], hp[0] / nc, hp[1] / nc, hp[2] / nc, hp[3] / nc, hp[4] / nc, hp[5] / nc, hp[6] / nc,
+        hp[7] / nc);
     cudaFree(prof);
 #endif
   }
@@ -603,24 +621,103 @@ int main(int argc, char** argv) {
       c.T = T, c.Hqk = 2, c.Hv = 4;
       cs.push_back(c);
     }
-    c = Case(); c.name = "varlen_1_63_64_65_0_130"; c.seqlens = {1, 63, 64, 65, 0, 130}; cs.push_back(c);
-    c = Case(); c.name = "varlen_empty_ends"; c.seqlens = {0, 70, 0, 5, 0}; c.Hqk = 1; c.Hv = 2; cs.push_back(c);
-    c = Case(); c.name = "vmajor_k128"; c.T = 150; c.vmajor = true; cs.push_back(c);
-    c = Case(); c.name = "k64_v128"; c.T = 150; c.K = 64; c.V = 128; cs.push_back(c);
-    c = Case(); c.name = "k128_v64_vmajor"; c.T = 150; c.K = 128; c.V = 64; c.vmajor = true; cs.push_back(c);
-    c = Case(); c.name = "k64_v64_fp16"; c.T = 150; c.K = 64; c.V = 64; c.bf16 = false; cs.push_back(c);
-    c = Case(); c.name = "fp16_k128"; c.T = 130; c.bf16 = false; cs.push_back(c);
-    c = Case(); c.name = "g_minus30"; c.T = 130; c.special = 2; cs.push_back(c);
-    c = Case(); c.name = "identical_keys_b1_g0"; c.T = 130; c.special = 1; cs.push_back(c);
-    c = Case(); c.name = "scale_0.3_no_h0"; c.T = 100; c.scale = 0.3f; c.h0 = false; cs.push_back(c);
-    c = Case(); c.name = "tiny_key_l2norm"; c.T = 64; c.special = 3; cs.push_back(c);
-    c = Case(); c.name = "no_l2norm"; c.T = 100; c.l2norm = false; cs.push_back(c);
-    c = Case(); c.name = "gate_in_kernel_neg_eig"; c.T = 140; c.gate_in_kernel = true; c.beta_sigmoid = true;
-    c.neg_eig = true; cs.push_back(c);
-    c = Case(); c.name = "B3_fixed_strong_gate"; c.B = 3; c.T = 90; c.gscale = 3; cs.push_back(c);
-    c = Case(); c.name = "ckpt128_varlen"; c.seqlens = {300, 0, 128, 77}; c.ckpt = 128; cs.push_back(c);
-    c = Case(); c.name = "ckpt64_vmajor"; c.T = 200; c.ckpt = 64; c.vmajor = true; cs.push_back(c);
-    c = Case(); c.name = "long_weak_gate"; c.T = 2048; c.Hqk = 1; c.Hv = 2; c.gscale = 0.02; cs.push_back(c);
+    c = Case();
+    c.name = "varlen_1_63_64_65_0_130";
+    c.seqlens = {1, 63, 64, 65, 0, 130};
+    cs.push_back(c);
+    c = Case();
+    c.name = "varlen_empty_ends";
+    c.seqlens = {0, 70, 0, 5, 0};
+    c.Hqk = 1;
+    c.Hv = 2;
+    cs.push_back(c);
+    c = Case();
+    c.name = "vmajor_k128";
+    c.T = 150;
+    c.vmajor = true;
+    cs.push_back(c);
+    c = Case();
+    c.name = "k64_v128";
+    c.T = 150;
+    c.K = 64;
+    c.V = 128;
+    cs.push_back(c);
+    c = Case();
+    c.name = "k128_v64_vmajor";
+    c.T = 150;
+    c.K = 128;
+    c.V = 64;
+    c.vmajor = true;
+    cs.push_back(c);
+    c = Case();
+    c.name = "k64_v64_fp16";
+    c.T = 150;
+    c.K = 64;
+    c.V = 64;
+    c.bf16 = false;
+    cs.push_back(c);
+    c = Case();
+    c.name = "fp16_k128";
+    c.T = 130;
+    c.bf16 = false;
+    cs.push_back(c);
+    c = Case();
+    c.name = "g_minus30";
+    c.T = 130;
+    c.special = 2;
+    cs.push_back(c);
+    c = Case();
+    c.name = "identical_keys_b1_g0";
+    c.T = 130;
+    c.special = 1;
+    cs.push_back(c);
+    c = Case();
+    c.name = "scale_0.3_no_h0";
+    c.T = 100;
+    c.scale = 0.3f;
+    c.h0 = false;
+    cs.push_back(c);
+    c = Case();
+    c.name = "tiny_key_l2norm";
+    c.T = 64;
+    c.special = 3;
+    cs.push_back(c);
+    c = Case();
+    c.name = "no_l2norm";
+    c.T = 100;
+    c.l2norm = false;
+    cs.push_back(c);
+    c = Case();
+    c.name = "gate_in_kernel_neg_eig";
+    c.T = 140;
+    c.gate_in_kernel = true;
+    c.beta_sigmoid = true;
+    c.neg_eig = true;
+    cs.push_back(c);
+    c = Case();
+    c.name = "B3_fixed_strong_gate";
+    c.B = 3;
+    c.T = 90;
+    c.gscale = 3;
+    cs.push_back(c);
+    c = Case();
+    c.name = "ckpt128_varlen";
+    c.seqlens = {300, 0, 128, 77};
+    c.ckpt = 128;
+    cs.push_back(c);
+    c = Case();
+    c.name = "ckpt64_vmajor";
+    c.T = 200;
+    c.ckpt = 64;
+    c.vmajor = true;
+    cs.push_back(c);
+    c = Case();
+    c.name = "long_weak_gate";
+    c.T = 2048;
+    c.Hqk = 1;
+    c.Hv = 2;
+    c.gscale = 0.02;
+    cs.push_back(c);
     // identical keys / beta 1 / g 0: 2e-2 (see tests/cuda/test_chunk_fwd.cpp, DiscriminatingCases)
     auto tol = [](const Case& cc) { return cc.special == 1 ? 2e-2 : 5e-3; };
     for (const auto& cc : cs) check_case(cc, 1, tol(cc));

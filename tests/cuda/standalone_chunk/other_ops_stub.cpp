@@ -5,7 +5,9 @@
 #include "api/internal.hpp"
 
 namespace flashgdn::cuda {
-size_t recurrent_workspace_size(const RecurrentParams&, const RecurrentDims&) { return 0; }
+size_t recurrent_workspace_size(const RecurrentParams&, const RecurrentDims&) {
+  return 0;
+}
 Status recurrent(const RecurrentParams&, const RecurrentDims&, void*, size_t, void*) {
   return FGDN_ERROR(unsupported, "recurrent: not linked into the chunk_fwd harness");
 }
