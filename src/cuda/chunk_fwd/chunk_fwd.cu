@@ -35,11 +35,7 @@ void read_env_once() {
     if (const char* s = std::getenv("FLASHGDN_CHUNK_SEGMENTS")) g_segments.store(std::max(0, std::atoi(s)));
     if (const char* s = std::getenv("FLASHGDN_CHUNK_IMPL")) {
       const std::string v(s);
-      g_impl.store(v == "base"      ? kChunkImplBase
-                   : v == "variant" ? kChunkImplVariant
-                   : v == "wide"    ? kChunkImplWide
-                   : v == "wide1"   ? kChunkImplWide1
-                                    : kChunkImplDefault);
+      g_impl.store(v == "narrow" ? kChunkImplNarrow : kChunkImplDefault);
     }
   });
 }
@@ -83,8 +79,8 @@ Plan make_plan(const ChunkDims& d, int sms, int impl) {
     // Automatic. Measured (docs/chunk_fwd.md): a CTA's chunk loop is latency bound, two CTAs share an SM at
     // ~1.25x the time per chunk, the summary pass costs ~0.9 of the forward. Cost ~ segment length x (waves of
     // the forward + 0.9 x waves of the summary) + the scan, with 2 x SMs CTA slots per wave.
-    // CTA slots per SM: 2 (default, variant, wide), 1 (wide1: 8 warps at up to 255 registers)
-    const int64_t per_sm = impl == kChunkImplWide1 ? 1 : 2;
+    // CTA slots per SM: 2 for both kernels.
+    const int64_t per_sm = 2;
     const int64_t base = d.N * d.Hv * vt;
     if (base >= per_sm * sms || avg < 32) return pl;
     const int64_t slots = per_sm * int64_t(sms);
@@ -283,13 +279,9 @@ ChunkKernelArgs make_args(const ChunkFwdParams& p, const ChunkDims& d) {
 }
 
 int launch(const ChunkKernelArgs& a, int impl, bool bf16, int64_t K, int64_t items, int64_t tiles, void* stream) {
-  if (impl != kChunkImplBase) {
-    const int nw = impl == kChunkImplVariant ? 4 : 8, minb = impl == kChunkImplWide1 ? 1 : 2;
-    return bf16 ? launch_chunk_kernel_wide_bf16(a, K, nw, minb, items, tiles, stream)
-                : launch_chunk_kernel_wide_f16(a, K, nw, minb, items, tiles, stream);
-  }
-  return bf16 ? launch_chunk_kernel_bf16(a, K, items, tiles, stream)
-              : launch_chunk_kernel_f16(a, K, items, tiles, stream);
+  const int nw = impl == kChunkImplNarrow ? 4 : 8, minb = 2;
+  return bf16 ? launch_chunk_kernel_wide_bf16(a, K, nw, minb, items, tiles, stream)
+              : launch_chunk_kernel_wide_f16(a, K, nw, minb, items, tiles, stream);
 }
 
 }  // namespace
@@ -301,7 +293,7 @@ void chunk_fwd_set_segments(int segments) {
 
 void chunk_fwd_set_impl(int impl) {
   read_env_once();
-  g_impl.store(impl >= kChunkImplBase && impl <= kChunkImplWide1 ? impl : kChunkImplDefault);
+  g_impl.store(impl == kChunkImplNarrow ? kChunkImplNarrow : kChunkImplDefault);
 }
 
 int chunk_fwd_get_impl() {

@@ -15,17 +15,13 @@ namespace flashgdn::cuda {
 void chunk_fwd_set_segments(int segments);
 int chunk_fwd_get_segments();
 
-// Which fused kernel runs (benchmarking and A/B checks; all are exact implementations of gdn-math §5). The default
-// is kChunkImplWide: on the H200 it passed the same GPU tests as the others and was the fastest on every benchmark
-// shape (bench/results/2026-11-29-h200-kernel-paths.md).
-//   kChunkImplBase     chunk_fwd_kernel.cuh (4 warps, U = (A diag(b)) V - W S0);
-//   kChunkImplVariant  chunk_fwd_kernel_wide.cuh, 4 warps: U = (A diag(b)) (V - Gamma K S0), no W GEMM, A hi + lo;
-//   kChunkImplWide     the same with 8 warps per CTA (columns of every state-dependent GEMM split over 2 warps),
-//                      registers capped for 2 CTAs per SM (128: some spills);
-//   kChunkImplWide1    8 warps, 1 CTA per SM (up to 255 registers, no spills).
+// Which fused kernel runs (benchmarking and A/B checks; both are exact implementations of gdn-math §5):
+//   kChunkImplWide    8 warps per CTA, 2 CTAs per SM (the default: the fastest on every benchmark shape on the
+//                     H200, bench/results/2026-11-29-h200-kernel-paths.md, where it was "wide");
+//   kChunkImplNarrow  the same kernel with 4 warps (there "variant").
 // Thread-safe; affects chunk_fwd calls made after it. The environment variable FLASHGDN_CHUNK_IMPL (read once,
-// at the first call: "base", "variant", "wide" or "wide1"; anything else is the default) sets the initial value.
-enum ChunkImpl : int { kChunkImplBase = 0, kChunkImplVariant = 1, kChunkImplWide = 2, kChunkImplWide1 = 3 };
+// at the first call: "wide" or "narrow"; anything else is the default) sets the initial value.
+enum ChunkImpl : int { kChunkImplWide = 0, kChunkImplNarrow = 1 };
 inline constexpr int kChunkImplDefault = kChunkImplWide;
 void chunk_fwd_set_impl(int impl);
 int chunk_fwd_get_impl();
@@ -97,12 +93,8 @@ struct ChunkKernelArgs {
 // Profiling builds (-DFGDN_CHUNK_PROFILE): device buffer of 9 counters filled by the next launches.
 void chunk_fwd_set_profile_buffer(unsigned long long* dev_counters);
 
-// Launch the fused kernel (defined per dtype). grid = (items, Hv, tiles); tiles = V/64 (forward) or
-// (K+V)/64 (summary). Returns a cudaError_t as int.
-int launch_chunk_kernel_bf16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
-int launch_chunk_kernel_f16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
-// The kernel of chunk_fwd_kernel_wide.cuh with nwarps = 4 (variant) or 8 (wide: min_blocks 2, wide1: 1); same
-// grid, same arguments.
+// Launch the fused kernel of chunk_fwd_kernel_wide.cuh (defined per dtype) with nwarps = 8 (wide) or 4 (narrow).
+// grid = (items, Hv, tiles); tiles = V/64 (forward) or (K+V)/64 (summary). Returns a cudaError_t as int.
 int launch_chunk_kernel_wide_bf16(const ChunkKernelArgs& a, int64_t K, int nwarps, int min_blocks, int64_t items,
                                   int64_t tiles, void* stream);
 int launch_chunk_kernel_wide_f16(const ChunkKernelArgs& a, int64_t K, int nwarps, int min_blocks, int64_t items,

@@ -1,6 +1,10 @@
-// The chunked-prefill kernel without the W GEMM, for 4 or 8 warps per CTA (FLASHGDN_CHUNK_IMPL = variant / wide;
-// the default kernel is chunk_fwd_kernel.cuh, unchanged). Same CTA work unit (work item, value head, 64-column
-// state tile), same modes, same shared-memory layout and rounding points as the default, except:
+// The fused chunked-prefill kernel (gdn-math §5), 8 warps per CTA (the default) or 4 (FLASHGDN_CHUNK_IMPL=narrow).
+// One CTA owns one (work item, value head, 64-column state tile) and walks the chunks of its range in order; the
+// fp32 state lives in registers across chunks and nothing per chunk goes to global memory. Modes
+// (ChunkKernelArgs::mode): kModeForward walks whole sequences; kModeForwardSplit one segment of the segment split
+// (start state from the scan); kModeSummary the augmented state pass [I | 0] with values [0 | V] over one segment,
+// storing [M | N] (gdn-math §6.1). Compared with the first 4-warp kernel (W formed explicitly; removed after the
+// H200 comparison of 2026-11-29, bench/results/2026-11-29-h200-kernel-paths.md):
 //
 //   * U is formed as U = (A diag(b)) R with R = V - diag(e^gamma) K S0 (gdn-math §5.3: (I + L) U =
 //     diag(b) (V - Gamma K S0)), so W = (A diag(b e^gamma)) K is never formed (the 64 x K x 64 causal GEMM and its
@@ -13,7 +17,8 @@
 //     kernel; the ten causal K K^T tiles go 2/2/1/1/1/1/1/1; the inverse's block merges are split by the two
 //     8-column halves of each 16x16 block; the two warps of a row group split P = QK^T (.) D by 16-column
 //     blocks and exchange them through shared memory (P is the A operand of both halves of P U). MINB = 2:
-//     128 registers (two 8-warp CTAs per SM), 8 B of spills; MINB = 1: one CTA per SM, no spills.
+//     128 registers (two 8-warp CTAs per SM), 8 B of spills (the K S0 / Q S0 loop is unrolled by 2 only; one CTA
+//     per SM without the cap had no spills but ran 1.0-1.4x slower).
 // Per chunk (warp (rg, ch); rows r of the chunk are 16 rg + ..):
 //   gamma = cumsum(g), optional l2 norm of q, k rows; L = strictlower(diag(b) (KK^T (.) D)) in fp32
 //   K S0, Q S0 (state fragments shared);  R = V - diag(e^gamma) K S0 over the warp's rows and columns
@@ -24,7 +29,7 @@
 //   S <- e^{gamma_n} S + K^T diag(e^{gamma_n - gamma}) U (fp32 accumulation in registers)
 #pragma once
 
-#include "cuda/chunk_fwd/chunk_fwd_kernel.cuh"
+#include "cuda/chunk_fwd/chunk_fwd_common.cuh"
 
 namespace flashgdn::cuda::chunk_detail {
 

@@ -482,16 +482,7 @@ __global__ void fill_gate_kernel(float* g, float* beta, int64_t n, uint64_t seed
 }
 
 static const char* impl_name() {
-  switch (cuda::chunk_fwd_get_impl()) {
-    case cuda::kChunkImplVariant:
-      return "variant";
-    case cuda::kChunkImplWide:
-      return "wide";
-    case cuda::kChunkImplWide1:
-      return "wide1";
-    default:
-      return "base";
-  }
+  return cuda::chunk_fwd_get_impl() == cuda::kChunkImplNarrow ? "narrow" : "wide";
 }
 
 static void time_shape(const char* name, int64_t T, int64_t Hqk, int64_t Hv, std::vector<int64_t> seqlens,

@@ -1,0 +1,213 @@
+// Shared device pieces of the fused chunked-prefill kernel (chunk_fwd_kernel_wide.cuh, gdn-math §5): element
+// types, PTX wrappers (ldmatrix, cp.async, mma.sync m16n8k16 and the 3xTF32 product used by the inverse),
+// scalar loads, the clamped sequence bounds, the state-tile reference and the shared-memory plan.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/chunk_fwd/chunk_fwd.hpp"
+
+namespace flashgdn::cuda::chunk_detail {
+
+constexpr int kC = 64;         // chunk size
+constexpr int kBV = 64;        // state columns per CTA
+constexpr int kThreads = 128;  // 4 warps
+
+template <bool BF16>
+struct Elem;
+template <>
+struct Elem<true> {
+  using T = __nv_bfloat16;
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t u) {
+    __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162*>(&u);
+    return __bfloat1622float2(v);
+  }
+};
+template <>
+struct Elem<false> {
+  using T = __half;
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t u) {
+    __half2 v = *reinterpret_cast<__half2*>(&u);
+    return __half22float2(v);
+  }
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ldmatrix x4: four 8x8 b16 matrices; lane l supplies the row address of matrix l / 8.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// 16-byte asynchronous global -> shared copies (the chunk's q, k, v tiles land while other work runs).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+#ifdef FGDN_CHUNK_PROFILE
+#define FGDN_PROF(k)                             \
+  do {                                           \
+    if (prof_on) {                               \
+      const unsigned long long now_ = clock64(); \
+      prof_acc[k] += now_ - prof_last;           \
+      prof_last = now_;                          \
+    }                                            \
+  } while (0)
+#else
+#define FGDN_PROF(k) \
+  do {               \
+  } while (0)
+#endif
+
+// d += a * b, m16n8k16, fp32 accumulation.
+template <bool BF16>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (BF16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// 3xTF32: x = big + small with both parts tf32; big*big + big*small + small*big is fp32-accurate (~2^-21),
+// so the inverse keeps its fp32 accuracy (gdn-math §5.7) while running on the tensor cores.
+__device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(x));
+  const float rest = x - __uint_as_float(big);
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(rest));
+}
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// d (16x16 as two m16n8 tiles) += X Y with X, Y 16x16 fp32 row-major in shared memory (one warp).
+__device__ __forceinline__ void mma16_f32(float (&d)[2][4], const float* x, int ldx, const float* y, int ldy, int g,
+                                          int t) {
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks) {
+    const float av[4] = {x[g * ldx + 8 * ks + t], x[(g + 8) * ldx + 8 * ks + t], x[g * ldx + 8 * ks + t + 4],
+                         x[(g + 8) * ldx + 8 * ks + t + 4]};
+    uint32_t ab[4], as[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) split_tf32(av[e], ab[e], as[e]);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      uint32_t bb0, bs0, bb1, bs1;
+      split_tf32(y[(8 * ks + t) * ldy + 8 * nt + g], bb0, bs0);
+      split_tf32(y[(8 * ks + t + 4) * ldy + 8 * nt + g], bb1, bs1);
+      mma_tf32(d[nt], as, bb0, bb1);
+      mma_tf32(d[nt], ab, bs0, bs1);
+      mma_tf32(d[nt], ab, bb0, bb1);
+    }
+  }
+}
+
+// Scalar load of a gate / beta / parameter element of DType dt (f32 = 0, f64 = 1, bf16 = 2, f16 = 3).
+__device__ __forceinline__ float load_scalar(const void* p, int32_t dt, int64_t off) {
+  switch (dt) {
+    case 0:
+      return static_cast<const float*>(p)[off];
+    case 1:
+      return static_cast<float>(static_cast<const double*>(p)[off]);
+    case 2:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[off]);
+    default:
+      return __half2float(static_cast<const __half*>(p)[off]);
+  }
+}
+
+// Sequence n: batch entry, first token and length. cu_seqlens values are clamped to [0, T] and made
+// non-decreasing pairwise, so no value reads or writes out of bounds.
+__device__ __forceinline__ void seq_bounds(const ChunkKernelArgs& a, int64_t n, int64_t* bidx, int64_t* t0,
+                                           int64_t* len) {
+  if (a.cu_seqlens == nullptr) {
+    *bidx = n;
+    *t0 = 0;
+    *len = a.T;
+    return;
+  }
+  int64_t s0, s1;
+  if (a.cu_i64) {
+    s0 = static_cast<const int64_t*>(a.cu_seqlens)[n];
+    s1 = static_cast<const int64_t*>(a.cu_seqlens)[n + 1];
+  } else {
+    s0 = static_cast<const int32_t*>(a.cu_seqlens)[n];
+    s1 = static_cast<const int32_t*>(a.cu_seqlens)[n + 1];
+  }
+  s0 = s0 < 0 ? 0 : (s0 > a.T ? a.T : s0);
+  s1 = s1 < 0 ? 0 : (s1 > a.T ? a.T : s1);
+  *bidx = 0;
+  *t0 = s0;
+  *len = s1 > s0 ? s1 - s0 : 0;
+}
+
+// A state tile reference: element (i, j) (key i, value j) at p[i * rs + j] (K-major) or p[j * rs + i].
+struct StateRef {
+  float* p;
+  int64_t rs;
+  bool vmajor;
+  __device__ __forceinline__ int64_t off(int i, int j) const {
+    return vmajor ? int64_t(j) * rs + i : int64_t(i) * rs + j;
+  }
+};
+
+template <int K, class E>
+struct Smem {
+  static constexpr int LDQ = K + 8;  // padded rows: conflict-free ldmatrix
+  static constexpr int LDV = kBV + 8;
+  static constexpr int LDF = kC + 4;  // fp32 64x64 matrices
+  E q[kC * LDQ];                      // [token][K] q (l2-normalized when asked)
+  E k[kC * LDQ];                      // [token][K]
+  E v[kC * LDV];                      // [token][64] value tile
+  E s[K * LDV];                       // [K][64] the state as a GEMM operand
+  union {
+    struct {
+      E u[kC * LDV];   // [token][64] U = v_new, rounded (hi part)
+      E ul[kC * LDV];  // [token][64] U - hi: P U = P hi + P lo keeps the causal sum exact to ~2^-16
+      E ub[kC * LDV];  // [token][64] diag(e^{gamma_n - gamma}) U
+    } uu;
+    float L[kC * LDF];  // strictly lower L, live only between KK^T and the inverse
+  } x;
+  float A[kC * LDF];  // A = (I + L)^-1, fp32
+  float T[4 * 256];   // inverse merge scratch
+  float gam[kC];      // gamma (inclusive cumsum of g in the chunk)
+  float beta[kC];
+  float bg[kC];  // beta e^gamma
+};
+
+}  // namespace flashgdn::cuda::chunk_detail
