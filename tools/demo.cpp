@@ -94,9 +94,6 @@ int run_demo(int argc, char** argv) {
     return 2;
   }
   const bool gpu = !opt.force_cpu && cuda_available();
-#if !FLASHGDN_WITH_CUDA
-  if (gpu) return 2;  // unreachable: cuda_available() is false without CUDA
-#endif
   std::string device = "cpu";
 #if FLASHGDN_WITH_CUDA
   if (gpu) {

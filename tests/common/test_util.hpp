@@ -96,8 +96,8 @@ inline double rel_err(const HostTensor& x, const HostTensor& ref) {
   return std::sqrt(num / den);
 }
 
-// Maximum over groups of `group_elems` consecutive... per-head error: the tensor is split into blocks
-// by index function head_of(i); returns the largest block-relative error.
+// Per-head relative error (gdn-math §10.3): element i belongs to head head_of(i); returns the worst head's
+// relative Frobenius error, so one broken head cannot hide in the aggregate.
 template <class HeadOf>
 double max_head_err(const HostTensor& x, const HostTensor& ref, int64_t num_heads, HeadOf head_of) {
   std::vector<double> num(size_t(num_heads), 0.0), den(size_t(num_heads), 0.0);
