@@ -274,22 +274,30 @@ void expect_close(const GpuCase& gc, const Result& ref, GpuRun& run, double tol)
       ASSERT_EQ(run.hT.get(n * c.Hv * sblk + i), want) << c.name << ": empty sequence " << n;
     }
   }
-  std::printf("[chunk_fwd cuda] %-28s o %.2e (worst head %.2e)  hT %.2e (worst head %.2e)\n", c.name.c_str(), eo, ho,
-              eh, hh);
+  std::printf("[chunk_fwd cuda %-7s] %-28s o %.2e (worst head %.2e)  hT %.2e (worst head %.2e)\n",
+              cuda::chunk_fwd_get_impl() == cuda::kChunkImplTwoPass ? "twopass" : "wide", c.name.c_str(), eo, ho, eh,
+              hh);
 }
 
 // Runs one case through the GPU (with the segment split forced to `segments`: 0 auto, 1 off) and the oracle.
+// Every case runs with both kernels: the two-pass default and the fused `wide` kernel (FLASHGDN_CHUNK_IMPL).
 void check(const GpuCase& gc, int segments = 0, double tol = 5e-3) {
-  const int saved = cuda::chunk_fwd_get_segments();
+  const int saved = cuda::chunk_fwd_get_segments(), saved_impl = cuda::chunk_fwd_get_impl();
   cuda::chunk_fwd_set_segments(segments);
   const Inputs x = make_case_inputs(gc);
   const Result ref = run_oracle(gc, x);
-  GpuRun run(gc, x);
-  run.poison();
-  const Status st = run.launch();
-  ASSERT_TRUE(st.ok()) << st.message();
-  run.fetch();
-  expect_close(gc, ref, run, tol);
+  for (const int impl : {cuda::kChunkImplTwoPass, cuda::kChunkImplWide}) {
+    SCOPED_TRACE(impl == cuda::kChunkImplTwoPass ? "kernel: twopass" : "kernel: wide");
+    cuda::chunk_fwd_set_impl(impl);
+    GpuRun run(gc, x);
+    run.poison();
+    const Status st = run.launch();
+    EXPECT_TRUE(st.ok()) << st.message();
+    if (!st.ok()) continue;
+    run.fetch();
+    expect_close(gc, ref, run, tol);
+  }
+  cuda::chunk_fwd_set_impl(saved_impl);
   cuda::chunk_fwd_set_segments(saved);
 }
 

@@ -1,12 +1,16 @@
 // cuda::chunk_fwd: the chunked prefill (inference forward, gdn-math §5-§6) on Hopper.
 //
-// Two paths, chosen on the host from shapes and the SM count only (no host sync, CUDA-graph safe):
-//   * direct: one fused kernel, one CTA per (sequence, value head, 64-column state tile) walking all chunks;
-//   * segment split (gdn-math §6) when there are fewer such CTAs than 2 x SMs and the sequences are long:
+// The default (kChunkImplTwoPass) first runs the intra-chunk pass (chunk_fwd_intra.cuh: every chunk and head in
+// parallel, the inverse and P into workspace records), then the state pass (chunk_fwd_state.cuh) as the chain
+// kernel below; kChunkImplWide / kChunkImplNarrow run one fused kernel (chunk_fwd_kernel_wide.cuh) that does all
+// of a chunk's work on the chain. Two ways to run the chain kernel, chosen on the host from shapes and the SM count
+// only (no host sync, CUDA-graph safe):
+//   * direct: one CTA per (sequence, value head, state tiles) walking all chunks;
+//   * segment split (gdn-math §6) when there are too few such CTAs for the SMs and the sequences are long:
 //       1. chunk_index_kernel  builds the (sequence, segment, chunk range) list on the device,
-//       2. the fused kernel in summary mode writes each segment's [M | N] (augmented state [I | 0]),
+//       2. the chain kernel in summary mode writes each segment's [M | N] (augmented state [I | 0]),
 //       3. chunk_scan_kernel   S_start(j+1) = M_j S_start(j) + N_j  (fp32, exact, stored over N_j),
-//       4. the fused kernel in split mode runs every segment from its start state (outputs, final state).
+//       4. the chain kernel in split mode runs every segment from its start state (outputs, final state).
 // docs/chunk_fwd.md has the design and the measured numbers.
 #include <algorithm>
 #include <atomic>
@@ -35,7 +39,7 @@ void read_env_once() {
     if (const char* s = std::getenv("FLASHGDN_CHUNK_SEGMENTS")) g_segments.store(std::max(0, std::atoi(s)));
     if (const char* s = std::getenv("FLASHGDN_CHUNK_IMPL")) {
       const std::string v(s);
-      g_impl.store(v == "narrow" ? kChunkImplNarrow : kChunkImplDefault);
+      g_impl.store(v == "narrow" ? kChunkImplNarrow : (v == "wide" ? kChunkImplWide : kChunkImplDefault));
     }
   });
 }
@@ -75,7 +79,24 @@ Plan make_plan(const ChunkDims& d, int sms, int impl) {
   const int64_t avg = d.varlen ? ceil_div(nch_total, N) : nch_total;  // chunks of a typical sequence
   int P = g_segments.load();
   if (P == 1 || d.N == 0 || avg < 2) return pl;
-  if (P <= 0) {
+  if (P <= 0 && impl == kChunkImplTwoPass) {
+    // Automatic, two-pass: one CTA per SM (16 warps, ~218 KB of shared memory) per (item, head) with all V / 64
+    // tiles; the summary has (K + V) / 64 tiles, so ceil((K + V) / V) CTAs per (item, head), each ~0.8 of a
+    // forward CTA's time per chunk (no q, no P U). Cost ~ segment length x (waves of the forward + 0.8 x waves
+    // of the summary) + the scan.
+    const int64_t base = d.N * d.Hv;
+    if (base >= sms || avg < 16) return pl;
+    const int64_t sum_ctas = ceil_div(kt + vt, vt);
+    double best = 1e30;
+    for (int cand = 1; cand <= 64; ++cand) {
+      const int64_t ls = ceil_div(avg, cand), nseg = ceil_div(avg, ls);
+      const int64_t x2 = d.N * nseg * d.Hv, x1 = d.N * (nseg - 1) * d.Hv * sum_ctas;
+      double cost = double(ls) * double(ceil_div(x2, sms));
+      if (nseg > 1) cost += double(ls) * 0.8 * double(ceil_div(x1, sms)) + 0.3 * double(nseg - 1) + 3.0;
+      if (cost < best - 1e-9) best = cost, P = int(nseg);
+    }
+    if (P <= 1) return pl;
+  } else if (P <= 0) {
     // Automatic. Measured (docs/chunk_fwd.md): a CTA's chunk loop is latency bound, two CTAs share an SM at
     // ~1.25x the time per chunk, the summary pass costs ~0.9 of the forward. Cost ~ segment length x (waves of
     // the forward + 0.9 x waves of the summary) + the scan, with 2 x SMs CTA slots per wave.
@@ -108,15 +129,28 @@ Plan make_plan(const ChunkDims& d, int sms, int impl) {
   return pl;
 }
 
+// Record slots of the two-pass workspace (chunk_slot in chunk_fwd_common.cuh).
+int64_t rec_slots(const ChunkDims& d) {
+  const int64_t nb = ceil_div(d.T, kChunk);
+  return d.varlen ? d.N + nb : d.B * nb;
+}
+
+// Workspace: [records (two-pass)] [items | seq_first | summaries (split)], each part 256-byte aligned.
 struct WsLayout {
-  size_t items = 0, seq_first = 0, mn = 0, total = 0;
+  size_t rec = 0, items = 0, seq_first = 0, mn = 0, total = 0;
 };
 
-WsLayout ws_layout(const Plan& pl, const ChunkDims& d) {
+WsLayout ws_layout(const Plan& pl, const ChunkDims& d, int impl) {
   WsLayout w;
+  size_t off = 0;
+  if (impl == kChunkImplTwoPass) {
+    w.rec = 0;
+    off = align_up(size_t(rec_slots(d)) * size_t(d.Hv) * size_t(kRecBytes));
+  }
+  w.total = off;
   if (!pl.split) return w;
-  w.items = 0;
-  w.seq_first = align_up(size_t(pl.cap) * sizeof(ChunkWorkItem));
+  w.items = off;
+  w.seq_first = w.items + align_up(size_t(pl.cap) * sizeof(ChunkWorkItem));
   w.mn = w.seq_first + align_up(size_t(d.N) * sizeof(int32_t));
   w.total = w.mn + size_t(pl.cap) * size_t(d.Hv) * size_t(d.K) * size_t(d.K + d.V) * sizeof(float);
   return w;
@@ -278,7 +312,11 @@ ChunkKernelArgs make_args(const ChunkFwdParams& p, const ChunkDims& d) {
   return a;
 }
 
+// The chain kernel over (items, Hv, tiles): the state pass (two-pass) or the fused kernel.
 int launch(const ChunkKernelArgs& a, int impl, bool bf16, int64_t K, int64_t items, int64_t tiles, void* stream) {
+  if (impl == kChunkImplTwoPass)
+    return bf16 ? launch_chunk_state_bf16(a, K, items, tiles, stream)
+                : launch_chunk_state_f16(a, K, items, tiles, stream);
   const int nw = impl == kChunkImplNarrow ? 4 : 8, minb = 2;
   return bf16 ? launch_chunk_kernel_wide_bf16(a, K, nw, minb, items, tiles, stream)
               : launch_chunk_kernel_wide_f16(a, K, nw, minb, items, tiles, stream);
@@ -293,7 +331,7 @@ void chunk_fwd_set_segments(int segments) {
 
 void chunk_fwd_set_impl(int impl) {
   read_env_once();
-  g_impl.store(impl == kChunkImplNarrow ? kChunkImplNarrow : kChunkImplDefault);
+  g_impl.store(impl == kChunkImplNarrow || impl == kChunkImplWide ? impl : kChunkImplDefault);
 }
 
 int chunk_fwd_get_impl() {
@@ -313,7 +351,8 @@ int chunk_fwd_get_segments() {
 size_t chunk_fwd_workspace_size(const ChunkFwdParams& p, const ChunkDims& d) {
   read_env_once();
   if (p.chunk_size != kChunk) return 0;
-  return ws_layout(make_plan(d, sm_count(p.q.device_id), g_impl.load()), d).total;
+  const int impl = g_impl.load();
+  return ws_layout(make_plan(d, sm_count(p.q.device_id), impl), d, impl).total;
 }
 
 Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t ws_bytes, void* stream) {
@@ -331,14 +370,21 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t w
   const int impl = g_impl.load();  // one kernel for every launch of this call
   const Plan pl = make_plan(d, sm_count(p.q.device_id), impl);
   const int64_t vt = d.V / kTile, kt = d.K / kTile;
+  const WsLayout wl = ws_layout(pl, d, impl);
+  if (wl.total > 0 && (ws == nullptr || ws_bytes < wl.total))
+    return FGDN_INVALID("chunk_fwd: workspace: expected at least ", wl.total, " bytes, got ", ws_bytes);
+  auto* base = static_cast<unsigned char*>(ws);
+  if (impl == kChunkImplTwoPass) {  // the intra-chunk pass: every (chunk, value head) record
+    a.rec = base + wl.rec;
+    a.rec_slots = rec_slots(d);
+    a.nchunk_b = ceil_div(d.T, kChunk);
+    FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_intra_bf16(a, d.K, stream)
+                                                  : launch_chunk_intra_f16(a, d.K, stream)));
+  }
   if (!pl.split) {
     FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, d.N, vt, stream)));
     return Status::OK();
   }
-  const WsLayout wl = ws_layout(pl, d);
-  if (ws == nullptr || ws_bytes < wl.total)
-    return FGDN_INVALID("chunk_fwd: workspace: expected at least ", wl.total, " bytes, got ", ws_bytes);
-  auto* base = static_cast<unsigned char*>(ws);
   auto* items = reinterpret_cast<ChunkWorkItem*>(base + wl.items);
   auto* seq_first = reinterpret_cast<int32_t*>(base + wl.seq_first);
   a.items = items;

@@ -16,15 +16,30 @@ void chunk_fwd_set_segments(int segments);
 int chunk_fwd_get_segments();
 
 // Which fused kernel runs (benchmarking and A/B checks; both are exact implementations of gdn-math §5):
-//   kChunkImplWide    8 warps per CTA, 2 CTAs per SM (the default: the fastest on every benchmark shape on the
-//                     H200, bench/results/2026-11-29-h200-kernel-paths.md, where it was "wide");
+//   kChunkImplWide    one fused kernel, 8 warps per CTA, 2 CTAs per SM (the fastest fused kernel on the H200,
+//                     bench/results/2026-11-29-h200-kernel-paths.md, where it was "wide");
 //   kChunkImplNarrow  the same kernel with 4 warps (there "variant").
 // Thread-safe; affects chunk_fwd calls made after it. The environment variable FLASHGDN_CHUNK_IMPL (read once,
-// at the first call: "wide" or "narrow"; anything else is the default) sets the initial value.
-enum ChunkImpl : int { kChunkImplWide = 0, kChunkImplNarrow = 1 };
-inline constexpr int kChunkImplDefault = kChunkImplWide;
+// at the first call: "wide", "narrow" or "twopass"; anything else is the default) sets the initial value.
+//   kChunkImplTwoPass an intra-chunk pass (every chunk and head in parallel: the inverse A and P = QK^T (.) D
+//                     into a workspace record) and a state pass that runs only the state-dependent chain
+//                     (chunk_fwd_intra.cuh, chunk_fwd_state.cuh).
+enum ChunkImpl : int { kChunkImplWide = 0, kChunkImplNarrow = 1, kChunkImplTwoPass = 2 };
+inline constexpr int kChunkImplDefault = kChunkImplTwoPass;
 void chunk_fwd_set_impl(int impl);
 int chunk_fwd_get_impl();
+
+// One record per (chunk slot, value head), written by the intra-chunk pass and read by the state pass (21 KB):
+//   float hdr[256]   [0, 64) ek_r = rho_k,r e^{gamma_r}; [64, 128) eq_r = scale rho_q,r e^{gamma_r};
+//                    [128, 192) dk_s = rho_k,s e^{gamma_n - gamma_s}; [192] en = e^{gamma_n}
+//                    (rho: the l2-norm factors of the q and k rows, 1 without l2norm; gamma_n at row 63)
+//   uint4 a[10][2][32]   A diag(beta) as 16-bit m16n8k16 A fragments, hi ([0]) and lo ([1]) parts, one uint4 per
+//                        lane, of the ten causal 16x16 blocks (i, j), i >= j, block index i (i + 1) / 2 + j
+//   uint4 p[10][2][32]   P = scale diag(rho_q) (QK^T (.) D) diag(rho_k) (diagonal included), the same way
+inline constexpr int64_t kRecHdrBytes = 1024;
+inline constexpr int64_t kRecBlockBytes = 1024;
+inline constexpr int64_t kRecABytes = 10 * kRecBlockBytes;
+inline constexpr int64_t kRecBytes = kRecHdrBytes + 2 * kRecABytes;
 
 // One unit of work of the split path: chunks [c_begin, c_end) of sequence n, segment seg of nseg.
 struct ChunkWorkItem {
@@ -86,7 +101,11 @@ struct ChunkKernelArgs {
   int32_t mode;                // ChunkKernelMode
   const ChunkWorkItem* items;  // [items_cap] (split modes)
   int64_t items_cap;
-  float* mn;                 // [items_cap, Hv, K, K + V] segment summaries, then start states
+  float* mn;  // [items_cap, Hv, K, K + V] segment summaries, then start states
+  // two-pass kernels (kChunkImplTwoPass): the intra-chunk pass writes one record per (chunk slot, value head)
+  unsigned char* rec;        // [rec_slots, Hv, kRecBytes] (workspace); chunk c of sequence n is slot chunk_slot(n, c)
+  int64_t rec_slots;         // B * ceil(T / 64) (fixed length) or N + ceil(T / 64) (varlen)
+  int64_t nchunk_b;          // ceil(T / 64): chunks per batch entry (fixed length)
   unsigned long long* prof;  // [9] phase cycle counters of CTA (0, 0, 0); may be null (profiling builds)
 };
 
@@ -99,5 +118,12 @@ int launch_chunk_kernel_wide_bf16(const ChunkKernelArgs& a, int64_t K, int nwarp
                                   int64_t tiles, void* stream);
 int launch_chunk_kernel_wide_f16(const ChunkKernelArgs& a, int64_t K, int nwarps, int min_blocks, int64_t items,
                                  int64_t tiles, void* stream);
+
+// Two-pass kernels (chunk_fwd_intra.cuh, chunk_fwd_state.cuh), defined per dtype. The intra pass: grid
+// (rec_slots, Hv). The state pass: grid (items, Hv, ceil(tiles / (V / 64))), V / 64 value tiles per CTA.
+int launch_chunk_intra_bf16(const ChunkKernelArgs& a, int64_t K, void* stream);
+int launch_chunk_intra_f16(const ChunkKernelArgs& a, int64_t K, void* stream);
+int launch_chunk_state_bf16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
+int launch_chunk_state_f16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
 
 }  // namespace flashgdn::cuda

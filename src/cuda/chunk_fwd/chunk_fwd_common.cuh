@@ -176,6 +176,46 @@ __device__ __forceinline__ void seq_bounds(const ChunkKernelArgs& a, int64_t n, 
   *len = s1 > s0 ? s1 - s0 : 0;
 }
 
+// Record slot of chunk c of sequence n (first token t0) in the two-pass workspace: b ceil(T / 64) + c for fixed
+// length (n = b); n + floor((t0 + 64 c) / 64) for varlen. Distinct chunks get distinct slots (for n < n' the
+// chunk starts s < s' give floor(s / 64) <= floor(s' / 64)), and every slot is < N + ceil(T / 64) = rec_slots
+// because t0 + 64 c <= T - 1 for the clamped bounds of seq_bounds.
+__device__ __forceinline__ int64_t chunk_slot(const ChunkKernelArgs& a, int64_t n, int64_t t0, int64_t c) {
+  return a.cu_seqlens ? n + (t0 + kC * c) / kC : n * a.nchunk_b + c;
+}
+
+// The inverse of chunk_slot: the sequence n and chunk c of a slot (false: the slot holds no chunk). Varlen: the
+// first slot of sequence n, n + floor(t0_n / 64), increases with n, so a binary search finds n (a garbage
+// cu_seqlens table gives some in-bounds answer).
+__device__ __forceinline__ bool slot_chunk(const ChunkKernelArgs& a, int64_t slot, int64_t* n, int64_t* c) {
+  if (a.cu_seqlens == nullptr) {
+    if (a.nchunk_b <= 0) return false;
+    *n = slot / a.nchunk_b;
+    *c = slot % a.nchunk_b;
+    return *n < a.N;
+  }
+  auto first = [&](int64_t m) {
+    int64_t s0 = a.cu_i64 ? static_cast<const int64_t*>(a.cu_seqlens)[m] : static_cast<const int32_t*>(a.cu_seqlens)[m];
+    s0 = s0 < 0 ? 0 : (s0 > a.T ? a.T : s0);
+    return m + s0 / kC;
+  };
+  if (a.N <= 0 || first(0) > slot) return false;
+  int64_t lo = 0, hi = a.N - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (first(mid) <= slot)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  int64_t bidx, t0, len;
+  seq_bounds(a, lo, &bidx, &t0, &len);
+  const int64_t cc = slot - first(lo);
+  *n = lo;
+  *c = cc;
+  return cc >= 0 && cc * kC < len;
+}
+
 // A state tile reference: element (i, j) (key i, value j) at p[i * rs + j] (K-major) or p[j * rs + i].
 struct StateRef {
   float* p;

@@ -1,0 +1,302 @@
+// The intra-chunk pass of the two-pass prefill (gdn-math §5.2-§5.4): the state-independent part of every chunk,
+// for all chunks and value heads at once (grid = record slots x Hv, 4 warps, ~75 KB shared memory, 3 CTAs per
+// SM). Per (chunk, value head h) it writes one record (chunk_fwd.hpp, kRecBytes = 21 KB) that the state pass
+// (chunk_fwd_state.cuh) reads instead of recomputing it on its critical path:
+//
+//   gamma = cumsum(g) (gate fused: g = -exp(A_log) softplus(a + dt_bias)), beta (sigmoid fused)
+//   rho_q, rho_k = 1 / sqrt(|x|^2 + 1e-6) per row (l2norm; 1 without), applied as row scalings in fp32
+//   L = strictlower(diag(beta) (diag(rho_k) K K^T diag(rho_k) (.) D))       D_rs = exp(gamma_r - gamma_s), r > s
+//   A = (I + L)^-1 (fp32: right-looking substitution on the diagonal blocks, 3xTF32 block merges; §5.7)
+//   A diag(beta)                               -> 16-bit hi + lo A fragments (the operand of U = A diag(b) R)
+//   P = scale diag(rho_q) (Q K^T (.) D) diag(rho_k), s <= r  -> 16-bit hi + lo A fragments (the operand of P U)
+//   ek = rho_k e^gamma, eq = scale rho_q e^gamma, dk = rho_k e^{gamma_n - gamma}, en = e^{gamma_n}
+//
+// FLOPs per (chunk, head): K K^T and Q K^T on the ten causal 16x16 blocks, 2 x 10 x 16 x 16 x 2K = 1.3 MFLOP at
+// K = 128, plus ~0.15 MFLOP of 3xTF32 merges. Bytes: q, k rows read (2 x 16 KB, shared by the GQA group through
+// L2), 21 KB written. Nothing here depends on the state, so the pass is throughput-bound, not chain-bound.
+#pragma once
+
+#include "cuda/chunk_fwd/chunk_fwd_common.cuh"
+
+namespace flashgdn::cuda::chunk_detail {
+
+template <int K, class E>
+struct IntraSmem {
+  static constexpr int LDQ = K + 8;   // padded rows: conflict-free ldmatrix
+  static constexpr int LDF = kC + 4;  // fp32 64 x 64 matrices
+  E q[kC * LDQ];                      // [token][K] raw q rows (zero past the sequence end)
+  E k[kC * LDQ];                      // [token][K] raw k rows
+  float L[kC * LDF];                  // strictly lower L
+  float A[kC * LDF];                  // A = (I + L)^-1
+  float T[4 * 256];                   // merge scratch, one 16 x 16 per warp
+  float gam[kC], beta[kC], rq[kC], rk[kC];
+};
+
+// Store a 16x16 block given as two m16n8 C fragments c[2][4] (this lane's part) as 16-bit hi + lo A fragments.
+template <class P>
+__device__ __forceinline__ void store_afrag(uint4* dst, const float (&c)[2][4], int lane) {
+  uint32_t hi[4], lo[4];
+#pragma unroll
+  for (int q2 = 0; q2 < 4; ++q2) {  // a0 (g, 2t), a1 (g + 8, 2t), a2 (g, 2t + 8), a3 (g + 8, 2t + 8)
+    const int n2 = q2 >> 1, e0 = (q2 & 1) * 2;
+    hi[q2] = P::pack(c[n2][e0], c[n2][e0 + 1]);
+    const float2 f = P::unpack(hi[q2]);
+    lo[q2] = P::pack(c[n2][e0] - f.x, c[n2][e0 + 1] - f.y);
+  }
+  dst[lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+  dst[32 + lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+}
+
+template <int K, bool BF16>
+__global__ void __launch_bounds__(128) chunk_fwd_intra_kernel(const ChunkKernelArgs a) {
+  using E = typename Elem<BF16>::T;
+  using P = Elem<BF16>;
+  using Sm = IntraSmem<K, E>;
+  constexpr int LDQ = Sm::LDQ, LDF = Sm::LDF;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Sm& sm = *reinterpret_cast<Sm*>(smem_raw);
+
+  const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
+  const int h = blockIdx.y;
+  const int64_t slot = blockIdx.x;
+  int64_t n, c;
+  if (!slot_chunk(a, slot, &n, &c)) return;  // a varlen slot without a chunk
+  int64_t bidx, t0, len;
+  seq_bounds(a, n, &bidx, &t0, &len);
+  const int64_t tok = t0 + c * kC;  // first token of the chunk
+  const int nvalid = static_cast<int>((len - c * kC) < kC ? (len - c * kC) : kC);
+  const int hk = h / a.group;
+
+  // ---- q, k rows by cp.async (rows past the end zero-filled)
+  {
+    constexpr int VPR = K / 8, RPP = 128 / VPR, NP = kC / RPP;
+    const int lrow = tid / VPR, lvec = tid % VPR;
+    const E* qb = static_cast<const E*>(a.q) + bidx * a.q_sb + hk * a.q_sh + tok * a.q_st + lvec * 8;
+    const E* kb = static_cast<const E*>(a.k) + bidx * a.k_sb + hk * a.k_sh + tok * a.k_st + lvec * 8;
+#pragma unroll
+    for (int p = 0; p < NP; ++p) {
+      const int r = p * RPP + lrow;
+      E* dq = &sm.q[r * LDQ + lvec * 8];
+      E* dk = &sm.k[r * LDQ + lvec * 8];
+      if (r < nvalid) {
+        cp_async16(dq, qb + r * a.q_st);
+        cp_async16(dk, kb + r * a.k_st);
+      } else {
+        *reinterpret_cast<uint4*>(dq) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    cp_async_commit();
+  }
+
+  // ---- gamma = cumsum(g) and beta (warp 0, tokens 2 lane, 2 lane + 1; padded rows g = 0, beta = 0)
+  if (w == 0) {
+    float neg_exp_alog = -1.f, dtb = 0.f;
+    if (a.gate_in_kernel) {
+      if (a.A_log) neg_exp_alog = -__expf(load_scalar(a.A_log, a.alog_dtype, h * a.alog_s));
+      if (a.dt_bias) dtb = load_scalar(a.dt_bias, a.dtb_dtype, h * a.dtb_s);
+    }
+    float gv[2], bv[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = 2 * lane + e;
+      float graw = 0.f, braw = 1.f;
+      if (r < nvalid) {
+        const int64_t t = tok + r;
+        if (a.g) graw = load_scalar(a.g, a.g_dtype, bidx * a.g_sb + t * a.g_st + h * a.g_sh);
+        if (a.beta) braw = load_scalar(a.beta, a.b_dtype, bidx * a.b_sb + t * a.b_st + h * a.b_sh);
+      }
+      // g = -exp(A_log) softplus(a + dt_bias) (softplus with beta and threshold); beta = c sigmoid(b) (gdn-math §4)
+      if (a.gate_in_kernel && a.g) {
+        const float xs = (graw + dtb) * a.sp_beta;
+        const float sp = xs <= a.sp_threshold ? log1pf(__expf(xs)) / a.sp_beta : graw + dtb;
+        graw = neg_exp_alog * sp;
+      }
+      if (a.beta_sigmoid && a.beta) braw = a.beta_mult / (1.f + __expf(-braw));
+      gv[e] = r < nvalid ? graw : 0.f;
+      bv[e] = r < nvalid ? braw : 0.f;
+    }
+    float s = gv[0] + gv[1];
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, s, off);
+      if (lane >= off) s += y;
+    }
+    const float ex = s - (gv[0] + gv[1]);
+    sm.gam[2 * lane] = ex + gv[0];
+    sm.gam[2 * lane + 1] = ex + gv[0] + gv[1];
+    sm.beta[2 * lane] = bv[0];
+    sm.beta[2 * lane + 1] = bv[1];
+  }
+  cp_async_wait_all();
+  __syncthreads();
+
+  // ---- rho = 1 / sqrt(|x|^2 + 1e-6) per q and k row in fp32 (gdn-math §1.4), applied later as row scalings
+  if (a.l2norm) {
+    constexpr int VPR = K / 8, RPP = 128 / VPR, NP = kC / RPP;
+    const int lrow = tid / VPR, lvec = tid % VPR;
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      const E* src = which == 0 ? sm.q : sm.k;
+#pragma unroll
+      for (int p = 0; p < NP; ++p) {
+        const int r = p * RPP + lrow;
+        const uint4 val = *reinterpret_cast<const uint4*>(&src[r * LDQ + lvec * 8]);
+        const uint32_t u[4] = {val.x, val.y, val.z, val.w};
+        float ss = 0.f;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = P::unpack(u[e]);
+          ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
+        }
+#pragma unroll
+        for (int off = VPR / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+        if (lvec == 0) (which == 0 ? sm.rq : sm.rk)[r] = rsqrtf(ss + 1e-6f);
+      }
+    }
+  } else if (tid < kC) {
+    sm.rq[tid] = 1.f;
+    sm.rk[tid] = 1.f;
+  }
+  __syncthreads();
+
+  unsigned char* rec = a.rec + (slot * a.Hv + h) * kRecBytes;
+  // ---- header: ek, eq, dk, en (gamma_n = gamma at row 63 = the last valid token: padded g = 0)
+  if (tid < kC) {
+    float* hdr = reinterpret_cast<float*>(rec);
+    const float gr = sm.gam[tid], gn = sm.gam[kC - 1];
+    hdr[tid] = sm.rk[tid] * __expf(gr);
+    hdr[64 + tid] = a.scale * sm.rq[tid] * __expf(gr);
+    hdr[128 + tid] = sm.rk[tid] * __expf(gn - gr);
+    if (tid == 0) hdr[192] = __expf(gn);
+  }
+
+  // ---- the ten causal 16x16 blocks of K K^T -> L (fp32, shared) and of Q K^T -> P (fragments, global). Warp w
+  // takes L blocks w, w + 4, w + 8 and P blocks w + 2, w + 6 (mod 4 order), 5 blocks per warp.
+  // L_rs = beta_r rho_r rho_s (k_r . k_s) exp(gamma_r - gamma_s) for s < r; the decay only where r >= s, never
+  // factored (§5.8).
+  for (int idx = 0; idx < 10; ++idx) {
+    const bool is_l = (idx & 3) == w, is_p = ((idx + 2) & 3) == w;
+    if (!is_l && !is_p) continue;
+    int ti, tj;
+    {
+      const int i = idx >= 6 ? 3 : (idx >= 3 ? 2 : (idx >= 1 ? 1 : 0));
+      ti = i;
+      tj = idx - i * (i + 1) / 2;
+    }
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      if (which == 0 ? !is_l : !is_p) continue;
+      const E* arow = which == 0 ? sm.k : sm.q;
+      float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int ks = 0; ks < K / 16; ++ks) {
+        uint32_t af[4], b[4];
+        ldsm_x4(af, &arow[(16 * ti + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8]);
+        ldsm_x4(b, &sm.k[(16 * tj + (lane & 7) + ((lane >> 4) << 3)) * LDQ + ks * 16 + ((lane >> 3) & 1) * 8]);
+        mma<BF16>(acc[0], af, b[0], b[1]);
+        mma<BF16>(acc[1], af, b[2], b[3]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = 16 * ti + g8 + (e >> 1) * 8, s2 = 16 * tj + nt * 8 + 2 * t4 + (e & 1);
+          if (which == 0) {
+            const float dec = s2 < r ? __expf(sm.gam[r] - sm.gam[s2]) : 0.f;
+            sm.L[r * LDF + s2] = s2 < r ? sm.beta[r] * sm.rk[r] * sm.rk[s2] * acc[nt][e] * dec : 0.f;
+          } else {  // P: diagonal included (the output reads the post-update state)
+            const float dec = s2 <= r ? __expf(sm.gam[r] - sm.gam[s2]) : 0.f;
+            acc[nt][e] = s2 <= r ? a.scale * sm.rq[r] * sm.rk[s2] * acc[nt][e] * dec : 0.f;
+          }
+        }
+      if (which == 1)
+        store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), acc, lane);
+    }
+  }
+  __syncthreads();
+
+  // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7). Diagonal block w: right-looking forward substitution, lane c
+  // owns column c; once x_r is final, acc_r' -= L_r'r x_r for r' > r (a chain of 16 FMAs).
+  if (lane < 16) {
+    const int cc = lane, o = 16 * w;
+    float acc[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) acc[r] = r == cc ? 1.f : 0.f;
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      const float xr = acc[r];
+      sm.A[(o + r) * LDF + o + cc] = xr;
+#pragma unroll
+      for (int r2 = r + 1; r2 < 16; ++r2) acc[r2] = fmaf(-sm.L[(o + r2) * LDF + o + r], xr, acc[r2]);
+    }
+  }
+  __syncthreads();
+  // Off-diagonal blocks by distance d = i - j, warp w taking block (w + d, w):
+  //   T = sum_{k=j}^{i-1} L_ik A_kj,  A_ij = -A_ii T   (16x16 products on the tensor cores in 3xTF32)
+#pragma unroll
+  for (int d = 1; d < 4; ++d) {
+    if (w < 4 - d) {
+      const int i = w + d, j = w;
+      float* tw = &sm.T[w * 256];
+      float tacc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      for (int kb = j; kb < i; ++kb)
+        mma16_f32(tacc, &sm.L[16 * i * LDF + 16 * kb], LDF, &sm.A[16 * kb * LDF + 16 * j], LDF, g8, t4);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        tw[g8 * 16 + 8 * nt + 2 * t4] = tacc[nt][0];
+        tw[g8 * 16 + 8 * nt + 2 * t4 + 1] = tacc[nt][1];
+        tw[(g8 + 8) * 16 + 8 * nt + 2 * t4] = tacc[nt][2];
+        tw[(g8 + 8) * 16 + 8 * nt + 2 * t4 + 1] = tacc[nt][3];
+      }
+      __syncwarp();
+      float racc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      mma16_f32(racc, &sm.A[16 * i * LDF + 16 * i], LDF, tw, 16, g8, t4);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        float* a0 = &sm.A[(16 * i + g8) * LDF + 16 * j + 8 * nt + 2 * t4];
+        float* a1 = &sm.A[(16 * i + g8 + 8) * LDF + 16 * j + 8 * nt + 2 * t4];
+        *reinterpret_cast<float2*>(a0) = make_float2(-racc[nt][0], -racc[nt][1]);
+        *reinterpret_cast<float2*>(a1) = make_float2(-racc[nt][2], -racc[nt][3]);
+      }
+    }
+    __syncthreads();
+  }
+
+  // ---- A diag(beta) as hi + lo fragments, blocks w, w + 4, w + 8
+  for (int idx = w; idx < 10; idx += 4) {
+    const int i = idx >= 6 ? 3 : (idx >= 3 ? 2 : (idx >= 1 ? 1 : 0)), j = idx - i * (i + 1) / 2;
+    float cf[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = 16 * i + g8 + (e >> 1) * 8, s2 = 16 * j + nt * 8 + 2 * t4 + (e & 1);
+        cf[nt][e] = sm.A[r * LDF + s2] * sm.beta[s2];
+      }
+    store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
+  }
+}
+
+template <int K, bool BF16>
+int launch_chunk_intra(const ChunkKernelArgs& a, void* stream) {
+  using E = typename Elem<BF16>::T;
+  const size_t smem = sizeof(IntraSmem<K, E>);
+  static std::atomic<uint64_t> done_mask{0};  // > 48 KB of dynamic shared memory: opt in once per device
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  const uint64_t bit = uint64_t(1) << (dev & 63);
+  if (!(done_mask.load(std::memory_order_acquire) & bit)) {
+    e = cudaFuncSetAttribute(chunk_fwd_intra_kernel<K, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
+    if (e != cudaSuccess) return static_cast<int>(e);
+    done_mask.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  if (a.rec_slots <= 0 || a.Hv <= 0) return 0;
+  const dim3 grid(static_cast<unsigned>(a.rec_slots), static_cast<unsigned>(a.Hv));
+  chunk_fwd_intra_kernel<K, BF16><<<grid, 128, smem, static_cast<cudaStream_t>(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace flashgdn::cuda::chunk_detail

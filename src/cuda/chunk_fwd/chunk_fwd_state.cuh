@@ -1,0 +1,425 @@
+// The state pass of the two-pass prefill (gdn-math §5.3-§5.5): the chain over the chunks of a sequence (or of a
+// segment of the split, §6), with everything state-independent read from the intra pass's records
+// (chunk_fwd_intra.cuh). One CTA owns (work item, value head) and V / 64 value tiles of 64 columns: NH = V / 64
+// halves of 8 warps, which share the q, k and record tiles in shared memory (one copy for both halves). Warp
+// (rg, ch) of a half owns chunk rows 16 rg .. 16 rg + 15 and state columns 32 ch .. 32 ch + 31 of its tile, and
+// state rows rg K / 4 .. of those columns in fp32 registers for the whole walk. Per chunk, three barriers:
+//
+//   phase 1  R = V - diag(ek) (K S0),  O = diag(eq) (Q S0)        (S0: the bf16 copy of the state in shared memory)
+//   phase 2  U = (A diag(beta)) R                                   (A diag(beta) as hi + lo, U kept as hi + lo)
+//   phase 3  O += P U, stored;  S <- en S + (diag(dk) K)^T U_hi     (fp32 accumulation in registers)
+//
+// with ek = rho_k e^gamma, eq = scale rho_q e^gamma, dk = rho_k e^{gamma_n - gamma}, en = e^{gamma_n} from the
+// record (gdn-math §5.3: (I + L) U = diag(b) (V - Gamma K S0); §5.4 the output; §5.5 the state update). All loads
+// of chunk c + 1 (q, k, v, the record) are issued by cp.async right after the top barrier of chunk c into the other
+// half of double buffers, so a chunk never waits on memory that was requested less than a chunk ago.
+//
+// Work per chunk and 64-column tile: K S0 and Q S0 2 x 64 x K x 64 x 2, U 64 x 64 x 64 x 2 x 2 (hi + lo, causal
+// half), P U x 3 (causal half), the update K x 64 x 64 x 2: ~5.8 MFLOP at K = 128 of mma.sync m16n8k16 on the
+// chain. Bytes per chunk and head: q, k 2 x 16 KB, v 16 KB, the record 21 KB (11 KB in the summary), o 16 KB.
+#pragma once
+
+#include "cuda/chunk_fwd/chunk_fwd_common.cuh"
+
+namespace flashgdn::cuda::chunk_detail {
+
+template <int K, class E, int NH>
+struct StateSmem {
+  static constexpr int LDQ = K + 8;    // padded rows: conflict-free ldmatrix
+  static constexpr int LDV = kBV + 8;  //
+  static constexpr int RECW = static_cast<int>(kRecBytes / 4);
+  E q[2][kC * LDQ];       // [buffer][token][K]
+  E k[2][kC * LDQ];       // [buffer][token][K]
+  uint32_t rec[2][RECW];  // [buffer] the chunk's record (header | A diag(beta) | P)
+  E v[2][NH][kC * LDV];   // [buffer][half][token][64] value tile, overwritten by R
+  E s[NH][K * LDV];       // [half][K][64] the state as a GEMM operand (bf16, gdn-math §10.2)
+  E u[NH][kC * LDV];      // [half][token][64] U rounded (hi)
+  E ul[NH][kC * LDV];     // [half][token][64] U - hi (lo): P U = P_hi U_hi + P_lo U_hi + P_hi U_lo
+};
+
+template <int K, bool BF16, int NH>
+__global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const ChunkKernelArgs a) {
+  using E = typename Elem<BF16>::T;
+  using P = Elem<BF16>;
+  using Sm = StateSmem<K, E, NH>;
+  constexpr int NTH = NH * 256;
+  constexpr int NCOL = 32, NT = NCOL / 8, NP2 = NT / 2;  // columns per warp, m16n8 tiles, ldmatrix.x4 groups
+  constexpr int LDQ = Sm::LDQ, LDV = Sm::LDV;
+  constexpr int MT = K / 64;  // 16-row state m-tiles per warp (a warp owns K / 4 state rows)
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Sm& sm = *reinterpret_cast<Sm*>(smem_raw);
+
+  const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
+  const int hf = w >> 3, wi = w & 7, rg = wi & 3, ch = wi >> 2, cb = ch * NCOL;
+  const int h = blockIdx.y, tile = blockIdx.z * NH + hf;
+  const int64_t item = blockIdx.x;
+  const int hk = h / a.group;
+
+  // ---- resolve the work of this CTA
+  int64_t n, bidx, t0, len;
+  int64_t c_begin = 0, c_end = 0;
+  int seg = 0, nseg = 1;
+  if (a.mode == kModeForward) {
+    n = item;
+    seq_bounds(a, n, &bidx, &t0, &len);
+    c_end = (len + kC - 1) / kC;
+  } else {
+    const ChunkWorkItem it = a.items[item];
+    if (it.n < 0) return;
+    seg = it.seg;
+    nseg = it.nseg;
+    if (a.mode == kModeSummary && seg == nseg - 1) return;  // the last segment's summary is not needed
+    n = it.n;
+    seq_bounds(a, n, &bidx, &t0, &len);
+    c_begin = it.c_begin;
+    c_end = it.c_end;
+  }
+  const bool summary = a.mode == kModeSummary;
+  const bool has_output = !summary;
+  const int ntiles = summary ? (K + static_cast<int>(a.V)) / 64 : static_cast<int>(a.V) / 64;
+  const bool active = tile < ntiles;             // a CTA's last half may have no tile (summary, odd count)
+  const bool m_tile = summary && tile < K / 64;  // augmented columns of M: identity start, zero values
+  const bool has_values = active && !m_tile;
+  const int vcol0 = summary ? (tile - K / 64) * kBV : tile * kBV;  // value column of this tile
+  const int64_t mn_stride = int64_t(K) * (K + a.V);                // one [K, K + V] summary
+
+  // ---- start state into registers (fp32) and shared memory (GEMM operand)
+  const int rw = rg * (K / 4);  // first state row of this warp
+  float sacc[MT][NT][4];
+  {
+    StateRef src{nullptr, 0, false};
+    if (!summary) {
+      if (seg == 0) {
+        if (a.h0) src = StateRef{const_cast<float*>(a.h0) + n * a.h0_sn + h * a.h0_sh, a.h0_sr, a.state_vmajor != 0};
+      } else {  // the scan stored the start state of this segment in the N part of the previous item
+        src = StateRef{a.mn + ((item - 1) * a.Hv + h) * mn_stride + K, K + a.V, false};
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
+          float val = 0.f;
+          if (m_tile)
+            val = (i == tile * kBV + j) ? 1.f : 0.f;
+          else if (src.p && active)
+            val = src.p[src.off(i, vcol0 + j)];
+          sacc[mt][nt][e] = val;
+        }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int i = rw + mt * 16 + g8, j = cb + nt * 8 + 2 * t4;
+        *reinterpret_cast<uint32_t*>(&sm.s[hf][i * LDV + j]) = P::pack(sacc[mt][nt][0], sacc[mt][nt][1]);
+        *reinterpret_cast<uint32_t*>(&sm.s[hf][(i + 8) * LDV + j]) = P::pack(sacc[mt][nt][2], sacc[mt][nt][3]);
+      }
+  }
+
+  const E* qbase = static_cast<const E*>(a.q) + bidx * a.q_sb + hk * a.q_sh;
+  const E* kbase = static_cast<const E*>(a.k) + bidx * a.k_sb + hk * a.k_sh;
+  const E* vbase = static_cast<const E*>(a.v) + bidx * a.v_sb + h * a.v_sh + vcol0;
+  E* obase = static_cast<E*>(a.o) + bidx * a.o_sb + h * a.o_sh + vcol0;
+  const int r0 = 16 * rg + g8, r1 = r0 + 8;  // the two chunk rows of this thread in C fragments
+
+  // Every load of chunk ck into buffer bf: the record (header and A diag(beta); P too when there is an output),
+  // k and q rows (all threads), the value tile of each half (that half's threads). Rows past the sequence end are
+  // zero-filled with plain stores (ordered before their readers by the next top barrier).
+  auto issue = [&](int64_t ck, int bf) {
+    const int64_t nv = len - ck * kC;
+    const int64_t tok = t0 + ck * kC;
+    {
+      const int64_t slot = chunk_slot(a, n, t0, ck);
+      const uint4* src = reinterpret_cast<const uint4*>(a.rec + (slot * a.Hv + h) * kRecBytes);
+      uint4* dst = reinterpret_cast<uint4*>(sm.rec[bf]);
+      const int nvec = static_cast<int>((has_output ? kRecBytes : kRecHdrBytes + kRecABytes) / 16);
+      for (int i = tid; i < nvec; i += NTH) cp_async16(dst + i, src + i);
+    }
+    constexpr int VPR = K / 8, RPP = NTH / VPR, NP = kC / RPP;
+    const int lrow = tid / VPR, lvec = tid % VPR;
+#pragma unroll
+    for (int p = 0; p < NP; ++p) {
+      const int r = p * RPP + lrow;
+      E* dk = &sm.k[bf][r * LDQ + lvec * 8];
+      E* dq = &sm.q[bf][r * LDQ + lvec * 8];
+      if (r < nv) {
+        cp_async16(dk, kbase + (tok + r) * a.k_st + lvec * 8);
+        if (has_output) cp_async16(dq, qbase + (tok + r) * a.q_st + lvec * 8);
+      } else {
+        *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
+        if (has_output) *reinterpret_cast<uint4*>(dq) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    if (has_values) {  // 64 rows x 8 vectors of this half's tile over its 256 threads
+      const int ht = tid & 255;
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const int r = p * 32 + (ht >> 3), vec = ht & 7;
+        E* d = &sm.v[bf][hf][r * LDV + vec * 8];
+        if (r < nv)
+          cp_async16(d, vbase + (tok + r) * a.v_st + vec * 8);
+        else
+          *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+
+  if (c_begin < c_end) issue(c_begin, 0);
+  cp_async_commit();
+
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    const int bf = static_cast<int>((c - c_begin) & 1);
+    const int64_t tok0 = c * kC;
+    const int64_t nvalid = (len - tok0) < kC ? (len - tok0) : kC;
+    cp_async_wait_all();
+    __syncthreads();  // B0: chunk c's tiles have landed; chunk c - 1 is done with every buffer of c + 1
+    if (c + 1 < c_end) issue(c + 1, bf ^ 1);
+    cp_async_commit();
+
+    const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
+    const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
+    const uint4* pfr = reinterpret_cast<const uint4*>(sm.rec[bf] + (kRecHdrBytes + kRecABytes) / 4);
+    E* vt = sm.v[bf][hf];
+    const E* kt = sm.k[bf];
+
+    // ---- phase 1: K S0 and Q S0 on the same state fragments; R = V - diag(ek) K S0 over this warp's rows and
+    // columns, in place of V; O = diag(eq) Q S0
+    float oacc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) oacc[nt][e] = 0.f;
+    if (active) {
+      float racc[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) racc[nt][e] = 0.f;
+#pragma unroll 4
+      for (int kd = 0; kd < K / 16; ++kd) {
+        uint32_t ak[4], aq[4];
+        ldsm_x4(ak, &kt[(16 * rg + (lane & 15)) * LDQ + kd * 16 + (lane >> 4) * 8]);
+        if (has_output) ldsm_x4(aq, &sm.q[bf][(16 * rg + (lane & 15)) * LDQ + kd * 16 + (lane >> 4) * 8]);
+#pragma unroll
+        for (int np = 0; np < NP2; ++np) {
+          uint32_t b[4];
+          ldsm_x4_t(b,
+                    &sm.s[hf][(16 * kd + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
+          mma<BF16>(racc[2 * np], ak, b[0], b[1]);
+          mma<BF16>(racc[2 * np + 1], ak, b[2], b[3]);
+          if (has_output) {
+            mma<BF16>(oacc[2 * np], aq, b[0], b[1]);
+            mma<BF16>(oacc[2 * np + 1], aq, b[2], b[3]);
+          }
+        }
+      }
+      const float ek0 = hdr[r0], ek1 = hdr[r1], eq0 = hdr[64 + r0], eq1 = hdr[64 + r1];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int j = cb + nt * 8 + 2 * t4;
+        uint32_t* p0 = reinterpret_cast<uint32_t*>(&vt[r0 * LDV + j]);
+        uint32_t* p1 = reinterpret_cast<uint32_t*>(&vt[r1 * LDV + j]);
+        float2 v0 = make_float2(0.f, 0.f), v1 = make_float2(0.f, 0.f);
+        if (has_values) v0 = P::unpack(*p0), v1 = P::unpack(*p1);  // M tiles of the summary: zero values
+        *p0 = P::pack(v0.x - ek0 * racc[nt][0], v0.y - ek0 * racc[nt][1]);
+        *p1 = P::pack(v1.x - ek1 * racc[nt][2], v1.y - ek1 * racc[nt][3]);
+        oacc[nt][0] *= eq0;
+        oacc[nt][1] *= eq0;
+        oacc[nt][2] *= eq1;
+        oacc[nt][3] *= eq1;
+      }
+    }
+    __syncthreads();  // B1: every row of R is written
+
+    // ---- phase 2: U = (A diag(beta)) R for rows 16 rg.., columns cb.. (A causal: blocks kc <= rg)
+    if (active) {
+      float uacc[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) uacc[nt][e] = 0.f;
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) {
+        if (kc > rg) continue;
+        const int blk = rg * (rg + 1) / 2 + kc;
+        const uint4 h4 = afr[blk * 64 + lane], l4 = afr[blk * 64 + 32 + lane];
+        const uint32_t ah[4] = {h4.x, h4.y, h4.z, h4.w}, al[4] = {l4.x, l4.y, l4.z, l4.w};
+#pragma unroll
+        for (int np = 0; np < NP2; ++np) {
+          uint32_t b[4];
+          ldsm_x4_t(b, &vt[(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
+          mma<BF16>(uacc[2 * np], ah, b[0], b[1]);
+          mma<BF16>(uacc[2 * np + 1], ah, b[2], b[3]);
+          mma<BF16>(uacc[2 * np], al, b[0], b[1]);
+          mma<BF16>(uacc[2 * np + 1], al, b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int j = cb + nt * 8 + 2 * t4;
+        const uint32_t h0 = P::pack(uacc[nt][0], uacc[nt][1]), h1 = P::pack(uacc[nt][2], uacc[nt][3]);
+        const float2 f0 = P::unpack(h0), f1 = P::unpack(h1);
+        *reinterpret_cast<uint32_t*>(&sm.u[hf][r0 * LDV + j]) = h0;
+        *reinterpret_cast<uint32_t*>(&sm.u[hf][r1 * LDV + j]) = h1;
+        *reinterpret_cast<uint32_t*>(&sm.ul[hf][r0 * LDV + j]) = P::pack(uacc[nt][0] - f0.x, uacc[nt][1] - f0.y);
+        *reinterpret_cast<uint32_t*>(&sm.ul[hf][r1 * LDV + j]) = P::pack(uacc[nt][2] - f1.x, uacc[nt][3] - f1.y);
+      }
+    }
+    __syncthreads();  // B2: every row of U is written; every read of S0 (sm.s) and R is done
+
+    if (active) {
+      // ---- phase 3a: O += P U (causal; P and U as hi + lo), to global
+      if (has_output) {
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) {
+          if (kc > rg) continue;
+          const int blk = rg * (rg + 1) / 2 + kc;
+          const uint4 h4 = pfr[blk * 64 + lane], l4 = pfr[blk * 64 + 32 + lane];
+          const uint32_t pf[4] = {h4.x, h4.y, h4.z, h4.w}, pl[4] = {l4.x, l4.y, l4.z, l4.w};
+#pragma unroll
+          for (int np = 0; np < NP2; ++np) {
+            uint32_t b[4];
+            const int off = (16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8;
+            ldsm_x4_t(b, &sm.u[hf][off]);
+            mma<BF16>(oacc[2 * np], pf, b[0], b[1]);
+            mma<BF16>(oacc[2 * np + 1], pf, b[2], b[3]);
+            mma<BF16>(oacc[2 * np], pl, b[0], b[1]);
+            mma<BF16>(oacc[2 * np + 1], pl, b[2], b[3]);
+            ldsm_x4_t(b, &sm.ul[hf][off]);
+            mma<BF16>(oacc[2 * np], pf, b[0], b[1]);
+            mma<BF16>(oacc[2 * np + 1], pf, b[2], b[3]);
+          }
+        }
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int r = hr ? r1 : r0;
+          if (r < nvalid) {
+            E* orow = obase + (t0 + tok0 + r) * a.o_st;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+              *reinterpret_cast<uint32_t*>(orow + cb + nt * 8 + 2 * t4) =
+                  P::pack(oacc[nt][2 * hr], oacc[nt][2 * hr + 1]);
+          }
+        }
+      }
+
+      // ---- phase 3b: S <- en S + (diag(dk) K)^T U_hi (rows rw.., columns cb..). K^T's A fragments come from
+      // ldmatrix.trans of the k tile: register e holds tokens 16 kc + 2 t4 (+ 8 for e >= 2) and + 1, so the row
+      // scaling diag(dk) is a per-register product before the rounding to 16 bits (one rounding of dk k).
+      const float en = hdr[192];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sacc[mt][nt][e] *= en;
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) {
+        const int s0 = 16 * kc + 2 * t4;
+        const float d0 = hdr[128 + s0], d1 = hdr[128 + s0 + 1], d8 = hdr[128 + s0 + 8], d9 = hdr[128 + s0 + 9];
+        uint32_t ak[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          ldsm_x4_t(ak[mt],
+                    &kt[(16 * kc + (lane & 7) + ((lane >> 4) & 1) * 8) * LDQ + rw + 16 * mt + ((lane >> 3) & 1) * 8]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float2 f = P::unpack(ak[mt][e]);
+            ak[mt][e] = e < 2 ? P::pack(f.x * d0, f.y * d1) : P::pack(f.x * d8, f.y * d9);
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < NP2; ++np) {
+          uint32_t b[4];
+          ldsm_x4_t(b,
+                    &sm.u[hf][(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma<BF16>(sacc[mt][2 * np], ak[mt], b[0], b[1]);
+            mma<BF16>(sacc[mt][2 * np + 1], ak[mt], b[2], b[3]);
+          }
+        }
+      }
+      // the 16-bit copy for the next chunk's K S0 and Q S0 (every read of sm.s was before B2)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int i = rw + mt * 16 + g8, j = cb + nt * 8 + 2 * t4;
+          *reinterpret_cast<uint32_t*>(&sm.s[hf][i * LDV + j]) = P::pack(sacc[mt][nt][0], sacc[mt][nt][1]);
+          *reinterpret_cast<uint32_t*>(&sm.s[hf][(i + 8) * LDV + j]) = P::pack(sacc[mt][nt][2], sacc[mt][nt][3]);
+        }
+
+      // ---- state checkpoint after (c + 1) * C tokens when that is a multiple of the interval
+      if (a.ckpt && !summary) {
+        const int64_t done = (c + 1) * kC;
+        if (done <= len && done % a.ckpt_interval == 0) {
+          const int64_t idx = done / a.ckpt_interval - 1;
+          if (idx < a.num_ckpt) {
+            const StateRef dst{a.ckpt + n * a.ck_sn + idx * a.ck_sc + h * a.ck_sh, a.ck_sr, a.state_vmajor != 0};
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
+                  dst.p[dst.off(i, vcol0 + j)] = sacc[mt][nt][e];
+                }
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait_all();  // no copy may be in flight at exit
+
+  // ---- final state (a zero-length sequence stores its start state unchanged)
+  if (!active) return;
+  StateRef dst{nullptr, 0, false};
+  int jbase = vcol0;
+  if (summary) {
+    dst = StateRef{a.mn + (item * a.Hv + h) * mn_stride, K + a.V, false};
+    jbase = tile * kBV;
+  } else if (a.ht && seg == nseg - 1) {
+    dst = StateRef{a.ht + n * a.ht_sn + h * a.ht_sh, a.ht_sr, a.state_vmajor != 0};
+  }
+  if (dst.p) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
+          dst.p[dst.off(i, jbase + j)] = sacc[mt][nt][e];
+        }
+  }
+}
+
+// grid = (items, Hv, ceil(tiles / NH)); NH = V / 64 halves per CTA.
+template <int K, bool BF16, int NH>
+int launch_chunk_state(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
+  using E = typename Elem<BF16>::T;
+  const size_t smem = sizeof(StateSmem<K, E, NH>);
+  static std::atomic<uint64_t> done_mask{0};  // > 48 KB of dynamic shared memory: opt in once per device
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  const uint64_t bit = uint64_t(1) << (dev & 63);
+  if (!(done_mask.load(std::memory_order_acquire) & bit)) {
+    e = cudaFuncSetAttribute(chunk_fwd_state_kernel<K, BF16, NH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
+    if (e != cudaSuccess) return static_cast<int>(e);
+    done_mask.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  if (items <= 0 || a.Hv <= 0 || tiles <= 0) return 0;
+  const dim3 grid(static_cast<unsigned>(items), static_cast<unsigned>(a.Hv),
+                  static_cast<unsigned>((tiles + NH - 1) / NH));
+  chunk_fwd_state_kernel<K, BF16, NH><<<grid, NH * 256, smem, static_cast<cudaStream_t>(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace flashgdn::cuda::chunk_detail
