@@ -23,10 +23,15 @@ for seg in ${SEGMENTS-1 4 8 16 32}; do
   FLASHGDN_CHUNK_IMPL=${SEG_IMPL:-twopass} FLASHGDN_CHUNK_SEGMENTS=$seg timeout 60 $B/flashgdn bench --reps 8 \
     prefill_t32k_h16 prefill_t32k_h16_32 2>&1 | bench_rows | sed "s/^| prefill/| seg=$seg prefill/" | tee -a "$res"
 done
+# the two-pass prefill's parts timed alone (FLASHGDN_CHUNK_STAGES: 1 = intra-chunk pass, 2 = chain kernels)
+for st in ${STAGES_LIST-1 2}; do
+  FLASHGDN_CHUNK_STAGES=$st timeout 90 $B/flashgdn bench --reps 8 prefill 2>&1 | bench_rows |
+    sed "s/^| prefill/| stages=$st prefill/" | tee -a "$res"
+done
 # per-kernel GPU time of one prefill call (Nsight Compute, a few launches after the warm-up)
 if [ -n "${NCU_CASE-prefill_t32k_h16}" ] && command -v ncu >/dev/null; then
   echo "### kernel times, ${NCU_CASE-prefill_t32k_h16} (ncu gpu__time_duration)" | tee -a "$res"
-  timeout 120 ncu --metrics gpu__time_duration.sum --launch-skip 30 --launch-count 10 $B/flashgdn bench --reps 3 \
+  timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 30 --launch-count 10 $B/flashgdn bench --reps 3 \
     ${NCU_CASE-prefill_t32k_h16} >"$OUT/ncu.log" 2>&1
   grep -E "^  [a-zA-Z_].*\(|gpu__time_duration" "$OUT/ncu.log" | sed 's/^ *//' | cut -c1-110 | tee -a "$res"
 fi

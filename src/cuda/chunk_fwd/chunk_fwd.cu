@@ -32,11 +32,15 @@ constexpr int64_t kTile = 64;
 std::atomic<int> g_segments{0};
 std::atomic<int> g_impl{kChunkImplDefault};
 std::atomic<unsigned long long*> g_prof{nullptr};
+// FLASHGDN_CHUNK_STAGES (benchmarking only; outputs are wrong unless 3): bit 0 runs the intra-chunk pass, bit 1 the
+// chain kernels (index, summary, scan, forward), so `flashgdn bench` can time each part of the two-pass prefill.
+std::atomic<int> g_stages{3};
 std::once_flag g_env_once;
 
 void read_env_once() {
   std::call_once(g_env_once, [] {
     if (const char* s = std::getenv("FLASHGDN_CHUNK_SEGMENTS")) g_segments.store(std::max(0, std::atoi(s)));
+    if (const char* s = std::getenv("FLASHGDN_CHUNK_STAGES")) g_stages.store(std::atoi(s) & 3);
     if (const char* s = std::getenv("FLASHGDN_CHUNK_IMPL")) {
       const std::string v(s);
       g_impl.store(v == "narrow" ? kChunkImplNarrow : (v == "wide" ? kChunkImplWide : kChunkImplDefault));
@@ -217,9 +221,12 @@ __global__ void __launch_bounds__(1024)
 }
 
 // S_start(j+1) = M_j S_start(j) + N_j for one (sequence, value head, 8 state columns); thread i owns row i.
-// fp32 throughout (gdn-math §6.3). The result overwrites N_j, where the split forward reads it.
-__global__ void __launch_bounds__(128) chunk_scan_kernel(const ChunkKernelArgs a, int32_t K, const int32_t* seq_first) {
-  __shared__ float S[128][8];
+// fp32 throughout (gdn-math §6.3). The result overwrites N_j, where the split forward reads it. The chain is
+// nseg - 1 steps long; each step reads row i of M_j 16 float4 at a time, all in flight (a row-at-a-time loop with
+// one outstanding L2 load was ~100 us at T = 32K, H = 16).
+template <int K>
+__global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, const int32_t* seq_first) {
+  __shared__ __align__(16) float S[K][8];
   const int64_t n = blockIdx.x;
   const int h = blockIdx.y, c0 = blockIdx.z * 8, i = threadIdx.x;
   const int64_t first = seq_first[n];
@@ -244,13 +251,28 @@ __global__ void __launch_bounds__(128) chunk_scan_kernel(const ChunkKernelArgs a
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[j] = nrow[j];
     const float4* mrow = reinterpret_cast<const float4*>(base + int64_t(i) * width);
-    for (int k4 = 0; k4 < K / 4; ++k4) {
-      const float4 m = mrow[k4];
-      const float mk[4] = {m.x, m.y, m.z, m.w};
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
+    for (int k0 = 0; k0 < K / 4; k0 += 16) {
+      float4 m[16];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] = fmaf(mk[e], S[4 * k4 + e][j], acc[j]);
+      for (int e = 0; e < 16; ++e) m[e] = mrow[k0 + e];
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        const float mk[4] = {m[e].x, m[e].y, m[e].z, m[e].w};
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float4 s0 = *reinterpret_cast<const float4*>(&S[4 * (k0 + e) + c][0]);
+          const float4 s1 = *reinterpret_cast<const float4*>(&S[4 * (k0 + e) + c][4]);
+          acc[0] = fmaf(mk[c], s0.x, acc[0]);
+          acc[1] = fmaf(mk[c], s0.y, acc[1]);
+          acc[2] = fmaf(mk[c], s0.z, acc[2]);
+          acc[3] = fmaf(mk[c], s0.w, acc[3]);
+          acc[4] = fmaf(mk[c], s1.x, acc[4]);
+          acc[5] = fmaf(mk[c], s1.y, acc[5]);
+          acc[6] = fmaf(mk[c], s1.z, acc[6]);
+          acc[7] = fmaf(mk[c], s1.w, acc[7]);
+        }
+      }
     }
     __syncthreads();
 #pragma unroll
@@ -374,13 +396,16 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t w
   if (wl.total > 0 && (ws == nullptr || ws_bytes < wl.total))
     return FGDN_INVALID("chunk_fwd: workspace: expected at least ", wl.total, " bytes, got ", ws_bytes);
   auto* base = static_cast<unsigned char*>(ws);
+  const int stages = g_stages.load();
   if (impl == kChunkImplTwoPass) {  // the intra-chunk pass: every (chunk, value head) record
     a.rec = base + wl.rec;
     a.rec_slots = rec_slots(d);
     a.nchunk_b = ceil_div(d.T, kChunk);
-    FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_intra_bf16(a, d.K, stream)
-                                                  : launch_chunk_intra_f16(a, d.K, stream)));
+    if (stages & 1)
+      FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_intra_bf16(a, d.K, stream)
+                                                    : launch_chunk_intra_f16(a, d.K, stream)));
   }
+  if (!(stages & 2)) return Status::OK();
   if (!pl.split) {
     FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, d.N, vt, stream)));
     return Status::OK();
@@ -396,8 +421,11 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t w
   FGDN_CUDA_CHECK(cudaGetLastError());
   a.mode = kModeSummary;
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, pl.cap, kt + vt, stream)));
-  chunk_scan_kernel<<<dim3(unsigned(d.N), unsigned(d.Hv), unsigned(d.V / 8)), unsigned(d.K), 0, st>>>(a, int32_t(d.K),
-                                                                                                      seq_first);
+  const dim3 sgrid(unsigned(d.N), unsigned(d.Hv), unsigned(d.V / 8));
+  if (d.K == 64)
+    chunk_scan_kernel<64><<<sgrid, 64, 0, st>>>(a, seq_first);
+  else
+    chunk_scan_kernel<128><<<sgrid, 128, 0, st>>>(a, seq_first);
   FGDN_CUDA_CHECK(cudaGetLastError());
   a.mode = kModeForwardSplit;
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, pl.cap, vt, stream)));

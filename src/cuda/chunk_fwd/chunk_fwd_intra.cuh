@@ -20,15 +20,22 @@
 
 namespace flashgdn::cuda::chunk_detail {
 
+// 53 KB at K = 128 (four CTAs per SM): A and the merge scratch reuse the q, k tiles, dead once L and P are formed.
 template <int K, class E>
 struct IntraSmem {
   static constexpr int LDQ = K + 8;   // padded rows: conflict-free ldmatrix
   static constexpr int LDF = kC + 4;  // fp32 64 x 64 matrices
-  E q[kC * LDQ];                      // [token][K] raw q rows (zero past the sequence end)
-  E k[kC * LDQ];                      // [token][K] raw k rows
-  float L[kC * LDF];                  // strictly lower L
-  float A[kC * LDF];                  // A = (I + L)^-1
-  float T[4 * 256];                   // merge scratch, one 16 x 16 per warp
+  union {
+    struct {
+      E q[kC * LDQ];  // [token][K] raw q rows (zero past the sequence end)
+      E k[kC * LDQ];  // [token][K] raw k rows
+    } in;
+    struct {
+      float A[kC * LDF];  // A = (I + L)^-1
+      float T[4 * 256];   // merge scratch, one 16 x 16 per warp
+    } inv;
+  } x;
+  float L[kC * LDF];  // strictly lower L
   float gam[kC], beta[kC], rq[kC], rk[kC];
 };
 
@@ -48,7 +55,7 @@ __device__ __forceinline__ void store_afrag(uint4* dst, const float (&c)[2][4], 
 }
 
 template <int K, bool BF16>
-__global__ void __launch_bounds__(128) chunk_fwd_intra_kernel(const ChunkKernelArgs a) {
+__global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKernelArgs a) {
   using E = typename Elem<BF16>::T;
   using P = Elem<BF16>;
   using Sm = IntraSmem<K, E>;
@@ -76,8 +83,8 @@ __global__ void __launch_bounds__(128) chunk_fwd_intra_kernel(const ChunkKernelA
 #pragma unroll
     for (int p = 0; p < NP; ++p) {
       const int r = p * RPP + lrow;
-      E* dq = &sm.q[r * LDQ + lvec * 8];
-      E* dk = &sm.k[r * LDQ + lvec * 8];
+      E* dq = &sm.x.in.q[r * LDQ + lvec * 8];
+      E* dk = &sm.x.in.k[r * LDQ + lvec * 8];
       if (r < nvalid) {
         cp_async16(dq, qb + r * a.q_st);
         cp_async16(dk, kb + r * a.k_st);
@@ -137,7 +144,7 @@ __global__ void __launch_bounds__(128) chunk_fwd_intra_kernel(const ChunkKernelA
     const int lrow = tid / VPR, lvec = tid % VPR;
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
-      const E* src = which == 0 ? sm.q : sm.k;
+      const E* src = which == 0 ? sm.x.in.q : sm.x.in.k;
 #pragma unroll
       for (int p = 0; p < NP; ++p) {
         const int r = p * RPP + lrow;
@@ -187,13 +194,13 @@ __global__ void __launch_bounds__(128) chunk_fwd_intra_kernel(const ChunkKernelA
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
       if (which == 0 ? !is_l : !is_p) continue;
-      const E* arow = which == 0 ? sm.k : sm.q;
+      const E* arow = which == 0 ? sm.x.in.k : sm.x.in.q;
       float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
       for (int ks = 0; ks < K / 16; ++ks) {
         uint32_t af[4], b[4];
         ldsm_x4(af, &arow[(16 * ti + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8]);
-        ldsm_x4(b, &sm.k[(16 * tj + (lane & 7) + ((lane >> 4) << 3)) * LDQ + ks * 16 + ((lane >> 3) & 1) * 8]);
+        ldsm_x4(b, &sm.x.in.k[(16 * tj + (lane & 7) + ((lane >> 4) << 3)) * LDQ + ks * 16 + ((lane >> 3) & 1) * 8]);
         mma<BF16>(acc[0], af, b[0], b[1]);
         mma<BF16>(acc[1], af, b[2], b[3]);
       }
@@ -214,7 +221,7 @@ __global__ void __launch_bounds__(128) chunk_fwd_intra_kernel(const ChunkKernelA
         store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), acc, lane);
     }
   }
-  __syncthreads();
+  __syncthreads();  // L complete; q, k dead (A and T reuse them)
 
   // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7). Diagonal block w: right-looking forward substitution, lane c
   // owns column c; once x_r is final, acc_r' -= L_r'r x_r for r' > r (a chain of 16 FMAs).
@@ -226,7 +233,7 @@ __global__ void __launch_bounds__(128) chunk_fwd_intra_kernel(const ChunkKernelA
 #pragma unroll
     for (int r = 0; r < 16; ++r) {
       const float xr = acc[r];
-      sm.A[(o + r) * LDF + o + cc] = xr;
+      sm.x.inv.A[(o + r) * LDF + o + cc] = xr;
 #pragma unroll
       for (int r2 = r + 1; r2 < 16; ++r2) acc[r2] = fmaf(-sm.L[(o + r2) * LDF + o + r], xr, acc[r2]);
     }
@@ -238,10 +245,10 @@ __global__ void __launch_bounds__(128) chunk_fwd_intra_kernel(const ChunkKernelA
   for (int d = 1; d < 4; ++d) {
     if (w < 4 - d) {
       const int i = w + d, j = w;
-      float* tw = &sm.T[w * 256];
+      float* tw = &sm.x.inv.T[w * 256];
       float tacc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       for (int kb = j; kb < i; ++kb)
-        mma16_f32(tacc, &sm.L[16 * i * LDF + 16 * kb], LDF, &sm.A[16 * kb * LDF + 16 * j], LDF, g8, t4);
+        mma16_f32(tacc, &sm.L[16 * i * LDF + 16 * kb], LDF, &sm.x.inv.A[16 * kb * LDF + 16 * j], LDF, g8, t4);
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         tw[g8 * 16 + 8 * nt + 2 * t4] = tacc[nt][0];
@@ -251,11 +258,11 @@ __global__ void __launch_bounds__(128) chunk_fwd_intra_kernel(const ChunkKernelA
       }
       __syncwarp();
       float racc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      mma16_f32(racc, &sm.A[16 * i * LDF + 16 * i], LDF, tw, 16, g8, t4);
+      mma16_f32(racc, &sm.x.inv.A[16 * i * LDF + 16 * i], LDF, tw, 16, g8, t4);
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
-        float* a0 = &sm.A[(16 * i + g8) * LDF + 16 * j + 8 * nt + 2 * t4];
-        float* a1 = &sm.A[(16 * i + g8 + 8) * LDF + 16 * j + 8 * nt + 2 * t4];
+        float* a0 = &sm.x.inv.A[(16 * i + g8) * LDF + 16 * j + 8 * nt + 2 * t4];
+        float* a1 = &sm.x.inv.A[(16 * i + g8 + 8) * LDF + 16 * j + 8 * nt + 2 * t4];
         *reinterpret_cast<float2*>(a0) = make_float2(-racc[nt][0], -racc[nt][1]);
         *reinterpret_cast<float2*>(a1) = make_float2(-racc[nt][2], -racc[nt][3]);
       }
@@ -272,7 +279,7 @@ __global__ void __launch_bounds__(128) chunk_fwd_intra_kernel(const ChunkKernelA
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = 16 * i + g8 + (e >> 1) * 8, s2 = 16 * j + nt * 8 + 2 * t4 + (e & 1);
-        cf[nt][e] = sm.A[r * LDF + s2] * sm.beta[s2];
+        cf[nt][e] = sm.x.inv.A[r * LDF + s2] * sm.beta[s2];
       }
     store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
   }
