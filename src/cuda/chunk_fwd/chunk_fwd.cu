@@ -222,11 +222,14 @@ __global__ void __launch_bounds__(1024)
 
 // S_start(j+1) = M_j S_start(j) + N_j for one (sequence, value head, 8 state columns); thread i owns row i.
 // fp32 throughout (gdn-math §6.3). The result overwrites N_j, where the split forward reads it. The chain is
-// nseg - 1 steps long; each step reads row i of M_j 16 float4 at a time, all in flight (a row-at-a-time loop with
-// one outstanding L2 load was ~100 us at T = 32K, H = 16).
+// nseg - 1 steps of K/32 blocks; block b of M_j (all K rows, 32 columns) goes through shared memory with coalesced
+// 16-byte loads, and the next block's loads (of the next step after the last block: M does not depend on S) are in
+// flight while this one is used.
 template <int K>
 __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, const int32_t* seq_first) {
+  constexpr int KB = 32, NB = K / KB, PER = K * KB / 4 / K;  // float4 loads per thread per block (8)
   __shared__ __align__(16) float S[K][8];
+  __shared__ float Ms[K][KB + 1];
   const int64_t n = blockIdx.x;
   const int h = blockIdx.y, c0 = blockIdx.z * 8, i = threadIdx.x;
   const int64_t first = seq_first[n];
@@ -234,6 +237,8 @@ __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, 
   const int nseg = a.items[first].nseg;
   if (nseg <= 1) return;
   const int64_t width = K + a.V;
+  int steps = nseg - 1;
+  if (first + steps > a.items_cap) steps = static_cast<int>(a.items_cap - first);
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     float v = 0.f;
@@ -243,44 +248,60 @@ __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, 
     }
     S[i][j] = v;
   }
-  __syncthreads();
-  for (int s = 0; s + 1 < nseg && first + s < a.items_cap; ++s) {
-    float* base = a.mn + ((first + s) * a.Hv + h) * int64_t(K) * width;
-    float* nrow = base + int64_t(i) * width + K + c0;
+  auto mbase = [&](int s) { return a.mn + ((first + s) * a.Hv + h) * int64_t(K) * width; };
+  // float4 e of a block: row (i + K e) / 8, columns 4 ((i + K e) % 8) ..: 8 threads read one row's 128 bytes
+  auto load_block = [&](int s, int b, float4(&r)[PER]) {
+    const float* m = mbase(s) + b * KB;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      const int idx = i + K * e, row = idx >> 3, c4 = idx & 7;
+      r[e] = *reinterpret_cast<const float4*>(m + int64_t(row) * width + 4 * c4);
+    }
+  };
+  float4 pre[PER];
+  if (steps > 0) load_block(0, 0, pre);
+  for (int s = 0; s < steps; ++s) {
+    float* nrow = mbase(s) + int64_t(i) * width + K + c0;
     float acc[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[j] = nrow[j];
-    const float4* mrow = reinterpret_cast<const float4*>(base + int64_t(i) * width);
 #pragma unroll
-    for (int k0 = 0; k0 < K / 4; k0 += 16) {
-      float4 m[16];
+    for (int b = 0; b < NB; ++b) {
+      __syncthreads();  // the previous block's (or step's) reads of Ms and writes of S are done
 #pragma unroll
-      for (int e = 0; e < 16; ++e) m[e] = mrow[k0 + e];
-#pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        const float mk[4] = {m[e].x, m[e].y, m[e].z, m[e].w};
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float4 s0 = *reinterpret_cast<const float4*>(&S[4 * (k0 + e) + c][0]);
-          const float4 s1 = *reinterpret_cast<const float4*>(&S[4 * (k0 + e) + c][4]);
-          acc[0] = fmaf(mk[c], s0.x, acc[0]);
-          acc[1] = fmaf(mk[c], s0.y, acc[1]);
-          acc[2] = fmaf(mk[c], s0.z, acc[2]);
-          acc[3] = fmaf(mk[c], s0.w, acc[3]);
-          acc[4] = fmaf(mk[c], s1.x, acc[4]);
-          acc[5] = fmaf(mk[c], s1.y, acc[5]);
-          acc[6] = fmaf(mk[c], s1.z, acc[6]);
-          acc[7] = fmaf(mk[c], s1.w, acc[7]);
-        }
+      for (int e = 0; e < PER; ++e) {
+        const int idx = i + K * e, row = idx >> 3, c4 = idx & 7;
+        Ms[row][4 * c4] = pre[e].x;
+        Ms[row][4 * c4 + 1] = pre[e].y;
+        Ms[row][4 * c4 + 2] = pre[e].z;
+        Ms[row][4 * c4 + 3] = pre[e].w;
+      }
+      __syncthreads();
+      if (b + 1 < NB)
+        load_block(s, b + 1, pre);
+      else if (s + 1 < steps)
+        load_block(s + 1, 0, pre);
+#pragma unroll 8
+      for (int kk = 0; kk < KB; ++kk) {
+        const float mk = Ms[i][kk];
+        const float4 s0 = *reinterpret_cast<const float4*>(&S[b * KB + kk][0]);
+        const float4 s1 = *reinterpret_cast<const float4*>(&S[b * KB + kk][4]);
+        acc[0] = fmaf(mk, s0.x, acc[0]);
+        acc[1] = fmaf(mk, s0.y, acc[1]);
+        acc[2] = fmaf(mk, s0.z, acc[2]);
+        acc[3] = fmaf(mk, s0.w, acc[3]);
+        acc[4] = fmaf(mk, s1.x, acc[4]);
+        acc[5] = fmaf(mk, s1.y, acc[5]);
+        acc[6] = fmaf(mk, s1.z, acc[6]);
+        acc[7] = fmaf(mk, s1.w, acc[7]);
       }
     }
-    __syncthreads();
+    __syncthreads();  // every read of S for this step is done
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       S[i][j] = acc[j];
       nrow[j] = acc[j];
     }
-    __syncthreads();
   }
 }
 

@@ -1,5 +1,5 @@
 // The intra-chunk pass of the two-pass prefill (gdn-math §5.2-§5.4): the state-independent part of every chunk,
-// for all chunks and value heads at once (grid = record slots x Hv, 4 warps, ~75 KB shared memory, 3 CTAs per
+// for all chunks and value heads at once (grid = record slots x Hv, 4 warps, 53 KB shared memory, 4 CTAs per
 // SM). Per (chunk, value head h) it writes one record (chunk_fwd.hpp, kRecBytes = 21 KB) that the state pass
 // (chunk_fwd_state.cuh) reads instead of recomputing it on its critical path:
 //
@@ -64,8 +64,9 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   Sm& sm = *reinterpret_cast<Sm*>(smem_raw);
 
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
-  const int h = blockIdx.y;
-  const int64_t slot = blockIdx.x;
+  // 1-D grid, value head fastest: the value heads of one q/k head (GQA) read the same q, k rows back to back (L2)
+  const int h = static_cast<int>(blockIdx.x % a.Hv);
+  const int64_t slot = blockIdx.x / a.Hv;
   int64_t n, c;
   if (!slot_chunk(a, slot, &n, &c)) return;  // a varlen slot without a chunk
   int64_t bidx, t0, len;
@@ -301,8 +302,9 @@ int launch_chunk_intra(const ChunkKernelArgs& a, void* stream) {
     done_mask.fetch_or(bit, std::memory_order_acq_rel);
   }
   if (a.rec_slots <= 0 || a.Hv <= 0) return 0;
-  const dim3 grid(static_cast<unsigned>(a.rec_slots), static_cast<unsigned>(a.Hv));
-  chunk_fwd_intra_kernel<K, BF16><<<grid, 128, smem, static_cast<cudaStream_t>(stream)>>>(a);
+  const int64_t ctas = a.rec_slots * a.Hv;
+  if (ctas > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
+  chunk_fwd_intra_kernel<K, BF16><<<static_cast<unsigned>(ctas), 128, smem, static_cast<cudaStream_t>(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -50,7 +50,10 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
   Sm& sm = *reinterpret_cast<Sm*>(smem_raw);
 
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
-  const int hf = w >> 3, wi = w & 7, rg = wi & 3, ch = wi >> 2, cb = ch * NCOL;
+  // Warp w runs on SM sub-partition w % 4. The causal phases (U, P U) cost row group rg about (rg + 1) units, so
+  // the row groups rotate with (half, column half): each sub-partition gets one warp of every row group (NH = 2)
+  // instead of four warps of one (w % 4 = rg put all the rg = 3 work on one sub-partition).
+  const int hf = w >> 3, ch = (w >> 2) & 1, rg = (w + (w >> 2)) & 3, cb = ch * NCOL;
   const int h = blockIdx.y, tile = blockIdx.z * NH + hf;
   const int64_t item = blockIdx.x;
   const int hk = h / a.group;
