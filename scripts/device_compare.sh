@@ -35,6 +35,15 @@ if [ -n "${NCU_CASE-prefill_t32k_h16}" ] && command -v ncu >/dev/null; then
     ${NCU_CASE-prefill_t32k_h16} >"$OUT/ncu.log" 2>&1
   grep -E "^  [a-zA-Z_].*\(|gpu__time_duration" "$OUT/ncu.log" | sed 's/^ *//' | cut -c1-110 | tee -a "$res"
 fi
+# stall reasons, occupancy and pipe use of the two-pass kernels (one launch each)
+if [ -n "${NCU_DETAIL-}" ] && command -v ncu >/dev/null; then
+  timeout 200 ncu --clock-control none --section SpeedOfLight --section Occupancy \
+    --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed" \
+    -k "regex:chunk_fwd_(intra|state)" --launch-skip 3 --launch-count 3 $B/flashgdn bench --reps 1 ${NCU_DETAIL} \
+    >"$OUT/ncu_detail.log" 2>&1
+  grep -E "chunk_fwd_|Duration|Throughput|Occupancy|Block Limit|stalled|hmma|mem_shared|Registers" "$OUT/ncu_detail.log" |
+    awk '$NF+0 > 0.05 || /chunk_fwd_|Occupancy|Block Limit|Duration/' | cut -c1-120 | tee -a "$res"
+fi
 for direct in ${RECURRENT_DIRECTS-1}; do
   echo "== recurrent direct=$direct"
   t=$(FLASHGDN_RECURRENT_DIRECT=$direct timeout 60 $B/flashgdn_gpu_tests --gtest_brief=1 --gtest_filter='CudaRecurrent*:CudaDispatch*' 2>&1)

@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// S_start(j+1) = M_j S_start(j) + N_j for one (sequence, value head, 8 state columns); thread i owns row i.
+// S_start(j+1) = M_j S_start(j) + N_j for one (sequence, value head, 4 state columns); thread i owns row i.
 // fp32 throughout (gdn-math §6.3). The result overwrites N_j, where the split forward reads it. The chain is
 // nseg - 1 steps of K/32 blocks; block b of M_j (all K rows, 32 columns) goes through shared memory with coalesced
 // 16-byte loads, and the next block's loads (of the next step after the last block: M does not depend on S) are in
@@ -228,10 +228,11 @@ __global__ void __launch_bounds__(1024)
 template <int K>
 __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, const int32_t* seq_first) {
   constexpr int KB = 32, NB = K / KB, PER = K * KB / 4 / K;  // float4 loads per thread per block (8)
-  __shared__ __align__(16) float S[K][8];
+  constexpr int NC = 4;  // state columns per CTA: V / 4 CTAs per (sequence, head) keep the per-thread chain short
+  __shared__ __align__(16) float S[K][NC];
   __shared__ float Ms[K][KB + 1];
   const int64_t n = blockIdx.x;
-  const int h = blockIdx.y, c0 = blockIdx.z * 8, i = threadIdx.x;
+  const int h = blockIdx.y, c0 = blockIdx.z * NC, i = threadIdx.x;
   const int64_t first = seq_first[n];
   if (first >= a.items_cap) return;
   const int nseg = a.items[first].nseg;
@@ -240,7 +241,7 @@ __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, 
   int steps = nseg - 1;
   if (first + steps > a.items_cap) steps = static_cast<int>(a.items_cap - first);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < NC; ++j) {
     float v = 0.f;
     if (a.h0) {
       const float* p = a.h0 + n * a.h0_sn + h * a.h0_sh;
@@ -262,9 +263,9 @@ __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, 
   if (steps > 0) load_block(0, 0, pre);
   for (int s = 0; s < steps; ++s) {
     float* nrow = mbase(s) + int64_t(i) * width + K + c0;
-    float acc[8];
+    float acc[NC];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[j] = nrow[j];
+    for (int j = 0; j < NC; ++j) acc[j] = nrow[j];
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
       __syncthreads();  // the previous block's (or step's) reads of Ms and writes of S are done
@@ -281,24 +282,19 @@ __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, 
         load_block(s, b + 1, pre);
       else if (s + 1 < steps)
         load_block(s + 1, 0, pre);
-#pragma unroll 8
+#pragma unroll
       for (int kk = 0; kk < KB; ++kk) {
         const float mk = Ms[i][kk];
         const float4 s0 = *reinterpret_cast<const float4*>(&S[b * KB + kk][0]);
-        const float4 s1 = *reinterpret_cast<const float4*>(&S[b * KB + kk][4]);
         acc[0] = fmaf(mk, s0.x, acc[0]);
         acc[1] = fmaf(mk, s0.y, acc[1]);
         acc[2] = fmaf(mk, s0.z, acc[2]);
         acc[3] = fmaf(mk, s0.w, acc[3]);
-        acc[4] = fmaf(mk, s1.x, acc[4]);
-        acc[5] = fmaf(mk, s1.y, acc[5]);
-        acc[6] = fmaf(mk, s1.z, acc[6]);
-        acc[7] = fmaf(mk, s1.w, acc[7]);
       }
     }
     __syncthreads();  // every read of S for this step is done
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < NC; ++j) {
       S[i][j] = acc[j];
       nrow[j] = acc[j];
     }
@@ -442,7 +438,7 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t w
   FGDN_CUDA_CHECK(cudaGetLastError());
   a.mode = kModeSummary;
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, pl.cap, kt + vt, stream)));
-  const dim3 sgrid(unsigned(d.N), unsigned(d.Hv), unsigned(d.V / 8));
+  const dim3 sgrid(unsigned(d.N), unsigned(d.Hv), unsigned(d.V / 4));
   if (d.K == 64)
     chunk_scan_kernel<64><<<sgrid, 64, 0, st>>>(a, seq_first);
   else

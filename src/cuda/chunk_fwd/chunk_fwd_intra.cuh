@@ -299,6 +299,9 @@ int launch_chunk_intra(const ChunkKernelArgs& a, void* stream) {
     e = cudaFuncSetAttribute(chunk_fwd_intra_kernel<K, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(smem));
     if (e != cudaSuccess) return static_cast<int>(e);
+    // all of the unified L1 / shared memory as shared memory, so the occupancy the kernel was sized for is reached
+    e = cudaFuncSetAttribute(chunk_fwd_intra_kernel<K, BF16>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    if (e != cudaSuccess) return static_cast<int>(e);
     done_mask.fetch_or(bit, std::memory_order_acq_rel);
   }
   if (a.rec_slots <= 0 || a.Hv <= 0) return 0;

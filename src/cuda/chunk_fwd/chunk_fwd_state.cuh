@@ -416,6 +416,9 @@ int launch_chunk_state(const ChunkKernelArgs& a, int64_t items, int64_t tiles, v
     e = cudaFuncSetAttribute(chunk_fwd_state_kernel<K, BF16, NH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(smem));
     if (e != cudaSuccess) return static_cast<int>(e);
+    // all of the unified L1 / shared memory as shared memory, so the occupancy the kernel was sized for is reached
+    e = cudaFuncSetAttribute(chunk_fwd_state_kernel<K, BF16, NH>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    if (e != cudaSuccess) return static_cast<int>(e);
     done_mask.fetch_or(bit, std::memory_order_acq_rel);
   }
   if (items <= 0 || a.Hv <= 0 || tiles <= 0) return 0;
