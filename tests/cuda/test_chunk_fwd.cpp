@@ -280,8 +280,9 @@ void expect_close(const GpuCase& gc, const Result& ref, GpuRun& run, double tol)
 }
 
 // Runs one case through the GPU (with the segment split forced to `segments`: 0 auto, 1 off) and the oracle.
-// Every case runs with both kernels: the two-pass default and the fused `wide` kernel (FLASHGDN_CHUNK_IMPL).
-void check(const GpuCase& gc, int segments = 0, double tol = 5e-3) {
+// Every case runs with both kernels: the two-pass default and the fused `wide` kernel (FLASHGDN_CHUNK_IMPL);
+// tol_wide < 0: the same tolerance for both.
+void check(const GpuCase& gc, int segments = 0, double tol = 5e-3, double tol_wide = -1) {
   const int saved = cuda::chunk_fwd_get_segments(), saved_impl = cuda::chunk_fwd_get_impl();
   cuda::chunk_fwd_set_segments(segments);
   const Inputs x = make_case_inputs(gc);
@@ -295,7 +296,7 @@ void check(const GpuCase& gc, int segments = 0, double tol = 5e-3) {
     EXPECT_TRUE(st.ok()) << st.message();
     if (!st.ok()) continue;
     run.fetch();
-    expect_close(gc, ref, run, tol);
+    expect_close(gc, ref, run, impl == cuda::kChunkImplWide && tol_wide >= 0 ? tol_wide : tol);
   }
   cuda::chunk_fwd_set_impl(saved_impl);
   cuda::chunk_fwd_set_segments(saved);
@@ -353,13 +354,13 @@ TEST(CudaChunkFwd, DiscriminatingCases) {
   g.special = 2;
   check(g);
   // Identical keys, beta = 1, g = 0: the unstable whole-chunk doubling inverse gives errors ~1e9 here (§5.7);
-  // a stable inverse stays O(1e-2). The bound is looser than 5e-3 because bf16 rounding of A as the operand of
-  // W = A diag(b e^gamma) K (allowed by §10.2) turns the -c = -|k|^2 subdiagonal into a rounded value, and with
-  // identical keys and no decay that error is coherent over the chunk: measured 5.9e-3 / 1.3e-2 on the H200,
-  // reproduced by tests/cuda/standalone_chunk/emulate_numerics.py (3e-3 once A is split hi + lo there).
+  // a stable inverse stays O(1e-3). The two-pass kernel (A diag(beta) as hi + lo, the l2 norms as fp32 row
+  // scalings) is held to 5e-3 (H200: o 2.7e-3); the fused `wide` kernel rounds the normalized keys to bf16 before
+  // K K^T and measured 3.3e-3 (the first fused kernel, bf16 A without lo part, 1.3e-2: the -|k|^2 subdiagonal
+  // rounded coherently over the chunk, tests/cuda/standalone_chunk/emulate_numerics.py), so it keeps 1e-2.
   g = gcase("identical_keys_beta1_g0", 1, 130, 2, 4, 128, 128);
   g.special = 1;
-  check(g, 0, 2e-2);
+  check(g, 0, 5e-3, 1e-2);
   g = gcase("scale_0.3_no_h0", 1, 100, 2, 4, 128, 128);
   g.scale = 0.3f;
   g.c.has_h0 = false;

@@ -1,17 +1,17 @@
 #!/bin/bash
 # One device call (see README.md), about 3-4 minutes: builds the harness (normal + phase-profile builds) and the
-# GPU gtest in parallel, then for every kernel selectable by FLASHGDN_CHUNK_IMPL (wide, narrow;
+# GPU gtest in parallel, then for every kernel selectable by FLASHGDN_CHUNK_IMPL (twopass, wide, narrow;
 # override with IMPLS="...") the harness checks and the timing table (T=32768 H=16 also sweeps the segment count:
 # nosplit, auto, P=4, 8, 16), the phase profile of the first shape, and the gtest (CudaChunkFwd*) with each
 # kernel. Logs in $OUT: build.log (ptxas registers/spills), harness_<impl>.log, profile.log, gtest_<impl>.log.
 set -o pipefail
 OUT=${OUT:-/tmp}
-IMPLS=${IMPLS:-"wide narrow"}
-GTEST_IMPLS=${GTEST_IMPLS:-"wide narrow"}
+IMPLS=${IMPLS:-"twopass wide"}
+GTEST_IMPLS=${GTEST_IMPLS:-"twopass wide"}
 F="-O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -DFLASHGDN_WITH_CUDA=1"
 F="$F -Iinclude -Isrc"
 D=src/cuda/chunk_fwd
-S="$D/chunk_fwd_wide_bf16.cu $D/chunk_fwd_wide_f16.cu $D/chunk_fwd.cu"
+S="$(ls $D/*.cu | tr '\n' ' ')"
 S="$S tests/cuda/standalone_chunk/harness.cu src/api/tensor.cpp"
 mkdir -p /tmp/ch/n /tmp/ch/p
 T0=$(date +%s)
