@@ -1,7 +1,8 @@
 // The intra-chunk pass of the two-pass prefill (gdn-math §5.2-§5.4): the state-independent part of every chunk,
-// for all chunks and value heads at once (grid = record slots x Hv, 4 warps, 53 KB shared memory, 4 CTAs per
-// SM). Per (chunk, value head h) it writes one record (chunk_fwd.hpp, kRecBytes = 21 KB) that the state pass
-// (chunk_fwd_state.cuh) reads instead of recomputing it on its critical path:
+// for all chunks and heads at once (grid = record slots x Hqk, 4 warps, 53 KB shared memory, 4 CTAs per SM; the
+// value heads of a GQA group share one CTA and its K K^T, Q K^T products). Per (chunk, value head h) it writes one
+// record (chunk_fwd.hpp, kRecBytes = 21 KB) that the state pass (chunk_fwd_state.cuh) reads instead of recomputing it
+// on its critical path:
 //
 //   gamma = cumsum(g) (gate fused: g = -exp(A_log) softplus(a + dt_bias)), beta (sigmoid fused)
 //   rho_q, rho_k = 1 / sqrt(|x|^2 + 1e-6) per row (l2norm; 1 without), applied as row scalings in fp32
@@ -11,9 +12,9 @@
 //   P = scale diag(rho_q) (Q K^T (.) D) diag(rho_k), s <= r  -> 16-bit hi + lo A fragments (the operand of P U)
 //   ek = rho_k e^gamma, eq = scale rho_q e^gamma, dk = rho_k e^{gamma_n - gamma}, en = e^{gamma_n}
 //
-// FLOPs per (chunk, head): K K^T and Q K^T on the ten causal 16x16 blocks, 2 x 10 x 16 x 16 x 2K = 1.3 MFLOP at
-// K = 128, plus ~0.15 MFLOP of 3xTF32 merges. Bytes: q, k rows read (2 x 16 KB, shared by the GQA group through
-// L2), 21 KB written. Nothing here depends on the state, so the pass is throughput-bound, not chain-bound.
+// FLOPs per (chunk, q/k head): K K^T and Q K^T on the ten causal 16x16 blocks, 2 x 10 x 16 x 16 x 2K = 1.3 MFLOP
+// at K = 128; per value head ~0.15 MFLOP of 3xTF32 merges. Bytes: q, k rows read once per q/k head (2 x 16 KB),
+// 21 KB written per value head. Nothing here depends on the state: the pass is throughput-bound, not chain-bound.
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -54,6 +55,16 @@ __device__ __forceinline__ void store_afrag(uint4* dst, const float (&c)[2][4], 
   dst[32 + lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
 }
 
+// Causal 16x16 block idx (0..9, order (0,0) (1,0) (1,1) (2,0) ...) -> (i, j), i >= j.
+__device__ __forceinline__ void causal_block(int idx, int* i, int* j) {
+  *i = idx >= 6 ? 3 : (idx >= 3 ? 2 : (idx >= 1 ? 1 : 0));
+  *j = idx - *i * (*i + 1) / 2;
+}
+
+// One CTA per (chunk slot, q/k head): the products K K^T and Q K^T (and the l2 norms) are computed once and kept in
+// registers, then every value head of the GQA group (group = Hv / Hqk) builds its own L, inverse and P from them
+// with its own gates. Warp w holds the L blocks w, w + 4, w + 8 and the P blocks (w + 2) % 4 + 4 t (3 / 3 / 2 / 2
+// and 2 / 2 / 3 / 3: five blocks per warp).
 template <int K, bool BF16>
 __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKernelArgs a) {
   using E = typename Elem<BF16>::T;
@@ -64,16 +75,14 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   Sm& sm = *reinterpret_cast<Sm*>(smem_raw);
 
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
-  // 1-D grid, value head fastest: the value heads of one q/k head (GQA) read the same q, k rows back to back (L2)
-  const int h = static_cast<int>(blockIdx.x % a.Hv);
-  const int64_t slot = blockIdx.x / a.Hv;
+  const int hk = static_cast<int>(blockIdx.x % a.Hqk);
+  const int64_t slot = blockIdx.x / a.Hqk;
   int64_t n, c;
   if (!slot_chunk(a, slot, &n, &c)) return;  // a varlen slot without a chunk
   int64_t bidx, t0, len;
   seq_bounds(a, n, &bidx, &t0, &len);
   const int64_t tok = t0 + c * kC;  // first token of the chunk
   const int nvalid = static_cast<int>((len - c * kC) < kC ? (len - c * kC) : kC);
-  const int hk = h / a.group;
 
   // ---- q, k rows by cp.async (rows past the end zero-filled)
   {
@@ -97,49 +106,27 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     cp_async_commit();
   }
 
-  // ---- gamma = cumsum(g) and beta (warp 0, tokens 2 lane, 2 lane + 1; padded rows g = 0, beta = 0)
-  if (w == 0) {
-    float neg_exp_alog = -1.f, dtb = 0.f;
-    if (a.gate_in_kernel) {
-      if (a.A_log) neg_exp_alog = -__expf(load_scalar(a.A_log, a.alog_dtype, h * a.alog_s));
-      if (a.dt_bias) dtb = load_scalar(a.dt_bias, a.dtb_dtype, h * a.dtb_s);
-    }
-    float gv[2], bv[2];
+  // raw g and beta of value head h for tokens 2 lane, 2 lane + 1 (warp 0; loaded one head ahead)
+  float g_raw[2] = {0.f, 0.f}, b_raw[2] = {1.f, 1.f};
+  auto load_gb = [&](int h) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int r = 2 * lane + e;
-      float graw = 0.f, braw = 1.f;
+      g_raw[e] = 0.f;
+      b_raw[e] = 1.f;
       if (r < nvalid) {
         const int64_t t = tok + r;
-        if (a.g) graw = load_scalar(a.g, a.g_dtype, bidx * a.g_sb + t * a.g_st + h * a.g_sh);
-        if (a.beta) braw = load_scalar(a.beta, a.b_dtype, bidx * a.b_sb + t * a.b_st + h * a.b_sh);
+        if (a.g) g_raw[e] = load_scalar(a.g, a.g_dtype, bidx * a.g_sb + t * a.g_st + h * a.g_sh);
+        if (a.beta) b_raw[e] = load_scalar(a.beta, a.b_dtype, bidx * a.b_sb + t * a.b_st + h * a.b_sh);
       }
-      // g = -exp(A_log) softplus(a + dt_bias) (softplus with beta and threshold); beta = c sigmoid(b) (gdn-math §4)
-      if (a.gate_in_kernel && a.g) {
-        const float xs = (graw + dtb) * a.sp_beta;
-        const float sp = xs <= a.sp_threshold ? log1pf(__expf(xs)) / a.sp_beta : graw + dtb;
-        graw = neg_exp_alog * sp;
-      }
-      if (a.beta_sigmoid && a.beta) braw = a.beta_mult / (1.f + __expf(-braw));
-      gv[e] = r < nvalid ? graw : 0.f;
-      bv[e] = r < nvalid ? braw : 0.f;
     }
-    float s = gv[0] + gv[1];
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const float y = __shfl_up_sync(0xffffffffu, s, off);
-      if (lane >= off) s += y;
-    }
-    const float ex = s - (gv[0] + gv[1]);
-    sm.gam[2 * lane] = ex + gv[0];
-    sm.gam[2 * lane + 1] = ex + gv[0] + gv[1];
-    sm.beta[2 * lane] = bv[0];
-    sm.beta[2 * lane + 1] = bv[1];
-  }
+  };
+  const int h0 = hk * a.group;
+  if (w == 0) load_gb(h0);
   cp_async_wait_all();
   __syncthreads();
 
-  // ---- rho = 1 / sqrt(|x|^2 + 1e-6) per q and k row in fp32 (gdn-math §1.4), applied later as row scalings
+  // ---- rho = 1 / sqrt(|x|^2 + 1e-6) per q and k row in fp32 (gdn-math §1.4), applied as row scalings
   if (a.l2norm) {
     constexpr int VPR = K / 8, RPP = 128 / VPR, NP = kC / RPP;
     const int lrow = tid / VPR, lvec = tid % VPR;
@@ -168,35 +155,23 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   }
   __syncthreads();
 
-  unsigned char* rec = a.rec + (slot * a.Hv + h) * kRecBytes;
-  // ---- header: ek, eq, dk, en (gamma_n = gamma at row 63 = the last valid token: padded g = 0)
-  if (tid < kC) {
-    float* hdr = reinterpret_cast<float*>(rec);
-    const float gr = sm.gam[tid], gn = sm.gam[kC - 1];
-    hdr[tid] = sm.rk[tid] * __expf(gr);
-    hdr[64 + tid] = a.scale * sm.rq[tid] * __expf(gr);
-    hdr[128 + tid] = sm.rk[tid] * __expf(gn - gr);
-    if (tid == 0) hdr[192] = __expf(gn);
-  }
-
-  // ---- the ten causal 16x16 blocks of K K^T -> L (fp32, shared) and of Q K^T -> P (fragments, global). Warp w
-  // takes L blocks w, w + 4, w + 8 and P blocks w + 2, w + 6 (mod 4 order), 5 blocks per warp.
-  // L_rs = beta_r rho_r rho_s (k_r . k_s) exp(gamma_r - gamma_s) for s < r; the decay only where r >= s, never
-  // factored (§5.8).
-  for (int idx = 0; idx < 10; ++idx) {
-    const bool is_l = (idx & 3) == w, is_p = ((idx + 2) & 3) == w;
-    if (!is_l && !is_p) continue;
-    int ti, tj;
-    {
-      const int i = idx >= 6 ? 3 : (idx >= 3 ? 2 : (idx >= 1 ? 1 : 0));
-      ti = i;
-      tj = idx - i * (i + 1) / 2;
-    }
+  // ---- the head-independent products, scaled by the norms: kk_rs = rho_k,r rho_k,s (k_r . k_s) on L blocks,
+  // qk_rs = scale rho_q,r rho_k,s (q_r . k_s) on P blocks; C fragments in registers for the whole head loop
+  float kk[3][2][4], qk[3][2][4];
+#pragma unroll
+  for (int t = 0; t < 3; ++t)
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
-      if (which == 0 ? !is_l : !is_p) continue;
+      const int idx = which == 0 ? w + 4 * t : ((w + 2) & 3) + 4 * t;
+      float(&acc)[2][4] = which == 0 ? kk[t] : qk[t];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+      if (idx >= 10) continue;
+      int ti, tj;
+      causal_block(idx, &ti, &tj);
       const E* arow = which == 0 ? sm.x.in.k : sm.x.in.q;
-      float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
       for (int ks = 0; ks < K / 16; ++ks) {
         uint32_t af[4], b[4];
@@ -210,79 +185,152 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = 16 * ti + g8 + (e >> 1) * 8, s2 = 16 * tj + nt * 8 + 2 * t4 + (e & 1);
-          if (which == 0) {
-            const float dec = s2 < r ? __expf(sm.gam[r] - sm.gam[s2]) : 0.f;
-            sm.L[r * LDF + s2] = s2 < r ? sm.beta[r] * sm.rk[r] * sm.rk[s2] * acc[nt][e] * dec : 0.f;
-          } else {  // P: diagonal included (the output reads the post-update state)
-            const float dec = s2 <= r ? __expf(sm.gam[r] - sm.gam[s2]) : 0.f;
-            acc[nt][e] = s2 <= r ? a.scale * sm.rq[r] * sm.rk[s2] * acc[nt][e] * dec : 0.f;
-          }
+          acc[nt][e] *= which == 0 ? sm.rk[r] * sm.rk[s2] : a.scale * sm.rq[r] * sm.rk[s2];
         }
-      if (which == 1)
-        store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), acc, lane);
     }
-  }
-  __syncthreads();  // L complete; q, k dead (A and T reuse them)
+  __syncthreads();  // q, k dead: A and T reuse them
 
-  // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7). Diagonal block w: right-looking forward substitution, lane c
-  // owns column c; once x_r is final, acc_r' -= L_r'r x_r for r' > r (a chain of 16 FMAs).
-  if (lane < 16) {
-    const int cc = lane, o = 16 * w;
-    float acc[16];
-#pragma unroll
-    for (int r = 0; r < 16; ++r) acc[r] = r == cc ? 1.f : 0.f;
-#pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      const float xr = acc[r];
-      sm.x.inv.A[(o + r) * LDF + o + cc] = xr;
-#pragma unroll
-      for (int r2 = r + 1; r2 < 16; ++r2) acc[r2] = fmaf(-sm.L[(o + r2) * LDF + o + r], xr, acc[r2]);
-    }
-  }
-  __syncthreads();
-  // Off-diagonal blocks by distance d = i - j, warp w taking block (w + d, w):
-  //   T = sum_{k=j}^{i-1} L_ik A_kj,  A_ij = -A_ii T   (16x16 products on the tensor cores in 3xTF32)
-#pragma unroll
-  for (int d = 1; d < 4; ++d) {
-    if (w < 4 - d) {
-      const int i = w + d, j = w;
-      float* tw = &sm.x.inv.T[w * 256];
-      float tacc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      for (int kb = j; kb < i; ++kb)
-        mma16_f32(tacc, &sm.L[16 * i * LDF + 16 * kb], LDF, &sm.x.inv.A[16 * kb * LDF + 16 * j], LDF, g8, t4);
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        tw[g8 * 16 + 8 * nt + 2 * t4] = tacc[nt][0];
-        tw[g8 * 16 + 8 * nt + 2 * t4 + 1] = tacc[nt][1];
-        tw[(g8 + 8) * 16 + 8 * nt + 2 * t4] = tacc[nt][2];
-        tw[(g8 + 8) * 16 + 8 * nt + 2 * t4 + 1] = tacc[nt][3];
+  for (int j = 0; j < a.group; ++j) {
+    const int h = h0 + j;
+    // ---- gamma = cumsum(g) and beta of head h (warp 0; padded rows g = 0, beta = 0), next head's raw values loaded
+    if (w == 0) {
+      float neg_exp_alog = -1.f, dtb = 0.f;
+      if (a.gate_in_kernel) {
+        if (a.A_log) neg_exp_alog = -__expf(load_scalar(a.A_log, a.alog_dtype, h * a.alog_s));
+        if (a.dt_bias) dtb = load_scalar(a.dt_bias, a.dtb_dtype, h * a.dtb_s);
       }
-      __syncwarp();
-      float racc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      mma16_f32(racc, &sm.x.inv.A[16 * i * LDF + 16 * i], LDF, tw, 16, g8, t4);
+      float gv[2], bv[2];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        float* a0 = &sm.x.inv.A[(16 * i + g8) * LDF + 16 * j + 8 * nt + 2 * t4];
-        float* a1 = &sm.x.inv.A[(16 * i + g8 + 8) * LDF + 16 * j + 8 * nt + 2 * t4];
-        *reinterpret_cast<float2*>(a0) = make_float2(-racc[nt][0], -racc[nt][1]);
-        *reinterpret_cast<float2*>(a1) = make_float2(-racc[nt][2], -racc[nt][3]);
+      for (int e = 0; e < 2; ++e) {
+        const int r = 2 * lane + e;
+        float graw = g_raw[e], braw = b_raw[e];
+        // g = -exp(A_log) softplus(a + dt_bias) (softplus with beta and threshold); beta = c sigmoid(b) (gdn-math §4)
+        if (a.gate_in_kernel && a.g) {
+          const float xs = (graw + dtb) * a.sp_beta;
+          const float sp = xs <= a.sp_threshold ? log1pf(__expf(xs)) / a.sp_beta : graw + dtb;
+          graw = neg_exp_alog * sp;
+        }
+        if (a.beta_sigmoid && a.beta) braw = a.beta_mult / (1.f + __expf(-braw));
+        gv[e] = r < nvalid ? graw : 0.f;
+        bv[e] = r < nvalid ? braw : 0.f;
+      }
+      float s = gv[0] + gv[1];
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const float y = __shfl_up_sync(0xffffffffu, s, off);
+        if (lane >= off) s += y;
+      }
+      const float ex = s - (gv[0] + gv[1]);
+      sm.gam[2 * lane] = ex + gv[0];
+      sm.gam[2 * lane + 1] = ex + gv[0] + gv[1];
+      sm.beta[2 * lane] = bv[0];
+      sm.beta[2 * lane + 1] = bv[1];
+      if (j + 1 < a.group) load_gb(h + 1);  // in flight during this head
+    }
+    __syncthreads();
+
+    unsigned char* rec = a.rec + (slot * a.Hv + h) * kRecBytes;
+    // ---- header: ek, eq, dk, en (gamma_n = gamma at row 63 = the last valid token: padded g = 0)
+    if (tid < kC) {
+      float* hdr = reinterpret_cast<float*>(rec);
+      const float gr = sm.gam[tid], gn = sm.gam[kC - 1];
+      hdr[tid] = sm.rk[tid] * __expf(gr);
+      hdr[64 + tid] = a.scale * sm.rq[tid] * __expf(gr);
+      hdr[128 + tid] = sm.rk[tid] * __expf(gn - gr);
+      if (tid == 0) hdr[192] = __expf(gn);
+    }
+    // ---- L_rs = beta_r kk_rs exp(gamma_r - gamma_s), s < r, into shared memory (fp32); P_rs = qk_rs exp(gamma_r -
+    // gamma_s), s <= r (diagonal included: the output reads the post-update state), to the record as fragments.
+    // The decay only where r >= s, never factored (§5.8).
+#pragma unroll
+    for (int t = 0; t < 3; ++t)
+#pragma unroll
+      for (int which = 0; which < 2; ++which) {
+        const int idx = which == 0 ? w + 4 * t : ((w + 2) & 3) + 4 * t;
+        if (idx >= 10) continue;
+        int ti, tj;
+        causal_block(idx, &ti, &tj);
+        float cf[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = 16 * ti + g8 + (e >> 1) * 8, s2 = 16 * tj + nt * 8 + 2 * t4 + (e & 1);
+            if (which == 0) {
+              const float dec = s2 < r ? __expf(sm.gam[r] - sm.gam[s2]) : 0.f;
+              sm.L[r * LDF + s2] = s2 < r ? sm.beta[r] * kk[t][nt][e] * dec : 0.f;
+            } else {
+              const float dec = s2 <= r ? __expf(sm.gam[r] - sm.gam[s2]) : 0.f;
+              cf[nt][e] = s2 <= r ? qk[t][nt][e] * dec : 0.f;
+            }
+          }
+        if (which == 1)
+          store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), cf, lane);
+      }
+    __syncthreads();
+
+    // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7). Diagonal block w: right-looking forward substitution, lane c
+    // owns column c; once x_r is final, acc_r' -= L_r'r x_r for r' > r (a chain of 16 FMAs).
+    if (lane < 16) {
+      const int cc = lane, o = 16 * w;
+      float acc[16];
+#pragma unroll
+      for (int r = 0; r < 16; ++r) acc[r] = r == cc ? 1.f : 0.f;
+#pragma unroll
+      for (int r = 0; r < 16; ++r) {
+        const float xr = acc[r];
+        sm.x.inv.A[(o + r) * LDF + o + cc] = xr;
+#pragma unroll
+        for (int r2 = r + 1; r2 < 16; ++r2) acc[r2] = fmaf(-sm.L[(o + r2) * LDF + o + r], xr, acc[r2]);
       }
     }
     __syncthreads();
-  }
-
-  // ---- A diag(beta) as hi + lo fragments, blocks w, w + 4, w + 8
-  for (int idx = w; idx < 10; idx += 4) {
-    const int i = idx >= 6 ? 3 : (idx >= 3 ? 2 : (idx >= 1 ? 1 : 0)), j = idx - i * (i + 1) / 2;
-    float cf[2][4];
+    // Off-diagonal blocks by distance d = i - j, warp w taking block (w + d, w):
+    //   T = sum_{k=j}^{i-1} L_ik A_kj,  A_ij = -A_ii T   (16x16 products on the tensor cores in 3xTF32)
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+    for (int d = 1; d < 4; ++d) {
+      if (w < 4 - d) {
+        const int bi = w + d, bj = w;
+        float* tw = &sm.x.inv.T[w * 256];
+        float tacc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        for (int kb = bj; kb < bi; ++kb)
+          mma16_f32(tacc, &sm.L[16 * bi * LDF + 16 * kb], LDF, &sm.x.inv.A[16 * kb * LDF + 16 * bj], LDF, g8, t4);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = 16 * i + g8 + (e >> 1) * 8, s2 = 16 * j + nt * 8 + 2 * t4 + (e & 1);
-        cf[nt][e] = sm.x.inv.A[r * LDF + s2] * sm.beta[s2];
+        for (int nt = 0; nt < 2; ++nt) {
+          tw[g8 * 16 + 8 * nt + 2 * t4] = tacc[nt][0];
+          tw[g8 * 16 + 8 * nt + 2 * t4 + 1] = tacc[nt][1];
+          tw[(g8 + 8) * 16 + 8 * nt + 2 * t4] = tacc[nt][2];
+          tw[(g8 + 8) * 16 + 8 * nt + 2 * t4 + 1] = tacc[nt][3];
+        }
+        __syncwarp();
+        float racc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        mma16_f32(racc, &sm.x.inv.A[16 * bi * LDF + 16 * bi], LDF, tw, 16, g8, t4);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          float* a0 = &sm.x.inv.A[(16 * bi + g8) * LDF + 16 * bj + 8 * nt + 2 * t4];
+          float* a1 = &sm.x.inv.A[(16 * bi + g8 + 8) * LDF + 16 * bj + 8 * nt + 2 * t4];
+          *reinterpret_cast<float2*>(a0) = make_float2(-racc[nt][0], -racc[nt][1]);
+          *reinterpret_cast<float2*>(a1) = make_float2(-racc[nt][2], -racc[nt][3]);
+        }
       }
-    store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
+      __syncthreads();
+    }
+
+    // ---- A diag(beta) as hi + lo fragments, blocks w, w + 4, w + 8
+    for (int idx = w; idx < 10; idx += 4) {
+      int bi, bj;
+      causal_block(idx, &bi, &bj);
+      float cf[2][4];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = 16 * bi + g8 + (e >> 1) * 8, s2 = 16 * bj + nt * 8 + 2 * t4 + (e & 1);
+          cf[nt][e] = sm.x.inv.A[r * LDF + s2] * sm.beta[s2];
+        }
+      store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
+    }
+    __syncthreads();  // the next head rewrites gamma, beta, L and A
   }
 }
 
@@ -305,7 +353,7 @@ int launch_chunk_intra(const ChunkKernelArgs& a, void* stream) {
     done_mask.fetch_or(bit, std::memory_order_acq_rel);
   }
   if (a.rec_slots <= 0 || a.Hv <= 0) return 0;
-  const int64_t ctas = a.rec_slots * a.Hv;
+  const int64_t ctas = a.rec_slots * a.Hqk;  // one CTA per (slot, q/k head), the GQA group inside
   if (ctas > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
   chunk_fwd_intra_kernel<K, BF16><<<static_cast<unsigned>(ctas), 128, smem, static_cast<cudaStream_t>(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
