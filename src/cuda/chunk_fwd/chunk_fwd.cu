@@ -222,13 +222,14 @@ __global__ void __launch_bounds__(1024)
 
 // S_start(j+1) = M_j S_start(j) + N_j for one (sequence, value head, 4 state columns); thread i owns row i.
 // fp32 throughout (gdn-math §6.3). The result overwrites N_j, where the split forward reads it. The chain is
-// nseg - 1 steps of K/32 blocks; block b of M_j (all K rows, 32 columns) goes through shared memory with coalesced
-// 16-byte loads, and the next block's loads (of the next step after the last block: M does not depend on S) are in
-// flight while this one is used.
+// nseg - 1 steps of K / 32 blocks; block q (over all steps) of M (all K rows, 32 columns) goes through shared
+// memory with coalesced 16-byte loads issued two blocks ahead, and the next step's N row one step ahead: M and N
+// do not depend on S, so only the FMAs and the shared-memory round trips are on the chain.
 template <int K>
 __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, const int32_t* seq_first) {
-  constexpr int KB = 32, NB = K / KB, PER = K * KB / 4 / K;  // float4 loads per thread per block (8)
+  constexpr int KB = 32, NB = K / KB, PER = KB / 4;  // PER float4 loads per thread per block (K rows x 8)
   constexpr int NC = 4;  // state columns per CTA: V / 4 CTAs per (sequence, head) keep the per-thread chain short
+  static_assert(NB % 2 == 0, "the two prefetch buffers alternate with the block index");
   __shared__ __align__(16) float S[K][NC];
   __shared__ float Ms[K][KB + 1];
   const int64_t n = blockIdx.x;
@@ -250,24 +251,37 @@ __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, 
     S[i][j] = v;
   }
   auto mbase = [&](int s) { return a.mn + ((first + s) * a.Hv + h) * int64_t(K) * width; };
-  // float4 e of a block: row (i + K e) / 8, columns 4 ((i + K e) % 8) ..: 8 threads read one row's 128 bytes
-  auto load_block = [&](int s, int b, float4(&r)[PER]) {
-    const float* m = mbase(s) + b * KB;
+  // float4 e of block q: row (i + K e) / 8, columns 4 ((i + K e) % 8) ..: 8 threads read one row's 128 bytes
+  auto load_block = [&](int q, float4(&r)[PER]) {
+    const float* m = mbase(q / NB) + (q % NB) * KB;
 #pragma unroll
     for (int e = 0; e < PER; ++e) {
       const int idx = i + K * e, row = idx >> 3, c4 = idx & 7;
       r[e] = *reinterpret_cast<const float4*>(m + int64_t(row) * width + 4 * c4);
     }
   };
-  float4 pre[PER];
-  if (steps > 0) load_block(0, 0, pre);
+  const int total = steps * NB;
+  float4 pa[PER], pb[PER];
+  if (total > 0) load_block(0, pa);
+  if (total > 1) load_block(1, pb);
+  float nxt[NC] = {0.f, 0.f, 0.f, 0.f};
+  if (steps > 0) {
+#pragma unroll
+    for (int j = 0; j < NC; ++j) nxt[j] = mbase(0)[int64_t(i) * width + K + c0 + j];
+  }
   for (int s = 0; s < steps; ++s) {
     float* nrow = mbase(s) + int64_t(i) * width + K + c0;
     float acc[NC];
 #pragma unroll
-    for (int j = 0; j < NC; ++j) acc[j] = nrow[j];
+    for (int j = 0; j < NC; ++j) acc[j] = nxt[j];
+    if (s + 1 < steps) {
+#pragma unroll
+      for (int j = 0; j < NC; ++j) nxt[j] = mbase(s + 1)[int64_t(i) * width + K + c0 + j];
+    }
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
+      const int q = s * NB + b;
+      float4(&pre)[PER] = (b & 1) ? pb : pa;
       __syncthreads();  // the previous block's (or step's) reads of Ms and writes of S are done
 #pragma unroll
       for (int e = 0; e < PER; ++e) {
@@ -278,10 +292,7 @@ __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, 
         Ms[row][4 * c4 + 3] = pre[e].w;
       }
       __syncthreads();
-      if (b + 1 < NB)
-        load_block(s, b + 1, pre);
-      else if (s + 1 < steps)
-        load_block(s + 1, 0, pre);
+      if (q + 2 < total) load_block(q + 2, pre);
 #pragma unroll
       for (int kk = 0; kk < KB; ++kk) {
         const float mk = Ms[i][kk];
