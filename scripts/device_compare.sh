@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compare the kernel paths behind the environment switches on the GPU: correctness (the GPU test suites with the
 # path selected) and speed (the CLI benchmark cases). Run after `scripts/device_run.sh build` (same BUILD_DIR).
-#   FLASHGDN_CHUNK_IMPL = twopass (default) | wide | narrow    (chunk_fwd kernels)
+#   FLASHGDN_CHUNK_IMPL = twopass (default) | wide             (chunk_fwd kernels)
 #   FLASHGDN_RECURRENT_DIRECT = 0 | 1                           (recurrent: persistent or direct kernel)
 #   FLASHGDN_CHUNK_SEGMENTS = 0 (auto) | 1 (off) | P            (segment split of chunk_fwd)
 set -uo pipefail

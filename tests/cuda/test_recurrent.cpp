@@ -464,6 +464,46 @@ TEST(CudaRecurrent, MultiTokenCommit) {
   }
 }
 
+// Multi-token rows on K-major states (the wy kernel: chunks of 8 tokens): varlen rows of 0, 1, 8, 9, 16 and 33
+// tokens in one launch, every pool dtype, the pool-less contract, intermediate states and a 2-D slot table
+// with T = 16.
+TEST(CudaRecurrent, MultiTokenVarlenChunkBoundaries) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (DType pd : {DType::f32, DType::bf16, DType::f16}) {
+    Spec s;
+    s.seqlens = {16, 0, 1, 33, 9, 8}, s.K = 128, s.V = 128, s.pool_dt = pd, s.act_dt = DType::bf16;
+    SCOPED_TRACE(std::string("pool ") + name_of(pd));
+    check(s);
+  }
+  Spec s;
+  s.seqlens = {0, 17, 2, 16}, s.pool = false, s.K = 128, s.V = 64;
+  check(s);
+  s = Spec{};
+  s.seqlens = {12, 0, 3, 16, 20}, s.inter = true, s.inter_dt = DType::bf16, s.commit = false, s.K = 128;
+  check(s);
+  s = Spec{};
+  s.N = 5, s.T = 16, s.T_max = 16, s.nacc = true, s.K = 128, s.V = 128;
+  s.nacc_set = {{0, 0, 1}, {1, 0, 16}, {2, 0, 7}, {3, 0, 0}, {4, 0, 17}};
+  s.slot_set = {{2, 9, -1}};
+  check(s);
+}
+
+// Enough rows (N Hv >= 4 x SMs) for the wy kernel's grouped walk: a CTA runs every V-tile of a row and stages
+// the row's tokens once (rows of <= 16 tokens) or per tile (longer rows).
+TEST(CudaRecurrent, MultiTokenManyRowsGrouped) {
+  FGDN_SKIP_WITHOUT_GPU();
+  Spec s;
+  s.N = 140, s.T = 12, s.V = 128, s.pool_dt = DType::bf16, s.act_dt = DType::bf16;
+  check(s);
+  s = Spec{};
+  for (int i = 0; i < 150; ++i) s.seqlens.push_back(std::vector<int64_t>{0, 1, 7, 8, 9, 16, 17, 33}[size_t(i % 8)]);
+  s.K = 128;
+  check(s);
+  s = Spec{};
+  s.N = 140, s.T = 16, s.inter = true, s.inter_dt = DType::bf16, s.commit = false;
+  check(s);
+}
+
 TEST(CudaRecurrent, NoCommitLeavesPoolUntouched) {
   FGDN_SKIP_WITHOUT_GPU();
   Spec s;

@@ -2,7 +2,7 @@
 //
 // The default (kChunkImplTwoPass) first runs the intra-chunk pass (chunk_fwd_intra.cuh: every chunk and head in
 // parallel, the inverse and P into workspace records), then the state pass (chunk_fwd_state.cuh) as the chain
-// kernel below; kChunkImplWide / kChunkImplNarrow run one fused kernel (chunk_fwd_kernel_wide.cuh) that does all
+// kernel below; kChunkImplWide runs one fused kernel (chunk_fwd_kernel_wide.cuh) that does all
 // of a chunk's work on the chain. Two ways to run the chain kernel, chosen on the host from shapes and the SM count
 // only (no host sync, CUDA-graph safe):
 //   * direct: one CTA per (sequence, value head, state tiles) walking all chunks;
@@ -43,7 +43,7 @@ void read_env_once() {
     if (const char* s = std::getenv("FLASHGDN_CHUNK_STAGES")) g_stages.store(std::atoi(s) & 3);
     if (const char* s = std::getenv("FLASHGDN_CHUNK_IMPL")) {
       const std::string v(s);
-      g_impl.store(v == "narrow" ? kChunkImplNarrow : (v == "wide" ? kChunkImplWide : kChunkImplDefault));
+      g_impl.store(v == "wide" ? kChunkImplWide : kChunkImplDefault);
     }
   });
 }
@@ -367,9 +367,8 @@ int launch(const ChunkKernelArgs& a, int impl, bool bf16, int64_t K, int64_t ite
   if (impl == kChunkImplTwoPass)
     return bf16 ? launch_chunk_state_bf16(a, K, items, tiles, stream)
                 : launch_chunk_state_f16(a, K, items, tiles, stream);
-  const int nw = impl == kChunkImplNarrow ? 4 : 8, minb = 2;
-  return bf16 ? launch_chunk_kernel_wide_bf16(a, K, nw, minb, items, tiles, stream)
-              : launch_chunk_kernel_wide_f16(a, K, nw, minb, items, tiles, stream);
+  return bf16 ? launch_chunk_kernel_wide_bf16(a, K, items, tiles, stream)
+              : launch_chunk_kernel_wide_f16(a, K, items, tiles, stream);
 }
 
 }  // namespace
@@ -381,7 +380,7 @@ void chunk_fwd_set_segments(int segments) {
 
 void chunk_fwd_set_impl(int impl) {
   read_env_once();
-  g_impl.store(impl == kChunkImplNarrow || impl == kChunkImplWide ? impl : kChunkImplDefault);
+  g_impl.store(impl == kChunkImplWide ? kChunkImplWide : kChunkImplDefault);
 }
 
 int chunk_fwd_get_impl() {

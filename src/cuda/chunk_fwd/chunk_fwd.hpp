@@ -15,16 +15,16 @@ namespace flashgdn::cuda {
 void chunk_fwd_set_segments(int segments);
 int chunk_fwd_get_segments();
 
-// Which fused kernel runs (benchmarking and A/B checks; both are exact implementations of gdn-math §5):
-//   kChunkImplWide    one fused kernel, 8 warps per CTA, 2 CTAs per SM (the fastest fused kernel on the H200,
-//                     bench/results/2026-11-29-h200-kernel-paths.md, where it was "wide");
-//   kChunkImplNarrow  the same kernel with 4 warps (there "variant").
-// Thread-safe; affects chunk_fwd calls made after it. The environment variable FLASHGDN_CHUNK_IMPL (read once,
-// at the first call: "wide", "narrow" or "twopass"; anything else is the default) sets the initial value.
-//   kChunkImplTwoPass an intra-chunk pass (every chunk and head in parallel: the inverse A and P = QK^T (.) D
-//                     into a workspace record) and a state pass that runs only the state-dependent chain
-//                     (chunk_fwd_intra.cuh, chunk_fwd_state.cuh).
-enum ChunkImpl : int { kChunkImplWide = 0, kChunkImplNarrow = 1, kChunkImplTwoPass = 2 };
+// Which kernels run (benchmarking, A/B checks and memory): both are exact implementations of gdn-math §5.
+//   kChunkImplTwoPass the default: an intra-chunk pass (every chunk and head in parallel: the inverse A and
+//                     P = QK^T (.) D into workspace records, 21 KB per chunk and value head) and a state pass that
+//                     runs only the state-dependent chain (chunk_fwd_intra.cuh, chunk_fwd_state.cuh);
+//   kChunkImplWide    one fused kernel, 8 warps per CTA, 2 CTAs per SM, all of a chunk's work on the chain
+//                     (chunk_fwd_kernel_wide.cuh): 1.4-2x slower, but no workspace unless the segment split runs.
+// Thread-safe; affects chunk_fwd_workspace_size and chunk_fwd calls made after it. The environment variable
+// FLASHGDN_CHUNK_IMPL (read once, at the first call: "twopass" or "wide"; anything else is the default) sets the
+// initial value.
+enum ChunkImpl : int { kChunkImplWide = 0, kChunkImplTwoPass = 2 };
 inline constexpr int kChunkImplDefault = kChunkImplTwoPass;
 void chunk_fwd_set_impl(int impl);
 int chunk_fwd_get_impl();
@@ -112,12 +112,10 @@ struct ChunkKernelArgs {
 // Profiling builds (-DFGDN_CHUNK_PROFILE): device buffer of 9 counters filled by the next launches.
 void chunk_fwd_set_profile_buffer(unsigned long long* dev_counters);
 
-// Launch the fused kernel of chunk_fwd_kernel_wide.cuh (defined per dtype) with nwarps = 8 (wide) or 4 (narrow).
-// grid = (items, Hv, tiles); tiles = V/64 (forward) or (K+V)/64 (summary). Returns a cudaError_t as int.
-int launch_chunk_kernel_wide_bf16(const ChunkKernelArgs& a, int64_t K, int nwarps, int min_blocks, int64_t items,
-                                  int64_t tiles, void* stream);
-int launch_chunk_kernel_wide_f16(const ChunkKernelArgs& a, int64_t K, int nwarps, int min_blocks, int64_t items,
-                                 int64_t tiles, void* stream);
+// Launch the fused kernel of chunk_fwd_kernel_wide.cuh (defined per dtype). grid = (items, Hv, tiles); tiles =
+// V/64 (forward) or (K+V)/64 (summary). Returns a cudaError_t as int.
+int launch_chunk_kernel_wide_bf16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
+int launch_chunk_kernel_wide_f16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
 
 // Two-pass kernels (chunk_fwd_intra.cuh, chunk_fwd_state.cuh), defined per dtype. The intra pass: grid
 // (rec_slots, Hv). The state pass: grid (items, Hv, ceil(tiles / (V / 64))), V / 64 value tiles per CTA.

@@ -226,6 +226,138 @@ struct StateRef {
   }
 };
 
+// The chunk range of one CTA of a chain kernel: a whole sequence (kModeForward) or one segment of the split.
+struct ChunkWork {
+  int64_t n = 0, bidx = 0, t0 = 0, len = 0, c_begin = 0, c_end = 0;
+  int seg = 0, nseg = 1;
+};
+
+// false: the CTA has no work (grid slack past the last segment, or the last segment's summary, never needed).
+__device__ __forceinline__ bool resolve_work(const ChunkKernelArgs& a, int64_t item, ChunkWork* w) {
+  if (a.mode == kModeForward) {
+    w->n = item;
+    seq_bounds(a, w->n, &w->bidx, &w->t0, &w->len);
+    w->c_end = (w->len + kC - 1) / kC;
+    return true;
+  }
+  const ChunkWorkItem it = a.items[item];
+  if (it.n < 0 || (a.mode == kModeSummary && it.seg == it.nseg - 1)) return false;
+  w->n = it.n;
+  w->seg = it.seg;
+  w->nseg = it.nseg;
+  seq_bounds(a, w->n, &w->bidx, &w->t0, &w->len);
+  w->c_begin = it.c_begin;
+  w->c_end = it.c_end;
+  return true;
+}
+
+// Where the walk of item `item` starts (value columns of the forward modes): h0 for the first segment (null:
+// zeros), else the scan's result in the N part of the previous item. The summary starts from [I | 0] (no ref).
+__device__ __forceinline__ StateRef start_state(const ChunkKernelArgs& a, const ChunkWork& w, int64_t item, int h,
+                                                int K) {
+  if (a.mode == kModeSummary) return StateRef{nullptr, 0, false};
+  if (w.seg == 0)
+    return a.h0 ? StateRef{const_cast<float*>(a.h0) + w.n * a.h0_sn + h * a.h0_sh, a.h0_sr, a.state_vmajor != 0}
+                : StateRef{nullptr, 0, false};
+  return StateRef{a.mn + ((item - 1) * a.Hv + h) * int64_t(K) * (K + a.V) + K, K + a.V, false};
+}
+
+// Where it ends: this item's [M | N] (summary; columns from 0), the final state (last segment), or nowhere.
+__device__ __forceinline__ StateRef end_state(const ChunkKernelArgs& a, const ChunkWork& w, int64_t item, int h,
+                                              int K) {
+  if (a.mode == kModeSummary) return StateRef{a.mn + (item * a.Hv + h) * int64_t(K) * (K + a.V), K + a.V, false};
+  if (a.ht && w.seg == w.nseg - 1) return StateRef{a.ht + w.n * a.ht_sn + h * a.ht_sh, a.ht_sr, a.state_vmajor != 0};
+  return StateRef{nullptr, 0, false};
+}
+
+// Store fp32 state fragments (a warp's rows rw + 16 mt + g8 (+ 8), columns cb + 8 nt + 2 t4 (+ 1)) at column
+// offset j0 of dst.
+template <int MT, int NT>
+__device__ __forceinline__ void store_state(const StateRef& dst, const float (&s)[MT][NT][4], int rw, int cb, int j0,
+                                            int g8, int t4) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
+        dst.p[dst.off(i, j0 + j)] = s[mt][nt][e];
+      }
+}
+
+// The checkpoint after chunk c: the state after (c + 1) C tokens when that is a multiple of the interval (entries
+// past the sequence end or past C_max are not written).
+template <int MT, int NT>
+__device__ __forceinline__ void store_checkpoint(const ChunkKernelArgs& a, const ChunkWork& w, int64_t c, int h,
+                                                 int vcol0, const float (&s)[MT][NT][4], int rw, int cb, int g8,
+                                                 int t4) {
+  if (!a.ckpt || a.mode == kModeSummary) return;
+  const int64_t done = (c + 1) * kC;
+  if (done > w.len || done % a.ckpt_interval != 0) return;
+  const int64_t idx = done / a.ckpt_interval - 1;
+  if (idx >= a.num_ckpt) return;
+  store_state(StateRef{a.ckpt + w.n * a.ck_sn + idx * a.ck_sc + h * a.ck_sh, a.ck_sr, a.state_vmajor != 0}, s, rw, cb,
+              vcol0, g8, t4);
+}
+
+// g = -exp(A_log) softplus(a + dt_bias) (softplus with beta and threshold) and beta = c sigmoid(b) (gdn-math §4)
+// for raw values of value head h; rows past the sequence end get g = 0, beta = 0.
+struct GateHead {
+  float neg_exp_alog = -1.f, dtb = 0.f;
+};
+__device__ __forceinline__ GateHead gate_head(const ChunkKernelArgs& a, int h) {
+  GateHead gh;
+  if (a.gate_in_kernel) {
+    if (a.A_log) gh.neg_exp_alog = -__expf(load_scalar(a.A_log, a.alog_dtype, h * a.alog_s));
+    if (a.dt_bias) gh.dtb = load_scalar(a.dt_bias, a.dtb_dtype, h * a.dtb_s);
+  }
+  return gh;
+}
+__device__ __forceinline__ void gate_beta(const ChunkKernelArgs& a, const GateHead& gh, float graw, float braw,
+                                          bool valid, float* g, float* b) {
+  if (a.gate_in_kernel && a.g) {
+    const float xs = (graw + gh.dtb) * a.sp_beta;
+    const float sp = xs <= a.sp_threshold ? log1pf(__expf(xs)) / a.sp_beta : graw + gh.dtb;
+    graw = gh.neg_exp_alog * sp;
+  }
+  if (a.beta_sigmoid && a.beta) braw = a.beta_mult / (1.f + __expf(-braw));
+  *g = valid ? graw : 0.f;
+  *b = valid ? braw : 0.f;
+}
+
+// Diagonal block o..o+15 of A = (I + L)^-1 (gdn-math §5.7), lanes 0..15 of one warp: right-looking forward
+// substitution, lane c owns column c; once x_r is final, acc_r' -= L_r'r x_r for r' > r (a chain of 16 FMAs).
+__device__ __forceinline__ void diag_inverse16(const float* L, float* A, int ld, int o, int lane) {
+  if (lane >= 16) return;
+  float acc[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) acc[r] = r == lane ? 1.f : 0.f;
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    const float xr = acc[r];
+    A[(o + r) * ld + o + lane] = xr;
+#pragma unroll
+    for (int r2 = r + 1; r2 < 16; ++r2) acc[r2] = fmaf(-L[(o + r2) * ld + o + r], xr, acc[r2]);
+  }
+}
+
+// Host side of a launcher: opt the kernel in to `smem` bytes of dynamic shared memory and the whole L1 / shared
+// carveout (so the occupancy it was sized for is reached), once per device.
+template <class Kernel>
+int prepare_launch(Kernel kernel, size_t smem, std::atomic<uint64_t>& done_mask) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  const uint64_t bit = uint64_t(1) << (dev & 63);
+  if (done_mask.load(std::memory_order_acquire) & bit) return 0;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  done_mask.fetch_or(bit, std::memory_order_acq_rel);
+  return 0;
+}
+
 template <int K, class E>
 struct Smem {
   static constexpr int LDQ = K + 8;  // padded rows: conflict-free ldmatrix

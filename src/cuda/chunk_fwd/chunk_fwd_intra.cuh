@@ -194,26 +194,10 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     const int h = h0 + j;
     // ---- gamma = cumsum(g) and beta of head h (warp 0; padded rows g = 0, beta = 0), next head's raw values loaded
     if (w == 0) {
-      float neg_exp_alog = -1.f, dtb = 0.f;
-      if (a.gate_in_kernel) {
-        if (a.A_log) neg_exp_alog = -__expf(load_scalar(a.A_log, a.alog_dtype, h * a.alog_s));
-        if (a.dt_bias) dtb = load_scalar(a.dt_bias, a.dtb_dtype, h * a.dtb_s);
-      }
+      const GateHead gh = gate_head(a, h);
       float gv[2], bv[2];
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int r = 2 * lane + e;
-        float graw = g_raw[e], braw = b_raw[e];
-        // g = -exp(A_log) softplus(a + dt_bias) (softplus with beta and threshold); beta = c sigmoid(b) (gdn-math §4)
-        if (a.gate_in_kernel && a.g) {
-          const float xs = (graw + dtb) * a.sp_beta;
-          const float sp = xs <= a.sp_threshold ? log1pf(__expf(xs)) / a.sp_beta : graw + dtb;
-          graw = neg_exp_alog * sp;
-        }
-        if (a.beta_sigmoid && a.beta) braw = a.beta_mult / (1.f + __expf(-braw));
-        gv[e] = r < nvalid ? graw : 0.f;
-        bv[e] = r < nvalid ? braw : 0.f;
-      }
+      for (int e = 0; e < 2; ++e) gate_beta(a, gh, g_raw[e], b_raw[e], 2 * lane + e < nvalid, &gv[e], &bv[e]);
       float s = gv[0] + gv[1];
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
@@ -269,21 +253,8 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       }
     __syncthreads();
 
-    // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7). Diagonal block w: right-looking forward substitution, lane c
-    // owns column c; once x_r is final, acc_r' -= L_r'r x_r for r' > r (a chain of 16 FMAs).
-    if (lane < 16) {
-      const int cc = lane, o = 16 * w;
-      float acc[16];
-#pragma unroll
-      for (int r = 0; r < 16; ++r) acc[r] = r == cc ? 1.f : 0.f;
-#pragma unroll
-      for (int r = 0; r < 16; ++r) {
-        const float xr = acc[r];
-        sm.x.inv.A[(o + r) * LDF + o + cc] = xr;
-#pragma unroll
-        for (int r2 = r + 1; r2 < 16; ++r2) acc[r2] = fmaf(-sm.L[(o + r2) * LDF + o + r], xr, acc[r2]);
-      }
-    }
+    // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7): diagonal block w by substitution, then the merges
+    diag_inverse16(sm.L, sm.x.inv.A, LDF, 16 * w, lane);
     __syncthreads();
     // Off-diagonal blocks by distance d = i - j, warp w taking block (w + d, w):
     //   T = sum_{k=j}^{i-1} L_ik A_kj,  A_ij = -A_ii T   (16x16 products on the tensor cores in 3xTF32)
@@ -338,20 +309,8 @@ template <int K, bool BF16>
 int launch_chunk_intra(const ChunkKernelArgs& a, void* stream) {
   using E = typename Elem<BF16>::T;
   const size_t smem = sizeof(IntraSmem<K, E>);
-  static std::atomic<uint64_t> done_mask{0};  // > 48 KB of dynamic shared memory: opt in once per device
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return static_cast<int>(e);
-  const uint64_t bit = uint64_t(1) << (dev & 63);
-  if (!(done_mask.load(std::memory_order_acquire) & bit)) {
-    e = cudaFuncSetAttribute(chunk_fwd_intra_kernel<K, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
-    if (e != cudaSuccess) return static_cast<int>(e);
-    // all of the unified L1 / shared memory as shared memory, so the occupancy the kernel was sized for is reached
-    e = cudaFuncSetAttribute(chunk_fwd_intra_kernel<K, BF16>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-    if (e != cudaSuccess) return static_cast<int>(e);
-    done_mask.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  static std::atomic<uint64_t> done_mask{0};
+  if (const int e = prepare_launch(chunk_fwd_intra_kernel<K, BF16>, smem, done_mask)) return e;
   if (a.rec_slots <= 0 || a.Hv <= 0) return 0;
   const int64_t ctas = a.rec_slots * a.Hqk;  // one CTA per (slot, q/k head), the GQA group inside
   if (ctas > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);

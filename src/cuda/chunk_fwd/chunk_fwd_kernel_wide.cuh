@@ -1,4 +1,5 @@
-// The fused chunked-prefill kernel (gdn-math §5), 8 warps per CTA (the default) or 4 (FLASHGDN_CHUNK_IMPL=narrow).
+// The fused chunked-prefill kernel (gdn-math §5), 8 warps per CTA (FLASHGDN_CHUNK_IMPL=wide; no workspace without
+// the segment split).
 // One CTA owns one (work item, value head, 64-column state tile) and walks the chunks of its range in order; the
 // fp32 state lives in registers across chunks and nothing per chunk goes to global memory. Modes
 // (ChunkKernelArgs::mode): kModeForward walks whole sequences; kModeForwardSplit one segment of the segment split
@@ -16,9 +17,9 @@
 //     Q S0, U, the state update, P U) is split by columns, so each warp runs half the mma chain of the 4-warp
 //     kernel; the ten causal K K^T tiles go 2/2/1/1/1/1/1/1; the inverse's block merges are split by the two
 //     8-column halves of each 16x16 block; the two warps of a row group split P = QK^T (.) D by 16-column
-//     blocks and exchange them through shared memory (P is the A operand of both halves of P U). MINB = 2:
-//     128 registers (two 8-warp CTAs per SM), 8 B of spills (the K S0 / Q S0 loop is unrolled by 2 only; one CTA
-//     per SM without the cap had no spills but ran 1.0-1.4x slower).
+//     blocks and exchange them through shared memory (P is the A operand of both halves of P U). Two CTAs per
+//     SM at 128 registers (two 8-warp CTAs per SM), 16-28 B of spills (a few L1-resident words per chunk; the
+//     K S0 / Q S0 loop is unrolled by 2 only; one CTA per SM without the cap had no spills but ran 1.0-1.4x slower).
 // Per chunk (warp (rg, ch); rows r of the chunk are 16 rg + ..):
 //   gamma = cumsum(g), optional l2 norm of q, k rows; L = strictlower(diag(b) (KK^T (.) D)) in fp32
 //   K S0, Q S0 (state fragments shared);  R = V - diag(e^gamma) K S0 over the warp's rows and columns
@@ -80,11 +81,10 @@ __device__ __forceinline__ void causal_tile(int idx, int* ti, int* tj) {
   *tj = idx - i * (i + 1) / 2;
 }
 
-// MINB: CTAs per SM the register allocation must allow (2: 8 warps at 128 registers, some spills; 1: 8 warps at
-// up to 255 registers, no spills, one CTA per SM).
-template <int K, bool BF16, int NW, int MINB>
-__global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const ChunkKernelArgs a) {
-  static_assert(NW == 4 || NW == 8, "4 or 8 warps");
+// 8 warps, two CTAs per SM (128 registers; one CTA per SM without the cap had no spills but ran 1.0-1.4x slower).
+template <int K, bool BF16>
+__global__ void __launch_bounds__(256, 2) chunk_fwd_kernel_wide(const ChunkKernelArgs a) {
+  constexpr int NW = 8;
   using E = typename Elem<BF16>::T;
   using P = Elem<BF16>;
   using Sm = Smem<K, E>;
@@ -104,44 +104,20 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
   const int64_t item = blockIdx.x;
   const int hk = h / a.group;
 
-  // ---- resolve the work of this CTA
-  int64_t n, bidx, t0, len;
-  int64_t c_begin = 0, c_end = 0;
-  int seg = 0, nseg = 1;
-  if (a.mode == kModeForward) {
-    n = item;
-    seq_bounds(a, n, &bidx, &t0, &len);
-    c_end = (len + kC - 1) / kC;
-  } else {
-    const ChunkWorkItem it = a.items[item];
-    if (it.n < 0) return;
-    seg = it.seg;
-    nseg = it.nseg;
-    if (a.mode == kModeSummary && seg == nseg - 1) return;  // the last segment's summary is not needed
-    n = it.n;
-    seq_bounds(a, n, &bidx, &t0, &len);
-    c_begin = it.c_begin;
-    c_end = it.c_end;
-  }
+  ChunkWork wk;
+  if (!resolve_work(a, item, &wk)) return;
+  const int64_t bidx = wk.bidx, t0 = wk.t0, len = wk.len, c_begin = wk.c_begin, c_end = wk.c_end;
   const bool summary = a.mode == kModeSummary;
   const bool has_output = !summary;
   const bool m_tile = summary && tile < K / 64;  // augmented columns of M: identity start, zero values
   const bool has_values = !m_tile;
   const int vcol0 = summary ? (tile - K / 64) * kBV : tile * kBV;  // value column of this tile
-  const int64_t mn_stride = int64_t(K) * (K + a.V);                // one [K, K + V] summary
 
   // ---- start state into registers (fp32) and shared memory (GEMM operand)
   const int rw = rg * (K / 4);  // first state row of this warp
   float sacc[MT][NT][4];
   {
-    StateRef src{nullptr, 0, false};
-    if (!summary) {
-      if (seg == 0) {
-        if (a.h0) src = StateRef{const_cast<float*>(a.h0) + n * a.h0_sn + h * a.h0_sh, a.h0_sr, a.state_vmajor != 0};
-      } else {  // the scan stored the start state of this segment in the N part of the previous item
-        src = StateRef{a.mn + ((item - 1) * a.Hv + h) * mn_stride + K, K + a.V, false};
-      }
-    }
+    const StateRef src = start_state(a, wk, item, h, K);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -166,12 +142,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
       }
   }
 
-  // per-head gate parameters
-  float neg_exp_alog = 0.f, dtb = 0.f;
-  if (a.gate_in_kernel) {
-    neg_exp_alog = a.A_log ? -__expf(load_scalar(a.A_log, a.alog_dtype, h * a.alog_s)) : -1.f;
-    dtb = a.dt_bias ? load_scalar(a.dt_bias, a.dtb_dtype, h * a.dtb_s) : 0.f;
-  }
+  const GateHead gh = gate_head(a, h);  // per-head gate parameters
 
   const E* qbase = static_cast<const E*>(a.q) + bidx * a.q_sb + hk * a.q_sh;
   const E* kbase = static_cast<const E*>(a.k) + bidx * a.k_sb + hk * a.k_sh;
@@ -222,17 +193,6 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
       }
     }
   };
-  // g = -exp(A_log) softplus(a + dt_bias) (softplus with beta and threshold) and beta = c sigmoid(b) (gdn-math §4)
-  auto gate_beta = [&](float graw, float braw, bool valid, float* g, float* b) {
-    if (a.gate_in_kernel && a.g) {
-      const float xs = (graw + dtb) * a.sp_beta;
-      const float sp = xs <= a.sp_threshold ? log1pf(__expf(xs)) / a.sp_beta : graw + dtb;
-      graw = neg_exp_alog * sp;
-    }
-    if (a.beta_sigmoid && a.beta) braw = a.beta_mult / (1.f + __expf(-braw));
-    *g = valid ? graw : 0.f;  // padded rows: g = 0, beta = 0
-    *b = valid ? braw : 0.f;
-  };
 #ifdef FGDN_CHUNK_PROFILE
   const bool prof_on = a.prof != nullptr && tid == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
   unsigned long long prof_acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -257,8 +217,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
     if (w == 0) {
       if (c == c_begin) load_gb(c);
       float gv[2], bv[2];
-      gate_beta(g_next[0], b_next[0], 2 * lane < nvalid, &gv[0], &bv[0]);
-      gate_beta(g_next[1], b_next[1], 2 * lane + 1 < nvalid, &gv[1], &bv[1]);
+      gate_beta(a, gh, g_next[0], b_next[0], 2 * lane < nvalid, &gv[0], &bv[0]);
+      gate_beta(a, gh, g_next[1], b_next[1], 2 * lane + 1 < nvalid, &gv[1], &bv[1]);
       float s = gv[0] + gv[1];
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
@@ -350,7 +310,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) racc[nt][e] = 0.f;
-#pragma unroll(NW == 8 && MINB == 2 ? 2 : K / 16)  // partly rolled at 128 registers: no spills
+#pragma unroll 2  // partly rolled at 128 registers: no spills
       for (int kd = 0; kd < K / 16; ++kd) {
         uint32_t ak[4], aq[4];
         ldsm_x4(ak, &sm.k[(16 * rg + (lane & 15)) * LDQ + kd * 16 + (lane >> 4) * 8]);
@@ -383,21 +343,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
     FGDN_PROF(1);
 
     // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7, blocked with substitution on the diagonal blocks)
-    // Diagonal block rg (warps 0..3), right-looking forward substitution: lane c owns column c; once x_r is
-    // final, acc_r' -= L_r'r x_r for r' > r (a dependent chain of 16 FMAs, not 136).
-    if (w < 4 && lane < 16) {
-      const int cc = lane, o = 16 * w;
-      float acc[16];
-#pragma unroll
-      for (int r = 0; r < 16; ++r) acc[r] = r == cc ? 1.f : 0.f;
-#pragma unroll
-      for (int r = 0; r < 16; ++r) {
-        const float xr = acc[r];
-        sm.A[(o + r) * LDF + o + cc] = xr;
-#pragma unroll
-        for (int r2 = r + 1; r2 < 16; ++r2) acc[r2] = fmaf(-sm.x.L[(o + r2) * LDF + o + r], xr, acc[r2]);
-      }
-    }
+    // Diagonal block w (warps 0..3) by substitution (diag_inverse16)
+    if (w < 4) diag_inverse16(sm.x.L, sm.A, LDF, 16 * w, lane);
     __syncthreads();
     // Off-diagonal blocks by distance d = i - j, warp (rg, ch) taking block (rg + d, rg) (columns 8 ch .. when
     // NW = 8: the two 8-column halves of a block are independent):
@@ -407,44 +354,21 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
       if (rg < 4 - d) {
         const int i = rg + d, j = rg;
         float* tw = &sm.T[rg * 256];
-        if constexpr (CS == 1) {
-          float tacc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-          for (int kb = j; kb < i; ++kb)
-            mma16_f32(tacc, &sm.x.L[16 * i * LDF + 16 * kb], LDF, &sm.A[16 * kb * LDF + 16 * j], LDF, g8, t4);
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            tw[g8 * 16 + 8 * nt + 2 * t4] = tacc[nt][0];
-            tw[g8 * 16 + 8 * nt + 2 * t4 + 1] = tacc[nt][1];
-            tw[(g8 + 8) * 16 + 8 * nt + 2 * t4] = tacc[nt][2];
-            tw[(g8 + 8) * 16 + 8 * nt + 2 * t4 + 1] = tacc[nt][3];
-          }
-          __syncwarp();
-          float racc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-          mma16_f32(racc, &sm.A[16 * i * LDF + 16 * i], LDF, tw, 16, g8, t4);
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            float* a0 = &sm.A[(16 * i + g8) * LDF + 16 * j + 8 * nt + 2 * t4];
-            float* a1 = &sm.A[(16 * i + g8 + 8) * LDF + 16 * j + 8 * nt + 2 * t4];
-            *reinterpret_cast<float2*>(a0) = make_float2(-racc[nt][0], -racc[nt][1]);
-            *reinterpret_cast<float2*>(a1) = make_float2(-racc[nt][2], -racc[nt][3]);
-          }
-        } else {
-          // this warp's 8 columns (8 ch ..) of the block; tw columns 8 ch .. are written and read by it only
-          float tacc[4] = {0.f, 0.f, 0.f, 0.f};
-          for (int kb = j; kb < i; ++kb)
-            mma16_f32_half(tacc, &sm.x.L[16 * i * LDF + 16 * kb], LDF, &sm.A[16 * kb * LDF + 16 * j], LDF, ch, g8, t4);
-          tw[g8 * 16 + 8 * ch + 2 * t4] = tacc[0];
-          tw[g8 * 16 + 8 * ch + 2 * t4 + 1] = tacc[1];
-          tw[(g8 + 8) * 16 + 8 * ch + 2 * t4] = tacc[2];
-          tw[(g8 + 8) * 16 + 8 * ch + 2 * t4 + 1] = tacc[3];
-          __syncwarp();
-          float racc[4] = {0.f, 0.f, 0.f, 0.f};
-          mma16_f32_half(racc, &sm.A[16 * i * LDF + 16 * i], LDF, tw, 16, ch, g8, t4);
-          float* a0 = &sm.A[(16 * i + g8) * LDF + 16 * j + 8 * ch + 2 * t4];
-          float* a1 = &sm.A[(16 * i + g8 + 8) * LDF + 16 * j + 8 * ch + 2 * t4];
-          *reinterpret_cast<float2*>(a0) = make_float2(-racc[0], -racc[1]);
-          *reinterpret_cast<float2*>(a1) = make_float2(-racc[2], -racc[3]);
-        }
+        // this warp's 8 columns (8 ch ..) of the block; tw columns 8 ch .. are written and read by it only
+        float tacc[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int kb = j; kb < i; ++kb)
+          mma16_f32_half(tacc, &sm.x.L[16 * i * LDF + 16 * kb], LDF, &sm.A[16 * kb * LDF + 16 * j], LDF, ch, g8, t4);
+        tw[g8 * 16 + 8 * ch + 2 * t4] = tacc[0];
+        tw[g8 * 16 + 8 * ch + 2 * t4 + 1] = tacc[1];
+        tw[(g8 + 8) * 16 + 8 * ch + 2 * t4] = tacc[2];
+        tw[(g8 + 8) * 16 + 8 * ch + 2 * t4 + 1] = tacc[3];
+        __syncwarp();
+        float racc[4] = {0.f, 0.f, 0.f, 0.f};
+        mma16_f32_half(racc, &sm.A[16 * i * LDF + 16 * i], LDF, tw, 16, ch, g8, t4);
+        float* a0 = &sm.A[(16 * i + g8) * LDF + 16 * j + 8 * ch + 2 * t4];
+        float* a1 = &sm.A[(16 * i + g8 + 8) * LDF + 16 * j + 8 * ch + 2 * t4];
+        *reinterpret_cast<float2*>(a0) = make_float2(-racc[0], -racc[1]);
+        *reinterpret_cast<float2*>(a1) = make_float2(-racc[2], -racc[3]);
       }
       __syncthreads();
     }
@@ -523,12 +447,12 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
     uint32_t pf[4][4], pl[4][4];
     if (has_output) {
       // the pair's U has read its rows of A (only this row group reads them): named barrier of its 64 threads
-      if constexpr (CS == 2) pair_barrier(rg);
+      pair_barrier(rg);
       // one 16-column block of P at a time (8 accumulators live, not 32: no spills at 128 registers)
       const float gr[2] = {sm.gam[r0], sm.gam[r1]};
 #pragma unroll
       for (int kc = 0; kc < 4; ++kc) {
-        if (CS == 2 && (kc & 1) != ch) continue;  // the other warp of the row group computes this block
+        if ((kc & 1) != ch) continue;  // the other warp of the row group computes this block
         float qk[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
         if (kc <= rg) {  // P is causal: blocks right of the diagonal stay zero
 #pragma unroll
@@ -554,11 +478,9 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
           pf[kc][q2] = P::pack(qk[n2][e0], qk[n2][e0 + 1]);
           const float2 f = P::unpack(pf[kc][q2]);
           pl[kc][q2] = P::pack(qk[n2][e0] - f.x, qk[n2][e0 + 1] - f.y);
-          if constexpr (CS == 2) {
-            if (kc <= rg) {
-              pbuf[(kc * 4 + q2) * 32 + lane] = pf[kc][q2];
-              pbuf[512 + (kc * 4 + q2) * 32 + lane] = pl[kc][q2];
-            }
+          if (kc <= rg) {
+            pbuf[(kc * 4 + q2) * 32 + lane] = pf[kc][q2];
+            pbuf[512 + (kc * 4 + q2) * 32 + lane] = pl[kc][q2];
           }
         }
       }
@@ -576,15 +498,14 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
     // ---- O += P U (causal, U as hi + lo), scaled, to global. Before the state update, so that P (32 registers)
     // and O die before the state fragments are loaded (no spills at 8 warps x 2 CTAs per SM)
     if (has_output) {
-      if constexpr (CS == 2) {  // both halves of P from the exchange buffer (written before the mid barrier)
+      // both halves of P from the exchange buffer (written before the mid barrier)
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc)
+      for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
-          for (int q2 = 0; q2 < 4; ++q2) {
-            pf[kc][q2] = kc <= rg ? pbuf[(kc * 4 + q2) * 32 + lane] : 0u;
-            pl[kc][q2] = kc <= rg ? pbuf[512 + (kc * 4 + q2) * 32 + lane] : 0u;
-          }
-      }
+        for (int q2 = 0; q2 < 4; ++q2) {
+          pf[kc][q2] = kc <= rg ? pbuf[(kc * 4 + q2) * 32 + lane] : 0u;
+          pl[kc][q2] = kc <= rg ? pbuf[512 + (kc * 4 + q2) * 32 + lane] : 0u;
+        }
 #pragma unroll
       for (int kc = 0; kc < 4; ++kc) {
         if (kc > rg) continue;  // P is causal
@@ -654,25 +575,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
         }
     }
 
-    // ---- state checkpoint after (c + 1) * C tokens when that is a multiple of the interval
-    if (a.ckpt && !summary) {
-      const int64_t done = (c + 1) * kC;
-      if (done <= len && done % a.ckpt_interval == 0) {
-        const int64_t idx = done / a.ckpt_interval - 1;
-        if (idx < a.num_ckpt) {
-          const StateRef dst{a.ckpt + n * a.ck_sn + idx * a.ck_sc + h * a.ck_sh, a.ck_sr, a.state_vmajor != 0};
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
-                dst.p[dst.off(i, vcol0 + j)] = sacc[mt][nt][e];
-              }
-        }
-      }
-    }
+    store_checkpoint(a, wk, c, h, vcol0, sacc, rw, cb, g8, t4);
     __syncthreads();  // every warp is done with k: prefetch the next chunk's
     FGDN_PROF(6);
     if (c + 1 < c_end) {
@@ -689,47 +592,20 @@ __global__ void __launch_bounds__(NW * 32, MINB) chunk_fwd_kernel_wide(const Chu
     a.prof[8] = static_cast<unsigned long long>(c_end - c_begin);
   }
 #endif
-  // ---- final state (a zero-length sequence stores its start state unchanged)
-  StateRef dst{nullptr, 0, false};
-  int jbase = vcol0;
-  if (summary) {
-    dst = StateRef{a.mn + (item * a.Hv + h) * mn_stride, K + a.V, false};
-    jbase = tile * kBV;
-  } else if (a.ht && seg == nseg - 1) {
-    dst = StateRef{a.ht + n * a.ht_sn + h * a.ht_sh, a.ht_sr, a.state_vmajor != 0};
-  }
-  if (dst.p) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
-          dst.p[dst.off(i, jbase + j)] = sacc[mt][nt][e];
-        }
-  }
+  // ---- final state (a zero-length sequence stores its start state unchanged); summary columns from tile 0
+  const StateRef dst = end_state(a, wk, item, h, K);
+  if (dst.p) store_state(dst, sacc, rw, cb, summary ? tile * kBV : vcol0, g8, t4);
 }
 
-template <int K, bool BF16, int NW, int MINB>
+template <int K, bool BF16>
 int launch_chunk_kernel_wide(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
   using E = typename Elem<BF16>::T;
   const size_t smem = sizeof(Smem<K, E>);
-  // Opt in to > 48 KB of dynamic shared memory once per device (the first call of a process in practice).
   static std::atomic<uint64_t> done_mask{0};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return static_cast<int>(e);
-  const uint64_t bit = uint64_t(1) << (dev & 63);
-  if (!(done_mask.load(std::memory_order_acquire) & bit)) {
-    e = cudaFuncSetAttribute(chunk_fwd_kernel_wide<K, BF16, NW, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
-    if (e != cudaSuccess) return static_cast<int>(e);
-    done_mask.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  if (const int e = prepare_launch(chunk_fwd_kernel_wide<K, BF16>, smem, done_mask)) return e;
   if (items <= 0 || a.Hv <= 0 || tiles <= 0) return 0;
   const dim3 grid(static_cast<unsigned>(items), static_cast<unsigned>(a.Hv), static_cast<unsigned>(tiles));
-  chunk_fwd_kernel_wide<K, BF16, NW, MINB><<<grid, NW * 32, smem, static_cast<cudaStream_t>(stream)>>>(a);
+  chunk_fwd_kernel_wide<K, BF16><<<grid, 256, smem, static_cast<cudaStream_t>(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -58,25 +58,9 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
   const int64_t item = blockIdx.x;
   const int hk = h / a.group;
 
-  // ---- resolve the work of this CTA
-  int64_t n, bidx, t0, len;
-  int64_t c_begin = 0, c_end = 0;
-  int seg = 0, nseg = 1;
-  if (a.mode == kModeForward) {
-    n = item;
-    seq_bounds(a, n, &bidx, &t0, &len);
-    c_end = (len + kC - 1) / kC;
-  } else {
-    const ChunkWorkItem it = a.items[item];
-    if (it.n < 0) return;
-    seg = it.seg;
-    nseg = it.nseg;
-    if (a.mode == kModeSummary && seg == nseg - 1) return;  // the last segment's summary is not needed
-    n = it.n;
-    seq_bounds(a, n, &bidx, &t0, &len);
-    c_begin = it.c_begin;
-    c_end = it.c_end;
-  }
+  ChunkWork wk;
+  if (!resolve_work(a, item, &wk)) return;
+  const int64_t n = wk.n, bidx = wk.bidx, t0 = wk.t0, len = wk.len, c_begin = wk.c_begin, c_end = wk.c_end;
   const bool summary = a.mode == kModeSummary;
   const bool has_output = !summary;
   const int ntiles = summary ? (K + static_cast<int>(a.V)) / 64 : static_cast<int>(a.V) / 64;
@@ -84,20 +68,12 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
   const bool m_tile = summary && tile < K / 64;  // augmented columns of M: identity start, zero values
   const bool has_values = active && !m_tile;
   const int vcol0 = summary ? (tile - K / 64) * kBV : tile * kBV;  // value column of this tile
-  const int64_t mn_stride = int64_t(K) * (K + a.V);                // one [K, K + V] summary
 
   // ---- start state into registers (fp32) and shared memory (GEMM operand)
   const int rw = rg * (K / 4);  // first state row of this warp
   float sacc[MT][NT][4];
   {
-    StateRef src{nullptr, 0, false};
-    if (!summary) {
-      if (seg == 0) {
-        if (a.h0) src = StateRef{const_cast<float*>(a.h0) + n * a.h0_sn + h * a.h0_sh, a.h0_sr, a.state_vmajor != 0};
-      } else {  // the scan stored the start state of this segment in the N part of the previous item
-        src = StateRef{a.mn + ((item - 1) * a.Hv + h) * mn_stride + K, K + a.V, false};
-      }
-    }
+    const StateRef src = start_state(a, wk, item, h, K);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -356,50 +332,15 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
           *reinterpret_cast<uint32_t*>(&sm.s[hf][(i + 8) * LDV + j]) = P::pack(sacc[mt][nt][2], sacc[mt][nt][3]);
         }
 
-      // ---- state checkpoint after (c + 1) * C tokens when that is a multiple of the interval
-      if (a.ckpt && !summary) {
-        const int64_t done = (c + 1) * kC;
-        if (done <= len && done % a.ckpt_interval == 0) {
-          const int64_t idx = done / a.ckpt_interval - 1;
-          if (idx < a.num_ckpt) {
-            const StateRef dst{a.ckpt + n * a.ck_sn + idx * a.ck_sc + h * a.ck_sh, a.ck_sr, a.state_vmajor != 0};
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-              for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                  const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
-                  dst.p[dst.off(i, vcol0 + j)] = sacc[mt][nt][e];
-                }
-          }
-        }
-      }
+      store_checkpoint(a, wk, c, h, vcol0, sacc, rw, cb, g8, t4);
     }
   }
   cp_async_wait_all();  // no copy may be in flight at exit
 
-  // ---- final state (a zero-length sequence stores its start state unchanged)
+  // ---- final state (a zero-length sequence stores its start state unchanged); summary columns from tile 0
   if (!active) return;
-  StateRef dst{nullptr, 0, false};
-  int jbase = vcol0;
-  if (summary) {
-    dst = StateRef{a.mn + (item * a.Hv + h) * mn_stride, K + a.V, false};
-    jbase = tile * kBV;
-  } else if (a.ht && seg == nseg - 1) {
-    dst = StateRef{a.ht + n * a.ht_sn + h * a.ht_sh, a.ht_sr, a.state_vmajor != 0};
-  }
-  if (dst.p) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
-          dst.p[dst.off(i, jbase + j)] = sacc[mt][nt][e];
-        }
-  }
+  const StateRef dst = end_state(a, wk, item, h, K);
+  if (dst.p) store_state(dst, sacc, rw, cb, summary ? tile * kBV : vcol0, g8, t4);
 }
 
 // grid = (items, Hv, ceil(tiles / NH)); NH = V / 64 halves per CTA.
@@ -407,20 +348,8 @@ template <int K, bool BF16, int NH>
 int launch_chunk_state(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
   using E = typename Elem<BF16>::T;
   const size_t smem = sizeof(StateSmem<K, E, NH>);
-  static std::atomic<uint64_t> done_mask{0};  // > 48 KB of dynamic shared memory: opt in once per device
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return static_cast<int>(e);
-  const uint64_t bit = uint64_t(1) << (dev & 63);
-  if (!(done_mask.load(std::memory_order_acquire) & bit)) {
-    e = cudaFuncSetAttribute(chunk_fwd_state_kernel<K, BF16, NH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
-    if (e != cudaSuccess) return static_cast<int>(e);
-    // all of the unified L1 / shared memory as shared memory, so the occupancy the kernel was sized for is reached
-    e = cudaFuncSetAttribute(chunk_fwd_state_kernel<K, BF16, NH>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-    if (e != cudaSuccess) return static_cast<int>(e);
-    done_mask.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  static std::atomic<uint64_t> done_mask{0};
+  if (const int e = prepare_launch(chunk_fwd_state_kernel<K, BF16, NH>, smem, done_mask)) return e;
   if (items <= 0 || a.Hv <= 0 || tiles <= 0) return 0;
   const dim3 grid(static_cast<unsigned>(items), static_cast<unsigned>(a.Hv),
                   static_cast<unsigned>((tiles + NH - 1) / NH));

@@ -1,6 +1,6 @@
 // The "direct" recurrent kernel family: decode (T = 1), multi-token decode and speculative verify
-// (gdn-math §1.2, §8), same semantics and arguments (RecurrentArgs) as recurrent_kernel.cuh, opt-in through
-// FLASHGDN_RECURRENT_DIRECT=1 (recurrent.cu) until a device run proves it correct and faster.
+// (gdn-math §1.2, §8), same semantics and arguments (RecurrentArgs) as recurrent_kernel.cuh; recurrent.cu runs
+// it for single-token rows (FLASHGDN_RECURRENT_DIRECT=1 forces it for every launch).
 //
 // Why another kernel: the persistent kernel is latency bound (docs/recurrent.md): 168 registers, 3 CTAs per
 // SM, a dependent chain per tile. This one is the simplest bandwidth-bound shape instead:
@@ -153,6 +153,7 @@ template <StateLayout L, class ST, int K, int BV, bool MULTI>
 constexpr int direct_min_blocks() {
   using G = direct::Tile<L, ST, K, BV>;
   if (MULTI) return FGDN_REC_DIRECT_MULTI_BLOCKS;
+  if (G::P * G::E >= 64) return 4;  // BV = 64 (T = 1 only): 64 state elements per thread, 128 registers
   if (G::P * G::E < 32 || (G::kmaj && sizeof(ST) == 4)) return 8;
   return !G::kmaj && sizeof(ST) == 4 ? 5 : 6;  // V-major fp32 (8 rows, 8 v values per thread) spills at 80
 }
@@ -444,17 +445,23 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   }
 }
 
-// One CTA per tile; T <= 1 takes the 64-register instantiation.
+// One CTA per tile; T <= 1 takes the 64-register instantiation. BV = 64 exists for T <= 1 only (twice the state
+// bytes in flight per CTA for 16-bit pools); the dispatch never asks for it with more tokens.
 template <StateLayout L, class ST, int K, int BV>
 cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream) {
   const int64_t ntiles = a.N * a.Hv * (a.V / BV);
   if (ntiles == 0) return cudaSuccess;
   if (ntiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
   const dim3 grid{unsigned(ntiles)};
-  if (a.T <= 1)
+  if constexpr (BV == 64) {
+    if (a.T > 1) return cudaErrorInvalidConfiguration;
     recurrent_direct_kernel<L, ST, K, BV, false><<<grid, direct::kThreads, 0, stream>>>(a);
-  else
-    recurrent_direct_kernel<L, ST, K, BV, true><<<grid, direct::kThreads, 0, stream>>>(a);
+  } else {
+    if (a.T <= 1)
+      recurrent_direct_kernel<L, ST, K, BV, false><<<grid, direct::kThreads, 0, stream>>>(a);
+    else
+      recurrent_direct_kernel<L, ST, K, BV, true><<<grid, direct::kThreads, 0, stream>>>(a);
+  }
   return cudaGetLastError();
 }
 
@@ -463,6 +470,8 @@ cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream)
   template cudaError_t launch_recurrent_direct<L, ST, 64, 16>(const RecurrentArgs&, cudaStream_t);  \
   template cudaError_t launch_recurrent_direct<L, ST, 64, 32>(const RecurrentArgs&, cudaStream_t);  \
   template cudaError_t launch_recurrent_direct<L, ST, 128, 16>(const RecurrentArgs&, cudaStream_t); \
-  template cudaError_t launch_recurrent_direct<L, ST, 128, 32>(const RecurrentArgs&, cudaStream_t);
+  template cudaError_t launch_recurrent_direct<L, ST, 128, 32>(const RecurrentArgs&, cudaStream_t); \
+  template cudaError_t launch_recurrent_direct<L, ST, 64, 64>(const RecurrentArgs&, cudaStream_t);  \
+  template cudaError_t launch_recurrent_direct<L, ST, 128, 64>(const RecurrentArgs&, cudaStream_t);
 
 }  // namespace flashgdn::cuda

@@ -7,6 +7,11 @@
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/recurrent/recurrent_args.hpp"
 
+// FGDN_REC_DIRECT_WIDE=0 keeps single-token launches at 32 columns (a build switch for the comparison).
+#ifndef FGDN_REC_DIRECT_WIDE
+#define FGDN_REC_DIRECT_WIDE 1
+#endif
+
 namespace flashgdn::cuda {
 
 template <StateLayout L, class ST, int K, int BV>
@@ -24,6 +29,7 @@ int direct_sm_count() {
 
 template <StateLayout L, class ST, int K>
 cudaError_t direct_bv(const RecurrentArgs& a, int bv, cudaStream_t s) {
+  if (bv == 64) return launch_recurrent_direct<L, ST, K, 64>(a, s);
   return bv == 16 ? launch_recurrent_direct<L, ST, K, 16>(a, s) : launch_recurrent_direct<L, ST, K, 32>(a, s);
 }
 
@@ -52,6 +58,9 @@ int recurrent_direct_default_bv(const RecurrentArgs& a) {
   // batch (N = 1: 32 heads) is spread over more SMs with 16.
   static const int sms = direct_sm_count();
   const int64_t heads = a.N * a.Hv;
+  // One token and a large batch (>= 2 waves of 4 CTAs per SM): 64 columns, twice the state bytes in flight per
+  // CTA (H200, N = 256: fp32 pool 279 vs 298 us, bf16 pool 213 vs 250 us; docs/recurrent.md).
+  if (a.T <= 1 && FGDN_REC_DIRECT_WIDE && a.V % 64 == 0 && heads * (a.V / 64) >= 8 * int64_t(sms)) return 64;
   if (a.V % 32 == 0 && heads * (a.V / 32) >= 4 * int64_t(sms)) return 32;
   return 16;
 }
@@ -62,7 +71,8 @@ Status recurrent_launch_direct(const RecurrentArgs& a, int bv, void* stream) {
   if (a.Hqk <= 0 || a.Hv % a.Hqk != 0)
     return FGDN_INVALID("recurrent: Hv = ", a.Hv, " not a multiple of Hqk = ", a.Hqk);
   if (bv == 0) bv = recurrent_direct_default_bv(a);
-  if (bv != 16 && bv != 32) return FGDN_INVALID("recurrent: V-tile ", bv, "; expected 16 or 32");
+  if (bv == 64 && (a.T > 1 || a.V % 64 != 0)) bv = 32;  // the 64-column tile exists for single-token launches
+  if (bv != 16 && bv != 32 && bv != 64) return FGDN_INVALID("recurrent: V-tile ", bv, "; expected 16, 32 or 64");
   auto s = static_cast<cudaStream_t>(stream);
   FGDN_CUDA_CHECK(a.layout == StateLayout::k_major ? direct_dtype<StateLayout::k_major>(a, bv, s)
                                                    : direct_dtype<StateLayout::v_major>(a, bv, s));

@@ -134,15 +134,35 @@ bool recurrent_direct_enabled() {
   return recurrent_direct_override() == 1;
 }
 
-// Both kernels implement the whole contract; they differ in speed. Measured on the H200
-// (bench/results/2026-11-29-h200-kernel-paths.md): the direct kernel (one state tile per CTA, all loads in flight)
-// is faster for single-token decode (N=256 fp32 pool: 0.286 vs 0.376 ms), the persistent kernel for multi-token
-// rows (T=12, N=256: 1.26 vs 1.79 ms). Rows of one token: fixed T == 1, or varlen with no more tokens than rows.
+// FLASHGDN_RECURRENT_WY (read once): "0" keeps multi-token rows on the persistent kernel; anything else (or
+// unset) sends multi-token rows on K-major states to the wy kernel (wy_kernel.cuh).
+bool recurrent_wy_enabled() {
+  static const bool v = [] {
+    const char* e = std::getenv("FLASHGDN_RECURRENT_WY");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return v;
+}
+
+// The three kernels implement the whole contract (wy through its fallback); they differ in speed. Measured on the
+// H200 (docs/recurrent.md): the direct kernel (one state tile per CTA, all loads in flight) is fastest for
+// single-token decode (N=256 fp32 pool: 0.28 vs 0.38 ms persistent), the wy kernel (chunked WY form) for
+// multi-token rows on K-major pools, the persistent kernel for V-major or pool-less multi-token rows and small
+// verify batches. Rows of one token: fixed T == 1, or varlen with no more tokens than rows.
 Status recurrent_launch(const RecurrentArgs& a, int bv, void* stream) {
   const int force = recurrent_direct_override();
+  if (force >= 0)
+    return force == 1 ? recurrent_launch_direct(a, bv, stream) : recurrent_launch_persistent(a, bv, stream);
   const bool single_token = a.cu_seqlens == nullptr ? a.T <= 1 : a.T <= a.N;
-  const bool direct = force >= 0 ? force == 1 : single_token;
-  return direct ? recurrent_launch_direct(a, bv, stream) : recurrent_launch_persistent(a, bv, stream);
+  if (single_token) return recurrent_launch_direct(a, bv, stream);
+  // Multi-token rows: the wy kernel (K-major pool), except a small-batch verify (per-token state stores), where
+  // the persistent kernel measured faster (N = 1, T = 12: 17.3 vs 18.5 us).
+  static const int sms = sm_count();
+  const bool verify = a.inter != nullptr || (a.commit && a.T_max > 0);
+  const bool small = a.N * a.Hv * (a.V / 32) < 2 * int64_t(sms);
+  if (recurrent_wy_enabled() && recurrent_wy_supported(a) && !(verify && small))
+    return recurrent_launch_wy(a, bv, stream);
+  return recurrent_launch_persistent(a, bv, stream);  // V-major or pool-less multi-token rows
 }
 
 Status recurrent_launch_persistent(const RecurrentArgs& a, int bv, void* stream) {

@@ -4,14 +4,19 @@
 //
 // Build (repo root; one nvcc per file, JOBS at a time; extra flags go to nvcc):
 //   JOBS=16 tests/cuda/standalone/build.sh /tmp/rec [-DFGDN_REC_PREFETCH=1]
-// Run: ./recurrent_bench [check] [small] [bench] [sweep] [diag] [persistent|direct]   (default: check bench)
+// Run: ./recurrent_bench [check] [small] [bench] [sweep] [wysweep] [diag] [persistent|direct|wy]
+//   (default: check bench)
 //   check: correctness cases (every feature combination, all V-tile widths) + graph replay + 1000-launch repeat
 //   small: the correctness cases only (fast enough for compute-sanitizer)
-//   bench: the target shapes (H200; Hqk=16, Hv=32, K=V=128) with the default tile; sweep: every tile width
+//   bench: the target shapes (H200; Hqk=16, Hv=32, K=V=128) with the default tile; sweep: every tile width;
+//   wysweep: the new tiles alone: wy on the multi-token shapes at 16 and 32 columns, direct on the large decode
+//   shapes at 32 and 64 columns
 //   diag: shapes that split the cost (per-token slope, second staging chunk, K-major barrier, l2norm)
-//   persistent / direct: run only that kernel family; default: both (recurrent_kernel.cuh, direct_kernel.cuh),
-//   checked one after the other and benched side by side (one table row per shape and tile: both times and the
-//   speedup). The FLASHGDN_RECURRENT_DIRECT switch is bypassed: the harness calls each family explicitly.
+//   persistent / direct / wy: run only the named kernel families; default: all three (recurrent_kernel.cuh,
+//   direct_kernel.cuh, wy_kernel.cuh), checked one after the other and benched side by side (one table row per
+//   shape and tile: the times and the speedup of wy over the best of the other two; wy runs only on multi-token
+//   K-major shapes). The dispatch switches (FLASHGDN_RECURRENT_DIRECT / _WY) are bypassed: the harness calls
+//   each family explicitly.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -401,16 +406,21 @@ double tol_for(DType dt) {
 }
 
 int g_fail = 0;
-bool g_direct = false;  // which kernel family launch() runs
+// Which kernel family launch() runs: 0 persistent (recurrent_kernel.cuh), 1 direct (direct_kernel.cuh),
+// 2 wy (wy_kernel.cuh; its launcher sends V-major states to the persistent kernel).
+int g_path = 0;
 
 Status launch(const cuda::RecurrentArgs& a, int bv, void* stream) {
-  return g_direct ? cuda::recurrent_launch_direct(a, bv, stream) : cuda::recurrent_launch_persistent(a, bv, stream);
+  if (g_path == 2) return cuda::recurrent_launch_wy(a, bv, stream);
+  return g_path == 1 ? cuda::recurrent_launch_direct(a, bv, stream) : cuda::recurrent_launch_persistent(a, bv, stream);
 }
 int default_bv(const cuda::RecurrentArgs& a) {
-  return g_direct ? cuda::recurrent_direct_default_bv(a) : cuda::recurrent_default_bv(a);
+  if (g_path == 2)
+    return cuda::recurrent_wy_supported(a) ? cuda::recurrent_wy_default_bv(a) : cuda::recurrent_default_bv(a);
+  return g_path == 1 ? cuda::recurrent_direct_default_bv(a) : cuda::recurrent_default_bv(a);
 }
 const char* path_name() {
-  return g_direct ? "direct" : "persistent";
+  return g_path == 2 ? "wy" : (g_path == 1 ? "direct" : "persistent");
 }
 
 bool run_case(const Case& c, int bv) {
@@ -609,6 +619,67 @@ std::vector<Case> check_cases() {
   c.inter = true;
   c.inter_dt = DType::bf16;
   c.N = 3;
+  add(c);
+  // Multi-token rows on K-major states (the wy kernel's range: chunks of 8 tokens, lengths 0 / 1 / 8 / 9 / 16 /
+  // 33), every pool dtype, protocols A and B, pool-less, GQA and raw gates.
+  c = Case{};
+  c.name = "mt varlen [16,0,1,33,9,8] 1-D commit K128V128";
+  c.seqlens = {16, 0, 1, 33, 9, 8};
+  c.K = 128, c.V = 128;
+  add(c);
+  c = Case{};
+  c.name = "mt T=12 bf16 pool bf16 qkv K128V64";
+  c.T = 12, c.N = 3, c.K = 128, c.V = 64, c.pool_dt = DType::bf16, c.qkv_dt = DType::bf16;
+  add(c);
+  c = Case{};
+  c.name = "mt T=9 f16 pool K64V64 GQA 1->4 raw gates";
+  c.T = 9, c.N = 3, c.pool_dt = DType::f16, c.Hqk = 1, c.gate_raw = true, c.beta_raw = true, c.neg_eig = true;
+  add(c);
+  c = Case{};
+  c.name = "mt T=16 no l2 scale no g no beta";
+  c.T = 16, c.N = 2, c.K = 128, c.l2 = false, c.scale = 0.2f, c.has_g = false, c.has_beta = false;
+  add(c);
+  c = Case{};
+  c.name = "mt varlen [0,17,2,16] no pool h0 hT K128V128";
+  c.seqlens = {0, 17, 2, 16};
+  c.pool = false, c.K = 128, c.V = 128;
+  add(c);
+  c = Case{};
+  c.name = "mt verify A 2-D T=16 nacc sentinels K128V128";
+  c.T = 16, c.T_max = 16, c.nacc = true, c.N = 7, c.sentinels = true, c.null_invalid = true, c.K = 128, c.V = 128;
+  add(c);
+  c = Case{};
+  c.name = "mt verify A 2-D T=12 Tmax=13 bf16 pool K128V64";
+  c.T = 12, c.T_max = 13, c.nacc = true, c.N = 6, c.sentinels = true, c.pool_dt = DType::bf16, c.K = 128, c.V = 64;
+  add(c);
+  c = Case{};
+  c.name = "mt verify B inter bf16 T=12 no commit K128V128";
+  c.T = 12, c.N = 4, c.inter = true, c.inter_dt = DType::bf16, c.commit = false, c.sentinels = true;
+  c.K = 128, c.V = 128;
+  add(c);
+  // Enough rows (N Hv >= 4 x SMs) for the wy kernel's grouped walk (a CTA runs all V-tiles of a row, staging the
+  // row's tokens once when it has <= 16 tokens).
+  c = Case{};
+  c.name = "mt grouped N=140 Hv=4 T=12 bf16 pool K64V128";
+  c.N = 140, c.T = 12, c.V = 128, c.pool_dt = DType::bf16, c.qkv_dt = DType::bf16, c.sentinels = true;
+  add(c);
+  c = Case{};
+  c.name = "mt grouped varlen 150 rows [0,1,7,8,9,16,17,33] K128V64";
+  for (int i = 0; i < 150; ++i) c.seqlens.push_back(std::vector<int64_t>{0, 1, 7, 8, 9, 16, 17, 33}[size_t(i % 8)]);
+  c.K = 128, c.V = 64;
+  add(c);
+  c = Case{};
+  c.name = "mt grouped verify A 2-D T=10 nacc sentinels N=140";
+  c.N = 140, c.T = 10, c.T_max = 10, c.nacc = true, c.sentinels = true, c.null_invalid = true;
+  add(c);
+  c = Case{};
+  c.name = "mt grouped verify B inter bf16 T=16 N=140 no commit";
+  c.N = 140, c.T = 16, c.inter = true, c.inter_dt = DType::bf16, c.commit = false, c.sentinels = true;
+  add(c);
+  c = Case{};
+  c.name = "mt verify B inter f32 + commit varlen [12,0,3,16,20]";
+  c.seqlens = {12, 0, 3, 16, 20};
+  c.inter = true, c.K = 128, c.V = 128;
   add(c);
   return cs;
 }
@@ -911,22 +982,29 @@ BenchResult bench_one(const BenchShape& b, int bv, FILE* log) {
   return {us, tbs, used_bv};
 }
 
-// One table row: the shape on the selected families (side by side when both run), same tile request bv.
-void bench_row(const BenchShape& b, int bv, bool run_p, bool run_d, FILE* log) {
-  BenchResult rp, rd;
-  if (run_p) g_direct = false, rp = bench_one(b, bv, log);
-  if (run_d) g_direct = true, rd = bench_one(b, bv, log);
-  auto cell = [](char* dst, size_t n, const BenchResult& r, bool ran) {
-    if (ran)
-      std::snprintf(dst, n, "%2d | %11.2f | %5.1f%%", r.bv, r.us, 100 * r.tbs / g_copy_tbs);
+// One table row: the shape on the selected families side by side, same tile request bv. The wy family runs only
+// on multi-token K-major shapes (elsewhere it is not the dispatched path). speedup = best old family / wy.
+void bench_row(const BenchShape& b, int bv, const bool (&run)[3], FILE* log) {
+  BenchResult r[3];
+  bool ran[3] = {false, false, false};
+  for (int f = 0; f < 3; ++f) {
+    if (!run[f] || (f == 2 && (b.T <= 1 || b.layout != StateLayout::k_major))) continue;
+    g_path = f, r[f] = bench_one(b, bv, log), ran[f] = true;
+  }
+  auto cell = [](char* dst, size_t n, const BenchResult& x, bool did) {
+    if (did)
+      std::snprintf(dst, n, "%2d | %9.2f | %5.1f%%", x.bv, x.us, 100 * x.tbs / g_copy_tbs);
     else
-      std::snprintf(dst, n, "%2s | %11s | %6s", "-", "-", "-");
+      std::snprintf(dst, n, "%2s | %9s | %6s", "-", "-", "-");
   };
-  char cp[64], cd[64], sp[16] = "      -";
-  cell(cp, sizeof cp, rp, run_p), cell(cd, sizeof cd, rd, run_d);
-  if (run_p && run_d) std::snprintf(sp, sizeof sp, "%6.2fx", rp.us / rd.us);
-  std::printf("| %-36s | %4d | %3lld | %s | %s | %s | %-18s |\n", b.name.c_str(), int(b.N), (long long)b.T, cp, cd, sp,
-              b.target);
+  char cp[64], cd[64], cw[64], sp[16] = "      -";
+  cell(cp, sizeof cp, r[0], ran[0]), cell(cd, sizeof cd, r[1], ran[1]), cell(cw, sizeof cw, r[2], ran[2]);
+  double best_old = 0;
+  for (int f = 0; f < 2; ++f)
+    if (ran[f] && (best_old == 0 || r[f].us < best_old)) best_old = r[f].us;
+  if (ran[2] && best_old > 0) std::snprintf(sp, sizeof sp, "%6.2fx", best_old / r[2].us);
+  std::printf("| %-36s | %4d | %3lld | %s | %s | %s | %s | %-16s |\n", b.name.c_str(), int(b.N), (long long)b.T, cp, cd,
+              cw, sp, b.target);
 }
 
 std::vector<BenchShape> bench_shapes() {
@@ -947,6 +1025,9 @@ std::vector<BenchShape> bench_shapes() {
       {"verify T=12 inter bf16", 1, 12, DType::f32, true, StateLayout::k_major, "<= 10 us"},
       {"verify T=12 inter bf16", 256, 12, DType::f32, true, StateLayout::k_major, "<= 1.25x floor"},
       {"verify T=12 inter bf16 v-major", 256, 12, DType::f32, true, StateLayout::v_major, "<= 1.25x floor"},
+      {"multi-token T=12 bf16 pool", 256, 12, DType::bf16, false, StateLayout::k_major, ""},
+      {"multi-token T=4", 256, 4, DType::f32, false, StateLayout::k_major, ""},
+      {"multi-token T=16", 256, 16, DType::f32, false, StateLayout::k_major, ""},
   };
 }
 
@@ -965,41 +1046,48 @@ std::vector<BenchShape> diag_shapes() {
 }
 
 int main(int argc, char** argv) {
-  bool do_check = false, do_bench = false, do_sweep = false, do_small = false, do_diag = false;
-  bool only_p = false, only_d = false;
+  bool do_check = false, do_bench = false, do_sweep = false, do_small = false, do_diag = false, do_wysweep = false;
+  bool only[3] = {false, false, false};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "small")) do_small = true;  // cases + commit + gating (for compute-sanitizer)
     if (!std::strcmp(argv[i], "check")) do_check = true;
     if (!std::strcmp(argv[i], "bench")) do_bench = true;
     if (!std::strcmp(argv[i], "sweep")) do_sweep = true;
-    if (!std::strcmp(argv[i], "diag")) do_diag = true;  // cost-splitting shapes (see diag_shapes)
-    if (!std::strcmp(argv[i], "persistent")) only_p = true;
-    if (!std::strcmp(argv[i], "direct")) only_d = true;
+    if (!std::strcmp(argv[i], "diag")) do_diag = true;        // cost-splitting shapes (see diag_shapes)
+    if (!std::strcmp(argv[i], "wysweep")) do_wysweep = true;  // the wy kernel at both tile widths
+    if (!std::strcmp(argv[i], "persistent")) only[0] = true;
+    if (!std::strcmp(argv[i], "direct")) only[1] = true;
+    if (!std::strcmp(argv[i], "wy")) only[2] = true;
   }
-  const bool run_p = only_p || !only_d, run_d = only_d || !only_p;
-  if (!do_check && !do_bench && !do_sweep && !do_small && !do_diag) do_check = do_bench = true;
+  const bool any_only = only[0] || only[1] || only[2];
+  const bool run[3] = {only[0] || !any_only, only[1] || !any_only, only[2] || !any_only};
+  if (!do_check && !do_bench && !do_sweep && !do_small && !do_diag && !do_wysweep) do_check = do_bench = true;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered: a crash keeps what was printed
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   if (do_check || do_small) {
     std::printf("== correctness (fp64 reference)\n");
-    int fails[2] = {0, 0};
-    for (int path = 0; path < 2; ++path) {
-      if (!(path == 0 ? run_p : run_d)) continue;
-      g_direct = path == 1;
+    int fails[3] = {0, 0, 0};
+    for (int path = 0; path < 3; ++path) {
+      if (!run[path]) continue;
+      g_path = path;
       const int before = g_fail;
-      for (const Case& c : check_cases())
+      for (const Case& c : check_cases()) {
         for (int bv : {16, 32}) run_case(c, bv);
+        // direct: the 64-column tile of single-token launches (fixed T = 1; the launcher narrows it otherwise)
+        if (path == 1 && c.seqlens.empty() && c.T == 1 && c.V % 64 == 0) run_case(c, 64);
+      }
       if (do_check) check_graph_and_repeat();
       fails[path] = g_fail - before;
     }
     check_commit();
     check_gating();
-    std::printf("== correctness: %d failure(s) (persistent %d%s, direct %d%s, commit + gating %d)\n", g_fail, fails[0],
-                run_p ? "" : " not run", fails[1], run_d ? "" : " not run", g_fail - fails[0] - fails[1]);
+    std::printf("== correctness: %d failure(s) (persistent %d%s, direct %d%s, wy %d%s, commit + gating %d)\n", g_fail,
+                fails[0], run[0] ? "" : " not run", fails[1], run[1] ? "" : " not run", fails[2],
+                run[2] ? "" : " not run", g_fail - fails[0] - fails[1] - fails[2]);
   }
-  if (do_bench || do_sweep || do_diag) {
+  if (do_bench || do_sweep || do_diag || do_wysweep) {
     g_copy_tbs = measure_copy();
     std::printf("== bench (CUDA graph of rotated launches; bytes = state r/w + inter writes + q,k,v,o,g,beta)\n");
     std::printf("device-to-device copy (1 GiB, read+write): %.2f TB/s\n", g_copy_tbs);
@@ -1007,16 +1095,24 @@ int main(int argc, char** argv) {
     FILE* log = nullptr;
     if (out) log = std::fopen((std::string(out) + "/bench_log.txt").c_str(), "a");
     std::printf(
-        "| %-36s |    N |   T | BV |     pers us |  %%copy | BV |   direct us |  %%copy | speedup | target             "
-        "|\n",
+        "| %-36s |    N |   T | BV |   pers us |  %%copy | BV | direct us |  %%copy | BV |     wy us |  %%copy | "
+        "speedup | target           |\n",
         "shape (Hqk=16 Hv=32 K=V=128)");
     for (const BenchShape& b : bench_shapes()) {
-      if (do_bench) bench_row(b, 0, run_p, run_d, log);
+      if (do_bench) bench_row(b, 0, run, log);
       if (do_sweep)
-        for (int bv : {16, 32}) bench_row(b, bv, run_p, run_d, log);
+        for (int bv : {16, 32}) bench_row(b, bv, run, log);
+      if (do_wysweep && b.T > 1 && b.layout == StateLayout::k_major) {  // wy alone at both tile widths
+        const bool wy_only[3] = {false, false, true};
+        for (int bv : {16, 32}) bench_row(b, bv, wy_only, log);
+      }
+      if (do_wysweep && b.T == 1 && b.N >= 32) {  // direct single-token tiles of 32 and 64 columns
+        const bool direct_only[3] = {false, true, false};
+        for (int bv : {32, 64}) bench_row(b, bv, direct_only, log);
+      }
     }
     if (do_diag)
-      for (const BenchShape& b : diag_shapes()) bench_row(b, 0, run_p, run_d, log);
+      for (const BenchShape& b : diag_shapes()) bench_row(b, 0, run, log);
     if (log) std::fclose(log);
   }
   return g_fail ? 1 : 0;

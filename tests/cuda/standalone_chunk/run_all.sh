@@ -1,6 +1,6 @@
 #!/bin/bash
 # One device call (see README.md), about 3-4 minutes: builds the harness (normal + phase-profile builds) and the
-# GPU gtest in parallel, then for every kernel selectable by FLASHGDN_CHUNK_IMPL (twopass, wide, narrow;
+# GPU gtest in parallel, then for every kernel selectable by FLASHGDN_CHUNK_IMPL (twopass, wide;
 # override with IMPLS="...") the harness checks and the timing table (T=32768 H=16 also sweeps the segment count:
 # nosplit, auto, P=4, 8, 16), the phase profile of the first shape, and the gtest (CudaChunkFwd*) with each
 # kernel. Logs in $OUT: build.log (ptxas registers/spills), harness_<impl>.log, profile.log, gtest_<impl>.log.

@@ -1,0 +1,577 @@
+// The "wy" recurrent kernel family: multi-token decode and speculative verify on K-major states through the
+// chunked (WY) form over a row's tokens (gdn-math §5 with C = the row's tokens, at most kChunk = 16 per pass),
+// same semantics and arguments (RecurrentArgs) as recurrent_kernel.cuh / direct_kernel.cuh.
+//
+// Why: the token-serial kernels pay a latency chain per token (reduction over K -> shuffles -> barrier -> u ->
+// update, ~1600 cycles). Here one pass over the register-resident state tile computes S0^T k_t and S0^T q'_t
+// for all tokens of the chunk (2C reductions batched: one cross-thread reduction, one barrier), a C x C forward
+// substitution per column gives every u_t, and the state is then advanced without any reduction:
+//
+//   gamma_t = g_0 + ... + g_t (within the chunk, fp32), decays only as exp(gamma_t - gamma_s), t >= s (§5.8)
+//   u_t = beta_t v_t - beta_t e^{gamma_t} S0^T k_t - sum_{s<t} beta_t e^{gamma_t - gamma_s} (k_t.k_s) u_s   (§5.3)
+//   o_t = e^{gamma_t} S0^T q'_t + sum_{s<=t} e^{gamma_t - gamma_s} (q'_t.k_s) u_s          (q' = scale q^)
+//   S_t = alpha_t S_{t-1} + k_t u_t^T                         (walk: per-token states are stored)
+//   S_C = e^{gamma_C} S0 + sum_s k_s (e^{gamma_C - gamma_s} u_s)^T   (closed form: final state only)
+// The substitution is the row recurrence of §5.7 (never the doubling inverse). u_t is exactly the token-serial
+// u_t = beta_t (v_t - alpha_t S_{t-1}^T k_t), so the walk reproduces the recurrence (2a)/(2b) term by term.
+//
+// Work split: grid = N x Hv x (V / BV) CTAs of 128 threads, one (row, head, V-tile) tile per CTA, the K x BV
+// tile in fp32 registers. Thread (row group rg, column group c) holds P contiguous rows i0 = rg P .. + P - 1 and
+// 4 columns j0 + 4c .. + 3 (16-byte fp32 / 8-byte 16-bit vectors; 4 threads x 128 B rows per warp load).
+//   1. stage (per warp, tokens t = warp, warp + 4, ..): q', k^ (l2norm in fp32) into s_tok, g, beta, v slice,
+//      protocol-A write slots. The first chunk's activation loads are issued before the slot-dependent state
+//      loads. Barrier.
+//   2. token dots (per warp, its tokens): k_t.k_s and q'_t.k_s for all s (lane slices, one 32-value
+//      reduce-scatter), scaled into A[t][s], B[t][s]; per-token decay scalars.
+//      State reduction: sum over the thread's rows of S0 k_t, S0 q'_t, kGroup tokens at a time, reduce-scatter
+//      over the NL lanes that share the columns, per-warp partials to shared memory. Barrier.
+//   3. columns (every warp redundantly, lane = column): sum the 4 warp partials, forward substitution for u,
+//      o for a quarter of the tokens, u (or the closed-form weights) to the warp's own shared copy. __syncwarp.
+//   4. state (every thread, its own rows): walk or closed form from k_t (shared) and u_t (warp copy).
+// Two barriers per chunk of 16 tokens (plus one before re-staging a next chunk); sums in a fixed order: bitwise
+// reproducible. A tile is owned by one CTA and read whole before its first store (protocol A is safe, §8.2).
+// V-major states are not covered (the reduction over K would be across lanes): recurrent.cu / wy_launch.cu
+// send them to the persistent kernel.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "cuda/common/device_util.cuh"
+#include "cuda/recurrent/recurrent_args.hpp"
+
+#ifndef FGDN_WY_MINB
+#define FGDN_WY_MINB 4
+#endif
+#ifndef FGDN_WY_CHUNK
+#define FGDN_WY_CHUNK 8
+#endif
+// FGDN_WY_GROUPED=0: every CTA walks single tiles (no reuse of a row's staged tokens across its V-tiles).
+#ifndef FGDN_WY_GROUPED
+#define FGDN_WY_GROUPED 1
+#endif
+
+namespace flashgdn::cuda {
+namespace wy {
+
+inline constexpr int kThreads = 128;
+inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kChunk = FGDN_WY_CHUNK;  // tokens per pass (C); longer rows take several passes
+
+template <int K, int BV>
+struct Geo {
+  static constexpr int TPR = BV / 4;          // threads per state row (4 columns each)
+  static constexpr int NL = 32 / TPR;         // lanes of a warp that share a column group
+  static constexpr int RPP = kThreads / TPR;  // row groups per CTA
+  static constexpr int P = K / RPP;           // contiguous rows per thread
+  // Tokens per batch of reduction accumulators (2 x 4 x GR registers); the reduce-scatter over the NL lanes
+  // then leaves each lane KEEP = 2 x 4 x GR / NL consecutive columns of one (kind, token).
+  static constexpr int GR = 2;
+  static constexpr int KEEP = 2 * 4 * GR / NL;
+  static_assert(KEEP == 2 || KEEP == 4, "a lane keeps a 2- or 4-column vector");
+  static_assert(P % 4 == 0, "rows per thread: a multiple of 4 (16-byte shared loads)");
+  static_assert(K / 4 <= 32, "one warp stages a token (4 elements per lane)");
+};
+
+__device__ __forceinline__ bool slot_ok(int64_t s, int64_t slots, bool null_invalid) {
+  return s >= 0 && s < slots && !(null_invalid && s == 0);
+}
+
+// P contiguous floats of shared memory (16-byte aligned).
+template <int P>
+__device__ __forceinline__ void ld_rows(const float* p, float (&x)[P]) {
+#pragma unroll
+  for (int m = 0; m < P; m += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(p + m);
+    x[m] = v.x, x[m + 1] = v.y, x[m + 2] = v.z, x[m + 3] = v.w;
+  }
+}
+
+// Reduce-scatter over the lanes that differ in the lane bits [LO, 32): on entry x[0, H) are a lane's partial
+// sums; on exit lane l holds in x[0, M / NL) the full sums of the flat indices (l / LO) M / NL + m (NL = 32 / LO).
+// Each step halves the vector: the lane with the step bit set keeps the upper half. H / 2 shuffles per step.
+template <int H, int MASK, int LO, int M>
+__device__ __forceinline__ void rs_sum(float (&x)[M], int lane) {
+  if constexpr (MASK >= LO && H >= 2) {
+    const bool up = (lane & MASK) != 0;
+#pragma unroll
+    for (int m = 0; m < H / 2; ++m) {
+      const float send = up ? x[m] : x[m + H / 2];
+      const float keep = up ? x[m + H / 2] : x[m];
+      x[m] = keep + __shfl_xor_sync(0xffffffffu, send, MASK);
+    }
+    rs_sum<H / 2, MASK / 2, LO>(x, lane);
+  }
+}
+
+// One token's raw activations for the staging warp (lane slice of q and k, scalars).
+struct TokRaw {
+  float q[4], k[4];
+  float g, be;
+};
+
+}  // namespace wy
+
+// A tile's row: coordinates, token range, slot, validity (gdn-math §8.1, §8.2). The first-level index loads
+// (issue) are separated from their use (resolve) so that the next tile's loads fly during this tile's math.
+// 32-bit fields (registers: two rows are live at once): token positions are < 2^31 and a valid slot or buffer
+// index is below a tensor extent of >= 8 KB entries; out-of-range index values are mapped to -1 (invalid) in
+// 64-bit arithmetic before the narrowing, so the semantics are those of the 64-bit values.
+struct WyRow {
+  int32_t tile = 0, n = 0, h = 0, hq = 0, b = 0, bos = 0, len = 0, slot = -1, ibuf = -1, j0 = 0;
+  bool valid = true, load = false, walk = false;
+};
+struct WyIdx {
+  int32_t bos = 0, eos = 0, idx = 0, ib = 0;
+};
+
+template <class ST, int K, int BV>
+__global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kernel(const RecurrentArgs a) {
+  using G = wy::Geo<K, BV>;
+  constexpr int TPR = G::TPR, NL = G::NL, P = G::P;
+  constexpr int C = wy::kChunk, GR = G::GR, NW = wy::kWarps;
+  constexpr int SC = 2 * C, NCH = SC / C;  // tokens staged at once (a superchunk) and its chunks
+  constexpr int TPW = C / NW;              // tokens per warp in one staging half (C tokens)
+  constexpr int M = 2 * GR * 4;            // reduction accumulators: [kind (k, q')][token of the group][4 columns]
+  static_assert(C % GR == 0 && C <= 32, "whole reduction batches per chunk");
+  constexpr int NH = 32 / BV;  // lanes per column in the column phase
+
+  // Token data are indexed by the token's position in the superchunk (chunk ch = t / C); gamma restarts at
+  // every chunk.
+  __shared__ __align__(16) ST s_stage[P][wy::kThreads][4];  // next tile's state, each thread's own vectors
+  __shared__ __align__(16) float s_tok[2][SC][K];           // [0] q' = scale q^, [1] k^; zeros past the end
+  __shared__ __align__(16) float s_red[NW][2][C][BV];       // per-warp partials of S^T k_t, S^T q'_t
+  __shared__ __align__(16) float s_u[NW][C][BV];            // per-warp u_t (walk) or e^{gamma_C - gamma_t} u_t
+  __shared__ __align__(16) float s_v[SC][BV];               // v_t of the tile's columns
+  __shared__ float s_A[NCH][C][C];                          // beta_t e^{gamma_t - gamma_s} (k_t.k_s), s < t
+  __shared__ float s_B[NCH][C][C];                          // e^{gamma_t - gamma_s} (q'_t.k_s), s <= t
+  __shared__ float s_g[SC], s_be[SC];
+  __shared__ float s_cu[SC];    // beta_t e^{gamma_t}
+  __shared__ float s_d[SC];     // e^{gamma_t}
+  __shared__ float s_e[SC];     // e^{gamma_last - gamma_t}
+  __shared__ float s_al[SC];    // alpha_t = e^{g_t}
+  __shared__ int64_t s_ws[SC];  // protocol A: slot the state after token t goes to (-1: none)
+  __shared__ WyRow s_row[2];    // this tile's and the next tile's row (uniform: kept here, not in registers)
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int c = tid % TPR;  // column group: columns j0 + 4c .. + 3
+  const int i0 = (tid / TPR) * P;
+  const int rk = lane / TPR;  // rank among the NL lanes that share c (reduce-scatter)
+  const int nvt = a.V / BV;
+  const int32_t ntiles = int32_t(a.N * a.Hv * nvt);  // < 2^31 (the launcher checks)
+
+  // ---- first-level index loads of a tile: cu_seqlens, 1-D slot or accepted count, buffer index ----
+  auto issue = [&](int32_t tile) {
+    const int64_t n = tile / nvt / a.Hv;
+    int64_t cu0 = 0, cu1 = a.T, idx = n, ib = n;
+    if (a.varlen) cu0 = load_index(a.cu_seqlens, a.cu_i64, n), cu1 = load_index(a.cu_seqlens, a.cu_i64, n + 1);
+    if (a.T_max > 0)
+      idx = a.num_accepted ? load_index(a.num_accepted, a.na_i64, n * a.na_s) : 1;
+    else if (a.state_indices)
+      idx = load_index(a.state_indices, a.si_i64, n * a.si_s[0]);
+    if (a.inter && a.inter_indices) ib = load_index(a.inter_indices, a.ii_i64, n * a.ii_s);
+    // clamp cu_seqlens into [0, T], monotone (a garbage table stays in bounds); invalid indices -> -1
+    WyIdx x;
+    const int64_t bos = cu0 < 0 ? 0 : (cu0 > a.T ? a.T : cu0);
+    x.bos = int32_t(bos), x.eos = int32_t(cu1 < bos ? bos : (cu1 > a.T ? a.T : cu1));
+    const int64_t lim = a.T_max > 0 ? a.T_max + 1 : a.slots;  // accepted count <= T_max, or a slot
+    x.idx = int32_t(idx >= 0 && idx < lim ? idx : -1);
+    x.ib = int32_t(ib >= 0 && ib < a.n_buf ? ib : -1);
+    return x;
+  };
+  // ---- the tile's row from its index loads (the 2-D start slot is one more dependent load) ----
+  auto resolve = [&](int32_t tile, const WyIdx& x) {
+    WyRow r;
+    r.tile = tile;
+    const int64_t nh = tile / nvt;
+    r.j0 = int32_t(tile % nvt) * BV;
+    r.h = int32_t(nh % a.Hv), r.n = int32_t(nh / a.Hv);
+    r.hq = r.h / int32_t(a.Hv / a.Hqk);  // GQA (gdn-math §2)
+    r.b = a.varlen ? 0 : r.n;
+    r.bos = x.bos, r.len = x.eos - x.bos;
+    {
+      int64_t slot = -1;
+      if (a.T_max > 0) {  // idx is the accepted count a (-1: out of range): start slot [n, a - 1]
+        if (x.idx >= 1) slot = load_index(a.state_indices, a.si_i64, r.n * a.si_s[0] + (x.idx - 1) * a.si_s[1]);
+      } else {
+        slot = x.idx;
+      }
+      r.valid = wy::slot_ok(slot, a.slots, a.null_slot_is_invalid);
+      r.slot = r.valid ? int32_t(slot) : -1;
+      r.load = r.valid && r.len > 0;
+    }
+    r.ibuf = a.inter && r.valid && r.len > 0 ? x.ib : -1;
+    // Walk (per-token states needed) or closed form (final state only).
+    r.walk = r.ibuf >= 0 || (a.commit && a.T_max > 0);
+    return r;
+  };
+  auto tile_off = [&](const WyRow& r, int p, int64_t rs) -> int64_t { return int64_t(i0 + p) * rs + r.j0 + 4 * c; };
+  // ---- the tile's state into this thread's stage vectors (cp.async: no registers, no barrier) ----
+  auto prefetch = [&](const WyRow& r) {
+    if (!r.load) return;
+    const ST* src =
+        static_cast<const ST*>(a.pool) + r.slot * a.pool_s[0] + r.h * a.pool_s[1] + tile_off(r, 0, a.pool_s[2]);
+#pragma unroll 1  // asynchronous copies: a loop keeps one address live instead of P
+    for (int p = 0; p < P; ++p) cp_async<4 * int(sizeof(ST))>(&s_stage[p][tid][0], src + p * a.pool_s[2]);
+  };
+
+  // ---- staging of a row's superchunk (tokens sc0 .. sc0 + tsc - 1, tsc <= SC), in two halves of C tokens
+  // (warp w: tokens w, w + NW, ..): q', k^ (l2norm in fp32), g, beta, protocol-A write slots; then the
+  // per-chunk decay scalars and the token dots. Shared by the V-tiles of the row (grouped walk below). ----
+  auto stage_tokens = [&](const WyRow& r, int32_t sc0, int tsc) {
+#pragma unroll 1
+    for (int hf = 0; hf < NCH; ++hf) {
+      wy::TokRaw raw[TPW];
+#pragma unroll
+      for (int m = 0; m < TPW; ++m) {
+        const int t = hf * C + warp + m * NW;
+        wy::TokRaw& x = raw[m];
+        x.q[0] = x.q[1] = x.q[2] = x.q[3] = 0.f;
+        x.k[0] = x.k[1] = x.k[2] = x.k[3] = 0.f;
+        x.g = 0.f, x.be = 1.f;
+        if (t < tsc) {
+          const int64_t tok = r.bos + sc0 + t;
+          if (4 * lane < K) {
+            load4(a.q, a.qk_dtype, r.b * a.q_s[0] + tok * a.q_s[1] + r.hq * a.q_s[2] + 4 * lane, x.q);
+            load4(a.k, a.qk_dtype, r.b * a.k_s[0] + tok * a.k_s[1] + r.hq * a.k_s[2] + 4 * lane, x.k);
+          }
+          if (a.g) x.g = load1(a.g, a.g_dtype, r.b * a.g_s[0] + tok * a.g_s[1] + r.h * a.g_s[2]);
+          if (a.beta) x.be = load1(a.beta, a.beta_dtype, r.b * a.beta_s[0] + tok * a.beta_s[1] + r.h * a.beta_s[2]);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < TPW; ++m) {
+        const int t = hf * C + warp + m * NW;
+        wy::TokRaw& x = raw[m];
+        float rq = a.scale, rk2 = 1.f;
+        if (a.l2norm) {  // x^ = x / sqrt(sum x^2 + 1e-6), fp32 (gdn-math §1.4); zero tokens stay zero
+          float sq = 0.f, sk = 0.f;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sq = fmaf(x.q[e], x.q[e], sq), sk = fmaf(x.k[e], x.k[e], sk);
+          sq = lane_sum<1, 32>(sq);
+          sk = lane_sum<1, 32>(sk);
+          rq *= rsqrtf(sq + 1e-6f);
+          rk2 = rsqrtf(sk + 1e-6f);
+        }
+        if (4 * lane < K) {
+          *reinterpret_cast<float4*>(&s_tok[0][t][4 * lane]) =
+              make_float4(x.q[0] * rq, x.q[1] * rq, x.q[2] * rq, x.q[3] * rq);
+          *reinterpret_cast<float4*>(&s_tok[1][t][4 * lane]) =
+              make_float4(x.k[0] * rk2, x.k[1] * rk2, x.k[2] * rk2, x.k[3] * rk2);
+        }
+        if (lane == 0 && t < tsc) {
+          float g = x.g;
+          if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
+            g = gate_from_raw(g, load1(a.A_log, a.A_log_dtype, r.h * a.A_log_s),
+                              a.dt_bias ? load1(a.dt_bias, a.dt_bias_dtype, r.h * a.dt_bias_s) : 0.f, a.softplus_beta,
+                              a.softplus_threshold);
+          s_g[t] = g;
+          s_be[t] = a.beta_sigmoid ? beta_from_raw(x.be, a.allow_neg_eigval) : x.be;
+        }
+      }
+    }
+    if (tid < tsc) {  // protocol A: the state after row token sc0 + tid goes to slot [n, sc0 + tid] when valid
+      int64_t ws = -1;
+      if (a.commit && a.T_max > 0 && sc0 + tid < a.T_max) {
+        const int64_t sl = load_index(a.state_indices, a.si_i64, r.n * a.si_s[0] + (sc0 + tid) * a.si_s[1]);
+        ws = wy::slot_ok(sl, a.slots, a.null_slot_is_invalid) ? sl : -1;
+      }
+      s_ws[tid] = ws;
+    }
+    __syncthreads();
+
+    // gamma_t = g_0 + .. + g_t within each chunk (fp32): a segmented inclusive scan over lanes t < SC
+    float gam = lane < tsc ? s_g[lane] : 0.f;
+#pragma unroll
+    for (int m = 1; m < C; m <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, gam, m);
+      if (lane % C >= m) gam += y;
+    }
+    {
+      const int ch = (lane / C) % NCH;  // this lane's chunk; its last token
+      const int last = ch * C + (tsc - ch * C < C ? tsc - ch * C : C) - 1;
+      const float gam_last = __shfl_sync(0xffffffffu, gam, last < 0 ? 0 : last);
+      if (warp == 0 && lane < tsc) {  // per-token decay scalars
+        const float d = expf(gam);
+        s_d[lane] = d;
+        s_cu[lane] = s_be[lane] * d;
+        s_e[lane] = expf(gam_last - gam);  // e^{gamma_last - gamma_t}
+        s_al[lane] = expf(s_g[lane]);
+      }
+    }
+    // token dots, per chunk: lane slices of k_t, q'_t against every k_s of the chunk, one reduce-scatter
+    for (int t = warp; t < tsc; t += NW) {
+      const int ch = t / C, tl = t % C;
+      float x[2 * C];
+      float4 kt = make_float4(0.f, 0.f, 0.f, 0.f), qt = kt;
+      if (4 * lane < K) {
+        kt = *reinterpret_cast<const float4*>(&s_tok[1][t][4 * lane]);
+        qt = *reinterpret_cast<const float4*>(&s_tok[0][t][4 * lane]);
+      }
+#pragma unroll
+      for (int sx = 0; sx < C; ++sx) {
+        float4 ks = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (4 * lane < K) ks = *reinterpret_cast<const float4*>(&s_tok[1][ch * C + sx][4 * lane]);
+        x[sx] = fmaf(kt.x, ks.x, fmaf(kt.y, ks.y, fmaf(kt.z, ks.z, kt.w * ks.w)));
+        x[C + sx] = fmaf(qt.x, ks.x, fmaf(qt.y, ks.y, fmaf(qt.z, ks.z, qt.w * ks.w)));
+#if FGDN_WY_DOTS_FENCE
+        asm volatile("" ::: "memory");  // keep one k_s vector live at a time (registers)
+#endif
+      }
+      // Lane l ends with flat index f = l / (16 / C) = [kind = f / C][s = f % C]; the 16 / C lanes holding the
+      // same f finish their sum with a butterfly over the low lane bits.
+      constexpr int LO = 16 / C;
+      wy::rs_sum<2 * C, 16, LO>(x, lane);
+      if constexpr (LO > 1) x[0] = lane_sum<1, LO>(x[0]);
+      const int f = lane / LO, sx = f % C;
+      // gamma_t - gamma_s within the chunk
+      const float gsum = __shfl_sync(0xffffffffu, gam, t) - __shfl_sync(0xffffffffu, gam, ch * C + sx);
+      if (lane % LO == 0) {
+        if (f < C)
+          s_A[ch][tl][sx] = sx < tl ? s_be[t] * expf(gsum) * x[0] : 0.f;  // select, never a multiplied mask (§5.8)
+        else
+          s_B[ch][tl][sx] = sx <= tl ? expf(gsum) * x[0] : 0.f;
+      }
+    }
+  };
+  // v_t of the superchunk for this tile's columns: one 4-vector per thread (SC x BV / 4 <= 128)
+  auto stage_v = [&](const WyRow& r, int32_t sc0, int tsc) {
+    if (tid < tsc * TPR) {
+      const int64_t tok = r.bos + sc0 + tid / TPR;
+      float vv[4];
+      load4(a.v, a.v_dtype, r.b * a.v_s[0] + tok * a.v_s[1] + r.h * a.v_s[2] + r.j0 + 4 * (tid % TPR), vv);
+      *reinterpret_cast<float4*>(&s_v[tid / TPR][4 * (tid % TPR)]) = make_float4(vv[0], vv[1], vv[2], vv[3]);
+    }
+  };
+
+  // ---- persistent walk: tile i+1's index loads are issued when tile i starts and its state streams into the
+  // stage (cp.async) after tile i's first barrier, so the next state's bytes are in flight during this tile's
+  // math. Grouped walk (enough rows for every CTA): a CTA takes whole rows (n, h) and runs their V-tiles back to
+  // back; a row of <= SC tokens is staged once (q', k^, gates, dots, decay scalars) for all its V-tiles. ----
+  const int32_t nrows = int32_t(a.N * a.Hv);
+  // Only without per-token state stores: grouped, a row's V-tiles run at different times, so the 64-byte (bf16,
+  // 32 columns) pieces of each intermediate-state row are written far apart in time, and the H200 measured verify
+  // at N = 256 slower grouped (2.23 ms) than ungrouped (1.55 ms), where neighbouring V-tiles run side by side.
+  const bool grouped =
+      FGDN_WY_GROUPED && nvt > 1 && nrows >= int32_t(gridDim.x) && a.inter == nullptr && !(a.commit && a.T_max > 0);
+  auto next_tile = [&](int32_t t) -> int32_t {  // no overflow: ntiles + grid nvt < 2^31 (launcher)
+    if (!grouped) return t + int32_t(gridDim.x);
+    return t % nvt != nvt - 1 ? t + 1 : (t / nvt + int32_t(gridDim.x)) * nvt;
+  };
+  int cur = 0;  // s_row[cur]: this tile's row (with its tile index)
+  {
+    const int32_t tile = grouped ? int32_t(blockIdx.x) * nvt : int32_t(blockIdx.x);
+    if (tile >= ntiles) return;
+    const WyRow r0 = resolve(tile, issue(tile));
+    prefetch(r0);
+    cp_async_commit();
+    if (tid == 0) s_row[0] = r0;
+    __syncthreads();
+  }
+
+#pragma unroll 1
+  for (;;) {
+    const WyRow& r = s_row[cur];
+    const int32_t nxt = next_tile(r.tile);
+    const bool has_next = nxt < ntiles;
+    WyIdx xn;
+    if (has_next) xn = issue(nxt);
+    const bool run = r.valid && r.len > 0;
+    // The row's token data are already staged when this is a later V-tile of a row of <= SC tokens.
+    const bool reuse = grouped && r.tile % nvt != 0 && r.len <= SC;
+
+    // ---- this tile's state: stage -> registers (each thread reads back only its own vectors) ----
+    float s[P][4];
+    cp_async_wait<0>();
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (r.load)
+        load4(&s_stage[p][tid][0], s[p]);
+      else
+        s[p][0] = s[p][1] = s[p][2] = s[p][3] = 0.f;
+    }
+    auto prefetch_next = [&]() {  // after s[] is consumed from the stage (same thread, same vectors)
+      if (has_next) {
+        const WyRow rn = resolve(nxt, xn);
+        prefetch(rn);
+        if (tid == 0) s_row[cur ^ 1] = rn;  // read after the end-of-tile barrier
+      }
+      cp_async_commit();
+    };
+
+    if (!run) {  // an empty row touches nothing
+      prefetch_next();
+      if (r.len > 0) {  // invalid row: exact zeros to its outputs, nothing else written
+        const float z[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int64_t x = tid; x < r.len * (BV / 4); x += wy::kThreads) {
+          const int64_t t = r.bos + x / (BV / 4);
+          store4(a.o, a.v_dtype, r.b * a.o_s[0] + t * a.o_s[1] + r.h * a.o_s[2] + r.j0 + 4 * (x % (BV / 4)), z);
+        }
+      }
+    } else {
+#pragma unroll 1
+      for (int32_t sc0 = 0; sc0 < r.len; sc0 += SC) {
+        const int tsc = int(r.len - sc0 < SC ? r.len - sc0 : SC);
+        if (sc0 > 0) __syncthreads();  // every warp is done with the previous superchunk's shared data
+        stage_v(r, sc0, tsc);
+        if (sc0 > 0 || !reuse) stage_tokens(r, sc0, tsc);  // ends with a barrier
+#pragma unroll 1
+        for (int ch = 0; ch < NCH && ch * C < tsc; ++ch) {
+          const int tc = tsc - ch * C < C ? tsc - ch * C : C;
+          const int tb = ch * C;        // the chunk's first token in the superchunk
+          if (ch > 0) __syncthreads();  // the previous chunk's column phase is done with s_red
+
+            // ---- S0^T k_t and S0^T q'_t over the thread's rows, GR tokens at a time ----
+#pragma unroll 1
+          for (int t0 = 0; t0 < tc; t0 += GR) {
+            float acc[M];
+#pragma unroll
+            for (int m = 0; m < M; ++m) acc[m] = 0.f;
+#pragma unroll
+            for (int g = 0; g < GR; ++g) {
+              float kr[P], qr[P];
+              wy::ld_rows<P>(&s_tok[1][tb + t0 + g][i0], kr);
+              wy::ld_rows<P>(&s_tok[0][tb + t0 + g][i0], qr);
+#pragma unroll
+              for (int p = 0; p < P; ++p)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  acc[g * 4 + e] = fmaf(s[p][e], kr[p], acc[g * 4 + e]);
+                  acc[(GR + g) * 4 + e] = fmaf(s[p][e], qr[p], acc[(GR + g) * 4 + e]);
+                }
+            }
+            wy::rs_sum<M, 16, TPR>(acc, lane);  // over the NL lanes with this column group
+            const int f = rk * G::KEEP;         // flat index [kind][g][e] of acc[0]
+            float* dst = &s_red[warp][f / (GR * 4)][t0 + (f / 4) % GR][4 * c + f % 4];
+            if constexpr (G::KEEP == 4)
+              *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            else
+              *reinterpret_cast<float2*>(dst) = make_float2(acc[0], acc[1]);
+          }
+          __syncthreads();
+          if (sc0 == 0 && ch == 0) prefetch_next();  // s[] was read from the stage before the barrier
+
+          // ---- columns: lane -> column j (every warp redundantly); forward substitution for u (§5.7) ----
+          {
+            const int j = lane % BV, half = lane / BV;
+            float u[C];
+#pragma unroll
+            for (int t = 0; t < C; ++t) {
+              u[t] = 0.f;
+              if (t < tc) {
+                float ks = s_red[0][0][t][j];
+#pragma unroll
+                for (int w = 1; w < NW; ++w) ks += s_red[w][0][t][j];
+                float x = fmaf(s_be[tb + t], s_v[tb + t][j], -s_cu[tb + t] * ks);  // beta v - beta e^{gamma_t} S0^T k
+#pragma unroll
+                for (int sx = 0; sx < t; ++sx) x = fmaf(-s_A[ch][t][sx], u[sx], x);
+                u[t] = x;
+              }
+            }
+            // o for the tokens of this (warp, half): t = warp NH + half (mod NW NH)
+#pragma unroll
+            for (int t = 0; t < C; ++t) {
+              if (t < tc && t % (NW * NH) == warp * NH + half) {
+                float qs = s_red[0][1][t][j];
+#pragma unroll
+                for (int w = 1; w < NW; ++w) qs += s_red[w][1][t][j];
+                float o = s_d[tb + t] * qs;  // e^{gamma_t} S0^T q' + sum_{s<=t} B[t][s] u_s
+#pragma unroll
+                for (int sx = 0; sx <= t; ++sx) o = fmaf(s_B[ch][t][sx], u[sx], o);
+                store1(a.o, a.v_dtype, r.b * a.o_s[0] + (r.bos + sc0 + tb + t) * a.o_s[1] + r.h * a.o_s[2] + r.j0 + j,
+                       o);
+              }
+            }
+            if (half == 0) {
+#pragma unroll
+              for (int t = 0; t < C; ++t)
+                if (t < tc) s_u[warp][t][j] = r.walk ? u[t] : s_e[tb + t] * u[t];
+            }
+            __syncwarp();
+          }
+
+          // ---- state: walk (per-token stores) or closed form ----
+          if (r.walk) {
+#pragma unroll 1
+            for (int t = 0; t < tc; ++t) {
+              float kr[P];
+              wy::ld_rows<P>(&s_tok[1][tb + t][i0], kr);
+              const float4 u4 = *reinterpret_cast<const float4*>(&s_u[warp][t][4 * c]);
+              const float uu[4] = {u4.x, u4.y, u4.z, u4.w};
+              const float al = s_al[tb + t];
+#pragma unroll
+              for (int p = 0; p < P; ++p)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[p][e] = fmaf(kr[p], uu[e], al * s[p][e]);  // S = alpha S + k u^T
+              const int64_t tr = sc0 + tb + t;                                           // row-relative token
+              if (r.ibuf >= 0 && tr < a.T_buf) {
+                const int64_t base = r.ibuf * a.inter_s[0] + tr * a.inter_s[1] + r.h * a.inter_s[2];
+#pragma unroll
+                for (int p = 0; p < P; ++p) store4(a.inter, a.inter_dtype, base + tile_off(r, p, a.inter_s[3]), s[p]);
+              }
+              const int64_t ws = s_ws[tb + t];
+              if (ws >= 0) {
+                ST* dst = static_cast<ST*>(a.pool) + ws * a.pool_s[0] + r.h * a.pool_s[1];
+#pragma unroll
+                for (int p = 0; p < P; ++p) store4(dst + tile_off(r, p, a.pool_s[2]), s[p]);
+              }
+            }
+          } else {
+            const float dl = s_d[tb + tc - 1];  // e^{gamma_last}
+#pragma unroll
+            for (int p = 0; p < P; ++p)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) s[p][e] *= dl;
+#pragma unroll 2
+            for (int t = 0; t < tc; ++t) {  // S += k_t w_t^T, w_t = e^{gamma_last - gamma_t} u_t
+              float kr[P];
+              wy::ld_rows<P>(&s_tok[1][tb + t][i0], kr);
+              const float4 w4 = *reinterpret_cast<const float4*>(&s_u[warp][t][4 * c]);
+              const float ww[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+              for (int p = 0; p < P; ++p)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[p][e] = fmaf(kr[p], ww[e], s[p][e]);
+            }
+          }
+        }
+      }
+
+      // ---- final state: pool[slot] (1-D slots, commit) ----
+      if (a.commit && a.T_max == 0) {
+        ST* dst = static_cast<ST*>(a.pool) + r.slot * a.pool_s[0] + r.h * a.pool_s[1];
+#pragma unroll
+        for (int p = 0; p < P; ++p) store4(dst + tile_off(r, p, a.pool_s[2]), s[p]);
+      }
+    }
+    if (!has_next) break;
+    __syncthreads();  // the next tile re-stages the shared token data and reads its row
+    cur ^= 1;
+  }
+}
+
+// Persistent CTAs (FGDN_WY_MINB per SM, the register budget's residency) walking the (row, head, V-tile) tiles;
+// a small launch gets one CTA per tile. K-major states only (the dispatch checks).
+#ifndef FGDN_WY_PERSIST
+#define FGDN_WY_PERSIST 1
+#endif
+template <class ST, int K, int BV>
+cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t stream) {
+  const int64_t ntiles = a.N * a.Hv * (a.V / BV);
+  if (ntiles == 0) return cudaSuccess;
+  int64_t grid = ntiles;
+  if (FGDN_WY_PERSIST && grid > int64_t(FGDN_WY_MINB) * sms) grid = int64_t(FGDN_WY_MINB) * sms;
+  if (ntiles + grid * (a.V / BV) > 0x7fffffff) return cudaErrorInvalidConfiguration;  // 32-bit tile indices
+  recurrent_wy_kernel<ST, K, BV><<<dim3(unsigned(grid)), wy::kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// One translation unit per storage type instantiates every (K, BV): they compile in parallel.
+#define FGDN_INSTANTIATE_RECURRENT_WY(ST)                                                         \
+  template cudaError_t launch_recurrent_wy<ST, 64, 32>(const RecurrentArgs&, int, cudaStream_t);  \
+  template cudaError_t launch_recurrent_wy<ST, 128, 16>(const RecurrentArgs&, int, cudaStream_t); \
+  template cudaError_t launch_recurrent_wy<ST, 128, 32>(const RecurrentArgs&, int, cudaStream_t);
+
+}  // namespace flashgdn::cuda
