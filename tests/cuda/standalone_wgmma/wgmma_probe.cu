@@ -1,0 +1,194 @@
+// Probe of the Hopper warpgroup MMA (wgmma) forms the next state-pass kernel of chunk_fwd needs (docs/chunk_fwd.md,
+// "Known gaps / next steps"): one device call checks the operand layouts, descriptors and the accumulator layout
+// this code assumes, before the library kernel is rewritten on top of them. Not built by CMake.
+//
+//   D[64 x 64] = A[64 x 128] B[64 x 128]^T   (bf16 in, fp32 accumulate; the state pass's K S0 with A = the k tile
+//                                             [token][key] and B = the state stored transposed [value][key])
+//
+// Variants (each compared with a CPU reference):
+//   ss: A and B from shared memory, K-major, 128-byte swizzle (a row of 64 bf16 = 128 B; 8-row atoms of 1024 B;
+//       the 16-byte chunk c of row r stored at chunk c ^ (r % 8)); K = 128 is two atoms' columns, one region each.
+//   rs: A from registers in the mma.m16n8k16 A-fragment layout per warp (warp w: rows 16 w ..), B as in ss.
+// Assumed accumulator layout (m64nNk16, f32): warp w of the warpgroup holds rows 16 w + g and 16 w + g + 8
+// (g = lane / 4); for the 8-column group j, d[4 j + 0, 1] = (row g, cols 8 j + 2 t, + 1), d[4 j + 2, 3] = (row
+// g + 8, the same cols), t = lane % 4: the mma.m16n8 C layout repeated over j.
+//
+// Build and run (H100/H200): nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a
+//   tests/cuda/standalone_wgmma/wgmma_probe.cu -o /tmp/wgmma_probe && /tmp/wgmma_probe
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      return 1;                                                                            \
+    }                                                                                      \
+  } while (0)
+
+constexpr int M = 64, N = 64, KD = 128;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Byte offset of element (r, c) of a [rows][64] bf16 tile in the 128-byte-swizzled K-major layout.
+__device__ __forceinline__ uint32_t sw128(int r, int c) {
+  const int chunk = (c * 2) >> 4;
+  return uint32_t(r * 128 + (((chunk ^ (r & 7)) << 4) | ((c * 2) & 15)));
+}
+
+// Shared-memory matrix descriptor: start address >> 4 (bits 0-13), leading byte offset >> 4 (16-29; unused for
+// swizzled K-major, 1), stride byte offset >> 4 (32-45; 1024 B between 8-row groups), swizzle mode (62-63; 1 =
+// 128 B). The region must be 1024-byte aligned.
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
+  return uint64_t((addr >> 4) & 0x3fff) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void wg_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait0() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+#define WG_D32                                                                                                \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define WG_D32_STR                                                                                             \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+// d (+)= A B^T, m64n64k16, both operands from shared memory (K-major: no transpose).
+__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D32_STR ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : WG_D32
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+// d (+)= A B^T, m64n64k16, A from registers (mma.m16n8k16 A fragments of this warp's 16 rows).
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D32_STR ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : WG_D32
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+}
+
+// One warpgroup. A [64][128], B [64][128] row-major bf16 in global; D [64][64] fp32 out.
+template <bool A_IN_REGS>
+__global__ void __launch_bounds__(128) probe(const __nv_bfloat16* A, const __nv_bfloat16* B, float* D) {
+  // two 64-column regions (keys 0..63, 64..127) per operand, 8 KB each, 1024-byte aligned
+  __shared__ __align__(1024) unsigned char sa[2][M * 128];
+  __shared__ __align__(1024) unsigned char sb[2][N * 128];
+  const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  for (int i = tid; i < M * KD / 8; i += 128) {  // 16-byte vectors: row i / 16, columns 8 (i % 16) ..
+    const int r = i / 16, c = (i % 16) * 8, reg = c / 64, cc = c % 64;
+    *reinterpret_cast<uint4*>(&sa[reg][sw128(r, cc)]) = *reinterpret_cast<const uint4*>(A + r * KD + c);
+    *reinterpret_cast<uint4*>(&sb[reg][sw128(r, cc)]) = *reinterpret_cast<const uint4*>(B + r * KD + c);
+  }
+  __syncthreads();
+  // rs: every A fragment is loaded before the first wgmma (registers read by an in-flight wgmma must not change
+  // until its wait): rows 16 w + g (+ 8), k columns 16 ks + 2 t (+ 1) (+ 8) of the swizzled tile
+  uint32_t afr[KD / 16][4];
+  if constexpr (A_IN_REGS) {
+    auto ld = [&](int r, int c) { return *reinterpret_cast<const uint32_t*>(&sa[c / 64][sw128(r, c % 64)]); };
+#pragma unroll
+    for (int ks = 0; ks < KD / 16; ++ks) {
+      const int r0 = 16 * w + g, c0 = 16 * ks + 2 * t;
+      afr[ks][0] = ld(r0, c0);
+      afr[ks][1] = ld(r0 + 8, c0);
+      afr[ks][2] = ld(r0, c0 + 8);
+      afr[ks][3] = ld(r0 + 8, c0 + 8);
+    }
+  }
+  float d[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) d[i] = 0.f;
+  wg_fence();
+#pragma unroll
+  for (int ks = 0; ks < KD / 16; ++ks) {
+    const int reg = ks / 4, koff = (ks % 4) * 32;  // +32 bytes per k16 step inside a 128-byte row
+    const uint64_t db = desc_sw128(smem_u32(&sb[reg][0]) + koff);
+    if constexpr (A_IN_REGS) {
+      wgmma_rs(d, afr[ks], db, ks > 0);
+    } else {
+      const uint64_t da = desc_sw128(smem_u32(&sa[reg][0]) + koff);
+      wgmma_ss(d, da, db, ks > 0);
+    }
+  }
+  wg_commit();
+  wg_wait0();
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int r = 16 * w + g, c = 8 * j + 2 * t;
+    D[r * N + c] = d[4 * j];
+    D[r * N + c + 1] = d[4 * j + 1];
+    D[(r + 8) * N + c] = d[4 * j + 2];
+    D[(r + 8) * N + c + 1] = d[4 * j + 3];
+  }
+}
+
+int main() {
+  std::vector<__nv_bfloat16> ha(M * KD), hb(N * KD);
+  std::vector<float> fa(M * KD), fb(N * KD);
+  uint32_t x = 12345u;
+  auto rnd = [&]() {
+    x = x * 1664525u + 1013904223u;
+    return float((x >> 8) & 0xffff) / 65536.f - 0.5f;
+  };
+  for (int i = 0; i < M * KD; ++i) ha[i] = __float2bfloat16(rnd()), fa[i] = __bfloat162float(ha[i]);
+  for (int i = 0; i < N * KD; ++i) hb[i] = __float2bfloat16(rnd()), fb[i] = __bfloat162float(hb[i]);
+  std::vector<double> ref(M * N, 0.0);
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < N; ++c)
+      for (int k = 0; k < KD; ++k) ref[r * N + c] += double(fa[r * KD + k]) * double(fb[c * KD + k]);
+  __nv_bfloat16 *da, *db;
+  float* dd;
+  CK(cudaMalloc(&da, ha.size() * 2));
+  CK(cudaMalloc(&db, hb.size() * 2));
+  CK(cudaMalloc(&dd, M * N * 4));
+  CK(cudaMemcpy(da, ha.data(), ha.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(db, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+  int fails = 0;
+  for (int v = 0; v < 2; ++v) {
+    CK(cudaMemset(dd, 0xff, M * N * 4));  // NaN poison
+    if (v == 0)
+      probe<false><<<1, 128>>>(da, db, dd);
+    else
+      probe<true><<<1, 128>>>(da, db, dd);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<float> hd(M * N);
+    CK(cudaMemcpy(hd.data(), dd, M * N * 4, cudaMemcpyDeviceToHost));
+    double err = 0, nrm = 0;
+    int shown = 0;
+    for (int i = 0; i < M * N; ++i) {
+      const double e = std::fabs(double(hd[i]) - ref[i]);
+      err = std::isnan(hd[i]) ? INFINITY : std::fmax(err, e);
+      nrm = std::fmax(nrm, std::fabs(ref[i]));
+      if (!(e <= 1e-3 * (1 + std::fabs(ref[i]))) && shown < 4) {
+        std::printf("  %s: D[%d][%d] = %g, want %g\n", v ? "rs" : "ss", i / N, i % N, hd[i], ref[i]);
+        ++shown;
+      }
+    }
+    const bool ok = err <= 1e-3 * (1 + nrm);
+    fails += !ok;
+    std::printf("wgmma %s (A %s, B smem, 128B swizzle, K-major): max abs err %.3e (max |ref| %.3e): %s\n",
+                v ? "rs" : "ss", v ? "registers" : "smem", err, nrm, ok ? "PASS" : "FAIL");
+  }
+  std::printf("%s\n", fails ? "FAIL" : "PASS");
+  return fails ? 1 : 0;
+}
