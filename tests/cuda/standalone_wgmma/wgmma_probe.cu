@@ -13,10 +13,17 @@
 // (g = lane / 4); for the 8-column group j, d[4 j + 0, 1] = (row g, cols 8 j + 2 t, + 1), d[4 j + 2, 3] = (row
 // g + 8, the same cols), t = lane % 4: the mma.m16n8 C layout repeated over j.
 //
-// Build and run (H100/H200): nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a
-//   tests/cuda/standalone_wgmma/wgmma_probe.cu -o /tmp/wgmma_probe && /tmp/wgmma_probe
+// Then a micro-benchmark of the state pass's phase 1 (K S0 and Q S0 of both 64-column halves: 4.2 MFLOP per chunk)
+// on one 512-thread CTA per SM: the mma.sync + ldmatrix form of chunk_fwd_state.cuh against four warpgroups of
+// wgmma (A and B from swizzled shared memory), cycles per chunk (clock64, median over CTAs).
+//
+// Build and run (H100/H200, repository root): nvcc -O2 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Isrc
+//   -Iinclude --expt-relaxed-constexpr tests/cuda/standalone_wgmma/wgmma_probe.cu -o /tmp/wgmma_probe &&
+//   /tmp/wgmma_probe
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <algorithm>
 
 #include <cmath>
 #include <cstdint>
@@ -31,6 +38,8 @@
       return 1;                                                                            \
     }                                                                                      \
   } while (0)
+
+#include "cuda/chunk_fwd/chunk_fwd_common.cuh"  // ldsm_x4, ldsm_x4_t, mma<>: the library's mma.sync wrappers
 
 constexpr int M = 64, N = 64, KD = 128;
 
@@ -141,6 +150,100 @@ __global__ void __launch_bounds__(128) probe(const __nv_bfloat16* A, const __nv_
   }
 }
 
+// ---- phase-1 micro-benchmark --------------------------------------------------------------------------------
+// mma.sync form (as chunk_fwd_state.cuh): warp (hf, ch, rg) computes rows 16 rg.. x columns 32 ch.. of K S0 and
+// Q S0 of half hf from padded row-major tiles. wgmma form: warpgroup (hf, which) computes all 64 x 64 of K S0 or
+// Q S0 of half hf, A = the k or q tile and B = the half's state stored [value][key], both swizzled.
+template <bool WG>
+__global__ void __launch_bounds__(512, 1) phase1_bench(int iters, float* out, long long* cycles) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+  for (int i = tid; i < 200 * 1024 / 4; i += 512)  // small finite values everywhere (a bf16 pair per word)
+    reinterpret_cast<uint32_t*>(smem)[i] = 0x3c003c00u ^ uint32_t((i * 2654435761u) & 0x00ff00ffu);
+  __syncthreads();
+  float keep = 0.f;
+  const long long t0 = clock64();
+  for (int it = 0; it < iters; ++it) {
+    if constexpr (!WG) {
+      constexpr int LDQ = KD + 8, LDV = 64 + 8;
+      const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(smem);
+      const __nv_bfloat16* k = q + 64 * LDQ;
+      const int hf = w >> 3, ch = (w >> 2) & 1, rg = (w + (w >> 2)) & 3, cb = 32 * ch;
+      const __nv_bfloat16* st = k + 64 * LDQ + hf * KD * LDV;
+      float racc[4][4] = {}, oacc[4][4] = {};
+#pragma unroll 4
+      for (int kd = 0; kd < KD / 16; ++kd) {
+        uint32_t ak[4], aq[4];
+        flashgdn::cuda::chunk_detail::ldsm_x4(ak, &k[(16 * rg + (lane & 15)) * LDQ + kd * 16 + (lane >> 4) * 8]);
+        flashgdn::cuda::chunk_detail::ldsm_x4(aq, &q[(16 * rg + (lane & 15)) * LDQ + kd * 16 + (lane >> 4) * 8]);
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          uint32_t b[4];
+          flashgdn::cuda::chunk_detail::ldsm_x4_t(
+              b, &st[(16 * kd + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
+          flashgdn::cuda::chunk_detail::mma<true>(racc[2 * np], ak, b[0], b[1]);
+          flashgdn::cuda::chunk_detail::mma<true>(racc[2 * np + 1], ak, b[2], b[3]);
+          flashgdn::cuda::chunk_detail::mma<true>(oacc[2 * np], aq, b[0], b[1]);
+          flashgdn::cuda::chunk_detail::mma<true>(oacc[2 * np + 1], aq, b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) keep += racc[i / 4][i % 4] + oacc[i / 4][i % 4];  // every mma result is used
+    } else {
+      // regions of 8 KB (64 rows x 128 B): q 0-1, k 2-3, state^T of half 0: 4-5, half 1: 6-7
+      const int wg = w >> 2, hf = wg >> 1, which = wg & 1;
+      const uint32_t base = smem_u32(smem);
+      const uint32_t abase = base + (which ? 0 : 2) * 8192, bbase = base + (4 + 2 * hf) * 8192;
+      float d[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) d[i] = 0.f;
+      wg_fence();
+#pragma unroll
+      for (int ks = 0; ks < KD / 16; ++ks) {
+        const uint32_t off = (ks / 4) * 8192 + (ks % 4) * 32;
+        wgmma_ss(d, desc_sw128(abase + off), desc_sw128(bbase + off), ks > 0);
+      }
+      wg_commit();
+      wg_wait0();
+#pragma unroll
+      for (int i = 0; i < 32; ++i) keep += d[i];
+    }
+    __syncthreads();  // the state pass has a barrier after phase 1
+  }
+  const long long t1 = clock64();
+  if (tid == 0) cycles[blockIdx.x] = t1 - t0;
+  out[blockIdx.x * 512 + tid] = keep;
+}
+
+int bench_phase1() {
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int iters = 4000, smem = 200 * 1024;
+  float* out;
+  long long* cyc;
+  CK(cudaMalloc(&out, size_t(sms) * 512 * 4));
+  CK(cudaMalloc(&cyc, size_t(sms) * 8));
+  CK(cudaFuncSetAttribute(phase1_bench<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CK(cudaFuncSetAttribute(phase1_bench<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  for (int v = 0; v < 2; ++v) {
+    for (int rep = 0; rep < 2; ++rep) {  // the first launch warms up
+      if (v == 0)
+        phase1_bench<false><<<sms, 512, smem>>>(iters, out, cyc);
+      else
+        phase1_bench<true><<<sms, 512, smem>>>(iters, out, cyc);
+      CK(cudaGetLastError());
+      CK(cudaDeviceSynchronize());
+    }
+    std::vector<long long> h(sms);
+    CK(cudaMemcpy(h.data(), cyc, size_t(sms) * 8, cudaMemcpyDeviceToHost));
+    std::sort(h.begin(), h.end());
+    const double per = double(h[sms / 2]) / iters;
+    std::printf("phase 1 (K S0 + Q S0, both halves, 4.2 MFLOP) %s: %.0f cycles per chunk, %.0f FLOP per cycle per SM\n",
+                v ? "wgmma (4 warpgroups, ss)" : "mma.sync + ldmatrix (16 warps)", per, 4.194304e6 / per);
+  }
+  return 0;
+}
+
 int main() {
   std::vector<__nv_bfloat16> ha(M * KD), hb(N * KD);
   std::vector<float> fa(M * KD), fb(N * KD);
@@ -190,5 +293,6 @@ int main() {
                 v ? "rs" : "ss", v ? "registers" : "smem", err, nrm, ok ? "PASS" : "FAIL");
   }
   std::printf("%s\n", fails ? "FAIL" : "PASS");
+  if (bench_phase1() != 0) return 1;
   return fails ? 1 : 0;
 }
