@@ -14,7 +14,9 @@
 //
 // FLOPs per (chunk, q/k head): K K^T and Q K^T on the ten causal 16x16 blocks, 2 x 10 x 16 x 16 x 2K = 1.3 MFLOP
 // at K = 128; per value head ~0.15 MFLOP of 3xTF32 merges. Bytes: q, k rows read once per q/k head (2 x 16 KB),
-// 21 KB written per value head. Nothing here depends on the state: the pass is throughput-bound, not chain-bound.
+// 21 KB written per value head. Nothing here depends on the state: every chunk is independent (no chain).
+// Where it stands (H200, T = 32K, H = 16): 0.27 ms for 8192 CTAs, 16 warps per SM, latency-bound (wait, short
+// scoreboard and barrier stalls; shared-memory pipe 57%); the memory traffic alone would take ~0.1 ms.
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"

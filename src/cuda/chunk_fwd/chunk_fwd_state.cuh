@@ -17,6 +17,9 @@
 // Work per chunk and 64-column tile: K S0 and Q S0 2 x 64 x K x 64 x 2, U 64 x 64 x 64 x 2 x 2 (hi + lo, causal
 // half), P U x 3 (causal half), the update K x 64 x 64 x 2: ~5.8 MFLOP at K = 128 of mma.sync m16n8k16 on the
 // chain. Bytes per chunk and head: q, k 2 x 16 KB, v 16 KB, the record 21 KB (11 KB in the summary), o 16 KB.
+// Where it stands (H200, docs/chunk_fwd.md): ~5.8 us per chunk for both tiles (9.6 MFLOP, ~1.6 TFLOP/s per SM,
+// a quarter of the SM's mma.sync rate); the tensor pipe is 12% busy and the shared-memory pipe 55-60%: bound by the
+// ldmatrix traffic of the per-warp operand reloads, which wgmma would read once per warpgroup.
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -26,7 +29,7 @@ namespace flashgdn::cuda::chunk_detail {
 template <int K, class E, int NH>
 struct StateSmem {
   static constexpr int LDQ = K + 8;    // padded rows: conflict-free ldmatrix
-  static constexpr int LDV = kBV + 8;  //
+  static constexpr int LDV = kBV + 8;  // padded rows: conflict-free ldmatrix.trans
   static constexpr int RECW = static_cast<int>(kRecBytes / 4);
   E q[2][kC * LDQ];       // [buffer][token][K]
   E k[2][kC * LDQ];       // [buffer][token][K]
