@@ -40,61 +40,9 @@
   } while (0)
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"  // ldsm_x4, ldsm_x4_t, mma<>: the library's mma.sync wrappers
+#include "wgmma_util.cuh"
 
 constexpr int M = 64, N = 64, KD = 128;
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Byte offset of element (r, c) of a [rows][64] bf16 tile in the 128-byte-swizzled K-major layout.
-__device__ __forceinline__ uint32_t sw128(int r, int c) {
-  const int chunk = (c * 2) >> 4;
-  return uint32_t(r * 128 + (((chunk ^ (r & 7)) << 4) | ((c * 2) & 15)));
-}
-
-// Shared-memory matrix descriptor: start address >> 4 (bits 0-13), leading byte offset >> 4 (16-29; unused for
-// swizzled K-major, 1), stride byte offset >> 4 (32-45; 1024 B between 8-row groups), swizzle mode (62-63; 1 =
-// 128 B). The region must be 1024-byte aligned.
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
-  return uint64_t((addr >> 4) & 0x3fff) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-
-__device__ __forceinline__ void wg_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_wait0() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-
-#define WG_D32                                                                                                \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
-      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
-      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define WG_D32_STR                                                                                             \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
-  "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
-
-// d (+)= A B^T, m64n64k16, both operands from shared memory (K-major: no transpose).
-__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D32_STR ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : WG_D32
-      : "l"(da), "l"(db), "r"(accumulate));
-}
-// d (+)= A B^T, m64n64k16, A from registers (mma.m16n8k16 A fragments of this warp's 16 rows).
-__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D32_STR ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : WG_D32
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
-}
 
 // One warpgroup. A [64][128], B [64][128] row-major bf16 in global; D [64][64] fp32 out.
 template <bool A_IN_REGS>
@@ -108,6 +56,7 @@ __global__ void __launch_bounds__(128) probe(const __nv_bfloat16* A, const __nv_
     *reinterpret_cast<uint4*>(&sa[reg][sw128(r, cc)]) = *reinterpret_cast<const uint4*>(A + r * KD + c);
     *reinterpret_cast<uint4*>(&sb[reg][sw128(r, cc)]) = *reinterpret_cast<const uint4*>(B + r * KD + c);
   }
+  fence_async_smem();
   __syncthreads();
   // rs: every A fragment is loaded before the first wgmma (registers read by an in-flight wgmma must not change
   // until its wait): rows 16 w + g (+ 8), k columns 16 ks + 2 t (+ 1) (+ 8) of the swizzled tile
@@ -160,6 +109,7 @@ __global__ void __launch_bounds__(512, 1) phase1_bench(int iters, float* out, lo
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
   for (int i = tid; i < 200 * 1024 / 4; i += 512)  // small finite values everywhere (a bf16 pair per word)
     reinterpret_cast<uint32_t*>(smem)[i] = 0x3c003c00u ^ uint32_t((i * 2654435761u) & 0x00ff00ffu);
+  fence_async_smem();
   __syncthreads();
   float keep = 0.f;
   const long long t0 = clock64();
