@@ -1,5 +1,6 @@
 """Serving-engine entry points: decode, multi-token decode and speculative verify on a state pool (gdn-math §8),
-and the commit that follows a no-commit verify. python/README.md maps vLLM's and SGLang's calls onto these.
+the commit that follows a no-commit verify, and an inference prefill that also writes prefix-caching state
+checkpoints. python/README.md maps vLLM's and SGLang's calls onto these.
 
 Hot path: an eager call reads each tensor's address, shape and strides in C++, allocates only `o` (pass `out=`
 to skip even that) and enqueues on torch's current stream (or `stream=`); it never synchronizes, so it can be
@@ -77,3 +78,36 @@ def commit_intermediate_states(state_pool, state_indices, intermediate_states, n
         raise TypeError(f"commit_intermediate_states: the pool must be a mutable array, got {type(state_pool)}")
     _ops.recurrent_commit(state_pool, state_indices, intermediate_states, num_accepted_tokens, intermediate_indices,
                           null_slot_is_invalid, stream, fw)
+
+
+def chunk_gated_delta_rule_prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=True,
+                                   cu_seqlens=None, state_checkpoints=None, checkpoint_interval=0,
+                                   use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, A_log=None,
+                                   dt_bias=None, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
+                                   softplus_beta=1.0, softplus_threshold=20.0, state_v_first=False, chunk_size=64,
+                                   stream=None):
+    """Inference prefill (chunk_gated_delta_rule's forward, no autograd) with prefix-caching checkpoints.
+
+    Arguments as chunk_gated_delta_rule's. state_checkpoints [N, C_max, HV, K, V] fp32 ([N, C_max, HV, V, K] with
+    state_v_first), written in place: entry c of sequence n receives the state after (c + 1) * checkpoint_interval
+    tokens of that sequence, for the entries the sequence reaches; the others are left untouched.
+    checkpoint_interval: a positive multiple of chunk_size when state_checkpoints is given.
+    Eager only (the checkpoints are written in place): not for torch.compile graphs.
+    Returns (o [B, T, HV, V] in v's dtype, final_state [N, HV, K, V] fp32 or None).
+    """
+    fw = _fw.framework_of(q)
+    if fw is None:
+        raise TypeError("chunk_gated_delta_rule_prefill: state checkpoints are written in place, which needs a "
+                        f"mutable array (torch, numpy, CuPy); got {type(q)}")
+    if fw is _fw.TorchFw:
+        if _is_compiling():
+            raise RuntimeError("chunk_gated_delta_rule_prefill is eager-only; use chunk_gated_delta_rule under "
+                               "torch.compile")
+        if cu_seqlens is not None and cu_seqlens.device != q.device:
+            cu_seqlens = cu_seqlens.to(q.device)
+    return _ops.chunk_fwd(q, k, v, g, beta, scale, initial_state, bool(output_final_state),
+                          bool(use_qk_l2norm_in_kernel), cu_seqlens, bool(use_gate_in_kernel), A_log, dt_bias,
+                          bool(use_beta_sigmoid_in_kernel), bool(allow_neg_eigval), bool(state_v_first),
+                          int(chunk_size), float(softplus_beta), float(softplus_threshold),
+                          state_checkpoints=state_checkpoints, checkpoint_interval=int(checkpoint_interval),
+                          stream=stream, fw=fw)

@@ -116,6 +116,28 @@ def test_chunk_prefill_varlen_vs_oracle(dtype):
     assert torch.equal(ht[2], h0[2])  # empty sequence: final state is the initial state
 
 
+def test_chunk_prefill_checkpoints_vs_oracle():
+    # prefix-caching checkpoints through the engine entry point, against the same call on the CPU backend in fp64
+    lens = [300, 0, 128, 70]
+    cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device="cuda")
+    T = int(cu[-1])
+    q, k, v, g, beta = inputs(1, T, 2, 4, 128, 128, torch.bfloat16, seed=5)
+    h0 = (torch.randn(len(lens), 4, 128, 128) * 0.3).cuda()
+    ck = torch.full((len(lens), 2, 4, 128, 128), float("nan"), device="cuda")
+    o, ht = call(flashgdn.chunk_gated_delta_rule_prefill, q, k, v, g, beta, initial_state=h0, cu_seqlens=cu,
+                 use_qk_l2norm_in_kernel=True, state_checkpoints=ck, checkpoint_interval=128)
+    ck_ref = torch.full((len(lens), 2, 4, 128, 128), float("nan"), dtype=torch.float64)
+    o_ref, ht_ref = oracle(flashgdn.chunk_gated_delta_rule_prefill, q, k, v, g, beta, initial_state=h0,
+                           cu_seqlens=cu, use_qk_l2norm_in_kernel=True, state_checkpoints=ck_ref,
+                           checkpoint_interval=128)
+    assert rel(o.double().cpu().numpy(), o_ref.numpy()) < BF16_TOL
+    assert rel(ht.double().cpu().numpy(), ht_ref.numpy()) < BF16_TOL
+    for n, c in [(0, 0), (0, 1), (2, 0)]:  # the entries the sequences reach
+        assert rel(ck[n, c].double().cpu().numpy(), ck_ref[n, c].numpy()) < BF16_TOL, (n, c)
+    for n, c in [(1, 0), (1, 1), (2, 1), (3, 0), (3, 1)]:  # the others are untouched
+        assert torch.isnan(ck[n, c]).all(), (n, c)
+
+
 def test_chunk_backward_vs_oracle():
     q, k, v, g, beta = inputs(2, 130, 1, 2, 128, 128, torch.bfloat16, seed=4)
     xs = [x.clone().requires_grad_(True) for x in (q, k, v, g, beta)]

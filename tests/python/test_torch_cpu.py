@@ -200,3 +200,47 @@ def test_unsupported_options_raise():
         flashgdn.fused_recurrent_gated_delta_rule(f(p.q), f(p.k), f(p.v), gk=f(p.g))
     with pytest.raises(TypeError):
         flashgdn.chunk_gated_delta_rule(f(p.q), f(p.k), f(p.v), f(p.g), f(p.beta), bogus=1)
+
+
+def test_prefill_checkpoints_match_truncated_oracle():
+    # the engine prefill with prefix-caching checkpoints: entry c of sequence n is the state after (c + 1) * 64
+    # tokens (the oracle's final state of the truncated sequence); entries past a sequence's length stay untouched
+    p = Problem(31, [200, 0, 64, 130], Hqk=2, Hv=4, K=16, V=8)
+    N, C_max, interval = len(p.lens), 3, 64
+    q, k, v = t64(p.q[None]), t64(p.k[None]), t64(p.v[None])
+    g, beta, h0 = t64(p.g[None]), t64(p.beta[None]), t64(p.h0)
+    cu = torch.from_numpy(p.cu)
+    ck = torch.full((N, C_max, p.Hv, p.K, p.V), float("nan"), dtype=torch.float64)
+    with flashgdn.exec_options(cpu_fp64=True):
+        o, ht = flashgdn.chunk_gated_delta_rule_prefill(q, k, v, g, beta, initial_state=h0, cu_seqlens=cu,
+                                                        use_qk_l2norm_in_kernel=True, state_checkpoints=ck,
+                                                        checkpoint_interval=interval)
+    o_ref, ht_ref = p.oracle()
+    tol = 1e-7  # scale is a float32 param
+    assert rel(to_np(o)[0], o_ref) < tol
+    assert rel(to_np(ht), ht_ref) < tol
+    qn, kn = gdn_check.l2n(p.q), gdn_check.l2n(p.k)
+    written = 0
+    for n, length in enumerate(p.lens):
+        for c in range(C_max):
+            e = (c + 1) * interval
+            got = to_np(ck[n, c])
+            if e > length:
+                assert np.isnan(got).all(), (n, c)
+                continue
+            sl = slice(int(p.cu[n]), int(p.cu[n]) + e)
+            _, hT = gdn_check.gdn_core(qn[sl], kn[sl], p.v[sl], p.g[sl], p.beta[sl], p.h0[n:n + 1],
+                                       np.array([0, e]), p.scale)
+            assert rel(got, hT[0]) < tol, (n, c)
+            written += 1
+    assert written == 6  # 200 tokens: 3 entries, 0: none, 64: 1, 130: 2
+
+
+def test_prefill_checkpoint_interval_must_be_a_chunk_multiple():
+    p = Problem(32, [100], Hqk=1, Hv=1, K=16, V=16)
+    ck = torch.zeros((1, 2, 1, 16, 16), dtype=torch.float64)
+    args = (t64(p.q[None]), t64(p.k[None]), t64(p.v[None]), t64(p.g[None]), t64(p.beta[None]))
+    with flashgdn.exec_options(cpu_fp64=True):
+        with pytest.raises(flashgdn.InvalidArgumentError, match="checkpoint_interval"):
+            flashgdn.chunk_gated_delta_rule_prefill(*args, state_checkpoints=ck, checkpoint_interval=48)
+
