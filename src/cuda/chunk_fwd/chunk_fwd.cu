@@ -48,18 +48,6 @@ void read_env_once() {
   });
 }
 
-// SM count per device, queried once per device (racing first calls store the same value).
-int sm_count(int dev) {
-  static std::atomic<int> cache[64];
-  if (dev < 0 || dev >= 64) dev = 0;
-  int v = cache[dev].load(std::memory_order_relaxed);
-  if (v > 0) return v;
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) sms = 132;
-  cache[dev].store(sms, std::memory_order_relaxed);
-  return sms;
-}
-
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
@@ -401,7 +389,7 @@ size_t chunk_fwd_workspace_size(const ChunkFwdParams& p, const ChunkDims& d) {
   read_env_once();
   if (p.chunk_size != kChunk) return 0;
   const int impl = g_impl.load();
-  return ws_layout(make_plan(d, sm_count(p.q.device_id), impl), d, impl).total;
+  return ws_layout(make_plan(d, device_sm_count(p.q.device_id), impl), d, impl).total;
 }
 
 Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t ws_bytes, void* stream) {
@@ -417,7 +405,7 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t w
   const bool bf16 = p.q.dtype == DType::bf16;
   ChunkKernelArgs a = make_args(p, d);
   const int impl = g_impl.load();  // one kernel for every launch of this call
-  const Plan pl = make_plan(d, sm_count(p.q.device_id), impl);
+  const Plan pl = make_plan(d, device_sm_count(p.q.device_id), impl);
   const int64_t vt = d.V / kTile, kt = d.K / kTile;
   const WsLayout wl = ws_layout(pl, d, impl);
   if (wl.total > 0 && (ws == nullptr || ws_bytes < wl.total))

@@ -1,7 +1,7 @@
 // Internal interface of the CUDA chunked prefill (src/cuda/chunk_fwd/). Plain C++: the GPU tests include it.
 //
 // The kernel launchers take one POD argument block (ChunkKernelArgs) so that the host dispatcher
-// (chunk_fwd.cu) and the per-dtype kernel instantiations (chunk_fwd_bf16.cu, chunk_fwd_f16.cu) share it.
+// (chunk_fwd.cu) and the per-dtype kernel instantiations (chunk_fwd_{intra,state,wide}_{bf16,f16}.cu) share it.
 #pragma once
 
 #include <cstdint>

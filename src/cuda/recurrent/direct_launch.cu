@@ -19,14 +19,6 @@ cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream)
 
 namespace {
 
-int direct_sm_count() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0)
-    return 132;
-  return sms;
-}
-
 template <StateLayout L, class ST, int K>
 cudaError_t direct_bv(const RecurrentArgs& a, int bv, cudaStream_t s) {
   if (bv == 64) return launch_recurrent_direct<L, ST, K, 64>(a, s);
@@ -56,7 +48,7 @@ cudaError_t direct_dtype(const RecurrentArgs& a, int bv, cudaStream_t s) {
 int recurrent_direct_default_bv(const RecurrentArgs& a) {
   // One CTA per tile, no persistence: 32 columns (128 B fp32 rows) once that gives >= 4 CTAs per SM; a small
   // batch (N = 1: 32 heads) is spread over more SMs with 16.
-  static const int sms = direct_sm_count();
+  const int sms = current_sm_count();
   const int64_t heads = a.N * a.Hv;
   // One token and a large batch (>= 2 waves of 4 CTAs per SM): 64 columns, twice the state bytes in flight per
   // CTA (H200, N = 256: fp32 pool 279 vs 298 us, bf16 pool 213 vs 250 us; docs/recurrent.md).

@@ -21,17 +21,9 @@ void copy_strides(const TensorView& t, int64_t* dst, int n) {
   for (int i = 0; i < n; ++i) dst[i] = t.strides[i];
 }
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0)
-    return 132;
-  return sms;
-}
-
 template <StateLayout L, class ST, int K>
 cudaError_t launch_bv(const RecurrentArgs& a, int bv, cudaStream_t s) {
-  static const int sms = sm_count();
+  const int sms = current_sm_count();
   return bv == 16 ? launch_recurrent<L, ST, K, 16>(a, sms, s) : launch_recurrent<L, ST, K, 32>(a, sms, s);
 }
 
@@ -113,7 +105,7 @@ RecurrentArgs make_recurrent_args(const RecurrentParams& p, const RecurrentDims&
 int recurrent_default_bv(const RecurrentArgs& a) {
   // Wide tiles amortize the per-tile staging, lookups and barriers over more state; narrow ones spread a
   // small batch (N = 1: 32 heads) over more SMs. 32 columns once that still gives two tiles per SM.
-  static const int sms = sm_count();
+  const int sms = current_sm_count();
   const int64_t heads = a.N * a.Hv;
   if (a.V % 32 == 0 && heads * (a.V / 32) >= 2 * sms) return 32;
   return 16;
@@ -157,7 +149,7 @@ Status recurrent_launch(const RecurrentArgs& a, int bv, void* stream) {
   if (single_token) return recurrent_launch_direct(a, bv, stream);
   // Multi-token rows: the wy kernel (K-major pool), except a small-batch verify (per-token state stores), where
   // the persistent kernel measured faster (N = 1, T = 12: 17.3 vs 18.5 us).
-  static const int sms = sm_count();
+  const int sms = current_sm_count();
   const bool verify = a.inter != nullptr || (a.commit && a.T_max > 0);
   const bool small = a.N * a.Hv * (a.V / 32) < 2 * int64_t(sms);
   if (recurrent_wy_enabled() && recurrent_wy_supported(a) && !(verify && small))

@@ -16,19 +16,11 @@ cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t st
 
 namespace {
 
-int wy_sm_count() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0)
-    return 132;
-  return sms;
-}
-
 // K = 64 always takes BV = 32 (V is 64 or 128): with 16 columns a thread would hold 2 rows and the
 // instantiation spills at the 128-register budget.
 template <class ST, int K>
 cudaError_t wy_bv(const RecurrentArgs& a, int bv, cudaStream_t s) {
-  static const int sms = wy_sm_count();
+  const int sms = current_sm_count();
   if constexpr (K == 128)
     if (bv == 16) return launch_recurrent_wy<ST, K, 16>(a, sms, s);
   return launch_recurrent_wy<ST, K, 32>(a, sms, s);
@@ -50,7 +42,7 @@ bool recurrent_wy_supported(const RecurrentArgs& a) {
 int recurrent_wy_default_bv(const RecurrentArgs& a) {
   // One CTA per tile: 32 columns once that gives >= 2 CTAs per SM; a small batch (N = 1: 32 heads) is spread
   // over more SMs with 16 (half the rows per thread: a shorter chain).
-  static const int sms = wy_sm_count();
+  const int sms = current_sm_count();
   const int64_t heads = a.N * a.Hv;
   if (a.V % 32 == 0 && heads * (a.V / 32) >= 2 * int64_t(sms)) return 32;
   return 16;

@@ -9,7 +9,7 @@ F="-O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
 F="$F -DFLASHGDN_WITH_CUDA=1 -Iinclude -Isrc -Itests/common -I$G"
 mkdir -p /tmp/cht
 S="tests/cuda/test_chunk_fwd.cpp tests/cuda/standalone_chunk/other_ops_stub.cpp"
-S="$S $(ls src/api/*.cpp src/cpu/*.cpp src/cuda/chunk_fwd/*.cu)"
+S="$S $(ls src/api/*.cpp src/cpu/*.cpp src/cuda/chunk_fwd/*.cu src/cuda/common/device.cu)"
 for f in $S; do
   o=/tmp/cht/$(echo $f | tr / _).o
   nvcc $F -c $f -o $o > $o.log 2>&1 || echo "COMPILE FAIL $f" &

@@ -19,11 +19,7 @@
 #include "common/dtype.hpp"
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
 
-namespace flashgdn::cuda {
-bool device_present() {
-  return true;
-}  // tensor.cpp's cuda_available() needs it; the real one is elsewhere
-}  // namespace flashgdn::cuda
+// device_present() and device_sm_count() come from src/cuda/common/device.cu (linked by run.sh / run_all.sh).
 
 using namespace flashgdn;
 

@@ -1,5 +1,6 @@
 // Device-harness only (not built by CMake): the CUDA entry points of the other ops, so that the GPU gtest of
-// chunk_fwd links against just src/api, src/cpu and src/cuda/chunk_fwd on the device machine.
+// chunk_fwd links against just src/api, src/cpu, src/cuda/chunk_fwd and src/cuda/common/device.cu on the device
+// machine.
 #include <cuda_runtime.h>
 
 #include "api/internal.hpp"
@@ -16,9 +17,5 @@ Status recurrent_commit(const RecurrentCommitParams&, const CommitDims&, void*) 
 }
 Status gating(const GatingParams&, const GatingDims&, void*) {
   return FGDN_ERROR(unsupported, "gating: not linked into the chunk_fwd harness");
-}
-bool device_present() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 }  // namespace flashgdn::cuda

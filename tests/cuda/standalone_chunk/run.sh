@@ -6,7 +6,7 @@ OUT=${OUT:-/tmp}
 F="-O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr"
 F="$F -DFLASHGDN_WITH_CUDA=1 -Iinclude -Isrc"
 S="$(ls src/cuda/chunk_fwd/*.cu | tr '\n' ' ')"
-S="$S tests/cuda/standalone_chunk/harness.cu src/api/tensor.cpp"
+S="$S src/cuda/common/device.cu tests/cuda/standalone_chunk/harness.cu src/api/tensor.cpp"
 mkdir -p /tmp/chb/n /tmp/chb/p
 for f in $S; do b=$(basename $f); nvcc $F -Xptxas=-v -c $f -o /tmp/chb/n/$b.o > /tmp/chb/n/$b.log 2>&1 & done
 for f in $S; do b=$(basename $f); nvcc $F -DFGDN_CHUNK_PROFILE -c $f -o /tmp/chb/p/$b.o > /tmp/chb/p/$b.log 2>&1 & done

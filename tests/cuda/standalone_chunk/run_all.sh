@@ -12,7 +12,7 @@ F="-O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
 F="$F -Iinclude -Isrc"
 D=src/cuda/chunk_fwd
 S="$(ls $D/*.cu | tr '\n' ' ')"
-S="$S tests/cuda/standalone_chunk/harness.cu src/api/tensor.cpp"
+S="$S src/cuda/common/device.cu tests/cuda/standalone_chunk/harness.cu src/api/tensor.cpp"
 mkdir -p /tmp/ch/n /tmp/ch/p
 T0=$(date +%s)
 for f in $S; do b=$(basename $f)
