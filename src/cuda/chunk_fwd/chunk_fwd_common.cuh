@@ -14,9 +14,8 @@
 
 namespace flashgdn::cuda::chunk_detail {
 
-constexpr int kC = 64;         // chunk size
-constexpr int kBV = 64;        // state columns per CTA
-constexpr int kThreads = 128;  // 4 warps
+constexpr int kC = 64;   // chunk size
+constexpr int kBV = 64;  // state columns per CTA
 
 template <bool BF16>
 struct Elem;

@@ -122,10 +122,6 @@ int recurrent_direct_override() {
   return v;
 }
 
-bool recurrent_direct_enabled() {
-  return recurrent_direct_override() == 1;
-}
-
 // FLASHGDN_RECURRENT_WY (read once): "0" keeps multi-token rows on the persistent kernel; anything else (or
 // unset) sends multi-token rows on K-major states to the wy kernel (wy_kernel.cuh).
 bool recurrent_wy_enabled() {

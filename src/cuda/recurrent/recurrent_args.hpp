@@ -82,7 +82,6 @@ Status recurrent_launch(const RecurrentArgs& a, int bv, void* stream);
 Status recurrent_launch_persistent(const RecurrentArgs& a, int bv, void* stream);
 Status recurrent_launch_direct(const RecurrentArgs& a, int bv, void* stream);
 int recurrent_direct_default_bv(const RecurrentArgs& a);
-bool recurrent_direct_enabled();  // FLASHGDN_RECURRENT_DIRECT=1
 
 // The wy family (wy_kernel.cuh): chunked WY form over a row's tokens, for multi-token rows on K-major states.
 // recurrent_launch_wy falls back to the persistent kernel where recurrent_wy_supported is false (V-major).
