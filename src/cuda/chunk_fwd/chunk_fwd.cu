@@ -43,7 +43,7 @@ void read_env_once() {
     if (const char* s = std::getenv("FLASHGDN_CHUNK_STAGES")) g_stages.store(std::atoi(s) & 3);
     if (const char* s = std::getenv("FLASHGDN_CHUNK_IMPL")) {
       const std::string v(s);
-      g_impl.store(v == "wide" ? kChunkImplWide : kChunkImplDefault);
+      g_impl.store(v == "wide" ? kChunkImplWide : v == "mma" ? kChunkImplTwoPassMma : kChunkImplDefault);
     }
   });
 }
@@ -71,7 +71,7 @@ Plan make_plan(const ChunkDims& d, int sms, int impl) {
   const int64_t avg = d.varlen ? ceil_div(nch_total, N) : nch_total;  // chunks of a typical sequence
   int P = g_segments.load();
   if (P == 1 || d.N == 0 || avg < 2) return pl;
-  if (P <= 0 && impl == kChunkImplTwoPass) {
+  if (P <= 0 && impl != kChunkImplWide) {
     // Automatic, two-pass: one CTA per SM (16 warps, ~218 KB of shared memory) per (item, head) with all V / 64
     // tiles; the summary has (K + V) / 64 tiles, so ceil((K + V) / V) CTAs per (item, head), each ~0.8 of a
     // forward CTA's time per chunk (no q, no P U). Cost ~ segment length x (waves of the forward + 0.8 x waves
@@ -135,7 +135,7 @@ struct WsLayout {
 WsLayout ws_layout(const Plan& pl, const ChunkDims& d, int impl) {
   WsLayout w;
   size_t off = 0;
-  if (impl == kChunkImplTwoPass) {
+  if (impl != kChunkImplWide) {
     w.rec = 0;
     off = align_up(size_t(rec_slots(d)) * size_t(d.Hv) * size_t(kRecBytes));
   }
@@ -352,7 +352,10 @@ ChunkKernelArgs make_args(const ChunkFwdParams& p, const ChunkDims& d) {
 
 // The chain kernel over (items, Hv, tiles): the state pass (two-pass) or the fused kernel.
 int launch(const ChunkKernelArgs& a, int impl, bool bf16, int64_t K, int64_t items, int64_t tiles, void* stream) {
-  if (impl == kChunkImplTwoPass)
+  if (impl == kChunkImplTwoPass && K == 128 && a.V == 128)  // the wgmma state pass
+    return bf16 ? launch_chunk_state_wg_bf16(a, items, tiles, stream)
+                : launch_chunk_state_wg_f16(a, items, tiles, stream);
+  if (impl != kChunkImplWide)
     return bf16 ? launch_chunk_state_bf16(a, K, items, tiles, stream)
                 : launch_chunk_state_f16(a, K, items, tiles, stream);
   return bf16 ? launch_chunk_kernel_wide_bf16(a, K, items, tiles, stream)
@@ -368,7 +371,7 @@ void chunk_fwd_set_segments(int segments) {
 
 void chunk_fwd_set_impl(int impl) {
   read_env_once();
-  g_impl.store(impl == kChunkImplWide ? kChunkImplWide : kChunkImplDefault);
+  g_impl.store(impl == kChunkImplWide || impl == kChunkImplTwoPassMma ? impl : kChunkImplDefault);
 }
 
 int chunk_fwd_get_impl() {
@@ -412,7 +415,7 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t w
     return FGDN_INVALID("chunk_fwd: workspace: expected at least ", wl.total, " bytes, got ", ws_bytes);
   auto* base = static_cast<unsigned char*>(ws);
   const int stages = g_stages.load();
-  if (impl == kChunkImplTwoPass) {  // the intra-chunk pass: every (chunk, value head) record
+  if (impl != kChunkImplWide) {  // the intra-chunk pass: every (chunk, value head) record
     a.rec = base + wl.rec;
     a.rec_slots = rec_slots(d);
     a.nchunk_b = ceil_div(d.T, kChunk);

@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# One device call (repository root): build the wgmma probe and the state-pass prototype in parallel, run both.
-# Logs in $OUT (build.log with ptxas registers/spills, probe.log, state_wg.log).
+# One device call (repository root): build the wgmma probe and the state-pass comparison (plus a compute-only
+# variant of the wgmma state pass, -DFGDN_WG_NOLOAD, for timing), run them, and profile one launch of each state
+# kernel with Nsight Compute (stall reasons). Logs in $OUT.
 set -o pipefail
 OUT=${OUT:-/tmp}
 F="-O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Iinclude -Isrc -DFLASHGDN_WITH_CUDA=1"
 D=tests/cuda/standalone_wgmma
+S="$D/state_wg.cu src/cuda/chunk_fwd/chunk_fwd_intra_bf16.cu src/cuda/chunk_fwd/chunk_fwd_state_bf16.cu src/cuda/chunk_fwd/chunk_fwd_state_wg_bf16.cu"
 nvcc $F -Xptxas=-v $D/wgmma_probe.cu -o /tmp/wgmma_probe >"$OUT/build_probe.log" 2>&1 &
-nvcc $F -Xptxas=-v $D/state_wg.cu src/cuda/chunk_fwd/chunk_fwd_intra_bf16.cu src/cuda/chunk_fwd/chunk_fwd_state_bf16.cu \
-  -o /tmp/state_wg >"$OUT/build_state_wg.log" 2>&1 &
+nvcc $F -Xptxas=-v $S -o /tmp/state_wg >"$OUT/build_state_wg.log" 2>&1 &
+nvcc $F -DFGDN_WG_NOLOAD $S -o /tmp/state_wg_noload >"$OUT/build_noload.log" 2>&1 &
 wait
-cat "$OUT"/build_*.log >"$OUT/build.log"
-grep -E "error" "$OUT/build.log" | head -10
+grep -E "error" "$OUT"/build_*.log | head -10
 echo "== probe"
-timeout 60 /tmp/wgmma_probe 2>&1 | tee "$OUT/probe.log"
+timeout 60 /tmp/wgmma_probe 2>&1 | tee "$OUT/probe.log" | tail -2
 echo "== state_wg"
 timeout 60 /tmp/state_wg 2>&1 | tee "$OUT/state_wg.log"
+echo "== state_wg compute only (FGDN_WG_NOLOAD; results meaningless)"
+timeout 60 /tmp/state_wg_noload 2>&1 | tail -1
+if [ -n "${NCU:-1}" ] && command -v ncu >/dev/null; then
+  timeout 150 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+    --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" -k "regex:chunk_fwd_state" --launch-skip 0 --launch-count 2 /tmp/state_wg >"$OUT/ncu_state.log" 2>&1
+  grep -E "chunk_fwd_state|Duration|Throughput|stalled|Warp Cycles|Bandwidth|Hit Rate" "$OUT/ncu_state.log" |
+    awk '$NF+0 > 0.1 || /chunk_fwd_|Duration/' | sed 's/smsp__average_warps_issue_stalled_//' | cut -c1-100 | head -70
+fi

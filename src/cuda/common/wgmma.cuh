@@ -1,0 +1,112 @@
+// Hopper warpgroup MMA (wgmma, sm_90a) building blocks: the 128-byte-swizzled K-major shared-memory layout and its
+// descriptor, m64n64k16 with f32 accumulation (A from shared memory or from registers), and stmatrix.trans, which
+// stores accumulator fragments transposed into that layout. The layouts, descriptors and the register forms are
+// checked against a CPU reference by tests/cuda/standalone_wgmma/wgmma_probe.cu (H200, 2026-11-29: PASS).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace flashgdn::cuda::wg {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Byte offset of 16-byte chunk c (0..7) of row r of a [rows][128 B] region in the 128-byte swizzle (the region is
+// 1024-byte aligned): chunk c of row r lives at chunk c ^ (r % 8), so the 8 rows of an ldmatrix / stmatrix hit 8
+// different bank groups.
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  return uint32_t(r * 128 + ((c ^ (r & 7)) << 4));
+}
+
+// Shared-memory matrix descriptor of a K-major, 128-byte-swizzled operand: start address >> 4 (bits 0-13), leading
+// byte offset >> 4 (16-29; unused for swizzled K-major: 1), stride byte offset >> 4 (32-45; 1024 B between 8-row
+// groups), swizzle mode (62-63; 1 = 128 B). A k-step of 16 elements inside a 128-byte row is +32 bytes.
+__device__ __forceinline__ uint64_t desc(uint32_t addr) {
+  return uint64_t((addr >> 4) & 0x3fff) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// Shared memory written by ordinary stores or cp.async (generic proxy) must be fenced before wgmma reads it
+// (async proxy): each writing thread fences, then a barrier.
+__device__ __forceinline__ void fence_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wait0() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+// Named barrier over `count` threads (a multiple of 32): warpgroup- or half-CTA-level ordering.
+__device__ __forceinline__ void bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+#define FGDN_WG_D32                                                                                           \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define FGDN_WG_D32_STR                                                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+// d (+)= A B, m64n64k16, A [64][16] and B^T [64][16] from shared memory (K-major descriptors). The accumulator of
+// warp w of the warpgroup: d[4 jn + e] is row 16 w + lane / 4 + 8 (e / 2), column 8 jn + 2 (lane % 4) + e % 2.
+template <bool BF16>
+__device__ __forceinline__ void mma_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+  if constexpr (BF16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FGDN_WG_D32_STR ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : FGDN_WG_D32
+        : "l"(da), "l"(db), "r"(accumulate));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FGDN_WG_D32_STR ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : FGDN_WG_D32
+        : "l"(da), "l"(db), "r"(accumulate));
+  }
+}
+
+// d (+)= A B, m64n64k16, A from registers (warp w: rows 16 w .. 16 w + 15 as mma.m16n8k16 A fragments), B^T from
+// shared memory (K-major descriptor).
+template <bool BF16>
+__device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int accumulate) {
+  if constexpr (BF16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FGDN_WG_D32_STR
+        ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : FGDN_WG_D32
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FGDN_WG_D32_STR
+        ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : FGDN_WG_D32
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+  }
+}
+
+#undef FGDN_WG_D32
+#undef FGDN_WG_D32_STR
+
+// stmatrix x4 .trans: four 8x8 16-bit matrices held as ldmatrix / mma-accumulator fragments (register i: row
+// lane / 4, columns 2 (lane % 4), + 1 of matrix i) are stored transposed; lane l supplies the address of stored row
+// l % 8 (= column l % 8 of the fragment) of matrix l / 8, 16 contiguous bytes.
+__device__ __forceinline__ void stsm_x4_t(void* p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_u32(p)), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+}  // namespace flashgdn::cuda::wg
