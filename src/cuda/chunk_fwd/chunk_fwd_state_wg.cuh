@@ -1,27 +1,30 @@
-// The state pass of the two-pass prefill on Hopper warpgroup MMA (wgmma), K = V = 128: the same chain and the same
-// rounding points as chunk_fwd_state.cuh (gdn-math §5.3-§5.5, records from chunk_fwd_intra.cuh), with every product
-// on m64n64k16 and the operands read once per warpgroup instead of once per warp.
+// The state pass of the two-pass prefill on Hopper warpgroup MMA (wgmma), K = V = 128 (FLASHGDN_CHUNK_IMPL=wg):
+// the same chain and the same rounding points as chunk_fwd_state.cuh (gdn-math §5.3-§5.5, records from
+// chunk_fwd_intra.cuh), with every product on wgmma m64n32k16 and the 16-bit operands in the 128-byte-swizzled
+// K-major layout (cuda/common/wgmma.cuh), read once per warpgroup instead of once per warp.
 //
-// One CTA (512 threads) owns (work item, value head) and both 64-column value halves hf. Warpgroup (hf, role):
-// role 0 holds state rows (keys) 0-63 of half hf, role 1 keys 64-127, as an m64n64 fp32 accumulator (32 registers
-// per thread) for the whole walk. Shared memory holds the 16-bit operands in the 128-byte-swizzled K-major layout
-// (cuda/common/wgmma.cuh): q and k [token][key], the state copy S0^T [value][key], R^T and U^T [value][token]
-// (written transposed from accumulators by stmatrix.trans). Per chunk:
+// One CTA (512 threads) owns (work item, value head) and both 64-column value halves hf. Warpgroup (hf, slice) owns
+// 32 value columns and runs the whole chain for them with no other warpgroup involved (only the double-buffered
+// q, k, v and record tiles are shared: one CTA-wide barrier per chunk); its state, 128 keys x 32 columns in fp32,
+// is two m64n32 accumulators (key blocks) in registers for the whole walk. Per chunk:
 //
-//   phase 1   role 0: R = V - diag(ek) (K S0) -> R^T          role 1: O = diag(eq) (Q S0), kept in registers
-//             (8 + 8 wgmma per half, A and B from shared memory)
-//   phase 2   role 0: U = (A diag(beta)) R, A diag(beta) hi + lo from the record's fragments as register A operands
-//             (8 wgmma; U kept as hi + lo: U^T_hi, U^T_lo)                                 role 1: waits
-//   phase 3a  role 1: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (12 wgmma, P from registers), stored
-//   phase 3b  both:   S <- en S + (diag(dk) K)^T U_hi for their 64 keys (4 wgmma, K^T by ldmatrix.trans from the
-//             swizzled k tile, scaled by dk in registers), then S0^T for the next chunk
+//   phase 1  K S0 and Q S0 (16 wgmma, A = k / q [token][key], B = S0^T [value][key] from shared memory);
+//            R = V - diag(ek) K S0 -> R^T (stmatrix.trans), O = diag(eq) Q S0 kept in registers
+//   phase 2  U = (A diag(beta)) R, A diag(beta) hi + lo from the record's m16n8k16 fragments as register A operands
+//            (8 wgmma); U -> U^T_hi, U^T_lo
+//   phase 3  S <- en S + (diag(dk) K)^T U_hi per key block (8 wgmma, K^T by ldmatrix.trans of the swizzled k tile,
+//            scaled by dk in registers) and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from registers),
+//            O stored, S0^T for the next chunk
 //
-// Barriers per chunk: one CTA-wide (the double-buffered q, k, v and record tiles, issued by cp.async one chunk
-// ahead), one per role-0 warpgroup (R^T complete), one per half (U^T complete). The causal zero blocks of
-// A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip a warp's block): 37.5% of phases 2
-// and 3a. Tensor work per chunk and CTA: 32 (phase 1) + 16 + 24 + 16 = 88 m64n64k16 = 11.5 MFLOP, ~2.9k cycles at
-// the SM's dense rate; the mma.sync kernel (chunk_fwd_state.cuh) takes ~11.5k cycles per chunk, bound by the
-// ldmatrix traffic of its per-warp operand reloads (docs/chunk_fwd.md).
+// Barriers per chunk: the CTA-wide one and two per warpgroup (R^T, U^T complete). The causal zero blocks of
+// A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block).
+// Work per chunk and CTA: 176 m64n32k16 = 11.5 MFLOP, ~2.8k cycles at the SM's dense rate.
+// Where it stands (H200, tests/cuda/standalone_wgmma/run.sh, B=8 T=4096 H=16, one CTA per SM): 6.19 us per chunk
+// (5.19 without the loads) against 5.93 for the mma.sync state pass, so it is not the default. An earlier form (two
+// warpgroups per half split by keys, 64-column accumulators: phase 2 on one warpgroup while the other waited)
+// measured 5.67 (4.78 without loads). Both are ~10k cycles per chunk against ~3k of tensor work and ~3k of latency
+// estimated: where the rest goes (instruction issue at 0.42 IPC per sub-partition, barrier and fixed-latency
+// stalls per ncu) is the open question, see docs/chunk_fwd.md.
 #pragma once
 
 #include <type_traits>
@@ -42,22 +45,25 @@ struct StateWgSmem {
   uint16_t v[2][2][kC * LDV];          // [buffer][value half][token][64] value tile
 };
 
-// Store a warp's 16 x 64 block of an m64n64 accumulator (rows 16 wi .., packed 16-bit pairs: x[jn][0] row lane / 4,
-// x[jn][1] row lane / 4 + 8, columns 8 jn + 2 (lane % 4)) transposed into a swizzled [64 columns][64 rows] region.
-__device__ __forceinline__ void store_transposed(unsigned char* region, const uint32_t (&x)[8][2], int wi, int lane) {
+// Store a warp's 16-row block of an accumulator of NJ 8-column groups (rows 16 wi .., packed 16-bit pairs: x[jn][0]
+// row lane / 4, x[jn][1] row lane / 4 + 8, columns 8 jn + 2 (lane % 4)) transposed: column c of the block becomes
+// row c of a swizzled [columns][64 rows] region (`region` points at the region's row of column 0; its row index is
+// a multiple of 8, so the swizzle phase is that of c).
+template <int NJ>
+__device__ __forceinline__ void store_transposed(unsigned char* region, const uint32_t (&x)[NJ][2], int wi, int lane) {
   const int mi = lane >> 3, rho = lane & 7;
 #pragma unroll
-  for (int np = 0; np < 4; ++np) {
+  for (int np = 0; np < NJ / 2; ++np) {
     const int col = 16 * np + 8 * (mi >> 1) + rho;
     wg::stsm_x4_t(region + wg::swz(col, 2 * wi + (mi & 1)), x[2 * np][0], x[2 * np][1], x[2 * np + 1][0],
                   x[2 * np + 1][1]);
   }
 }
 
-template <bool BF16>
-__device__ __forceinline__ void pack_acc(const float (&d)[8][4], uint32_t (&x)[8][2]) {
+template <bool BF16, int NJ>
+__device__ __forceinline__ void pack_acc(const float (&d)[NJ][4], uint32_t (&x)[NJ][2]) {
 #pragma unroll
-  for (int jn = 0; jn < 8; ++jn) {
+  for (int jn = 0; jn < NJ; ++jn) {
     x[jn][0] = Elem<BF16>::pack(d[jn][0], d[jn][1]);
     x[jn][1] = Elem<BF16>::pack(d[jn][2], d[jn][3]);
   }
@@ -74,7 +80,32 @@ __device__ __forceinline__ void load_causal_frags(const uint4* fr, int wi, int l
   }
 }
 
+// The A fragments of (diag(dk) K)^T for keys rw .. rw + 15 (ldmatrix.trans of the swizzled k tile: register e holds
+// tokens 16 kc + 2 t4 (+ 8 for e >= 2) and + 1, so diag(dk) is a per-register product before the rounding to 16
+// bits: one rounding of dk k).
 template <bool BF16>
+__device__ __forceinline__ void load_kt_frags(const unsigned char (&kt)[2][8192], const float* dk, int rw, int lane,
+                                              uint32_t (&f)[4][4]) {
+  using P = Elem<BF16>;
+  const int t4 = lane & 3;
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    const int s0 = 16 * kc + 2 * t4;
+    const float d0 = dk[s0], d1 = dk[s0 + 1], d8 = dk[s0 + 8], d9 = dk[s0 + 9];
+    const int tr = 16 * kc + (lane & 7) + ((lane >> 4) & 1) * 8;  // token row of this lane's address
+    const int key = rw + ((lane >> 3) & 1) * 8;                   // first key of its 16-byte chunk
+    ldsm_x4_t(f[kc], &kt[key >> 6][wg::swz(tr, (key & 63) >> 3)]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 x = P::unpack(f[kc][e]);
+      f[kc][e] = e < 2 ? P::pack(x.x * d0, x.y * d1) : P::pack(x.x * d8, x.y * d9);
+    }
+  }
+}
+
+// SUMMARY: the summary mode of the split (no q, no output, no P U); a template parameter so that no wgmma group
+// has a data-dependent branch (ptxas serializes wgmma around accumulator moves at branch joins).
+template <bool BF16, bool SUMMARY>
 __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkKernelArgs a) {
   using E = typename Elem<BF16>::T;
   using P = Elem<BF16>;
@@ -83,7 +114,8 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   StateWgSmem& sm = *reinterpret_cast<StateWgSmem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
-  const int hf = w >> 3, wg_role = (w >> 2) & 1, wi = w & 3;  // warpgroup (hf, role), warp wi of it
+  const int wgi = w >> 2, hf = w >> 3, wi = w & 3;  // warpgroup wgi = (half hf, column slice), warp wi of it
+  const int cb = 32 * (wgi & 1);                    // first column of this warpgroup's slice in the half
   const int h = blockIdx.y, tile = blockIdx.z * 2 + hf;
   const int64_t item = blockIdx.x;
   const int hk = h / a.group;
@@ -91,41 +123,49 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   ChunkWork wk;
   if (!resolve_work(a, item, &wk)) return;
   const int64_t n = wk.n, bidx = wk.bidx, t0 = wk.t0, len = wk.len, c_begin = wk.c_begin, c_end = wk.c_end;
-  const bool summary = a.mode == kModeSummary;
-  const bool has_output = !summary;
+  constexpr bool summary = SUMMARY, has_output = !SUMMARY;
   const int ntiles = summary ? (K + static_cast<int>(a.V)) / 64 : static_cast<int>(a.V) / 64;
   const bool active = tile < ntiles;             // the last half may have no tile (summary, odd count)
   const bool m_tile = summary && tile < K / 64;  // augmented columns of M: identity start, zero values
   const bool has_values = active && !m_tile;
   const int vcol0 = summary ? (tile - K / 64) * kBV : tile * kBV;
-  const int rw = 64 * wg_role + 16 * wi;     // first state row (key) of this warp
-  const int r0 = 16 * wi + g8, r1 = r0 + 8;  // chunk rows of this thread in phases 1-3a
+  const int r0 = 16 * wi + g8, r1 = r0 + 8;  // chunk rows (phases 1-3a) and key offsets (state) of this thread
 
-  // ---- start state: fp32 accumulator and the transposed 16-bit copy
-  float sacc[1][8][4];
+  // Shared-memory rows of this warpgroup's column slice in the transposed regions (a row is 128 bytes).
+  unsigned char* const st_slice[2] = {sm.st[hf][0] + cb * 128, sm.st[hf][1] + cb * 128};
+  unsigned char* const rt_slice = sm.rt[hf] + cb * 128;
+  unsigned char* const uh_slice = sm.ut[hf][0] + cb * 128;
+  unsigned char* const ul_slice = sm.ut[hf][1] + cb * 128;
+
+  // ---- start state: fp32 accumulators (key block mb: keys 64 mb + r0 (+ 8), columns cb + 8 jn + 2 t4 (+ 1)) and
+  // the transposed 16-bit copy
+  float sacc[2][4][4];
   {
     const StateRef src = start_state(a, wk, item, h, K);
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = rw + g8 + (e >> 1) * 8, j = nt * 8 + 2 * t4 + (e & 1);
-        float val = 0.f;
-        if (m_tile)
-          val = (i == tile * kBV + j) ? 1.f : 0.f;
-        else if (src.p && active)
-          val = src.p[src.off(i, vcol0 + j)];
-        sacc[0][nt][e] = val;
-      }
-    uint32_t x[8][2];
-    pack_acc<BF16>(sacc[0], x);
-    store_transposed(sm.st[hf][wg_role], x, wi, lane);
+      for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 64 * mb + r0 + (e >> 1) * 8, j = cb + jn * 8 + 2 * t4 + (e & 1);
+          float val = 0.f;
+          if (m_tile)
+            val = (i == tile * kBV + j) ? 1.f : 0.f;
+          else if (src.p && active)
+            val = src.p[src.off(i, vcol0 + j)];
+          sacc[mb][jn][e] = val;
+        }
+      uint32_t x[4][2];
+      pack_acc<BF16>(sacc[mb], x);
+      store_transposed(st_slice[mb], x, wi, lane);
+    }
   }
 
   const E* qbase = static_cast<const E*>(a.q) + bidx * a.q_sb + hk * a.q_sh;
   const E* kbase = static_cast<const E*>(a.k) + bidx * a.k_sb + hk * a.k_sh;
   const E* vbase = static_cast<const E*>(a.v) + bidx * a.v_sb + h * a.v_sh + vcol0;
-  E* obase = static_cast<E*>(a.o) + bidx * a.o_sb + h * a.o_sh + vcol0;
+  E* obase = static_cast<E*>(a.o) + bidx * a.o_sb + h * a.o_sh + vcol0 + cb;
 
   // Every load of chunk ck into buffer bf (rows past the sequence end zero-filled by plain stores).
   auto issue = [&](int64_t ck, int bf) {
@@ -167,192 +207,196 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   if (c_begin < c_end) issue(c_begin, 0);
   cp_async_commit();
 
-  // The two roles walk the chunks in separate instantiations of the loop (the same barriers per chunk), so the
-  // live ranges are per role: O (32 registers, role 1) is never live beside U and A diag(beta) (role 0).
-  auto walk = [&](auto role_tag) {
-    constexpr int role = decltype(role_tag)::value;
-    for (int64_t c = c_begin; c < c_end; ++c) {
-      const int bf = static_cast<int>((c - c_begin) & 1);
-      const int64_t tok0 = c * kC;
-      const int64_t nvalid = (len - tok0) < kC ? (len - tok0) : kC;
-      cp_async_wait_all();
-      wg::fence_async_smem();  // this thread's cp.async data, zero fills and stmatrix stores, before wgmma reads them
-      __syncthreads();         // B0: chunk c's tiles have landed; chunk c - 1 is done with every buffer of c + 1
-#ifndef FGDN_WG_NOLOAD  // (experiment: compute-only timing, wrong results)
-      if (c + 1 < c_end) issue(c + 1, bf ^ 1);
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    const int bf = static_cast<int>((c - c_begin) & 1);
+    const int64_t tok0 = c * kC;
+    const int64_t nvalid = (len - tok0) < kC ? (len - tok0) : kC;
+    cp_async_wait_all();
+    wg::fence_async_smem();  // this thread's cp.async data, zero fills and stmatrix stores, before wgmma reads them
+    __syncthreads();         // B0: chunk c's tiles have landed; chunk c - 1 is done with every buffer of c + 1
+#ifndef FGDN_WG_NOLOAD       // (experiment: compute-only timing, wrong results)
+    if (c + 1 < c_end) issue(c + 1, bf ^ 1);
 #endif
-      cp_async_commit();
+    cp_async_commit();
+    if (!active) continue;  // (barriers below are per warpgroup)
 
-      const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
-      const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
-      const uint4* pfr = reinterpret_cast<const uint4*>(sm.rec[bf] + (kRecHdrBytes + kRecABytes) / 4);
-      const uint32_t ut_hi = wg::smem_u32(sm.ut[hf][0]), ut_lo = wg::smem_u32(sm.ut[hf][1]);
+    const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
+    const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
+    const uint4* pfr = reinterpret_cast<const uint4*>(sm.rec[bf] + (kRecHdrBytes + kRecABytes) / 4);
 
-      // ---- phase 1: D = K S0 (role 0) or Q S0 (role 1), 64 x 64 over the 128 keys
-      float d[8][4];
-      float(&d32)[32] = reinterpret_cast<float(&)[32]>(d);
+    // ---- phase 1: K S0 and Q S0 for this slice (64 x 32 each, over the 128 keys), one wgmma group
+    float d[4][4], o[4][4];
+    float(&d16)[16] = reinterpret_cast<float(&)[16]>(d);
+    float(&o16)[16] = reinterpret_cast<float(&)[16]>(o);
 #pragma unroll
-      for (int i = 0; i < 32; ++i) d32[i] = 0.f;
-      if (active && (role == 0 || has_output)) {
-        const uint32_t abase = wg::smem_u32(role ? &sm.q[bf][0][0] : &sm.k[bf][0][0]);
-        const uint32_t bbase = wg::smem_u32(&sm.st[hf][0][0]);
-        wg::fence();
+    for (int i = 0; i < 16; ++i) d16[i] = 0.f, o16[i] = 0.f;
+    {
+      const uint32_t kb = wg::smem_u32(&sm.k[bf][0][0]), qb = wg::smem_u32(&sm.q[bf][0][0]);
+      const uint32_t sb = wg::smem_u32(st_slice[0]);  // st_slice[1] = st_slice[0] + 8192
+      wg::fence();
+#pragma unroll
+      for (int ks = 0; ks < K / 16; ++ks) {
+        const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;
+        wg::mma_ss_n32<BF16>(d16, wg::desc(kb + off), wg::desc(sb + off));
+      }
+      if constexpr (has_output) {
 #pragma unroll
         for (int ks = 0; ks < K / 16; ++ks) {
           const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;
-          wg::mma_ss<BF16>(d32, wg::desc(abase + off), wg::desc(bbase + off), 1);
+          wg::mma_ss_n32<BF16>(o16, wg::desc(qb + off), wg::desc(sb + off));
         }
-        wg::commit();
-        wg::wait0();
       }
+      wg::commit();
+      wg::wait0();
+    }
 
-      if constexpr (role == 0) {
-        if (active) {  // R = V - diag(ek) K S0 -> R^T
-          const uint16_t* vt = sm.v[bf][hf];
-          const float ek0 = hdr[r0], ek1 = hdr[r1];
-          uint32_t x[8][2];
+    // R = V - diag(ek) K S0 -> R^T;  O = diag(eq) Q S0
+    {
+      const uint16_t* vt = sm.v[bf][hf];
+      const float ek0 = hdr[r0], ek1 = hdr[r1], eq0 = hdr[64 + r0], eq1 = hdr[64 + r1];
+      uint32_t x[4][2];
 #pragma unroll
-          for (int jn = 0; jn < 8; ++jn) {
-            const int j = 8 * jn + 2 * t4;
-            float2 v0 = make_float2(0.f, 0.f), v1 = v0;
-            if (has_values)  // M tiles of the summary: zero values
-              v0 = P::unpack(*reinterpret_cast<const uint32_t*>(&vt[r0 * LDV + j])),
-              v1 = P::unpack(*reinterpret_cast<const uint32_t*>(&vt[r1 * LDV + j]));
-            x[jn][0] = P::pack(v0.x - ek0 * d[jn][0], v0.y - ek0 * d[jn][1]);
-            x[jn][1] = P::pack(v1.x - ek1 * d[jn][2], v1.y - ek1 * d[jn][3]);
-          }
-          store_transposed(sm.rt[hf], x, wi, lane);
-          wg::fence_async_smem();
-        }
-        wg::bar_sync(1 + hf, 128);  // B1: R^T complete (its only reader is this warpgroup's wgmma)
-
-        // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta); U^T as hi + lo
-        if (active) {
-          uint32_t af[4][4];
-          const uint32_t rbase = wg::smem_u32(sm.rt[hf]);
-          float u[8][4];
-          float(&u32)[32] = reinterpret_cast<float(&)[32]>(u);
-#pragma unroll
-          for (int i = 0; i < 32; ++i) u32[i] = 0.f;
-#pragma unroll
-          for (int part = 0; part < 2; ++part) {  // hi, then lo: 16 registers of fragments live at a time
-            load_causal_frags(afr + 32 * part, wi, lane, af);
-            wg::fence();
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16>(u32, af[kc], wg::desc(rbase + kc * 32), 1);
-            wg::commit();
-            wg::wait0();
-          }
-          uint32_t xh[8][2], xl[8][2];
-#pragma unroll
-          for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              xh[jn][hr] = P::pack(u[jn][2 * hr], u[jn][2 * hr + 1]);
-              const float2 f = P::unpack(xh[jn][hr]);
-              xl[jn][hr] = P::pack(u[jn][2 * hr] - f.x, u[jn][2 * hr + 1] - f.y);
-            }
-          store_transposed(sm.ut[hf][0], xh, wi, lane);
-          store_transposed(sm.ut[hf][1], xl, wi, lane);
-          wg::fence_async_smem();
-        }
-      } else if (active && has_output) {  // O = diag(eq) Q S0
-        const float eq0 = hdr[64 + r0], eq1 = hdr[64 + r1];
-#pragma unroll
-        for (int jn = 0; jn < 8; ++jn) d[jn][0] *= eq0, d[jn][1] *= eq0, d[jn][2] *= eq1, d[jn][3] *= eq1;
+      for (int jn = 0; jn < 4; ++jn) {
+        const int j = cb + 8 * jn + 2 * t4;
+        float2 v0 = make_float2(0.f, 0.f), v1 = v0;
+        if (has_values)  // M tiles of the summary: zero values
+          v0 = P::unpack(*reinterpret_cast<const uint32_t*>(&vt[r0 * LDV + j])),
+          v1 = P::unpack(*reinterpret_cast<const uint32_t*>(&vt[r1 * LDV + j]));
+        x[jn][0] = P::pack(v0.x - ek0 * d[jn][0], v0.y - ek0 * d[jn][1]);
+        x[jn][1] = P::pack(v1.x - ek1 * d[jn][2], v1.y - ek1 * d[jn][3]);
+        o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
       }
-      wg::bar_sync(3 + hf, 256);  // B2: U^T of this half complete
+      store_transposed(rt_slice, x, wi, lane);
+      wg::fence_async_smem();
+    }
+    wg::bar_sync(1 + wgi, 128);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
 
-      if (active) {
-        // ---- phase 3a: O += P U with P and U as hi + lo (role 1), to global
-        if (role == 1 && has_output) {
-          // two groups (P_hi, then P_lo) so that only 16 registers of fragments are live beside O and the state
-          uint32_t pf[4][4];
-          load_causal_frags(pfr, wi, lane, pf);
-          wg::fence();
+    // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta) (one group); U^T as hi + lo
+    {
+      uint32_t ah[4][4], al[4][4];
+      load_causal_frags(afr, wi, lane, ah);
+      load_causal_frags(afr + 32, wi, lane, al);
+      const uint32_t rb = wg::smem_u32(rt_slice);
+      float u[4][4];
+      float(&u16)[16] = reinterpret_cast<float(&)[16]>(u);
 #pragma unroll
-          for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16>(d32, pf[kc], wg::desc(ut_hi + kc * 32), 1);
+      for (int i = 0; i < 16; ++i) u16[i] = 0.f;
+      wg::fence();
 #pragma unroll
-          for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16>(d32, pf[kc], wg::desc(ut_lo + kc * 32), 1);
-          wg::commit();
-          wg::wait0();
-          load_causal_frags(pfr + 32, wi, lane, pf);
-          wg::fence();
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(u16, ah[kc], wg::desc(rb + kc * 32));
 #pragma unroll
-          for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16>(d32, pf[kc], wg::desc(ut_hi + kc * 32), 1);
-          wg::commit();
-          wg::wait0();
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(u16, al[kc], wg::desc(rb + kc * 32));
+      wg::commit();
+      wg::wait0();
+      uint32_t xh[4][2], xl[4][2];
 #pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const int r = hr ? r1 : r0;
-            if (r < nvalid) {
-              E* orow = obase + (t0 + tok0 + r) * a.o_st;
+      for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
-              for (int jn = 0; jn < 8; ++jn)
-                *reinterpret_cast<uint32_t*>(orow + jn * 8 + 2 * t4) = P::pack(d[jn][2 * hr], d[jn][2 * hr + 1]);
-            }
-          }
+        for (int hr = 0; hr < 2; ++hr) {
+          xh[jn][hr] = P::pack(u[jn][2 * hr], u[jn][2 * hr + 1]);
+          const float2 f = P::unpack(xh[jn][hr]);
+          xl[jn][hr] = P::pack(u[jn][2 * hr] - f.x, u[jn][2 * hr + 1] - f.y);
         }
+      store_transposed(uh_slice, xh, wi, lane);
+      store_transposed(ul_slice, xl, wi, lane);
+      wg::fence_async_smem();
+    }
+    wg::bar_sync(1 + wgi, 128);  // U^T of this slice complete
 
-        // ---- phase 3b: S <- en S + (diag(dk) K)^T U_hi for keys rw .. rw + 15 of this warp. K^T's A fragments come
-        // from ldmatrix.trans of the swizzled k tile: register e holds tokens 16 kc + 2 t4 (+ 8 for e >= 2) and + 1,
-        // so diag(dk) is a per-register product before the rounding to 16 bits (one rounding of dk k).
-        const float en = hdr[192];
+    // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
+    // S <- en S + (diag(dk) K)^T U_hi (key block 0 in the same group, key block 1 in a second one)
+    {
+      const uint32_t uh = wg::smem_u32(uh_slice), ul = wg::smem_u32(ul_slice);
+      const float en = hdr[192];
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
+      for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) sacc[0][nt][e] *= en;
-        uint32_t ak[4][4];
+        for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) {
-          const int s0 = 16 * kc + 2 * t4;
-          const float d0 = hdr[128 + s0], d1 = hdr[128 + s0 + 1], d8 = hdr[128 + s0 + 8], d9 = hdr[128 + s0 + 9];
-          const int tr = 16 * kc + (lane & 7) + ((lane >> 4) & 1) * 8;  // token row of this lane's address
-          const int key = rw + ((lane >> 3) & 1) * 8;                   // first key of its 16-byte chunk
-          ldsm_x4_t(ak[kc], &sm.k[bf][key >> 6][wg::swz(tr, (key & 63) >> 3)]);
+          for (int e = 0; e < 4; ++e) sacc[mb][jn][e] *= en;
+      float(&s0)[16] = reinterpret_cast<float(&)[16]>(sacc[0]);
+      float(&s1)[16] = reinterpret_cast<float(&)[16]>(sacc[1]);
+      uint32_t f0[4][4], f1[4][4];
+      load_kt_frags<BF16>(sm.k[bf], hdr + 128, r0 - g8, lane, f0);  // keys 16 wi .. (block 0)
+      wg::fence();
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float2 f = P::unpack(ak[kc][e]);
-            ak[kc][e] = e < 2 ? P::pack(f.x * d0, f.y * d1) : P::pack(f.x * d8, f.y * d9);
-          }
-        }
-        float(&s32)[32] = reinterpret_cast<float(&)[32]>(sacc);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc(uh + kc * 32));
+      if constexpr (has_output) {
+        load_causal_frags(pfr, wi, lane, f1);
         wg::fence();
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16>(s32, ak[kc], wg::desc(ut_hi + kc * 32), 1);
-        wg::commit();
-        wg::wait0();
-        // the 16-bit copy for the next chunk's phase 1 (every wgmma read of it was waited before B2)
-        uint32_t x[8][2];
-        pack_acc<BF16>(sacc[0], x);
-        store_transposed(sm.st[hf][role], x, wi, lane);
-
-        store_checkpoint(a, wk, c, h, vcol0, sacc, rw, 0, g8, t4);
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc(uh + kc * 32));
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc(ul + kc * 32));
+      }
+      wg::commit();
+      wg::wait0();
+      load_kt_frags<BF16>(sm.k[bf], hdr + 128, 64 + r0 - g8, lane, f0);  // keys 64 + 16 wi .. (block 1)
+      wg::fence();
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc(uh + kc * 32));
+      if constexpr (has_output) {
+        load_causal_frags(pfr + 32, wi, lane, f1);
+        wg::fence();
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc(uh + kc * 32));
+      }
+      wg::commit();
+      wg::wait0();
+    }
+    if constexpr (has_output) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = hr ? r1 : r0;
+        if (r < nvalid) {
+          E* orow = obase + (t0 + tok0 + r) * a.o_st;
+#pragma unroll
+          for (int jn = 0; jn < 4; ++jn)
+            *reinterpret_cast<uint32_t*>(orow + jn * 8 + 2 * t4) = P::pack(o[jn][2 * hr], o[jn][2 * hr + 1]);
+        }
       }
     }
-  };
-  if (wg_role)
-    walk(std::integral_constant<int, 1>{});
-  else
-    walk(std::integral_constant<int, 0>{});
+    // the 16-bit copy for the next chunk's phase 1 (every wgmma read of it was waited in phase 1)
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb) {
+      uint32_t x[4][2];
+      pack_acc<BF16>(sacc[mb], x);
+      store_transposed(st_slice[mb], x, wi, lane);
+    }
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb)  // key block mb: rows 64 mb + 16 wi ..
+      store_checkpoint(a, wk, c, h, vcol0, reinterpret_cast<const float(&)[1][4][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
+                       g8, t4);
+  }
   cp_async_wait_all();  // no copy may be in flight at exit
 
   // ---- final state (a zero-length sequence stores its start state unchanged); summary columns from tile 0
   if (!active) return;
   const StateRef dst = end_state(a, wk, item, h, K);
-  if (dst.p) store_state(dst, sacc, rw, 0, summary ? tile * kBV : vcol0, g8, t4);
+  if (dst.p) {
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb)
+      store_state(dst, reinterpret_cast<const float(&)[1][4][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
+                  summary ? tile * kBV : vcol0, g8, t4);
+  }
 }
 
 // grid = (items, Hv, ceil(tiles / 2)): both value halves of V = 128 per CTA.
-template <bool BF16>
-int launch_chunk_state_wg(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
+template <bool BF16, bool SUMMARY>
+int launch_chunk_state_wg_mode(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
   const size_t smem = sizeof(StateWgSmem) + 1024;  // + alignment of the swizzled regions to 1024 bytes
   static std::atomic<uint64_t> done_mask{0};
-  if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16>, smem, done_mask)) return e;
+  if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16, SUMMARY>, smem, done_mask)) return e;
   if (items <= 0 || a.Hv <= 0 || tiles <= 0) return 0;
   const dim3 grid(static_cast<unsigned>(items), static_cast<unsigned>(a.Hv), static_cast<unsigned>((tiles + 1) / 2));
-  chunk_fwd_state_wg_kernel<BF16><<<grid, 512, smem, static_cast<cudaStream_t>(stream)>>>(a);
+  chunk_fwd_state_wg_kernel<BF16, SUMMARY><<<grid, 512, smem, static_cast<cudaStream_t>(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
+}
+
+template <bool BF16>
+int launch_chunk_state_wg(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
+  return a.mode == kModeSummary ? launch_chunk_state_wg_mode<BF16, true>(a, items, tiles, stream)
+                                : launch_chunk_state_wg_mode<BF16, false>(a, items, tiles, stream);
 }
 
 }  // namespace flashgdn::cuda::chunk_detail

@@ -97,6 +97,51 @@ __device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t (&a)[4], u
   }
 }
 
+#define FGDN_WG_D16                                                                                           \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define FGDN_WG_D16_STR "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+
+// d += A B, m64n32k16 (accumulator: d[4 jn + e], jn < 4, as for m64n64), A and B^T from shared memory.
+template <bool BF16>
+__device__ __forceinline__ void mma_ss_n32(float (&d)[16], uint64_t da, uint64_t db) {
+  if constexpr (BF16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FGDN_WG_D16_STR ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : FGDN_WG_D16
+        : "l"(da), "l"(db), "r"(1));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " FGDN_WG_D16_STR ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : FGDN_WG_D16
+        : "l"(da), "l"(db), "r"(1));
+  }
+}
+
+// d += A B, m64n32k16, A from registers (mma.m16n8k16 A fragments of the warp's 16 rows), B^T from shared memory.
+template <bool BF16>
+__device__ __forceinline__ void mma_rs_n32(float (&d)[16], const uint32_t (&a)[4], uint64_t db) {
+  if constexpr (BF16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FGDN_WG_D16_STR
+        ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : FGDN_WG_D16
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " FGDN_WG_D16_STR
+        ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : FGDN_WG_D16
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+  }
+}
+
+#undef FGDN_WG_D16
+#undef FGDN_WG_D16_STR
 #undef FGDN_WG_D32
 #undef FGDN_WG_D32_STR
 

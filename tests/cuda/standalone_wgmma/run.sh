@@ -18,7 +18,7 @@ echo "== state_wg"
 timeout 60 /tmp/state_wg 2>&1 | tee "$OUT/state_wg.log"
 echo "== state_wg compute only (FGDN_WG_NOLOAD; results meaningless)"
 timeout 60 /tmp/state_wg_noload 2>&1 | tail -1
-if [ -n "${NCU:-1}" ] && command -v ncu >/dev/null; then
+if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   timeout 150 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" -k "regex:chunk_fwd_state" --launch-skip 0 --launch-count 2 /tmp/state_wg >"$OUT/ncu_state.log" 2>&1
   grep -E "chunk_fwd_state|Duration|Throughput|stalled|Warp Cycles|Bandwidth|Hit Rate" "$OUT/ncu_state.log" |
