@@ -47,10 +47,10 @@ struct StateWgSmem {
 
 // Store a warp's 16-row block of an accumulator of NJ 8-column groups (rows 16 wi .., packed 16-bit pairs: x[jn][0]
 // row lane / 4, x[jn][1] row lane / 4 + 8, columns 8 jn + 2 (lane % 4)) transposed: column c of the block becomes
-// row c of a swizzled [columns][64 rows] region (`region` points at the region's row of column 0; its row index is
-// a multiple of 8, so the swizzle phase is that of c).
+// row c of a swizzled [columns][64 rows] region (`region`: the shared-memory address of the region's row of column
+// 0; its row index is a multiple of 8, so the swizzle phase is that of c).
 template <int NJ>
-__device__ __forceinline__ void store_transposed(unsigned char* region, const uint32_t (&x)[NJ][2], int wi, int lane) {
+__device__ __forceinline__ void store_transposed(uint32_t region, const uint32_t (&x)[NJ][2], int wi, int lane) {
   const int mi = lane >> 3, rho = lane & 7;
 #pragma unroll
   for (int np = 0; np < NJ / 2; ++np) {
@@ -132,10 +132,11 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   const int r0 = 16 * wi + g8, r1 = r0 + 8;  // chunk rows (phases 1-3a) and key offsets (state) of this thread
 
   // Shared-memory rows of this warpgroup's column slice in the transposed regions (a row is 128 bytes).
-  unsigned char* const st_slice[2] = {sm.st[hf][0] + cb * 128, sm.st[hf][1] + cb * 128};
-  unsigned char* const rt_slice = sm.rt[hf] + cb * 128;
-  unsigned char* const uh_slice = sm.ut[hf][0] + cb * 128;
-  unsigned char* const ul_slice = sm.ut[hf][1] + cb * 128;
+  // (32-bit shared-memory addresses: the stmatrix stores and the wgmma descriptors take them as they are)
+  const uint32_t st_slice = wg::smem_u32(sm.st[hf][0] + cb * 128);  // key block 1 at + 8192
+  const uint32_t rt_slice = wg::smem_u32(sm.rt[hf] + cb * 128);
+  const uint32_t uh_slice = wg::smem_u32(sm.ut[hf][0] + cb * 128);
+  const uint32_t ul_slice = uh_slice + 8192;  // sm.ut[hf][1]
 
   // ---- start state: fp32 accumulators (key block mb: keys 64 mb + r0 (+ 8), columns cb + 8 jn + 2 t4 (+ 1)) and
   // the transposed 16-bit copy
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         }
       uint32_t x[4][2];
       pack_acc<BF16>(sacc[mb], x);
-      store_transposed(st_slice[mb], x, wi, lane);
+      store_transposed(st_slice + 8192 * mb, x, wi, lane);
     }
   }
 
@@ -225,25 +226,23 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     const uint4* pfr = reinterpret_cast<const uint4*>(sm.rec[bf] + (kRecHdrBytes + kRecABytes) / 4);
 
     // ---- phase 1: K S0 and Q S0 for this slice (64 x 32 each, over the 128 keys), one wgmma group
-    float d[4][4], o[4][4];
+    float d[4][4], o[4][4];  // written by the first wgmma of each (accumulate = 0)
     float(&d16)[16] = reinterpret_cast<float(&)[16]>(d);
     float(&o16)[16] = reinterpret_cast<float(&)[16]>(o);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) d16[i] = 0.f, o16[i] = 0.f;
     {
       const uint32_t kb = wg::smem_u32(&sm.k[bf][0][0]), qb = wg::smem_u32(&sm.q[bf][0][0]);
-      const uint32_t sb = wg::smem_u32(st_slice[0]);  // st_slice[1] = st_slice[0] + 8192
+      const uint32_t sb = st_slice;
       wg::fence();
 #pragma unroll
       for (int ks = 0; ks < K / 16; ++ks) {
         const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;
-        wg::mma_ss_n32<BF16>(d16, wg::desc(kb + off), wg::desc(sb + off));
+        wg::mma_ss_n32<BF16>(d16, wg::desc(kb + off), wg::desc(sb + off), ks > 0);
       }
       if constexpr (has_output) {
 #pragma unroll
         for (int ks = 0; ks < K / 16; ++ks) {
           const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;
-          wg::mma_ss_n32<BF16>(o16, wg::desc(qb + off), wg::desc(sb + off));
+          wg::mma_ss_n32<BF16>(o16, wg::desc(qb + off), wg::desc(sb + off), ks > 0);
         }
       }
       wg::commit();
@@ -273,21 +272,19 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
 
     // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta) (one group); U^T as hi + lo
     {
-      uint32_t ah[4][4], al[4][4];
-      load_causal_frags(afr, wi, lane, ah);
-      load_causal_frags(afr + 32, wi, lane, al);
-      const uint32_t rb = wg::smem_u32(rt_slice);
-      float u[4][4];
+      uint32_t af[4][4];  // hi, then lo in a second group: 16 registers of fragments live (no spills at 128)
+      const uint32_t rb = rt_slice;
+      float u[4][4];  // written by the first wgmma (accumulate = 0)
       float(&u16)[16] = reinterpret_cast<float(&)[16]>(u);
 #pragma unroll
-      for (int i = 0; i < 16; ++i) u16[i] = 0.f;
-      wg::fence();
+      for (int part = 0; part < 2; ++part) {
+        load_causal_frags(afr + 32 * part, wi, lane, af);
+        wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(u16, ah[kc], wg::desc(rb + kc * 32));
-#pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(u16, al[kc], wg::desc(rb + kc * 32));
-      wg::commit();
-      wg::wait0();
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(u16, af[kc], wg::desc(rb + kc * 32), part + kc > 0);
+        wg::commit();
+        wg::wait0();
+      }
       uint32_t xh[4][2], xl[4][2];
 #pragma unroll
       for (int jn = 0; jn < 4; ++jn)
@@ -306,7 +303,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
     // S <- en S + (diag(dk) K)^T U_hi (key block 0 in the same group, key block 1 in a second one)
     {
-      const uint32_t uh = wg::smem_u32(uh_slice), ul = wg::smem_u32(ul_slice);
+      const uint32_t uh = uh_slice, ul = ul_slice;
       const float en = hdr[192];
 #pragma unroll
       for (int mb = 0; mb < 2; ++mb)
@@ -320,26 +317,26 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       load_kt_frags<BF16>(sm.k[bf], hdr + 128, r0 - g8, lane, f0);  // keys 16 wi .. (block 0)
       wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc(uh + kc * 32));
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc(uh + kc * 32), 1);
       if constexpr (has_output) {
         load_causal_frags(pfr, wi, lane, f1);
         wg::fence();
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc(uh + kc * 32));
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc(uh + kc * 32), 1);
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc(ul + kc * 32));
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc(ul + kc * 32), 1);
       }
       wg::commit();
       wg::wait0();
       load_kt_frags<BF16>(sm.k[bf], hdr + 128, 64 + r0 - g8, lane, f0);  // keys 64 + 16 wi .. (block 1)
       wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc(uh + kc * 32));
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc(uh + kc * 32), 1);
       if constexpr (has_output) {
         load_causal_frags(pfr + 32, wi, lane, f1);
         wg::fence();
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc(uh + kc * 32));
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc(uh + kc * 32), 1);
       }
       wg::commit();
       wg::wait0();
@@ -361,7 +358,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     for (int mb = 0; mb < 2; ++mb) {
       uint32_t x[4][2];
       pack_acc<BF16>(sacc[mb], x);
-      store_transposed(st_slice[mb], x, wi, lane);
+      store_transposed(st_slice + 8192 * mb, x, wi, lane);
     }
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb)  // key block mb: rows 64 mb + 16 wi ..

@@ -102,41 +102,43 @@ __device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t (&a)[4], u
       "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define FGDN_WG_D16_STR "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 
-// d += A B, m64n32k16 (accumulator: d[4 jn + e], jn < 4, as for m64n64), A and B^T from shared memory.
+// d (+)= A B, m64n32k16 (accumulator: d[4 jn + e], jn < 4, as for m64n64), A and B^T from shared memory.
+// accumulate = 0 overwrites d: a fresh accumulator needs no zeroing instructions, which would otherwise sit inside
+// a wgmma group and make ptxas serialize it.
 template <bool BF16>
-__device__ __forceinline__ void mma_ss_n32(float (&d)[16], uint64_t da, uint64_t db) {
+__device__ __forceinline__ void mma_ss_n32(float (&d)[16], uint64_t da, uint64_t db, int accumulate) {
   if constexpr (BF16) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FGDN_WG_D16_STR ", %16, %17, p, 1, 1, 0, 0;\n}\n"
         : FGDN_WG_D16
-        : "l"(da), "l"(db), "r"(1));
+        : "l"(da), "l"(db), "r"(accumulate));
   } else {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " FGDN_WG_D16_STR ", %16, %17, p, 1, 1, 0, 0;\n}\n"
         : FGDN_WG_D16
-        : "l"(da), "l"(db), "r"(1));
+        : "l"(da), "l"(db), "r"(accumulate));
   }
 }
 
-// d += A B, m64n32k16, A from registers (mma.m16n8k16 A fragments of the warp's 16 rows), B^T from shared memory.
+// d (+)= A B, m64n32k16, A from registers (mma.m16n8k16 A fragments of the warp's 16 rows), B^T from shared memory.
 template <bool BF16>
-__device__ __forceinline__ void mma_rs_n32(float (&d)[16], const uint32_t (&a)[4], uint64_t db) {
+__device__ __forceinline__ void mma_rs_n32(float (&d)[16], const uint32_t (&a)[4], uint64_t db, int accumulate) {
   if constexpr (BF16) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FGDN_WG_D16_STR
         ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
         : FGDN_WG_D16
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
   } else {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " FGDN_WG_D16_STR
         ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
         : FGDN_WG_D16
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
   }
 }
 
@@ -148,9 +150,9 @@ __device__ __forceinline__ void mma_rs_n32(float (&d)[16], const uint32_t (&a)[4
 // stmatrix x4 .trans: four 8x8 16-bit matrices held as ldmatrix / mma-accumulator fragments (register i: row
 // lane / 4, columns 2 (lane % 4), + 1 of matrix i) are stored transposed; lane l supplies the address of stored row
 // l % 8 (= column l % 8 of the fragment) of matrix l / 8, 16 contiguous bytes.
-__device__ __forceinline__ void stsm_x4_t(void* p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_u32(p)), "r"(r0),
-               "r"(r1), "r"(r2), "r"(r3)
+__device__ __forceinline__ void stsm_x4_t(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
                : "memory");
 }
 
