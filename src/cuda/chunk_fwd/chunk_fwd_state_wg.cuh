@@ -11,20 +11,20 @@
 //   phase 1  K S0 and Q S0 (16 wgmma, A = k / q [token][key], B = S0^T [value][key] from shared memory);
 //            R = V - diag(ek) K S0 -> R^T (stmatrix.trans), O = diag(eq) Q S0 kept in registers
 //   phase 2  U = (A diag(beta)) R, A diag(beta) hi + lo from the record's m16n8k16 fragments as register A operands
-//            (8 wgmma); U -> U^T_hi, U^T_lo
-//   phase 3  S <- en S + (diag(dk) K)^T U_hi per key block (8 wgmma, K^T by ldmatrix.trans of the swizzled k tile,
-//            scaled by dk in registers) and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from registers),
-//            O stored, S0^T for the next chunk
+//            (8 wgmma); U -> U^T_hi, U^T_lo, and (diag(dk) U)^T over the dead half of S0^T
+//   phase 3  S <- en S + K^T (diag(dk) U) per key block (8 wgmma, K^T by ldmatrix.trans of the swizzled k tile)
+//            and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from registers), O stored, S0^T for the next
+//            chunk (diag(dk) is rounded with U here, with K in the mma.sync pass: one rounding either way)
 //
-// Barriers per chunk: the CTA-wide one and two per warpgroup (R^T, U^T complete). The causal zero blocks of
-// A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block).
-// Work per chunk and CTA: 176 m64n32k16 = 11.5 MFLOP, ~2.8k cycles at the SM's dense rate.
-// Where it stands (H200, tests/cuda/standalone_wgmma/run.sh, B=8 T=4096 H=16, one CTA per SM): 6.19 us per chunk
-// (5.19 without the loads) against 5.93 for the mma.sync state pass, so it is not the default. An earlier form (two
-// warpgroups per half split by keys, 64-column accumulators: phase 2 on one warpgroup while the other waited)
-// measured 5.67 (4.78 without loads). Both are ~10k cycles per chunk against ~3k of tensor work and ~3k of latency
-// estimated: where the rest goes (instruction issue at 0.42 IPC per sub-partition, barrier and fixed-latency
-// stalls per ncu) is the open question, see docs/chunk_fwd.md.
+// Barriers per chunk: the CTA-wide one and three per warpgroup (R^T, U^T complete; the update read). The causal zero
+// blocks of A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block). Work per
+// chunk and CTA: 176 m64n32k16 = 11.5 MFLOP, ~2.8k cycles at the SM's dense rate. Where it stands (H200,
+// tests/cuda/standalone_wgmma/run.sh, B=8 T=4096 H=16, one CTA per SM): 6.19 us per chunk (5.19 without the loads)
+// against 5.93 for the mma.sync state pass, so it is not the default. An earlier form (two warpgroups per half split by
+// keys, 64-column accumulators: phase 2 on one warpgroup while the other waited) measured 5.67 (4.78 without loads).
+// Both are ~10k cycles per chunk against ~3k of tensor work and ~3k of latency estimated: where the rest goes
+// (instruction issue at 0.42 IPC per sub-partition, barrier and fixed-latency stalls per ncu) is the open question, see
+// docs/chunk_fwd.md.
 #pragma once
 
 #include <type_traits>
@@ -80,26 +80,14 @@ __device__ __forceinline__ void load_causal_frags(const uint4* fr, int wi, int l
   }
 }
 
-// The A fragments of (diag(dk) K)^T for keys rw .. rw + 15 (ldmatrix.trans of the swizzled k tile: register e holds
-// tokens 16 kc + 2 t4 (+ 8 for e >= 2) and + 1, so diag(dk) is a per-register product before the rounding to 16
-// bits: one rounding of dk k).
-template <bool BF16>
-__device__ __forceinline__ void load_kt_frags(const unsigned char (&kt)[2][8192], const float* dk, int rw, int lane,
+// The A fragments of K^T for keys rw .. rw + 15: ldmatrix.trans of the swizzled k tile [token][key].
+__device__ __forceinline__ void load_kt_frags(const unsigned char (&kt)[2][8192], int rw, int lane,
                                               uint32_t (&f)[4][4]) {
-  using P = Elem<BF16>;
-  const int t4 = lane & 3;
 #pragma unroll
   for (int kc = 0; kc < 4; ++kc) {
-    const int s0 = 16 * kc + 2 * t4;
-    const float d0 = dk[s0], d1 = dk[s0 + 1], d8 = dk[s0 + 8], d9 = dk[s0 + 9];
     const int tr = 16 * kc + (lane & 7) + ((lane >> 4) & 1) * 8;  // token row of this lane's address
     const int key = rw + ((lane >> 3) & 1) * 8;                   // first key of its 16-byte chunk
     ldsm_x4_t(f[kc], &kt[key >> 6][wg::swz(tr, (key & 63) >> 3)]);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 x = P::unpack(f[kc][e]);
-      f[kc][e] = e < 2 ? P::pack(x.x * d0, x.y * d1) : P::pack(x.x * d8, x.y * d9);
-    }
   }
 }
 
@@ -285,7 +273,10 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         wg::commit();
         wg::wait0();
       }
-      uint32_t xh[4][2], xl[4][2];
+      // U_hi, U_lo for P U; diag(dk) U (one rounding of the fp32 product) for the state update, stored over the
+      // dead key block 1 of S0^T (phase 1 was waited by every warp of this warpgroup before R^T's barrier)
+      const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
+      uint32_t xh[4][2], xl[4][2], xd[4][2];
 #pragma unroll
       for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
@@ -293,17 +284,20 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
           xh[jn][hr] = P::pack(u[jn][2 * hr], u[jn][2 * hr + 1]);
           const float2 f = P::unpack(xh[jn][hr]);
           xl[jn][hr] = P::pack(u[jn][2 * hr] - f.x, u[jn][2 * hr + 1] - f.y);
+          const float dkr = hr ? dk1 : dk0;
+          xd[jn][hr] = P::pack(dkr * u[jn][2 * hr], dkr * u[jn][2 * hr + 1]);
         }
       store_transposed(uh_slice, xh, wi, lane);
       store_transposed(ul_slice, xl, wi, lane);
+      store_transposed(st_slice + 8192, xd, wi, lane);
       wg::fence_async_smem();
     }
     wg::bar_sync(1 + wgi, 128);  // U^T of this slice complete
 
     // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
-    // S <- en S + (diag(dk) K)^T U_hi (key block 0 in the same group, key block 1 in a second one)
+    // S <- en S + K^T (diag(dk) U) (key block 0 in the same group, key block 1 in a second one)
     {
-      const uint32_t uh = uh_slice, ul = ul_slice;
+      const uint32_t uh = uh_slice, ul = ul_slice, ud = st_slice + 8192;
       const float en = hdr[192];
 #pragma unroll
       for (int mb = 0; mb < 2; ++mb)
@@ -314,10 +308,10 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       float(&s0)[16] = reinterpret_cast<float(&)[16]>(sacc[0]);
       float(&s1)[16] = reinterpret_cast<float(&)[16]>(sacc[1]);
       uint32_t f0[4][4], f1[4][4];
-      load_kt_frags<BF16>(sm.k[bf], hdr + 128, r0 - g8, lane, f0);  // keys 16 wi .. (block 0)
+      load_kt_frags(sm.k[bf], r0 - g8, lane, f0);  // keys 16 wi .. (block 0)
       wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc(uh + kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc(ud + kc * 32), 1);
       if constexpr (has_output) {
         load_causal_frags(pfr, wi, lane, f1);
         wg::fence();
@@ -328,10 +322,10 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       }
       wg::commit();
       wg::wait0();
-      load_kt_frags<BF16>(sm.k[bf], hdr + 128, 64 + r0 - g8, lane, f0);  // keys 64 + 16 wi .. (block 1)
+      load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, f0);  // keys 64 + 16 wi .. (block 1)
       wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc(uh + kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc(ud + kc * 32), 1);
       if constexpr (has_output) {
         load_causal_frags(pfr + 32, wi, lane, f1);
         wg::fence();
@@ -353,7 +347,9 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         }
       }
     }
-    // the 16-bit copy for the next chunk's phase 1 (every wgmma read of it was waited in phase 1)
+    // the 16-bit copy for the next chunk's phase 1, over diag(dk) U^T in key block 1: every warp of the warpgroup
+    // must be past its wait of the update (one warp's wait does not cover the others' halves of the operation)
+    wg::bar_sync(1 + wgi, 128);
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
       uint32_t x[4][2];
