@@ -7,7 +7,7 @@
 //
 //   phase 1  R = V - diag(ek) (K S0),  O = diag(eq) (Q S0)        (S0: the bf16 copy of the state in shared memory)
 //   phase 2  U = (A diag(beta)) R                                   (A diag(beta) as hi + lo, U kept as hi + lo)
-//   phase 3  O += P U, stored;  S <- en S + (diag(dk) K)^T U_hi     (fp32 accumulation in registers)
+//   phase 3  O += P U, stored;  S <- en S + K^T (diag(dk) U)        (fp32 accumulation in registers)
 //
 // with ek = rho_k e^gamma, eq = scale rho_q e^gamma, dk = rho_k e^{gamma_n - gamma}, en = e^{gamma_n} from the
 // record (gdn-math §5.3: (I + L) U = diag(b) (V - Gamma K S0); §5.4 the output; §5.5 the state update). All loads
@@ -239,6 +239,7 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
           mma<BF16>(uacc[2 * np + 1], al, b[2], b[3]);
         }
       }
+      const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int j = cb + nt * 8 + 2 * t4;
@@ -248,9 +249,12 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
         *reinterpret_cast<uint32_t*>(&sm.u[hf][r1 * LDV + j]) = h1;
         *reinterpret_cast<uint32_t*>(&sm.ul[hf][r0 * LDV + j]) = P::pack(uacc[nt][0] - f0.x, uacc[nt][1] - f0.y);
         *reinterpret_cast<uint32_t*>(&sm.ul[hf][r1 * LDV + j]) = P::pack(uacc[nt][2] - f1.x, uacc[nt][3] - f1.y);
+        // diag(dk) U for the state update, over rows 0-63 of the S0 copy (its last reader, phase 1, is before B1)
+        *reinterpret_cast<uint32_t*>(&sm.s[hf][r0 * LDV + j]) = P::pack(dk0 * uacc[nt][0], dk0 * uacc[nt][1]);
+        *reinterpret_cast<uint32_t*>(&sm.s[hf][r1 * LDV + j]) = P::pack(dk1 * uacc[nt][2], dk1 * uacc[nt][3]);
       }
     }
-    __syncthreads();  // B2: every row of U is written; every read of S0 (sm.s) and R is done
+    __syncthreads();  // B2: every row of U and diag(dk) U is written; every read of R is done
 
     if (active) {
       // ---- phase 3a: O += P U (causal; P and U as hi + lo), to global
@@ -288,9 +292,8 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
         }
       }
 
-      // ---- phase 3b: S <- en S + (diag(dk) K)^T U_hi (rows rw.., columns cb..). K^T's A fragments come from
-      // ldmatrix.trans of the k tile: register e holds tokens 16 kc + 2 t4 (+ 8 for e >= 2) and + 1, so the row
-      // scaling diag(dk) is a per-register product before the rounding to 16 bits (one rounding of dk k).
+      // ---- phase 3b: S <- en S + K^T (diag(dk) U) (rows rw.., columns cb..). K^T's A fragments come from
+      // ldmatrix.trans of the k tile; diag(dk) U was rounded once from fp32 in phase 2 (over the dead S0 copy).
       const float en = hdr[192];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -300,24 +303,16 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
           for (int e = 0; e < 4; ++e) sacc[mt][nt][e] *= en;
 #pragma unroll
       for (int kc = 0; kc < 4; ++kc) {
-        const int s0 = 16 * kc + 2 * t4;
-        const float d0 = hdr[128 + s0], d1 = hdr[128 + s0 + 1], d8 = hdr[128 + s0 + 8], d9 = hdr[128 + s0 + 9];
         uint32_t ak[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
+        for (int mt = 0; mt < MT; ++mt)
           ldsm_x4_t(ak[mt],
                     &kt[(16 * kc + (lane & 7) + ((lane >> 4) & 1) * 8) * LDQ + rw + 16 * mt + ((lane >> 3) & 1) * 8]);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float2 f = P::unpack(ak[mt][e]);
-            ak[mt][e] = e < 2 ? P::pack(f.x * d0, f.y * d1) : P::pack(f.x * d8, f.y * d9);
-          }
-        }
 #pragma unroll
         for (int np = 0; np < NP2; ++np) {
           uint32_t b[4];
           ldsm_x4_t(b,
-                    &sm.u[hf][(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
+                    &sm.s[hf][(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             mma<BF16>(sacc[mt][2 * np], ak[mt], b[0], b[1]);
@@ -325,7 +320,9 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
           }
         }
       }
-      // the 16-bit copy for the next chunk's K S0 and Q S0 (every read of sm.s was before B2)
+      // the 16-bit copy for the next chunk's K S0 and Q S0, over diag(dk) U: the four warps of this column half
+      // (the only readers of those columns) must be done with it
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + (w >> 2)) : "memory");
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
