@@ -215,6 +215,33 @@ __device__ __forceinline__ bool slot_chunk(const ChunkKernelArgs& a, int64_t slo
   return cc >= 0 && cc * kC < len;
 }
 
+// The state passes' loads of chunk ck (cp.async into double buffers; chunk_fwd_state.cuh, chunk_fwd_state_wg.cuh):
+// the first `bytes` of its record (value head h), by threads tid = 0 .. NTH - 1 ...
+template <int NTH>
+__device__ __forceinline__ void copy_record(const ChunkKernelArgs& a, int64_t n, int64_t t0, int64_t ck, int h,
+                                            uint32_t* dst, int64_t bytes, int tid) {
+  const int64_t slot = chunk_slot(a, n, t0, ck);
+  const uint4* src = reinterpret_cast<const uint4*>(a.rec + (slot * a.Hv + h) * kRecBytes);
+  uint4* d = reinterpret_cast<uint4*>(dst);
+  for (int i = tid; i < static_cast<int>(bytes / 16); i += NTH) cp_async16(d + i, src + i);
+}
+
+// ... and a 64 x 64 16-bit value tile (src: its first row, row stride src_st elements; dst row stride ld elements),
+// by 256 threads ht = 0 .. 255; rows at or past nv are zero-filled (plain stores, ordered by the next barrier).
+template <class T>
+__device__ __forceinline__ void copy_value_tile(uint16_t* dst, int ld, const T* src, int64_t src_st, int64_t nv,
+                                                int ht) {
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const int r = p * 32 + (ht >> 3), vec = ht & 7;
+    uint16_t* d = dst + r * ld + vec * 8;
+    if (r < nv)
+      cp_async16(d, src + r * src_st + vec * 8);
+    else
+      *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+  }
+}
+
 // A state tile reference: element (i, j) (key i, value j) at p[i * rs + j] (K-major) or p[j * rs + i].
 struct StateRef {
   float* p;

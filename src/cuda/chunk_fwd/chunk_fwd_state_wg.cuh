@@ -159,13 +159,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   // Every load of chunk ck into buffer bf (rows past the sequence end zero-filled by plain stores).
   auto issue = [&](int64_t ck, int bf) {
     const int64_t nv = len - ck * kC, tok = t0 + ck * kC;
-    {
-      const int64_t slot = chunk_slot(a, n, t0, ck);
-      const uint4* src = reinterpret_cast<const uint4*>(a.rec + (slot * a.Hv + h) * kRecBytes);
-      uint4* dst = reinterpret_cast<uint4*>(sm.rec[bf]);
-      const int nvec = static_cast<int>((has_output ? kRecBytes : kRecHdrBytes + kRecABytes) / 16);
-      for (int i = tid; i < nvec; i += 512) cp_async16(dst + i, src + i);
-    }
+    copy_record<512>(a, n, t0, ck, h, sm.rec[bf], has_output ? kRecBytes : kRecHdrBytes + kRecABytes, tid);
 #pragma unroll
     for (int p = 0; p < 2; ++p) {  // 64 rows x 16 vectors of 16 bytes per tile
       const int i = tid + 512 * p, r = i >> 4, vv = i & 15;
@@ -179,18 +173,8 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         if (has_output) *reinterpret_cast<uint4*>(dq) = make_uint4(0, 0, 0, 0);
       }
     }
-    if (has_values) {  // 64 rows x 8 vectors of this half's value tile over its 256 threads
-      const int ht = tid & 255;
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        const int r = p * 32 + (ht >> 3), vec = ht & 7;
-        uint16_t* d = &sm.v[bf][hf][r * LDV + vec * 8];
-        if (r < nv)
-          cp_async16(d, vbase + (tok + r) * a.v_st + vec * 8);
-        else
-          *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
-      }
-    }
+    if (has_values)  // this half's value tile over its 256 threads
+      copy_value_tile(sm.v[bf][hf], LDV, vbase + tok * a.v_st, a.v_st, nv, tid & 255);
   };
 
   if (c_begin < c_end) issue(c_begin, 0);

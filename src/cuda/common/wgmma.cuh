@@ -1,5 +1,5 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) building blocks: the 128-byte-swizzled K-major shared-memory layout and its
-// descriptor, m64n64k16 with f32 accumulation (A from shared memory or from registers), and stmatrix.trans, which
+// descriptor, m64n32k16 with f32 accumulation (A from shared memory or from registers), and stmatrix.trans, which
 // stores accumulator fragments transposed into that layout. The layouts, descriptors and the register forms are
 // checked against a CPU reference by tests/cuda/standalone_wgmma/wgmma_probe.cu (H200, 2026-11-29: PASS).
 #pragma once
@@ -48,61 +48,13 @@ __device__ __forceinline__ void bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
-#define FGDN_WG_D32                                                                                           \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
-      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
-      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define FGDN_WG_D32_STR                                                                                        \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
-  "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
-
-// d (+)= A B, m64n64k16, A [64][16] and B^T [64][16] from shared memory (K-major descriptors). The accumulator of
-// warp w of the warpgroup: d[4 jn + e] is row 16 w + lane / 4 + 8 (e / 2), column 8 jn + 2 (lane % 4) + e % 2.
-template <bool BF16>
-__device__ __forceinline__ void mma_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
-  if constexpr (BF16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FGDN_WG_D32_STR ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : FGDN_WG_D32
-        : "l"(da), "l"(db), "r"(accumulate));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FGDN_WG_D32_STR ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : FGDN_WG_D32
-        : "l"(da), "l"(db), "r"(accumulate));
-  }
-}
-
-// d (+)= A B, m64n64k16, A from registers (warp w: rows 16 w .. 16 w + 15 as mma.m16n8k16 A fragments), B^T from
-// shared memory (K-major descriptor).
-template <bool BF16>
-__device__ __forceinline__ void mma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int accumulate) {
-  if constexpr (BF16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FGDN_WG_D32_STR
-        ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-        : FGDN_WG_D32
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FGDN_WG_D32_STR
-        ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-        : FGDN_WG_D32
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
-  }
-}
-
 #define FGDN_WG_D16                                                                                           \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
       "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define FGDN_WG_D16_STR "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 
-// d (+)= A B, m64n32k16 (accumulator: d[4 jn + e], jn < 4, as for m64n64), A and B^T from shared memory.
+// d (+)= A B, m64n32k16, A [64][16] and B^T [32][16] from shared memory (K-major descriptors). The accumulator of
+// warp w of the warpgroup: d[4 jn + e] is row 16 w + lane / 4 + 8 (e / 2), column 8 jn + 2 (lane % 4) + e % 2.
 // accumulate = 0 overwrites d: a fresh accumulator needs no zeroing instructions, which would otherwise sit inside
 // a wgmma group and make ptxas serialize it.
 template <bool BF16>
@@ -144,8 +96,6 @@ __device__ __forceinline__ void mma_rs_n32(float (&d)[16], const uint32_t (&a)[4
 
 #undef FGDN_WG_D16
 #undef FGDN_WG_D16_STR
-#undef FGDN_WG_D32
-#undef FGDN_WG_D32_STR
 
 // stmatrix x4 .trans: four 8x8 16-bit matrices held as ldmatrix / mma-accumulator fragments (register i: row
 // lane / 4, columns 2 (lane % 4), + 1 of matrix i) are stored transposed; lane l supplies the address of stored row

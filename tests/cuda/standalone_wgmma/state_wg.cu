@@ -109,8 +109,8 @@ int main() {
     sn += (sres[i] - sref[i]) * double(sres[i] - sref[i]), sd += double(sref[i]) * sref[i];
   const double eo = std::sqrt(on / od), es = std::sqrt(sn / sd);
   const bool ok = eo < 3e-3 && es < 3e-3;  // NaN fails
-  std::printf("wgmma vs mma.sync state kernel (B=%d T=%d H=%d): o rel diff %.2e, final state rel diff %.2e: %s\n", B,
-              T, H, eo, es, ok ? "PASS" : "FAIL");
+  std::printf("wgmma vs mma.sync state kernel (B=%d T=%d H=%d): o rel diff %.2e, final state rel diff %.2e: %s\n", B, T,
+              H, eo, es, ok ? "PASS" : "FAIL");
 
   // timing: the two state kernels alone, B x H = 128 CTAs (one wave), T / 64 chunks each
   cudaEvent_t e0, e1;
@@ -131,8 +131,9 @@ int main() {
       ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
-    std::printf("%s: %.3f ms, %.2f us per chunk\n", which ? "library wgmma state kernel" : "library mma.sync state kernel",
-                ms[3], 1e3 * ms[3] / double(nchunk));
+    std::printf("%s: %.3f ms, %.2f us per chunk\n",
+                which ? "library wgmma state kernel" : "library mma.sync state kernel", ms[3],
+                1e3 * ms[3] / double(nchunk));
   }
   return ok ? 0 : 1;
 }

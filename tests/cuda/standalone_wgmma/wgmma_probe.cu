@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(128) probe(const __nv_bfloat16* A, const __nv_
     *reinterpret_cast<uint4*>(&sa[reg][sw128(r, cc)]) = *reinterpret_cast<const uint4*>(A + r * KD + c);
     *reinterpret_cast<uint4*>(&sb[reg][sw128(r, cc)]) = *reinterpret_cast<const uint4*>(B + r * KD + c);
   }
-  fence_async_smem();
+  flashgdn::cuda::wg::fence_async_smem();
   __syncthreads();
   // rs: every A fragment is loaded before the first wgmma (registers read by an in-flight wgmma must not change
   // until its wait): rows 16 w + g (+ 8), k columns 16 ks + 2 t (+ 1) (+ 8) of the swizzled tile
@@ -75,20 +75,20 @@ __global__ void __launch_bounds__(128) probe(const __nv_bfloat16* A, const __nv_
   float d[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) d[i] = 0.f;
-  wg_fence();
+  flashgdn::cuda::wg::fence();
 #pragma unroll
   for (int ks = 0; ks < KD / 16; ++ks) {
     const int reg = ks / 4, koff = (ks % 4) * 32;  // +32 bytes per k16 step inside a 128-byte row
-    const uint64_t db = desc_sw128(smem_u32(&sb[reg][0]) + koff);
+    const uint64_t db = flashgdn::cuda::wg::desc(smem_u32(&sb[reg][0]) + koff);
     if constexpr (A_IN_REGS) {
       wgmma_rs(d, afr[ks], db, ks > 0);
     } else {
-      const uint64_t da = desc_sw128(smem_u32(&sa[reg][0]) + koff);
+      const uint64_t da = flashgdn::cuda::wg::desc(smem_u32(&sa[reg][0]) + koff);
       wgmma_ss(d, da, db, ks > 0);
     }
   }
-  wg_commit();
-  wg_wait0();
+  flashgdn::cuda::wg::commit();
+  flashgdn::cuda::wg::wait0();
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int r = 16 * w + g, c = 8 * j + 2 * t;
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(512, 1) phase1_bench(int iters, float* out, lo
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
   for (int i = tid; i < 200 * 1024 / 4; i += 512)  // small finite values everywhere (a bf16 pair per word)
     reinterpret_cast<uint32_t*>(smem)[i] = 0x3c003c00u ^ uint32_t((i * 2654435761u) & 0x00ff00ffu);
-  fence_async_smem();
+  flashgdn::cuda::wg::fence_async_smem();
   __syncthreads();
   float keep = 0.f;
   const long long t0 = clock64();
@@ -147,14 +147,14 @@ __global__ void __launch_bounds__(512, 1) phase1_bench(int iters, float* out, lo
       float d[32];
 #pragma unroll
       for (int i = 0; i < 32; ++i) d[i] = 0.f;
-      wg_fence();
+      flashgdn::cuda::wg::fence();
 #pragma unroll
       for (int ks = 0; ks < KD / 16; ++ks) {
         const uint32_t off = (ks / 4) * 8192 + (ks % 4) * 32;
-        wgmma_ss(d, desc_sw128(abase + off), desc_sw128(bbase + off), ks > 0);
+        wgmma_ss(d, flashgdn::cuda::wg::desc(abase + off), flashgdn::cuda::wg::desc(bbase + off), ks > 0);
       }
-      wg_commit();
-      wg_wait0();
+      flashgdn::cuda::wg::commit();
+      flashgdn::cuda::wg::wait0();
 #pragma unroll
       for (int i = 0; i < 32; ++i) keep += d[i];
     }

@@ -1,41 +1,18 @@
-// wgmma building blocks shared by the probe and the state-pass prototype (standalone, not in the library yet).
+// The probe's m64n64k16 forms and its element-level swizzle offset; the rest comes from the library's
+// src/cuda/common/wgmma.cuh (the probe checks those building blocks).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+#include "cuda/common/wgmma.cuh"
 
-// Shared memory written by ordinary stores or cp.async (generic proxy) must be fenced before wgmma reads it
-// (async proxy); each writing thread fences, then a barrier.
-__device__ __forceinline__ void fence_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
+using flashgdn::cuda::wg::smem_u32;
 
 // Byte offset of element (r, c) of a [rows][64] bf16 tile in the 128-byte-swizzled K-major layout.
 __device__ __forceinline__ uint32_t sw128(int r, int c) {
-  const int chunk = (c * 2) >> 4;
-  return uint32_t(r * 128 + (((chunk ^ (r & 7)) << 4) | ((c * 2) & 15)));
-}
-
-// Shared-memory matrix descriptor: start address >> 4 (bits 0-13), leading byte offset >> 4 (16-29; unused for
-// swizzled K-major, 1), stride byte offset >> 4 (32-45; 1024 B between 8-row groups), swizzle mode (62-63; 1 =
-// 128 B). The region must be 1024-byte aligned.
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
-  return uint64_t((addr >> 4) & 0x3fff) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-
-__device__ __forceinline__ void wg_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_wait0() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  return flashgdn::cuda::wg::swz(r, (c * 2) >> 4) | ((c * 2) & 15);
 }
 
 #define WG_D32                                                                                                \
