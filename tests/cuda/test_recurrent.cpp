@@ -504,6 +504,24 @@ TEST(CudaRecurrent, MultiTokenManyRowsGrouped) {
   check(s);
 }
 
+// Single-token rows on 16-bit pools at a batch large enough (N Hv V / 128 >= 8 x SMs up to 144 SMs) for the
+// dispatch's wide tiles: the direct kernel's packed 16-bit state, 128 columns per CTA K-major, 64 V-major; with
+// fp32 intermediate states (written from the fp32 values, not the packed ones) and protocol A.
+TEST(CudaRecurrent, DecodeWideTilesOn16BitPools) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (StateLayout L : {StateLayout::k_major, StateLayout::v_major})
+    for (DType pd : {DType::bf16, DType::f16}) {
+      Spec s;
+      s.N = 40, s.Hqk = 8, s.Hv = 32, s.K = 128, s.V = 128, s.layout = L, s.pool_dt = pd, s.act_dt = DType::bf16;
+      SCOPED_TRACE(std::string(L == StateLayout::k_major ? "k_major" : "v_major") + " pool " + name_of(pd));
+      check(s);
+      s.inter = true, s.inter_dt = DType::f32;
+      check(s);
+      s.inter = false, s.T_max = 2, s.nacc = true;
+      check(s);
+    }
+}
+
 TEST(CudaRecurrent, NoCommitLeavesPoolUntouched) {
   FGDN_SKIP_WITHOUT_GPU();
   Spec s;

@@ -9,7 +9,9 @@
 //   - T = 1 instantiations are bounded to 64 registers (8+ CTAs = 32+ warps per SM), so many tiles' loads are
 //     in flight at once (memory-level parallelism hides the latency instead of a software pipeline);
 //   - every thread issues all its 16-byte state loads (and q, k, v, g, beta of the first token) before the
-//     first use; the only dependent loads are the index loads (slot, cu_seqlens) that address the state.
+//     first use; the only dependent loads are the index loads (slot, cu_seqlens) that address the state;
+//   - T = 1 on a 16-bit pool: the state stays packed (raw 16-byte words, widened at use, direct_packed()), so
+//     wide tiles (64 / 128 columns) keep 112-128 KB of state in flight per SM (docs/recurrent.md).
 // A tile is owned by exactly one CTA and each thread reads its own state vectors before it writes them (the
 // same positions), which keeps protocol A's read-before-write safe (gdn-math §8.2).
 //
@@ -90,6 +92,50 @@ __device__ __forceinline__ void load16(const __half* p, float (&x)[8]) {
 __device__ __forceinline__ void store16(__half* p, const float (&x)[8]) {
   store16_half<__half2>(p, x);
 }
+// Packed 16-bit states (T = 1): the raw 16-byte word stays in registers (half the registers of fp32 values)
+// and element e is converted at use (exact: bf16/f16 -> fp32 widening).
+__device__ __forceinline__ uint4 load16_raw(const void* p) {
+  return __ldcg(reinterpret_cast<const uint4*>(p));
+}
+// The reduction (USE = 0) and the update (USE = 1) widen with different instructions (shift / and vs byte
+// permute), so ptxas cannot merge them and keep the 2 x more fp32 values alive in between.
+template <class H2, int USE>
+__device__ __forceinline__ float unpack(const uint4& v, int e) {  // e is a compile-time constant after unrolling
+  const uint32_t w = e < 2 ? v.x : (e < 4 ? v.y : (e < 6 ? v.z : v.w));
+  float f;
+  if constexpr (std::is_same_v<H2, __nv_bfloat162>) {  // bf16 -> fp32: the 16 bits moved into the high half
+    if constexpr (USE == 0) {
+      if (e & 1)
+        asm volatile("and.b32 %0, %1, 0xffff0000;" : "=f"(f) : "r"(w));
+      else
+        asm volatile("shl.b32 %0, %1, 16;" : "=f"(f) : "r"(w));
+    } else {
+      if (e & 1)
+        asm volatile("prmt.b32 %0, %1, 0, 0x3244;" : "=f"(f) : "r"(w));
+      else
+        asm volatile("prmt.b32 %0, %1, 0, 0x1044;" : "=f"(f) : "r"(w));
+    }
+  } else {
+    if constexpr (USE == 0) {
+      const uint16_t hb = (e & 1) ? uint16_t(w >> 16) : uint16_t(w & 0xffffu);
+      asm volatile("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(hb));
+    } else {
+      if (e & 1)
+        asm volatile(
+            "{.reg .b32 t; .reg .b16 lo, hi; prmt.b32 t, %1, 0, 0x4432; mov.b32 {lo, hi}, t; cvt.f32.f16 %0, lo;}"
+            : "=f"(f)
+            : "r"(w));
+      else
+        asm volatile(
+            "{.reg .b32 t; .reg .b16 lo, hi; prmt.b32 t, %1, 0, 0x4410; mov.b32 {lo, hi}, t; cvt.f32.f16 %0, lo;}"
+            : "=f"(f)
+            : "r"(w));
+    }
+  }
+  return f;
+}
+template <class ST>
+using half2_of = std::conditional_t<std::is_same_v<ST, __half>, __half2, __nv_bfloat162>;
 
 // ---- E contiguous elements of a runtime-dtype tensor (activations, intermediate states) ----
 template <int E>
@@ -149,10 +195,23 @@ struct TokLoads {
 #ifndef FGDN_REC_DIRECT_MULTI_BLOCKS
 #define FGDN_REC_DIRECT_MULTI_BLOCKS 4
 #endif
+// FGDN_REC_DIRECT_PACK=0 keeps 16-bit single-token states as fp32 registers (the comparison build); packed
+// (default), a thread holds its 16-bit state as raw 16-byte words (half the registers). ptxas (sm_90a), no spills:
+// 64 columns 72 registers K-major (7 CTAs/SM x 16 KB of state in flight) and 80 V-major (6 CTAs/SM); 128 columns
+// (16-bit pools only) 128 registers (4 CTAs/SM x 32 KB); 16 / 32 columns 64 K-major, 80 V-major.
+#ifndef FGDN_REC_DIRECT_PACK
+#define FGDN_REC_DIRECT_PACK 1
+#endif
+template <class ST, bool MULTI>
+constexpr bool direct_packed() {
+  return FGDN_REC_DIRECT_PACK && !MULTI && sizeof(ST) == 2;
+}
 template <StateLayout L, class ST, int K, int BV, bool MULTI>
 constexpr int direct_min_blocks() {
   using G = direct::Tile<L, ST, K, BV>;
   if (MULTI) return FGDN_REC_DIRECT_MULTI_BLOCKS;
+  if (direct_packed<ST, MULTI>())  // P E / 2 words of packed state per thread
+    return G::P * G::E >= 128 ? 4 : (G::P * G::E >= 64 && G::kmaj ? 7 : (G::kmaj ? 8 : 6));
   if (G::P * G::E >= 64) return 4;  // BV = 64 (T = 1 only): 64 state elements per thread, 128 registers
   if (G::P * G::E < 32 || (G::kmaj && sizeof(ST) == 4)) return 8;
   return !G::kmaj && sizeof(ST) == 4 ? 5 : 6;  // V-major fp32 (8 rows, 8 v values per thread) spills at 80
@@ -256,7 +315,11 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   };
 
   // ---- the whole state tile: all 16-byte loads issued before any use ----
-  float s[P][E];
+  // PACK: raw 16-bit words in sw[] (converted at use by st()), else fp32 values in s[].
+  constexpr bool PACK = direct_packed<ST, MULTI>();
+  using H2 = direct::half2_of<ST>;
+  float s[PACK ? 1 : P][E];
+  uint4 sw[PACK ? P : 1];
   if (load) {
     const ST* src = nullptr;
     int64_t rs = 0;
@@ -270,13 +333,48 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
       __trap();  // unreachable: without a pool the dispatch instantiates ST = float
     }
 #pragma unroll
-    for (int p = 0; p < P; ++p) direct::load16(src + tile_off(p, rs), s[p]);
+    for (int p = 0; p < P; ++p) {
+      if constexpr (PACK)
+        sw[p] = direct::load16_raw(src + tile_off(p, rs));
+      else
+        direct::load16(src + tile_off(p, rs), s[p]);
+    }
   } else {
 #pragma unroll
-    for (int p = 0; p < P; ++p)
+    for (int p = 0; p < P; ++p) {
+      if constexpr (PACK) {
+        sw[p] = make_uint4(0u, 0u, 0u, 0u);  // +0 in bf16 and f16
+      } else {
 #pragma unroll
-      for (int e = 0; e < E; ++e) s[p][e] = 0.f;
+        for (int e = 0; e < E; ++e) s[p][e] = 0.f;
+      }
+    }
   }
+
+  // Element e of the thread's state vector p, as fp32 (USE: see direct::unpack).
+  auto st = [&](int p, int e, auto use) -> float {
+    if constexpr (PACK)
+      return direct::unpack<H2, decltype(use)::value>(sw[p], e);
+    else
+      return s[p][e];
+  };
+  using R = std::integral_constant<int, 0>;  // reduction
+  using U = std::integral_constant<int, 1>;  // update
+
+  // PACK (T = 1 only): every state write of row vector p (intermediate entry, protocol-A slot, final pool slot)
+  // is issued as soon as its fp32 values x are computed; the unpacked path writes after the token's update.
+  auto emit = [&](int p, const float(&x)[E], int64_t wslot) {
+    if constexpr (PACK) {
+      if (ibuf >= 0 && 0 < a.T_buf) {
+        const int64_t base = ibuf * a.inter_s[0] + h * a.inter_s[2];  // token 0
+        direct::store_n<E>(a.inter, a.inter_dtype, base + tile_off(p, a.inter_s[3]), x);
+      }
+      if (wslot >= 0)
+        direct::store16(static_cast<ST*>(a.pool) + wslot * a.pool_s[0] + h * a.pool_s[1] + tile_off(p, a.pool_s[2]), x);
+      if (a.commit && a.T_max == 0)
+        direct::store16(static_cast<ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1] + tile_off(p, a.pool_s[2]), x);
+    }
+  };
 
   if (len == 0) {  // touches nothing, except the no-pool final state = initial state (gdn-math §1.5)
     if constexpr (std::is_same_v<ST, float>) {
@@ -350,7 +448,7 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
       for (int p = 0; p < P; ++p) {
         const float ki = kv[r0 + p * RPP], qi = qv[r0 + p * RPP];
 #pragma unroll
-        for (int e = 0; e < E; ++e) kS[e] = fmaf(s[p][e], ki, kS[e]), qS[e] = fmaf(s[p][e], qi, qS[e]);
+        for (int e = 0; e < E; ++e) kS[e] = fmaf(st(p, e, R{}), ki, kS[e]), qS[e] = fmaf(st(p, e, R{}), qi, qS[e]);
       }
 #pragma unroll
       for (int e = 0; e < E; ++e) kS[e] = lane_sum<TPR, 32>(kS[e]), qS[e] = lane_sum<TPR, 32>(qS[e]);
@@ -386,8 +484,15 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
 #pragma unroll
       for (int p = 0; p < P; ++p) {  // S = alpha S + k^ u^T
         const float ki = kv[r0 + p * RPP];
+        if constexpr (PACK) {
+          float x[E];
 #pragma unroll
-        for (int e = 0; e < E; ++e) s[p][e] = fmaf(ki, u[e], alpha * s[p][e]);
+          for (int e = 0; e < E; ++e) x[e] = fmaf(ki, u[e], alpha * st(p, e, U{}));
+          emit(p, x, cur.wslot);
+        } else {
+#pragma unroll
+          for (int e = 0; e < E; ++e) s[p][e] = fmaf(ki, u[e], alpha * s[p][e]);
+        }
       }
     } else {
       // Thread holds rows j_p = j0 + r0 + p RPP (value index), keys i = E c + e. Reduce over i inside the TPR
@@ -404,37 +509,48 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
       for (int p = 0; p < P; ++p) {
         float kS = 0.f, qS = 0.f;
 #pragma unroll
-        for (int e = 0; e < E; ++e) kS = fmaf(s[p][e], kc[e], kS), qS = fmaf(s[p][e], qc[e], qS);
+        for (int e = 0; e < E; ++e) kS = fmaf(st(p, e, R{}), kc[e], kS), qS = fmaf(st(p, e, R{}), qc[e], qS);
         kS = lane_sum<1, TPR>(kS);
         qS = lane_sum<1, TPR>(qS);
         const float u = be * (cur.v[p] - alpha * kS);  // u = beta (v - alpha S^T k^)
         // o = alpha S^T q' + (q'.k^) u, stored by one lane of the row (spread over lanes by p)
         if (c == p % TPR) store1(a.o, a.v_dtype, o_off + r0 + p * RPP, fmaf(qk, u, alpha * qS));
+        if constexpr (PACK) {  // S^v = alpha S^v + u k^T
+          float x[E];
 #pragma unroll
-        for (int e = 0; e < E; ++e) s[p][e] = fmaf(u, kc[e], alpha * s[p][e]);  // S^v = alpha S^v + u k^T
+          for (int e = 0; e < E; ++e) x[e] = fmaf(u, kc[e], alpha * st(p, e, U{}));
+          emit(p, x, cur.wslot);
+        } else {
+#pragma unroll
+          for (int e = 0; e < E; ++e) s[p][e] = fmaf(u, kc[e], alpha * s[p][e]);  // S^v = alpha S^v + u k^T
+        }
       }
     }
 
     // ---- per-token state writes: intermediate entry (protocol B), pool slot [n, tr] (protocol A) ----
-    if (ibuf >= 0 && tr < a.T_buf) {
-      const int64_t base = ibuf * a.inter_s[0] + tr * a.inter_s[1] + h * a.inter_s[2];
+    if constexpr (!PACK) {  // (PACK wrote them in the update loop, emit())
+      if (ibuf >= 0 && tr < a.T_buf) {
+        const int64_t base = ibuf * a.inter_s[0] + tr * a.inter_s[1] + h * a.inter_s[2];
 #pragma unroll
-      for (int p = 0; p < P; ++p) direct::store_n<E>(a.inter, a.inter_dtype, base + tile_off(p, a.inter_s[3]), s[p]);
-    }
-    if (cur.wslot >= 0) {
-      ST* dst = static_cast<ST*>(a.pool) + cur.wslot * a.pool_s[0] + h * a.pool_s[1];
+        for (int p = 0; p < P; ++p) direct::store_n<E>(a.inter, a.inter_dtype, base + tile_off(p, a.inter_s[3]), s[p]);
+      }
+      if (cur.wslot >= 0) {
+        ST* dst = static_cast<ST*>(a.pool) + cur.wslot * a.pool_s[0] + h * a.pool_s[1];
 #pragma unroll
-      for (int p = 0; p < P; ++p) direct::store16(dst + tile_off(p, a.pool_s[2]), s[p]);
+        for (int p = 0; p < P; ++p) direct::store16(dst + tile_off(p, a.pool_s[2]), s[p]);
+      }
     }
     if constexpr (MULTI) cur = nxt;
   }
 
   // ---- final state: pool[slot] (1-D slots, commit) or final_state[n] (no pool) ----
   if (has_pool) {
-    if (a.commit && a.T_max == 0) {
-      ST* dst = static_cast<ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1];
+    if constexpr (!PACK) {  // (PACK: written by emit())
+      if (a.commit && a.T_max == 0) {
+        ST* dst = static_cast<ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1];
 #pragma unroll
-      for (int p = 0; p < P; ++p) direct::store16(dst + tile_off(p, a.pool_s[2]), s[p]);
+        for (int p = 0; p < P; ++p) direct::store16(dst + tile_off(p, a.pool_s[2]), s[p]);
+      }
     }
   } else if constexpr (std::is_same_v<ST, float>) {
     if (a.hT) {
@@ -453,7 +569,14 @@ cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream)
   if (ntiles == 0) return cudaSuccess;
   if (ntiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
   const dim3 grid{unsigned(ntiles)};
-  if constexpr (BV == 64) {
+  if constexpr (BV == 128) {  // 16-bit states, T = 1 only (packed: 64 registers of state per thread)
+    if constexpr (sizeof(ST) == 2 && FGDN_REC_DIRECT_PACK) {
+      if (a.T > 1) return cudaErrorInvalidConfiguration;
+      recurrent_direct_kernel<L, ST, K, BV, false><<<grid, direct::kThreads, 0, stream>>>(a);
+    } else {
+      return cudaErrorInvalidConfiguration;
+    }
+  } else if constexpr (BV == 64) {
     if (a.T > 1) return cudaErrorInvalidConfiguration;
     recurrent_direct_kernel<L, ST, K, BV, false><<<grid, direct::kThreads, 0, stream>>>(a);
   } else {
@@ -472,6 +595,8 @@ cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream)
   template cudaError_t launch_recurrent_direct<L, ST, 128, 16>(const RecurrentArgs&, cudaStream_t); \
   template cudaError_t launch_recurrent_direct<L, ST, 128, 32>(const RecurrentArgs&, cudaStream_t); \
   template cudaError_t launch_recurrent_direct<L, ST, 64, 64>(const RecurrentArgs&, cudaStream_t);  \
-  template cudaError_t launch_recurrent_direct<L, ST, 128, 64>(const RecurrentArgs&, cudaStream_t);
+  template cudaError_t launch_recurrent_direct<L, ST, 128, 64>(const RecurrentArgs&, cudaStream_t); \
+  template cudaError_t launch_recurrent_direct<L, ST, 64, 128>(const RecurrentArgs&, cudaStream_t); \
+  template cudaError_t launch_recurrent_direct<L, ST, 128, 128>(const RecurrentArgs&, cudaStream_t);
 
 }  // namespace flashgdn::cuda

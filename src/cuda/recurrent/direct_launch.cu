@@ -11,6 +11,10 @@
 #ifndef FGDN_REC_DIRECT_WIDE
 #define FGDN_REC_DIRECT_WIDE 1
 #endif
+// FGDN_REC_DIRECT_PACK=0: 16-bit single-token states as fp32 registers, no 128-column tile (comparison build).
+#ifndef FGDN_REC_DIRECT_PACK
+#define FGDN_REC_DIRECT_PACK 1
+#endif
 
 namespace flashgdn::cuda {
 
@@ -21,6 +25,7 @@ namespace {
 
 template <StateLayout L, class ST, int K>
 cudaError_t direct_bv(const RecurrentArgs& a, int bv, cudaStream_t s) {
+  if (bv == 128) return launch_recurrent_direct<L, ST, K, 128>(a, s);
   if (bv == 64) return launch_recurrent_direct<L, ST, K, 64>(a, s);
   return bv == 16 ? launch_recurrent_direct<L, ST, K, 16>(a, s) : launch_recurrent_direct<L, ST, K, 32>(a, s);
 }
@@ -50,8 +55,15 @@ int recurrent_direct_default_bv(const RecurrentArgs& a) {
   // batch (N = 1: 32 heads) is spread over more SMs with 16.
   const int sms = current_sm_count();
   const int64_t heads = a.N * a.Hv;
+  // One token, a K-major 16-bit pool and a large batch (>= 2 waves of 4 CTAs per SM): 128 columns, the packed
+  // state at 4 CTAs/SM x 32 KB in flight (H200, N = 256, bf16: 160 us vs 169 us at 64 columns; V-major measured
+  // 207 vs 185 us and keeps 64; docs/recurrent.md).
+  const bool pool16 = a.pool != nullptr && a.pool_dtype != DType::f32;
+  if (a.T <= 1 && FGDN_REC_DIRECT_WIDE && FGDN_REC_DIRECT_PACK && pool16 && a.layout == StateLayout::k_major &&
+      a.V % 128 == 0 && heads * (a.V / 128) >= 8 * int64_t(sms))
+    return 128;
   // One token and a large batch (>= 2 waves of 4 CTAs per SM): 64 columns, twice the state bytes in flight per
-  // CTA (H200, N = 256: fp32 pool 279 vs 298 us, bf16 pool 213 vs 250 us; docs/recurrent.md).
+  // CTA (H200, N = 256: fp32 pool 279 vs 298 us, bf16 pool 169 vs 215 us packed; docs/recurrent.md).
   if (a.T <= 1 && FGDN_REC_DIRECT_WIDE && a.V % 64 == 0 && heads * (a.V / 64) >= 8 * int64_t(sms)) return 64;
   if (a.V % 32 == 0 && heads * (a.V / 32) >= 4 * int64_t(sms)) return 32;
   return 16;
@@ -63,8 +75,13 @@ Status recurrent_launch_direct(const RecurrentArgs& a, int bv, void* stream) {
   if (a.Hqk <= 0 || a.Hv % a.Hqk != 0)
     return FGDN_INVALID("recurrent: Hv = ", a.Hv, " not a multiple of Hqk = ", a.Hqk);
   if (bv == 0) bv = recurrent_direct_default_bv(a);
-  if (bv == 64 && (a.T > 1 || a.V % 64 != 0)) bv = 32;  // the 64-column tile exists for single-token launches
-  if (bv != 16 && bv != 32 && bv != 64) return FGDN_INVALID("recurrent: V-tile ", bv, "; expected 16, 32 or 64");
+  // The 128-column tile exists for single-token launches on 16-bit pools, the 64-column one for single-token
+  // launches; other requests are narrowed.
+  const bool pool16 = a.pool != nullptr && a.pool_dtype != DType::f32;
+  if (bv == 128 && (a.T > 1 || a.V % 128 != 0 || !pool16 || !FGDN_REC_DIRECT_PACK)) bv = 64;
+  if (bv == 64 && (a.T > 1 || a.V % 64 != 0)) bv = 32;
+  if (bv != 16 && bv != 32 && bv != 64 && bv != 128)
+    return FGDN_INVALID("recurrent: V-tile ", bv, "; expected 16, 32, 64 or 128");
   auto s = static_cast<cudaStream_t>(stream);
   FGDN_CUDA_CHECK(a.layout == StateLayout::k_major ? direct_dtype<StateLayout::k_major>(a, bv, s)
                                                    : direct_dtype<StateLayout::v_major>(a, bv, s));

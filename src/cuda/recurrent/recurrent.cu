@@ -123,7 +123,8 @@ int recurrent_direct_override() {
 }
 
 // FLASHGDN_RECURRENT_WY (read once): "0" keeps multi-token rows on the persistent kernel; anything else (or
-// unset) sends multi-token rows on K-major states to the wy kernel (wy_kernel.cuh).
+// unset) sends multi-token rows on K-major states to the wy kernel (wy_kernel.cuh; its engine, CUDA-core or
+// tensor-core reductions, is picked by FLASHGDN_RECURRENT_WY_MMA in wy_launch.cu).
 bool recurrent_wy_enabled() {
   static const bool v = [] {
     const char* e = std::getenv("FLASHGDN_RECURRENT_WY");

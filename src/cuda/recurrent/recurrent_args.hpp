@@ -88,5 +88,9 @@ int recurrent_direct_default_bv(const RecurrentArgs& a);
 bool recurrent_wy_supported(const RecurrentArgs& a);
 int recurrent_wy_default_bv(const RecurrentArgs& a);
 Status recurrent_launch_wy(const RecurrentArgs& a, int bv, void* stream);
+// The wy kernel with an explicit engine for its state reductions and closed-form update: mma = true on tensor
+// cores (3xTF32 mma.sync, fp32-accurate), false on CUDA cores. recurrent_launch_wy picks by
+// FLASHGDN_RECURRENT_WY_MMA (wy_launch.cu).
+Status recurrent_launch_wy_engine(const RecurrentArgs& a, int bv, bool mma, void* stream);
 
 }  // namespace flashgdn::cuda

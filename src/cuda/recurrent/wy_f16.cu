@@ -3,5 +3,5 @@
 #include "cuda/recurrent/wy_kernel.cuh"
 
 namespace flashgdn::cuda {
-FGDN_INSTANTIATE_RECURRENT_WY(__half)
+FGDN_INSTANTIATE_RECURRENT_WY(__half, false)
 }  // namespace flashgdn::cuda

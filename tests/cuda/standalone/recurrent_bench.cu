@@ -4,19 +4,19 @@
 //
 // Build (repo root; one nvcc per file, JOBS at a time; extra flags go to nvcc):
 //   JOBS=16 tests/cuda/standalone/build.sh /tmp/rec [-DFGDN_REC_PREFETCH=1]
-// Run: ./recurrent_bench [check] [small] [bench] [sweep] [wysweep] [diag] [persistent|direct|wy]
+// Run: ./recurrent_bench [check] [small] [bench] [sweep] [wysweep] [diag] [persistent|direct|wy|wy-mma]
 //   (default: check bench)
 //   check: correctness cases (every feature combination, all V-tile widths) + graph replay + 1000-launch repeat
 //   small: the correctness cases only (fast enough for compute-sanitizer)
 //   bench: the target shapes (H200; Hqk=16, Hv=32, K=V=128) with the default tile; sweep: every tile width;
-//   wysweep: the new tiles alone: wy on the multi-token shapes at 16 and 32 columns, direct on the large decode
-//   shapes at 32 and 64 columns
+//   wysweep: the new tiles alone: wy and wy-mma on the multi-token shapes at 16 and 32 columns, direct on the
+//   large decode shapes at 32, 64 and (16-bit pools) 128 columns
 //   diag: shapes that split the cost (per-token slope, second staging chunk, K-major barrier, l2norm)
-//   persistent / direct / wy: run only the named kernel families; default: all three (recurrent_kernel.cuh,
-//   direct_kernel.cuh, wy_kernel.cuh), checked one after the other and benched side by side (one table row per
-//   shape and tile: the times and the speedup of wy over the best of the other two; wy runs only on multi-token
-//   K-major shapes). The dispatch switches (FLASHGDN_RECURRENT_DIRECT / _WY) are bypassed: the harness calls
-//   each family explicitly.
+//   persistent / direct / wy / wy-mma: run only the named kernel families; default: all four (recurrent_kernel.cuh,
+//   direct_kernel.cuh, wy_kernel.cuh with its CUDA-core and its tensor-core engine), checked one after the other
+//   and benched side by side (one table row per shape and tile: the times and the speedup of wy-mma over the best
+//   of the other three; the wy families run only on multi-token K-major shapes). The dispatch switches
+//   (FLASHGDN_RECURRENT_DIRECT / _WY / _WY_MMA) are bypassed: the harness calls each family explicitly.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -407,20 +407,22 @@ double tol_for(DType dt) {
 
 int g_fail = 0;
 // Which kernel family launch() runs: 0 persistent (recurrent_kernel.cuh), 1 direct (direct_kernel.cuh),
-// 2 wy (wy_kernel.cuh; its launcher sends V-major states to the persistent kernel).
+// 2 wy (wy_kernel.cuh, CUDA-core reductions), 3 wy-mma (wy_kernel.cuh, tensor-core reductions); the wy launcher
+// sends V-major states to the persistent kernel.
+constexpr int kFamilies = 4;
 int g_path = 0;
 
 Status launch(const cuda::RecurrentArgs& a, int bv, void* stream) {
-  if (g_path == 2) return cuda::recurrent_launch_wy(a, bv, stream);
+  if (g_path >= 2) return cuda::recurrent_launch_wy_engine(a, bv, g_path == 3, stream);
   return g_path == 1 ? cuda::recurrent_launch_direct(a, bv, stream) : cuda::recurrent_launch_persistent(a, bv, stream);
 }
 int default_bv(const cuda::RecurrentArgs& a) {
-  if (g_path == 2)
+  if (g_path >= 2)
     return cuda::recurrent_wy_supported(a) ? cuda::recurrent_wy_default_bv(a) : cuda::recurrent_default_bv(a);
   return g_path == 1 ? cuda::recurrent_direct_default_bv(a) : cuda::recurrent_default_bv(a);
 }
 const char* path_name() {
-  return g_path == 2 ? "wy" : (g_path == 1 ? "direct" : "persistent");
+  return g_path == 3 ? "wy-mma" : g_path == 2 ? "wy" : (g_path == 1 ? "direct" : "persistent");
 }
 
 bool run_case(const Case& c, int bv) {
@@ -485,6 +487,20 @@ std::vector<Case> check_cases() {
         c.layout = L, c.pool_dt = pd, c.K = kv.first, c.V = kv.second, c.N = 5, c.T = 1;
         add(c);
       }
+  // Single-token rows on 16-bit pools with per-token state writes (the direct kernel's packed path writes
+  // them from fp32 values): fp32 / bf16 intermediates, protocol A, K-major and V-major.
+  for (StateLayout L : {StateLayout::k_major, StateLayout::v_major}) {
+    c = Case{};
+    c.name = std::string("decode bf16 pool + inter f32 commit ") + (L == StateLayout::k_major ? "kmaj" : "vmaj");
+    c.layout = L, c.pool_dt = DType::bf16, c.inter = true, c.K = 128, c.V = 128, c.N = 4, c.T = 1;
+    add(c);
+    c = Case{};
+    c.name =
+        std::string("decode f16 pool verify A T=1 Tmax=2 inter bf16 ") + (L == StateLayout::k_major ? "kmaj" : "vmaj");
+    c.layout = L, c.pool_dt = DType::f16, c.T = 1, c.T_max = 2, c.nacc = true, c.inter = true;
+    c.inter_dt = DType::bf16, c.K = 128, c.V = 128, c.N = 6, c.sentinels = true;
+    add(c);
+  }
   c = Case{};
   c.name = "decode bf16 qkv, sentinels -1/oob";
   c.qkv_dt = DType::bf16;
@@ -982,29 +998,30 @@ BenchResult bench_one(const BenchShape& b, int bv, FILE* log) {
   return {us, tbs, used_bv};
 }
 
-// One table row: the shape on the selected families side by side, same tile request bv. The wy family runs only
-// on multi-token K-major shapes (elsewhere it is not the dispatched path). speedup = best old family / wy.
-void bench_row(const BenchShape& b, int bv, const bool (&run)[3], FILE* log) {
-  BenchResult r[3];
-  bool ran[3] = {false, false, false};
-  for (int f = 0; f < 3; ++f) {
-    if (!run[f] || (f == 2 && (b.T <= 1 || b.layout != StateLayout::k_major))) continue;
+// One table row: the shape on the selected families side by side, same tile request bv. The wy families run only
+// on multi-token K-major shapes (elsewhere they are not the dispatched path). speedup = best of the other three
+// families / wy-mma.
+void bench_row(const BenchShape& b, int bv, const bool (&run)[kFamilies], FILE* log) {
+  BenchResult r[kFamilies];
+  bool ran[kFamilies] = {};
+  for (int f = 0; f < kFamilies; ++f) {
+    if (!run[f] || (f >= 2 && (b.T <= 1 || b.layout != StateLayout::k_major))) continue;
     g_path = f, r[f] = bench_one(b, bv, log), ran[f] = true;
   }
   auto cell = [](char* dst, size_t n, const BenchResult& x, bool did) {
     if (did)
-      std::snprintf(dst, n, "%2d | %9.2f | %5.1f%%", x.bv, x.us, 100 * x.tbs / g_copy_tbs);
+      std::snprintf(dst, n, "%3d | %9.2f | %5.1f%%", x.bv, x.us, 100 * x.tbs / g_copy_tbs);
     else
-      std::snprintf(dst, n, "%2s | %9s | %6s", "-", "-", "-");
+      std::snprintf(dst, n, "%3s | %9s | %6s", "-", "-", "-");
   };
-  char cp[64], cd[64], cw[64], sp[16] = "      -";
-  cell(cp, sizeof cp, r[0], ran[0]), cell(cd, sizeof cd, r[1], ran[1]), cell(cw, sizeof cw, r[2], ran[2]);
+  char cl[kFamilies][64], sp[16] = "      -";
+  for (int f = 0; f < kFamilies; ++f) cell(cl[f], sizeof cl[f], r[f], ran[f]);
   double best_old = 0;
-  for (int f = 0; f < 2; ++f)
+  for (int f = 0; f < 3; ++f)
     if (ran[f] && (best_old == 0 || r[f].us < best_old)) best_old = r[f].us;
-  if (ran[2] && best_old > 0) std::snprintf(sp, sizeof sp, "%6.2fx", best_old / r[2].us);
-  std::printf("| %-36s | %4d | %3lld | %s | %s | %s | %s | %-16s |\n", b.name.c_str(), int(b.N), (long long)b.T, cp, cd,
-              cw, sp, b.target);
+  if (ran[3] && best_old > 0) std::snprintf(sp, sizeof sp, "%6.2fx", best_old / r[3].us);
+  std::printf("| %-36s | %4d | %3lld | %s | %s | %s | %s | %s | %-16s |\n", b.name.c_str(), int(b.N), (long long)b.T,
+              cl[0], cl[1], cl[2], cl[3], sp, b.target);
 }
 
 std::vector<BenchShape> bench_shapes() {
@@ -1047,7 +1064,7 @@ std::vector<BenchShape> diag_shapes() {
 
 int main(int argc, char** argv) {
   bool do_check = false, do_bench = false, do_sweep = false, do_small = false, do_diag = false, do_wysweep = false;
-  bool only[3] = {false, false, false};
+  bool only[kFamilies] = {};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "small")) do_small = true;  // cases + commit + gating (for compute-sanitizer)
     if (!std::strcmp(argv[i], "check")) do_check = true;
@@ -1058,9 +1075,10 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "persistent")) only[0] = true;
     if (!std::strcmp(argv[i], "direct")) only[1] = true;
     if (!std::strcmp(argv[i], "wy")) only[2] = true;
+    if (!std::strcmp(argv[i], "wy-mma")) only[3] = true;
   }
-  const bool any_only = only[0] || only[1] || only[2];
-  const bool run[3] = {only[0] || !any_only, only[1] || !any_only, only[2] || !any_only};
+  const bool any_only = only[0] || only[1] || only[2] || only[3];
+  const bool run[kFamilies] = {only[0] || !any_only, only[1] || !any_only, only[2] || !any_only, only[3] || !any_only};
   if (!do_check && !do_bench && !do_sweep && !do_small && !do_diag && !do_wysweep) do_check = do_bench = true;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered: a crash keeps what was printed
   cudaDeviceProp prop;
@@ -1068,24 +1086,28 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   if (do_check || do_small) {
     std::printf("== correctness (fp64 reference)\n");
-    int fails[3] = {0, 0, 0};
-    for (int path = 0; path < 3; ++path) {
+    int fails[kFamilies] = {};
+    for (int path = 0; path < kFamilies; ++path) {
       if (!run[path]) continue;
       g_path = path;
       const int before = g_fail;
       for (const Case& c : check_cases()) {
         for (int bv : {16, 32}) run_case(c, bv);
-        // direct: the 64-column tile of single-token launches (fixed T = 1; the launcher narrows it otherwise)
+        // direct: the 64- and 128-column tiles of single-token launches (fixed T = 1; the launcher narrows them
+        // otherwise: 128 exists for 16-bit pools)
         if (path == 1 && c.seqlens.empty() && c.T == 1 && c.V % 64 == 0) run_case(c, 64);
+        if (path == 1 && c.seqlens.empty() && c.T == 1 && c.V % 128 == 0) run_case(c, 128);
       }
       if (do_check) check_graph_and_repeat();
       fails[path] = g_fail - before;
     }
     check_commit();
     check_gating();
-    std::printf("== correctness: %d failure(s) (persistent %d%s, direct %d%s, wy %d%s, commit + gating %d)\n", g_fail,
-                fails[0], run[0] ? "" : " not run", fails[1], run[1] ? "" : " not run", fails[2],
-                run[2] ? "" : " not run", g_fail - fails[0] - fails[1] - fails[2]);
+    std::printf(
+        "== correctness: %d failure(s) (persistent %d%s, direct %d%s, wy %d%s, wy-mma %d%s, commit + gating %d)\n",
+        g_fail, fails[0], run[0] ? "" : " not run", fails[1], run[1] ? "" : " not run", fails[2],
+        run[2] ? "" : " not run", fails[3], run[3] ? "" : " not run",
+        g_fail - fails[0] - fails[1] - fails[2] - fails[3]);
   }
   if (do_bench || do_sweep || do_diag || do_wysweep) {
     g_copy_tbs = measure_copy();
@@ -1095,20 +1117,22 @@ int main(int argc, char** argv) {
     FILE* log = nullptr;
     if (out) log = std::fopen((std::string(out) + "/bench_log.txt").c_str(), "a");
     std::printf(
-        "| %-36s |    N |   T | BV |   pers us |  %%copy | BV | direct us |  %%copy | BV |     wy us |  %%copy | "
-        "speedup | target           |\n",
+        "| %-36s |    N |   T |  BV |   pers us |  %%copy |  BV | direct us |  %%copy |  BV |     wy us |  %%copy |  "
+        "BV "
+        "| wy-mma us |  %%copy | speedup | target           |\n",
         "shape (Hqk=16 Hv=32 K=V=128)");
     for (const BenchShape& b : bench_shapes()) {
       if (do_bench) bench_row(b, 0, run, log);
       if (do_sweep)
         for (int bv : {16, 32}) bench_row(b, bv, run, log);
-      if (do_wysweep && b.T > 1 && b.layout == StateLayout::k_major) {  // wy alone at both tile widths
-        const bool wy_only[3] = {false, false, true};
+      if (do_wysweep && b.T > 1 && b.layout == StateLayout::k_major) {  // the wy engines at both tile widths
+        const bool wy_only[kFamilies] = {false, false, run[2], run[3]};
         for (int bv : {16, 32}) bench_row(b, bv, wy_only, log);
       }
-      if (do_wysweep && b.T == 1 && b.N >= 32) {  // direct single-token tiles of 32 and 64 columns
-        const bool direct_only[3] = {false, true, false};
-        for (int bv : {32, 64}) bench_row(b, bv, direct_only, log);
+      if (do_wysweep && b.T == 1 && b.N >= 32) {  // direct single-token tiles of 32, 64 (and 128: 16-bit pools)
+        const bool direct_only[kFamilies] = {false, true, false, false};
+        for (int bv : {32, 64, 128})
+          if (bv != 128 || b.pool_dt != DType::f32) bench_row(b, bv, direct_only, log);
       }
     }
     if (do_diag)
