@@ -240,7 +240,7 @@ struct GpuRun {
 // Output rows of tokens outside every sequence (varlen slack past cu[N]) are not written: compare the rows
 // inside sequences only (all rows here, the generator packs the sequences densely).
 const char* impl_name(int impl) {
-  return impl == cuda::kChunkImplWide ? "wide" : impl == cuda::kChunkImplTwoPassWg ? "wg" : "twopass";
+  return impl == cuda::kChunkImplWide ? "wide" : impl == cuda::kChunkImplTwoPassMma ? "mma" : "twopass";
 }
 
 void expect_close(const GpuCase& gc, const Result& ref, GpuRun& run, double tol) {
@@ -283,15 +283,15 @@ void expect_close(const GpuCase& gc, const Result& ref, GpuRun& run, double tol)
 }
 
 // Runs one case through the GPU (with the segment split forced to `segments`: 0 auto, 1 off) and the oracle.
-// Every case runs with the three kernel paths (FLASHGDN_CHUNK_IMPL): the two-pass default (mma.sync state pass),
-// the two passes with the wgmma state pass (K = V = 128), and the fused `wide` kernel; tol_wide < 0: the same
-// tolerance for all.
+// Every case runs with the three kernel paths (FLASHGDN_CHUNK_IMPL): the two-pass default (the wgmma state pass
+// where K = V = 128), the two passes with the mma.sync state pass, and the fused `wide` kernel; tol_wide < 0: the
+// same tolerance for all.
 void check(const GpuCase& gc, int segments = 0, double tol = 5e-3, double tol_wide = -1) {
   const int saved = cuda::chunk_fwd_get_segments(), saved_impl = cuda::chunk_fwd_get_impl();
   cuda::chunk_fwd_set_segments(segments);
   const Inputs x = make_case_inputs(gc);
   const Result ref = run_oracle(gc, x);
-  for (const int impl : {cuda::kChunkImplTwoPass, cuda::kChunkImplTwoPassWg, cuda::kChunkImplWide}) {
+  for (const int impl : {cuda::kChunkImplTwoPass, cuda::kChunkImplTwoPassMma, cuda::kChunkImplWide}) {
     SCOPED_TRACE(std::string("kernel: ") + impl_name(impl));
     cuda::chunk_fwd_set_impl(impl);
     GpuRun run(gc, x);

@@ -43,7 +43,7 @@ void read_env_once() {
     if (const char* s = std::getenv("FLASHGDN_CHUNK_STAGES")) g_stages.store(std::atoi(s) & 3);
     if (const char* s = std::getenv("FLASHGDN_CHUNK_IMPL")) {
       const std::string v(s);
-      g_impl.store(v == "wide" ? kChunkImplWide : v == "wg" ? kChunkImplTwoPassWg : kChunkImplDefault);
+      g_impl.store(v == "wide" ? kChunkImplWide : v == "mma" ? kChunkImplTwoPassMma : kChunkImplDefault);
     }
   });
 }
@@ -352,7 +352,7 @@ ChunkKernelArgs make_args(const ChunkFwdParams& p, const ChunkDims& d) {
 
 // The chain kernel over (items, Hv, tiles): the state pass (two-pass) or the fused kernel.
 int launch(const ChunkKernelArgs& a, int impl, bool bf16, int64_t K, int64_t items, int64_t tiles, void* stream) {
-  if (impl == kChunkImplTwoPassWg && K == 128 && a.V == 128)  // the wgmma state pass (opt-in)
+  if (impl == kChunkImplTwoPass && K == 128 && a.V == 128)  // the wgmma state pass
     return bf16 ? launch_chunk_state_wg_bf16(a, items, tiles, stream)
                 : launch_chunk_state_wg_f16(a, items, tiles, stream);
   if (impl != kChunkImplWide)
@@ -371,7 +371,7 @@ void chunk_fwd_set_segments(int segments) {
 
 void chunk_fwd_set_impl(int impl) {
   read_env_once();
-  g_impl.store(impl == kChunkImplWide || impl == kChunkImplTwoPassWg ? impl : kChunkImplDefault);
+  g_impl.store(impl == kChunkImplWide || impl == kChunkImplTwoPassMma ? impl : kChunkImplDefault);
 }
 
 int chunk_fwd_get_impl() {

@@ -18,16 +18,16 @@ int chunk_fwd_get_segments();
 // Which kernels run (benchmarking, A/B checks and memory): both are exact implementations of gdn-math §5.
 //   kChunkImplTwoPass the default: an intra-chunk pass (every chunk and head in parallel: the inverse A and
 //                     P = QK^T (.) D into workspace records, 21 KB per chunk and value head) and a state pass that
-//                     runs only the state-dependent chain (chunk_fwd_intra.cuh, chunk_fwd_state.cuh);
-//   kChunkImplTwoPassWg   the two passes with the state pass on wgmma (chunk_fwd_state_wg.cuh) where K = V = 128
-//                     (the mma.sync state pass elsewhere): exact, but not yet faster than the mma.sync state pass
-//                     on the H200 (6.2 vs 5.9 us per chunk, docs/chunk_fwd.md), so opt-in;
+//                     runs only the state-dependent chain: on wgmma where K = V = 128 (chunk_fwd_state_wg.cuh),
+//                     on mma.sync otherwise (chunk_fwd_intra.cuh, chunk_fwd_state.cuh);
+//   kChunkImplTwoPassMma  the same with the mma.sync state pass for every K, V (H200: 2-6% slower at K = V = 128,
+//                     docs/chunk_fwd.md);
 //   kChunkImplWide    one fused kernel, 8 warps per CTA, 2 CTAs per SM, all of a chunk's work on the chain
 //                     (chunk_fwd_kernel_wide.cuh): 1.4-2x slower, but no workspace unless the segment split runs.
 // Thread-safe; affects chunk_fwd_workspace_size and chunk_fwd calls made after it. The environment variable
-// FLASHGDN_CHUNK_IMPL (read once, at the first call: "twopass", "wg" or "wide"; anything else is the default) sets the
+// FLASHGDN_CHUNK_IMPL (read once, at the first call: "twopass", "mma" or "wide"; anything else is the default) sets the
 // initial value.
-enum ChunkImpl : int { kChunkImplWide = 0, kChunkImplTwoPassWg = 1, kChunkImplTwoPass = 2 };
+enum ChunkImpl : int { kChunkImplWide = 0, kChunkImplTwoPassMma = 1, kChunkImplTwoPass = 2 };
 inline constexpr int kChunkImplDefault = kChunkImplTwoPass;
 void chunk_fwd_set_impl(int impl);
 int chunk_fwd_get_impl();

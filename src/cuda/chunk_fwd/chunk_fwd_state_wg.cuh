@@ -1,4 +1,4 @@
-// The state pass of the two-pass prefill on Hopper warpgroup MMA (wgmma), K = V = 128 (FLASHGDN_CHUNK_IMPL=wg):
+// The state pass of the two-pass prefill on Hopper warpgroup MMA (wgmma), K = V = 128 (the default there):
 // the same chain and the same rounding points as chunk_fwd_state.cuh (gdn-math §5.3-§5.5, records from
 // chunk_fwd_intra.cuh), with every product on wgmma m64n32k16 and the 16-bit operands in the 128-byte-swizzled
 // K-major layout (cuda/common/wgmma.cuh), read once per warpgroup instead of once per warp.
@@ -18,13 +18,13 @@
 //
 // Barriers per chunk: the CTA-wide one and three per warpgroup (R^T, U^T complete; the update read). The causal zero
 // blocks of A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block). Work per
-// chunk and CTA: 176 m64n32k16 = 11.5 MFLOP, ~2.8k cycles at the SM's dense rate. Where it stands (H200,
-// tests/cuda/standalone_wgmma/run.sh, B=8 T=4096 H=16, one CTA per SM): 6.19 us per chunk (5.19 without the loads)
-// against 5.93 for the mma.sync state pass, so it is not the default. An earlier form (two warpgroups per half split by
-// keys, 64-column accumulators: phase 2 on one warpgroup while the other waited) measured 5.67 (4.78 without loads).
-// Both are ~10k cycles per chunk against ~3k of tensor work and ~3k of latency estimated: where the rest goes
-// (instruction issue at 0.42 IPC per sub-partition, barrier and fixed-latency stalls per ncu) is the open question, see
-// docs/chunk_fwd.md.
+// chunk and CTA: 176 m64n32k16 = 11.5 MFLOP, ~2.8k cycles at the SM's dense rate.
+//
+// Where it stands (H200, tests/cuda/standalone_wgmma/run.sh, B=8 T=4096 H=16, one CTA per SM, 64 chunks per CTA):
+// 5.48 us per chunk (4.86 without the loads) against 5.66 for the mma.sync state pass (chunk_fwd_state.cuh); the
+// prefill 2-6% faster (T=32K H=16 1.128 vs 1.189 ms), so it is the default for K = V = 128. Still ~10k cycles per
+// chunk against ~2.8k of tensor work: issue-bound (0.42 IPC per sub-partition, barrier and fixed-latency stalls;
+// docs/chunk_fwd.md has the open questions).
 #pragma once
 
 #include <type_traits>

@@ -479,7 +479,7 @@ __global__ void fill_gate_kernel(float* g, float* beta, int64_t n, uint64_t seed
 
 static const char* impl_name() {
   const int impl = cuda::chunk_fwd_get_impl();
-  return impl == cuda::kChunkImplWide ? "wide" : impl == cuda::kChunkImplTwoPassWg ? "wg" : "twopass";
+  return impl == cuda::kChunkImplWide ? "wide" : impl == cuda::kChunkImplTwoPassMma ? "mma" : "twopass";
 }
 
 static void time_shape(const char* name, int64_t T, int64_t Hqk, int64_t Hv, std::vector<int64_t> seqlens,
