@@ -25,10 +25,11 @@
 //      reduce-scatter), scaled into A[t][s], B[t][s]; per-token decay scalars.
 //      State reduction: sum over the thread's rows of S0 k_t, S0 q'_t, kGroup tokens at a time, reduce-scatter
 //      over the NL lanes that share the columns, per-warp partials to shared memory. Barrier.
-//   3. columns (every warp redundantly, lane = column): sum the 4 warp partials, forward substitution for u,
-//      o for a quarter of the tokens, u (or the closed-form weights) to the warp's own shared copy. __syncwarp.
-//   4. state (every thread, its own rows): walk or closed form from k_t (shared) and u_t (warp copy).
-// Two barriers per chunk of 16 tokens (plus one before re-staging a next chunk); sums in a fixed order: bitwise
+//   3. columns (warp 0, lane = column): sum the 4 warp partials, forward substitution for u, u and the state
+//      weights (u, or the closed-form e^{gamma_C - gamma_t} u) to shared memory. Barrier. Then o by every warp for
+//      a quarter of the tokens.
+//   4. state (every thread, its own rows): walk or closed form from k_t and the weights (shared).
+// Three barriers per chunk of 8 tokens (plus one before re-staging a next chunk); sums in a fixed order: bitwise
 // reproducible. A tile is owned by one CTA and read whole before its first store (protocol A is safe, §8.2).
 // V-major states are not covered (the reduction over K would be across lanes): recurrent.cu / wy_launch.cu
 // send them to the persistent kernel.
@@ -244,7 +245,7 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
   __shared__ __align__(16) ST s_stage[P][wy::kThreads][4];
   __shared__ __align__(16) float s_tok[2][SC][K];      // [0] q' = scale q^, [1] k^; zeros past the end
   __shared__ __align__(16) float s_red[NW][2][C][BV];  // per-warp partials of S^T k_t, S^T q'_t
-  __shared__ __align__(16) float s_u[NW][C][BV];       // per-warp u_t (walk) or e^{gamma_C - gamma_t} u_t
+  __shared__ __align__(16) float s_u[2][C][BV];        // [0] u_t (walk) or e^{gamma_C - gamma_t} u_t, [1] u_t
   __shared__ __align__(16) float s_v[SC][BV];          // v_t of the tile's columns
   __shared__ float s_A[NCH][C][C];                     // beta_t e^{gamma_t - gamma_s} (k_t.k_s), s < t
   __shared__ float s_B[NCH][C][C];                     // e^{gamma_t - gamma_s} (q'_t.k_s), s <= t
@@ -622,23 +623,38 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
           __syncthreads();
           if (sc0 == 0 && ch == 0) prefetch_next();  // s[] was read from the stage before the barrier
 
-          // ---- columns: lane -> column j (every warp redundantly); forward substitution for u (§5.7) ----
+          // ---- columns: lane -> column j; forward substitution for u (§5.7) by warp 0 alone (the substitution is
+          // the same for every warp: one copy in shared memory instead of four redundant ones frees ~3/4 of this
+          // phase's issue slots for the other CTAs), then o by every warp for its tokens ----
           {
             const int j = lane % BV, half = lane / BV;
-            float u[C];
+            if (warp == 0) {
+              float u[C];
 #pragma unroll
-            for (int t = 0; t < C; ++t) {
-              u[t] = 0.f;
-              if (t < tc) {
-                float ks = s_red[0][0][t][j];
+              for (int t = 0; t < C; ++t) {
+                u[t] = 0.f;
+                if (t < tc) {
+                  float ks = s_red[0][0][t][j];
 #pragma unroll
-                for (int w = 1; w < NW; ++w) ks += s_red[w][0][t][j];
-                float x = fmaf(s_be[tb + t], s_v[tb + t][j], -s_cu[tb + t] * ks);  // beta v - beta e^{gamma_t} S0^T k
+                  for (int w = 1; w < NW; ++w) ks += s_red[w][0][t][j];
+                  float x = fmaf(s_be[tb + t], s_v[tb + t][j], -s_cu[tb + t] * ks);  // beta v - beta e^{g_t} S0^T k
 #pragma unroll
-                for (int sx = 0; sx < t; ++sx) x = fmaf(-s_A[ch][t][sx], u[sx], x);
-                u[t] = x;
+                  for (int sx = 0; sx < t; ++sx) x = fmaf(-s_A[ch][t][sx], u[sx], x);
+                  u[t] = x;
+                }
+              }
+              if (half == 0) {
+#pragma unroll
+                for (int t = 0; t < C; ++t) {
+                  s_u[1][t][j] = u[t];  // u_t for o (zero past tc)
+                  if (t < tc)
+                    s_u[0][t][j] = r.walk ? u[t] : s_e[tb + t] * u[t];
+                  else if (MMA)
+                    s_u[0][t][j] = 0.f;  // the closed-form mma reads all C tokens (k_t = 0 there too)
+                }
               }
             }
+            __syncthreads();  // s_u[0] (state weights) and s_u[1] (u) complete
             // o for the tokens of this (warp, half): t = warp NH + half (mod NW NH)
 #pragma unroll
             for (int t = 0; t < C; ++t) {
@@ -648,21 +664,11 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
                 for (int w = 1; w < NW; ++w) qs += s_red[w][1][t][j];
                 float o = s_d[tb + t] * qs;  // e^{gamma_t} S0^T q' + sum_{s<=t} B[t][s] u_s
 #pragma unroll
-                for (int sx = 0; sx <= t; ++sx) o = fmaf(s_B[ch][t][sx], u[sx], o);
+                for (int sx = 0; sx <= t; ++sx) o = fmaf(s_B[ch][t][sx], s_u[1][sx][j], o);
                 store1(a.o, a.v_dtype, r.b * a.o_s[0] + (r.bos + sc0 + tb + t) * a.o_s[1] + r.h * a.o_s[2] + r.j0 + j,
                        o);
               }
             }
-            if (half == 0) {
-#pragma unroll
-              for (int t = 0; t < C; ++t) {
-                if (t < tc)
-                  s_u[warp][t][j] = r.walk ? u[t] : s_e[tb + t] * u[t];
-                else if (MMA)
-                  s_u[warp][t][j] = 0.f;  // the closed-form mma reads all C tokens (k_t = 0 there too)
-              }
-            }
-            __syncwarp();
           }
 
           // ---- state: walk (per-token stores) or closed form ----
@@ -678,7 +684,7 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
               }
 #pragma unroll
               for (int mt = 0; mt < MT; ++mt) {
-                const float2 x = *reinterpret_cast<const float2*>(&s_u[warp][t][16 * mt + 2 * gq]);
+                const float2 x = *reinterpret_cast<const float2*>(&s_u[0][t][16 * mt + 2 * gq]);
                 uu[mt][0] = x.x, uu[mt][1] = x.y;
               }
 #pragma unroll
@@ -715,7 +721,7 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
             for (int t = 0; t < tc; ++t) {
               float kr[P];
               wy::ld_rows<P>(&s_tok[1][tb + t][i0], kr);
-              const float4 u4 = *reinterpret_cast<const float4*>(&s_u[warp][t][4 * c]);
+              const float4 u4 = *reinterpret_cast<const float4*>(&s_u[0][t][4 * c]);
               const float uu[4] = {u4.x, u4.y, u4.z, u4.w};
               const float al = s_al[tb + t];
 #pragma unroll
@@ -746,8 +752,8 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
               uint32_t wh[MT][4], wl[MT][4];
 #pragma unroll
               for (int mt = 0; mt < MT; ++mt) {  // a0 = W[qd][J], a1 = W[qd][J + 1], a2, a3: token qd + 4
-                const float2 x0 = *reinterpret_cast<const float2*>(&s_u[warp][qd][16 * mt + 2 * gq]);
-                const float2 x1 = *reinterpret_cast<const float2*>(&s_u[warp][qd + 4][16 * mt + 2 * gq]);
+                const float2 x0 = *reinterpret_cast<const float2*>(&s_u[0][qd][16 * mt + 2 * gq]);
+                const float2 x1 = *reinterpret_cast<const float2*>(&s_u[0][qd + 4][16 * mt + 2 * gq]);
                 wy::split_tf32(x0.x, wh[mt][0], wl[mt][0]);
                 wy::split_tf32(x0.y, wh[mt][1], wl[mt][1]);
                 wy::split_tf32(x1.x, wh[mt][2], wl[mt][2]);
@@ -767,7 +773,7 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
               for (int t = 0; t < tc; ++t) {  // S += k_t w_t^T, w_t = e^{gamma_last - gamma_t} u_t
                 float kr[P];
                 wy::ld_rows<P>(&s_tok[1][tb + t][i0], kr);
-                const float4 w4 = *reinterpret_cast<const float4*>(&s_u[warp][t][4 * c]);
+                const float4 w4 = *reinterpret_cast<const float4*>(&s_u[0][t][4 * c]);
                 const float ww[4] = {w4.x, w4.y, w4.z, w4.w};
 #pragma unroll
                 for (int p = 0; p < P; ++p)
