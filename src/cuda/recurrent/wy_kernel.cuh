@@ -655,7 +655,7 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
               }
             }
             __syncthreads();  // s_u[0] (state weights) and s_u[1] (u) complete
-            // o for the tokens of this (warp, half): t = warp NH + half (mod NW NH)
+                              // o for the tokens of this (warp, half): t = warp NH + half (mod NW NH)
 #pragma unroll
             for (int t = 0; t < C; ++t) {
               if (t < tc && t % (NW * NH) == warp * NH + half) {
