@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compare the kernel paths behind the environment switches on the GPU: correctness (the GPU test suites with the
 # path selected) and speed (the CLI benchmark cases). Run after `scripts/device_run.sh build` (same BUILD_DIR).
-#   FLASHGDN_CHUNK_IMPL = twopass (default) | wide             (chunk_fwd kernels)
+#   FLASHGDN_CHUNK_IMPL = twopass (default) | mma | wide       (chunk_fwd kernels)
 #   FLASHGDN_RECURRENT_DIRECT = 0 | 1                           (recurrent: persistent or direct kernel)
 #   FLASHGDN_CHUNK_SEGMENTS = 0 (auto) | 1 (off) | P            (segment split of chunk_fwd)
 set -uo pipefail
@@ -12,7 +12,7 @@ res=$OUT/compare.md
 echo "# kernel path comparison ($(date -u +%FT%TZ), commit ${FLASHGDN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)})" >"$res"
 bench_rows() { sed -n '/^copy /p;/^| [a-z]/p' | grep -v "^| case" ; }
 
-for impl in ${CHUNK_IMPLS-twopass wide}; do
+for impl in ${CHUNK_IMPLS-twopass mma wide}; do
   echo "== chunk_fwd impl=$impl"
   t=$(FLASHGDN_CHUNK_IMPL=$impl timeout 60 $B/flashgdn_gpu_tests --gtest_brief=1 --gtest_filter='CudaChunkFwd*' 2>&1)
   echo "### chunk_fwd $impl: tests: $(echo "$t" | grep -E '^\[  (PASSED|FAILED)' | tr '\n' ' ')" | tee -a "$res"

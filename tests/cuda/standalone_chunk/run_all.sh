@@ -6,8 +6,8 @@
 # kernel. Logs in $OUT: build.log (ptxas registers/spills), harness_<impl>.log, profile.log, gtest_<impl>.log.
 set -o pipefail
 OUT=${OUT:-/tmp}
-IMPLS=${IMPLS:-"twopass wide"}
-GTEST_IMPLS=${GTEST_IMPLS:-"twopass wide"}
+IMPLS=${IMPLS:-"twopass mma wide"}
+GTEST_IMPLS=${GTEST_IMPLS:-"twopass mma wide"}
 F="-O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -DFLASHGDN_WITH_CUDA=1"
 F="$F -Iinclude -Isrc"
 D=src/cuda/chunk_fwd
