@@ -341,255 +341,182 @@ struct Args {
 };
 
 // ---- ops -------------------------------------------------------------------------------------------------
+// Each op reads its scalars first, then its tensors in argument order (the first bad tensor names itself), then
+// the option tuples; the launch runs without the GIL.
+
+// Tensor argument k of a call, viewed under its name; the views' sources stay alive in `keep` until the call returns.
+struct Views {
+  const char* op;
+  const Args& in;
+  Keep keep;
+  TensorView operator()(size_t k, const char* name) { return view(op, name, in.h(k), keep); }
+};
+
+// workspace_size, the workspace from the Python allocator, then the launch.
+template <class P, class SizeFn, class RunFn>
+void launch_with_workspace(Views& tv, const P& p, const TensorView& first, nb::handle stream, nb::handle alloc,
+                           SizeFn size_fn, RunFn run_fn) {
+  size_t bytes = 0;
+  Status st = size_fn(p, &bytes);
+  if (!st.ok()) raise_status(st);
+  Workspace ws = make_workspace(tv.op, bytes, alloc, tv.keep);
+  void* s = stream_of(stream, first);
+  {
+    nb::gil_scoped_release nogil;
+    st = run_fn(p, ws.ptr, ws.bytes, s);
+  }
+  if (!st.ok()) raise_status(st);
+}
+
+// An op without a workspace.
+template <class P, class RunFn>
+void launch(const P& p, const TensorView& first, nb::handle stream, RunFn run_fn) {
+  Status st;
+  void* s = stream_of(stream, first);
+  {
+    nb::gil_scoped_release nogil;
+    st = run_fn(p, s);
+  }
+  if (!st.ok()) raise_status(st);
+}
+
 void chunk_fwd_py(nb::args args) {
   Args in("chunk_fwd", args, 21);
-  nb::handle q = in.h(0);
-  nb::handle k = in.h(1);
-  nb::handle v = in.h(2);
-  nb::handle g = in.h(3);
-  nb::handle beta = in.h(4);
-  nb::handle A_log = in.h(5);
-  nb::handle dt_bias = in.h(6);
-  nb::handle initial_state = in.h(7);
-  nb::handle cu_seqlens = in.h(8);
-  nb::handle o = in.h(9);
-  nb::handle final_state = in.h(10);
-  nb::handle state_checkpoints = in.h(11);
-  int64_t checkpoint_interval = in.i(12);
-  float scale = in.f(13);
-  bool use_qk_l2norm_in_kernel = in.b(14);
-  nb::handle gate = in.h(15);
-  bool state_v_first = in.b(16);
-  int chunk_size = int(in.i(17));
-  nb::handle exec = in.h(18);
-  nb::handle stream = in.h(19);
-  nb::handle alloc = in.h(20);
-  const char* op = "chunk_fwd";
-  Keep keep;
+  const int64_t checkpoint_interval = in.i(12);
+  const float scale = in.f(13);
+  const bool use_qk_l2norm_in_kernel = in.b(14);
+  const bool state_v_first = in.b(16);
+  const int chunk_size = int(in.i(17));
+  Views tv{"chunk_fwd", in};
   ChunkFwdParams p;
-  p.q = view(op, "q", q, keep);
-  p.k = view(op, "k", k, keep);
-  p.v = view(op, "v", v, keep);
-  p.g = view(op, "g", g, keep);
-  p.beta = view(op, "beta", beta, keep);
-  p.A_log = view(op, "A_log", A_log, keep);
-  p.dt_bias = view(op, "dt_bias", dt_bias, keep);
-  p.initial_state = view(op, "initial_state", initial_state, keep);
-  p.cu_seqlens = view(op, "cu_seqlens", cu_seqlens, keep);
-  p.o = view(op, "o", o, keep);
-  p.final_state = view(op, "final_state", final_state, keep);
-  p.state_checkpoints = view(op, "state_checkpoints", state_checkpoints, keep);
+  p.q = tv(0, "q");
+  p.k = tv(1, "k");
+  p.v = tv(2, "v");
+  p.g = tv(3, "g");
+  p.beta = tv(4, "beta");
+  p.A_log = tv(5, "A_log");
+  p.dt_bias = tv(6, "dt_bias");
+  p.initial_state = tv(7, "initial_state");
+  p.cu_seqlens = tv(8, "cu_seqlens");
+  p.o = tv(9, "o");
+  p.final_state = tv(10, "final_state");
+  p.state_checkpoints = tv(11, "state_checkpoints");
   p.checkpoint_interval = checkpoint_interval;
   p.scale = scale;
   p.use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel;
-  p.gate = gate_of(gate);
+  p.gate = gate_of(in.h(15));
   p.state_layout = layout_of(state_v_first);
   p.chunk_size = chunk_size;
-  p.exec = exec_of(exec);
-  size_t bytes = 0;
-  Status st = chunk_fwd_workspace_size(p, &bytes);
-  if (!st.ok()) raise_status(st);
-  Workspace ws = make_workspace(op, bytes, alloc, keep);
-  void* s = stream_of(stream, p.q);
-  {
-    nb::gil_scoped_release nogil;
-    st = chunk_fwd(p, ws.ptr, ws.bytes, s);
-  }
-  if (!st.ok()) raise_status(st);
+  p.exec = exec_of(in.h(18));
+  launch_with_workspace(
+      tv, p, p.q, in.h(19), in.h(20), [](const ChunkFwdParams& x, size_t* n) { return chunk_fwd_workspace_size(x, n); },
+      [](const ChunkFwdParams& x, void* w, size_t n, void* s) { return chunk_fwd(x, w, n, s); });
 }
 
 void chunk_bwd_py(nb::args args) {
   Args in("chunk_bwd", args, 27);
-  nb::handle q = in.h(0);
-  nb::handle k = in.h(1);
-  nb::handle v = in.h(2);
-  nb::handle g = in.h(3);
-  nb::handle beta = in.h(4);
-  nb::handle A_log = in.h(5);
-  nb::handle dt_bias = in.h(6);
-  nb::handle initial_state = in.h(7);
-  nb::handle cu_seqlens = in.h(8);
-  nb::handle d_o = in.h(9);
-  nb::handle d_ht = in.h(10);
-  nb::handle dq = in.h(11);
-  nb::handle dk = in.h(12);
-  nb::handle dv = in.h(13);
-  nb::handle dg = in.h(14);
-  nb::handle dbeta = in.h(15);
-  nb::handle dh0 = in.h(16);
-  nb::handle dA_log = in.h(17);
-  nb::handle ddt_bias = in.h(18);
-  float scale = in.f(19);
-  bool use_qk_l2norm_in_kernel = in.b(20);
-  nb::handle gate = in.h(21);
-  bool state_v_first = in.b(22);
-  int chunk_size = int(in.i(23));
-  nb::handle exec = in.h(24);
-  nb::handle stream = in.h(25);
-  nb::handle alloc = in.h(26);
-  const char* op = "chunk_bwd";
-  Keep keep;
+  const float scale = in.f(19);
+  const bool use_qk_l2norm_in_kernel = in.b(20);
+  const bool state_v_first = in.b(22);
+  const int chunk_size = int(in.i(23));
+  Views tv{"chunk_bwd", in};
   ChunkBwdParams p;
-  p.q = view(op, "q", q, keep);
-  p.k = view(op, "k", k, keep);
-  p.v = view(op, "v", v, keep);
-  p.g = view(op, "g", g, keep);
-  p.beta = view(op, "beta", beta, keep);
-  p.A_log = view(op, "A_log", A_log, keep);
-  p.dt_bias = view(op, "dt_bias", dt_bias, keep);
-  p.initial_state = view(op, "initial_state", initial_state, keep);
-  p.cu_seqlens = view(op, "cu_seqlens", cu_seqlens, keep);
-  p.d_o = view(op, "d_o", d_o, keep);
-  p.d_ht = view(op, "d_ht", d_ht, keep);
-  p.dq = view(op, "dq", dq, keep);
-  p.dk = view(op, "dk", dk, keep);
-  p.dv = view(op, "dv", dv, keep);
-  p.dg = view(op, "dg", dg, keep);
-  p.dbeta = view(op, "dbeta", dbeta, keep);
-  p.dh0 = view(op, "dh0", dh0, keep);
-  p.dA_log = view(op, "dA_log", dA_log, keep);
-  p.ddt_bias = view(op, "ddt_bias", ddt_bias, keep);
+  p.q = tv(0, "q");
+  p.k = tv(1, "k");
+  p.v = tv(2, "v");
+  p.g = tv(3, "g");
+  p.beta = tv(4, "beta");
+  p.A_log = tv(5, "A_log");
+  p.dt_bias = tv(6, "dt_bias");
+  p.initial_state = tv(7, "initial_state");
+  p.cu_seqlens = tv(8, "cu_seqlens");
+  p.d_o = tv(9, "d_o");
+  p.d_ht = tv(10, "d_ht");
+  p.dq = tv(11, "dq");
+  p.dk = tv(12, "dk");
+  p.dv = tv(13, "dv");
+  p.dg = tv(14, "dg");
+  p.dbeta = tv(15, "dbeta");
+  p.dh0 = tv(16, "dh0");
+  p.dA_log = tv(17, "dA_log");
+  p.ddt_bias = tv(18, "ddt_bias");
   p.scale = scale;
   p.use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel;
-  p.gate = gate_of(gate);
+  p.gate = gate_of(in.h(21));
   p.state_layout = layout_of(state_v_first);
   p.chunk_size = chunk_size;
-  p.exec = exec_of(exec);
-  size_t bytes = 0;
-  Status st = chunk_bwd_workspace_size(p, &bytes);
-  if (!st.ok()) raise_status(st);
-  Workspace ws = make_workspace(op, bytes, alloc, keep);
-  void* s = stream_of(stream, p.q);
-  {
-    nb::gil_scoped_release nogil;
-    st = chunk_bwd(p, ws.ptr, ws.bytes, s);
-  }
-  if (!st.ok()) raise_status(st);
+  p.exec = exec_of(in.h(24));
+  launch_with_workspace(
+      tv, p, p.q, in.h(25), in.h(26), [](const ChunkBwdParams& x, size_t* n) { return chunk_bwd_workspace_size(x, n); },
+      [](const ChunkBwdParams& x, void* w, size_t n, void* s) { return chunk_bwd(x, w, n, s); });
 }
 
 void gating_py(nb::args args) {
   Args in("gating", args, 9);
-  nb::handle A_log = in.h(0);
-  nb::handle a = in.h(1);
-  nb::handle dt_bias = in.h(2);
-  nb::handle b = in.h(3);
-  nb::handle g = in.h(4);
-  nb::handle beta = in.h(5);
-  nb::handle gate = in.h(6);
-  nb::handle exec = in.h(7);
-  nb::handle stream = in.h(8);
-  const char* op = "gating";
-  Keep keep;
+  Views tv{"gating", in};
   GatingParams p;
-  p.A_log = view(op, "A_log", A_log, keep);
-  p.a = view(op, "a", a, keep);
-  p.dt_bias = view(op, "dt_bias", dt_bias, keep);
-  p.b = view(op, "b", b, keep);
-  p.g = view(op, "g", g, keep);
-  p.beta = view(op, "beta", beta, keep);
-  p.gate = gate_of(gate);
-  p.exec = exec_of(exec);
-  Status st;
-  void* s = stream_of(stream, p.a);
-  {
-    nb::gil_scoped_release nogil;
-    st = gating(p, s);
-  }
-  if (!st.ok()) raise_status(st);
+  p.A_log = tv(0, "A_log");
+  p.a = tv(1, "a");
+  p.dt_bias = tv(2, "dt_bias");
+  p.b = tv(3, "b");
+  p.g = tv(4, "g");
+  p.beta = tv(5, "beta");
+  p.gate = gate_of(in.h(6));
+  p.exec = exec_of(in.h(7));
+  launch(p, p.a, in.h(8), [](const GatingParams& x, void* s) { return gating(x, s); });
 }
 
 void recurrent_py(nb::args args) {
   Args in("recurrent", args, 25);
-  nb::handle q = in.h(0);
-  nb::handle k = in.h(1);
-  nb::handle v = in.h(2);
-  nb::handle g = in.h(3);
-  nb::handle beta = in.h(4);
-  nb::handle A_log = in.h(5);
-  nb::handle dt_bias = in.h(6);
-  nb::handle cu_seqlens = in.h(7);
-  nb::handle o = in.h(8);
-  nb::handle state_pool = in.h(9);
-  nb::handle state_indices = in.h(10);
-  nb::handle num_accepted_tokens = in.h(11);
-  nb::handle intermediate_states = in.h(12);
-  nb::handle intermediate_indices = in.h(13);
-  nb::handle initial_state = in.h(14);
-  nb::handle final_state = in.h(15);
-  bool commit = in.b(16);
-  bool null_slot_is_invalid = in.b(17);
-  float scale = in.f(18);
-  bool use_qk_l2norm_in_kernel = in.b(19);
-  nb::handle gate = in.h(20);
-  bool state_v_first = in.b(21);
-  nb::handle exec = in.h(22);
-  nb::handle stream = in.h(23);
-  nb::handle alloc = in.h(24);
-  const char* op = "recurrent";
-  Keep keep;
+  const bool commit = in.b(16);
+  const bool null_slot_is_invalid = in.b(17);
+  const float scale = in.f(18);
+  const bool use_qk_l2norm_in_kernel = in.b(19);
+  const bool state_v_first = in.b(21);
+  Views tv{"recurrent", in};
   RecurrentParams p;
-  p.q = view(op, "q", q, keep);
-  p.k = view(op, "k", k, keep);
-  p.v = view(op, "v", v, keep);
-  p.g = view(op, "g", g, keep);
-  p.beta = view(op, "beta", beta, keep);
-  p.A_log = view(op, "A_log", A_log, keep);
-  p.dt_bias = view(op, "dt_bias", dt_bias, keep);
-  p.cu_seqlens = view(op, "cu_seqlens", cu_seqlens, keep);
-  p.o = view(op, "o", o, keep);
-  p.state_pool = view(op, "state_pool", state_pool, keep);
-  p.state_indices = view(op, "state_indices", state_indices, keep);
-  p.num_accepted_tokens = view(op, "num_accepted_tokens", num_accepted_tokens, keep);
-  p.intermediate_states = view(op, "intermediate_states", intermediate_states, keep);
-  p.intermediate_indices = view(op, "intermediate_indices", intermediate_indices, keep);
-  p.initial_state = view(op, "initial_state", initial_state, keep);
-  p.final_state = view(op, "final_state", final_state, keep);
+  p.q = tv(0, "q");
+  p.k = tv(1, "k");
+  p.v = tv(2, "v");
+  p.g = tv(3, "g");
+  p.beta = tv(4, "beta");
+  p.A_log = tv(5, "A_log");
+  p.dt_bias = tv(6, "dt_bias");
+  p.cu_seqlens = tv(7, "cu_seqlens");
+  p.o = tv(8, "o");
+  p.state_pool = tv(9, "state_pool");
+  p.state_indices = tv(10, "state_indices");
+  p.num_accepted_tokens = tv(11, "num_accepted_tokens");
+  p.intermediate_states = tv(12, "intermediate_states");
+  p.intermediate_indices = tv(13, "intermediate_indices");
+  p.initial_state = tv(14, "initial_state");
+  p.final_state = tv(15, "final_state");
   p.commit = commit;
   p.null_slot_is_invalid = null_slot_is_invalid;
   p.scale = scale;
   p.use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel;
-  p.gate = gate_of(gate);
+  p.gate = gate_of(in.h(20));
   p.state_layout = layout_of(state_v_first);
-  p.exec = exec_of(exec);
-  size_t bytes = 0;
-  Status st = recurrent_workspace_size(p, &bytes);
-  if (!st.ok()) raise_status(st);
-  Workspace ws = make_workspace(op, bytes, alloc, keep);
-  void* s = stream_of(stream, p.q);
-  {
-    nb::gil_scoped_release nogil;
-    st = recurrent(p, ws.ptr, ws.bytes, s);
-  }
-  if (!st.ok()) raise_status(st);
+  p.exec = exec_of(in.h(22));
+  launch_with_workspace(
+      tv, p, p.q, in.h(23), in.h(24),
+      [](const RecurrentParams& x, size_t* n) { return recurrent_workspace_size(x, n); },
+      [](const RecurrentParams& x, void* w, size_t n, void* s) { return recurrent(x, w, n, s); });
 }
 
 void recurrent_commit_py(nb::args args) {
   Args in("recurrent_commit", args, 8);
-  nb::handle state_pool = in.h(0);
-  nb::handle state_indices = in.h(1);
-  nb::handle intermediate_states = in.h(2);
-  nb::handle intermediate_indices = in.h(3);
-  nb::handle num_accepted_tokens = in.h(4);
-  bool null_slot_is_invalid = in.b(5);
-  nb::handle exec = in.h(6);
-  nb::handle stream = in.h(7);
-  const char* op = "recurrent_commit";
-  Keep keep;
+  const bool null_slot_is_invalid = in.b(5);
+  Views tv{"recurrent_commit", in};
   RecurrentCommitParams p;
-  p.state_pool = view(op, "state_pool", state_pool, keep);
-  p.state_indices = view(op, "state_indices", state_indices, keep);
-  p.intermediate_states = view(op, "intermediate_states", intermediate_states, keep);
-  p.intermediate_indices = view(op, "intermediate_indices", intermediate_indices, keep);
-  p.num_accepted_tokens = view(op, "num_accepted_tokens", num_accepted_tokens, keep);
+  p.state_pool = tv(0, "state_pool");
+  p.state_indices = tv(1, "state_indices");
+  p.intermediate_states = tv(2, "intermediate_states");
+  p.intermediate_indices = tv(3, "intermediate_indices");
+  p.num_accepted_tokens = tv(4, "num_accepted_tokens");
   p.null_slot_is_invalid = null_slot_is_invalid;
-  p.exec = exec_of(exec);
-  Status st;
-  void* s = stream_of(stream, p.state_pool);
-  {
-    nb::gil_scoped_release nogil;
-    st = recurrent_commit(p, s);
-  }
-  if (!st.ok()) raise_status(st);
+  p.exec = exec_of(in.h(6));
+  launch(p, p.state_pool, in.h(7), [](const RecurrentCommitParams& x, void* s) { return recurrent_commit(x, s); });
 }
 
 // Host cost of reading one call's tensors (bench/side_by_side.py reports it next to the full eager call).
