@@ -210,6 +210,14 @@ Status check_same_dtype(const Ctx& c, const char* name, const TensorView& t, con
   return Status::OK();
 }
 
+// A required tensor of a known shape with the dtype of another argument (outputs, gradients).
+Status check_like(const Ctx& c, const char* name, const TensorView& t, const char* doc,
+                  std::initializer_list<int64_t> want, const char* ref_name, const TensorView& ref) {
+  FGDN_RETURN_IF_ERROR(require(c, name, t, doc));
+  FGDN_RETURN_IF_ERROR(check_shape(c, name, t, doc, want));
+  return check_same_dtype(c, name, t, ref_name, ref);
+}
+
 // Per-tensor layout rules that need no shape context, then the device rule over the whole call.
 Status check_tensors(Ctx& c, std::initializer_list<Arg> args) {
   const Arg* first = nullptr;
@@ -531,9 +539,7 @@ Status validate(const ChunkFwdParams& p, ChunkDims* d) {
   const int64_t B = dims.B, T = dims.T, N = dims.N, Hv = dims.Hv, K = dims.K, V = dims.V;
   FGDN_RETURN_IF_ERROR(check_chunk_size(c, p.chunk_size));
 
-  FGDN_RETURN_IF_ERROR(require(c, "o", p.o, "[B, T, Hv, V]"));
-  FGDN_RETURN_IF_ERROR(check_shape(c, "o", p.o, "[B, T, Hv, V]", {B, T, Hv, V}));
-  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "o", p.o, "v", p.v));
+  FGDN_RETURN_IF_ERROR(check_like(c, "o", p.o, "[B, T, Hv, V]", {B, T, Hv, V}, "v", p.v));
   FGDN_RETURN_IF_ERROR(check_state(c, "initial_state", p.initial_state, p.state_layout, N, Hv, K, V));
   FGDN_RETURN_IF_ERROR(check_state(c, "final_state", p.final_state, p.state_layout, N, Hv, K, V));
 
@@ -591,20 +597,12 @@ Status validate(const ChunkBwdParams& p, SeqDims* d) {
   FGDN_RETURN_IF_ERROR(check_chunk_size(c, p.chunk_size));
   FGDN_RETURN_IF_ERROR(check_state(c, "initial_state", p.initial_state, p.state_layout, N, Hv, K, V));
 
-  FGDN_RETURN_IF_ERROR(require(c, "d_o", p.d_o, "[B, T, Hv, V]"));
-  FGDN_RETURN_IF_ERROR(check_shape(c, "d_o", p.d_o, "[B, T, Hv, V]", {B, T, Hv, V}));
-  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "d_o", p.d_o, "v", p.v));
+  FGDN_RETURN_IF_ERROR(check_like(c, "d_o", p.d_o, "[B, T, Hv, V]", {B, T, Hv, V}, "v", p.v));
   FGDN_RETURN_IF_ERROR(check_state(c, "d_ht", p.d_ht, p.state_layout, N, Hv, K, V));
 
-  FGDN_RETURN_IF_ERROR(require(c, "dq", p.dq, "[B, T, Hqk, K]"));
-  FGDN_RETURN_IF_ERROR(check_shape(c, "dq", p.dq, "[B, T, Hqk, K]", {B, T, Hqk, K}));
-  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "dq", p.dq, "q", p.q));
-  FGDN_RETURN_IF_ERROR(require(c, "dk", p.dk, "[B, T, Hqk, K]"));
-  FGDN_RETURN_IF_ERROR(check_shape(c, "dk", p.dk, "[B, T, Hqk, K]", {B, T, Hqk, K}));
-  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "dk", p.dk, "k", p.k));
-  FGDN_RETURN_IF_ERROR(require(c, "dv", p.dv, "[B, T, Hv, V]"));
-  FGDN_RETURN_IF_ERROR(check_shape(c, "dv", p.dv, "[B, T, Hv, V]", {B, T, Hv, V}));
-  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "dv", p.dv, "v", p.v));
+  FGDN_RETURN_IF_ERROR(check_like(c, "dq", p.dq, "[B, T, Hqk, K]", {B, T, Hqk, K}, "q", p.q));
+  FGDN_RETURN_IF_ERROR(check_like(c, "dk", p.dk, "[B, T, Hqk, K]", {B, T, Hqk, K}, "k", p.k));
+  FGDN_RETURN_IF_ERROR(check_like(c, "dv", p.dv, "[B, T, Hv, V]", {B, T, Hv, V}, "v", p.v));
   if (p.dg.defined()) {
     FGDN_RETURN_IF_ERROR(check_shape(c, "dg", p.dg, "[B, T, Hv]", {B, T, Hv}));
     FGDN_RETURN_IF_ERROR(check_dtype(c, "dg", p.dg, c.floats()));
@@ -767,9 +765,7 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
   const int64_t B = dims.B, T = dims.T, N = dims.N, Hv = dims.Hv, K = dims.K, V = dims.V;
   const StateLayout l = p.state_layout;
 
-  FGDN_RETURN_IF_ERROR(require(c, "o", p.o, "[B, T, Hv, V]"));
-  FGDN_RETURN_IF_ERROR(check_shape(c, "o", p.o, "[B, T, Hv, V]", {B, T, Hv, V}));
-  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "o", p.o, "v", p.v));
+  FGDN_RETURN_IF_ERROR(check_like(c, "o", p.o, "[B, T, Hv, V]", {B, T, Hv, V}, "v", p.v));
 
   if (p.state_pool.defined()) {
     const TensorView& pool = p.state_pool;
