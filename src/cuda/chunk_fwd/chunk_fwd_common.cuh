@@ -71,6 +71,13 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+// Named barrier `id` (1-15; 0 is __syncthreads) over COUNT threads, a multiple of 32: ordering inside a group of
+// warps (a warpgroup, a column half) without stopping the rest of the CTA.
+template <int COUNT>
+__device__ __forceinline__ void named_barrier(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(COUNT) : "memory");
+}
+
 #ifdef FGDN_CHUNK_PROFILE
 #define FGDN_PROF(k)                             \
   do {                                           \

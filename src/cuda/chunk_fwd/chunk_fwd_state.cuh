@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
       }
       // the 16-bit copy for the next chunk's K S0 and Q S0, over diag(dk) U: the four warps of this column half
       // (the only readers of those columns) must be done with it
-      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + (w >> 2)) : "memory");
+      named_barrier<128>(1 + (w >> 2));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll

@@ -27,8 +27,6 @@
 // docs/chunk_fwd.md has the open questions).
 #pragma once
 
-#include <type_traits>
-
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
 #include "cuda/common/wgmma.cuh"
 
@@ -240,7 +238,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       store_transposed(rt_slice, x, wi, lane);
       wg::fence_async_smem();
     }
-    wg::bar_sync(1 + wgi, 128);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
+    named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
 
     // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta) (one group); U^T as hi + lo
     {
@@ -276,7 +274,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       store_transposed(st_slice + 8192, xd, wi, lane);
       wg::fence_async_smem();
     }
-    wg::bar_sync(1 + wgi, 128);  // U^T of this slice complete
+    named_barrier<128>(1 + wgi);  // U^T of this slice complete
 
     // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
     // S <- en S + K^T (diag(dk) U) (key block 0 in the same group, key block 1 in a second one)
@@ -333,7 +331,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     }
     // the 16-bit copy for the next chunk's phase 1, over diag(dk) U^T in key block 1: every warp of the warpgroup
     // must be past its wait of the update (one warp's wait does not cover the others' halves of the operation)
-    wg::bar_sync(1 + wgi, 128);
+    named_barrier<128>(1 + wgi);
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
       uint32_t x[4][2];
