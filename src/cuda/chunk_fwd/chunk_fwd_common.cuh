@@ -295,6 +295,14 @@ __device__ __forceinline__ StateRef start_state(const ChunkKernelArgs& a, const 
   return StateRef{a.mn + ((item - 1) * a.Hv + h) * int64_t(K) * (K + a.V) + K, K + a.V, false};
 }
 
+// Element (key i, value column j of the tile) of a chain kernel's start state: the identity for the augmented M
+// columns of the summary, else the start state (zeros without one, or when `load` is false: no tile).
+__device__ __forceinline__ float start_value(const StateRef& src, bool m_tile, bool load, int tile, int vcol0, int i,
+                                             int j) {
+  if (m_tile) return (i == tile * kBV + j) ? 1.f : 0.f;
+  return src.p && load ? src.p[src.off(i, vcol0 + j)] : 0.f;
+}
+
 // Where it ends: this item's [M | N] (summary; columns from 0), the final state (last segment), or nowhere.
 __device__ __forceinline__ StateRef end_state(const ChunkKernelArgs& a, const ChunkWork& w, int64_t item, int h,
                                               int K) {

@@ -84,12 +84,7 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
-          float val = 0.f;
-          if (m_tile)
-            val = (i == tile * kBV + j) ? 1.f : 0.f;
-          else if (src.p && active)
-            val = src.p[src.off(i, vcol0 + j)];
-          sacc[mt][nt][e] = val;
+          sacc[mt][nt][e] = start_value(src, m_tile, active, tile, vcol0, i, j);
         }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)

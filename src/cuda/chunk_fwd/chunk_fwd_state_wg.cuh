@@ -136,12 +136,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = 64 * mb + r0 + (e >> 1) * 8, j = cb + jn * 8 + 2 * t4 + (e & 1);
-          float val = 0.f;
-          if (m_tile)
-            val = (i == tile * kBV + j) ? 1.f : 0.f;
-          else if (src.p && active)
-            val = src.p[src.off(i, vcol0 + j)];
-          sacc[mb][jn][e] = val;
+          sacc[mb][jn][e] = start_value(src, m_tile, active, tile, vcol0, i, j);
         }
       uint32_t x[4][2];
       pack_acc<BF16>(sacc[mb], x);
