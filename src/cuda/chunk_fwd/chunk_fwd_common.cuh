@@ -71,6 +71,23 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+// gamma = cumsum(g) over a chunk's 64 rows (lane holds rows 2 lane, 2 lane + 1 of g in gv, beta in bv; one warp, a
+// shuffle scan), stored with beta to shared memory.
+__device__ __forceinline__ void store_gamma_beta(const float (&gv)[2], const float (&bv)[2], int lane, float* gam,
+                                                 float* beta) {
+  float s = gv[0] + gv[1];
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const float y = __shfl_up_sync(0xffffffffu, s, off);
+    if (lane >= off) s += y;
+  }
+  const float ex = s - (gv[0] + gv[1]);
+  gam[2 * lane] = ex + gv[0];
+  gam[2 * lane + 1] = ex + gv[0] + gv[1];
+  beta[2 * lane] = bv[0];
+  beta[2 * lane + 1] = bv[1];
+}
+
 // Named barrier `id` (1-15; 0 is __syncthreads) over COUNT threads, a multiple of 32: ordering inside a group of
 // warps (a warpgroup, a column half) without stopping the rest of the CTA.
 template <int COUNT>

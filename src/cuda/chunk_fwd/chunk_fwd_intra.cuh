@@ -200,17 +200,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       float gv[2], bv[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) gate_beta(a, gh, g_raw[e], b_raw[e], 2 * lane + e < nvalid, &gv[e], &bv[e]);
-      float s = gv[0] + gv[1];
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const float y = __shfl_up_sync(0xffffffffu, s, off);
-        if (lane >= off) s += y;
-      }
-      const float ex = s - (gv[0] + gv[1]);
-      sm.gam[2 * lane] = ex + gv[0];
-      sm.gam[2 * lane + 1] = ex + gv[0] + gv[1];
-      sm.beta[2 * lane] = bv[0];
-      sm.beta[2 * lane + 1] = bv[1];
+      store_gamma_beta(gv, bv, lane, sm.gam, sm.beta);
       if (j + 1 < a.group) load_gb(h + 1);  // in flight during this head
     }
     __syncthreads();

@@ -214,17 +214,7 @@ __global__ void __launch_bounds__(256, 2) chunk_fwd_kernel_wide(const ChunkKerne
       float gv[2], bv[2];
       gate_beta(a, gh, g_next[0], b_next[0], 2 * lane < nvalid, &gv[0], &bv[0]);
       gate_beta(a, gh, g_next[1], b_next[1], 2 * lane + 1 < nvalid, &gv[1], &bv[1]);
-      float s = gv[0] + gv[1];
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const float y = __shfl_up_sync(0xffffffffu, s, off);
-        if (lane >= off) s += y;
-      }
-      const float ex = s - (gv[0] + gv[1]);
-      sm.gam[2 * lane] = ex + gv[0];
-      sm.gam[2 * lane + 1] = ex + gv[0] + gv[1];
-      sm.beta[2 * lane] = bv[0];
-      sm.beta[2 * lane + 1] = bv[1];
+      store_gamma_beta(gv, bv, lane, sm.gam, sm.beta);
       if (c + 1 < c_end) load_gb(c + 1);  // in flight until the next chunk
     }
 
