@@ -151,6 +151,24 @@ __device__ __forceinline__ float lane_sum(float x) {
   return x;
 }
 
+// The row factors of one token's q and k, held as 4-element lane slices across a warp (K = 128): rq = scale / |q|
+// and rk = 1 / |k| with l2norm (x / sqrt(sum x^2 + 1e-6), fp32, gdn-math §1.4; zero rows stay zero), else scale
+// and 1.
+__device__ __forceinline__ void qk_norm_factors(const float (&q)[4], const float (&k)[4], float scale, bool l2norm,
+                                                float* rq, float* rk) {
+  *rq = scale;
+  *rk = 1.f;
+  if (l2norm) {
+    float sq = 0.f, sk = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sq = fmaf(q[e], q[e], sq), sk = fmaf(k[e], k[e], sk);
+    sq = lane_sum<1, 32>(sq);
+    sk = lane_sum<1, 32>(sk);
+    *rq *= rsqrtf(sq + 1e-6f);
+    *rk = rsqrtf(sk + 1e-6f);
+  }
+}
+
 // ---- gates (gdn-math §4) -------------------------------------------------------------------------------
 // softplus with PyTorch's convention: (1/beta) log(1 + exp(beta x)) if beta x <= threshold, else x.
 __device__ __forceinline__ float softplus(float x, float sp_beta, float sp_threshold) {

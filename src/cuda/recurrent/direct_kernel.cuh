@@ -403,16 +403,8 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
     if (MULTI && tr + 1 < ntok) load_tok(tr + 1, nxt);
 
     // ---- token staging, redundantly per warp (no barrier): q' = scale q^, k^, q'.k^, alpha, beta ----
-    float rq = a.scale, rk = 1.f;
-    if (a.l2norm) {  // x^ = x / sqrt(sum x^2 + 1e-6), fp32 (gdn-math §1.4)
-      float sq = 0.f, sk = 0.f;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sq = fmaf(cur.q[e], cur.q[e], sq), sk = fmaf(cur.k[e], cur.k[e], sk);
-      sq = lane_sum<1, 32>(sq);
-      sk = lane_sum<1, 32>(sk);
-      rq *= rsqrtf(sq + 1e-6f);
-      rk = rsqrtf(sk + 1e-6f);
-    }
+    float rq, rk;
+    qk_norm_factors(cur.q, cur.k, a.scale, a.l2norm, &rq, &rk);
     float qk = 0.f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {

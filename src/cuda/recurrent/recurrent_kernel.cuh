@@ -237,16 +237,8 @@ __global__ void __launch_bounds__(kRecThreads, RecTile<L, K, BV>::kMinBlocks) re
     for (int m = 0; m < kRecTokPerWarp; ++m) {
       const int tt = warp + m * NW;
       if (tt >= nt) continue;  // warp-uniform
-      float rq = a.scale, rk = 1.f;
-      if (a.l2norm) {  // x^ = x / sqrt(sum x^2 + 1e-6), fp32 (gdn-math §1.4)
-        float sq = 0.f, sk = 0.f;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sq = fmaf(r.q[m][e], r.q[m][e], sq), sk = fmaf(r.k[m][e], r.k[m][e], sk);
-        sq = lane_sum<1, 32>(sq);
-        sk = lane_sum<1, 32>(sk);
-        rq *= rsqrtf(sq + 1e-6f);
-        rk = rsqrtf(sk + 1e-6f);
-      }
+      float rq, rk;
+      qk_norm_factors(r.q[m], r.k[m], a.scale, a.l2norm, &rq, &rk);
       float qk = 0.f;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {

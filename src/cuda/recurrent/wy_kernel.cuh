@@ -374,16 +374,8 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
       for (int m = 0; m < TPW; ++m) {
         const int t = hf * C + warp + m * NW;
         wy::TokRaw& x = raw[m];
-        float rq = a.scale, rk2 = 1.f;
-        if (a.l2norm) {  // x^ = x / sqrt(sum x^2 + 1e-6), fp32 (gdn-math §1.4); zero tokens stay zero
-          float sq = 0.f, sk = 0.f;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) sq = fmaf(x.q[e], x.q[e], sq), sk = fmaf(x.k[e], x.k[e], sk);
-          sq = lane_sum<1, 32>(sq);
-          sk = lane_sum<1, 32>(sk);
-          rq *= rsqrtf(sq + 1e-6f);
-          rk2 = rsqrtf(sk + 1e-6f);
-        }
+        float rq, rk2;
+        qk_norm_factors(x.q, x.k, a.scale, a.l2norm, &rq, &rk2);
         if (4 * lane < K) {
           *reinterpret_cast<float4*>(&s_tok[0][t][4 * lane]) =
               make_float4(x.q[0] * rq, x.q[1] * rq, x.q[2] * rq, x.q[3] * rq);
