@@ -380,15 +380,9 @@ void launch(const P& p, const TensorView& first, nb::handle stream, RunFn run_fn
   if (!st.ok()) raise_status(st);
 }
 
-void chunk_fwd_py(nb::args args) {
-  Args in("chunk_fwd", args, 21);
-  const int64_t checkpoint_interval = in.i(12);
-  const float scale = in.f(13);
-  const bool use_qk_l2norm_in_kernel = in.b(14);
-  const bool state_v_first = in.b(16);
-  const int chunk_size = int(in.i(17));
-  Views tv{"chunk_fwd", in};
-  ChunkFwdParams p;
+// Arguments 0-8 of chunk_fwd and chunk_bwd: the sequence inputs, in this order.
+template <class P>
+void read_seq_inputs(Views& tv, P& p) {
   p.q = tv(0, "q");
   p.k = tv(1, "k");
   p.v = tv(2, "v");
@@ -398,6 +392,18 @@ void chunk_fwd_py(nb::args args) {
   p.dt_bias = tv(6, "dt_bias");
   p.initial_state = tv(7, "initial_state");
   p.cu_seqlens = tv(8, "cu_seqlens");
+}
+
+void chunk_fwd_py(nb::args args) {
+  Args in("chunk_fwd", args, 21);
+  const int64_t checkpoint_interval = in.i(12);
+  const float scale = in.f(13);
+  const bool use_qk_l2norm_in_kernel = in.b(14);
+  const bool state_v_first = in.b(16);
+  const int chunk_size = int(in.i(17));
+  Views tv{"chunk_fwd", in};
+  ChunkFwdParams p;
+  read_seq_inputs(tv, p);
   p.o = tv(9, "o");
   p.final_state = tv(10, "final_state");
   p.state_checkpoints = tv(11, "state_checkpoints");
@@ -421,15 +427,7 @@ void chunk_bwd_py(nb::args args) {
   const int chunk_size = int(in.i(23));
   Views tv{"chunk_bwd", in};
   ChunkBwdParams p;
-  p.q = tv(0, "q");
-  p.k = tv(1, "k");
-  p.v = tv(2, "v");
-  p.g = tv(3, "g");
-  p.beta = tv(4, "beta");
-  p.A_log = tv(5, "A_log");
-  p.dt_bias = tv(6, "dt_bias");
-  p.initial_state = tv(7, "initial_state");
-  p.cu_seqlens = tv(8, "cu_seqlens");
+  read_seq_inputs(tv, p);
   p.d_o = tv(9, "d_o");
   p.d_ht = tv(10, "d_ht");
   p.dq = tv(11, "dq");
