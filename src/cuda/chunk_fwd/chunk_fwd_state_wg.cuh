@@ -100,7 +100,9 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   StateWgSmem& sm = *reinterpret_cast<StateWgSmem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
-  const int wgi = w >> 2, hf = w >> 3, wi = w & 3;  // warpgroup wgi = (half hf, column slice), warp wi of it
+  // warpgroup wgi = (half hf, column slice), warp wi of it. wgi is broadcast from lane 0 so that the compiler sees a
+  // warp-uniform value: the wgmma descriptors built from it then stay in uniform registers (no per-instruction R2UR)
+  const int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), hf = wgi >> 1, wi = w & 3;
   const int cb = 32 * (wgi & 1);                    // first column of this warpgroup's slice in the half
   const int h = blockIdx.y, tile = blockIdx.z * 2 + hf;
   const int64_t item = blockIdx.x;
@@ -123,6 +125,10 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   const uint32_t rt_slice = wg::smem_u32(sm.rt[hf] + cb * 128);
   const uint32_t uh_slice = wg::smem_u32(sm.ut[hf][0] + cb * 128);
   const uint32_t ul_slice = uh_slice + 8192;  // sm.ut[hf][1]
+  // Low descriptor words (wg::desc_at adds each instruction's byte offset): this slice's S0^T (key block 1, later
+  // diag(dk) U^T, at + 8192), R^T, U^T (hi; lo at + 8192), and buffer 0 of the k and q tiles (key half 1 at + 8192).
+  const uint32_t st_lo = wg::desc_lo(st_slice), rt_lo = wg::desc_lo(rt_slice), ut_lo = wg::desc_lo(uh_slice);
+  const uint32_t k_lo0 = wg::desc_lo(wg::smem_u32(&sm.k[0][0][0])), q_lo0 = wg::desc_lo(wg::smem_u32(&sm.q[0][0][0]));
 
   // ---- start state: fp32 accumulators (key block mb: keys 64 mb + r0 (+ 8), columns cb + 8 jn + 2 t4 (+ 1)) and
   // the transposed 16-bit copy
@@ -195,19 +201,18 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     float(&d16)[16] = reinterpret_cast<float(&)[16]>(d);
     float(&o16)[16] = reinterpret_cast<float(&)[16]>(o);
     {
-      const uint32_t kb = wg::smem_u32(&sm.k[bf][0][0]), qb = wg::smem_u32(&sm.q[bf][0][0]);
-      const uint32_t sb = st_slice;
+      const uint32_t k_lo = k_lo0 + bf * (sizeof(sm.k[0]) >> 4), q_lo = q_lo0 + bf * (sizeof(sm.q[0]) >> 4);
       wg::fence();
 #pragma unroll
       for (int ks = 0; ks < K / 16; ++ks) {
-        const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;
-        wg::mma_ss_n32<BF16>(d16, wg::desc(kb + off), wg::desc(sb + off), ks > 0);
+        const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;  // key half, 16-key step inside the 128-byte row
+        wg::mma_ss_n32<BF16>(d16, wg::desc_at(k_lo, off), wg::desc_at(st_lo, off), ks > 0);
       }
       if constexpr (has_output) {
 #pragma unroll
         for (int ks = 0; ks < K / 16; ++ks) {
           const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;
-          wg::mma_ss_n32<BF16>(o16, wg::desc(qb + off), wg::desc(sb + off), ks > 0);
+          wg::mma_ss_n32<BF16>(o16, wg::desc_at(q_lo, off), wg::desc_at(st_lo, off), ks > 0);
         }
       }
       wg::commit();
@@ -238,7 +243,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta) (one group); U^T as hi + lo
     {
       uint32_t af[4][4];  // hi, then lo in a second group: 16 registers of fragments live (no spills at 128)
-      const uint32_t rb = rt_slice;
       float u[4][4];  // written by the first wgmma (accumulate = 0)
       float(&u16)[16] = reinterpret_cast<float(&)[16]>(u);
 #pragma unroll
@@ -246,7 +250,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         load_causal_frags(afr + 32 * part, wi, lane, af);
         wg::fence();
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(u16, af[kc], wg::desc(rb + kc * 32), part + kc > 0);
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(u16, af[kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
         wg::commit();
         wg::wait0();
       }
@@ -274,7 +278,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
     // S <- en S + K^T (diag(dk) U) (key block 0 in the same group, key block 1 in a second one)
     {
-      const uint32_t uh = uh_slice, ul = ul_slice, ud = st_slice + 8192;
       const float en = hdr[192];
 #pragma unroll
       for (int mb = 0; mb < 2; ++mb)
@@ -288,26 +291,26 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       load_kt_frags(sm.k[bf], r0 - g8, lane, f0);  // keys 16 wi .. (block 0)
       wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc(ud + kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
       if constexpr (has_output) {
         load_causal_frags(pfr, wi, lane, f1);
         wg::fence();
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc(uh + kc * 32), 1);
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(ut_lo, kc * 32), 1);
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc(ul + kc * 32), 1);
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
       }
       wg::commit();
       wg::wait0();
       load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, f0);  // keys 64 + 16 wi .. (block 1)
       wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc(ud + kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
       if constexpr (has_output) {
         load_causal_frags(pfr + 32, wi, lane, f1);
         wg::fence();
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc(uh + kc * 32), 1);
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(ut_lo, kc * 32), 1);
       }
       wg::commit();
       wg::wait0();

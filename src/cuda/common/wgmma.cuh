@@ -28,6 +28,22 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr) {
   return uint64_t((addr >> 4) & 0x3fff) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
+// The same descriptor split in two words, for kernels that issue many wgmma on few operands: build the low word once
+// per operand (desc_lo), then each instruction's descriptor is desc_at(lo, byte offset) = one add on the low word and
+// a constant high word. Rebuilding desc() per instruction costs ~7 instructions (shift, mask, or, the constant high
+// word, two moves to uniform registers); the split keeps the words in uniform registers when the address is uniform.
+// The add is volatile asm so that it stays next to its wgmma: as plain C++ the compiler hoists every descriptor of a
+// loop (tens of 64-bit values) out of it and spills them. The start-address field cannot carry: shared addresses are
+// < 2^18, so (addr + off) >> 4 < 2^14.
+constexpr uint32_t kDescHi = (1024 >> 4) | (1u << 30);  // stride byte offset 1024 B, 128-byte swizzle (bits 62-63)
+__device__ __forceinline__ uint32_t desc_lo(uint32_t addr) { return ((addr >> 4) & 0x3fff) | (1u << 16); }
+__device__ __forceinline__ uint64_t desc_at(uint32_t lo, uint32_t off) {
+  uint64_t d;
+  asm volatile("{\n.reg .b32 t;\nadd.u32 t, %1, %2;\nmov.b64 %0, {t, %3};\n}\n" : "=l"(d) : "r"(lo), "r"(off >> 4),
+               "n"(kDescHi));
+  return d;
+}
+
 // Shared memory written by ordinary stores or cp.async (generic proxy) must be fenced before wgmma reads it
 // (async proxy): each writing thread fences, then a barrier.
 __device__ __forceinline__ void fence_async_smem() {

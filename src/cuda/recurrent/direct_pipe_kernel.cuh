@@ -1,0 +1,290 @@
+// The "pipe" variant of the direct recurrent kernel: single-token decode (fixed T = 1) on a K-major state pool with
+// 1-D slots and no intermediate states, the large-batch case of recurrent.cu's dispatch (docs/recurrent.md,
+// "Pipelined single-token tiles"). Same math, same thread layout and the same fp32 operations in the same order as
+// the direct kernel's T = 1 path (direct_kernel.cuh), so the outputs are bitwise those of the direct kernel at the
+// same tile width.
+//
+// Why: the direct kernel holds one tile per CTA in registers; a CTA issues all its state loads, waits, computes,
+// stores and retires, so an SM has no state bytes in flight while its resident CTAs compute. For 16-bit pools a
+// byte carries twice the elements (twice the math per byte) and that gap costs ~20% (N = 256, bf16: 81% of copy vs
+// 92% for fp32). Here CTAs are persistent and walk tiles with stride gridDim.x through an S-stage shared-memory
+// ring filled by cp.async: while tile i computes, tiles i+1 .. i+S-1 stream in (state, q, k, v; the next tiles'
+// slots and gates are ordinary loads one tile ahead), so the memory system always has S-1 tiles per CTA to fetch.
+//
+// Per tile (n, h, BV columns j0..), thread (r0 = tid / TPR, c = tid % TPR) owns rows i_p = r0 + p RPP and columns
+// j0 + E c + e of S (K-major [K, V]); its 16-byte vectors sit at stage[p][tid] (each thread copies and reads back
+// only its own state vectors: no barrier for them).
+//   q' = scale q^, k^ (l2norm in fp32; each warp from the staged raw q, k), kS = S^T k^, qS = S^T q'
+//   u  = beta (v - alpha kS),  o = alpha qS + (q'.k^) u,  S = alpha S + k^ u^T
+// Barriers per tile: one after the stage wait (the staged q/k/v of other threads visible; every thread done with
+// tile i-1, so its stage and the shared partial sums can be reused), one for the cross-warp reduction.
+// Rows (all indices clamped): slot = state_indices[n] (n when absent); an invalid slot (< 0, >= slots, 0 with
+// null_slot_is_invalid) writes exact zeros to o and nothing else; commit = false never writes the pool.
+#pragma once
+
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/recurrent/direct_kernel.cuh"
+
+namespace flashgdn::cuda {
+namespace pipe {
+
+inline constexpr int kThreads = 128;
+inline constexpr int kWarps = kThreads / 32;
+
+template <class ST, int K, int BV>
+struct Geo {
+  static constexpr int E = 16 / int(sizeof(ST));  // elements per 16-byte vector
+  static constexpr int TPR = BV / E;              // threads per tile row
+  static constexpr int RPP = kThreads / TPR;      // tile rows per pass
+  static constexpr int P = K / RPP;               // 16-byte state vectors per thread
+  static constexpr int kStateBytes = P * kThreads * 16;
+  static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0 && K % RPP == 0, "tile must split over the CTA");
+  static_assert(K % 4 == 0 && K / 4 <= 32, "one warp holds q and k (4 elements per lane)");
+};
+
+// Element e of a 16-byte state vector as fp32 (exact widening for bf16 / f16).
+template <class ST>
+__device__ __forceinline__ float elem(const uint4& w, int e) {
+  if constexpr (sizeof(ST) == 4) {
+    return __uint_as_float(e == 0 ? w.x : (e == 1 ? w.y : (e == 2 ? w.z : w.w)));
+  } else {
+    const uint32_t x = e < 2 ? w.x : (e < 4 ? w.y : (e < 6 ? w.z : w.w));
+    if constexpr (std::is_same_v<ST, __nv_bfloat16>)
+      return __uint_as_float((e & 1) ? (x & 0xffff0000u) : (x << 16));
+    else
+      return __half2float(__ushort_as_half(static_cast<unsigned short>((e & 1) ? (x >> 16) : (x & 0xffffu))));
+  }
+}
+
+}  // namespace pipe
+
+// Dynamic shared memory: S stages of [state: P x 128 x 16 B][q raw: qb][k raw: qb][v raw: vb] (qb, vb: the
+// activations' bytes rounded to 16; stage_bytes = kStateBytes + 2 qb + vb).
+template <class ST, int K, int BV, int S>
+__global__ void __launch_bounds__(pipe::kThreads, 1)
+    recurrent_direct_pipe_kernel(const RecurrentArgs a, int stage_bytes, int qb) {
+  using G = pipe::Geo<ST, K, BV>;
+  constexpr int E = G::E, TPR = G::TPR, RPP = G::RPP, P = G::P, NW = pipe::kWarps;
+  static_assert(S >= 2, "at least double buffering");
+  extern __shared__ __align__(16) unsigned char s_ring[];
+  __shared__ __align__(16) float s_qk[NW][2][K];  // per warp: [0] q' = scale q^, [1] k^
+  __shared__ __align__(16) float s_red[NW][2][BV];
+  __shared__ int64_t s_slot[S];  // slot of the tile in each stage (-1: invalid row, zeros to o)
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int c = tid % TPR, r0 = tid / TPR;
+  const int nvt = a.V / BV;
+  const int64_t ntiles = a.N * a.Hv * nvt, stride = gridDim.x;
+  const int gqa = int(a.Hv / a.Hqk);
+  const int qsz = a.qk_dtype == DType::f32 ? 4 : 2, vsz = a.v_dtype == DType::f32 ? 4 : 2;
+
+  // tile = (n Hv + h) nvt + V-tile (the direct kernel's order)
+  auto coords = [&](int64_t t, int64_t& n, int64_t& h, int& j0) {
+    const int64_t nh = t / nvt;
+    j0 = int(t % nvt) * BV, h = nh % a.Hv, n = nh / a.Hv;
+  };
+  // The tile's start slot, -1 when the row is invalid or the tile does not exist.
+  auto slot_of = [&](int64_t t) -> int64_t {
+    if (t >= ntiles) return -1;
+    const int64_t n = t / (int64_t(nvt) * a.Hv);
+    const int64_t s = a.state_indices ? load_index(a.state_indices, a.si_i64, n * a.si_s[0]) : n;
+    return direct::slot_ok(s, a.slots, a.null_slot_is_invalid) ? s : -1;
+  };
+  // Stage the tile's state vectors and raw q, k, v (cp.async, one commit group per tile, also when empty).
+  auto issue = [&](int64_t t, int64_t slot, int buf) {
+    unsigned char* stg = s_ring + size_t(buf) * stage_bytes;
+    if (t < ntiles && slot >= 0) {
+      int64_t n, h;
+      int j0;
+      coords(t, n, h, j0);
+      const ST* src = static_cast<const ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1] + j0 + E * c;
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        cp_async<16>(stg + (p * pipe::kThreads + tid) * 16, src + int64_t(r0 + p * RPP) * a.pool_s[2]);
+      const int64_t hq = h / gqa;
+      if (warp == 0 && lane * 16 < K * qsz)  // fixed T = 1: token n of batch row n is (b = n, t = 0)
+        cp_async<16>(stg + G::kStateBytes + lane * 16,
+                     static_cast<const char*>(a.q) + (n * a.q_s[0] + hq * a.q_s[2]) * qsz + lane * 16);
+      if (warp == 1 && lane * 16 < K * qsz)
+        cp_async<16>(stg + G::kStateBytes + qb + lane * 16,
+                     static_cast<const char*>(a.k) + (n * a.k_s[0] + hq * a.k_s[2]) * qsz + lane * 16);
+      if (warp == 2 && lane * 16 < BV * vsz)
+        cp_async<16>(stg + G::kStateBytes + 2 * qb + lane * 16,
+                     static_cast<const char*>(a.v) + (n * a.v_s[0] + h * a.v_s[2] + j0) * vsz + lane * 16);
+    }
+    if (tid == 0) s_slot[buf] = slot;
+    cp_async_commit();
+  };
+  // Raw gate scalars of a tile (ordinary loads, requested one tile ahead of their use).
+  struct Gates {
+    float g, be, A_log, dt_bias;
+  };
+  auto load_gates = [&](int64_t t, Gates& x) {
+    x = Gates{0.f, 1.f, 0.f, 0.f};
+    if (t >= ntiles) return;
+    int64_t n, h;
+    int j0;
+    coords(t, n, h, j0);
+    if (a.g) x.g = load1(a.g, a.g_dtype, n * a.g_s[0] + h * a.g_s[2]);
+    if (a.beta) x.be = load1(a.beta, a.beta_dtype, n * a.beta_s[0] + h * a.beta_s[2]);
+    if (a.gate_in_kernel) {
+      x.A_log = load1(a.A_log, a.A_log_dtype, h * a.A_log_s);
+      if (a.dt_bias) x.dt_bias = load1(a.dt_bias, a.dt_bias_dtype, h * a.dt_bias_s);
+    }
+  };
+
+  // ---- prologue: tiles 0 .. S-2 of this CTA in flight, the slot of tile S-1 requested ----
+  const int64_t t0 = blockIdx.x;
+#pragma unroll
+  for (int s = 0; s + 1 < S; ++s) issue(t0 + s * stride, slot_of(t0 + s * stride), s);
+  int64_t nslot = slot_of(t0 + (S - 1) * stride);
+  Gates cur;
+  load_gates(t0, cur);
+
+  int buf = 0;
+#pragma unroll 1
+  for (int64_t t = t0; t < ntiles; t += stride) {
+    cp_async_wait<S - 2>();  // this tile's group has landed (S - 2 later ones may still fly)
+    __syncthreads();         // ... for every thread's copies; and every thread is done with the previous tile
+    issue(t + (S - 1) * stride, nslot, (buf + S - 1) % S);  // refills the stage the previous tile used
+    nslot = slot_of(t + S * stride);
+    Gates nxt;
+    load_gates(t + stride, nxt);
+
+    int64_t n, h;
+    int j0;
+    coords(t, n, h, j0);
+    const int64_t slot = s_slot[buf];
+    const int64_t o_off = n * a.o_s[0] + h * a.o_s[2] + j0;
+    if (slot < 0) {  // invalid row (CTA-uniform): exact zeros to its outputs, nothing else written
+      const float z[E] = {};
+      if (tid < TPR) direct::store_n<E>(a.o, a.v_dtype, o_off + E * c, z);
+    } else {
+      const unsigned char* stg = s_ring + size_t(buf) * stage_bytes;
+      const uint4* sv = reinterpret_cast<const uint4*>(stg) + tid;
+      // q' = scale q^, k^ and q'.k^, per warp (no barrier; gdn-math §1.4)
+      float q4[4] = {0.f, 0.f, 0.f, 0.f}, k4[4] = {0.f, 0.f, 0.f, 0.f};
+      if (4 * lane < K) {
+        load4(stg + G::kStateBytes, a.qk_dtype, 4 * lane, q4);
+        load4(stg + G::kStateBytes + qb, a.qk_dtype, 4 * lane, k4);
+      }
+      float rq, rk;
+      qk_norm_factors(q4, k4, a.scale, a.l2norm, &rq, &rk);
+      float qk = 0.f;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        q4[e] *= rq;
+        k4[e] *= rk;
+        qk = fmaf(q4[e], k4[e], qk);
+      }
+      qk = lane_sum<1, 32>(qk);  // q'.k^
+      if (4 * lane < K) {
+        *reinterpret_cast<float4*>(&s_qk[warp][0][4 * lane]) = make_float4(q4[0], q4[1], q4[2], q4[3]);
+        *reinterpret_cast<float4*>(&s_qk[warp][1][4 * lane]) = make_float4(k4[0], k4[1], k4[2], k4[3]);
+      }
+      __syncwarp();
+      float g = cur.g;
+      if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
+        g = gate_from_raw(g, cur.A_log, cur.dt_bias, a.softplus_beta, a.softplus_threshold);
+      const float alpha = expf(g);
+      const float be = a.beta_sigmoid ? beta_from_raw(cur.be, a.allow_neg_eigval) : cur.be;
+      float v[E];
+      direct::load_n<E>(stg + G::kStateBytes + 2 * qb, a.v_dtype, E * c, v);
+      const float* qv = s_qk[warp][0];
+      const float* kv = s_qk[warp][1];
+
+      // kS = S^T k^, qS = S^T q': own rows, the lanes of the same c (shuffles), the warps (shared memory)
+      float kS[E], qS[E];
+#pragma unroll
+      for (int e = 0; e < E; ++e) kS[e] = 0.f, qS[e] = 0.f;
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const uint4 w = sv[p * pipe::kThreads];
+        const float ki = kv[r0 + p * RPP], qi = qv[r0 + p * RPP];
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          const float x = pipe::elem<ST>(w, e);
+          kS[e] = fmaf(x, ki, kS[e]), qS[e] = fmaf(x, qi, qS[e]);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < E; ++e) kS[e] = lane_sum<TPR, 32>(kS[e]), qS[e] = lane_sum<TPR, 32>(qS[e]);
+      if (lane < TPR) {
+#pragma unroll
+        for (int e = 0; e < E; e += 4) {
+          *reinterpret_cast<float4*>(&s_red[warp][0][E * c + e]) = make_float4(kS[e], kS[e + 1], kS[e + 2], kS[e + 3]);
+          *reinterpret_cast<float4*>(&s_red[warp][1][E * c + e]) = make_float4(qS[e], qS[e + 1], qS[e + 2], qS[e + 3]);
+        }
+      }
+      __syncthreads();
+      float u[E], o[E];
+#pragma unroll
+      for (int e = 0; e < E; e += 4) {
+        float4 ks = *reinterpret_cast<const float4*>(&s_red[0][0][E * c + e]);
+        float4 qs = *reinterpret_cast<const float4*>(&s_red[0][1][E * c + e]);
+#pragma unroll
+        for (int w = 1; w < NW; ++w) {  // fixed order: bitwise reproducible
+          const float4 x = *reinterpret_cast<const float4*>(&s_red[w][0][E * c + e]);
+          const float4 y = *reinterpret_cast<const float4*>(&s_red[w][1][E * c + e]);
+          ks.x += x.x, ks.y += x.y, ks.z += x.z, ks.w += x.w;
+          qs.x += y.x, qs.y += y.y, qs.z += y.z, qs.w += y.w;
+        }
+        const float kk[4] = {ks.x, ks.y, ks.z, ks.w}, qq[4] = {qs.x, qs.y, qs.z, qs.w};
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          u[e + m] = be * (v[e + m] - alpha * kk[m]);  // u = beta (v - alpha S^T k^)
+          o[e + m] = fmaf(qk, u[e + m], alpha * qq[m]);  // o = alpha S^T q' + (q'.k^) u
+        }
+      }
+      if (tid < TPR) direct::store_n<E>(a.o, a.v_dtype, o_off + E * c, o);
+      if (a.commit) {  // S = alpha S + k^ u^T, rounded once to the pool type
+        ST* dst = static_cast<ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1] + j0 + E * c;
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          const uint4 w = sv[p * pipe::kThreads];
+          const float ki = kv[r0 + p * RPP];
+          float x[E];
+#pragma unroll
+          for (int e = 0; e < E; ++e) x[e] = fmaf(ki, u[e], alpha * pipe::elem<ST>(w, e));
+          direct::store16(dst + int64_t(r0 + p * RPP) * a.pool_s[2], x);
+        }
+      }
+    }
+    cur = nxt;
+    buf = buf + 1 == S ? 0 : buf + 1;
+  }
+  cp_async_wait<0>();  // no copy outlives the CTA (tiles past the end issue empty groups)
+}
+
+// Persistent grid: resident CTAs per SM from the occupancy of this shared-memory size (queried per launch: host
+// only, graph-safe), times SMs, at most one CTA per tile; max_ctas > 0 caps it (the harness forces long walks).
+template <class ST, int K, int BV, int S>
+cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs& a, int max_ctas, cudaStream_t stream) {
+  using G = pipe::Geo<ST, K, BV>;
+  const int64_t ntiles = a.N * a.Hv * (a.V / BV);
+  if (ntiles == 0) return cudaSuccess;
+  const int qsz = a.qk_dtype == DType::f32 ? 4 : 2, vsz = a.v_dtype == DType::f32 ? 4 : 2;
+  const int qb = (K * qsz + 15) / 16 * 16, vb = (BV * vsz + 15) / 16 * 16;
+  const int stage_bytes = G::kStateBytes + 2 * qb + vb;
+  const int smem = S * stage_bytes;
+  auto kern = recurrent_direct_pipe_kernel<ST, K, BV, S>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  int per_sm = 0;
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, pipe::kThreads, smem);
+  if (e != cudaSuccess) return e;
+  if (per_sm < 1) return cudaErrorInvalidConfiguration;
+  int64_t grid = int64_t(per_sm) * current_sm_count();
+  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
+  if (grid > ntiles) grid = ntiles;
+  kern<<<dim3(unsigned(grid)), pipe::kThreads, smem, stream>>>(a, stage_bytes, qb);
+  return cudaGetLastError();
+}
+
+#define FGDN_INSTANTIATE_RECURRENT_DIRECT_PIPE(ST, BV)                                                            \
+  template cudaError_t launch_recurrent_direct_pipe<ST, 64, BV, 2>(const RecurrentArgs&, int, cudaStream_t);  \
+  template cudaError_t launch_recurrent_direct_pipe<ST, 64, BV, 3>(const RecurrentArgs&, int, cudaStream_t);  \
+  template cudaError_t launch_recurrent_direct_pipe<ST, 128, BV, 2>(const RecurrentArgs&, int, cudaStream_t); \
+  template cudaError_t launch_recurrent_direct_pipe<ST, 128, BV, 3>(const RecurrentArgs&, int, cudaStream_t);
+
+}  // namespace flashgdn::cuda
