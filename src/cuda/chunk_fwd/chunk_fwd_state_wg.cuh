@@ -5,7 +5,7 @@
 //
 // One CTA (512 threads) owns (work item, value head) and both 64-column value halves hf. Warpgroup (hf, slice) owns
 // 32 value columns and runs the whole chain for them with no other warpgroup involved (only the double-buffered
-// q, k, v and record tiles are shared: one CTA-wide barrier per chunk); its state, 128 keys x 32 columns in fp32,
+// q, k, v and record tiles are shared, through mbarriers, not a CTA barrier); its state, 128 keys x 32 columns in fp32,
 // is two m64n32 accumulators (key blocks) in registers for the whole walk. Per chunk:
 //
 //   phase 1  K S0 and Q S0 (16 wgmma, A = k / q [token][key], B = S0^T [value][key] from shared memory);
@@ -16,19 +16,27 @@
 //            and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from registers), O stored, S0^T for the next
 //            chunk (diag(dk) is rounded with U here, with K in the mma.sync pass: one rounding either way)
 //
-// Barriers per chunk: the CTA-wide one and three per warpgroup (R^T, U^T complete; the update read). The causal zero
+// Synchronization per chunk: wait for the chunk's tiles (full), release them (empty), four named barriers per
+// warpgroup (R^T, U^T complete; the update read; S0^T complete). The causal zero
 // blocks of A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block). Work per
 // chunk and CTA: 176 m64n32k16 = 11.5 MFLOP, ~2.8k cycles at the SM's dense rate.
 //
 // Where it stands (H200, tests/cuda/standalone_wgmma/run.sh, B=8 T=4096 H=16, one CTA per SM, 64 chunks per CTA):
-// 5.48 us per chunk (4.86 without the loads) against 5.66 for the mma.sync state pass (chunk_fwd_state.cuh); the
-// prefill 2-6% faster (T=32K H=16 1.128 vs 1.189 ms), so it is the default for K = V = 128. Still ~10k cycles per
-// chunk against ~2.8k of tensor work: issue-bound (0.42 IPC per sub-partition, barrier and fixed-latency stalls;
-// docs/chunk_fwd.md has the open questions).
+// 4.88 us per chunk against 5.75 for the mma.sync state pass (chunk_fwd_state.cuh); it was 5.48 with a CTA barrier
+// per chunk and descriptors rebuilt per instruction. Still ~9.7k cycles per chunk against ~2.8k of tensor work:
+// latency-bound (barrier, fixed-latency and wgmma waits; docs/chunk_fwd.md).
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
+#include "cuda/common/mbarrier.cuh"
 #include "cuda/common/wgmma.cuh"
+
+// Where a warpgroup refills the other buffer (0: at the top of the chunk, 2: after phase 2, 3: after phase 3); the
+// later, the further the warpgroups may drift apart, and the less time the loads have to land. H200
+// (tests/cuda/standalone_wgmma/run.sh, us per chunk): 0: 4.88, 2: 5.14, 3: 6.01 (a CTA barrier per chunk: 5.42).
+#ifndef FGDN_WG_REFILL_AT
+#define FGDN_WG_REFILL_AT 0
+#endif
 
 namespace flashgdn::cuda::chunk_detail {
 
@@ -41,6 +49,8 @@ struct StateWgSmem {
   unsigned char ut[2][2][8192];        // [value half][hi, lo][64 values x 64 tokens]: U^T
   uint32_t rec[2][kRecBytes / 4];      // [buffer] the chunk's record (header | A diag(beta) | P)
   uint16_t v[2][2][kC * LDV];          // [buffer][value half][token][64] value tile
+  uint64_t full[2];                    // [buffer] its tiles landed: 512 arrivals (one per thread, cp.async-triggered)
+  uint64_t empty[2];                   // [buffer] every warp is done reading it: 16 arrivals
 };
 
 // Store a warp's 16-row block of an accumulator of NJ 8-column groups (rows 16 wi .., packed 16-bit pairs: x[jn][0]
@@ -97,13 +107,15 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   using P = Elem<BF16>;
   constexpr int K = 128, LDV = StateWgSmem::LDV;
   extern __shared__ unsigned char smem_raw[];
-  StateWgSmem& sm = *reinterpret_cast<StateWgSmem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // Aligned to 1024 bytes (the swizzle) by an offset from smem_raw, not by integer pointer arithmetic: the compiler
+  // then still knows every access through `sm` is shared memory (LDS / STS, 32-bit addresses) instead of generic.
+  StateWgSmem& sm = *reinterpret_cast<StateWgSmem*>(smem_raw + ((1024 - (wg::smem_u32(smem_raw) & 1023)) & 1023));
 
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   // warpgroup wgi = (half hf, column slice), warp wi of it. wgi is broadcast from lane 0 so that the compiler sees a
   // warp-uniform value: the wgmma descriptors built from it then stay in uniform registers (no per-instruction R2UR)
   const int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), hf = wgi >> 1, wi = w & 3;
-  const int cb = 32 * (wgi & 1);                    // first column of this warpgroup's slice in the half
+  const int cb = 32 * (wgi & 1);  // first column of this warpgroup's slice in the half
   const int h = blockIdx.y, tile = blockIdx.z * 2 + hf;
   const int64_t item = blockIdx.x;
   const int hk = h / a.group;
@@ -164,33 +176,66 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       const int i = tid + 512 * p, r = i >> 4, vv = i & 15;
       unsigned char* dk = &sm.k[bf][vv >> 3][wg::swz(r, vv & 7)];
       unsigned char* dq = &sm.q[bf][vv >> 3][wg::swz(r, vv & 7)];
-      if (r < nv) {
-        cp_async16(dk, kbase + (tok + r) * a.k_st + vv * 8);
-        if (has_output) cp_async16(dq, qbase + (tok + r) * a.q_st + vv * 8);
-      } else {
-        *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
-        if (has_output) *reinterpret_cast<uint4*>(dq) = make_uint4(0, 0, 0, 0);
+      const bool valid = r < nv;  // rows past the sequence end: zeros (row 0, always valid, as the unread source)
+      const int64_t row = tok + (valid ? r : 0);
+      cp_async16_zfill(dk, kbase + row * a.k_st + vv * 8, valid);
+      if (has_output) cp_async16_zfill(dq, qbase + row * a.q_st + vv * 8, valid);
+    }
+    if (has_values) {  // this half's value tile over its 256 threads
+      const int ht = tid & 255;
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const int r = p * 32 + (ht >> 3), vec = ht & 7;
+        const bool valid = r < nv;
+        cp_async16_zfill(&sm.v[bf][hf][r * LDV + vec * 8], vbase + (tok + (valid ? r : 0)) * a.v_st + vec * 8, valid);
       }
     }
-    if (has_values)  // this half's value tile over its 256 threads
-      copy_value_tile(sm.v[bf][hf], LDV, vbase + tok * a.v_st, a.v_st, nv, tid & 255);
   };
 
-  if (c_begin < c_end) issue(c_begin, 0);
-  cp_async_commit();
+  // ---- the pipeline. Buffer bf = i & 1 holds the q, k, v and record tiles of chunk i = c - c_begin: every thread
+  // copies its share (cp.async) and arrives on full[bf] when its copies have landed; every warp arrives on empty[bf]
+  // after its last read of the chunk. A warpgroup waits for its chunk's data, and before refilling the other buffer
+  // for chunk i + 1, for the release of chunk i - 1 (its last user). No CTA-wide barrier: the warpgroups drift apart
+  // by up to the refill point (FGDN_WG_REFILL_AT), so one's tensor-core phases overlap another's epilogues instead of
+  // all four alternating in lockstep. Phase u of a barrier is awaited with parity u & 1 (buffer bf's u-th chunk).
+  if (tid == 0) {
+    mbar::init(&sm.full[0], 512), mbar::init(&sm.full[1], 512);
+    mbar::init(&sm.empty[0], 16), mbar::init(&sm.empty[1], 16);
+  }
+  wg::fence_async_smem();  // the start state's S0^T (stmatrix) before the first wgmma read
+  __syncthreads();         // the barriers are initialized; S0^T is complete
+  if (c_begin < c_end) {
+    issue(c_begin, 0);
+    mbar::arrive_cp_async(&sm.full[0]);
+  }
 
   for (int64_t c = c_begin; c < c_end; ++c) {
-    const int bf = static_cast<int>((c - c_begin) & 1);
+    const int i = static_cast<int>(c - c_begin), bf = i & 1;
     const int64_t tok0 = c * kC;
     const int64_t nvalid = (len - tok0) < kC ? (len - tok0) : kC;
-    cp_async_wait_all();
-    wg::fence_async_smem();  // this thread's cp.async data, zero fills and stmatrix stores, before wgmma reads them
-    __syncthreads();         // B0: chunk c's tiles have landed; chunk c - 1 is done with every buffer of c + 1
-#ifndef FGDN_WG_NOLOAD       // (experiment: compute-only timing, wrong results)
-    if (c + 1 < c_end) issue(c + 1, bf ^ 1);
+    // fill buffer bf ^ 1 with chunk c + 1 once every warp has released chunk c - 1 (a fill per thread and chunk: the
+    // full barrier counts every thread's arrival)
+    auto refill = [&]() {
+      if (c + 1 < c_end) {
+        if (i > 0) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
+#ifndef FGDN_WG_NOLOAD  // (experiment: compute-only timing, wrong results)
+        issue(c + 1, bf ^ 1);
 #endif
-    cp_async_commit();
-    if (!active) continue;  // (barriers below are per warpgroup)
+        mbar::arrive_cp_async(&sm.full[bf ^ 1]);
+      }
+    };
+    auto release = [&]() {  // this warp's last read of buffer bf (every wgmma on it waited)
+      __syncwarp();
+      if (lane == 0) mbar::arrive(&sm.empty[bf]);
+    };
+    mbar::wait(&sm.full[bf], (i >> 1) & 1);
+    wg::fence_async_smem();  // the landed tiles (generic proxy) before this thread's wgmma reads them (async proxy)
+    if (!active) {           // (the last half of an odd summary: loads and releases only)
+      refill();
+      release();
+      continue;
+    }
+    if (FGDN_WG_REFILL_AT == 0) refill();
 
     const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
     const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
@@ -243,7 +288,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta) (one group); U^T as hi + lo
     {
       uint32_t af[4][4];  // hi, then lo in a second group: 16 registers of fragments live (no spills at 128)
-      float u[4][4];  // written by the first wgmma (accumulate = 0)
+      float u[4][4];      // written by the first wgmma (accumulate = 0)
       float(&u16)[16] = reinterpret_cast<float(&)[16]>(u);
 #pragma unroll
       for (int part = 0; part < 2; ++part) {
@@ -273,6 +318,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       store_transposed(st_slice + 8192, xd, wi, lane);
       wg::fence_async_smem();
     }
+    if (FGDN_WG_REFILL_AT == 2) refill();
     named_barrier<128>(1 + wgi);  // U^T of this slice complete
 
     // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
@@ -315,6 +361,8 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       wg::commit();
       wg::wait0();
     }
+    release();
+    if (FGDN_WG_REFILL_AT == 3) refill();
     if constexpr (has_output) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -336,11 +384,14 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       pack_acc<BF16>(sacc[mb], x);
       store_transposed(st_slice + 8192 * mb, x, wi, lane);
     }
+    wg::fence_async_smem();
+    named_barrier<128>(1 + wgi);  // S0^T complete before the next chunk's phase 1 (no CTA-wide barrier orders it)
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb)  // key block mb: rows 64 mb + 16 wi ..
       store_checkpoint(a, wk, c, h, vcol0, reinterpret_cast<const float(&)[1][4][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
                        g8, t4);
   }
+  cp_async_commit();    // (the copies are tracked by the barriers, not by groups: commit them to wait for them)
   cp_async_wait_all();  // no copy may be in flight at exit
 
   // ---- final state (a zero-length sequence stores its start state unchanged); summary columns from tile 0

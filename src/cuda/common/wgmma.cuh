@@ -36,11 +36,14 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr) {
 // loop (tens of 64-bit values) out of it and spills them. The start-address field cannot carry: shared addresses are
 // < 2^18, so (addr + off) >> 4 < 2^14.
 constexpr uint32_t kDescHi = (1024 >> 4) | (1u << 30);  // stride byte offset 1024 B, 128-byte swizzle (bits 62-63)
-__device__ __forceinline__ uint32_t desc_lo(uint32_t addr) { return ((addr >> 4) & 0x3fff) | (1u << 16); }
+__device__ __forceinline__ uint32_t desc_lo(uint32_t addr) {
+  return ((addr >> 4) & 0x3fff) | (1u << 16);
+}
 __device__ __forceinline__ uint64_t desc_at(uint32_t lo, uint32_t off) {
   uint64_t d;
-  asm volatile("{\n.reg .b32 t;\nadd.u32 t, %1, %2;\nmov.b64 %0, {t, %3};\n}\n" : "=l"(d) : "r"(lo), "r"(off >> 4),
-               "n"(kDescHi));
+  asm volatile("{\n.reg .b32 t;\nadd.u32 t, %1, %2;\nmov.b64 %0, {t, %3};\n}\n"
+               : "=l"(d)
+               : "r"(lo), "r"(off >> 4), "n"(kDescHi));
   return d;
 }
 

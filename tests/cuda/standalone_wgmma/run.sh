@@ -10,6 +10,12 @@ S="$D/state_wg.cu src/cuda/chunk_fwd/chunk_fwd_intra_bf16.cu src/cuda/chunk_fwd/
 nvcc $F -Xptxas=-v $D/wgmma_probe.cu -o /tmp/wgmma_probe >"$OUT/build_probe.log" 2>&1 &
 nvcc $F -Xptxas=-v $S -o /tmp/state_wg >"$OUT/build_state_wg.log" 2>&1 &
 nvcc $F -DFGDN_WG_NOLOAD $S -o /tmp/state_wg_noload >"$OUT/build_noload.log" 2>&1 &
+# WG_VARIANTS: extra builds of the comparison, one per set of -D flags (separated by ';'), e.g.
+# WG_VARIANTS="-DFGDN_WG_REFILL_AT=0;-DFGDN_WG_REFILL_AT=3"
+IFS=';' read -ra variants <<<"${WG_VARIANTS:-}"
+for i in "${!variants[@]}"; do
+  nvcc $F ${variants[$i]} $S -o /tmp/state_wg_v$i >"$OUT/build_v$i.log" 2>&1 &
+done
 wait
 grep -E "error" "$OUT"/build_*.log | head -10
 echo "== probe"
@@ -18,6 +24,10 @@ echo "== state_wg"
 timeout 60 /tmp/state_wg 2>&1 | tee "$OUT/state_wg.log"
 echo "== state_wg compute only (FGDN_WG_NOLOAD; results meaningless)"
 timeout 60 /tmp/state_wg_noload 2>&1 | tail -1
+for i in "${!variants[@]}"; do
+  echo "== state_wg ${variants[$i]}"
+  timeout 60 /tmp/state_wg_v$i 2>&1 | tee "$OUT/state_wg_v$i.log"
+done
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   timeout 150 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" -k "regex:chunk_fwd_state" --launch-skip 0 --launch-count 2 /tmp/state_wg >"$OUT/ncu_state.log" 2>&1
