@@ -208,16 +208,18 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// S_start(j+1) = M_j S_start(j) + N_j for one (sequence, value head, 4 state columns); thread i owns row i.
+// S_start(j+1) = M_j S_start(j) + N_j for one (sequence, value head, NC state columns); thread i owns row i.
 // fp32 throughout (gdn-math §6.3). The result overwrites N_j, where the split forward reads it. The chain is
 // nseg - 1 steps of K / 32 blocks; block q (over all steps) of M (all K rows, 32 columns) goes through shared
 // memory with coalesced 16-byte loads issued two blocks ahead, and the next step's N row one step ahead: M and N
 // do not depend on S, so only the FMAs and the shared-memory round trips are on the chain.
-template <int K>
+// NC state columns per CTA: V / NC CTAs per (sequence, head) each read all of M_j (L2-resident), so small NC buys a
+// short per-thread chain with NC x more L2 traffic.
+template <int K, int NC>
 __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, const int32_t* seq_first) {
   constexpr int KB = 32, NB = K / KB, PER = KB / 4;  // PER float4 loads per thread per block (K rows x 8)
-  constexpr int NC = 4;  // state columns per CTA: V / 4 CTAs per (sequence, head) keep the per-thread chain short
   static_assert(NB % 2 == 0, "the two prefetch buffers alternate with the block index");
+  static_assert(NC % 4 == 0, "state rows are read as float4");
   __shared__ __align__(16) float S[K][NC];
   __shared__ float Ms[K][KB + 1];
   const int64_t n = blockIdx.x;
@@ -252,7 +254,9 @@ __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, 
   float4 pa[PER], pb[PER];
   if (total > 0) load_block(0, pa);
   if (total > 1) load_block(1, pb);
-  float nxt[NC] = {0.f, 0.f, 0.f, 0.f};
+  float nxt[NC];
+#pragma unroll
+  for (int j = 0; j < NC; ++j) nxt[j] = 0.f;
   if (steps > 0) {
 #pragma unroll
     for (int j = 0; j < NC; ++j) nxt[j] = mbase(0)[int64_t(i) * width + K + c0 + j];
@@ -284,11 +288,14 @@ __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, 
 #pragma unroll
       for (int kk = 0; kk < KB; ++kk) {
         const float mk = Ms[i][kk];
-        const float4 s0 = *reinterpret_cast<const float4*>(&S[b * KB + kk][0]);
-        acc[0] = fmaf(mk, s0.x, acc[0]);
-        acc[1] = fmaf(mk, s0.y, acc[1]);
-        acc[2] = fmaf(mk, s0.z, acc[2]);
-        acc[3] = fmaf(mk, s0.w, acc[3]);
+#pragma unroll
+        for (int j4 = 0; j4 < NC / 4; ++j4) {
+          const float4 s0 = *reinterpret_cast<const float4*>(&S[b * KB + kk][4 * j4]);
+          acc[4 * j4] = fmaf(mk, s0.x, acc[4 * j4]);
+          acc[4 * j4 + 1] = fmaf(mk, s0.y, acc[4 * j4 + 1]);
+          acc[4 * j4 + 2] = fmaf(mk, s0.z, acc[4 * j4 + 2]);
+          acc[4 * j4 + 3] = fmaf(mk, s0.w, acc[4 * j4 + 3]);
+        }
       }
     }
     __syncthreads();  // every read of S for this step is done
@@ -439,11 +446,12 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t w
   FGDN_CUDA_CHECK(cudaGetLastError());
   a.mode = kModeSummary;
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, pl.cap, kt + vt, stream)));
-  const dim3 sgrid(unsigned(d.N), unsigned(d.Hv), unsigned(d.V / 4));
+  constexpr int kScanCols = 16;  // H200, T=32K: chain 0.723 ms at 16 or 8 columns per CTA, 0.734 at 4
+  const dim3 sgrid(unsigned(d.N), unsigned(d.Hv), unsigned(d.V / kScanCols));
   if (d.K == 64)
-    chunk_scan_kernel<64><<<sgrid, 64, 0, st>>>(a, seq_first);
+    chunk_scan_kernel<64, kScanCols><<<sgrid, 64, 0, st>>>(a, seq_first);
   else
-    chunk_scan_kernel<128><<<sgrid, 128, 0, st>>>(a, seq_first);
+    chunk_scan_kernel<128, kScanCols><<<sgrid, 128, 0, st>>>(a, seq_first);
   FGDN_CUDA_CHECK(cudaGetLastError());
   a.mode = kModeForwardSplit;
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, pl.cap, vt, stream)));
