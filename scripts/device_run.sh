@@ -2,7 +2,8 @@
 # The one script for the GPU machine: build, GPU tests, sanitizers, demo, benchmarks, Python package + tests +
 # side-by-side peer benchmark. Logs and tables go to $OUT (the device tool returns at most 8 files, so the
 # logs are bundled in $OUT/logs.tar.gz and the summary tables are separate files).
-# usage: scripts/device_run.sh [stage...]   stages: build gputest sanitize demo bench python side (default: all)
+# usage: scripts/device_run.sh [stage...]   stages: build gputest sanitize demo bench python side (default: all);
+# `pyinstall` installs the peer wheels and the package without running pytest (for a `side` run of its own)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashgdn-out}
@@ -71,7 +72,7 @@ if has bench; then
   sed -n '/^copy /p;/^| case/,$p' "$LOG/bench.log" | tee "$OUT/bench.md" >>"$summary"
 fi
 
-if has python; then
+if has python || has pyinstall; then
   step python package
   if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -80,6 +81,9 @@ if has python; then
   t0=$(date +%s)
   python3 -m pip install --no-build-isolation --no-deps -v . >"$LOG/pip_install.log" 2>&1
   echo "pip install rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$summary"
+fi
+
+if has python; then
   (cd /tmp && PYTHONUNBUFFERED=1 timeout 300 python3 -X faulthandler -m pytest "$OLDPWD/tests/python" -v -rs \
     -p no:cacheprovider >"$LOG/pytest.log" 2>&1)
   rc=$?
@@ -99,7 +103,7 @@ fi
 
 if has side; then
   step side-by-side benchmark
-  (cd /tmp && PYTHONUNBUFFERED=1 timeout 400 python3 "$OLDPWD/bench/side_by_side.py" --out "$OUT/side" ${SIDE_ARGS:-} \
+  (cd /tmp && PYTHONUNBUFFERED=1 timeout ${SIDE_TIMEOUT:-400} python3 "$OLDPWD/bench/side_by_side.py" --out "$OUT/side" ${SIDE_ARGS:-} \
     >"$LOG/side_by_side.log" 2>&1)
   echo "side_by_side rc=$?" | tee -a "$summary"
   tail -60 "$LOG/side_by_side.log" >>"$summary"
