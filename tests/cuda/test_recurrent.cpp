@@ -505,8 +505,9 @@ TEST(CudaRecurrent, MultiTokenManyRowsGrouped) {
 }
 
 // Single-token rows on 16-bit pools at a batch large enough (N Hv V / 128 >= 8 x SMs up to 144 SMs) for the
-// dispatch's wide tiles: the direct kernel's packed 16-bit state, 128 columns per CTA K-major, 64 V-major; with
-// fp32 intermediate states (written from the fp32 values, not the packed ones) and protocol A.
+// dispatch's wide tiles: K-major with 1-D slots takes the pipelined kernel (direct_pipe_kernel.cuh), with fp32
+// intermediate states (written from the fp32 values, not the packed ones) and protocol A the direct kernel's packed
+// 16-bit state at 128 columns per CTA; V-major the packed state at 64 columns.
 TEST(CudaRecurrent, DecodeWideTilesOn16BitPools) {
   FGDN_SKIP_WITHOUT_GPU();
   for (StateLayout L : {StateLayout::k_major, StateLayout::v_major})
@@ -518,6 +519,26 @@ TEST(CudaRecurrent, DecodeWideTilesOn16BitPools) {
       s.inter = true, s.inter_dt = DType::f32;
       check(s);
       s.inter = false, s.T_max = 2, s.nacc = true;
+      check(s);
+    }
+}
+
+// Large fixed T = 1 batches on K-major pools with 1-D slots: the dispatch's pipelined single-token kernel
+// (direct_pipe_kernel.cuh, persistent CTAs walking several tiles each; docs/recurrent.md) where it is the default,
+// else the direct kernel. Every pool dtype, K = 64 / 128, invalid slots (-1, >= slots, 0 with
+// null_slot_is_invalid), raw gates without l2norm, commit off, GQA 4 -> 32.
+TEST(CudaRecurrent, DecodeLargeBatchKMajorPools) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (DType pd : {DType::f32, DType::bf16, DType::f16})
+    for (int64_t K : {64, 128}) {
+      Spec s;
+      s.N = 40, s.Hqk = 4, s.Hv = 32, s.K = K, s.V = 128, s.pool_dt = pd, s.act_dt = DType::bf16;
+      const int64_t slots = s.N + s.extra_slots;
+      s.slot_set = {{0, 0, -1}, {7, 0, slots}, {21, 0, 0}, {39, 0, -3}};
+      SCOPED_TRACE(std::string("pool ") + name_of(pd) + " K " + std::to_string(K));
+      check(s);
+      s.null_invalid = true, s.idx_dt = DType::i64, s.commit = false;
+      s.gate_raw = true, s.beta_raw = true, s.l2 = false, s.scale = 0.3f;
       check(s);
     }
 }

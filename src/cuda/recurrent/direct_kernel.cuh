@@ -228,6 +228,11 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   __shared__ __align__(16) float s_qk[NW][2][K];       // per warp: [0] q' = scale q^, [1] k^ (current token)
   __shared__ __align__(16) float s_red[2][NW][2][BV];  // K-major cross-warp partial sums, by token parity
 
+  // PDL (a.pdl): let the next kernel of the stream start launching now, and wait for the previous one (complete,
+  // memory visible) before the first global access. Both are no-ops in a launch without the PDL attribute.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int c = tid % TPR;   // vector index along the tile row
   const int r0 = tid / TPR;  // tile row within a pass
@@ -553,6 +558,25 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   }
 }
 
+// <<<grid, 128>>>, as a programmatic dependent launch when a.pdl.
+template <StateLayout L, class ST, int K, int BV, bool MULTI>
+cudaError_t launch_direct_grid(const RecurrentArgs& a, dim3 grid, cudaStream_t stream) {
+  if (!a.pdl) {
+    recurrent_direct_kernel<L, ST, K, BV, MULTI><<<grid, direct::kThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(direct::kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, recurrent_direct_kernel<L, ST, K, BV, MULTI>, a);
+}
+
 // One CTA per tile; T <= 1 takes the 64-register instantiation. BV = 64 exists for T <= 1 only (twice the state
 // bytes in flight per CTA for 16-bit pools); the dispatch never asks for it with more tokens.
 template <StateLayout L, class ST, int K, int BV>
@@ -564,20 +588,17 @@ cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream)
   if constexpr (BV == 128) {  // 16-bit states, T = 1 only (packed: 64 registers of state per thread)
     if constexpr (sizeof(ST) == 2 && FGDN_REC_DIRECT_PACK) {
       if (a.T > 1) return cudaErrorInvalidConfiguration;
-      recurrent_direct_kernel<L, ST, K, BV, false><<<grid, direct::kThreads, 0, stream>>>(a);
+      return launch_direct_grid<L, ST, K, BV, false>(a, grid, stream);
     } else {
       return cudaErrorInvalidConfiguration;
     }
   } else if constexpr (BV == 64) {
     if (a.T > 1) return cudaErrorInvalidConfiguration;
-    recurrent_direct_kernel<L, ST, K, BV, false><<<grid, direct::kThreads, 0, stream>>>(a);
+    return launch_direct_grid<L, ST, K, BV, false>(a, grid, stream);
   } else {
-    if (a.T <= 1)
-      recurrent_direct_kernel<L, ST, K, BV, false><<<grid, direct::kThreads, 0, stream>>>(a);
-    else
-      recurrent_direct_kernel<L, ST, K, BV, true><<<grid, direct::kThreads, 0, stream>>>(a);
+    if (a.T <= 1) return launch_direct_grid<L, ST, K, BV, false>(a, grid, stream);
+    return launch_direct_grid<L, ST, K, BV, true>(a, grid, stream);
   }
-  return cudaGetLastError();
 }
 
 // One translation unit per (layout, storage type) instantiates every (K, BV): they compile in parallel.

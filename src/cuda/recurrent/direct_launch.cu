@@ -4,6 +4,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/recurrent/recurrent_args.hpp"
 
@@ -67,6 +70,18 @@ int recurrent_direct_default_bv(const RecurrentArgs& a) {
   if (a.T <= 1 && FGDN_REC_DIRECT_WIDE && a.V % 64 == 0 && heads * (a.V / 64) >= 8 * int64_t(sms)) return 64;
   if (a.V % 32 == 0 && heads * (a.V / 32) >= 4 * int64_t(sms)) return 32;
   return 16;
+}
+
+// FLASHGDN_RECURRENT_PDL=1 (read once): the dispatch launches the direct kernel as a programmatic dependent launch.
+// Off by default: H200 graph replay of back-to-back decode launches (docs/recurrent.md) measured N = 1 slower
+// (6.59 vs 5.38 us fp32, 7.30 vs 5.32 us bf16) and N = 8 1.4-2.5% faster (fp32 12.82 vs 13.15 us); large N not
+// measured.
+bool recurrent_direct_pdl_default(const RecurrentArgs&) {
+  static const bool on = [] {
+    const char* e = std::getenv("FLASHGDN_RECURRENT_PDL");
+    return e != nullptr && std::strcmp(e, "1") == 0;
+  }();
+  return on;
 }
 
 Status recurrent_launch_direct(const RecurrentArgs& a, int bv, void* stream) {

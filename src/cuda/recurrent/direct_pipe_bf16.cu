@@ -3,6 +3,5 @@
 #include "cuda/recurrent/direct_pipe_kernel.cuh"
 
 namespace flashgdn::cuda {
-FGDN_INSTANTIATE_RECURRENT_DIRECT_PIPE(__nv_bfloat16, 64)
 FGDN_INSTANTIATE_RECURRENT_DIRECT_PIPE(__nv_bfloat16, 128)
 }  // namespace flashgdn::cuda

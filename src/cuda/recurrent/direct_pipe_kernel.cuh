@@ -1,23 +1,23 @@
 // The "pipe" variant of the direct recurrent kernel: single-token decode (fixed T = 1) on a K-major state pool with
-// 1-D slots and no intermediate states, the large-batch case of recurrent.cu's dispatch (docs/recurrent.md,
-// "Pipelined single-token tiles"). Same math, same thread layout and the same fp32 operations in the same order as
-// the direct kernel's T = 1 path (direct_kernel.cuh), so the outputs are bitwise those of the direct kernel at the
-// same tile width.
+// 1-D slots and no intermediate states, the large-batch 16-bit-pool case of recurrent.cu's dispatch
+// (docs/recurrent.md, "Pipelined single-token tiles"). Same math as the direct kernel's T = 1 path
+// (direct_kernel.cuh); with 128 threads also the same thread layout and the same fp32 operations in the same order.
 //
 // Why: the direct kernel holds one tile per CTA in registers; a CTA issues all its state loads, waits, computes,
 // stores and retires, so an SM has no state bytes in flight while its resident CTAs compute. For 16-bit pools a
-// byte carries twice the elements (twice the math per byte) and that gap costs ~20% (N = 256, bf16: 81% of copy vs
+// byte carries twice the elements (twice the math per byte) and that gap costs ~20% (N = 256, bf16: 80% of copy vs
 // 92% for fp32). Here CTAs are persistent and walk tiles with stride gridDim.x through an S-stage shared-memory
-// ring filled by cp.async: while tile i computes, tiles i+1 .. i+S-1 stream in (state, q, k, v; the next tiles'
-// slots and gates are ordinary loads one tile ahead), so the memory system always has S-1 tiles per CTA to fetch.
+// ring filled by cp.async (state, raw q, k, v; the next tiles' slots and gates are ordinary loads ahead of use).
+// Tile i lives in stage i % S and is refilled with tile i + S as soon as every thread holds tile i's state in
+// registers (after the reduction barrier): S tiles per CTA in flight during the update, S - 1 during the reduction.
 //
 // Per tile (n, h, BV columns j0..), thread (r0 = tid / TPR, c = tid % TPR) owns rows i_p = r0 + p RPP and columns
 // j0 + E c + e of S (K-major [K, V]); its 16-byte vectors sit at stage[p][tid] (each thread copies and reads back
 // only its own state vectors: no barrier for them).
-//   q' = scale q^, k^ (l2norm in fp32; each warp from the staged raw q, k), kS = S^T k^, qS = S^T q'
-//   u  = beta (v - alpha kS),  o = alpha qS + (q'.k^) u,  S = alpha S + k^ u^T
+//   rq = scale / |q|, rk = 1 / |k| (l2norm in fp32, per warp from the staged raw q, k), q'_i = q_i rq, k^_i = k_i rk
+//   kS = S^T k^, qS = S^T q',  u = beta (v - alpha kS),  o = alpha qS + (q'.k^) u,  S = alpha S + k^ u^T
 // Barriers per tile: one after the stage wait (the staged q/k/v of other threads visible; every thread done with
-// tile i-1, so its stage and the shared partial sums can be reused), one for the cross-warp reduction.
+// the previous tile's partial sums), one for the cross-warp reduction (which also releases the stage).
 // Rows (all indices clamped): slot = state_indices[n] (n when absent); an invalid slot (< 0, >= slots, 0 with
 // null_slot_is_invalid) writes exact zeros to o and nothing else; commit = false never writes the pool.
 #pragma once
@@ -28,48 +28,50 @@
 namespace flashgdn::cuda {
 namespace pipe {
 
-inline constexpr int kThreads = 128;
-inline constexpr int kWarps = kThreads / 32;
-
-template <class ST, int K, int BV>
+template <class ST, int K, int BV, int NT>
 struct Geo {
+  static constexpr int NW = NT / 32;              // warps
   static constexpr int E = 16 / int(sizeof(ST));  // elements per 16-byte vector
   static constexpr int TPR = BV / E;              // threads per tile row
-  static constexpr int RPP = kThreads / TPR;      // tile rows per pass
+  static constexpr int RPP = NT / TPR;            // tile rows per pass
   static constexpr int P = K / RPP;               // 16-byte state vectors per thread
-  static constexpr int kStateBytes = P * kThreads * 16;
+  static constexpr int kStateBytes = P * NT * 16;
   static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0 && K % RPP == 0, "tile must split over the CTA");
   static_assert(K % 4 == 0 && K / 4 <= 32, "one warp holds q and k (4 elements per lane)");
 };
 
-// Element e of a 16-byte state vector as fp32 (exact widening for bf16 / f16).
-template <class ST>
+// Element e of a 16-byte state vector as fp32 (exact widening for bf16 / f16). USE 0 (reduction) and 1 (update)
+// widen with different opaque instructions (direct::unpack), so the compiler keeps the packed words live between
+// the two passes instead of all widened values (2 x the registers).
+template <class ST, int USE>
 __device__ __forceinline__ float elem(const uint4& w, int e) {
-  if constexpr (sizeof(ST) == 4) {
+  if constexpr (sizeof(ST) == 4)
     return __uint_as_float(e == 0 ? w.x : (e == 1 ? w.y : (e == 2 ? w.z : w.w)));
-  } else {
-    const uint32_t x = e < 2 ? w.x : (e < 4 ? w.y : (e < 6 ? w.z : w.w));
-    if constexpr (std::is_same_v<ST, __nv_bfloat16>)
-      return __uint_as_float((e & 1) ? (x & 0xffff0000u) : (x << 16));
-    else
-      return __half2float(__ushort_as_half(static_cast<unsigned short>((e & 1) ? (x >> 16) : (x & 0xffffu))));
-  }
+  else
+    return direct::unpack<direct::half2_of<ST>, USE>(w, e);
+}
+
+// Resident CTAs per SM the register budget is cut for: the shared-memory ring allows 3 CTAs with 2 stages and 2
+// with 3 (K = 128: ~33 KB per stage).
+template <int S>
+constexpr int min_blocks() {
+  return S == 2 ? 3 : 2;
 }
 
 }  // namespace pipe
 
-// Dynamic shared memory: S stages of [state: P x 128 x 16 B][q raw: qb][k raw: qb][v raw: vb] (qb, vb: the
+// Dynamic shared memory: S stages of [state: P x NT x 16 B][q raw: qb][k raw: qb][v raw: vb] (qb, vb: the
 // activations' bytes rounded to 16; stage_bytes = kStateBytes + 2 qb + vb).
-template <class ST, int K, int BV, int S>
-__global__ void __launch_bounds__(pipe::kThreads, 1)
+template <class ST, int K, int BV, int S, int NT>
+__global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
     recurrent_direct_pipe_kernel(const RecurrentArgs a, int stage_bytes, int qb) {
-  using G = pipe::Geo<ST, K, BV>;
-  constexpr int E = G::E, TPR = G::TPR, RPP = G::RPP, P = G::P, NW = pipe::kWarps;
+  using G = pipe::Geo<ST, K, BV, NT>;
+  constexpr int E = G::E, TPR = G::TPR, RPP = G::RPP, P = G::P, NW = G::NW;
   static_assert(S >= 2, "at least double buffering");
   extern __shared__ __align__(16) unsigned char s_ring[];
-  __shared__ __align__(16) float s_qk[NW][2][K];  // per warp: [0] q' = scale q^, [1] k^
-  __shared__ __align__(16) float s_red[NW][2][BV];
-  __shared__ int64_t s_slot[S];  // slot of the tile in each stage (-1: invalid row, zeros to o)
+  __shared__ __align__(16) float s_red[NW][2][BV];  // cross-warp partial sums of S^T k^, S^T q'
+  __shared__ float s_kn[K];                         // k^ of the current tile (for the update, after the refill)
+  __shared__ int64_t s_slot[S];                     // slot of the tile in each stage (-1: invalid row)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int c = tid % TPR, r0 = tid / TPR;
@@ -90,29 +92,42 @@ __global__ void __launch_bounds__(pipe::kThreads, 1)
     const int64_t s = a.state_indices ? load_index(a.state_indices, a.si_i64, n * a.si_s[0]) : n;
     return direct::slot_ok(s, a.slots, a.null_slot_is_invalid) ? s : -1;
   };
-  // Stage the tile's state vectors and raw q, k, v (cp.async, one commit group per tile, also when empty).
-  auto issue = [&](int64_t t, int64_t slot, int buf) {
+  // A tile's copy sources for this thread, computed ahead of the copy (so that the refill issued while the current
+  // tile's state is live in registers needs only two pointers): its first state vector (null: nothing to stage,
+  // the row is invalid or the tile does not exist) and its activation vector (warp 0: q, 1: k, 2: v; null: none).
+  struct Src {
+    const ST* st;
+    const char* act;
+  };
+  const int64_t row_step = int64_t(RPP) * a.pool_s[2];
+  auto source = [&](int64_t t, int64_t slot) -> Src {
+    Src x{nullptr, nullptr};
+    if (t >= ntiles || slot < 0) return x;
+    int64_t n, h;
+    int j0;
+    coords(t, n, h, j0);
+    x.st =
+        static_cast<const ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1] + int64_t(r0) * a.pool_s[2] + j0 + E * c;
+    const int64_t hq = h / gqa;
+    if (warp == 0 && lane * 16 < K * qsz)  // fixed T = 1: the token of batch row n is (b = n, t = 0)
+      x.act = static_cast<const char*>(a.q) + (n * a.q_s[0] + hq * a.q_s[2]) * qsz + lane * 16;
+    if (warp == 1 && lane * 16 < K * qsz)
+      x.act = static_cast<const char*>(a.k) + (n * a.k_s[0] + hq * a.k_s[2]) * qsz + lane * 16;
+    if (warp == 2 && lane * 16 < BV * vsz)
+      x.act = static_cast<const char*>(a.v) + (n * a.v_s[0] + h * a.v_s[2] + j0) * vsz + lane * 16;
+    return x;
+  };
+  // Stage a tile: state vectors and raw q, k, v (cp.async, one commit group per tile, also when empty).
+  auto issue = [&](const Src& x, int64_t slot, int buf) {
     unsigned char* stg = s_ring + size_t(buf) * stage_bytes;
-    if (t < ntiles && slot >= 0) {
-      int64_t n, h;
-      int j0;
-      coords(t, n, h, j0);
-      const ST* src = static_cast<const ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1] + j0 + E * c;
+    if (x.st != nullptr) {
+      const ST* src = x.st;
 #pragma unroll
-      for (int p = 0; p < P; ++p)
-        cp_async<16>(stg + (p * pipe::kThreads + tid) * 16, src + int64_t(r0 + p * RPP) * a.pool_s[2]);
-      const int64_t hq = h / gqa;
-      if (warp == 0 && lane * 16 < K * qsz)  // fixed T = 1: token n of batch row n is (b = n, t = 0)
-        cp_async<16>(stg + G::kStateBytes + lane * 16,
-                     static_cast<const char*>(a.q) + (n * a.q_s[0] + hq * a.q_s[2]) * qsz + lane * 16);
-      if (warp == 1 && lane * 16 < K * qsz)
-        cp_async<16>(stg + G::kStateBytes + qb + lane * 16,
-                     static_cast<const char*>(a.k) + (n * a.k_s[0] + hq * a.k_s[2]) * qsz + lane * 16);
-      if (warp == 2 && lane * 16 < BV * vsz)
-        cp_async<16>(stg + G::kStateBytes + 2 * qb + lane * 16,
-                     static_cast<const char*>(a.v) + (n * a.v_s[0] + h * a.v_s[2] + j0) * vsz + lane * 16);
+      for (int p = 0; p < P; ++p, src += row_step) cp_async<16>(stg + (p * NT + tid) * 16, src);
+      if (x.act != nullptr)
+        cp_async<16>(stg + G::kStateBytes + (warp == 0 ? 0 : (warp == 1 ? qb : 2 * qb)) + lane * 16, x.act);
     }
-    if (tid == 0) s_slot[buf] = slot;
+    if (tid == 0) s_slot[buf] = x.st != nullptr ? slot : -1;
     cp_async_commit();
   };
   // Raw gate scalars of a tile (ordinary loads, requested one tile ahead of their use).
@@ -133,21 +148,25 @@ __global__ void __launch_bounds__(pipe::kThreads, 1)
     }
   };
 
-  // ---- prologue: tiles 0 .. S-2 of this CTA in flight, the slot of tile S-1 requested ----
+  // ---- prologue: this CTA's first S tiles in flight, the slot of the next one requested ----
+  // Ring: tile i of the CTA lives in stage i % S; it is refilled with tile i + S as soon as every thread has
+  // copied tile i's state, k^ rows and v into registers (after the reduction barrier), so S tiles are in flight
+  // during the update and S - 1 during the reduction.
   const int64_t t0 = blockIdx.x;
-#pragma unroll
-  for (int s = 0; s + 1 < S; ++s) issue(t0 + s * stride, slot_of(t0 + s * stride), s);
-  int64_t nslot = slot_of(t0 + (S - 1) * stride);
+#pragma unroll 1
+  for (int s = 0; s < S; ++s) {
+    const int64_t slot = slot_of(t0 + s * stride);
+    issue(source(t0 + s * stride, slot), slot, s);
+  }
+  int64_t nslot = slot_of(t0 + S * stride);  // the refill of iteration 0 (tile S), addressed at its start
   Gates cur;
   load_gates(t0, cur);
 
   int buf = 0;
 #pragma unroll 1
   for (int64_t t = t0; t < ntiles; t += stride) {
-    cp_async_wait<S - 2>();  // this tile's group has landed (S - 2 later ones may still fly)
-    __syncthreads();         // ... for every thread's copies; and every thread is done with the previous tile
-    issue(t + (S - 1) * stride, nslot, (buf + S - 1) % S);  // refills the stage the previous tile used
-    nslot = slot_of(t + S * stride);
+    cp_async_wait<S - 1>();  // this tile's group has landed (the S - 1 later ones may still fly)
+    __syncthreads();         // ... for every thread's copies (q, k, v); every thread is done with s_red, s_kn
     Gates nxt;
     load_gates(t + stride, nxt);
 
@@ -155,34 +174,30 @@ __global__ void __launch_bounds__(pipe::kThreads, 1)
     int j0;
     coords(t, n, h, j0);
     const int64_t slot = s_slot[buf];
+    const Src nsrc = source(t + S * stride, nslot);  // this iteration's refill
     const int64_t o_off = n * a.o_s[0] + h * a.o_s[2] + j0;
     if (slot < 0) {  // invalid row (CTA-uniform): exact zeros to its outputs, nothing else written
       const float z[E] = {};
       if (tid < TPR) direct::store_n<E>(a.o, a.v_dtype, o_off + E * c, z);
+      __syncthreads();  // every thread has read s_slot[buf] before the refill below rewrites it
+      issue(nsrc, nslot, buf);
     } else {
       const unsigned char* stg = s_ring + size_t(buf) * stage_bytes;
-      const uint4* sv = reinterpret_cast<const uint4*>(stg) + tid;
-      // q' = scale q^, k^ and q'.k^, per warp (no barrier; gdn-math §1.4)
+      const unsigned char* qraw = stg + G::kStateBytes;
+      const unsigned char* kraw = qraw + qb;
+      // rq = scale / |q|, rk = 1 / |k| and q'.k^ per warp from the lane slices (gdn-math §1.4); the thread's rows
+      // are then q'_i = q_i rq, k^_i = k_i rk: the same fp32 products as the direct kernel's staged q', k^.
       float q4[4] = {0.f, 0.f, 0.f, 0.f}, k4[4] = {0.f, 0.f, 0.f, 0.f};
       if (4 * lane < K) {
-        load4(stg + G::kStateBytes, a.qk_dtype, 4 * lane, q4);
-        load4(stg + G::kStateBytes + qb, a.qk_dtype, 4 * lane, k4);
+        load4(qraw, a.qk_dtype, 4 * lane, q4);
+        load4(kraw, a.qk_dtype, 4 * lane, k4);
       }
       float rq, rk;
       qk_norm_factors(q4, k4, a.scale, a.l2norm, &rq, &rk);
       float qk = 0.f;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        q4[e] *= rq;
-        k4[e] *= rk;
-        qk = fmaf(q4[e], k4[e], qk);
-      }
+      for (int e = 0; e < 4; ++e) qk = fmaf(q4[e] * rq, k4[e] * rk, qk);
       qk = lane_sum<1, 32>(qk);  // q'.k^
-      if (4 * lane < K) {
-        *reinterpret_cast<float4*>(&s_qk[warp][0][4 * lane]) = make_float4(q4[0], q4[1], q4[2], q4[3]);
-        *reinterpret_cast<float4*>(&s_qk[warp][1][4 * lane]) = make_float4(k4[0], k4[1], k4[2], k4[3]);
-      }
-      __syncwarp();
       float g = cur.g;
       if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
         g = gate_from_raw(g, cur.A_log, cur.dt_bias, a.softplus_beta, a.softplus_threshold);
@@ -190,20 +205,29 @@ __global__ void __launch_bounds__(pipe::kThreads, 1)
       const float be = a.beta_sigmoid ? beta_from_raw(cur.be, a.allow_neg_eigval) : cur.be;
       float v[E];
       direct::load_n<E>(stg + G::kStateBytes + 2 * qb, a.v_dtype, E * c, v);
-      const float* qv = s_qk[warp][0];
-      const float* kv = s_qk[warp][1];
 
-      // kS = S^T k^, qS = S^T q': own rows, the lanes of the same c (shuffles), the warps (shared memory)
+      // Row i of the raw q / k (the staged activation dtype) as fp32.
+      auto raw_row = [&](const unsigned char* base, int i) -> float {
+        if (qsz == 4) return reinterpret_cast<const float*>(base)[i];
+        const uint32_t b16 = reinterpret_cast<const unsigned short*>(base)[i];
+        return a.qk_dtype == DType::bf16 ? __uint_as_float(b16 << 16)
+                                         : __half2float(__ushort_as_half(static_cast<unsigned short>(b16)));
+      };
+      // The thread's state vectors and k^ rows into registers; kS = S^T k^, qS = S^T q': own rows, the lanes of
+      // the same c (shuffles), the warps (shared memory).
+      uint4 w[P];
       float kS[E], qS[E];
 #pragma unroll
       for (int e = 0; e < E; ++e) kS[e] = 0.f, qS[e] = 0.f;
 #pragma unroll
       for (int p = 0; p < P; ++p) {
-        const uint4 w = sv[p * pipe::kThreads];
-        const float ki = kv[r0 + p * RPP], qi = qv[r0 + p * RPP];
+        w[p] = reinterpret_cast<const uint4*>(stg)[p * NT + tid];
+        const int i = r0 + p * RPP;
+        const float ki = raw_row(kraw, i) * rk, qi = raw_row(qraw, i) * rq;
+        if (c == 0) s_kn[i] = ki;  // one writer per row
 #pragma unroll
         for (int e = 0; e < E; ++e) {
-          const float x = pipe::elem<ST>(w, e);
+          const float x = pipe::elem<ST, 0>(w[p], e);
           kS[e] = fmaf(x, ki, kS[e]), qS[e] = fmaf(x, qi, qS[e]);
         }
       }
@@ -216,23 +240,24 @@ __global__ void __launch_bounds__(pipe::kThreads, 1)
           *reinterpret_cast<float4*>(&s_red[warp][1][E * c + e]) = make_float4(qS[e], qS[e + 1], qS[e + 2], qS[e + 3]);
         }
       }
-      __syncthreads();
+      __syncthreads();          // partial sums and k^ visible; every thread is done reading this stage
+      issue(nsrc, nslot, buf);  // refill it: S tiles in flight during the update
       float u[E], o[E];
 #pragma unroll
       for (int e = 0; e < E; e += 4) {
         float4 ks = *reinterpret_cast<const float4*>(&s_red[0][0][E * c + e]);
         float4 qs = *reinterpret_cast<const float4*>(&s_red[0][1][E * c + e]);
 #pragma unroll
-        for (int w = 1; w < NW; ++w) {  // fixed order: bitwise reproducible
-          const float4 x = *reinterpret_cast<const float4*>(&s_red[w][0][E * c + e]);
-          const float4 y = *reinterpret_cast<const float4*>(&s_red[w][1][E * c + e]);
+        for (int m = 1; m < NW; ++m) {  // fixed order: bitwise reproducible
+          const float4 x = *reinterpret_cast<const float4*>(&s_red[m][0][E * c + e]);
+          const float4 y = *reinterpret_cast<const float4*>(&s_red[m][1][E * c + e]);
           ks.x += x.x, ks.y += x.y, ks.z += x.z, ks.w += x.w;
           qs.x += y.x, qs.y += y.y, qs.z += y.z, qs.w += y.w;
         }
         const float kk[4] = {ks.x, ks.y, ks.z, ks.w}, qq[4] = {qs.x, qs.y, qs.z, qs.w};
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
-          u[e + m] = be * (v[e + m] - alpha * kk[m]);  // u = beta (v - alpha S^T k^)
+          u[e + m] = be * (v[e + m] - alpha * kk[m]);    // u = beta (v - alpha S^T k^)
           o[e + m] = fmaf(qk, u[e + m], alpha * qq[m]);  // o = alpha S^T q' + (q'.k^) u
         }
       }
@@ -241,15 +266,15 @@ __global__ void __launch_bounds__(pipe::kThreads, 1)
         ST* dst = static_cast<ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1] + j0 + E * c;
 #pragma unroll
         for (int p = 0; p < P; ++p) {
-          const uint4 w = sv[p * pipe::kThreads];
-          const float ki = kv[r0 + p * RPP];
+          const float ki = s_kn[r0 + p * RPP];
           float x[E];
 #pragma unroll
-          for (int e = 0; e < E; ++e) x[e] = fmaf(ki, u[e], alpha * pipe::elem<ST>(w, e));
+          for (int e = 0; e < E; ++e) x[e] = fmaf(ki, u[e], alpha * pipe::elem<ST, 1>(w[p], e));
           direct::store16(dst + int64_t(r0 + p * RPP) * a.pool_s[2], x);
         }
       }
     }
+    nslot = slot_of(t + (S + 1) * stride);
     cur = nxt;
     buf = buf + 1 == S ? 0 : buf + 1;
   }
@@ -258,33 +283,36 @@ __global__ void __launch_bounds__(pipe::kThreads, 1)
 
 // Persistent grid: resident CTAs per SM from the occupancy of this shared-memory size (queried per launch: host
 // only, graph-safe), times SMs, at most one CTA per tile; max_ctas > 0 caps it (the harness forces long walks).
-template <class ST, int K, int BV, int S>
+template <class ST, int K, int BV, int S, int NT>
 cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs& a, int max_ctas, cudaStream_t stream) {
-  using G = pipe::Geo<ST, K, BV>;
+  using G = pipe::Geo<ST, K, BV, NT>;
   const int64_t ntiles = a.N * a.Hv * (a.V / BV);
   if (ntiles == 0) return cudaSuccess;
   const int qsz = a.qk_dtype == DType::f32 ? 4 : 2, vsz = a.v_dtype == DType::f32 ? 4 : 2;
   const int qb = (K * qsz + 15) / 16 * 16, vb = (BV * vsz + 15) / 16 * 16;
   const int stage_bytes = G::kStateBytes + 2 * qb + vb;
   const int smem = S * stage_bytes;
-  auto kern = recurrent_direct_pipe_kernel<ST, K, BV, S>;
+  auto kern = recurrent_direct_pipe_kernel<ST, K, BV, S, NT>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e == cudaSuccess) e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
   int per_sm = 0;
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, pipe::kThreads, smem);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NT, smem);
   if (e != cudaSuccess) return e;
   if (per_sm < 1) return cudaErrorInvalidConfiguration;
   int64_t grid = int64_t(per_sm) * current_sm_count();
   if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
   if (grid > ntiles) grid = ntiles;
-  kern<<<dim3(unsigned(grid)), pipe::kThreads, smem, stream>>>(a, stage_bytes, qb);
+  kern<<<dim3(unsigned(grid)), NT, smem, stream>>>(a, stage_bytes, qb);
   return cudaGetLastError();
 }
 
-#define FGDN_INSTANTIATE_RECURRENT_DIRECT_PIPE(ST, BV)                                                            \
-  template cudaError_t launch_recurrent_direct_pipe<ST, 64, BV, 2>(const RecurrentArgs&, int, cudaStream_t);  \
-  template cudaError_t launch_recurrent_direct_pipe<ST, 64, BV, 3>(const RecurrentArgs&, int, cudaStream_t);  \
-  template cudaError_t launch_recurrent_direct_pipe<ST, 128, BV, 2>(const RecurrentArgs&, int, cudaStream_t); \
-  template cudaError_t launch_recurrent_direct_pipe<ST, 128, BV, 3>(const RecurrentArgs&, int, cudaStream_t);
+// (stages, threads) in {(2, 128), (3, 128), (3, 256)} for K in {64, 128} ((2, 256) spills at its 80-register cap).
+#define FGDN_INSTANTIATE_RECURRENT_DIRECT_PIPE_K(ST, K, BV)                                                      \
+  template cudaError_t launch_recurrent_direct_pipe<ST, K, BV, 2, 128>(const RecurrentArgs&, int, cudaStream_t); \
+  template cudaError_t launch_recurrent_direct_pipe<ST, K, BV, 3, 128>(const RecurrentArgs&, int, cudaStream_t); \
+  template cudaError_t launch_recurrent_direct_pipe<ST, K, BV, 3, 256>(const RecurrentArgs&, int, cudaStream_t);
+#define FGDN_INSTANTIATE_RECURRENT_DIRECT_PIPE(ST, BV) \
+  FGDN_INSTANTIATE_RECURRENT_DIRECT_PIPE_K(ST, 64, BV) \
+  FGDN_INSTANTIATE_RECURRENT_DIRECT_PIPE_K(ST, 128, BV)
 
 }  // namespace flashgdn::cuda

@@ -133,17 +133,23 @@ bool recurrent_wy_enabled() {
   return v;
 }
 
-// The three kernels implement the whole contract (wy through its fallback); they differ in speed. Measured on the
-// H200 (docs/recurrent.md): the direct kernel (one state tile per CTA, all loads in flight) is fastest for
-// single-token decode (N=256 fp32 pool: 0.28 vs 0.38 ms persistent), the wy kernel (chunked WY form) for
-// multi-token rows on K-major pools, the persistent kernel for V-major or pool-less multi-token rows and small
-// verify batches. Rows of one token: fixed T == 1, or varlen with no more tokens than rows.
+// The kernels implement the whole contract (wy and pipe through their fallbacks); they differ in speed. Measured on
+// the H200 (docs/recurrent.md): the direct kernel (one state tile per CTA, all loads in flight) is fastest for
+// single-token decode (N=256 fp32 pool: 0.28 vs 0.38 ms persistent) except large K-major 16-bit-pool batches, where
+// its pipelined variant streams tiles through shared memory (bf16 N=256: 158 vs 165 us), the wy kernel (chunked
+// WY form) for multi-token rows on K-major pools, the persistent kernel for V-major or pool-less multi-token rows
+// and small verify batches. Rows of one token: fixed T == 1, or varlen with no more tokens than rows.
 Status recurrent_launch(const RecurrentArgs& a, int bv, void* stream) {
   const int force = recurrent_direct_override();
   if (force >= 0)
     return force == 1 ? recurrent_launch_direct(a, bv, stream) : recurrent_launch_persistent(a, bv, stream);
   const bool single_token = a.cu_seqlens == nullptr ? a.T <= 1 : a.T <= a.N;
-  if (single_token) return recurrent_launch_direct(a, bv, stream);
+  if (single_token) {  // large fixed T = 1 batches on a K-major pool: the pipelined variant (direct_pipe_launch.cu)
+    if (recurrent_pipe_preferred(a)) return recurrent_launch_pipe(a, bv, stream);
+    RecurrentArgs b = a;
+    b.pdl = recurrent_direct_pdl_default(a);  // opt-in (FLASHGDN_RECURRENT_PDL=1, direct_launch.cu)
+    return recurrent_launch_direct(b, bv, stream);
+  }
   // Multi-token rows: the wy kernel (K-major pool), except a small-batch verify (per-token state stores), where
   // the persistent kernel measured faster (N = 1, T = 12: 17.3 vs 18.5 us).
   const int sms = current_sm_count();

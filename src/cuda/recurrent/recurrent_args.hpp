@@ -65,6 +65,10 @@ struct RecurrentArgs {
   bool commit = true;
   bool null_slot_is_invalid = false;
   StateLayout layout = StateLayout::k_major;
+  // Launch the direct kernel as a programmatic dependent launch (PDL: it may start while the previous kernel in
+  // the stream drains, and waits for it with griddepcontrol.wait before its first global access). Set by the
+  // dispatch (recurrent_direct_pdl_default, opt-in) or the harness; other kernels ignore it.
+  bool pdl = false;
 };
 
 // Resolve the kernel arguments from validated params.
@@ -82,6 +86,19 @@ Status recurrent_launch(const RecurrentArgs& a, int bv, void* stream);
 Status recurrent_launch_persistent(const RecurrentArgs& a, int bv, void* stream);
 Status recurrent_launch_direct(const RecurrentArgs& a, int bv, void* stream);
 int recurrent_direct_default_bv(const RecurrentArgs& a);
+// Whether the dispatch launches the direct kernel with PDL (FLASHGDN_RECURRENT_PDL=1; default off).
+bool recurrent_direct_pdl_default(const RecurrentArgs& a);
+
+// The pipelined single-token direct kernel (direct_pipe_kernel.cuh): persistent CTAs, an S-stage cp.async ring of
+// state tiles. Fixed T = 1 on a K-major pool with 1-D slots and no intermediate states (recurrent_pipe_supported);
+// recurrent_launch_pipe falls back to recurrent_launch_direct elsewhere. bv: 128 (16-bit pools) or 64 (fp32), 0 =
+// default; stages: 2 or 3, threads: 128 or 256 per CTA, 0 = default; max_ctas > 0 caps the persistent grid (tests).
+bool recurrent_pipe_supported(const RecurrentArgs& a);
+int recurrent_pipe_default_bv(const RecurrentArgs& a);
+bool recurrent_pipe_preferred(const RecurrentArgs& a);  // the dispatch's choice (FLASHGDN_RECURRENT_PIPE)
+Status recurrent_launch_pipe(const RecurrentArgs& a, int bv, void* stream);
+Status recurrent_launch_pipe_config(const RecurrentArgs& a, int bv, int stages, int threads, int max_ctas,
+                                    void* stream);
 
 // The wy family (wy_kernel.cuh): chunked WY form over a row's tokens, for multi-token rows on K-major states.
 // recurrent_launch_wy falls back to the persistent kernel where recurrent_wy_supported is false (V-major).

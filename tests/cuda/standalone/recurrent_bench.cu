@@ -411,17 +411,40 @@ int g_fail = 0;
 // sends V-major states to the persistent kernel.
 constexpr int kFamilies = 4;
 int g_path = 0;
+// Family 4, "pipe": the pipelined single-token direct kernel (direct_pipe_kernel.cuh; falls back to the direct
+// kernel outside fixed T = 1 K-major 1-D pools), with these stages / threads per CTA (0 = default) and grid cap
+// (0 = none).
+constexpr int kPipe = 4;
+int g_pipe_stages = 0, g_pipe_threads = 0, g_pipe_max_ctas = 0;
+constexpr int kPipeConfigs[3][2] = {{2, 128}, {3, 128}, {3, 256}};  // (stages, threads) instantiated
+bool g_pdl = false;  // launch the direct kernel with PDL (RecurrentArgs::pdl)
 
-Status launch(const cuda::RecurrentArgs& a, int bv, void* stream) {
+Status launch(const cuda::RecurrentArgs& a0, int bv, void* stream) {
+  cuda::RecurrentArgs a = a0;
+  a.pdl = g_pdl;
+  if (g_pdl && stream == nullptr) {  // PDL launches go to a created stream (not the legacy default one)
+    static cudaStream_t ps = [] {
+      cudaStream_t x;
+      CK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
+      return x;
+    }();
+    stream = ps;
+  }
+  if (g_path == kPipe)
+    return cuda::recurrent_launch_pipe_config(a, bv, g_pipe_stages, g_pipe_threads, g_pipe_max_ctas, stream);
   if (g_path >= 2) return cuda::recurrent_launch_wy_engine(a, bv, g_path == 3, stream);
   return g_path == 1 ? cuda::recurrent_launch_direct(a, bv, stream) : cuda::recurrent_launch_persistent(a, bv, stream);
 }
 int default_bv(const cuda::RecurrentArgs& a) {
+  if (g_path == kPipe)
+    return cuda::recurrent_pipe_supported(a) ? cuda::recurrent_pipe_default_bv(a)
+                                             : cuda::recurrent_direct_default_bv(a);
   if (g_path >= 2)
     return cuda::recurrent_wy_supported(a) ? cuda::recurrent_wy_default_bv(a) : cuda::recurrent_default_bv(a);
   return g_path == 1 ? cuda::recurrent_direct_default_bv(a) : cuda::recurrent_default_bv(a);
 }
 const char* path_name() {
+  if (g_path == kPipe) return "pipe";
   return g_path == 3 ? "wy-mma" : g_path == 2 ? "wy" : (g_path == 1 ? "direct" : "persistent");
 }
 
@@ -781,11 +804,39 @@ bool check_gating() {
 
 // Graph capture / replay equality and 1000-launch bitwise stability, on a no-commit verify (pool is read only,
 // so every launch sees the same inputs).
+// Fixed T = 1 launches with many tiles per CTA for the pipelined kernel (walks through every stage of the ring;
+// the check also caps the grid at 2 CTAs).
+std::vector<Case> pipe_cases() {
+  std::vector<Case> cs;
+  Case c;
+  c.name = "pipe bf16 pool N=40 K128V128 bf16 qkv sentinels";
+  c.N = 40, c.K = 128, c.V = 128, c.pool_dt = DType::bf16, c.qkv_dt = DType::bf16, c.sentinels = true;
+  cs.push_back(c);
+  c = Case{};
+  c.name = "pipe f32 pool N=33 K128V128 null slot 0 i64 idx";
+  c.N = 33, c.K = 128, c.V = 128, c.sentinels = true, c.null_invalid = true, c.idx64 = true;
+  cs.push_back(c);
+  c = Case{};
+  c.name = "pipe f16 pool N=37 K64V128 f16 qkv raw gates no l2 no commit";
+  c.N = 37, c.K = 64, c.V = 128, c.pool_dt = DType::f16, c.qkv_dt = DType::f16, c.gate_raw = true;
+  c.beta_raw = true, c.neg_eig = true, c.l2 = false, c.scale = 0.3f, c.commit = false;
+  cs.push_back(c);
+  c = Case{};
+  c.name = "pipe bf16 pool N=24 K64V64 no g no beta GQA 1->4";
+  c.N = 24, c.pool_dt = DType::bf16, c.has_g = false, c.has_beta = false, c.Hqk = 1;
+  cs.push_back(c);
+  for (size_t i = 0; i < cs.size(); ++i) cs[i].seed = 900 + i;
+  return cs;
+}
+
 bool check_graph_and_repeat() {
   Case c;
   c.name = "graph";
   c.T = 6, c.T_max = 6, c.nacc = true, c.commit = false, c.inter = true, c.inter_dt = DType::bf16, c.N = 4;
   c.K = 128, c.V = 128, c.qkv_dt = DType::bf16;
+  if (g_path == kPipe) {  // the pipelined kernel's range: fixed T = 1, 1-D slots, no intermediates (o only)
+    c.T = 1, c.T_max = 0, c.nacc = false, c.inter = false, c.pool_dt = DType::bf16, c.N = 40, c.sentinels = true;
+  }
   Data D;
   build(c, D);
   cuda::RecurrentArgs a = cuda::make_recurrent_args(D.p, D.d);
@@ -797,9 +848,10 @@ bool check_graph_and_repeat() {
   o0.dev = i0.dev = nullptr;
   o0.bytes.assign(D.o.nbytes(), 0), i0.bytes.assign(D.inter.nbytes(), 0);
   CK(cudaMemcpy(o0.bytes.data(), D.o.dev, D.o.nbytes(), cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(i0.bytes.data(), D.inter.dev, D.inter.nbytes(), cudaMemcpyDeviceToHost));
+  if (c.inter) CK(cudaMemcpy(i0.bytes.data(), D.inter.dev, D.inter.nbytes(), cudaMemcpyDeviceToHost));
   // graph: poison, capture, replay
-  D.o.poison(), D.o.upload(), D.inter.poison(), D.inter.upload();
+  D.o.poison(), D.o.upload();
+  if (c.inter) D.inter.poison(), D.inter.upload();
   cudaGraph_t g;
   cudaGraphExec_t ge;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -808,7 +860,8 @@ bool check_graph_and_repeat() {
   CK(cudaGraphInstantiate(&ge, g, 0));
   CK(cudaGraphLaunch(ge, s));
   CK(cudaStreamSynchronize(s));
-  D.o.download(), D.inter.download();
+  D.o.download();
+  if (c.inter) D.inter.download();
   bool ok = D.o.bytes == o0.bytes && D.inter.bytes == i0.bytes;
   std::printf("  %-4s %-10s graph capture + replay bitwise equal to eager\n", ok ? "ok" : "FAIL", path_name());
   int bad = 0;
@@ -819,7 +872,7 @@ bool check_graph_and_repeat() {
     CK(cudaStreamSynchronize(s));
     if (ob != o0.bytes) ++bad;
   }
-  D.inter.download();
+  if (c.inter) D.inter.download();
   if (D.inter.bytes != i0.bytes) ++bad;
   std::printf("  %-4s %-10s 1000 launches bitwise identical (%d mismatches)\n", bad == 0 ? "ok" : "FAIL", path_name(),
               bad);
@@ -877,7 +930,8 @@ struct BenchShape {
   bool inter;  // per-token intermediate states (bf16), no commit
   StateLayout layout = StateLayout::k_major;
   const char* target;
-  bool l2norm = true;  // false: no in-kernel l2norm (diag: staging cost)
+  bool l2norm = true;   // false: no in-kernel l2norm (diag: staging cost)
+  bool no_idx = false;  // true: no state_indices (row n uses slot n of a per-rotation pool view; diag: the slot hop)
 };
 
 struct BenchResult {
@@ -951,8 +1005,12 @@ BenchResult bench_one(const BenchShape& b, int bv, FILE* log) {
     p.o = mk(static_cast<char*>(o) + r * v_b, DType::bf16, {b.N, b.T, Hv, V});
     p.g = mk(static_cast<char*>(g) + r * gb_b, DType::f32, {b.N, b.T, Hv});
     p.beta = mk(static_cast<char*>(be) + r * gb_b, DType::f32, {b.N, b.T, Hv});
-    p.state_pool = mk(pool, b.pool_dt, {slots, Hv, K, V});
-    p.state_indices = mk(dsi + r * b.N, DType::i32, {b.N});
+    if (b.no_idx) {  // slots r N .. r N + N - 1 as a pool of N slots
+      p.state_pool = mk(static_cast<char*>(pool) + size_t(r * b.N * sbytes), b.pool_dt, {b.N, Hv, K, V});
+    } else {
+      p.state_pool = mk(pool, b.pool_dt, {slots, Hv, K, V});
+      p.state_indices = mk(dsi + r * b.N, DType::i32, {b.N});
+    }
     if (b.inter) {
       p.intermediate_states = mk(inter, DType::bf16, {nbuf, b.T, Hv, K, V});
       p.intermediate_indices = mk(dsi + r * b.N, DType::i32, {b.N});
@@ -962,7 +1020,7 @@ BenchResult bench_one(const BenchShape& b, int bv, FILE* log) {
     p.state_layout = b.layout;
     RecurrentDims d;
     d.B = b.N, d.T = b.T, d.N = b.N, d.Hqk = Hqk, d.Hv = Hv, d.K = K, d.V = V, d.scale = float(1 / std::sqrt(128.0));
-    d.slots = slots;
+    d.slots = b.no_idx ? b.N : slots;
     if (b.inter) d.n_buf = nbuf, d.T_buf = b.T;
     cuda::RecurrentArgs a = cuda::make_recurrent_args(p, d);
     used_bv = bv ? bv : default_bv(a);
@@ -1062,9 +1120,65 @@ std::vector<BenchShape> diag_shapes() {
   return v;
 }
 
+// Single-token decode shapes, same process: the direct kernel (default tile; N <= 8 also at 32 / 64 columns and with
+// PDL) against the pipelined kernel in its three (stages, threads) configurations.
+void pipe_sweep(FILE* log) {
+  std::printf("== pipesweep: us (%%copy) [BV]; ratio = bf16 / fp32 time at the same N (dispatched paths)\n");
+  std::printf("| %-28s | %4s | %-22s | %-22s | %-22s | %-22s | %-22s |\n", "shape", "N", "direct", "pipe S=2 128 thr",
+              "pipe S=3 128 thr", "pipe S=3 256 thr", "");
+  auto cell = [](const BenchResult& r) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%8.2f (%5.1f%%) [%3d]", r.us, 100 * r.tbs / g_copy_tbs, r.bv);
+    return std::string(buf);
+  };
+  std::vector<BenchShape> shapes;
+  for (DType pd : {DType::f32, DType::bf16})
+    for (int64_t N : {32, 128, 256})
+      shapes.push_back({std::string("decode ") + (pd == DType::f32 ? "fp32" : "bf16") + " pool", N, 1, pd, false,
+                        StateLayout::k_major, ""});
+  for (const BenchShape& b : shapes) {
+    std::string c[5];
+    g_path = 1, c[0] = cell(bench_one(b, 0, log));
+    g_path = kPipe;
+    for (int i = 0; i < 3; ++i) {
+      g_pipe_stages = kPipeConfigs[i][0], g_pipe_threads = kPipeConfigs[i][1];
+      c[1 + i] = cell(bench_one(b, 0, log));
+    }
+    g_pipe_stages = g_pipe_threads = 0;
+    std::printf("| %-28s | %4d | %-22s | %-22s | %-22s | %-22s | %-22s |\n", b.name.c_str(), int(b.N), c[0].c_str(),
+                c[1].c_str(), c[2].c_str(), c[3].c_str(), c[4].c_str());
+  }
+  // N = 1 / 8 latency: the direct kernel at 16 / 32 columns, without and with PDL (graph of back-to-back launches)
+  std::printf("| %-28s | %4s | %-22s | %-22s | %-22s | %-22s | %-22s |\n", "shape (latency)", "N", "direct",
+              "direct BV=32", "direct PDL", "diag: no slot table", "diag: no l2norm");
+  for (DType pd : {DType::f32, DType::bf16})
+    for (int64_t N : {1, 8}) {
+      BenchShape b{std::string("decode ") + (pd == DType::f32 ? "fp32" : "bf16") + " pool",
+                   N,
+                   1,
+                   pd,
+                   false,
+                   StateLayout::k_major,
+                   ""};
+      std::string c[5];
+      g_path = 1;
+      c[0] = cell(bench_one(b, 0, log)), c[1] = cell(bench_one(b, 32, log));
+      BenchShape d = b;
+      d.no_idx = true, c[3] = cell(bench_one(d, 0, log));
+      d = b;
+      d.l2norm = false, c[4] = cell(bench_one(d, 0, log));
+      g_pdl = true;
+      c[2] = cell(bench_one(b, 0, log));
+      g_pdl = false;
+      std::printf("| %-28s | %4d | %-22s | %-22s | %-22s | %-22s | %-22s |\n", b.name.c_str(), int(N), c[0].c_str(),
+                  c[1].c_str(), c[2].c_str(), c[3].c_str(), c[4].c_str());
+    }
+}
+
 int main(int argc, char** argv) {
   bool do_check = false, do_bench = false, do_sweep = false, do_small = false, do_diag = false, do_wysweep = false;
   bool only[kFamilies] = {};
+  bool run_pipe = false, do_pipesweep = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "small")) do_small = true;  // cases + commit + gating (for compute-sanitizer)
     if (!std::strcmp(argv[i], "check")) do_check = true;
@@ -1076,17 +1190,20 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "direct")) only[1] = true;
     if (!std::strcmp(argv[i], "wy")) only[2] = true;
     if (!std::strcmp(argv[i], "wy-mma")) only[3] = true;
+    if (!std::strcmp(argv[i], "pipe")) run_pipe = true;           // + the pipelined single-token kernel
+    if (!std::strcmp(argv[i], "pipesweep")) do_pipesweep = true;  // decode shapes: direct vs pipe vs PDL
   }
   const bool any_only = only[0] || only[1] || only[2] || only[3];
   const bool run[kFamilies] = {only[0] || !any_only, only[1] || !any_only, only[2] || !any_only, only[3] || !any_only};
-  if (!do_check && !do_bench && !do_sweep && !do_small && !do_diag && !do_wysweep) do_check = do_bench = true;
+  if (!do_check && !do_bench && !do_sweep && !do_small && !do_diag && !do_wysweep && !do_pipesweep)
+    do_check = do_bench = true;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line-buffered: a crash keeps what was printed
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   if (do_check || do_small) {
     std::printf("== correctness (fp64 reference)\n");
-    int fails[kFamilies] = {};
+    int fails[kFamilies] = {}, fails_pipe = 0, fails_pdl = 0;
     for (int path = 0; path < kFamilies; ++path) {
       if (!run[path]) continue;
       g_path = path;
@@ -1101,15 +1218,42 @@ int main(int argc, char** argv) {
       if (do_check) check_graph_and_repeat();
       fails[path] = g_fail - before;
     }
+    if (run_pipe) {  // the pipelined single-token kernel: its T = 1 cases at both ring depths, capped grids, PDL
+      g_path = kPipe;
+      const int before = g_fail;
+      std::vector<Case> cs = pipe_cases();
+      for (const Case& c : check_cases())
+        if (c.T == 1 && c.seqlens.empty()) cs.push_back(c);
+      for (const Case& c : cs)
+        for (const auto& cfg : kPipeConfigs)
+          for (int mc : {0, 2}) {
+            g_pipe_stages = cfg[0], g_pipe_threads = cfg[1], g_pipe_max_ctas = mc;
+            std::printf("  (pipe stages %d, %d threads, grid cap %d)\n", cfg[0], cfg[1], mc);
+            run_case(c, 0);
+          }
+      g_pipe_stages = g_pipe_threads = g_pipe_max_ctas = 0;
+      if (do_check) check_graph_and_repeat();
+      fails_pipe = g_fail - before;
+    }
+    if (run[1]) {  // the direct kernel launched with PDL: eager, graph, repeat
+      g_path = 1, g_pdl = true;
+      const int before = g_fail;
+      for (const Case& c : check_cases())
+        if (c.T == 1 && c.seqlens.empty()) run_case(c, 16);
+      if (do_check) check_graph_and_repeat();
+      g_pdl = false;
+      fails_pdl = g_fail - before;
+    }
     check_commit();
     check_gating();
     std::printf(
-        "== correctness: %d failure(s) (persistent %d%s, direct %d%s, wy %d%s, wy-mma %d%s, commit + gating %d)\n",
+        "== correctness: %d failure(s) (persistent %d%s, direct %d%s, wy %d%s, wy-mma %d%s, pipe %d%s, direct+PDL %d, "
+        "commit + gating %d)\n",
         g_fail, fails[0], run[0] ? "" : " not run", fails[1], run[1] ? "" : " not run", fails[2],
-        run[2] ? "" : " not run", fails[3], run[3] ? "" : " not run",
-        g_fail - fails[0] - fails[1] - fails[2] - fails[3]);
+        run[2] ? "" : " not run", fails[3], run[3] ? "" : " not run", fails_pipe, run_pipe ? "" : " not run", fails_pdl,
+        g_fail - fails[0] - fails[1] - fails[2] - fails[3] - fails_pipe - fails_pdl);
   }
-  if (do_bench || do_sweep || do_diag || do_wysweep) {
+  if (do_bench || do_sweep || do_diag || do_wysweep || do_pipesweep) {
     g_copy_tbs = measure_copy();
     std::printf("== bench (CUDA graph of rotated launches; bytes = state r/w + inter writes + q,k,v,o,g,beta)\n");
     std::printf("device-to-device copy (1 GiB, read+write): %.2f TB/s\n", g_copy_tbs);
@@ -1137,6 +1281,7 @@ int main(int argc, char** argv) {
     }
     if (do_diag)
       for (const BenchShape& b : diag_shapes()) bench_row(b, 0, run, log);
+    if (do_pipesweep) pipe_sweep(log);
     if (log) std::fclose(log);
   }
   return g_fail ? 1 : 0;
