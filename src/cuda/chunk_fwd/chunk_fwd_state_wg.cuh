@@ -31,13 +31,6 @@
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/wgmma.cuh"
 
-// Where a warpgroup refills the other buffer (0: at the top of the chunk, 2: after phase 2, 3: after phase 3); the
-// later, the further the warpgroups may drift apart, and the less time the loads have to land. H200
-// (tests/cuda/standalone_wgmma/run.sh, us per chunk): 0: 4.88, 2: 5.14, 3: 6.01 (a CTA barrier per chunk: 5.42).
-#ifndef FGDN_WG_REFILL_AT
-#define FGDN_WG_REFILL_AT 0
-#endif
-
 namespace flashgdn::cuda::chunk_detail {
 
 struct StateWgSmem {
@@ -50,7 +43,7 @@ struct StateWgSmem {
   uint32_t rec[2][kRecBytes / 4];      // [buffer] the chunk's record (header | A diag(beta) | P)
   uint16_t v[2][2][kC * LDV];          // [buffer][value half][token][64] value tile
   uint64_t full[2];                    // [buffer] its tiles landed: 512 arrivals (one per thread, cp.async-triggered)
-  uint64_t empty[2];                   // [buffer] every warp is done reading it: 16 arrivals
+  uint64_t empty[2];                   // [buffer] every warpgroup is done reading it: 4 arrivals
 };
 
 // Store a warp's 16-row block of an accumulator of NJ 8-column groups (rows 16 wi .., packed 16-bit pairs: x[jn][0]
@@ -193,14 +186,15 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   };
 
   // ---- the pipeline. Buffer bf = i & 1 holds the q, k, v and record tiles of chunk i = c - c_begin: every thread
-  // copies its share (cp.async) and arrives on full[bf] when its copies have landed; every warp arrives on empty[bf]
-  // after its last read of the chunk. A warpgroup waits for its chunk's data, and before refilling the other buffer
-  // for chunk i + 1, for the release of chunk i - 1 (its last user). No CTA-wide barrier: the warpgroups drift apart
-  // by up to the refill point (FGDN_WG_REFILL_AT), so one's tensor-core phases overlap another's epilogues instead of
-  // all four alternating in lockstep. Phase u of a barrier is awaited with parity u & 1 (buffer bf's u-th chunk).
+  // copies its share (cp.async) and arrives on full[bf] when its copies have landed; every warpgroup arrives on
+  // empty[bf] after its last read of the chunk. A warpgroup waits for its chunk's data, and before refilling the other
+  // buffer for chunk i + 1 (at the top of chunk i), for the release of chunk i - 1 (its last user). No CTA-wide
+  // barrier: the warpgroups drift apart by up to a chunk, so one's tensor-core phases overlap another's epilogues
+  // instead of all four alternating in lockstep. Phase u of a barrier is awaited with parity u & 1 (buffer bf's u-th
+  // chunk).
   if (tid == 0) {
     mbar::init(&sm.full[0], 512), mbar::init(&sm.full[1], 512);
-    mbar::init(&sm.empty[0], 16), mbar::init(&sm.empty[1], 16);
+    mbar::init(&sm.empty[0], 4), mbar::init(&sm.empty[1], 4);
   }
   wg::fence_async_smem();  // the start state's S0^T (stmatrix) before the first wgmma read
   __syncthreads();         // the barriers are initialized; S0^T is complete
@@ -224,18 +218,20 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         mbar::arrive_cp_async(&sm.full[bf ^ 1]);
       }
     };
-    auto release = [&]() {  // this warp's last read of buffer bf (every wgmma on it waited)
-      __syncwarp();
-      if (lane == 0) mbar::arrive(&sm.empty[bf]);
+    // this warpgroup is done with buffer bf: called after a named barrier that follows every read (and every wgmma
+    // wait) of all its warps, so one thread's release-arrive covers the reads of all 128 (a __syncwarp and one
+    // arrival per warp would too, but compute-sanitizer's racecheck does not follow that chain)
+    auto release = [&]() {
+      if ((tid & 127) == 0) mbar::arrive(&sm.empty[bf]);
     };
     mbar::wait(&sm.full[bf], (i >> 1) & 1);
     wg::fence_async_smem();  // the landed tiles (generic proxy) before this thread's wgmma reads them (async proxy)
-    if (!active) {           // (the last half of an odd summary: loads and releases only)
+    if (!active) {           // (the last half of an odd summary: loads and releases only; it reads no buffer)
       refill();
       release();
       continue;
     }
-    if (FGDN_WG_REFILL_AT == 0) refill();
+    refill();  // at the top: the loads get the whole chunk to land (after phase 2: 5.14 us per chunk, 3: 6.01; 4.88)
 
     const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
     const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
@@ -318,7 +314,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       store_transposed(st_slice + 8192, xd, wi, lane);
       wg::fence_async_smem();
     }
-    if (FGDN_WG_REFILL_AT == 2) refill();
     named_barrier<128>(1 + wgi);  // U^T of this slice complete
 
     // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
@@ -361,8 +356,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       wg::commit();
       wg::wait0();
     }
-    release();
-    if (FGDN_WG_REFILL_AT == 3) refill();
     if constexpr (has_output) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -378,6 +371,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     // the 16-bit copy for the next chunk's phase 1, over diag(dk) U^T in key block 1: every warp of the warpgroup
     // must be past its wait of the update (one warp's wait does not cover the others' halves of the operation)
     named_barrier<128>(1 + wgi);
+    release();  // every read of buffer bf by this warpgroup is behind the barrier
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
       uint32_t x[4][2];
