@@ -24,7 +24,9 @@
 // Where it stands (H200, tests/cuda/standalone_wgmma/run.sh, B=8 T=4096 H=16, one CTA per SM, 64 chunks per CTA):
 // 4.88 us per chunk against 5.75 for the mma.sync state pass (chunk_fwd_state.cuh); it was 5.48 with a CTA barrier
 // per chunk and descriptors rebuilt per instruction. Still ~9.7k cycles per chunk against ~2.8k of tensor work:
-// latency-bound (barrier, fixed-latency and wgmma waits; docs/chunk_fwd.md).
+// latency-bound (barrier, fixed-latency and wgmma waits; docs/chunk_fwd.md). compute-sanitizer racecheck reports
+// hazards between the refill copies and the phase 2 / 3 reads of the chunk before that used the buffer, which the
+// empty barrier orders (docs/chunk_fwd.md, "Known gaps": not yet explained; FLASHGDN_CHUNK_IMPL=mma is clean).
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
