@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <exception>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -148,7 +150,10 @@ struct GateReader {
 };
 
 // Runs fn(item) for item in [0, items) on `threads` std::threads (0: hardware concurrency). Items are
-// independent; which thread runs which item does not change any result.
+// independent; which thread runs which item does not change any result. An exception thrown by fn (e.g. bad_alloc)
+// stops the remaining items and is rethrown on the calling thread after every worker has joined (an exception
+// escaping a std::thread would call std::terminate); if the system cannot start a thread, the threads already
+// started and the caller do the work.
 template <class Fn>
 void parallel_for(int64_t items, int32_t threads, Fn&& fn) {
   int64_t nt = threads > 0 ? threads : int64_t(std::max(1u, std::thread::hardware_concurrency()));
@@ -158,13 +163,24 @@ void parallel_for(int64_t items, int32_t threads, Fn&& fn) {
     return;
   }
   std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;  // the first exception, written once under the `failed` exchange
   auto worker = [&] {
-    for (int64_t i = next++; i < items; i = next++) fn(i);
+    try {
+      for (int64_t i = next++; i < items && !failed.load(std::memory_order_relaxed); i = next++) fn(i);
+    } catch (...) {
+      if (!failed.exchange(true)) error = std::current_exception();
+    }
   };
   std::vector<std::thread> pool;
-  for (int64_t t = 0; t + 1 < nt; ++t) pool.emplace_back(worker);
+  pool.reserve(static_cast<size_t>(nt - 1));
+  try {
+    for (int64_t t = 0; t + 1 < nt; ++t) pool.emplace_back(worker);
+  } catch (const std::system_error&) {  // no more threads: run with those we have
+  }
   worker();
   for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
 }
 
 // Inputs of one (sequence, value head) pair in compute type R: q, k normalized when requested (the scale is
