@@ -5,13 +5,15 @@ read a device value on the host, and construct nothing per call beyond the outpu
 """
 
 import contextlib
+import contextvars
 
 from . import _C
 from ._frameworks import framework_of
 
-# ExecOptions for every call of this process: (check_indices, cpu_fp64, cpu_algo, cpu_threads), or None for the
-# library defaults. Set it with exec_options(); not thread-local.
-_EXEC = None
+# ExecOptions of the calls in the current context (thread or asyncio task): (check_indices, cpu_fp64, cpu_algo,
+# cpu_threads), or None for the library defaults. Set with exec_options(); a context variable, so one thread's block
+# does not change another thread's calls.
+_EXEC = contextvars.ContextVar("flashgdn_exec_options", default=None)
 _CPU_ALGOS = {"recurrent": 0, "chunked": 1}
 
 
@@ -22,13 +24,11 @@ def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_
     check_indices validates device index tensors on the host (synchronizes: tests and debugging only);
     cpu_fp64 makes the CPU backend compute in fp64 (the test oracle); cpu_algo is "recurrent" or "chunked".
     """
-    global _EXEC
-    prev = _EXEC
-    _EXEC = (bool(check_indices), bool(cpu_fp64), _CPU_ALGOS[cpu_algo], int(cpu_threads))
+    token = _EXEC.set((bool(check_indices), bool(cpu_fp64), _CPU_ALGOS[cpu_algo], int(cpu_threads)))
     try:
         yield
     finally:
-        _EXEC = prev
+        _EXEC.reset(token)
 
 
 def _gate(use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, softplus_beta, softplus_threshold):
@@ -72,7 +72,7 @@ def chunk_fwd(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk
     _C.chunk_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, o, final_state, state_checkpoints,
                  checkpoint_interval, 0.0 if scale is None else float(scale), use_qk_l2norm_in_kernel,
                  _gate(use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, softplus_beta,
-                       softplus_threshold), state_v_first, chunk_size, _EXEC, fw.stream(q, stream),
+                       softplus_threshold), state_v_first, chunk_size, _EXEC.get(), fw.stream(q, stream),
                  fw.allocator(q, stream))
     return o, final_state
 
@@ -98,7 +98,7 @@ def chunk_bwd(q, k, v, g, beta, scale, initial_state, use_qk_l2norm_in_kernel, c
     _C.chunk_bwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, d_o, d_ht, dq, dk, dv, dg, dbeta, dh0,
                  dA_log, ddt_bias, 0.0 if scale is None else float(scale), use_qk_l2norm_in_kernel,
                  _gate(use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, softplus_beta,
-                       softplus_threshold), state_v_first, chunk_size, _EXEC, fw.stream(q, stream),
+                       softplus_threshold), state_v_first, chunk_size, _EXEC.get(), fw.stream(q, stream),
                  fw.allocator(q, stream))
     return dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias
 
@@ -115,7 +115,7 @@ def recurrent(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk
     _C.recurrent(q, k, v, g, beta, A_log, dt_bias, cu_seqlens, o, None, None, None, None, None, initial_state,
                  final_state, True, False, 0.0 if scale is None else float(scale), use_qk_l2norm_in_kernel,
                  _gate(use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, softplus_beta,
-                       softplus_threshold), state_v_first, _EXEC, fw.stream(q, stream), fw.allocator(q, stream))
+                       softplus_threshold), state_v_first, _EXEC.get(), fw.stream(q, stream), fw.allocator(q, stream))
     return o, final_state
 
 
@@ -127,7 +127,7 @@ def recurrent_pool(q, k, v, g, beta, state_pool, state_indices, num_accepted_tok
     o = fw.empty_like(v) if out is None else out
     _C.recurrent(q, k, v, g, beta, A_log, dt_bias, cu_seqlens, o, state_pool, state_indices, num_accepted_tokens,
                  intermediate_states, intermediate_indices, None, None, commit, null_slot_is_invalid, scale,
-                 use_qk_l2norm_in_kernel, gate, state_v_first, _EXEC, fw.stream(q, stream), fw.allocator(q, stream))
+                 use_qk_l2norm_in_kernel, gate, state_v_first, _EXEC.get(), fw.stream(q, stream), fw.allocator(q, stream))
     return o
 
 
@@ -135,7 +135,7 @@ def recurrent_commit(state_pool, state_indices, intermediate_states, num_accepte
                      null_slot_is_invalid, stream=None, fw=None):
     fw = fw or framework_of(state_pool)
     _C.recurrent_commit(state_pool, state_indices, intermediate_states, intermediate_indices, num_accepted_tokens,
-                        null_slot_is_invalid, _EXEC, fw.stream(state_pool, stream))
+                        null_slot_is_invalid, _EXEC.get(), fw.stream(state_pool, stream))
 
 
 def gating(A_log, a, b, dt_bias, softplus_beta, softplus_threshold, allow_neg_eigval, stream=None, fw=None):
@@ -144,5 +144,5 @@ def gating(A_log, a, b, dt_bias, softplus_beta, softplus_threshold, allow_neg_ei
     g = fw.empty(a.shape, a, "float64" if fw.dtype_name(a) == "float64" else "float32")
     beta = None if b is None else fw.empty_like(b)
     _C.gating(A_log, a, dt_bias, b, g, beta, (False, False, bool(allow_neg_eigval), float(softplus_beta),
-                                                float(softplus_threshold)), _EXEC, fw.stream(a, stream))
+                                                float(softplus_threshold)), _EXEC.get(), fw.stream(a, stream))
     return g, beta

@@ -258,6 +258,41 @@ def test_check_indices_rejects_out_of_range_slot(fw):
     assert np.all(to_np(o)[1] == 0)
 
 
+def test_exec_options_are_per_thread(fw):
+    # one thread holds exec_options(check_indices=True) open while another calls without it: the other call must not
+    # see the option (the out-of-range slot is an invalid row there, not an error), and the holder's call must
+    import threading
+
+    p = Problem(16, [1, 1], Hqk=1, Hv=1, K=8, V=8)
+    rs = lambda x: mk(x.reshape((2, 1) + x.shape[1:]), fw, "float32")  # noqa: E731
+    pool = mk(np.zeros((2, 1, 8, 8)), fw, "float32")
+    idx = mk(np.array([0, 7], dtype=np.int32), fw)
+    call = lambda: flashgdn.recurrent_gated_delta_rule_pool(rs(p.q), rs(p.k), rs(p.v), rs(p.g), rs(p.beta),  # noqa
+                                                            pool, idx)
+    inside, done, seen = threading.Event(), threading.Event(), {}
+
+    def holder():
+        with flashgdn.exec_options(check_indices=True):
+            inside.set()
+            done.wait(30)
+            try:
+                call()
+                seen["holder"] = "no error"
+            except flashgdn.InvalidArgumentError:
+                seen["holder"] = "rejected"
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert inside.wait(30)
+    try:
+        o = call()  # outside any exec_options block in this thread
+    finally:
+        done.set()
+        t.join(30)
+    assert np.all(to_np(o)[1] == 0)
+    assert seen["holder"] == "rejected"
+
+
 # ---- gating ------------------------------------------------------------------------------------------------
 def test_fused_gdn_gating(fw):
     p = Problem(12, [50], Hqk=1, Hv=6, K=8, V=8)
