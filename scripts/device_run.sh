@@ -50,7 +50,7 @@ fi
 
 if has sanitize; then
   step compute-sanitizer
-  filt=${SANITIZE_FILTER:-CudaRecurrent.DecodeSentinelSlots:CudaRecurrent.SlotTableWithNumAccepted:CudaRecurrent.VarlenWithEmptyRowsOnPool:CudaRecurrent.VerifyThenCommit:CudaChunkFwd.LengthsAroundTheChunk:CudaChunkFwd.VarlenWithEmptySequences:CudaChunkFwd.SegmentSplitOnAndOff:CudaGating.*}
+  filt=${SANITIZE_FILTER:-CudaRecurrent.DecodeSentinelSlots:CudaRecurrent.SlotTableWithNumAccepted:CudaRecurrent.VarlenWithEmptyRowsOnPool:CudaRecurrent.VerifyThenCommit:CudaRecurrent.DecodeLargeBatchKMajorPools:CudaRecurrent.DecodeWideTilesOn16BitPools:CudaChunkFwd.LengthsAroundTheChunk:CudaChunkFwd.VarlenWithEmptySequences:CudaChunkFwd.SegmentSplitOnAndOff:CudaGating.*}
   for tool in memcheck racecheck; do
     timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B/flashgdn_gpu_tests --gtest_brief=1 \
       --gtest_filter="$filt" >"$LOG/sanitize_$tool.log" 2>&1
