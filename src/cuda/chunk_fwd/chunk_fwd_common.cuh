@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
+#include "cuda/common/cuda_check.cuh"  // prepare_launch
 
 namespace flashgdn::cuda::chunk_detail {
 
@@ -403,22 +404,6 @@ __device__ __forceinline__ void diag_inverse16(const float* L, float* A, int ld,
 #pragma unroll
     for (int r2 = r + 1; r2 < 16; ++r2) acc[r2] = fmaf(-L[(o + r2) * ld + o + r], xr, acc[r2]);
   }
-}
-
-// Host side of a launcher: opt the kernel in to `smem` bytes of dynamic shared memory and the whole L1 / shared
-// carveout (so the occupancy it was sized for is reached), once per device.
-template <class Kernel>
-int prepare_launch(Kernel kernel, size_t smem, std::atomic<uint64_t>& done_mask) {
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return static_cast<int>(e);
-  const uint64_t bit = uint64_t(1) << (dev & 63);
-  if (done_mask.load(std::memory_order_acquire) & bit) return 0;
-  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  if (e != cudaSuccess) return static_cast<int>(e);
-  done_mask.fetch_or(bit, std::memory_order_acq_rel);
-  return 0;
 }
 
 template <int K, class E>

@@ -3,6 +3,9 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
+
 #include "common/error.hpp"
 
 namespace flashgdn::cuda {
@@ -10,6 +13,23 @@ namespace flashgdn::cuda {
 // launch heuristics only (grid sizes, tile widths, the segment split), never correctness. device.cu.
 int device_sm_count(int dev);
 int current_sm_count();
+
+// Host side of a launcher: opt the kernel in to `smem` bytes of dynamic shared memory and the whole L1 / shared
+// carveout (so the occupancy it was sized for is reached), once per device (bit `dev` of done_mask; a launch path
+// then costs one cudaGetDevice). Returns 0 or a cudaError_t.
+template <class Kernel>
+int prepare_launch(Kernel kernel, size_t smem, std::atomic<uint64_t>& done_mask) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  const uint64_t bit = uint64_t(1) << (dev & 63);
+  if (done_mask.load(std::memory_order_acquire) & bit) return 0;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  done_mask.fetch_or(bit, std::memory_order_acq_rel);
+  return 0;
+}
 }  // namespace flashgdn::cuda
 
 #define FGDN_CUDA_CHECK(expr)                                                                    \

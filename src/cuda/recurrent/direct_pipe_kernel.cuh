@@ -292,14 +292,25 @@ cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs& a, int max_ctas, c
   const int qb = (K * qsz + 15) / 16 * 16, vb = (BV * vsz + 15) / 16 * 16;
   const int stage_bytes = G::kStateBytes + 2 * qb + vb;
   const int smem = S * stage_bytes;
+  // The shared-memory opt-in and the resident CTAs per SM are set up once per device for the largest ring (fp32 q, k,
+  // v), not per launch (a decode step launches this per layer): both calls cost microseconds of host time. The
+  // narrower rings of 16-bit activations fit the same CTAs per SM (the register budget, min_blocks<S>, binds first).
+  constexpr int kSmemMax = S * (G::kStateBytes + 2 * K * 4 + BV * 4);
   auto kern = recurrent_direct_pipe_kernel<ST, K, BV, S, NT>;
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  int per_sm = 0;
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NT, smem);
+  static std::atomic<uint64_t> done_mask{0};
+  static std::atomic<int> per_sm_of[64];  // [device] resident CTAs per SM at kSmemMax (0: not queried yet)
+  if (const int e = prepare_launch(kern, kSmemMax, done_mask)) return static_cast<cudaError_t>(e);
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
-  if (per_sm < 1) return cudaErrorInvalidConfiguration;
-  int64_t grid = int64_t(per_sm) * current_sm_count();
+  int per_sm = per_sm_of[dev & 63].load(std::memory_order_relaxed);
+  if (per_sm == 0) {
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NT, kSmemMax);
+    if (e != cudaSuccess) return e;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    per_sm_of[dev & 63].store(per_sm, std::memory_order_relaxed);
+  }
+  int64_t grid = int64_t(per_sm) * device_sm_count(dev);
   if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
   if (grid > ntiles) grid = ntiles;
   kern<<<dim3(unsigned(grid)), NT, smem, stream>>>(a, stage_bytes, qb);
