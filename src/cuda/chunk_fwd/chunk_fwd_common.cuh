@@ -326,6 +326,52 @@ __device__ __forceinline__ float start_value(const StateRef& src, bool m_tile, b
   return src.p && load ? src.p[src.off(i, vcol0 + j)] : 0.f;
 }
 
+// rho = 1 / sqrt(|x|^2 + 1e-6) of a 16-bit row spread over VPR adjacent lanes, 8 elements (four packed pairs u) per
+// lane, in fp32 (gdn-math §1.4); every lane of the row gets rho.
+template <class P, int VPR>
+__device__ __forceinline__ float row_rnorm(const uint32_t* u) {
+  float ss = 0.f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 f = P::unpack(u[e]);
+    ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
+  }
+#pragma unroll
+  for (int off = VPR / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+  return rsqrtf(ss + 1e-6f);
+}
+
+// A warp's start-state fragments (the layout of store_state: rows rw + 16 mt + g8 (+ 8), columns cb + 8 nt + 2 t4
+// (+ 1)) by start_value.
+template <int MT, int NT>
+__device__ __forceinline__ void load_start_state(const StateRef& src, bool m_tile, bool load, int tile, int vcol0,
+                                                 float (&s)[MT][NT][4], int rw, int cb, int g8, int t4) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
+        s[mt][nt][e] = start_value(src, m_tile, load, tile, vcol0, i, j);
+      }
+}
+
+// The 16-bit copy of a warp's state fragments (same layout) in a [K][ld] shared-memory tile: the GEMM operand of the
+// next chunk's K S0 and Q S0 (gdn-math §10.2).
+template <class P, int MT, int NT, class E>
+__device__ __forceinline__ void store_state_copy(E* dst, int ld, const float (&s)[MT][NT][4], int rw, int cb, int g8,
+                                                 int t4) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int i = rw + mt * 16 + g8, j = cb + nt * 8 + 2 * t4;
+      *reinterpret_cast<uint32_t*>(&dst[i * ld + j]) = P::pack(s[mt][nt][0], s[mt][nt][1]);
+      *reinterpret_cast<uint32_t*>(&dst[(i + 8) * ld + j]) = P::pack(s[mt][nt][2], s[mt][nt][3]);
+    }
+}
+
 // Where it ends: this item's [M | N] (summary; columns from 0), the final state (last segment), or nowhere.
 __device__ __forceinline__ StateRef end_state(const ChunkKernelArgs& a, const ChunkWork& w, int64_t item, int h,
                                               int K) {

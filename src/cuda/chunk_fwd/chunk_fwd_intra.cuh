@@ -140,15 +140,8 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
         const int r = p * RPP + lrow;
         const uint4 val = *reinterpret_cast<const uint4*>(&src[r * LDQ + lvec * 8]);
         const uint32_t u[4] = {val.x, val.y, val.z, val.w};
-        float ss = 0.f;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 f = P::unpack(u[e]);
-          ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
-        }
-#pragma unroll
-        for (int off = VPR / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-        if (lvec == 0) (which == 0 ? sm.rq : sm.rk)[r] = rsqrtf(ss + 1e-6f);
+        const float rho = row_rnorm<P, VPR>(u);
+        if (lvec == 0) (which == 0 ? sm.rq : sm.rk)[r] = rho;
       }
     }
   } else if (tid < kC) {

@@ -116,26 +116,8 @@ __global__ void __launch_bounds__(256, 2) chunk_fwd_kernel_wide(const ChunkKerne
   // ---- start state into registers (fp32) and shared memory (GEMM operand)
   const int rw = rg * (K / 4);  // first state row of this warp
   float sacc[MT][NT][4];
-  {
-    const StateRef src = start_state(a, wk, item, h, K);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
-          sacc[mt][nt][e] = start_value(src, m_tile, true, tile, vcol0, i, j);
-        }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int i = rw + mt * 16 + g8, j = cb + nt * 8 + 2 * t4;
-        *reinterpret_cast<uint32_t*>(&sm.s[i * LDV + j]) = P::pack(sacc[mt][nt][0], sacc[mt][nt][1]);
-        *reinterpret_cast<uint32_t*>(&sm.s[(i + 8) * LDV + j]) = P::pack(sacc[mt][nt][2], sacc[mt][nt][3]);
-      }
-  }
+  load_start_state(start_state(a, wk, item, h, K), m_tile, true, tile, vcol0, sacc, rw, cb, g8, t4);
+  store_state_copy<P>(sm.s, LDV, sacc, rw, cb, g8, t4);
 
   const GateHead gh = gate_head(a, h);  // per-head gate parameters
 
@@ -235,15 +217,7 @@ __global__ void __launch_bounds__(256, 2) chunk_fwd_kernel_wide(const ChunkKerne
           uint4* cell = reinterpret_cast<uint4*>(&dst[(p * RPP + lrow) * LDQ + lvec * 8]);
           uint4 val = *cell;
           uint32_t* u = reinterpret_cast<uint32_t*>(&val);
-          float ss = 0.f;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float2 f = P::unpack(u[e]);
-            ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
-          }
-#pragma unroll
-          for (int off = VPR / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-          const float rho = rsqrtf(ss + 1e-6f);
+          const float rho = row_rnorm<P, VPR>(u);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const float2 f = P::unpack(u[e]);
@@ -550,14 +524,7 @@ __global__ void __launch_bounds__(256, 2) chunk_fwd_kernel_wide(const ChunkKerne
         }
       }
       // bf16 copy for the next chunk's K S and Q S (nobody reads sm.s until after the next load barrier)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const int i = rw + mt * 16 + g8, j = cb + nt * 8 + 2 * t4;
-          *reinterpret_cast<uint32_t*>(&sm.s[i * LDV + j]) = P::pack(sacc[mt][nt][0], sacc[mt][nt][1]);
-          *reinterpret_cast<uint32_t*>(&sm.s[(i + 8) * LDV + j]) = P::pack(sacc[mt][nt][2], sacc[mt][nt][3]);
-        }
+      store_state_copy<P>(sm.s, LDV, sacc, rw, cb, g8, t4);
     }
 
     store_checkpoint(a, wk, c, h, vcol0, sacc, rw, cb, g8, t4);

@@ -75,26 +75,8 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
   // ---- start state into registers (fp32) and shared memory (GEMM operand)
   const int rw = rg * (K / 4);  // first state row of this warp
   float sacc[MT][NT][4];
-  {
-    const StateRef src = start_state(a, wk, item, h, K);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
-          sacc[mt][nt][e] = start_value(src, m_tile, active, tile, vcol0, i, j);
-        }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int i = rw + mt * 16 + g8, j = cb + nt * 8 + 2 * t4;
-        *reinterpret_cast<uint32_t*>(&sm.s[hf][i * LDV + j]) = P::pack(sacc[mt][nt][0], sacc[mt][nt][1]);
-        *reinterpret_cast<uint32_t*>(&sm.s[hf][(i + 8) * LDV + j]) = P::pack(sacc[mt][nt][2], sacc[mt][nt][3]);
-      }
-  }
+  load_start_state(start_state(a, wk, item, h, K), m_tile, active, tile, vcol0, sacc, rw, cb, g8, t4);
+  store_state_copy<P>(sm.s[hf], LDV, sacc, rw, cb, g8, t4);
 
   const E* qbase = static_cast<const E*>(a.q) + bidx * a.q_sb + hk * a.q_sh;
   const E* kbase = static_cast<const E*>(a.k) + bidx * a.k_sb + hk * a.k_sh;
@@ -302,14 +284,7 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
       // the 16-bit copy for the next chunk's K S0 and Q S0, over diag(dk) U: the four warps of this column half
       // (the only readers of those columns) must be done with it
       named_barrier<128>(1 + (w >> 2));
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const int i = rw + mt * 16 + g8, j = cb + nt * 8 + 2 * t4;
-          *reinterpret_cast<uint32_t*>(&sm.s[hf][i * LDV + j]) = P::pack(sacc[mt][nt][0], sacc[mt][nt][1]);
-          *reinterpret_cast<uint32_t*>(&sm.s[hf][(i + 8) * LDV + j]) = P::pack(sacc[mt][nt][2], sacc[mt][nt][3]);
-        }
+      store_state_copy<P>(sm.s[hf], LDV, sacc, rw, cb, g8, t4);
 
       store_checkpoint(a, wk, c, h, vcol0, sacc, rw, cb, g8, t4);
     }
