@@ -12,18 +12,10 @@
 #include <vector>
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
+#include "wgmma_util.cuh"  // CK
 
 namespace fc = flashgdn::cuda;
 namespace cd = flashgdn::cuda::chunk_detail;
-
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      return 1;                                                                            \
-    }                                                                                      \
-  } while (0)
 
 namespace {
 

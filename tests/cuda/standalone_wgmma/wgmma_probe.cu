@@ -30,15 +30,6 @@
 #include <cstdio>
 #include <vector>
 
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      return 1;                                                                            \
-    }                                                                                      \
-  } while (0)
-
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"  // ldsm_x4, ldsm_x4_t, mma<>: the library's mma.sync wrappers
 #include "wgmma_util.cuh"
 

@@ -1,12 +1,23 @@
-// The probe's m64n64k16 forms and its element-level swizzle offset; the rest comes from the library's
-// src/cuda/common/wgmma.cuh (the probe checks those building blocks).
+// The probe's m64n64k16 forms and its element-level swizzle offset, and the CUDA error check of both harnesses; the
+// rest comes from the library's src/cuda/common/wgmma.cuh (the probe checks those building blocks).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
 
 #include "cuda/common/wgmma.cuh"
+
+// main()'s CUDA error check: print and return 1.
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      return 1;                                                                            \
+    }                                                                                      \
+  } while (0)
 
 using flashgdn::cuda::wg::smem_u32;
 
