@@ -146,9 +146,12 @@ Status recurrent_launch(const RecurrentArgs& a, int bv, void* stream) {
   const bool single_token = a.cu_seqlens == nullptr ? a.T <= 1 : a.T <= a.N;
   if (single_token) {  // large fixed T = 1 batches on a K-major pool: the pipelined variant (direct_pipe_launch.cu)
     if (recurrent_pipe_preferred(a)) return recurrent_launch_pipe(a, bv, stream);
-    RecurrentArgs b = a;
-    b.pdl = recurrent_direct_pdl_default(a);  // opt-in (FLASHGDN_RECURRENT_PDL=1, direct_launch.cu)
-    return recurrent_launch_direct(b, bv, stream);
+    if (recurrent_direct_pdl_default(a)) {  // opt-in (FLASHGDN_RECURRENT_PDL=1, direct_launch.cu)
+      RecurrentArgs b = a;
+      b.pdl = true;
+      return recurrent_launch_direct(b, bv, stream);
+    }
+    return recurrent_launch_direct(a, bv, stream);
   }
   // Multi-token rows: the wy kernel (K-major pool), except a small-batch verify (per-token state stores), where
   // the persistent kernel measured faster (N = 1, T = 12: 17.3 vs 18.5 us).
