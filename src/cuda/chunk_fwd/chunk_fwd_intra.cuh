@@ -85,6 +85,11 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   seq_bounds(a, n, &bidx, &t0, &len);
   const int64_t tok = t0 + c * kC;  // first token of the chunk
   const int nvalid = static_cast<int>((len - c * kC) < kC ? (len - c * kC) : kC);
+#ifdef FGDN_CHUNK_PROFILE  // phase cycles of thread 0, summed over every CTA (a.prof[0..7]; a.prof[8] counts CTAs)
+  const bool prof_on = a.prof != nullptr && tid == 0;
+  unsigned long long prof_acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  unsigned long long prof_last = clock64();
+#endif
 
   // ---- q, k rows by cp.async (rows past the end zero-filled)
   {
@@ -127,6 +132,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   if (w == 0) load_gb(h0);
   cp_async_wait_all();
   __syncthreads();
+  FGDN_PROF(0);
 
   // ---- rho = 1 / sqrt(|x|^2 + 1e-6) per q and k row in fp32 (gdn-math §1.4), applied as row scalings
   if (a.l2norm) {
@@ -149,6 +155,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     sm.rk[tid] = 1.f;
   }
   __syncthreads();
+  FGDN_PROF(1);
 
   // ---- the head-independent products, scaled by the norms: kk_rs = rho_k,r rho_k,s (k_r . k_s) on L blocks,
   // qk_rs = scale rho_q,r rho_k,s (q_r . k_s) on P blocks; C fragments in registers for the whole head loop
@@ -184,6 +191,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
         }
     }
   __syncthreads();  // q, k dead: A and T reuse them
+  FGDN_PROF(2);
 
   for (int j = 0; j < a.group; ++j) {
     const int h = h0 + j;
@@ -197,6 +205,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       if (j + 1 < a.group) load_gb(h + 1);  // in flight during this head
     }
     __syncthreads();
+    FGDN_PROF(3);
 
     unsigned char* rec = a.rec + (slot * a.Hv + h) * kRecBytes;
     // ---- header: ek, eq, dk, en (gamma_n = gamma at row 63 = the last valid token: padded g = 0)
@@ -237,10 +246,12 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
           store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), cf, lane);
       }
     __syncthreads();
+    FGDN_PROF(4);
 
     // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7): diagonal block w by substitution, then the merges
     diag_inverse16(sm.L, sm.x.inv.A, LDF, 16 * w, lane);
     __syncthreads();
+    FGDN_PROF(5);
     // Off-diagonal blocks by distance d = i - j, warp w taking block (w + d, w):
     //   T = sum_{k=j}^{i-1} L_ik A_kj,  A_ij = -A_ii T   (16x16 products on the tensor cores in 3xTF32)
 #pragma unroll
@@ -271,6 +282,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       }
       __syncthreads();
     }
+    FGDN_PROF(6);
 
     // ---- A diag(beta) as hi + lo fragments, blocks w, w + 4, w + 8
     for (int idx = w; idx < 10; idx += 4) {
@@ -287,7 +299,14 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
     }
     __syncthreads();  // the next head rewrites gamma, beta, L and A
+    FGDN_PROF(7);
   }
+#ifdef FGDN_CHUNK_PROFILE
+  if (prof_on) {
+    for (int k2 = 0; k2 < 8; ++k2) atomicAdd(&a.prof[k2], prof_acc[k2]);
+    atomicAdd(&a.prof[8], 1ull);
+  }
+#endif
 }
 
 template <int K, bool BF16>

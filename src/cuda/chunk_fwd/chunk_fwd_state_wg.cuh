@@ -45,8 +45,22 @@ struct StateWgSmem {
   uint32_t rec[2][kRecBytes / 4];      // [buffer] the chunk's record (header | A diag(beta) | P)
   uint16_t v[2][2][kC * LDV];          // [buffer][value half][token][64] value tile
   uint64_t full[2];                    // [buffer] its tiles landed: 512 arrivals (one per thread, cp.async-triggered)
-  uint64_t empty[2];                   // [buffer] every warpgroup is done reading it: 4 arrivals
+  uint64_t empty[2];                   // [buffer] every reader is done with it: kEmptyArrivals arrivals
 };
+
+// Who releases a buffer (experiment switch, FGDN_WG_RELEASE_ALL): 0 = thread 0 of each warpgroup after a named
+// barrier behind the warpgroup's last read (4 arrivals); 1 = every thread right after its own last read (512).
+#ifndef FGDN_WG_RELEASE_ALL
+#define FGDN_WG_RELEASE_ALL 0
+#endif
+constexpr bool kReleaseAll = FGDN_WG_RELEASE_ALL != 0;
+constexpr uint32_t kEmptyArrivals = kReleaseAll ? 512 : 4;
+// Phase 1 as two wgmma groups, K S0 then Q S0, so that R's epilogue runs while Q S0 is in flight (experiment switch,
+// FGDN_WG_SPLIT_P1).
+#ifndef FGDN_WG_SPLIT_P1
+#define FGDN_WG_SPLIT_P1 0
+#endif
+constexpr bool kSplitPhase1 = FGDN_WG_SPLIT_P1 != 0;
 
 // Store a warp's 16-row block of an accumulator of NJ 8-column groups (rows 16 wi .., packed 16-bit pairs: x[jn][0]
 // row lane / 4, x[jn][1] row lane / 4 + 8, columns 8 jn + 2 (lane % 4)) transposed: column c of the block becomes
@@ -196,7 +210,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   // chunk).
   if (tid == 0) {
     mbar::init(&sm.full[0], 512), mbar::init(&sm.full[1], 512);
-    mbar::init(&sm.empty[0], 4), mbar::init(&sm.empty[1], 4);
+    mbar::init(&sm.empty[0], kEmptyArrivals), mbar::init(&sm.empty[1], kEmptyArrivals);
   }
   wg::fence_async_smem();  // the start state's S0^T (stmatrix) before the first wgmma read
   __syncthreads();         // the barriers are initialized; S0^T is complete
@@ -226,11 +240,17 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     auto release = [&]() {
       if ((tid & 127) == 0) mbar::arrive(&sm.empty[bf]);
     };
+    auto release_own = [&]() {  // (kReleaseAll) this thread's reads of buffer bf are done
+      mbar::arrive(&sm.empty[bf]);
+    };
     mbar::wait(&sm.full[bf], (i >> 1) & 1);
     wg::fence_async_smem();  // the landed tiles (generic proxy) before this thread's wgmma reads them (async proxy)
     if (!active) {           // (the last half of an odd summary: loads and releases only; it reads no buffer)
       refill();
-      release();
+      if constexpr (kReleaseAll)
+        release_own();
+      else
+        release();
       continue;
     }
     refill();  // at the top: the loads get the whole chunk to land (after phase 2: 5.14 us per chunk, 3: 6.01; 4.88)
@@ -251,6 +271,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;  // key half, 16-key step inside the 128-byte row
         wg::mma_ss_n32<BF16>(d16, wg::desc_at(k_lo, off), wg::desc_at(st_lo, off), ks > 0);
       }
+      if constexpr (kSplitPhase1) wg::commit();  // K S0 in its own group: R's epilogue overlaps Q S0
       if constexpr (has_output) {
 #pragma unroll
         for (int ks = 0; ks < K / 16; ++ks) {
@@ -259,7 +280,10 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         }
       }
       wg::commit();
-      wg::wait0();
+      if constexpr (kSplitPhase1 && has_output)
+        wg::wait1();
+      else
+        wg::wait0();
     }
 
     // R = V - diag(ek) K S0 -> R^T;  O = diag(eq) Q S0
@@ -276,10 +300,15 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
           v1 = P::unpack(*reinterpret_cast<const uint32_t*>(&vt[r1 * LDV + j]));
         x[jn][0] = P::pack(v0.x - ek0 * d[jn][0], v0.y - ek0 * d[jn][1]);
         x[jn][1] = P::pack(v1.x - ek1 * d[jn][2], v1.y - ek1 * d[jn][3]);
-        o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
+        if constexpr (!kSplitPhase1) o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
       }
       store_transposed(rt_slice, x, wi, lane);
       wg::fence_async_smem();
+      if constexpr (kSplitPhase1 && has_output) {
+        wg::wait0();  // Q S0
+#pragma unroll
+        for (int jn = 0; jn < 4; ++jn) o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
+      }
     }
     named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
 
@@ -358,6 +387,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       wg::commit();
       wg::wait0();
     }
+    if constexpr (kReleaseAll) release_own();  // the last reads of buffer bf (K^T, P fragments) are behind us
     if constexpr (has_output) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -373,7 +403,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     // the 16-bit copy for the next chunk's phase 1, over diag(dk) U^T in key block 1: every warp of the warpgroup
     // must be past its wait of the update (one warp's wait does not cover the others' halves of the operation)
     named_barrier<128>(1 + wgi);
-    release();  // every read of buffer bf by this warpgroup is behind the barrier
+    if constexpr (!kReleaseAll) release();  // every read of buffer bf by this warpgroup is behind the barrier
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
       uint32_t x[4][2];

@@ -61,6 +61,10 @@ __device__ __forceinline__ void commit() {
 __device__ __forceinline__ void wait0() {
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+// Wait until at most one committed group is still in flight (the newest).
+__device__ __forceinline__ void wait1() {
+  asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
 
 #define FGDN_WG_D16                                                                                           \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \

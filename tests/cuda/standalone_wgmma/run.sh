@@ -28,6 +28,16 @@ for i in "${!variants[@]}"; do
   echo "== state_wg ${variants[$i]}"
   timeout 60 /tmp/state_wg_v$i 2>&1 | tee "$OUT/state_wg_v$i.log"
 done
+# RACECHECK=1: compute-sanitizer racecheck (hazard and analysis reports) of the comparison and of every variant on a
+# small shape (B=1, T=1024, H=2: two CTAs of 16 chunks; racecheck follows the synchronization, not the timing)
+if [ "${RACECHECK:-0}" = 1 ]; then
+  for b in /tmp/state_wg $(for i in "${!variants[@]}"; do echo /tmp/state_wg_v$i; done); do
+    echo "== racecheck $b"
+    WG_B=1 WG_T=1024 WG_H=2 WG_NOTIME=1 timeout 240 compute-sanitizer --tool racecheck --racecheck-report all \
+      --print-limit 40 "$b" >"$OUT/racecheck_$(basename "$b").log" 2>&1
+    grep -E "RACECHECK SUMMARY|PASS|FAIL|hazard" "$OUT/racecheck_$(basename "$b").log" | sort | uniq -c | head -12
+  done
+fi
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   timeout 150 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" -k "regex:chunk_fwd_state" --launch-skip 0 --launch-count 2 /tmp/state_wg >"$OUT/ncu_state.log" 2>&1

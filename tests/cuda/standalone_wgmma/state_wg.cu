@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -19,7 +20,7 @@ namespace cd = flashgdn::cuda::chunk_detail;
 
 namespace {
 
-constexpr int kK = 128, kLDV = 72;
+constexpr int kK = 128;
 using bf16 = __nv_bfloat16;
 using P = cd::Elem<true>;
 
@@ -27,11 +28,17 @@ float bf2f(bf16 x) {
   return __bfloat162float(x);
 }
 
+int env_int(const char* name, int fallback) {
+  const char* s = std::getenv(name);
+  return s && *s ? std::atoi(s) : fallback;
+}
+
 }  // namespace
 
 int main() {
-  // B sequences of T tokens, H heads (Hqk = Hv), K = V = 128, bf16, l2norm, random gates, h0, K-major states
-  const int B = 8, T = 4096, H = 16;
+  // B sequences of T tokens, H heads (Hqk = Hv), K = V = 128, bf16, l2norm, random gates, h0, K-major states.
+  // WG_B, WG_T, WG_H override the shape (small ones for compute-sanitizer); WG_NOTIME=1 skips the timing.
+  const int B = env_int("WG_B", 8), T = env_int("WG_T", 4096), H = env_int("WG_H", 16);
   const size_t nq = size_t(B) * T * H * kK, ng = size_t(B) * T * H, ns = size_t(B) * H * kK * kK;
   std::vector<bf16> hq(nq), hk(nq), hv(nq);
   std::vector<float> hg(ng), hb(ng), h0(ns);
@@ -80,6 +87,24 @@ int main() {
   a.rec = rec, a.rec_slots = slots, a.nchunk_b = nchunk;
 
   CK(cudaError_t(fc::launch_chunk_intra_bf16(a, kK, nullptr)));
+#ifdef FGDN_CHUNK_PROFILE  // the intra pass's phase cycles (thread 0 of every CTA, summed), then without profiling
+  {
+    unsigned long long* prof;
+    CK(cudaMalloc(&prof, 16 * sizeof(unsigned long long)));
+    CK(cudaMemset(prof, 0, 16 * sizeof(unsigned long long)));
+    a.prof = prof;
+    CK(cudaError_t(fc::launch_chunk_intra_bf16(a, kK, nullptr)));
+    CK(cudaDeviceSynchronize());
+    a.prof = nullptr;
+    unsigned long long hp[16];
+    CK(cudaMemcpy(hp, prof, sizeof(hp), cudaMemcpyDeviceToHost));
+    const double nc = hp[8] > 0 ? double(hp[8]) : 1.0;
+    std::printf("PROF intra pass, %llu CTAs, cycles per CTA: load %.0f | norms %.0f | KK,QK %.0f | gates %.0f | L,P %.0f"
+                " | diag inverse %.0f | merges %.0f | A frags %.0f\n",
+                hp[8], hp[0] / nc, hp[1] / nc, hp[2] / nc, hp[3] / nc, hp[4] / nc, hp[5] / nc, hp[6] / nc, hp[7] / nc);
+    cudaFree(prof);
+  }
+#endif
   CK(cudaError_t(fc::launch_chunk_state_bf16(a, kK, B, 2, nullptr)));  // the library's state kernel: reference
   CK(cudaDeviceSynchronize());
   std::vector<bf16> oref(nq), ores(nq);
@@ -104,18 +129,21 @@ int main() {
   std::printf("wgmma vs mma.sync state kernel (B=%d T=%d H=%d): o rel diff %.2e, final state rel diff %.2e: %s\n", B, T,
               H, eo, es, ok ? "PASS" : "FAIL");
 
+  if (env_int("WG_NOTIME", 0)) return ok ? 0 : 1;
   // timing: the two state kernels alone, B x H = 128 CTAs (one wave), T / 64 chunks each
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int which = 0; which < 2; ++which) {
+  for (int which = 0; which < 3; ++which) {
     std::vector<float> ms;
     for (int rep = 0; rep < 7; ++rep) {
       CK(cudaEventRecord(e0));
       if (which == 0)
         CK(cudaError_t(fc::launch_chunk_state_bf16(a, kK, B, 2, nullptr)));
-      else
+      else if (which == 1)
         CK(cudaError_t(fc::launch_chunk_state_wg_bf16(a, B, 2, nullptr)));
+      else
+        CK(cudaError_t(fc::launch_chunk_intra_bf16(a, kK, nullptr)));
       CK(cudaEventRecord(e1));
       CK(cudaEventSynchronize(e1));
       float t = 0;
@@ -123,9 +151,8 @@ int main() {
       ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
-    std::printf("%s: %.3f ms, %.2f us per chunk\n",
-                which ? "library wgmma state kernel" : "library mma.sync state kernel", ms[3],
-                1e3 * ms[3] / double(nchunk));
+    const char* names[3] = {"library mma.sync state kernel", "library wgmma state kernel", "library intra pass"};
+    std::printf("%s: %.3f ms, %.2f us per chunk\n", names[which], ms[3], 1e3 * ms[3] / double(nchunk));
   }
   return ok ? 0 : 1;
 }
