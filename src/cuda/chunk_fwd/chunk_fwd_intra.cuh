@@ -28,6 +28,7 @@ template <int K, class E>
 struct IntraSmem {
   static constexpr int LDQ = K + 8;   // padded rows: conflict-free ldmatrix
   static constexpr int LDF = kC + 4;  // fp32 64 x 64 matrices
+  static constexpr int LDT = 24;      // fp32 16 x 16 scratch blocks: conflict-free as the B operand of mma16_f32
   union {
     struct {
       E q[kC * LDQ];  // [token][K] raw q rows (zero past the sequence end)
@@ -35,7 +36,7 @@ struct IntraSmem {
     } in;
     struct {
       float A[kC * LDF];  // A = (I + L)^-1
-      float T[4 * 256];   // merge scratch, one 16 x 16 per warp
+      float T[4][16 * LDT];  // merge scratch: W_21, W_31, W_20, W_30 (below)
     } inv;
   } x;
   float L[kC * LDF];  // strictly lower L
@@ -134,22 +135,24 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   __syncthreads();
   FGDN_PROF(0);
 
-  // ---- rho = 1 / sqrt(|x|^2 + 1e-6) per q and k row in fp32 (gdn-math §1.4), applied as row scalings
+  // ---- rho = 1 / sqrt(|x|^2 + 1e-6) per q and k row in fp32 (gdn-math §1.4), applied as row scalings. One row per
+  // thread (128 threads = 64 q rows + 64 k rows): 16-byte reads down the row, four independent sums, no shuffles
+  // (the 16-lanes-per-row form with a shuffle reduction per vector took ~6k cycles per CTA, the most of any phase).
+  // A warp reads 32 rows at the same column: rows are 4 banks apart (LDQ), so each 8-thread phase is conflict-free.
   if (a.l2norm) {
-    constexpr int VPR = K / 8, RPP = 128 / VPR, NP = kC / RPP;
-    const int lrow = tid / VPR, lvec = tid % VPR;
+    const E* row = (tid < kC ? sm.x.in.q : sm.x.in.k) + (tid & (kC - 1)) * LDQ;
+    float ss[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int which = 0; which < 2; ++which) {
-      const E* src = which == 0 ? sm.x.in.q : sm.x.in.k;
+    for (int vv = 0; vv < K / 8; ++vv) {
+      const uint4 val = *reinterpret_cast<const uint4*>(row + vv * 8);
+      const uint32_t u[4] = {val.x, val.y, val.z, val.w};
 #pragma unroll
-      for (int p = 0; p < NP; ++p) {
-        const int r = p * RPP + lrow;
-        const uint4 val = *reinterpret_cast<const uint4*>(&src[r * LDQ + lvec * 8]);
-        const uint32_t u[4] = {val.x, val.y, val.z, val.w};
-        const float rho = row_rnorm<P, VPR>(u);
-        if (lvec == 0) (which == 0 ? sm.rq : sm.rk)[r] = rho;
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = P::unpack(u[e]);
+        ss[e] = fmaf(f.x, f.x, fmaf(f.y, f.y, ss[e]));
       }
     }
+    (tid < kC ? sm.rq : sm.rk)[tid & (kC - 1)] = rsqrtf((ss[0] + ss[1]) + (ss[2] + ss[3]) + 1e-6f);
   } else if (tid < kC) {
     sm.rq[tid] = 1.f;
     sm.rk[tid] = 1.f;
@@ -252,33 +255,76 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     diag_inverse16(sm.L, sm.x.inv.A, LDF, 16 * w, lane);
     __syncthreads();
     FGDN_PROF(5);
-    // Off-diagonal blocks by distance d = i - j, warp w taking block (w + d, w):
-    //   T = sum_{k=j}^{i-1} L_ik A_kj,  A_ij = -A_ii T   (16x16 products on the tensor cores in 3xTF32)
-#pragma unroll
-    for (int d = 1; d < 4; ++d) {
-      if (w < 4 - d) {
-        const int bi = w + d, bj = w;
-        float* tw = &sm.x.inv.T[w * 256];
-        float tacc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-        for (int kb = bj; kb < bi; ++kb)
-          mma16_f32(tacc, &sm.L[16 * bi * LDF + 16 * kb], LDF, &sm.x.inv.A[16 * kb * LDF + 16 * bj], LDF, g8, t4);
+    // Off-diagonal blocks in two levels, A_ij = -A_ii sum_{k=j}^{i-1} L_ik A_kj (16 x 16 products on the tensor cores
+    // in 3xTF32). The 32 x 32 diagonal halves first, then the lower-left half as A_(23),(01) = -A_(23) W with
+    // W = L_(23),(01) A_(01): six products on the longest warp's path instead of nine by distance (2 + 3 + 4), the
+    // same three barriers.
+    //   round 1: A_10 = -A_11 (L_10 A_00) (warp 0), A_32 = -A_33 (L_32 A_22) (warp 1), W_21 = L_21 A_11 (warp 2),
+    //            W_31 = L_31 A_11 (warp 3)
+    //   round 2: A_21 = -A_22 W_21 (warp 0), A_31 = -(A_32 W_21 + A_33 W_31) (warp 1),
+    //            W_20 = L_20 A_00 + L_21 A_10 (warp 2), W_30 = L_30 A_00 + L_31 A_10 (warp 3)
+    //   round 3: A_20 = -A_22 W_20 (warp 2), A_30 = -(A_32 W_20 + A_33 W_30) (warp 3)
+    {
+      constexpr int LDT = Sm::LDT;
+      float* const Am = sm.x.inv.A;
+      float(&W)[4][16 * LDT] = sm.x.inv.T;  // W_21, W_31, W_20, W_30
+      const auto Lb = [&](int i, int j) { return &sm.L[16 * i * LDF + 16 * j]; };
+      const auto Ab = [&](int i, int j) { return &Am[16 * i * LDF + 16 * j]; };
+      // c (two m16n8 C fragments) times sgn into a 16 x 16 block at dst (leading dimension ld)
+      const auto put = [&](float* dst, int ld, const float(&c)[2][4], float sgn) {
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          tw[g8 * 16 + 8 * nt + 2 * t4] = tacc[nt][0];
-          tw[g8 * 16 + 8 * nt + 2 * t4 + 1] = tacc[nt][1];
-          tw[(g8 + 8) * 16 + 8 * nt + 2 * t4] = tacc[nt][2];
-          tw[(g8 + 8) * 16 + 8 * nt + 2 * t4 + 1] = tacc[nt][3];
+          *reinterpret_cast<float2*>(dst + g8 * ld + 8 * nt + 2 * t4) = make_float2(sgn * c[nt][0], sgn * c[nt][1]);
+          *reinterpret_cast<float2*>(dst + (g8 + 8) * ld + 8 * nt + 2 * t4) =
+              make_float2(sgn * c[nt][2], sgn * c[nt][3]);
         }
+      };
+      float acc[2][4], tmp[2][4];
+      const auto zero = [](float(&c)[2][4]) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) c[nt][e] = 0.f;
+      };
+      // round 1
+      zero(acc);
+      if (w < 2) {  // A_(2w+1),(2w) = -A_ii (L_ij A_jj), W_(2w+2) as the warp's scratch (written in round 2)
+        const int bi = 2 * w + 1, bj = 2 * w;
+        mma16_f32(acc, Lb(bi, bj), LDF, Ab(bj, bj), LDF, g8, t4);
+        put(W[2 + w], LDT, acc, 1.f);
         __syncwarp();
-        float racc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-        mma16_f32(racc, &sm.x.inv.A[16 * bi * LDF + 16 * bi], LDF, tw, 16, g8, t4);
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          float* a0 = &sm.x.inv.A[(16 * bi + g8) * LDF + 16 * bj + 8 * nt + 2 * t4];
-          float* a1 = &sm.x.inv.A[(16 * bi + g8 + 8) * LDF + 16 * bj + 8 * nt + 2 * t4];
-          *reinterpret_cast<float2*>(a0) = make_float2(-racc[nt][0], -racc[nt][1]);
-          *reinterpret_cast<float2*>(a1) = make_float2(-racc[nt][2], -racc[nt][3]);
-        }
+        zero(tmp);
+        mma16_f32(tmp, Ab(bi, bi), LDF, W[2 + w], LDT, g8, t4);
+        put(Ab(bi, bj), LDF, tmp, -1.f);
+      } else {  // W_21 (warp 2), W_31 (warp 3)
+        mma16_f32(acc, Lb(w, 1), LDF, Ab(1, 1), LDF, g8, t4);
+        put(W[w - 2], LDT, acc, 1.f);
+      }
+      __syncthreads();
+      // round 2
+      zero(acc);
+      if (w == 0) {
+        mma16_f32(acc, Ab(2, 2), LDF, W[0], LDT, g8, t4);
+        put(Ab(2, 1), LDF, acc, -1.f);
+      } else if (w == 1) {
+        mma16_f32(acc, Ab(3, 2), LDF, W[0], LDT, g8, t4);
+        mma16_f32(acc, Ab(3, 3), LDF, W[1], LDT, g8, t4);
+        put(Ab(3, 1), LDF, acc, -1.f);
+      } else {  // W_20 (warp 2), W_30 (warp 3)
+        mma16_f32(acc, Lb(w, 0), LDF, Ab(0, 0), LDF, g8, t4);
+        mma16_f32(acc, Lb(w, 1), LDF, Ab(1, 0), LDF, g8, t4);
+        put(W[w], LDT, acc, 1.f);
+      }
+      __syncthreads();
+      // round 3
+      zero(acc);
+      if (w == 2) {
+        mma16_f32(acc, Ab(2, 2), LDF, W[2], LDT, g8, t4);
+        put(Ab(2, 0), LDF, acc, -1.f);
+      } else if (w == 3) {
+        mma16_f32(acc, Ab(3, 2), LDF, W[2], LDT, g8, t4);
+        mma16_f32(acc, Ab(3, 3), LDF, W[3], LDT, g8, t4);
+        put(Ab(3, 0), LDF, acc, -1.f);
       }
       __syncthreads();
     }

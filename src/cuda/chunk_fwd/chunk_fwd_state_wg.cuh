@@ -8,25 +8,24 @@
 // q, k, v and record tiles are shared, through mbarriers, not a CTA barrier); its state, 128 keys x 32 columns in fp32,
 // is two m64n32 accumulators (key blocks) in registers for the whole walk. Per chunk:
 //
-//   phase 1  K S0 and Q S0 (16 wgmma, A = k / q [token][key], B = S0^T [value][key] from shared memory);
-//            R = V - diag(ek) K S0 -> R^T (stmatrix.trans), O = diag(eq) Q S0 kept in registers
+//   phase 1  K S0 and Q S0 (16 wgmma in two groups, A = k / q [token][key], B = S0^T [value][key] from shared
+//            memory); R = V - diag(ek) K S0 -> R^T (stmatrix.trans) while Q S0 runs, O = diag(eq) Q S0 kept in
+//            registers
 //   phase 2  U = (A diag(beta)) R, A diag(beta) hi + lo from the record's m16n8k16 fragments as register A operands
 //            (8 wgmma); U -> U^T_hi, U^T_lo, and (diag(dk) U)^T over the dead half of S0^T
 //   phase 3  S <- en S + K^T (diag(dk) U) per key block (8 wgmma, K^T by ldmatrix.trans of the swizzled k tile)
 //            and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from registers), O stored, S0^T for the next
 //            chunk (diag(dk) is rounded with U here, with K in the mma.sync pass: one rounding either way)
 //
-// Synchronization per chunk: wait for the chunk's tiles (full), release them (empty), four named barriers per
-// warpgroup (R^T, U^T complete; the update read; S0^T complete). The causal zero
+// Synchronization per chunk: wait for the chunk's tiles (full), release them (empty, every thread after its own last
+// read), four named barriers per warpgroup (R^T, U^T complete; the update read; S0^T complete). The causal zero
 // blocks of A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block). Work per
 // chunk and CTA: 176 m64n32k16 = 11.5 MFLOP, ~2.8k cycles at the SM's dense rate.
 //
 // Where it stands (H200, tests/cuda/standalone_wgmma/run.sh, B=8 T=4096 H=16, one CTA per SM, 64 chunks per CTA):
-// 4.88 us per chunk against 5.75 for the mma.sync state pass (chunk_fwd_state.cuh); it was 5.48 with a CTA barrier
-// per chunk and descriptors rebuilt per instruction. Still ~9.7k cycles per chunk against ~2.8k of tensor work:
-// latency-bound (barrier, fixed-latency and wgmma waits; docs/chunk_fwd.md). compute-sanitizer racecheck reports
-// hazards between the refill copies and the phase 2 / 3 reads of the chunk before that used the buffer, which the
-// empty barrier orders (docs/chunk_fwd.md, "Known gaps": not yet explained; FLASHGDN_CHUNK_IMPL=mma is clean).
+// 4.78 us per chunk against 5.7 for the mma.sync state pass (chunk_fwd_state.cuh); it was 5.48 with a CTA barrier
+// per chunk and descriptors rebuilt per instruction. Still ~9.5k cycles per chunk against ~2.8k of tensor work:
+// latency-bound (barrier, fixed-latency and wgmma waits; docs/chunk_fwd.md). compute-sanitizer racecheck: clean.
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -45,22 +44,8 @@ struct StateWgSmem {
   uint32_t rec[2][kRecBytes / 4];      // [buffer] the chunk's record (header | A diag(beta) | P)
   uint16_t v[2][2][kC * LDV];          // [buffer][value half][token][64] value tile
   uint64_t full[2];                    // [buffer] its tiles landed: 512 arrivals (one per thread, cp.async-triggered)
-  uint64_t empty[2];                   // [buffer] every reader is done with it: kEmptyArrivals arrivals
+  uint64_t empty[2];                   // [buffer] every thread is done reading it: 512 arrivals
 };
-
-// Who releases a buffer (experiment switch, FGDN_WG_RELEASE_ALL): 0 = thread 0 of each warpgroup after a named
-// barrier behind the warpgroup's last read (4 arrivals); 1 = every thread right after its own last read (512).
-#ifndef FGDN_WG_RELEASE_ALL
-#define FGDN_WG_RELEASE_ALL 0
-#endif
-constexpr bool kReleaseAll = FGDN_WG_RELEASE_ALL != 0;
-constexpr uint32_t kEmptyArrivals = kReleaseAll ? 512 : 4;
-// Phase 1 as two wgmma groups, K S0 then Q S0, so that R's epilogue runs while Q S0 is in flight (experiment switch,
-// FGDN_WG_SPLIT_P1).
-#ifndef FGDN_WG_SPLIT_P1
-#define FGDN_WG_SPLIT_P1 0
-#endif
-constexpr bool kSplitPhase1 = FGDN_WG_SPLIT_P1 != 0;
 
 // Store a warp's 16-row block of an accumulator of NJ 8-column groups (rows 16 wi .., packed 16-bit pairs: x[jn][0]
 // row lane / 4, x[jn][1] row lane / 4 + 8, columns 8 jn + 2 (lane % 4)) transposed: column c of the block becomes
@@ -202,7 +187,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   };
 
   // ---- the pipeline. Buffer bf = i & 1 holds the q, k, v and record tiles of chunk i = c - c_begin: every thread
-  // copies its share (cp.async) and arrives on full[bf] when its copies have landed; every warpgroup arrives on
+  // copies its share (cp.async) and arrives on full[bf] when its copies have landed; every thread arrives on
   // empty[bf] after its last read of the chunk. A warpgroup waits for its chunk's data, and before refilling the other
   // buffer for chunk i + 1 (at the top of chunk i), for the release of chunk i - 1 (its last user). No CTA-wide
   // barrier: the warpgroups drift apart by up to a chunk, so one's tensor-core phases overlap another's epilogues
@@ -210,7 +195,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   // chunk).
   if (tid == 0) {
     mbar::init(&sm.full[0], 512), mbar::init(&sm.full[1], 512);
-    mbar::init(&sm.empty[0], kEmptyArrivals), mbar::init(&sm.empty[1], kEmptyArrivals);
+    mbar::init(&sm.empty[0], 512), mbar::init(&sm.empty[1], 512);
   }
   wg::fence_async_smem();  // the start state's S0^T (stmatrix) before the first wgmma read
   __syncthreads();         // the barriers are initialized; S0^T is complete
@@ -218,6 +203,11 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     issue(c_begin, 0);
     mbar::arrive_cp_async(&sm.full[0]);
   }
+#ifdef FGDN_CHUNK_PROFILE  // phase cycles of thread 0 (warpgroup 0), summed over every CTA (a.prof[8] counts chunks)
+  const bool prof_on = a.prof != nullptr && tid == 0 && active;
+  unsigned long long prof_acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  unsigned long long prof_last = clock64();
+#endif
 
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int i = static_cast<int>(c - c_begin), bf = i & 1;
@@ -234,26 +224,21 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         mbar::arrive_cp_async(&sm.full[bf ^ 1]);
       }
     };
-    // this warpgroup is done with buffer bf: called after a named barrier that follows every read (and every wgmma
-    // wait) of all its warps, so one thread's release-arrive covers the reads of all 128 (a __syncwarp and one
-    // arrival per warp would too, but compute-sanitizer's racecheck does not follow that chain)
-    auto release = [&]() {
-      if ((tid & 127) == 0) mbar::arrive(&sm.empty[bf]);
-    };
-    auto release_own = [&]() {  // (kReleaseAll) this thread's reads of buffer bf are done
-      mbar::arrive(&sm.empty[bf]);
-    };
+    // this thread is done reading buffer bf (its wgmma reads included: waited). Every thread releases its own reads:
+    // one release-arrive per warpgroup behind a named barrier orders the same reads (bar.sync, then a cumulative
+    // release), but compute-sanitizer's racecheck does not follow that chain and reported each refill as a WAR hazard
+    // (46 per run); the per-thread arrivals cost nothing measurable (4.79 vs 4.78 us per chunk, H200).
+    auto release = [&]() { mbar::arrive(&sm.empty[bf]); };
     mbar::wait(&sm.full[bf], (i >> 1) & 1);
     wg::fence_async_smem();  // the landed tiles (generic proxy) before this thread's wgmma reads them (async proxy)
     if (!active) {           // (the last half of an odd summary: loads and releases only; it reads no buffer)
       refill();
-      if constexpr (kReleaseAll)
-        release_own();
-      else
-        release();
+      release();
       continue;
     }
-    refill();  // at the top: the loads get the whole chunk to land (after phase 2: 5.14 us per chunk, 3: 6.01; 4.88)
+    FGDN_PROF(0);  // the wait for this chunk's tiles
+    refill();      // at the top: the loads get the whole chunk to land (after phase 2: 5.14 us per chunk, 3: 6.01)
+    FGDN_PROF(1);  // the wait for the other buffer's release, the copies issued
 
     const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
     const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
@@ -271,7 +256,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;  // key half, 16-key step inside the 128-byte row
         wg::mma_ss_n32<BF16>(d16, wg::desc_at(k_lo, off), wg::desc_at(st_lo, off), ks > 0);
       }
-      if constexpr (kSplitPhase1) wg::commit();  // K S0 in its own group: R's epilogue overlaps Q S0
+      wg::commit();  // K S0 in its own group: R's epilogue runs while Q S0 is in flight
       if constexpr (has_output) {
 #pragma unroll
         for (int ks = 0; ks < K / 16; ++ks) {
@@ -279,12 +264,14 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
           wg::mma_ss_n32<BF16>(o16, wg::desc_at(q_lo, off), wg::desc_at(st_lo, off), ks > 0);
         }
       }
-      wg::commit();
-      if constexpr (kSplitPhase1 && has_output)
-        wg::wait1();
-      else
+      if constexpr (has_output) {
+        wg::commit();
+        wg::wait1();  // K S0 done, Q S0 may still run
+      } else {
         wg::wait0();
+      }
     }
+    FGDN_PROF(2);  // K S0
 
     // R = V - diag(ek) K S0 -> R^T;  O = diag(eq) Q S0
     {
@@ -300,17 +287,17 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
           v1 = P::unpack(*reinterpret_cast<const uint32_t*>(&vt[r1 * LDV + j]));
         x[jn][0] = P::pack(v0.x - ek0 * d[jn][0], v0.y - ek0 * d[jn][1]);
         x[jn][1] = P::pack(v1.x - ek1 * d[jn][2], v1.y - ek1 * d[jn][3]);
-        if constexpr (!kSplitPhase1) o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
       }
       store_transposed(rt_slice, x, wi, lane);
       wg::fence_async_smem();
-      if constexpr (kSplitPhase1 && has_output) {
+      if constexpr (has_output) {
         wg::wait0();  // Q S0
 #pragma unroll
         for (int jn = 0; jn < 4; ++jn) o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
       }
     }
     named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
+    FGDN_PROF(3);                 // R, Q S0's wait, the barrier
 
     // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta) (one group); U^T as hi + lo
     {
@@ -346,6 +333,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       wg::fence_async_smem();
     }
     named_barrier<128>(1 + wgi);  // U^T of this slice complete
+    FGDN_PROF(4);                 // U = A' R, its epilogue, the barrier
 
     // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
     // S <- en S + K^T (diag(dk) U) (key block 0 in the same group, key block 1 in a second one)
@@ -387,7 +375,8 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       wg::commit();
       wg::wait0();
     }
-    if constexpr (kReleaseAll) release_own();  // the last reads of buffer bf (K^T, P fragments) are behind us
+    release();  // this thread's last reads of buffer bf (K^T, P fragments, the header) are behind it
+    FGDN_PROF(5);  // the update and P U
     if constexpr (has_output) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -403,7 +392,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     // the 16-bit copy for the next chunk's phase 1, over diag(dk) U^T in key block 1: every warp of the warpgroup
     // must be past its wait of the update (one warp's wait does not cover the others' halves of the operation)
     named_barrier<128>(1 + wgi);
-    if constexpr (!kReleaseAll) release();  // every read of buffer bf by this warpgroup is behind the barrier
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
       uint32_t x[4][2];
@@ -416,7 +404,14 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     for (int mb = 0; mb < 2; ++mb)  // key block mb: rows 64 mb + 16 wi ..
       store_checkpoint(a, wk, c, h, vcol0, reinterpret_cast<const float(&)[1][4][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
                        g8, t4);
+    FGDN_PROF(6);  // o stored, S0^T, the barriers
   }
+#ifdef FGDN_CHUNK_PROFILE
+  if (prof_on) {
+    for (int k2 = 0; k2 < 8; ++k2) atomicAdd(&a.prof[k2], prof_acc[k2]);
+    atomicAdd(&a.prof[8], static_cast<unsigned long long>(c_end - c_begin));
+  }
+#endif
   cp_async_commit();    // (the copies are tracked by the barriers, not by groups: commit them to wait for them)
   cp_async_wait_all();  // no copy may be in flight at exit
 

@@ -129,6 +129,24 @@ int main() {
   std::printf("wgmma vs mma.sync state kernel (B=%d T=%d H=%d): o rel diff %.2e, final state rel diff %.2e: %s\n", B, T,
               H, eo, es, ok ? "PASS" : "FAIL");
 
+#ifdef FGDN_CHUNK_PROFILE  // the wgmma state pass's phase cycles (thread 0 of every CTA, summed)
+  {
+    unsigned long long* prof;
+    CK(cudaMalloc(&prof, 16 * sizeof(unsigned long long)));
+    CK(cudaMemset(prof, 0, 16 * sizeof(unsigned long long)));
+    a.prof = prof;
+    CK(cudaError_t(fc::launch_chunk_state_wg_bf16(a, B, 2, nullptr)));
+    CK(cudaDeviceSynchronize());
+    a.prof = nullptr;
+    unsigned long long hp[16];
+    CK(cudaMemcpy(hp, prof, sizeof(hp), cudaMemcpyDeviceToHost));
+    const double nc = hp[8] > 0 ? double(hp[8]) : 1.0;
+    std::printf("PROF wgmma state pass, %llu chunks, cycles per chunk: full wait %.0f | refill %.0f | K S0 %.0f | R %.0f"
+                " | U %.0f | update, P U %.0f | o, S0 %.0f\n",
+                hp[8], hp[0] / nc, hp[1] / nc, hp[2] / nc, hp[3] / nc, hp[4] / nc, hp[5] / nc, hp[6] / nc);
+    cudaFree(prof);
+  }
+#endif
   if (env_int("WG_NOTIME", 0)) return ok ? 0 : 1;
   // timing: the two state kernels alone, B x H = 128 CTAs (one wave), T / 64 chunks each
   cudaEvent_t e0, e1;
