@@ -208,6 +208,11 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// A hint that brings the 128-byte line holding p into L2.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 // S_start(j+1) = M_j S_start(j) + N_j for one (sequence, value head, NC state columns); thread i owns row i.
 // fp32 throughout (gdn-math §6.3). The result overwrites N_j, where the split forward reads it. The chain is
 // nseg - 1 steps of K / 32 blocks; block q (over all steps) of M (all K rows, 32 columns) goes through shared
@@ -241,6 +246,15 @@ __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, 
     S[i][j] = v;
   }
   auto mbase = [&](int s) { return a.mn + ((first + s) * a.Hv + h) * int64_t(K) * width; };
+  // Every step's M row i and N columns into L2 now (hints, nothing waits on them): M_j and N_j were written by the
+  // summary long before, mostly evicted by its streams since, and the chain below would otherwise wait on DRAM at
+  // every block (a two-block lookahead of 16-byte loads from one CTA per SM hides little of it).
+  for (int s = 0; s < steps; ++s) {
+    const float* row = mbase(s) + int64_t(i) * width;
+#pragma unroll
+    for (int l = 0; l < K / 32; ++l) prefetch_l2(row + 32 * l);
+    prefetch_l2(row + K + c0);
+  }
   // float4 e of block q: row (i + K e) / 8, columns 4 ((i + K e) % 8) ..: 8 threads read one row's 128 bytes
   auto load_block = [&](int q, float4(&r)[PER]) {
     const float* m = mbase(q / NB) + (q % NB) * KB;
