@@ -208,27 +208,23 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// A hint that brings the 128-byte line holding p into L2.
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
-
-// S_start(j+1) = M_j S_start(j) + N_j for one (sequence, value head, NC state columns); thread i owns row i.
-// fp32 throughout (gdn-math §6.3). The result overwrites N_j, where the split forward reads it. The chain is
-// nseg - 1 steps of K / 32 blocks; block q (over all steps) of M (all K rows, 32 columns) goes through shared
-// memory with coalesced 16-byte loads issued two blocks ahead, and the next step's N row one step ahead: M and N
-// do not depend on S, so only the FMAs and the shared-memory round trips are on the chain.
-// NC state columns per CTA: V / NC CTAs per (sequence, head) each read all of M_j (L2-resident), so small NC buys a
-// short per-thread chain with NC x more L2 traffic.
+// S_start(j+1) = M_j S_start(j) + N_j for one (sequence, value head, 16 state columns), fp32 throughout (gdn-math
+// §6.3); the result overwrites N_j, where the split forward reads it. Four threads per row: thread (i, p) holds
+// keys K/4 p .. of row i of M_j in registers (loaded a whole step ahead: M and N do not depend on S) and sums them
+// against S (shared memory), the four partial rows are added by two shuffles, and thread p keeps columns 4p .. 4p + 3.
+// Per step only the FMAs, two shuffles and two barriers are on the chain. (Before 2026-11-29: one thread per row,
+// M through shared memory two 32-key blocks ahead; 4 warps per SM left the chain latency-bound at ~80 us for
+// T = 32K, H = 16, 7 steps; Nsight Compute, caches flushed.)
 template <int K, int NC>
-__global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, const int32_t* seq_first) {
-  constexpr int KB = 32, NB = K / KB, PER = KB / 4;  // PER float4 loads per thread per block (K rows x 8)
-  static_assert(NB % 2 == 0, "the two prefetch buffers alternate with the block index");
-  static_assert(NC % 4 == 0, "state rows are read as float4");
-  __shared__ __align__(16) float S[K][NC];
-  __shared__ float Ms[K][KB + 1];
+__global__ void __launch_bounds__(4 * K) chunk_scan_kernel(const ChunkKernelArgs a, const int32_t* seq_first) {
+  static_assert(NC == 16, "four threads per row keep four columns each");
+  constexpr int KP = K / 4, V4 = KP / 4;  // keys per thread, as float4
+  // S (K x NC) with the rows of part p shifted by 4 p floats: the four parts read rows K/4 apart in one instruction,
+  // which would otherwise fall in the same banks
+  __shared__ __align__(16) float S[K * NC + 16];
+  const auto sidx = [](int k, int j) { return k * NC + j + (k / KP) * 4; };
   const int64_t n = blockIdx.x;
-  const int h = blockIdx.y, c0 = blockIdx.z * NC, i = threadIdx.x;
+  const int h = blockIdx.y, c0 = blockIdx.z * NC, tid = threadIdx.x, i = tid >> 2, part = tid & 3;
   const int64_t first = seq_first[n];
   if (first >= a.items_cap) return;
   const int nseg = a.items[first].nseg;
@@ -236,87 +232,68 @@ __global__ void __launch_bounds__(K) chunk_scan_kernel(const ChunkKernelArgs a, 
   const int64_t width = K + a.V;
   int steps = nseg - 1;
   if (first + steps > a.items_cap) steps = static_cast<int>(a.items_cap - first);
-#pragma unroll
-  for (int j = 0; j < NC; ++j) {
-    float v = 0.f;
+  {  // S_start(0) = h0 (or 0): thread (i, p) fills columns 4p .. 4p + 3 of row i
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
     if (a.h0) {
       const float* p = a.h0 + n * a.h0_sn + h * a.h0_sh;
-      v = a.state_vmajor ? p[int64_t(c0 + j) * a.h0_sr + i] : p[int64_t(i) * a.h0_sr + c0 + j];
-    }
-    S[i][j] = v;
-  }
-  auto mbase = [&](int s) { return a.mn + ((first + s) * a.Hv + h) * int64_t(K) * width; };
-  // Every step's M row i and N columns into L2 now (hints, nothing waits on them): M_j and N_j were written by the
-  // summary long before, mostly evicted by its streams since, and the chain below would otherwise wait on DRAM at
-  // every block (a two-block lookahead of 16-byte loads from one CTA per SM hides little of it).
-  for (int s = 0; s < steps; ++s) {
-    const float* row = mbase(s) + int64_t(i) * width;
 #pragma unroll
-    for (int l = 0; l < K / 32; ++l) prefetch_l2(row + 32 * l);
-    prefetch_l2(row + K + c0);
-  }
-  // float4 e of block q: row (i + K e) / 8, columns 4 ((i + K e) % 8) ..: 8 threads read one row's 128 bytes
-  auto load_block = [&](int q, float4(&r)[PER]) {
-    const float* m = mbase(q / NB) + (q % NB) * KB;
-#pragma unroll
-    for (int e = 0; e < PER; ++e) {
-      const int idx = i + K * e, row = idx >> 3, c4 = idx & 7;
-      r[e] = *reinterpret_cast<const float4*>(m + int64_t(row) * width + 4 * c4);
+      for (int e = 0; e < 4; ++e) {
+        const int j = c0 + 4 * part + e;
+        v[e] = a.state_vmajor ? p[int64_t(j) * a.h0_sr + i] : p[int64_t(i) * a.h0_sr + j];
+      }
     }
+    *reinterpret_cast<float4*>(&S[sidx(i, 4 * part)]) = make_float4(v[0], v[1], v[2], v[3]);
+  }
+  // row i of M_s, keys KP part ..; and columns c0 + 4 part .. of row i of N_s
+  const auto mrow = [&](int s) { return a.mn + ((first + s) * a.Hv + h) * int64_t(K) * width + int64_t(i) * width; };
+  float4 m[V4], nv = make_float4(0.f, 0.f, 0.f, 0.f);
+  const auto load = [&](int s, float4(&r)[V4], float4& nn) {
+    const float4* src = reinterpret_cast<const float4*>(mrow(s) + KP * part);
+#pragma unroll
+    for (int e = 0; e < V4; ++e) r[e] = src[e];
+    nn = *reinterpret_cast<const float4*>(mrow(s) + K + c0 + 4 * part);
   };
-  const int total = steps * NB;
-  float4 pa[PER], pb[PER];
-  if (total > 0) load_block(0, pa);
-  if (total > 1) load_block(1, pb);
-  float nxt[NC];
-#pragma unroll
-  for (int j = 0; j < NC; ++j) nxt[j] = 0.f;
-  if (steps > 0) {
-#pragma unroll
-    for (int j = 0; j < NC; ++j) nxt[j] = mbase(0)[int64_t(i) * width + K + c0 + j];
-  }
+  if (steps > 0) load(0, m, nv);
+  __syncthreads();  // S_start(0)
   for (int s = 0; s < steps; ++s) {
-    float* nrow = mbase(s) + int64_t(i) * width + K + c0;
+    float4 mn[V4], nn = nv;
+    if (s + 1 < steps) load(s + 1, mn, nn);
     float acc[NC];
 #pragma unroll
-    for (int j = 0; j < NC; ++j) acc[j] = nxt[j];
-    if (s + 1 < steps) {
+    for (int j = 0; j < NC; ++j) acc[j] = 0.f;
 #pragma unroll
-      for (int j = 0; j < NC; ++j) nxt[j] = mbase(s + 1)[int64_t(i) * width + K + c0 + j];
-    }
+    for (int e = 0; e < V4; ++e) {
+      const float mk[4] = {m[e].x, m[e].y, m[e].z, m[e].w};
 #pragma unroll
-    for (int b = 0; b < NB; ++b) {
-      const int q = s * NB + b;
-      float4(&pre)[PER] = (b & 1) ? pb : pa;
-      __syncthreads();  // the previous block's (or step's) reads of Ms and writes of S are done
-#pragma unroll
-      for (int e = 0; e < PER; ++e) {
-        const int idx = i + K * e, row = idx >> 3, c4 = idx & 7;
-        Ms[row][4 * c4] = pre[e].x;
-        Ms[row][4 * c4 + 1] = pre[e].y;
-        Ms[row][4 * c4 + 2] = pre[e].z;
-        Ms[row][4 * c4 + 3] = pre[e].w;
-      }
-      __syncthreads();
-      if (q + 2 < total) load_block(q + 2, pre);
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk) {
-        const float mk = Ms[i][kk];
+      for (int c = 0; c < 4; ++c) {
+        const int k = KP * part + 4 * e + c;
 #pragma unroll
         for (int j4 = 0; j4 < NC / 4; ++j4) {
-          const float4 s0 = *reinterpret_cast<const float4*>(&S[b * KB + kk][4 * j4]);
-          acc[4 * j4] = fmaf(mk, s0.x, acc[4 * j4]);
-          acc[4 * j4 + 1] = fmaf(mk, s0.y, acc[4 * j4 + 1]);
-          acc[4 * j4 + 2] = fmaf(mk, s0.z, acc[4 * j4 + 2]);
-          acc[4 * j4 + 3] = fmaf(mk, s0.w, acc[4 * j4 + 3]);
+          const float4 s4 = *reinterpret_cast<const float4*>(&S[sidx(k, 4 * j4)]);
+          acc[4 * j4] = fmaf(mk[c], s4.x, acc[4 * j4]);
+          acc[4 * j4 + 1] = fmaf(mk[c], s4.y, acc[4 * j4 + 1]);
+          acc[4 * j4 + 2] = fmaf(mk[c], s4.z, acc[4 * j4 + 2]);
+          acc[4 * j4 + 3] = fmaf(mk[c], s4.w, acc[4 * j4 + 3]);
         }
       }
     }
-    __syncthreads();  // every read of S for this step is done
 #pragma unroll
-    for (int j = 0; j < NC; ++j) {
-      S[i][j] = acc[j];
-      nrow[j] = acc[j];
+    for (int j = 0; j < NC; ++j) {  // the four parts of row i are lanes 4 (i % 8) .. + 3 of one warp
+      acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], 1);
+      acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], 2);
+    }
+    float4 out = nv;  // + N_s
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      if (q == part) out.x += acc[4 * q], out.y += acc[4 * q + 1], out.z += acc[4 * q + 2], out.w += acc[4 * q + 3];
+    __syncthreads();  // every read of S for this step is done
+    *reinterpret_cast<float4*>(&S[sidx(i, 4 * part)]) = out;
+    *reinterpret_cast<float4*>(mrow(s) + K + c0 + 4 * part) = out;
+    __syncthreads();  // S_start(s + 1) complete
+    if (s + 1 < steps) {
+#pragma unroll
+      for (int e = 0; e < V4; ++e) m[e] = mn[e];
+      nv = nn;
     }
   }
 }
@@ -460,12 +437,12 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t w
   FGDN_CUDA_CHECK(cudaGetLastError());
   a.mode = kModeSummary;
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, pl.cap, kt + vt, stream)));
-  constexpr int kScanCols = 16;  // H200, T=32K: chain 0.723 ms at 16 or 8 columns per CTA, 0.734 at 4
+  constexpr int kScanCols = 16;  // 4 threads per row, 4 columns each
   const dim3 sgrid(unsigned(d.N), unsigned(d.Hv), unsigned(d.V / kScanCols));
   if (d.K == 64)
-    chunk_scan_kernel<64, kScanCols><<<sgrid, 64, 0, st>>>(a, seq_first);
+    chunk_scan_kernel<64, kScanCols><<<sgrid, 4 * 64, 0, st>>>(a, seq_first);
   else
-    chunk_scan_kernel<128, kScanCols><<<sgrid, 128, 0, st>>>(a, seq_first);
+    chunk_scan_kernel<128, kScanCols><<<sgrid, 4 * 128, 0, st>>>(a, seq_first);
   FGDN_CUDA_CHECK(cudaGetLastError());
   a.mode = kModeForwardSplit;
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, pl.cap, vt, stream)));

@@ -186,33 +186,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     }
   };
 
-#ifndef FGDN_WG_L2_PREFETCH
-#define FGDN_WG_L2_PREFETCH 1
-#endif
-  // Chunk ck's tiles into L2 (prefetch.global.L2: a hint, no destination), one chunk before the refill copies them,
-  // so that those copies wait on L2 instead of DRAM: a third pipeline stage without shared memory (there is none
-  // left for one). Per half, rows r = tid % 64 of four parts: k (half 0) or q (half 1) as two 128-byte lines, this
-  // half's value row, and the record's lines over the fourth part.
-  auto prefetch = [&](int64_t ck) {
-    const int64_t nv = len - ck * kC, tok = t0 + ck * kC;
-    const int r = tid & 63, part = (tid >> 6) & 3;
-    if (part < 3 && r < nv) {
-      if (part < 2) {
-        if (hf == 0)
-          prefetch_l2(kbase + (tok + r) * a.k_st + part * 64);
-        else if (has_output)
-          prefetch_l2(qbase + (tok + r) * a.q_st + part * 64);
-      } else if (has_values) {
-        prefetch_l2(vbase + (tok + r) * a.v_st);
-      }
-    }
-    if (part == 3) {
-      const int64_t lines = (has_output ? kRecBytes : kRecHdrBytes + kRecABytes) / 128;
-      const unsigned char* rec = a.rec + (chunk_slot(a, n, t0, ck) * a.Hv + h) * kRecBytes;
-      for (int64_t l = (tid >> 8) * 64 + r; l < lines; l += 128) prefetch_l2(rec + l * 128);
-    }
-  };
-
   // ---- the pipeline. Buffer bf = i & 1 holds the q, k, v and record tiles of chunk i = c - c_begin: every thread
   // copies its share (cp.async) and arrives on full[bf] when its copies have landed; every thread arrives on
   // empty[bf] after its last read of the chunk. A warpgroup waits for its chunk's data, and before refilling the other
@@ -265,7 +238,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     }
     FGDN_PROF(0);  // the wait for this chunk's tiles
     refill();      // at the top: the loads get the whole chunk to land (after phase 2: 5.14 us per chunk, 3: 6.01)
-    if (FGDN_WG_L2_PREFETCH && c + 2 < c_end) prefetch(c + 2);
     FGDN_PROF(1);  // the wait for the other buffer's release, the copies issued
 
     const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
