@@ -15,8 +15,10 @@
 // FLOPs per (chunk, q/k head): K K^T and Q K^T on the ten causal 16x16 blocks, 2 x 10 x 16 x 16 x 2K = 1.3 MFLOP
 // at K = 128; per value head ~0.15 MFLOP of 3xTF32 merges. Bytes: q, k rows read once per q/k head (2 x 16 KB),
 // 21 KB written per value head. Nothing here depends on the state: every chunk is independent (no chain).
-// Where it stands (H200, T = 32K, H = 16): 0.27 ms for 8192 CTAs, 16 warps per SM, latency-bound (wait, short
-// scoreboard and barrier stalls; shared-memory pipe 57%); the memory traffic alone would take ~0.1 ms.
+// Where it stands (H200, tests/cuda/standalone_wgmma/run.sh, 8192 CTAs as at T = 32K, H = 16): 0.233 ms (0.271 before
+// the one-row-per-thread norms and the two-level merges), 16 warps per SM, latency-bound: per CTA ~24k cycles, of
+// which L and P 7.1k, load 4.2k, K K^T / Q K^T 3.6k, merges 3.3k (thread 0's phase profile, -DFGDN_CHUNK_PROFILE);
+// the memory traffic alone would take ~0.1 ms.
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -35,7 +37,7 @@ struct IntraSmem {
       E k[kC * LDQ];  // [token][K] raw k rows
     } in;
     struct {
-      float A[kC * LDF];  // A = (I + L)^-1
+      float A[kC * LDF];     // A = (I + L)^-1
       float T[4][16 * LDT];  // merge scratch: W_21, W_31, W_20, W_30 (below)
     } inv;
   } x;

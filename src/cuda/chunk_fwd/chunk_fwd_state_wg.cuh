@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       wg::commit();
       wg::wait0();
     }
-    release();  // this thread's last reads of buffer bf (K^T, P fragments, the header) are behind it
+    release();     // this thread's last reads of buffer bf (K^T, P fragments, the header) are behind it
     FGDN_PROF(5);  // the update and P U
     if constexpr (has_output) {
 #pragma unroll

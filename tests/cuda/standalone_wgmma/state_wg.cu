@@ -99,9 +99,10 @@ int main() {
     unsigned long long hp[16];
     CK(cudaMemcpy(hp, prof, sizeof(hp), cudaMemcpyDeviceToHost));
     const double nc = hp[8] > 0 ? double(hp[8]) : 1.0;
-    std::printf("PROF intra pass, %llu CTAs, cycles per CTA: load %.0f | norms %.0f | KK,QK %.0f | gates %.0f | L,P %.0f"
-                " | diag inverse %.0f | merges %.0f | A frags %.0f\n",
-                hp[8], hp[0] / nc, hp[1] / nc, hp[2] / nc, hp[3] / nc, hp[4] / nc, hp[5] / nc, hp[6] / nc, hp[7] / nc);
+    std::printf(
+        "PROF intra pass, %llu CTAs, cycles per CTA: load %.0f | norms %.0f | KK,QK %.0f | gates %.0f | L,P %.0f"
+        " | diag inverse %.0f | merges %.0f | A frags %.0f\n",
+        hp[8], hp[0] / nc, hp[1] / nc, hp[2] / nc, hp[3] / nc, hp[4] / nc, hp[5] / nc, hp[6] / nc, hp[7] / nc);
     cudaFree(prof);
   }
 #endif
@@ -141,9 +142,10 @@ int main() {
     unsigned long long hp[16];
     CK(cudaMemcpy(hp, prof, sizeof(hp), cudaMemcpyDeviceToHost));
     const double nc = hp[8] > 0 ? double(hp[8]) : 1.0;
-    std::printf("PROF wgmma state pass, %llu chunks, cycles per chunk: full wait %.0f | refill %.0f | K S0 %.0f | R %.0f"
-                " | U %.0f | update, P U %.0f | o, S0 %.0f\n",
-                hp[8], hp[0] / nc, hp[1] / nc, hp[2] / nc, hp[3] / nc, hp[4] / nc, hp[5] / nc, hp[6] / nc);
+    std::printf(
+        "PROF wgmma state pass, %llu chunks, cycles per chunk: full wait %.0f | refill %.0f | K S0 %.0f | R %.0f"
+        " | U %.0f | update, P U %.0f | o, S0 %.0f\n",
+        hp[8], hp[0] / nc, hp[1] / nc, hp[2] / nc, hp[3] / nc, hp[4] / nc, hp[5] / nc, hp[6] / nc);
     cudaFree(prof);
   }
 #endif
