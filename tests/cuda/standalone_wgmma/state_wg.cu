@@ -28,6 +28,24 @@ float bf2f(bf16 x) {
   return __bfloat162float(x);
 }
 
+#ifdef FGDN_CHUNK_PROFILE
+// One launch with the phase counters on (a.prof): the 9 counters (8 phases, then the count they sum over) in hp;
+// 1 on a CUDA error.
+template <class F>
+int run_profiled(fc::ChunkKernelArgs& a, F launch, unsigned long long (&hp)[16]) {
+  unsigned long long* prof;
+  CK(cudaMalloc(&prof, 16 * sizeof(unsigned long long)));
+  CK(cudaMemset(prof, 0, 16 * sizeof(unsigned long long)));
+  a.prof = prof;
+  CK(cudaError_t(launch()));
+  CK(cudaDeviceSynchronize());
+  a.prof = nullptr;
+  CK(cudaMemcpy(hp, prof, sizeof(hp), cudaMemcpyDeviceToHost));
+  CK(cudaFree(prof));
+  return 0;
+}
+#endif
+
 int env_int(const char* name, int fallback) {
   const char* s = std::getenv(name);
   return s && *s ? std::atoi(s) : fallback;
@@ -89,21 +107,14 @@ int main() {
   CK(cudaError_t(fc::launch_chunk_intra_bf16(a, kK, nullptr)));
 #ifdef FGDN_CHUNK_PROFILE  // the intra pass's phase cycles (thread 0 of every CTA, summed), then without profiling
   {
-    unsigned long long* prof;
-    CK(cudaMalloc(&prof, 16 * sizeof(unsigned long long)));
-    CK(cudaMemset(prof, 0, 16 * sizeof(unsigned long long)));
-    a.prof = prof;
-    CK(cudaError_t(fc::launch_chunk_intra_bf16(a, kK, nullptr)));
-    CK(cudaDeviceSynchronize());
-    a.prof = nullptr;
     unsigned long long hp[16];
-    CK(cudaMemcpy(hp, prof, sizeof(hp), cudaMemcpyDeviceToHost));
+    run_profiled(
+        a, [&] { return fc::launch_chunk_intra_bf16(a, kK, nullptr); }, hp);
     const double nc = hp[8] > 0 ? double(hp[8]) : 1.0;
     std::printf(
         "PROF intra pass, %llu CTAs, cycles per CTA: load %.0f | norms %.0f | KK,QK %.0f | gates %.0f | L,P %.0f"
         " | diag inverse %.0f | merges %.0f | A frags %.0f\n",
         hp[8], hp[0] / nc, hp[1] / nc, hp[2] / nc, hp[3] / nc, hp[4] / nc, hp[5] / nc, hp[6] / nc, hp[7] / nc);
-    cudaFree(prof);
   }
 #endif
   CK(cudaError_t(fc::launch_chunk_state_bf16(a, kK, B, 2, nullptr)));  // the library's state kernel: reference
@@ -132,21 +143,14 @@ int main() {
 
 #ifdef FGDN_CHUNK_PROFILE  // the wgmma state pass's phase cycles (thread 0 of every CTA, summed)
   {
-    unsigned long long* prof;
-    CK(cudaMalloc(&prof, 16 * sizeof(unsigned long long)));
-    CK(cudaMemset(prof, 0, 16 * sizeof(unsigned long long)));
-    a.prof = prof;
-    CK(cudaError_t(fc::launch_chunk_state_wg_bf16(a, B, 2, nullptr)));
-    CK(cudaDeviceSynchronize());
-    a.prof = nullptr;
     unsigned long long hp[16];
-    CK(cudaMemcpy(hp, prof, sizeof(hp), cudaMemcpyDeviceToHost));
+    run_profiled(
+        a, [&] { return fc::launch_chunk_state_wg_bf16(a, B, 2, nullptr); }, hp);
     const double nc = hp[8] > 0 ? double(hp[8]) : 1.0;
     std::printf(
         "PROF wgmma state pass, %llu chunks, cycles per chunk: full wait %.0f | refill %.0f | K S0 %.0f | R %.0f"
         " | U %.0f | update, P U %.0f | o, S0 %.0f\n",
         hp[8], hp[0] / nc, hp[1] / nc, hp[2] / nc, hp[3] / nc, hp[4] / nc, hp[5] / nc, hp[6] / nc);
-    cudaFree(prof);
   }
 #endif
   if (env_int("WG_NOTIME", 0)) return ok ? 0 : 1;
