@@ -23,7 +23,7 @@ timeout 60 /tmp/wgmma_probe 2>&1 | tee "$OUT/probe.log" | tail -2
 echo "== state_wg"
 timeout 60 /tmp/state_wg 2>&1 | tee "$OUT/state_wg.log"
 echo "== state_wg compute only (FGDN_WG_NOLOAD; results meaningless)"
-timeout 60 /tmp/state_wg_noload 2>&1 | tail -1
+timeout 60 /tmp/state_wg_noload 2>&1 | grep "wgmma state kernel"
 for i in "${!variants[@]}"; do
   echo "== state_wg ${variants[$i]}"
   timeout 60 /tmp/state_wg_v$i 2>&1 | tee "$OUT/state_wg_v$i.log"
