@@ -15,7 +15,7 @@
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
 #ifdef FGDN_WR  // the W R form prototype (docs/chunk_fwd.md, "Next: the W R form"): its intra pass and state pass
 #include "cuda/chunk_fwd/chunk_fwd_intra.cuh"
-#include "cuda/chunk_fwd/chunk_fwd_state_wr.cuh"
+#include "cuda/chunk_fwd/chunk_fwd_state_wg.cuh"
 #endif
 #include "wgmma_util.cuh"  // CK
 
@@ -156,7 +156,7 @@ int main() {
   CK(cudaError_t(cd::launch_chunk_intra<kK, true, true>(awr, nullptr)));
   CK(cudaMemset(o, 0xff, nq * 2));
   CK(cudaMemset(ht, 0xff, ns * 4));
-  CK(cudaError_t(cd::launch_chunk_state_wr<true>(awr, B, 2, nullptr)));
+  CK(cudaError_t(cd::launch_chunk_state_wg<true, true>(awr, B, 2, nullptr)));
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(ores.data(), o, nq * 2, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(sres.data(), ht, ns * 4, cudaMemcpyDeviceToHost));
@@ -208,7 +208,7 @@ int main() {
         CK(cudaError_t(fc::launch_chunk_intra_bf16(a, kK, nullptr)));
 #ifdef FGDN_WR
       else if (which == 3)
-        CK(cudaError_t(cd::launch_chunk_state_wr<true>(awr, B, 2, nullptr)));
+        CK(cudaError_t(cd::launch_chunk_state_wg<true, true>(awr, B, 2, nullptr)));
       else
         CK(cudaError_t(cd::launch_chunk_intra<kK, true, true>(awr, nullptr)));
 #endif
