@@ -468,15 +468,19 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
         put(W[w - 2], LDT, acc, 1.f);
       }
       __syncthreads();
+      // A_2j = -A_22 W_2j and A_3j = -(A_32 W_2j + A_33 W_3j): rounds 2 (j = 1) and 3 (j = 0); W_2j, W_3j in the
+      // scratch slots 2 - 2j, 3 - 2j
+      const auto lower_left = [&](int bi, int j) {  // acc zeroed by the caller
+        if (bi == 3) mma16_f32(acc, Ab(3, 2), LDF, W[2 - 2 * j], LDT, g8, t4);
+        mma16_f32(acc, Ab(bi, bi), LDF, W[bi - 2 * j], LDT, g8, t4);
+        put(Ab(bi, j), LDF, acc, -1.f);
+      };
       // round 2
       zero(acc);
       if (w == 0) {
-        mma16_f32(acc, Ab(2, 2), LDF, W[0], LDT, g8, t4);
-        put(Ab(2, 1), LDF, acc, -1.f);
+        lower_left(2, 1);
       } else if (w == 1) {
-        mma16_f32(acc, Ab(3, 2), LDF, W[0], LDT, g8, t4);
-        mma16_f32(acc, Ab(3, 3), LDF, W[1], LDT, g8, t4);
-        put(Ab(3, 1), LDF, acc, -1.f);
+        lower_left(3, 1);
       } else {  // W_20 (warp 2), W_30 (warp 3)
         mma16_f32(acc, Lb(w, 0), LDF, Ab(0, 0), LDF, g8, t4);
         mma16_f32(acc, Lb(w, 1), LDF, Ab(1, 0), LDF, g8, t4);
@@ -485,14 +489,10 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       __syncthreads();
       // round 3
       zero(acc);
-      if (w == 2) {
-        mma16_f32(acc, Ab(2, 2), LDF, W[2], LDT, g8, t4);
-        put(Ab(2, 0), LDF, acc, -1.f);
-      } else if (w == 3) {
-        mma16_f32(acc, Ab(3, 2), LDF, W[2], LDT, g8, t4);
-        mma16_f32(acc, Ab(3, 3), LDF, W[3], LDT, g8, t4);
-        put(Ab(3, 0), LDF, acc, -1.f);
-      }
+      if (w == 2)
+        lower_left(2, 0);
+      else if (w == 3)
+        lower_left(3, 0);
       __syncthreads();
     }
     FGDN_PROF(6);

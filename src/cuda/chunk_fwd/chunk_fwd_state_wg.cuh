@@ -86,6 +86,16 @@ __device__ __forceinline__ void pack_acc(const float (&d)[NJ][4], uint32_t (&x)[
   }
 }
 
+// S <- en S on this thread's state fragments (both key blocks).
+__device__ __forceinline__ void scale_state(float (&sacc)[2][4][4], float en) {
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+    for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sacc[mb][jn][e] *= en;
+}
+
 // The m16n8k16 A fragments of this warp's row block wi of a causal 64 x 64 record matrix (fr: the hi part, fr + 32:
 // the lo part), k-steps kc > wi zero.
 __device__ __forceinline__ void load_causal_frags(const uint4* fr, int wi, int lane, uint32_t (&f)[4][4]) {
@@ -376,13 +386,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
       // S <- en S + K^T (diag(dk) U) (key block 0 in the same group, key block 1 in a second one)
       {
-        const float en = hdr[192];
-#pragma unroll
-        for (int mb = 0; mb < 2; ++mb)
-#pragma unroll
-          for (int jn = 0; jn < 4; ++jn)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sacc[mb][jn][e] *= en;
+        scale_state(sacc, hdr[192]);  // S <- en S
         float(&s0)[16] = reinterpret_cast<float(&)[16]>(sacc[0]);
         float(&s1)[16] = reinterpret_cast<float(&)[16]>(sacc[1]);
         uint32_t f0[4][4], f1[4][4];
@@ -416,13 +420,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     } else {
       // ---- (WR) phase 2: S <- en S + W R per key block, O += P'_hi R + P'_lo R (W, P' from registers, B = R^T)
       {
-        const float en = hdr[192];
-#pragma unroll
-        for (int mb = 0; mb < 2; ++mb)
-#pragma unroll
-          for (int jn = 0; jn < 4; ++jn)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sacc[mb][jn][e] *= en;
+        scale_state(sacc, hdr[192]);  // S <- en S
         float(&s0)[16] = reinterpret_cast<float(&)[16]>(sacc[0]);
         float(&s1)[16] = reinterpret_cast<float(&)[16]>(sacc[1]);
         uint32_t f0[4][4], f1[4][4];

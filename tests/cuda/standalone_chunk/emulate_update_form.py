@@ -18,11 +18,7 @@ import sys
 
 import numpy as np
 
-
-def bf16(x):
-    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+from emulate_numerics import bf16, rel  # round-to-nearest-even bf16; relative Frobenius error
 
 
 def hilo(x):  # a 16-bit hi + lo pair, as the kernels store the record's fragments
@@ -97,10 +93,6 @@ def chunked(q, k, v, g, b, h0, form, w_hilo=False, C=64):
             S = en * S + W @ Rm
         o[c0:c0 + n] = bf16(O)[:n]
     return o, S
-
-
-def rel(a, b):
-    return np.linalg.norm(a - b) / np.linalg.norm(b)
 
 
 if __name__ == "__main__":
