@@ -460,7 +460,7 @@ struct Smem {
   E q[kC * LDQ];                      // [token][K] q (l2-normalized when asked)
   E k[kC * LDQ];                      // [token][K]
   E v[kC * LDV];                      // [token][64] value tile
-  E s[K * LDV];                       // [K][64] the state as a GEMM operand
+  E s[K * LDV];                       // [K][64] the state as a GEMM operand (rows 0-63: Ubar_lo in the update)
   union {
     struct {
       E u[kC * LDV];   // [token][64] U = v_new, rounded (hi part)

@@ -380,8 +380,16 @@ __global__ void __launch_bounds__(256, 2) chunk_fwd_kernel_wide(const ChunkKerne
         *reinterpret_cast<uint32_t*>(&sm.x.uu.u[r1 * LDV + j]) = h1;
         *reinterpret_cast<uint32_t*>(&sm.x.uu.ul[r0 * LDV + j]) = P::pack(uacc[nt][0] - f0.x, uacc[nt][1] - f0.y);
         *reinterpret_cast<uint32_t*>(&sm.x.uu.ul[r1 * LDV + j]) = P::pack(uacc[nt][2] - f1.x, uacc[nt][3] - f1.y);
-        *reinterpret_cast<uint32_t*>(&sm.x.uu.ub[r0 * LDV + j]) = P::pack(uacc[nt][0] * dn0, uacc[nt][1] * dn0);
-        *reinterpret_cast<uint32_t*>(&sm.x.uu.ub[r1 * LDV + j]) = P::pack(uacc[nt][2] * dn1, uacc[nt][3] * dn1);
+        // Ubar as hi (sm.x.uu.ub) + lo (rows 0-63 of the dead state operand, last read before the inverse's
+        // barriers): with near-identical keys K^T Ubar telescopes over U's rows, and 64 independent 16-bit
+        // roundings of the rows add up to ~1e-2 in the final state (docs/chunk_fwd.md "Numerics")
+        const float d00 = uacc[nt][0] * dn0, d01 = uacc[nt][1] * dn0, d10 = uacc[nt][2] * dn1, d11 = uacc[nt][3] * dn1;
+        const uint32_t b0 = P::pack(d00, d01), b1 = P::pack(d10, d11);
+        const float2 c0 = P::unpack(b0), c1 = P::unpack(b1);
+        *reinterpret_cast<uint32_t*>(&sm.x.uu.ub[r0 * LDV + j]) = b0;
+        *reinterpret_cast<uint32_t*>(&sm.x.uu.ub[r1 * LDV + j]) = b1;
+        *reinterpret_cast<uint32_t*>(&sm.s[r0 * LDV + j]) = P::pack(d00 - c0.x, d01 - c0.y);
+        *reinterpret_cast<uint32_t*>(&sm.s[r1 * LDV + j]) = P::pack(d10 - c1.x, d11 - c1.y);
       }
     }
 
@@ -495,7 +503,7 @@ __global__ void __launch_bounds__(256, 2) chunk_fwd_kernel_wide(const ChunkKerne
       }
     }
 
-    // ---- S <- e^{gamma_n} S + K^T Ubar  (fp32 accumulation in registers; rows rw.., columns cb..)
+    // ---- S <- e^{gamma_n} S + K^T Ubar_hi + K^T Ubar_lo  (fp32 accumulation in registers; rows rw.., columns cb..)
     {
       const float en = __expf(sm.gam[kC - 1]);
 #pragma unroll
@@ -512,18 +520,25 @@ __global__ void __launch_bounds__(256, 2) chunk_fwd_kernel_wide(const ChunkKerne
           ldsm_x4_t(ak[mt],
                     &sm.k[(16 * kc + (lane & 7) + ((lane >> 4) & 1) * 8) * LDQ + rw + 16 * mt + ((lane >> 3) & 1) * 8]);
 #pragma unroll
-        for (int np = 0; np < NP2; ++np) {
-          uint32_t b[4];
-          ldsm_x4_t(b,
-                    &sm.x.uu.ub[(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
+        for (int part = 0; part < 2; ++part)  // hi, lo
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            mma<BF16>(sacc[mt][2 * np], ak[mt], b[0], b[1]);
-            mma<BF16>(sacc[mt][2 * np + 1], ak[mt], b[2], b[3]);
+          for (int np = 0; np < NP2; ++np) {
+            const E* ub = part ? sm.s : sm.x.uu.ub;
+            uint32_t b[4];
+            ldsm_x4_t(b, &ub[(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              mma<BF16>(sacc[mt][2 * np], ak[mt], b[0], b[1]);
+              mma<BF16>(sacc[mt][2 * np + 1], ak[mt], b[2], b[3]);
+            }
           }
-        }
       }
-      // bf16 copy for the next chunk's K S and Q S (nobody reads sm.s until after the next load barrier)
+      // bf16 copy for the next chunk's K S and Q S, over Ubar_lo: the four warps of this column half (its only
+      // readers) must be done with it (nobody else reads sm.s until after the next load barrier)
+      if (ch)
+        asm volatile("bar.sync 6, 128;\n" ::: "memory");
+      else
+        asm volatile("bar.sync 5, 128;\n" ::: "memory");
       store_state_copy<P>(sm.s, LDV, sacc, rw, cb, g8, t4);
     }
 

@@ -7,7 +7,7 @@
 //
 //   phase 1  R = V - diag(ek) (K S0),  O = diag(eq) (Q S0)        (S0: the bf16 copy of the state in shared memory)
 //   phase 2  U = (A diag(beta)) R                                   (A diag(beta) as hi + lo, U kept as hi + lo)
-//   phase 3  O += P U, stored;  S <- en S + K^T (diag(dk) U)        (fp32 accumulation in registers)
+//   phase 3  O += P U, stored;  S <- en S + K^T (diag(dk) U)        (diag(dk) U as hi + lo; fp32 accumulation)
 //
 // with ek = rho_k e^gamma, eq = scale rho_q e^gamma, dk = rho_k e^{gamma_n - gamma}, en = e^{gamma_n} from the
 // record (gdn-math §5.3: (I + L) U = diag(b) (V - Gamma K S0); §5.4 the output; §5.5 the state update). All loads
@@ -15,11 +15,11 @@
 // half of double buffers, so a chunk never waits on memory that was requested less than a chunk ago.
 //
 // Work per chunk and 64-column tile: K S0 and Q S0 2 x 64 x K x 64 x 2, U 64 x 64 x 64 x 2 x 2 (hi + lo, causal
-// half), P U x 3 (causal half), the update K x 64 x 64 x 2: ~5.8 MFLOP at K = 128 of mma.sync m16n8k16 on the
-// chain. Bytes per chunk and head: q, k 2 x 16 KB, v 16 KB, the record 21 KB (11 KB in the summary), o 16 KB.
-// Where it stands (H200, docs/chunk_fwd.md): ~5.8 us per chunk for both tiles (9.6 MFLOP, ~1.6 TFLOP/s per SM,
-// a quarter of the SM's mma.sync rate); the tensor pipe is 12% busy and the shared-memory pipe 55-60%: bound by the
-// ldmatrix traffic of the per-warp operand reloads, which wgmma would read once per warpgroup.
+// half), P U x 3 (causal half), the update K x 64 x 64 x 2 x 2 (hi + lo): ~6.8 MFLOP at K = 128 of mma.sync m16n8k16 on
+// the chain. Bytes per chunk and head: q, k 2 x 16 KB, v 16 KB, the record 21 KB (11 KB in the summary), o 16 KB. Where
+// it stands (H200, docs/chunk_fwd.md): ~5.8 us per chunk for both tiles (9.6 MFLOP, ~1.6 TFLOP/s per SM, a quarter of
+// the SM's mma.sync rate); the tensor pipe is 12% busy and the shared-memory pipe 55-60%: bound by the ldmatrix traffic
+// of the per-warp operand reloads, which wgmma would read once per warpgroup.
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -35,9 +35,11 @@ struct StateSmem {
   E k[2][kC * LDQ];       // [buffer][token][K]
   uint32_t rec[2][RECW];  // [buffer] the chunk's record (header | A diag(beta) | P)
   E v[2][NH][kC * LDV];   // [buffer][half][token][64] value tile, overwritten by R
-  E s[NH][K * LDV];       // [half][K][64] the state as a GEMM operand (bf16, gdn-math §10.2)
-  E u[NH][kC * LDV];      // [half][token][64] U rounded (hi)
-  E ul[NH][kC * LDV];     // [half][token][64] U - hi (lo): P U = P_hi U_hi + P_lo U_hi + P_hi U_lo
+  // [half][max(K, 128)][64] the state as a GEMM operand (bf16, gdn-math §10.2); in phase 3, rows 0-63 diag(dk) U
+  // (hi), rows 64-127 its lo part (K = 64: rows the state does not use)
+  E s[NH][(K > 2 * kC ? K : 2 * kC) * LDV];
+  E u[NH][kC * LDV];   // [half][token][64] U rounded (hi)
+  E ul[NH][kC * LDV];  // [half][token][64] U - hi (lo): P U = P_hi U_hi + P_lo U_hi + P_hi U_lo
 };
 
 template <int K, bool BF16, int NH>
@@ -210,9 +212,16 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
         *reinterpret_cast<uint32_t*>(&sm.u[hf][r1 * LDV + j]) = h1;
         *reinterpret_cast<uint32_t*>(&sm.ul[hf][r0 * LDV + j]) = P::pack(uacc[nt][0] - f0.x, uacc[nt][1] - f0.y);
         *reinterpret_cast<uint32_t*>(&sm.ul[hf][r1 * LDV + j]) = P::pack(uacc[nt][2] - f1.x, uacc[nt][3] - f1.y);
-        // diag(dk) U for the state update, over rows 0-63 of the S0 copy (its last reader, phase 1, is before B1)
-        *reinterpret_cast<uint32_t*>(&sm.s[hf][r0 * LDV + j]) = P::pack(dk0 * uacc[nt][0], dk0 * uacc[nt][1]);
-        *reinterpret_cast<uint32_t*>(&sm.s[hf][r1 * LDV + j]) = P::pack(dk1 * uacc[nt][2], dk1 * uacc[nt][3]);
+        // diag(dk) U for the state update as hi (rows 0-63 of the S0 copy; its last reader, phase 1, is before B1)
+        // + lo (rows 64-127): with near-identical keys K^T diag(dk) U telescopes over U's rows, and 64 independent
+        // 16-bit roundings of the rows add up to ~1e-2 in the final state (docs/chunk_fwd.md "Numerics")
+        const float d00 = dk0 * uacc[nt][0], d01 = dk0 * uacc[nt][1], d10 = dk1 * uacc[nt][2], d11 = dk1 * uacc[nt][3];
+        const uint32_t e0 = P::pack(d00, d01), e1 = P::pack(d10, d11);
+        const float2 g0 = P::unpack(e0), g1 = P::unpack(e1);
+        *reinterpret_cast<uint32_t*>(&sm.s[hf][r0 * LDV + j]) = e0;
+        *reinterpret_cast<uint32_t*>(&sm.s[hf][r1 * LDV + j]) = e1;
+        *reinterpret_cast<uint32_t*>(&sm.s[hf][(kC + r0) * LDV + j]) = P::pack(d00 - g0.x, d01 - g0.y);
+        *reinterpret_cast<uint32_t*>(&sm.s[hf][(kC + r1) * LDV + j]) = P::pack(d10 - g1.x, d11 - g1.y);
       }
     }
     __syncthreads();  // B2: every row of U and diag(dk) U is written; every read of R is done
@@ -253,8 +262,8 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
         }
       }
 
-      // ---- phase 3b: S <- en S + K^T (diag(dk) U) (rows rw.., columns cb..). K^T's A fragments come from
-      // ldmatrix.trans of the k tile; diag(dk) U was rounded once from fp32 in phase 2 (over the dead S0 copy).
+      // ---- phase 3b: S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo (rows rw.., columns cb..). K^T's A
+      // fragments come from ldmatrix.trans of the k tile; diag(dk) U was split in phase 2 (over the dead S0 copy).
       const float en = hdr[192];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -270,16 +279,18 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
           ldsm_x4_t(ak[mt],
                     &kt[(16 * kc + (lane & 7) + ((lane >> 4) & 1) * 8) * LDQ + rw + 16 * mt + ((lane >> 3) & 1) * 8]);
 #pragma unroll
-        for (int np = 0; np < NP2; ++np) {
-          uint32_t b[4];
-          ldsm_x4_t(b,
-                    &sm.s[hf][(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
+        for (int part = 0; part < 2; ++part)  // hi, lo
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            mma<BF16>(sacc[mt][2 * np], ak[mt], b[0], b[1]);
-            mma<BF16>(sacc[mt][2 * np + 1], ak[mt], b[2], b[3]);
+          for (int np = 0; np < NP2; ++np) {
+            uint32_t b[4];
+            ldsm_x4_t(b, &sm.s[hf][(kC * part + 16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np +
+                                   (lane >> 4) * 8]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              mma<BF16>(sacc[mt][2 * np], ak[mt], b[0], b[1]);
+              mma<BF16>(sacc[mt][2 * np + 1], ak[mt], b[2], b[3]);
+            }
           }
-        }
       }
       // the 16-bit copy for the next chunk's K S0 and Q S0, over diag(dk) U: the four warps of this column half
       // (the only readers of those columns) must be done with it

@@ -12,15 +12,15 @@
 //            memory); R = V - diag(ek) K S0 -> R^T (stmatrix.trans) while Q S0 runs, O = diag(eq) Q S0 kept in
 //            registers
 //   phase 2  U = (A diag(beta)) R, A diag(beta) hi + lo from the record's m16n8k16 fragments as register A operands
-//            (8 wgmma); U -> U^T_hi, U^T_lo, and (diag(dk) U)^T over the dead half of S0^T
-//   phase 3  S <- en S + K^T (diag(dk) U) per key block (8 wgmma, K^T by ldmatrix.trans of the swizzled k tile)
-//            and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from registers), O stored, S0^T for the next
-//            chunk (diag(dk) is rounded with U here, with K in the mma.sync pass: one rounding either way)
+//            (8 wgmma); U -> U^T_hi, U^T_lo, and (diag(dk) U)^T as hi + lo over the dead S0^T
+//   phase 3  S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (16 wgmma, K^T by ldmatrix.trans
+//            of the swizzled k tile) and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from registers), O
+//            stored, S0^T for the next chunk
 //
 // Synchronization per chunk: wait for the chunk's tiles (full), release them (empty, every thread after its own last
 // read), four named barriers per warpgroup (R^T, U^T complete; the update read; S0^T complete). The causal zero
 // blocks of A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block). Work per
-// chunk and CTA: 176 m64n32k16 = 11.5 MFLOP, ~2.8k cycles at the SM's dense rate.
+// chunk and CTA: 208 m64n32k16 = 13.6 MFLOP, ~3.4k cycles at the SM's dense rate.
 //
 // Where it stands (H200, tests/cuda/standalone_wgmma/run.sh, B=8 T=4096 H=16, one CTA per SM, 64 chunks per CTA):
 // 4.78 us per chunk against 5.7 for the mma.sync state pass (chunk_fwd_state.cuh); it was 5.48 with a CTA barrier
@@ -75,6 +75,19 @@ __device__ __forceinline__ void store_transposed(uint32_t region, const uint32_t
     wg::stsm_x4_t(region + wg::swz(col, 2 * wi + (mi & 1)), x[2 * np][0], x[2 * np][1], x[2 * np + 1][0],
                   x[2 * np + 1][1]);
   }
+}
+
+// x = d rounded to 16 bits (hi), y = the rounding error rounded (lo): hi + lo is d to ~2^-16 relative.
+template <bool BF16, int NJ>
+__device__ __forceinline__ void split_acc(const float (&d)[NJ][4], uint32_t (&x)[NJ][2], uint32_t (&y)[NJ][2]) {
+#pragma unroll
+  for (int jn = 0; jn < NJ; ++jn)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      x[jn][hr] = Elem<BF16>::pack(d[jn][2 * hr], d[jn][2 * hr + 1]);
+      const float2 f = Elem<BF16>::unpack(x[jn][hr]);
+      y[jn][hr] = Elem<BF16>::pack(d[jn][2 * hr] - f.x, d[jn][2 * hr + 1] - f.y);
+    }
 }
 
 template <bool BF16, int NJ>
@@ -173,8 +186,9 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       return wg::smem_u32(sm.ut[hf][0] + cb * 128);
   }();
   const uint32_t ul_slice = uh_slice + 8192;  // sm.ut[hf][1]
-  // Low descriptor words (wg::desc_at adds each instruction's byte offset): this slice's S0^T (key block 1, later
-  // diag(dk) U^T, at + 8192), R^T, U^T (hi; lo at + 8192), and buffer 0 of the k and q tiles (key half 1 at + 8192).
+  // Low descriptor words (wg::desc_at adds each instruction's byte offset): this slice's S0^T (key block 1 at + 8192;
+  // later diag(dk) U^T, lo in key block 0, hi in key block 1), R^T, U^T (hi; lo at + 8192), and buffer 0 of the k and q
+  // tiles (key half 1 at + 8192).
   const uint32_t st_lo = wg::desc_lo(st_slice), rt_lo = wg::desc_lo(rt_slice), ut_lo = wg::desc_lo(uh_slice);
   const uint32_t k_lo0 = wg::desc_lo(wg::smem_u32(&sm.k[0][0][0])), q_lo0 = wg::desc_lo(wg::smem_u32(&sm.q[0][0][0]));
 
@@ -361,23 +375,21 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
           wg::commit();
           wg::wait0();
         }
-        // U_hi, U_lo for P U; diag(dk) U (one rounding of the fp32 product) for the state update, stored over the
-        // dead key block 1 of S0^T (phase 1 was waited by every warp of this warpgroup before R^T's barrier)
-        const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
-        uint32_t xh[4][2], xl[4][2], xd[4][2];
-#pragma unroll
-        for (int jn = 0; jn < 4; ++jn)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            xh[jn][hr] = P::pack(u[jn][2 * hr], u[jn][2 * hr + 1]);
-            const float2 f = P::unpack(xh[jn][hr]);
-            xl[jn][hr] = P::pack(u[jn][2 * hr] - f.x, u[jn][2 * hr + 1] - f.y);
-            const float dkr = hr ? dk1 : dk0;
-            xd[jn][hr] = P::pack(dkr * u[jn][2 * hr], dkr * u[jn][2 * hr + 1]);
-          }
+        // U_hi, U_lo for P U; diag(dk) U (fp32 product) as hi + lo for the state update, over the dead S0^T (hi in
+        // key block 1, lo in key block 0; phase 1 was waited by every warp of this warpgroup before R^T's barrier).
+        // diag(dk) U needs its lo part: with near-identical keys K^T diag(dk) U is a telescoping sum of U's rows, and
+        // 64 independent 16-bit roundings of the rows add up to ~1e-2 in the final state (measured on the H200,
+        // tests/cuda CudaChunkFwd.IdenticalKeysFullLastChunk; docs/chunk_fwd.md "Numerics").
+        uint32_t xh[4][2], xl[4][2];
+        split_acc<BF16>(u, xh, xl);
         store_transposed(uh_slice, xh, wi, lane);
         store_transposed(ul_slice, xl, wi, lane);
-        store_transposed(st_slice + 8192, xd, wi, lane);
+        const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
+#pragma unroll
+        for (int jn = 0; jn < 4; ++jn) u[jn][0] *= dk0, u[jn][1] *= dk0, u[jn][2] *= dk1, u[jn][3] *= dk1;
+        split_acc<BF16>(u, xh, xl);
+        store_transposed(st_slice + 8192, xh, wi, lane);
+        store_transposed(st_slice, xl, wi, lane);
         wg::fence_async_smem();
       }
       named_barrier<128>(1 + wgi);  // U^T of this slice complete
@@ -394,6 +406,8 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         wg::fence();
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc_at(st_lo, kc * 32), 1);
         if constexpr (has_output) {
           load_causal_frags(pfr, wi, lane, f1);
           wg::fence();
@@ -408,6 +422,8 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         wg::fence();
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc_at(st_lo, kc * 32), 1);
         if constexpr (has_output) {
           load_causal_frags(pfr + 32, wi, lane, f1);
           wg::fence();
@@ -464,7 +480,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         }
       }
     }
-    // the 16-bit copy for the next chunk's phase 1, over diag(dk) U^T in key block 1: every warp of the warpgroup
+    // the 16-bit copy for the next chunk's phase 1, over diag(dk) U^T (hi, lo): every warp of the warpgroup
     // must be past its wait of the update (one warp's wait does not cover the others' halves of the operation)
     named_barrier<128>(1 + wgi);
 #pragma unroll
