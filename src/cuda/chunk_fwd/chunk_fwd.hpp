@@ -43,13 +43,6 @@ inline constexpr int64_t kRecHdrBytes = 1024;
 inline constexpr int64_t kRecBlockBytes = 1024;
 inline constexpr int64_t kRecABytes = 10 * kRecBlockBytes;
 inline constexpr int64_t kRecBytes = kRecHdrBytes + 2 * kRecABytes;
-// The record of the W R form (docs/chunk_fwd.md, "Next: the W R form"; a prototype, K = 128 only, not dispatched):
-//   float hdr[256]       as above (dk unused: it is folded into W)
-//   uint4 w[8][4][32]    W = K^T diag(dk) A diag(beta) (K x 64) as 16-bit m16n8k16 A fragments of the update, key
-//                        block kb (16 keys) x token step kc (16 tokens), one uint4 per lane (no lo part)
-//   uint4 p[10][2][32]   P' = P A diag(beta), hi and lo, the causal blocks as for P above
-inline constexpr int64_t kRecWBytes = 8 * 4 * 512;
-inline constexpr int64_t kRecBytesWR = kRecHdrBytes + kRecWBytes + kRecABytes;
 
 // One unit of work of the split path: chunks [c_begin, c_end) of sequence n, segment seg of nseg.
 struct ChunkWorkItem {

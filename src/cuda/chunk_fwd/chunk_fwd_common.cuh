@@ -247,11 +247,11 @@ __device__ __forceinline__ bool slot_chunk(const ChunkKernelArgs& a, int64_t slo
 
 // The state passes' loads of chunk ck (cp.async into double buffers; chunk_fwd_state.cuh, chunk_fwd_state_wg.cuh):
 // the first `bytes` of its record (value head h), by threads tid = 0 .. NTH - 1 ...
-template <int NTH, int64_t REC_BYTES = kRecBytes>
+template <int NTH>
 __device__ __forceinline__ void copy_record(const ChunkKernelArgs& a, int64_t n, int64_t t0, int64_t ck, int h,
                                             uint32_t* dst, int64_t bytes, int tid) {
   const int64_t slot = chunk_slot(a, n, t0, ck);
-  const uint4* src = reinterpret_cast<const uint4*>(a.rec + (slot * a.Hv + h) * REC_BYTES);
+  const uint4* src = reinterpret_cast<const uint4*>(a.rec + (slot * a.Hv + h) * kRecBytes);
   uint4* d = reinterpret_cast<uint4*>(dst);
   for (int i = tid; i < static_cast<int>(bytes / 16); i += NTH) cp_async16(d + i, src + i);
 }

@@ -21,8 +21,6 @@
 // the memory traffic alone would take ~0.1 ms.
 #pragma once
 
-#include <type_traits>
-
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
 
 namespace flashgdn::cuda::chunk_detail {
@@ -47,55 +45,6 @@ struct IntraSmem {
   float gam[kC], beta[kC], rq[kC], rk[kC];
 };
 
-// The W R form's layout (WR = true; a prototype, docs/chunk_fwd.md "Next: the W R form"): the k tile must outlive the
-// inverse (W = K^T X), so A takes the q tile's place alone (the same 17 KB at K = 128) and the merge scratch goes into
-// L's upper 16 x 16 blocks, which L never uses; P (fp32) goes into the dead L tile after the merges. Same size.
-template <int K, class E>
-struct IntraSmemWR {
-  static constexpr int LDQ = K + 8, LDF = kC + 4;
-  union {
-    E q[kC * LDQ];      // [token][K] raw q rows
-    float A[kC * LDF];  // A = (I + L)^-1, then A diag(beta)
-  } qa;
-  E k[kC * LDQ];      // [token][K] raw k rows (alive for the whole head loop)
-  float L[kC * LDF];  // strictly lower L (upper blocks: merge scratch), then P
-  float gam[kC], beta[kC], rq[kC], rk[kC], dk[kC];
-};
-
-// (WR) the merge scratch in L's upper 16 x 16 blocks (0,1), (0,2), (0,3), (1,2), indexed like the T blocks.
-template <int LDF>
-struct LUpperBlocks {
-  float* L;
-  __device__ __forceinline__ float* operator[](int i) const {
-    return L + 16 * (i == 3 ? 1 : 0) * LDF + 16 * (i == 3 ? 2 : i + 1);
-  }
-};
-
-template <int K, class E>
-__device__ __forceinline__ E* tile_q(IntraSmem<K, E>& sm) {
-  return sm.x.in.q;
-}
-template <int K, class E>
-__device__ __forceinline__ E* tile_k(IntraSmem<K, E>& sm) {
-  return sm.x.in.k;
-}
-template <int K, class E>
-__device__ __forceinline__ float* tile_a(IntraSmem<K, E>& sm) {
-  return sm.x.inv.A;
-}
-template <int K, class E>
-__device__ __forceinline__ E* tile_q(IntraSmemWR<K, E>& sm) {
-  return sm.qa.q;
-}
-template <int K, class E>
-__device__ __forceinline__ E* tile_k(IntraSmemWR<K, E>& sm) {
-  return sm.k;
-}
-template <int K, class E>
-__device__ __forceinline__ float* tile_a(IntraSmemWR<K, E>& sm) {
-  return sm.qa.A;
-}
-
 // Store a 16x16 block given as two m16n8 C fragments c[2][4] (this lane's part) as 16-bit hi + lo A fragments.
 template <class P>
 __device__ __forceinline__ void store_afrag(uint4* dst, const float (&c)[2][4], int lane) {
@@ -117,120 +66,18 @@ __device__ __forceinline__ void causal_block(int idx, int* i, int* j) {
   *j = idx - *i * (*i + 1) / 2;
 }
 
-// The W R form's record of one (chunk, value head), after the inverse (A = (I + L)^-1 in sm.qa.A, fp32; sm.L dead):
-//   X = A diag(beta) in place;  W = K^T diag(dk) X  (K x 64: bf16 K^T by ldmatrix.trans of the raw k tile, X as
-//   16-bit hi + lo B fragments, fp32 accumulation), rounded once to 16 bits as the update's A fragments;
-//   P (fp32, recomputed from the kept qk products into sm.L);  P' = P X by 3xTF32 block products, hi + lo fragments.
-// A's upper 16 x 16 blocks are never written; every product below reads only blocks (i, j) with i >= j.
-template <int K, bool BF16, class E>
-__device__ __forceinline__ void write_wr_record(IntraSmemWR<K, E>& sm, float* At, const float (&qk)[3][2][4],
-                                                unsigned char* rec, int w, int lane, int tid) {
-  using P = Elem<BF16>;
-  constexpr int LDQ = IntraSmemWR<K, E>::LDQ, LDF = IntraSmemWR<K, E>::LDF;
-  const int g8 = lane >> 2, t4 = lane & 3;
-  for (int i = tid; i < kC * kC; i += 128) {  // X = A diag(beta) (lower part)
-    const int r = i >> 6, s2 = i & (kC - 1);
-    if (s2 <= r) At[r * LDF + s2] *= sm.beta[s2];
-  }
-#pragma unroll
-  for (int t = 0; t < 3; ++t) {  // P_rs = qk_rs exp(gamma_r - gamma_s), s <= r, of this warp's blocks (as above)
-    const int idx = ((w + 2) & 3) + 4 * t;
-    if (idx >= 10) continue;
-    int ti, tj;
-    causal_block(idx, &ti, &tj);
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = 16 * ti + g8 + (e >> 1) * 8, s2 = 16 * tj + nt * 8 + 2 * t4 + (e & 1);
-        const float dec = s2 <= r ? __expf(sm.gam[r] - sm.gam[s2]) : 0.f;
-        sm.L[r * LDF + s2] = s2 <= r ? qk[t][nt][e] * dec : 0.f;
-      }
-  }
-  __syncthreads();
-
-  // W: warp w owns key blocks KBW w .. (16 keys each), all 64 tokens s; X_rs = 0 for r < s, so token step kc of
-  // the sum over r starts at the output block's own step np
-  constexpr int KBW = K / 64;
-  uint32_t kf[KBW][4][4];  // K^T A fragments [key block][token step r]
-#pragma unroll
-  for (int i = 0; i < KBW; ++i)
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc)
-      ldsm_x4_t(
-          kf[i][kc],
-          &sm.k[(16 * kc + (lane & 7) + ((lane >> 4) & 1) * 8) * LDQ + 16 * (w * KBW + i) + ((lane >> 3) & 1) * 8]);
-  uint4* wrec = reinterpret_cast<uint4*>(rec + kRecHdrBytes);
-#pragma unroll
-  for (int np = 0; np < 4; ++np) {  // tokens s = 16 np ..: the update's token step np
-    float acc[KBW][2][4];
-#pragma unroll
-    for (int i = 0; i < KBW; ++i)
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][nt][e] = 0.f;
-#pragma unroll
-    for (int kc = np; kc < 4; ++kc)
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        // B fragment of X (rows r = 16 kc + 2 t4 (+1, +8, +9), column s = 16 np + 8 nt + g8), scaled by dk_r
-        const int r0 = 16 * kc + 2 * t4, s2 = 16 * np + 8 * nt + g8;
-        const float x0 = sm.dk[r0] * At[r0 * LDF + s2], x1 = sm.dk[r0 + 1] * At[(r0 + 1) * LDF + s2];
-        const float x2 = sm.dk[r0 + 8] * At[(r0 + 8) * LDF + s2], x3 = sm.dk[r0 + 9] * At[(r0 + 9) * LDF + s2];
-        const uint32_t h0 = P::pack(x0, x1), h1 = P::pack(x2, x3);
-        const float2 f0 = P::unpack(h0), f1 = P::unpack(h1);
-        const uint32_t l0 = P::pack(x0 - f0.x, x1 - f0.y), l1 = P::pack(x2 - f1.x, x3 - f1.y);
-#pragma unroll
-        for (int i = 0; i < KBW; ++i) {
-          mma<BF16>(acc[i][nt], kf[i][kc], h0, h1);
-          mma<BF16>(acc[i][nt], kf[i][kc], l0, l1);
-        }
-      }
-#pragma unroll
-    for (int i = 0; i < KBW; ++i) {  // the 16 x 16 block (keys, tokens 16 np ..) as one 16-bit A fragment
-      const float(&c)[2][4] = acc[i];
-      wrec[((w * KBW + i) * 4 + np) * 32 + lane] = make_uint4(P::pack(c[0][0], c[0][1]), P::pack(c[0][2], c[0][3]),
-                                                              P::pack(c[1][0], c[1][1]), P::pack(c[1][2], c[1][3]));
-    }
-  }
-
-  // P'_ij = sum_{k=j}^{i} P_ik X_kj over the ten causal blocks, 5 products per warp:
-  // w0 (3,0) (0,0); w1 (2,0) (1,0); w2 (3,1) (2,1); w3 (3,2) (1,1) (2,2) (3,3)
-  uint4* prec = reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecWBytes);
-  const auto pblock = [&](int bi, int bj) {
-    float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    for (int kb = bj; kb <= bi; ++kb)
-      mma16_f32(acc, &sm.L[16 * bi * LDF + 16 * kb], LDF, &At[16 * kb * LDF + 16 * bj], LDF, g8, t4);
-    store_afrag<P>(prec + (bi * (bi + 1) / 2 + bj) * 64, acc, lane);
-  };
-  if (w == 0) {
-    pblock(3, 0), pblock(0, 0);
-  } else if (w == 1) {
-    pblock(2, 0), pblock(1, 0);
-  } else if (w == 2) {
-    pblock(3, 1), pblock(2, 1);
-  } else {
-    pblock(3, 2), pblock(1, 1), pblock(2, 2), pblock(3, 3);
-  }
-}
-
 // One CTA per (chunk slot, q/k head): the products K K^T and Q K^T (and the l2 norms) are computed once and kept in
 // registers, then every value head of the GQA group (group = Hv / Hqk) builds its own L, inverse and P from them
 // with its own gates. Warp w holds the L blocks w, w + 4, w + 8 and the P blocks (w + 2) % 4 + 4 t (3 / 3 / 2 / 2
 // and 2 / 2 / 3 / 3: five blocks per warp).
-// WR: write the W R form's record (kRecBytesWR: W and P' = P A diag(beta) instead of A diag(beta) and P).
-template <int K, bool BF16, bool WR = false>
+template <int K, bool BF16>
 __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKernelArgs a) {
   using E = typename Elem<BF16>::T;
   using P = Elem<BF16>;
-  using Sm = std::conditional_t<WR, IntraSmemWR<K, E>, IntraSmem<K, E>>;
+  using Sm = IntraSmem<K, E>;
   constexpr int LDQ = Sm::LDQ, LDF = Sm::LDF;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Sm& sm = *reinterpret_cast<Sm*>(smem_raw);
-  E* const qt = tile_q(sm);
-  E* const kt = tile_k(sm);
-  float* const At = tile_a(sm);
 
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   const int hk = static_cast<int>(blockIdx.x % a.Hqk);
@@ -256,8 +103,8 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
 #pragma unroll
     for (int p = 0; p < NP; ++p) {
       const int r = p * RPP + lrow;
-      E* dq = &qt[r * LDQ + lvec * 8];
-      E* dk = &kt[r * LDQ + lvec * 8];
+      E* dq = &sm.x.in.q[r * LDQ + lvec * 8];
+      E* dk = &sm.x.in.k[r * LDQ + lvec * 8];
       if (r < nvalid) {
         cp_async16(dq, qb + r * a.q_st);
         cp_async16(dk, kb + r * a.k_st);
@@ -295,7 +142,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   // (the 16-lanes-per-row form with a shuffle reduction per vector took ~6k cycles per CTA, the most of any phase).
   // A warp reads 32 rows at the same column: rows are 4 banks apart (LDQ), so each 8-thread phase is conflict-free.
   if (a.l2norm) {
-    const E* row = (tid < kC ? qt : kt) + (tid & (kC - 1)) * LDQ;
+    const E* row = (tid < kC ? sm.x.in.q : sm.x.in.k) + (tid & (kC - 1)) * LDQ;
     float ss[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int vv = 0; vv < K / 8; ++vv) {
@@ -331,12 +178,12 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       if (idx >= 10) continue;
       int ti, tj;
       causal_block(idx, &ti, &tj);
-      const E* arow = which == 0 ? kt : qt;
+      const E* arow = which == 0 ? sm.x.in.k : sm.x.in.q;
 #pragma unroll
       for (int ks = 0; ks < K / 16; ++ks) {
         uint32_t af[4], b[4];
         ldsm_x4(af, &arow[(16 * ti + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8]);
-        ldsm_x4(b, &kt[(16 * tj + (lane & 7) + ((lane >> 4) << 3)) * LDQ + ks * 16 + ((lane >> 3) & 1) * 8]);
+        ldsm_x4(b, &sm.x.in.k[(16 * tj + (lane & 7) + ((lane >> 4) << 3)) * LDQ + ks * 16 + ((lane >> 3) & 1) * 8]);
         mma<BF16>(acc[0], af, b[0], b[1]);
         mma<BF16>(acc[1], af, b[2], b[3]);
       }
@@ -365,7 +212,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     __syncthreads();
     FGDN_PROF(3);
 
-    unsigned char* rec = a.rec + (slot * a.Hv + h) * (WR ? kRecBytesWR : kRecBytes);
+    unsigned char* rec = a.rec + (slot * a.Hv + h) * kRecBytes;
     // ---- header: ek, eq, dk, en (gamma_n = gamma at row 63 = the last valid token: padded g = 0)
     if (tid < kC) {
       float* hdr = reinterpret_cast<float*>(rec);
@@ -373,7 +220,6 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       hdr[tid] = sm.rk[tid] * __expf(gr);
       hdr[64 + tid] = a.scale * sm.rq[tid] * __expf(gr);
       hdr[128 + tid] = sm.rk[tid] * __expf(gn - gr);
-      if constexpr (WR) sm.dk[tid] = sm.rk[tid] * __expf(gn - gr);
       if (tid == 0) hdr[192] = __expf(gn);
     }
     // ---- L_rs = beta_r kk_rs exp(gamma_r - gamma_s), s < r, into shared memory (fp32); P_rs = qk_rs exp(gamma_r -
@@ -401,14 +247,14 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
               cf[nt][e] = s2 <= r ? qk[t][nt][e] * dec : 0.f;
             }
           }
-        if (which == 1 && !WR)  // (WR: P' = P A diag(beta) after the inverse)
+        if (which == 1)
           store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), cf, lane);
       }
     __syncthreads();
     FGDN_PROF(4);
 
     // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7): diagonal block w by substitution, then the merges
-    diag_inverse16(sm.L, At, LDF, 16 * w, lane);
+    diag_inverse16(sm.L, sm.x.inv.A, LDF, 16 * w, lane);
     __syncthreads();
     FGDN_PROF(5);
     // Off-diagonal blocks in two levels, A_ij = -A_ii sum_{k=j}^{i-1} L_ik A_kj (16 x 16 products on the tensor cores
@@ -421,20 +267,9 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     //            W_20 = L_20 A_00 + L_21 A_10 (warp 2), W_30 = L_30 A_00 + L_31 A_10 (warp 3)
     //   round 3: A_20 = -A_22 W_20 (warp 2), A_30 = -(A_32 W_20 + A_33 W_30) (warp 3)
     {
-      // scratch W_21, W_31, W_20, W_30: the T blocks, or (WR) L's unused upper blocks (0,1), (0,2), (0,3), (1,2)
-      constexpr int LDT = WR ? LDF : IntraSmem<K, E>::LDT;
-      float* const Am = [&]() -> float* {  // (not At: the non-WR code is then instruction for instruction as before)
-        if constexpr (WR)
-          return sm.qa.A;
-        else
-          return sm.x.inv.A;
-      }();
-      auto&& W = [&]() -> decltype(auto) {
-        if constexpr (WR)
-          return LUpperBlocks<LDF>{sm.L};
-        else
-          return (sm.x.inv.T);
-      }();
+      constexpr int LDT = Sm::LDT;
+      float* const Am = sm.x.inv.A;
+      float(&W)[4][16 * LDT] = sm.x.inv.T;  // scratch: W_21, W_31, W_20, W_30
       const auto Lb = [&](int i, int j) { return &sm.L[16 * i * LDF + 16 * j]; };
       const auto Ab = [&](int i, int j) { return &Am[16 * i * LDF + 16 * j]; };
       // c (two m16n8 C fragments) times sgn into a 16 x 16 block at dst (leading dimension ld)
@@ -497,23 +332,19 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     }
     FGDN_PROF(6);
 
-    if constexpr (!WR) {
-      // ---- A diag(beta) as hi + lo fragments, blocks w, w + 4, w + 8
-      for (int idx = w; idx < 10; idx += 4) {
-        int bi, bj;
-        causal_block(idx, &bi, &bj);
-        float cf[2][4];
+    // ---- A diag(beta) as hi + lo fragments, blocks w, w + 4, w + 8
+    for (int idx = w; idx < 10; idx += 4) {
+      int bi, bj;
+      causal_block(idx, &bi, &bj);
+      float cf[2][4];
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = 16 * bi + g8 + (e >> 1) * 8, s2 = 16 * bj + nt * 8 + 2 * t4 + (e & 1);
-            cf[nt][e] = sm.x.inv.A[r * LDF + s2] * sm.beta[s2];
-          }
-        store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
-      }
-    } else {
-      write_wr_record<K, BF16>(sm, At, qk, rec, w, lane, tid);
+        for (int e = 0; e < 4; ++e) {
+          const int r = 16 * bi + g8 + (e >> 1) * 8, s2 = 16 * bj + nt * 8 + 2 * t4 + (e & 1);
+          cf[nt][e] = sm.x.inv.A[r * LDF + s2] * sm.beta[s2];
+        }
+      store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
     }
     __syncthreads();  // the next head rewrites gamma, beta, L and A
     FGDN_PROF(7);
@@ -526,16 +357,16 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
 #endif
 }
 
-template <int K, bool BF16, bool WR = false>
+template <int K, bool BF16>
 int launch_chunk_intra(const ChunkKernelArgs& a, void* stream) {
   using E = typename Elem<BF16>::T;
-  const size_t smem = sizeof(std::conditional_t<WR, IntraSmemWR<K, E>, IntraSmem<K, E>>);
+  const size_t smem = sizeof(IntraSmem<K, E>);
   static std::atomic<uint64_t> done_mask{0};
-  if (const int e = prepare_launch(chunk_fwd_intra_kernel<K, BF16, WR>, smem, done_mask)) return e;
+  if (const int e = prepare_launch(chunk_fwd_intra_kernel<K, BF16>, smem, done_mask)) return e;
   if (a.rec_slots <= 0 || a.Hv <= 0) return 0;
   const int64_t ctas = a.rec_slots * a.Hqk;  // one CTA per (slot, q/k head), the GQA group inside
   if (ctas > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
-  chunk_fwd_intra_kernel<K, BF16, WR><<<static_cast<unsigned>(ctas), 128, smem, static_cast<cudaStream_t>(stream)>>>(a);
+  chunk_fwd_intra_kernel<K, BF16><<<static_cast<unsigned>(ctas), 128, smem, static_cast<cudaStream_t>(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
 

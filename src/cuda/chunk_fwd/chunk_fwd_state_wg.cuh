@@ -28,8 +28,6 @@
 // latency-bound (barrier, fixed-latency and wgmma waits; docs/chunk_fwd.md). compute-sanitizer racecheck: clean.
 #pragma once
 
-#include <type_traits>
-
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/wgmma.cuh"
@@ -44,19 +42,6 @@ struct StateWgSmem {
   unsigned char rt[2][8192];           // [value half][64 values x 64 tokens]: R^T
   unsigned char ut[2][2][8192];        // [value half][hi, lo][64 values x 64 tokens]: U^T
   uint32_t rec[2][kRecBytes / 4];      // [buffer] the chunk's record (header | A diag(beta) | P)
-  uint16_t v[2][2][kC * LDV];          // [buffer][value half][token][64] value tile
-  uint64_t full[2];                    // [buffer] its tiles landed: 512 arrivals (one per thread, cp.async-triggered)
-  uint64_t empty[2];                   // [buffer] every thread is done reading it: 512 arrivals
-};
-
-// The W R form's layout (WR; a prototype, docs/chunk_fwd.md "Next: the W R form"): no U^T, the larger record.
-struct StateWrSmem {
-  static constexpr int LDV = kBV + 8;  // padded value rows: conflict-free 4-byte reads in the accumulator layout
-  unsigned char q[2][2][8192];         // [buffer][key half][64 tokens x 64 keys], swizzled
-  unsigned char k[2][2][8192];         // [buffer][key half][64 tokens x 64 keys], swizzled
-  unsigned char st[2][2][8192];        // [value half][key half][64 values x 64 keys]: S0^T (16-bit, gdn-math §10.2)
-  unsigned char rt[2][8192];           // [value half][64 values x 64 tokens]: R^T
-  uint32_t rec[2][kRecBytesWR / 4];    // [buffer] the chunk's record (header | W | P')
   uint16_t v[2][2][kC * LDV];          // [buffer][value half][token][64] value tile
   uint64_t full[2];                    // [buffer] its tiles landed: 512 arrivals (one per thread, cp.async-triggered)
   uint64_t empty[2];                   // [buffer] every thread is done reading it: 512 arrivals
@@ -131,29 +116,17 @@ __device__ __forceinline__ void load_kt_frags(const unsigned char (&kt)[2][8192]
   }
 }
 
-// The m16n8k16 A fragments of W for this warp's keys (key block kb = 16 keys) over the four token steps.
-__device__ __forceinline__ void load_w_frags(const uint4* wfr, int kb, int lane, uint32_t (&f)[4][4]) {
-#pragma unroll
-  for (int kc = 0; kc < 4; ++kc) {
-    const uint4 x = wfr[(kb * 4 + kc) * 32 + lane];
-    f[kc][0] = x.x, f[kc][1] = x.y, f[kc][2] = x.z, f[kc][3] = x.w;
-  }
-}
-
 // SUMMARY: the summary mode of the split (no q, no output, no P U); a template parameter so that no wgmma group
 // has a data-dependent branch (ptxas serializes wgmma around accumulator moves at branch joins).
-// WR: the W R form (a prototype, not dispatched): records of chunk_fwd_intra_kernel<K, BF16, true>, the update
-// S <- en S + W R and O = diag(eq) Q S0 + P' R instead of phases 2 and 3 (docs/chunk_fwd.md, "Next: the W R form").
-template <bool BF16, bool SUMMARY, bool WR = false>
+template <bool BF16, bool SUMMARY>
 __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkKernelArgs a) {
   using E = typename Elem<BF16>::T;
   using P = Elem<BF16>;
-  using Sm = std::conditional_t<WR, StateWrSmem, StateWgSmem>;
-  constexpr int K = 128, LDV = Sm::LDV;
+  constexpr int K = 128, LDV = StateWgSmem::LDV;
   extern __shared__ unsigned char smem_raw[];
   // Aligned to 1024 bytes (the swizzle) by an offset from smem_raw, not by integer pointer arithmetic: the compiler
   // then still knows every access through `sm` is shared memory (LDS / STS, 32-bit addresses) instead of generic.
-  Sm& sm = *reinterpret_cast<Sm*>(smem_raw + ((1024 - (wg::smem_u32(smem_raw) & 1023)) & 1023));
+  StateWgSmem& sm = *reinterpret_cast<StateWgSmem*>(smem_raw + ((1024 - (wg::smem_u32(smem_raw) & 1023)) & 1023));
 
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   // warpgroup wgi = (half hf, column slice), warp wi of it. wgi is broadcast from lane 0 so that the compiler sees a
@@ -179,12 +152,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   // (32-bit shared-memory addresses: the stmatrix stores and the wgmma descriptors take them as they are)
   const uint32_t st_slice = wg::smem_u32(sm.st[hf][0] + cb * 128);  // key block 1 at + 8192
   const uint32_t rt_slice = wg::smem_u32(sm.rt[hf] + cb * 128);
-  const uint32_t uh_slice = [&]() -> uint32_t {  // (WR: no U^T)
-    if constexpr (WR)
-      return 0;
-    else
-      return wg::smem_u32(sm.ut[hf][0] + cb * 128);
-  }();
+  const uint32_t uh_slice = wg::smem_u32(sm.ut[hf][0] + cb * 128);
   const uint32_t ul_slice = uh_slice + 8192;  // sm.ut[hf][1]
   // Low descriptor words (wg::desc_at adds each instruction's byte offset): this slice's S0^T (key block 1 at + 8192;
   // later diag(dk) U^T, lo in key block 0, hi in key block 1), R^T, U^T (hi; lo at + 8192), and buffer 0 of the k and q
@@ -220,11 +188,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   // Every load of chunk ck into buffer bf (rows past the sequence end zero-filled by plain stores).
   auto issue = [&](int64_t ck, int bf) {
     const int64_t nv = len - ck * kC, tok = t0 + ck * kC;
-    if constexpr (WR)
-      copy_record<512, kRecBytesWR>(a, n, t0, ck, h, sm.rec[bf], has_output ? kRecBytesWR : kRecHdrBytes + kRecWBytes,
-                                    tid);
-    else
-      copy_record<512>(a, n, t0, ck, h, sm.rec[bf], has_output ? kRecBytes : kRecHdrBytes + kRecABytes, tid);
+    copy_record<512>(a, n, t0, ck, h, sm.rec[bf], has_output ? kRecBytes : kRecHdrBytes + kRecABytes, tid);
 #pragma unroll
     for (int p = 0; p < 2; ++p) {  // 64 rows x 16 vectors of 16 bytes per tile
       const int i = tid + 512 * p, r = i >> 4, vv = i & 15;
@@ -301,9 +265,8 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     FGDN_PROF(1);  // the wait for the other buffer's release, the copies issued
 
     const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
-    // A diag(beta) (or, WR, W) and P (or P') fragments of the record
     const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
-    const uint4* pfr = reinterpret_cast<const uint4*>(sm.rec[bf] + (kRecHdrBytes + (WR ? kRecWBytes : kRecABytes)) / 4);
+    const uint4* pfr = reinterpret_cast<const uint4*>(sm.rec[bf] + (kRecHdrBytes + kRecABytes) / 4);
 
     // ---- phase 1: K S0 and Q S0 for this slice (64 x 32 each, over the 128 keys), one wgmma group
     float d[4][4], o[4][4];  // written by the first wgmma of each (accumulate = 0)
@@ -360,111 +323,77 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
     FGDN_PROF(3);                 // R, Q S0's wait, the barrier
 
-    if constexpr (!WR) {
-      // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta) (one group); U^T as hi + lo
-      {
-        uint32_t af[4][4];  // hi, then lo in a second group: 16 registers of fragments live (no spills at 128)
-        float u[4][4];      // written by the first wgmma (accumulate = 0)
-        float(&u16)[16] = reinterpret_cast<float(&)[16]>(u);
+    // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta) (one group); U^T as hi + lo
+    {
+      uint32_t af[4][4];  // hi, then lo in a second group: 16 registers of fragments live (no spills at 128)
+      float u[4][4];      // written by the first wgmma (accumulate = 0)
+      float(&u16)[16] = reinterpret_cast<float(&)[16]>(u);
 #pragma unroll
-        for (int part = 0; part < 2; ++part) {
-          load_causal_frags(afr + 32 * part, wi, lane, af);
-          wg::fence();
+      for (int part = 0; part < 2; ++part) {
+        load_causal_frags(afr + 32 * part, wi, lane, af);
+        wg::fence();
 #pragma unroll
-          for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(u16, af[kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
-          wg::commit();
-          wg::wait0();
-        }
-        // U_hi, U_lo for P U; diag(dk) U (fp32 product) as hi + lo for the state update, over the dead S0^T (hi in
-        // key block 1, lo in key block 0; phase 1 was waited by every warp of this warpgroup before R^T's barrier).
-        // diag(dk) U needs its lo part: with near-identical keys K^T diag(dk) U is a telescoping sum of U's rows, and
-        // 64 independent 16-bit roundings of the rows add up to ~1e-2 in the final state (measured on the H200,
-        // tests/cuda CudaChunkFwd.IdenticalKeysFullLastChunk; docs/chunk_fwd.md "Numerics").
-        uint32_t xh[4][2], xl[4][2];
-        split_acc<BF16>(u, xh, xl);
-        store_transposed(uh_slice, xh, wi, lane);
-        store_transposed(ul_slice, xl, wi, lane);
-        const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
-#pragma unroll
-        for (int jn = 0; jn < 4; ++jn) u[jn][0] *= dk0, u[jn][1] *= dk0, u[jn][2] *= dk1, u[jn][3] *= dk1;
-        split_acc<BF16>(u, xh, xl);
-        store_transposed(st_slice + 8192, xh, wi, lane);
-        store_transposed(st_slice, xl, wi, lane);
-        wg::fence_async_smem();
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(u16, af[kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
+        wg::commit();
+        wg::wait0();
       }
-      named_barrier<128>(1 + wgi);  // U^T of this slice complete
-      FGDN_PROF(4);                 // U = A' R, its epilogue, the barrier
+      // U_hi, U_lo for P U; diag(dk) U (fp32 product) as hi + lo for the state update, over the dead S0^T (hi in
+      // key block 1, lo in key block 0; phase 1 was waited by every warp of this warpgroup before R^T's barrier).
+      // diag(dk) U needs its lo part: with near-identical keys K^T diag(dk) U is a telescoping sum of U's rows, and
+      // 64 independent 16-bit roundings of the rows add up to ~1e-2 in the final state (measured on the H200,
+      // tests/cuda CudaChunkFwd.IdenticalKeysFullLastChunk; docs/chunk_fwd.md "Numerics").
+      uint32_t xh[4][2], xl[4][2];
+      split_acc<BF16>(u, xh, xl);
+      store_transposed(uh_slice, xh, wi, lane);
+      store_transposed(ul_slice, xl, wi, lane);
+      const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn) u[jn][0] *= dk0, u[jn][1] *= dk0, u[jn][2] *= dk1, u[jn][3] *= dk1;
+      split_acc<BF16>(u, xh, xl);
+      store_transposed(st_slice + 8192, xh, wi, lane);
+      store_transposed(st_slice, xl, wi, lane);
+      wg::fence_async_smem();
+    }
+    named_barrier<128>(1 + wgi);  // U^T of this slice complete
+    FGDN_PROF(4);                 // U = A' R, its epilogue, the barrier
 
-      // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
-      // S <- en S + K^T (diag(dk) U) (key block 0 in the same group, key block 1 in a second one)
-      {
-        scale_state(sacc, hdr[192]);  // S <- en S
-        float(&s0)[16] = reinterpret_cast<float(&)[16]>(sacc[0]);
-        float(&s1)[16] = reinterpret_cast<float(&)[16]>(sacc[1]);
-        uint32_t f0[4][4], f1[4][4];
-        load_kt_frags(sm.k[bf], r0 - g8, lane, f0);  // keys 16 wi .. (block 0)
+    // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
+    // S <- en S + K^T (diag(dk) U) (key block 0 in the same group, key block 1 in a second one)
+    {
+      scale_state(sacc, hdr[192]);  // S <- en S
+      float(&s0)[16] = reinterpret_cast<float(&)[16]>(sacc[0]);
+      float(&s1)[16] = reinterpret_cast<float(&)[16]>(sacc[1]);
+      uint32_t f0[4][4], f1[4][4];
+      load_kt_frags(sm.k[bf], r0 - g8, lane, f0);  // keys 16 wi .. (block 0)
+      wg::fence();
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc_at(st_lo, kc * 32), 1);
+      if constexpr (has_output) {
+        load_causal_frags(pfr, wi, lane, f1);
         wg::fence();
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(ut_lo, kc * 32), 1);
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc_at(st_lo, kc * 32), 1);
-        if constexpr (has_output) {
-          load_causal_frags(pfr, wi, lane, f1);
-          wg::fence();
-#pragma unroll
-          for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(ut_lo, kc * 32), 1);
-#pragma unroll
-          for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
-        }
-        wg::commit();
-        wg::wait0();
-        load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, f0);  // keys 64 + 16 wi .. (block 1)
-        wg::fence();
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc_at(st_lo, kc * 32), 1);
-        if constexpr (has_output) {
-          load_causal_frags(pfr + 32, wi, lane, f1);
-          wg::fence();
-#pragma unroll
-          for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(ut_lo, kc * 32), 1);
-        }
-        wg::commit();
-        wg::wait0();
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
       }
-    } else {
-      // ---- (WR) phase 2: S <- en S + W R per key block, O += P'_hi R + P'_lo R (W, P' from registers, B = R^T)
-      {
-        scale_state(sacc, hdr[192]);  // S <- en S
-        float(&s0)[16] = reinterpret_cast<float(&)[16]>(sacc[0]);
-        float(&s1)[16] = reinterpret_cast<float(&)[16]>(sacc[1]);
-        uint32_t f0[4][4], f1[4][4];
-        load_w_frags(afr, wi, lane, f0);  // keys 16 wi .. (block 0)
+      wg::commit();
+      wg::wait0();
+      load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, f0);  // keys 64 + 16 wi .. (block 1)
+      wg::fence();
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc_at(st_lo, kc * 32), 1);
+      if constexpr (has_output) {
+        load_causal_frags(pfr + 32, wi, lane, f1);
         wg::fence();
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc_at(rt_lo, kc * 32), 1);
-        if constexpr (has_output) {
-          load_causal_frags(pfr, wi, lane, f1);  // P' hi
-          wg::fence();
-#pragma unroll
-          for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(rt_lo, kc * 32), 1);
-        }
-        wg::commit();
-        wg::wait0();
-        load_w_frags(afr, 4 + wi, lane, f0);  // keys 64 + 16 wi .. (block 1)
-        wg::fence();
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc_at(rt_lo, kc * 32), 1);
-        if constexpr (has_output) {
-          load_causal_frags(pfr + 32, wi, lane, f1);  // P' lo
-          wg::fence();
-#pragma unroll
-          for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(rt_lo, kc * 32), 1);
-        }
-        wg::commit();
-        wg::wait0();
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(ut_lo, kc * 32), 1);
       }
+      wg::commit();
+      wg::wait0();
     }
     release();     // this thread's last reads of buffer bf (K^T, P fragments, the header) are behind it
     FGDN_PROF(5);  // the update and P U
@@ -518,21 +447,21 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
 }
 
 // grid = (items, Hv, ceil(tiles / 2)): both value halves of V = 128 per CTA.
-template <bool BF16, bool SUMMARY, bool WR = false>
+template <bool BF16, bool SUMMARY>
 int launch_chunk_state_wg_mode(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
-  const size_t smem = sizeof(std::conditional_t<WR, StateWrSmem, StateWgSmem>) + 1024;  // + 1024-byte alignment
+  const size_t smem = sizeof(StateWgSmem) + 1024;  // + alignment of the swizzled regions to 1024 bytes
   static std::atomic<uint64_t> done_mask{0};
-  if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16, SUMMARY, WR>, smem, done_mask)) return e;
+  if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16, SUMMARY>, smem, done_mask)) return e;
   if (items <= 0 || a.Hv <= 0 || tiles <= 0) return 0;
   const dim3 grid(static_cast<unsigned>(items), static_cast<unsigned>(a.Hv), static_cast<unsigned>((tiles + 1) / 2));
-  chunk_fwd_state_wg_kernel<BF16, SUMMARY, WR><<<grid, 512, smem, static_cast<cudaStream_t>(stream)>>>(a);
+  chunk_fwd_state_wg_kernel<BF16, SUMMARY><<<grid, 512, smem, static_cast<cudaStream_t>(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
 
-template <bool BF16, bool WR = false>
+template <bool BF16>
 int launch_chunk_state_wg(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
-  return a.mode == kModeSummary ? launch_chunk_state_wg_mode<BF16, true, WR>(a, items, tiles, stream)
-                                : launch_chunk_state_wg_mode<BF16, false, WR>(a, items, tiles, stream);
+  return a.mode == kModeSummary ? launch_chunk_state_wg_mode<BF16, true>(a, items, tiles, stream)
+                                : launch_chunk_state_wg_mode<BF16, false>(a, items, tiles, stream);
 }
 
 }  // namespace flashgdn::cuda::chunk_detail
