@@ -358,7 +358,8 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     FGDN_PROF(4);                 // U = A' R, its epilogue, the barrier
 
     // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
-    // S <- en S + K^T (diag(dk) U) (key block 0 in the same group, key block 1 in a second one)
+    // S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo (key block 0 in the same group, key block 1 in a second
+    // one; B = the hi part at S0^T's key block 1, the lo part at key block 0)
     {
       scale_state(sacc, hdr[192]);  // S <- en S
       float(&s0)[16] = reinterpret_cast<float(&)[16]>(sacc[0]);
