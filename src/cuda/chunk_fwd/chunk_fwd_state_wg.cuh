@@ -343,9 +343,11 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       // 64 independent 16-bit roundings of the rows add up to ~1e-2 in the final state (measured on the H200,
       // tests/cuda CudaChunkFwd.IdenticalKeysFullLastChunk; docs/chunk_fwd.md "Numerics").
       uint32_t xh[4][2], xl[4][2];
-      split_acc<BF16>(u, xh, xl);
-      store_transposed(uh_slice, xh, wi, lane);
-      store_transposed(ul_slice, xl, wi, lane);
+      if constexpr (has_output) {  // (the summary has no P U)
+        split_acc<BF16>(u, xh, xl);
+        store_transposed(uh_slice, xh, wi, lane);
+        store_transposed(ul_slice, xl, wi, lane);
+      }
       const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
 #pragma unroll
       for (int jn = 0; jn < 4; ++jn) u[jn][0] *= dk0, u[jn][1] *= dk0, u[jn][2] *= dk1, u[jn][3] *= dk1;
