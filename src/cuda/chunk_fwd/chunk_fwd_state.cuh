@@ -17,9 +17,9 @@
 // Work per chunk and 64-column tile: K S0 and Q S0 2 x 64 x K x 64 x 2, U 64 x 64 x 64 x 2 x 2 (hi + lo, causal
 // half), P U x 3 (causal half), the update K x 64 x 64 x 2 x 2 (hi + lo): ~6.8 MFLOP at K = 128 of mma.sync m16n8k16 on
 // the chain. Bytes per chunk and head: q, k 2 x 16 KB, v 16 KB, the record 21 KB (11 KB in the summary), o 16 KB. Where
-// it stands (H200, docs/chunk_fwd.md): ~5.8 us per chunk for both tiles (9.6 MFLOP, ~1.6 TFLOP/s per SM, a quarter of
-// the SM's mma.sync rate); the tensor pipe is 12% busy and the shared-memory pipe 55-60%: bound by the ldmatrix traffic
-// of the per-warp operand reloads, which wgmma would read once per warpgroup.
+// it stands (H200, tests/cuda/standalone_wgmma/run.sh): ~6.3 us per chunk for both tiles (5.7 before the hi + lo
+// update of session 6); Nsight Compute (session 3): the tensor pipe 12% busy, the shared-memory pipe 55-60%: bound by
+// the ldmatrix traffic of the per-warp operand reloads, which wgmma reads once per warpgroup (chunk_fwd_state_wg.cuh).
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"

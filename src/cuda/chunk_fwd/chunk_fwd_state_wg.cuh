@@ -23,9 +23,10 @@
 // chunk and CTA: 208 m64n32k16 = 13.6 MFLOP, ~3.4k cycles at the SM's dense rate.
 //
 // Where it stands (H200, tests/cuda/standalone_wgmma/run.sh, B=8 T=4096 H=16, one CTA per SM, 64 chunks per CTA):
-// 4.78 us per chunk against 5.7 for the mma.sync state pass (chunk_fwd_state.cuh); it was 5.48 with a CTA barrier
-// per chunk and descriptors rebuilt per instruction. Still ~9.5k cycles per chunk against ~2.8k of tensor work:
-// latency-bound (barrier, fixed-latency and wgmma waits; docs/chunk_fwd.md). compute-sanitizer racecheck: clean.
+// 5.07-5.11 us per chunk against 6.3 for the mma.sync state pass (chunk_fwd_state.cuh), both with diag(dk) U as hi +
+// lo (4.78 / 5.7 before that fix, session 6; 5.48 with a CTA barrier per chunk and descriptors rebuilt per
+// instruction). ~10k cycles per chunk against ~3.4k of tensor work: latency-bound (phase dependencies, the four
+// warpgroups' coupling through the shared double buffer; docs/chunk_fwd.md). compute-sanitizer racecheck: clean.
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
