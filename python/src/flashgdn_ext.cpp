@@ -380,9 +380,9 @@ void launch(const P& p, const TensorView& first, nb::handle stream, RunFn run_fn
   if (!st.ok()) raise_status(st);
 }
 
-// Arguments 0-8 of chunk_fwd and chunk_bwd: the sequence inputs, in this order.
+// Arguments 0-6 of every op: q, k, v and the gate inputs, in this order.
 template <class P>
-void read_seq_inputs(Views& tv, P& p) {
+void read_qkv_gates(Views& tv, P& p) {
   p.q = tv(0, "q");
   p.k = tv(1, "k");
   p.v = tv(2, "v");
@@ -390,6 +390,12 @@ void read_seq_inputs(Views& tv, P& p) {
   p.beta = tv(4, "beta");
   p.A_log = tv(5, "A_log");
   p.dt_bias = tv(6, "dt_bias");
+}
+
+// Arguments 0-8 of chunk_fwd and chunk_bwd: the sequence inputs, in this order.
+template <class P>
+void read_seq_inputs(Views& tv, P& p) {
+  read_qkv_gates(tv, p);
   p.initial_state = tv(7, "initial_state");
   p.cu_seqlens = tv(8, "cu_seqlens");
 }
@@ -473,13 +479,7 @@ void recurrent_py(nb::args args) {
   const bool state_v_first = in.b(21);
   Views tv{"recurrent", in};
   RecurrentParams p;
-  p.q = tv(0, "q");
-  p.k = tv(1, "k");
-  p.v = tv(2, "v");
-  p.g = tv(3, "g");
-  p.beta = tv(4, "beta");
-  p.A_log = tv(5, "A_log");
-  p.dt_bias = tv(6, "dt_bias");
+  read_qkv_gates(tv, p);
   p.cu_seqlens = tv(7, "cu_seqlens");
   p.o = tv(8, "o");
   p.state_pool = tv(9, "state_pool");
