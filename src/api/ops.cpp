@@ -159,6 +159,12 @@ Status check_device_indices(const RecurrentCommitParams& p, void* stream) {
   return validate(h, &d);
 }
 
+// mixer_decode's index tensors are recurrent's: check them through its recurrent view.
+Status check_device_indices(const MixerDecodeParams& p, void* stream) {
+  if (!p.exec.check_indices) return Status::OK();
+  return check_device_indices(mixer_recurrent_view(p), stream);
+}
+
 #endif  // FLASHGDN_WITH_CUDA
 
 // A workspace query does not depend on index values: never sync for it.
@@ -308,6 +314,24 @@ Status recurrent_commit(const RecurrentCommitParams& p, void* stream) {
     return cuda::recurrent_commit(p, d, stream);
 #else
     return FGDN_ERROR(internal, "recurrent_commit: a CUDA tensor passed validation in a CPU-only build");
+#endif
+  });
+}
+
+// ---- mixer_decode --------------------------------------------------------------------------------------------
+
+Status mixer_decode(const MixerDecodeParams& p, void* stream) {
+  return guarded("mixer_decode", [&]() -> Status {
+    MixerDims d;
+    FGDN_RETURN_IF_ERROR(validate(p, &d));
+    if (p.x.device == DeviceType::cpu) return cpu::mixer_decode(p, d);
+#if FLASHGDN_WITH_CUDA
+    DeviceGuard guard(p.x.device_id);
+    FGDN_RETURN_IF_ERROR(guard.status());
+    FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
+    return cuda::mixer_decode(p, d, stream);
+#else
+    return FGDN_ERROR(internal, "mixer_decode: a CUDA tensor passed validation in a CPU-only build");
 #endif
   });
 }
