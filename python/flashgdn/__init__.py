@@ -9,7 +9,10 @@ Inputs: torch tensors (CPU or CUDA), numpy arrays, or any DLPack array; outputs 
 
 from . import _C
 from ._C import CudaError, InternalError, InvalidArgumentError, UnsupportedError
+from ._frameworks import compact_copy as _compact_copy
 from ._frameworks import torch as _torch
+
+_C.register_copier(_compact_copy)  # inputs whose strides the kernels cannot take are read through a compact copy
 
 if _torch is not None:
     # The C++ layer reads torch tensors through torch's DLPack C exchange API when it has one (no Python call per
