@@ -1,6 +1,6 @@
 """FLA-compatible entry points (fla.ops.gated_delta_rule) and vLLM's fused_gdn_gating.
 
-Names, argument names, defaults, shapes and return values follow FLA 0.5.x (see ../shared/docs/peer-apis.md):
+Names, argument names, defaults, shapes and return values follow FLA 0.6 (see ../shared/docs/peer-apis.md):
     q, k [B, T, H, K]; v [B, T, HV, V]; g, beta [B, T, HV]; states [N, HV, K, V] ([N, HV, V, K] with
     state_v_first); cu_seqlens [N + 1] with B == 1; scale None -> K ** -0.5; g is the natural-log decay.
 Inputs may be torch tensors (CPU or CUDA), numpy arrays or any DLPack array; outputs come back in that framework.
@@ -16,6 +16,7 @@ if _torch is not None:
     _is_compiling = _torch.compiler.is_compiling
     _grad_enabled = _torch.is_grad_enabled
     _Tensor = _torch.Tensor
+    _HALF = (_torch.bfloat16, _torch.float16)
 
 
 def _needs_torch_op(tensors):
@@ -52,12 +53,10 @@ def _fp32_state(h):
     """FLA accepts a bf16 / fp16 initial state (its docstring example passes one); the kernels read fp32 states, so
     the state is widened (an input: a copy of N * HV * K * V * 4 bytes; under autograd its gradient flows back
     through the cast in the state's dtype). The final state is fp32, as FLA's."""
-    if h is None or not hasattr(h, "dtype"):
-        return h  # foreign DLPack arrays are widened once borrowed
-    name = str(h.dtype).rpartition(".")[2]
-    if name not in ("bfloat16", "float16"):
-        return h
-    return h.float() if _torch is not None and isinstance(h, _Tensor) else h.astype("float32")
+    if _torch is not None and isinstance(h, _Tensor):
+        return h.float() if h.dtype in _HALF else h
+    name = getattr(getattr(h, "dtype", None), "name", "")  # numpy / CuPy; foreign arrays once borrowed
+    return h.astype("float32") if name in ("bfloat16", "float16") else h
 
 
 def _borrow_all(args):
