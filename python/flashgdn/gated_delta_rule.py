@@ -68,13 +68,20 @@ def _borrow_all(args):
 # that flashgdn's signatures do not: each entry point resolves them here, in one place, into flashgdn's
 # arguments; a keyword neither library names is a TypeError, as in Python.
 
+def _state_layout_alias(kw, state_v_first, op):
+    """FLA's deprecated transpose_state_layout= is state_v_first (popped from kw)."""
+    if "transpose_state_layout" not in kw:
+        return state_v_first
+    alias = bool(kw.pop("transpose_state_layout"))
+    if state_v_first and not alias:
+        raise ValueError(f"{op}: state_v_first=True and transpose_state_layout=False disagree")
+    return state_v_first or alias
+
+
 def _chunk_extras(kwargs, state_v_first):
     """-> (state_v_first, core_attn_out) from chunk_gated_delta_rule's **kwargs."""
     kw = dict(kwargs)
-    if "transpose_state_layout" in kw:  # FLA's deprecated name for state_v_first
-        if state_v_first and not kw["transpose_state_layout"]:
-            raise ValueError("chunk_gated_delta_rule: state_v_first=True and transpose_state_layout=False disagree")
-        state_v_first = bool(kw.pop("transpose_state_layout")) or state_v_first
+    state_v_first = _state_layout_alias(kw, state_v_first, "chunk_gated_delta_rule")
     if kw.pop("head_first", False):  # vLLM's copy still names it (False); FLA removed it
         raise ValueError("chunk_gated_delta_rule: head_first=True is not supported (FLA removed it): pass "
                          "[B, T, H, K] tensors")
@@ -92,11 +99,7 @@ def _recurrent_extras(kwargs, state_v_first):
     """-> (state_v_first, vllm) from fused_recurrent_gated_delta_rule's **kwargs; `vllm` is None, or a dict of
     vLLM's pool keywords (inplace_final_state, ssm_state_indices, num_accepted_tokens, out) when any was passed."""
     kw = dict(kwargs)
-    if "transpose_state_layout" in kw:
-        if state_v_first and not kw["transpose_state_layout"]:
-            raise ValueError("fused_recurrent_gated_delta_rule: state_v_first=True and transpose_state_layout=False "
-                             "disagree")
-        state_v_first = bool(kw.pop("transpose_state_layout")) or state_v_first
+    state_v_first = _state_layout_alias(kw, state_v_first, "fused_recurrent_gated_delta_rule")
     vllm = {name: kw.pop(name) for name in ("inplace_final_state", "ssm_state_indices", "num_accepted_tokens", "out")
             if name in kw}
     if kw:

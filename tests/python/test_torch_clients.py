@@ -236,6 +236,13 @@ def test_every_fla_and_vllm_chunk_keyword():
         assert o2.data_ptr() == buf.data_ptr()
         assert rel(to_np(buf[:o2.numel()]).reshape(o_ref.shape), o_ref) < 1e-7
         assert torch.isnan(buf[o2.numel():]).all()
+        # FLA's deprecated name for the V-major state layout
+        o3, ht3 = flashgdn.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0.transpose(2, 3).contiguous(),
+                                                  output_final_state=True, use_qk_l2norm_in_kernel=True,
+                                                  cu_seqlens=cu, transpose_state_layout=True)
+        assert rel(to_np(o3)[0], o_ref) < 1e-7 and rel(to_np(ht3.transpose(2, 3)), ht_ref) < 1e-7
+        with pytest.raises(ValueError, match="disagree"):
+            flashgdn.chunk_gated_delta_rule(q, k, v, g, beta, state_v_first=True, transpose_state_layout=False)
         with pytest.raises(ValueError, match="head_first"):
             flashgdn.chunk_gated_delta_rule(q, k, v, g, beta, head_first=True)
         with pytest.raises(NotImplementedError, match="cp_context"):
