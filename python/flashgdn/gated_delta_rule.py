@@ -272,3 +272,8 @@ def fused_gdn_gating(A_log, a, b, dt_bias, beta=1.0, threshold=20.0):
         g = g.reshape((1,) + tuple(a.shape))
         bo = None if bo is None else bo.reshape((1,) + tuple(b.shape))
     return g, bo
+
+
+# FLA's short names (fla.ops.gated_delta_rule exports both).
+chunk_gdn = chunk_gated_delta_rule
+fused_recurrent_gdn = fused_recurrent_gated_delta_rule

@@ -233,16 +233,16 @@ struct Keep {
   std::vector<nb::object> copies;
 };
 
-// copier(x) -> a compact, freshly allocated copy of x in x's framework (flashgdn/_frameworks.py: compact_copy).
+// copier(x, stream) -> a compact, freshly allocated copy of x in x's framework, made on the launch's stream (None:
+// the framework's current one) so that the kernel reads it after it is written (flashgdn/_frameworks.py).
 // Held for the life of the process (like the torch refs): no destructor runs after the interpreter is gone.
 PyObject* g_copier = nullptr;
 
 // Whether the kernels can read input `v` with its strides (the rules of check_tensors in src/api/validate.cpp).
 // `dense`: the input is read with 16-byte vector loads on CUDA.
 bool kernel_readable(const TensorView& v, bool dense) {
-  int64_t n = 1;
-  for (int i = 0; i < v.ndim; ++i) n *= v.shape[i];
-  if (n == 0) return true;  // no memory is touched
+  for (int i = 0; i < v.ndim; ++i)
+    if (v.shape[i] == 0) return true;  // an empty tensor touches no memory
   for (int i = 0; i < v.ndim; ++i)
     if (v.shape[i] > 1 && v.strides[i] <= 0) return false;  // broadcast (zero) or reversed (negative) dims
   if (!dense || v.device != DeviceType::cuda || v.ndim == 0) return true;
@@ -294,10 +294,10 @@ TensorView view(const char* op, const char* arg, nb::handle h, Keep& keep) {
 }
 
 // An input: read in place when the kernels can take its strides, else through a compact copy (see the top).
-TensorView input_view(const char* op, const char* arg, nb::handle h, Keep& keep, bool dense) {
+TensorView input_view(const char* op, const char* arg, nb::handle h, nb::handle stream, Keep& keep, bool dense) {
   TensorView v = view(op, arg, h, keep);
   if (!v.defined() || kernel_readable(v, dense) || !g_copier) return v;
-  nb::object copy = nb::handle(g_copier)(h);
+  nb::object copy = nb::handle(g_copier)(h, stream);
   keep.copies.push_back(copy);
   return view(op, arg, copy, keep);
 }
@@ -391,12 +391,13 @@ struct Args {
 struct Views {
   const char* op;
   const Args& in;
+  nb::handle stream;  // the call's stream argument (int handle or None): where input copies are made
   Keep keep;
   // An output or in-out tensor: read as given (never copied).
   TensorView operator()(size_t k, const char* name) { return view(op, name, in.h(k), keep); }
   // An input: copied when its strides do not suit the kernels; `dense` as in kernel_readable.
   TensorView input(size_t k, const char* name, bool dense = false) {
-    return input_view(op, name, in.h(k), keep, dense);
+    return input_view(op, name, in.h(k), stream, keep, dense);
   }
 };
 
@@ -455,7 +456,7 @@ void chunk_fwd_py(nb::args args) {
   const bool use_qk_l2norm_in_kernel = in.b(14);
   const bool state_v_first = in.b(16);
   const int chunk_size = int(in.i(17));
-  Views tv{"chunk_fwd", in};
+  Views tv{"chunk_fwd", in, in.h(19)};
   ChunkFwdParams p;
   read_seq_inputs(tv, p);
   p.o = tv(9, "o");
@@ -479,7 +480,7 @@ void chunk_bwd_py(nb::args args) {
   const bool use_qk_l2norm_in_kernel = in.b(20);
   const bool state_v_first = in.b(22);
   const int chunk_size = int(in.i(23));
-  Views tv{"chunk_bwd", in};
+  Views tv{"chunk_bwd", in, in.h(25)};
   ChunkBwdParams p;
   read_seq_inputs(tv, p);
   p.d_o = tv.input(9, "d_o", true);
@@ -505,7 +506,7 @@ void chunk_bwd_py(nb::args args) {
 
 void gating_py(nb::args args) {
   Args in("gating", args, 9);
-  Views tv{"gating", in};
+  Views tv{"gating", in, in.h(8)};
   GatingParams p;
   p.A_log = tv.input(0, "A_log");
   p.a = tv.input(1, "a");
@@ -525,7 +526,7 @@ void recurrent_py(nb::args args) {
   const float scale = in.f(18);
   const bool use_qk_l2norm_in_kernel = in.b(19);
   const bool state_v_first = in.b(21);
-  Views tv{"recurrent", in};
+  Views tv{"recurrent", in, in.h(23)};
   RecurrentParams p;
   read_qkv_gates(tv, p);
   p.cu_seqlens = tv.input(7, "cu_seqlens");
@@ -553,7 +554,7 @@ void recurrent_py(nb::args args) {
 void recurrent_commit_py(nb::args args) {
   Args in("recurrent_commit", args, 8);
   const bool null_slot_is_invalid = in.b(5);
-  Views tv{"recurrent_commit", in};
+  Views tv{"recurrent_commit", in, in.h(7)};
   RecurrentCommitParams p;
   p.state_pool = tv(0, "state_pool");
   p.state_indices = tv.input(1, "state_indices");

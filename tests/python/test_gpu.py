@@ -332,3 +332,19 @@ def test_in_place_pool_with_a_strided_last_dim_is_an_error_on_cuda():
     pool = torch.zeros(3, 4, 128, 128, device="cuda").transpose(2, 3)  # last-dim stride 128: no silent copy
     with pytest.raises(flashgdn.InvalidArgumentError, match="state_pool: expected a contiguous last dim"):
         flashgdn.recurrent_gated_delta_rule_pool(q, k, v, g, beta, pool)
+
+
+def test_strided_inputs_on_an_explicit_stream():
+    # the compact copy is made on the launch's stream, so the kernel reads it after it is written
+    q, k, v, g, beta = inputs(4, 1, 2, 4, 128, 128, torch.bfloat16, seed=9)
+    qt = q.transpose(1, -1).contiguous().transpose(1, -1)
+    pool = torch.randn(5, 4, 128, 128, device="cuda")
+    pool_ref = pool.clone()
+    idx = torch.tensor([3, 0, 4, 1], device="cuda", dtype=torch.int32)
+    o_ref = call(flashgdn.recurrent_gated_delta_rule_pool, q, k, v, g, beta, pool_ref, idx)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    o = call(flashgdn.recurrent_gated_delta_rule_pool, qt, k, v, g, beta, pool, idx, stream=side)
+    side.synchronize()
+    assert rel(o.float().cpu().numpy(), o_ref.float().cpu().numpy()) < 1e-3
+    assert rel(pool.cpu().numpy(), pool_ref.cpu().numpy()) < 1e-3

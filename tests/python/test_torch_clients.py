@@ -298,6 +298,8 @@ def test_fla_signatures_name_every_keyword():
     assert [n for n, x in chunk.items() if x.kind == x.POSITIONAL_OR_KEYWORD] == fla_chunk
     assert set(fla_recurrent) <= set(rec)
     assert {"use_gate_in_kernel", "A_log", "dt_bias", "chunk_size"} <= set(chunk)
+    assert flashgdn.chunk_gdn is flashgdn.chunk_gated_delta_rule
+    assert flashgdn.fused_recurrent_gdn is flashgdn.fused_recurrent_gated_delta_rule
 
 
 # ---- meta and fake tensors -------------------------------------------------------------------------------------
