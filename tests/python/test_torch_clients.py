@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import flashgdn
-from conftest import Problem, gdn_check, rel, to_np, torch
+from conftest import OPCHECK_OPS, Problem, gdn_check, opcheck_case, rel, to_np, torch
 
 pytestmark = pytest.mark.skipif(torch is None, reason="torch not installed (scripts/setup.sh installs it)")
 
@@ -152,37 +152,9 @@ def test_inference_only_ops_raise_when_asked_for_gradients():
             flashgdn.recurrent_gated_delta_rule_pool(q, k, v, g, beta, pool)
 
 
-def _opcheck_cases():
-    rng = np.random.default_rng(48)
-    r = lambda *s: torch.from_numpy(rng.standard_normal(s)).float()  # noqa: E731
-    T, HV, K, V = 20, 2, 8, 8
-    qn = lambda: torch.nn.functional.normalize(r(1, T, 1, K), dim=-1)  # noqa: E731
-    seq = lambda grad: [x.requires_grad_(grad) for x in  # noqa: E731
-                        (qn(), qn(), r(1, T, HV, V), -torch.rand(1, T, HV), torch.rand(1, T, HV))]
-    cu = torch.tensor([0, 12, 20])
-    flags = (0.0, True, False, False, False, False, False)
-    ops = torch.ops.flashgdn
-    return {
-        "chunk_fwd": (ops.chunk_fwd.default, (*seq(True), None, None, r(2, HV, K, V).requires_grad_(True), cu,
-                                              *flags, 64, 1.0, 20.0)),
-        "recurrent_fwd": (ops.recurrent_fwd.default, (*seq(True), None, None, r(2, HV, K, V).requires_grad_(True),
-                                                      cu, *flags, 1.0, 20.0)),
-        "chunk_bwd": (ops.chunk_bwd.default, (*seq(False), None, None, r(2, HV, K, V), cu, r(1, T, HV, V),
-                                              r(2, HV, K, V), 0.0, False, False, False, False, False, 64, 1.0, 20.0)),
-        "recurrent_pool": (ops.recurrent_pool.default, (*seq(False), None, None, r(3, HV, K, V),
-                                                        torch.tensor([2, 0], dtype=torch.int32), None, None, None, cu,
-                                                        True, False, 0.0, False, False, False, False, 1.0, 20.0,
-                                                        False)),
-        "recurrent_commit": (ops.recurrent_commit.default, (r(3, HV, K, V), torch.tensor([1, 2], dtype=torch.int32),
-                                                            r(2, 4, HV, K, V), torch.tensor([2, 4], dtype=torch.int32),
-                                                            None, False)),
-        "gating": (ops.gating.default, (r(HV), r(5, HV), r(5, HV), r(HV), 1.0, 20.0, False)),
-    }
-
-
-@pytest.mark.parametrize("name", list(_opcheck_cases()))
+@pytest.mark.parametrize("name", OPCHECK_OPS)
 def test_opcheck_every_registered_op(name):
-    op, args = _opcheck_cases()[name]
+    op, args = opcheck_case(name)
     torch.library.opcheck(op, args)  # schema, autograd registration, fake tensor, aot dispatch
 
 
