@@ -89,7 +89,10 @@ __global__ void __launch_bounds__(256) chunk_bwd_qk_kernel(const ChunkBwdArgs a)
 #pragma unroll
       for (int e = 0; e < PL; ++e) gx[e] += p[lane + 32 * e];
     }
-    if (a.l2norm) {  // dx = rho (dx^ - (dx^ . x^) x^), x^ = rho x, rho = (|x|^2 + 1e-6)^-1/2
+    if (!covered(a, t)) {  // slack rows: zero gradients, the inputs there are never read
+#pragma unroll
+      for (int e = 0; e < PL; ++e) gx[e] = 0.f;
+    } else if (a.l2norm) {  // dx = rho (dx^ - (dx^ . x^) x^), x^ = rho x, rho = (|x|^2 + 1e-6)^-1/2
       const void* xs = which == 0 ? a.q : a.k;
       const int64_t off = which == 0 ? b * a.q_sb + t * a.q_st + hk * a.q_sh : b * a.k_sb + t * a.k_st + hk * a.k_sh;
       float x[PL], ss = 0.f, dot = 0.f;

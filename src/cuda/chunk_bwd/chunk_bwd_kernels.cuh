@@ -502,8 +502,8 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_grads_kernel(const ChunkBw
   }
   gq = lane_sum<1, 4>(gq);
   tp = lane_sum<1, 4>(tp);
-  if (p == 0) {
-    s.dgam[r] += gq - tp;
+  if (p == 0) {  // dgamma_r -= tau_r is folded into the final sum (below)
+    s.dgam[r] += gq;
     s.tau[r] = tp;
   }
   s.red[tid] = s0ds;
@@ -616,16 +616,22 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_grads_kernel(const ChunkBw
   }
   __syncthreads();
   if (tid == 0) {
-    // dgamma_{n-1} += sum_r tau_r + e_n <S0, dS>_F; then (9) dg_r = sum_{j >= r} dgamma_j
-    float sd = 0.f, ts = 0.f;
+    // dgamma_{n-1} += e_n <S0, dS>_F, then (9) dg_r = sum_{j >= r} dgamma_j. The tau terms (dgamma_r -= tau_r,
+    // dgamma_{n-1} += sum tau) enter dg_r as the exclusive prefix sum_{j < r} tau_j: the same sum without the O(1)
+    // cancellation of tau_{n-1} (which would swamp a tiny dg under a strong decay, g = -30).
+    float sd = 0.f, pre = 0.f;
     for (int i = 0; i < kThreads; ++i) sd += s.red[i];
-    for (int i = 0; i < nv; ++i) ts += s.tau[i];
-    s.dgam[nv - 1] += ts + expf(gl) * sd;
+    for (int i = 0; i < nv; ++i) {
+      const float t = s.tau[i];
+      s.tau[i] = pre;
+      pre += t;
+    }
+    s.dgam[nv - 1] += expf(gl) * sd;
     float acc = 0.f;
     for (int i = nv - 1; i >= 0; --i) {
       acc += s.dgam[i];
       const int64_t row = (cp.b * a.T + cp.t0 + i) * a.Hv + h;
-      a.dgh[row] = acc;
+      a.dgh[row] = acc + s.tau[i];
       a.dbh[row] = s.dbeta[i];
     }
   }
