@@ -230,6 +230,7 @@ struct GpuRun {
       if (d->ptr) {
         EXPECT_EQ(cudaMemset(d->ptr, 0xff, d->bytes), cudaSuccess);
       }
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // ordered before launches on any stream
   }
   Status launch(void* stream = nullptr) { return chunk_bwd(p, ws, ws_bytes, stream); }
   void fetch() {
