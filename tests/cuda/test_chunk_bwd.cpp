@@ -27,7 +27,8 @@ namespace {
 struct BwdCase {
   GdnCase c;
   bool has_dht = true;
-  bool gate = false;  // use_gate_in_kernel + use_beta_sigmoid_in_kernel (g, beta hold raw a, b)
+  bool broadcast_dht = false;  // d_ht is one [K, V] block seen through zero strides on N and Hv (expand)
+  bool gate = false;           // use_gate_in_kernel + use_beta_sigmoid_in_kernel (g, beta hold raw a, b)
   bool neg_eig = false;
   int64_t slack = 0;  // varlen: extra rows past cu[N]
   int special = 0;    // 1: identical keys, beta = 1, g = 0; 2: g = -30
@@ -92,7 +93,9 @@ Problem make_problem(const BwdCase& bc) {
   for (int64_t i = 0; i < pr.d_o.numel(); ++i) pr.d_o.set(i, rng.normal());
   if (bc.has_dht) {
     pr.d_ht = state_of(c, DType::f32);
-    for (int64_t i = 0; i < pr.d_ht.numel(); ++i) pr.d_ht.set(i, rng.normal());
+    const int64_t blk = c.K * c.V;
+    for (int64_t i = 0; i < pr.d_ht.numel(); ++i)
+      pr.d_ht.set(i, bc.broadcast_dht && i >= blk ? pr.d_ht.get(i % blk) : rng.normal());
   }
   pr.rows_used = c.total_T();
   if (bc.slack > 0) {
@@ -203,6 +206,7 @@ struct GpuRun {
     p.q = up(in.q), p.k = up(in.k), p.v = up(in.v), p.g = up(in.g), p.beta = up(in.beta);
     p.initial_state = up(in.h0), p.cu_seqlens = up(in.cu), p.A_log = up(dev_in.A_log);
     p.dt_bias = up(dev_in.dt_bias), p.d_o = up(dev_in.d_o), p.d_ht = up(dev_in.d_ht);
+    if (bc.broadcast_dht) p.d_ht.strides[0] = p.d_ht.strides[1] = 0;  // every (n, h) reads the first block
     auto outp = [&](HostTensor& t, Dev** d, TensorView* v) {
       bufs.push_back(new Dev(t));
       *d = bufs.back();
@@ -342,6 +346,10 @@ TEST(CudaChunkBwd, VarlenEmptySequencesAndSlackRows) {
   b.has_dht = false;
   b.c.name = "varlen_k64_no_h0_no_dht";
   check(b);
+  b.has_dht = true;
+  b.broadcast_dht = true;
+  b.c.name = "varlen_k64_broadcast_dht";
+  check(b);
 }
 
 TEST(CudaChunkBwd, GqaRatiosShapesAndLayouts) {
@@ -407,7 +415,7 @@ TEST(CudaChunkBwd, DeterministicAndGraphReplayEqualsEager) {
   ASSERT_TRUE(run.launch().ok());
   run.fetch();
   const Grads first = run.out;
-  for (int i = 0; i < 20; ++i) {
+  for (int i = 0; i < 100; ++i) {
     run.poison();
     ASSERT_TRUE(run.launch().ok());
     run.fetch();
