@@ -230,22 +230,57 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_prep_kernel(const ChunkBwd
   }
 }
 
-// ---- pass 2: state (grid (N, Hv, V / 64)): S0 of every chunk, U = U0 - W S0 -------------------------------
+// ---- passes 2 and 3: the chains (grid (N, Hv, V / 64)) -------------------------------------------------------
+// Register tiles: thread (tr, tc) = (tid / 16, tid % 16) computes rows 4 tr .. 4 tr + 3 (chunk rows) or
+// K/16 tr .. (keys) of its products and state columns 4 tc .. 4 tc + 3, from float4 loads of row-major tiles
+// whose row strides are multiples of 4 floats (16-byte aligned rows).
+constexpr int kLS = kBV + 4;  // row stride of the 64-column tiles
+
+__device__ __forceinline__ float4 ld4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ void st4(float* p, float4 v) {
+  *reinterpret_cast<float4*>(p) = v;
+}
+
+// acc[a][0..3] += x[a] * y[0..3]
+template <int R>
+__device__ __forceinline__ void outer_acc(float (&acc)[R][4], const float (&x)[R], float4 y) {
+#pragma unroll
+  for (int a2 = 0; a2 < R; ++a2) {
+    acc[a2][0] = fmaf(x[a2], y.x, acc[a2][0]);
+    acc[a2][1] = fmaf(x[a2], y.y, acc[a2][1]);
+    acc[a2][2] = fmaf(x[a2], y.z, acc[a2][2]);
+    acc[a2][3] = fmaf(x[a2], y.w, acc[a2][3]);
+  }
+}
+// R consecutive floats from p (R a multiple of 4, p 16-byte aligned).
+template <int R>
+__device__ __forceinline__ void ldR(float (&x)[R], const float* p) {
+#pragma unroll
+  for (int a2 = 0; a2 < R; a2 += 4) {
+    const float4 v = ld4(p + a2);
+    x[a2] = v.x, x[a2 + 1] = v.y, x[a2 + 2] = v.z, x[a2 + 3] = v.w;
+  }
+}
+
 template <int K>
-struct StateSmem {
-  float S[K][kBV + 1];    // the running state's 64 columns
-  float W[kC][K + 1];     // W of the chunk
-  float Kb[kC][K + 1];    // Kbar = diag(kb) K^
-  float Ut[kC][kBV + 1];  // U of the chunk, these columns
+struct alignas(16) StateSmem {
+  float S[K][kLS];      // the running state's 64 columns
+  float Wt[K][kLS];     // W^T of the chunk: Wt[i][r]
+  float Kb[kC][K + 4];  // Kbar = diag(kb) K^
+  float Ut[kC][kLS];    // U of the chunk, these columns
   float gam[kC], rk[kC];
 };
 
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads) chunk_bwd_state_kernel(const ChunkBwdArgs a) {
+  constexpr int IR = K / 16;  // keys per thread in the state update
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<StateSmem<K>*>(smem_raw);
   const int64_t n = blockIdx.x;
   const int h = blockIdx.y, hk = h / a.group, j0 = blockIdx.z * kBV, tid = threadIdx.x;
+  const int tr = tid >> 4, tc = tid & 15;
   int64_t sb, st, len;
   seq_range(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
@@ -257,11 +292,11 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_state_kernel(const ChunkBw
   for (int64_t c = 0; c < nch; ++c) {
     const int64_t t0 = st + kC * c, rec = slot_of(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
-    __syncthreads();  // S complete; W, Kb, Ut, gam free
+    __syncthreads();  // S complete; Wt, Kb, Ut, gam free
     float* S0g = a.S0 + rec * (K * V);
     for (int e = tid; e < K * kBV; e += kThreads) S0g[(e >> 6) * V + j0 + (e & 63)] = s.S[e >> 6][e & 63];
     const float* Wg = a.W + rec * (kC * K);
-    for (int e = tid; e < kC * K; e += kThreads) s.W[e / K][e % K] = Wg[e];
+    for (int e = tid; e < kC * K; e += kThreads) s.Wt[e % K][e / K] = Wg[e];
     if (tid < kC) s.gam[tid] = a.rows[rec * kRowRec + tid], s.rk[tid] = a.rows[rec * kRowRec + 2 * kC + tid];
     __syncthreads();
     const float gl = s.gam[nv - 1];
@@ -269,45 +304,64 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_state_kernel(const ChunkBw
       const int r = e / K, i = e % K;
       s.Kb[r][i] = r < nv ? s.rk[r] * expf(gl - s.gam[r]) * tof(kp[(t0 + r) * a.k_st + i]) : 0.f;
     }
-    float* Ug = a.U + rec * (kC * V);
-    for (int e = tid; e < kC * kBV; e += kThreads) {  // U = U0 - W S0
-      const int r = e >> 6, jj = e & 63;
-      float acc = Ug[r * V + j0 + jj];
-#pragma unroll 8
-      for (int i = 0; i < K; ++i) acc = fmaf(-s.W[r][i], s.S[i][jj], acc);
-      s.Ut[r][jj] = acc;
-      Ug[r * V + j0 + jj] = acc;
+    {  // U = U0 - W S0: rows 4 tr .., columns 4 tc ..
+      float acc[4][4] = {};
+#pragma unroll 4
+      for (int i = 0; i < K; ++i) {
+        float w[4];
+        ldR<4>(w, &s.Wt[i][4 * tr]);
+        outer_acc<4>(acc, w, ld4(&s.S[i][4 * tc]));
+      }
+      float* Ug = a.U + rec * (kC * V);
+#pragma unroll
+      for (int a2 = 0; a2 < 4; ++a2) {
+        float* u = Ug + (4 * tr + a2) * V + j0 + 4 * tc;
+        const float4 u0 = ld4(u);
+        const float4 uv = make_float4(u0.x - acc[a2][0], u0.y - acc[a2][1], u0.z - acc[a2][2], u0.w - acc[a2][3]);
+        st4(&s.Ut[4 * tr + a2][4 * tc], uv);
+        st4(u, uv);
+      }
     }
     __syncthreads();
-    const float en = expf(gl);
-    for (int e = tid; e < K * kBV; e += kThreads) {  // S <- e_n S + Kbar^T U (fp32)
-      const int i = e >> 6, jj = e & 63;
-      float acc = 0.f;
-#pragma unroll 8
-      for (int r = 0; r < kC; ++r) acc = fmaf(s.Kb[r][i], s.Ut[r][jj], acc);
-      s.S[i][jj] = fmaf(en, s.S[i][jj], acc);
+    {  // S <- e_n S + Kbar^T U (fp32): keys IR tr .., columns 4 tc ..
+      const float en = expf(gl);
+      float acc[IR][4] = {};
+#pragma unroll 4
+      for (int r = 0; r < kC; ++r) {
+        float kb[IR];
+        ldR<IR>(kb, &s.Kb[r][IR * tr]);
+        outer_acc<IR>(acc, kb, ld4(&s.Ut[r][4 * tc]));
+      }
+#pragma unroll
+      for (int a2 = 0; a2 < IR; ++a2) {
+        float* sp = &s.S[IR * tr + a2][4 * tc];
+        const float4 o = ld4(sp);
+        st4(sp, make_float4(fmaf(en, o.x, acc[a2][0]), fmaf(en, o.y, acc[a2][1]), fmaf(en, o.z, acc[a2][2]),
+                            fmaf(en, o.w, acc[a2][3])));
+      }
     }
   }
 }
 
-// ---- pass 3: dstate (grid (N, Hv, V / 64)): dS of every chunk (reverse), dU += Kbar dS, dh0 ------------------
 template <int K>
-struct DStateSmem {
-  float dS[K][kBV + 1];  // gradient w.r.t. the running chunk-end state, 64 columns
-  float Kb[kC][K + 1];   // Kbar
-  float Qg[kC][K + 1];   // scale diag(e^gamma) Q^
-  float W[kC][K + 1];
-  float dOt[kC][kBV + 1];
-  float dUt[kC][kBV + 1];
+struct alignas(16) DStateSmem {
+  float dS[K][kLS];     // gradient w.r.t. the running chunk-end state, 64 columns
+  float KbT[K][kLS];    // Kbar^T: KbT[i][r]
+  float Qg[kC][K + 4];  // scale diag(e^gamma) Q^
+  float W[kC][K + 4];
+  float dOt[kC][kLS];
+  float dUt[kC][kLS];
   float gam[kC], rq[kC], rk[kC];
 };
 
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads) chunk_bwd_dstate_kernel(const ChunkBwdArgs a) {
+  constexpr int IR = K / 16;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<DStateSmem<K>*>(smem_raw);
   const int64_t n = blockIdx.x;
   const int h = blockIdx.y, hk = h / a.group, j0 = blockIdx.z * kBV, tid = threadIdx.x;
+  const int tr = tid >> 4, tc = tid & 15;
   int64_t sb, st, len;
   seq_range(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
@@ -339,27 +393,49 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_dstate_kernel(const ChunkB
     for (int e = tid; e < kC * K; e += kThreads) {
       const int r = e / K, i = e % K;
       const bool valid = r < nv;
-      s.Kb[r][i] = valid ? s.rk[r] * expf(gl - s.gam[r]) * tof(kp[(t0 + r) * a.k_st + i]) : 0.f;
+      s.KbT[i][r] = valid ? s.rk[r] * expf(gl - s.gam[r]) * tof(kp[(t0 + r) * a.k_st + i]) : 0.f;
       s.Qg[r][i] = valid ? a.scale * s.rq[r] * expf(s.gam[r]) * tof(qp[(t0 + r) * a.q_st + i]) : 0.f;
     }
     __syncthreads();
-    float* dUg = a.dU + rec * (kC * V);
-    for (int e = tid; e < kC * kBV; e += kThreads) {  // dU = scale P^T dO + Kbar dS
-      const int r = e >> 6, jj = e & 63;
-      float acc = dUg[r * V + j0 + jj];
-#pragma unroll 8
-      for (int i = 0; i < K; ++i) acc = fmaf(s.Kb[r][i], s.dS[i][jj], acc);
-      s.dUt[r][jj] = acc;
-      dUg[r * V + j0 + jj] = acc;
+    {  // dU = scale P^T dO + Kbar dS: rows 4 tr .., columns 4 tc ..
+      float acc[4][4] = {};
+#pragma unroll 4
+      for (int i = 0; i < K; ++i) {
+        float kb[4];
+        ldR<4>(kb, &s.KbT[i][4 * tr]);
+        outer_acc<4>(acc, kb, ld4(&s.dS[i][4 * tc]));
+      }
+      float* dUg = a.dU + rec * (kC * V);
+#pragma unroll
+      for (int a2 = 0; a2 < 4; ++a2) {
+        float* u = dUg + (4 * tr + a2) * V + j0 + 4 * tc;
+        const float4 u0 = ld4(u);
+        const float4 uv = make_float4(u0.x + acc[a2][0], u0.y + acc[a2][1], u0.z + acc[a2][2], u0.w + acc[a2][3]);
+        st4(&s.dUt[4 * tr + a2][4 * tc], uv);
+        st4(u, uv);
+      }
     }
     __syncthreads();
-    const float en = expf(gl);
-    for (int e = tid; e < K * kBV; e += kThreads) {  // dS_start = e_n dS + scale (Gamma Q^)^T dO - W^T dU
-      const int i = e >> 6, jj = e & 63;
-      float acc = 0.f;
-#pragma unroll 8
-      for (int r = 0; r < kC; ++r) acc = fmaf(s.Qg[r][i], s.dOt[r][jj], fmaf(-s.W[r][i], s.dUt[r][jj], acc));
-      s.dS[i][jj] = fmaf(en, s.dS[i][jj], acc);
+    {  // dS_start = e_n dS + scale (Gamma Q^)^T dO - W^T dU: keys IR tr .., columns 4 tc ..
+      const float en = expf(gl);
+      float acc[IR][4] = {};
+#pragma unroll 2
+      for (int r = 0; r < kC; ++r) {
+        float qg[IR], w[IR];
+        ldR<IR>(qg, &s.Qg[r][IR * tr]);
+        ldR<IR>(w, &s.W[r][IR * tr]);
+#pragma unroll
+        for (int a2 = 0; a2 < IR; ++a2) w[a2] = -w[a2];
+        outer_acc<IR>(acc, qg, ld4(&s.dOt[r][4 * tc]));
+        outer_acc<IR>(acc, w, ld4(&s.dUt[r][4 * tc]));
+      }
+#pragma unroll
+      for (int a2 = 0; a2 < IR; ++a2) {
+        float* sp = &s.dS[IR * tr + a2][4 * tc];
+        const float4 o = ld4(sp);
+        st4(sp, make_float4(fmaf(en, o.x, acc[a2][0]), fmaf(en, o.y, acc[a2][1]), fmaf(en, o.z, acc[a2][2]),
+                            fmaf(en, o.w, acc[a2][3])));
+      }
     }
   }
   if (a.dh0) {  // dh0 = dS_start of the first chunk (dht, or 0, for an empty sequence)
