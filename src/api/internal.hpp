@@ -77,6 +77,8 @@ namespace cuda {
 // CUDA backend (src/cuda/<op>/). Launches only: no allocation, no host synchronization.
 size_t chunk_fwd_workspace_size(const ChunkFwdParams& p, const ChunkDims& d);
 Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t ws_bytes, void* stream);
+size_t chunk_bwd_workspace_size(const ChunkBwdParams& p, const SeqDims& d);
+Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, void* ws, size_t ws_bytes, void* stream);
 size_t recurrent_workspace_size(const RecurrentParams& p, const RecurrentDims& d);
 Status recurrent(const RecurrentParams& p, const RecurrentDims& d, void* ws, size_t ws_bytes, void* stream);
 Status recurrent_commit(const RecurrentCommitParams& p, const CommitDims& d, void* stream);
