@@ -120,7 +120,8 @@ Grads output_shapes(const BwdCase& bc, const Problem& pr, DType io, DType f) {
     g.dA_log = HostTensor(f, {bc.c.Hv});
     g.ddt_bias = HostTensor(f, {bc.c.Hv});
   }
-  for (HostTensor* t : {&g.dq, &g.dk, &g.dv, &g.dg, &g.dbeta, &g.dh0, &g.dA_log, &g.ddt_bias}) t->fill_nan();
+  for (HostTensor* t : {&g.dq, &g.dk, &g.dv, &g.dg, &g.dbeta, &g.dh0, &g.dA_log, &g.ddt_bias})
+    if (!t->empty_shape()) t->fill_nan();  // an absent tensor has no bytes
   return g;
 }
 
