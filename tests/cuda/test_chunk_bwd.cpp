@@ -27,7 +27,6 @@ namespace {
 struct BwdCase {
   GdnCase c;
   bool has_dht = true;
-  bool broadcast_dht = false;  // d_ht is one [K, V] block seen through zero strides on N and Hv (expand)
   bool gate = false;           // use_gate_in_kernel + use_beta_sigmoid_in_kernel (g, beta hold raw a, b)
   bool neg_eig = false;
   int64_t slack = 0;  // varlen: extra rows past cu[N]
@@ -52,7 +51,7 @@ HostTensor state_of(const GdnCase& c, DType dt) {
 struct Problem {
   GdnInputs in;
   HostTensor d_o, d_ht, A_log, dt_bias;
-  int64_t rows_used = 0;  // tokens inside sequences (cu[N])
+  int64_t rows_used = 0;  // token rows inside sequences: B * T (fixed length) or cu[N] (varlen)
 };
 
 // A [.., T, ...] tensor grown by `extra` zero rows on the token axis (dim 1).
@@ -93,11 +92,10 @@ Problem make_problem(const BwdCase& bc) {
   for (int64_t i = 0; i < pr.d_o.numel(); ++i) pr.d_o.set(i, rng.normal());
   if (bc.has_dht) {
     pr.d_ht = state_of(c, DType::f32);
-    const int64_t blk = c.K * c.V;
     for (int64_t i = 0; i < pr.d_ht.numel(); ++i)
-      pr.d_ht.set(i, bc.broadcast_dht && i >= blk ? pr.d_ht.get(i % blk) : rng.normal());
+      pr.d_ht.set(i, rng.normal());
   }
-  pr.rows_used = c.total_T();
+  pr.rows_used = (c.seqlens.empty() ? c.B : 1) * c.total_T();  // B * T rows (fixed length) or cu[N]
   if (bc.slack > 0) {
     for (HostTensor* t : {&in.q, &in.k, &in.v, &in.g, &in.beta, &pr.d_o}) *t = grow_tokens(*t, bc.slack);
   }
@@ -207,7 +205,6 @@ struct GpuRun {
     p.q = up(in.q), p.k = up(in.k), p.v = up(in.v), p.g = up(in.g), p.beta = up(in.beta);
     p.initial_state = up(in.h0), p.cu_seqlens = up(in.cu), p.A_log = up(dev_in.A_log);
     p.dt_bias = up(dev_in.dt_bias), p.d_o = up(dev_in.d_o), p.d_ht = up(dev_in.d_ht);
-    if (bc.broadcast_dht) p.d_ht.strides[0] = p.d_ht.strides[1] = 0;  // every (n, h) reads the first block
     auto outp = [&](HostTensor& t, Dev** d, TensorView* v) {
       bufs.push_back(new Dev(t));
       *d = bufs.back();
@@ -346,10 +343,6 @@ TEST(CudaChunkBwd, VarlenEmptySequencesAndSlackRows) {
   b.c.has_h0 = false;
   b.has_dht = false;
   b.c.name = "varlen_k64_no_h0_no_dht";
-  check(b);
-  b.has_dht = true;
-  b.broadcast_dht = true;
-  b.c.name = "varlen_k64_broadcast_dht";
   check(b);
 }
 
