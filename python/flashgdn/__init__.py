@@ -27,7 +27,7 @@ if _torch is not None:
                         _torch.int64], _os.environ.get("FLASHGDN_TORCH_ATTRS", "0") != "1")
 
 from ._ops import exec_options  # noqa: E402
-from .engine import (chunk_gated_delta_rule_prefill, commit_intermediate_states,  # noqa: E402
+from .engine import (chunk_gated_delta_rule_prefill, commit_intermediate_states, mixer_decode,  # noqa: E402
                      recurrent_gated_delta_rule_pool)
 from .gated_delta_rule import (chunk_gated_delta_rule, chunk_gdn, fused_gdn_gating,  # noqa: E402
                                fused_recurrent_gated_delta_rule, fused_recurrent_gdn)
@@ -47,7 +47,7 @@ def built_with_cuda():
 __all__ = [
     "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "chunk_gdn", "fused_recurrent_gdn",
     "fused_gdn_gating",
-    "recurrent_gated_delta_rule_pool", "commit_intermediate_states", "chunk_gated_delta_rule_prefill",
+    "recurrent_gated_delta_rule_pool", "commit_intermediate_states", "chunk_gated_delta_rule_prefill", "mixer_decode",
     "exec_options", "cuda_available",
     "built_with_cuda", "InvalidArgumentError", "UnsupportedError", "CudaError", "InternalError", "__version__",
 ]

@@ -146,3 +146,18 @@ def gating(A_log, a, b, dt_bias, softplus_beta, softplus_threshold, allow_neg_ei
     _C.gating(A_log, a, dt_bias, b, g, beta, (False, False, bool(allow_neg_eigval), float(softplus_beta),
                                                 float(softplus_threshold)), _EXEC.get(), fw.stream(a, stream))
     return g, beta
+
+
+def mixer_decode(x, z, a, b, A_log, dt_bias, conv_weight, conv_bias, norm_weight, cu_seqlens, conv_state,
+                 state_pool, state_indices, num_accepted_tokens, intermediate_states, intermediate_conv_windows,
+                 intermediate_indices, num_k_heads, head_k_dim, commit, null_slot_is_invalid, scale, norm_eps, gate,
+                 state_v_first, out=None, stream=None, fw=None):
+    """The fused GDN mixer decode step (flashgdn.hpp, MixerDecodeParams) -> out [B, T, HV, V] in x's dtype."""
+    fw = fw or framework_of(x)
+    o = fw.empty_like(z) if out is None else out
+    _C.mixer_decode(x, z, a, b, A_log, dt_bias, conv_weight, conv_bias, norm_weight, cu_seqlens, conv_state,
+                    state_pool, state_indices, num_accepted_tokens, intermediate_states, intermediate_conv_windows,
+                    intermediate_indices, o, int(num_k_heads), int(head_k_dim), bool(commit),
+                    bool(null_slot_is_invalid), float(scale), float(norm_eps), gate, bool(state_v_first), _EXEC.get(),
+                    fw.stream(x, stream))
+    return o

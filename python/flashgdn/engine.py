@@ -119,3 +119,33 @@ def chunk_gated_delta_rule_prefill(q, k, v, g, beta, *, scale=None, initial_stat
                           int(chunk_size), float(softplus_beta), float(softplus_threshold),
                           state_checkpoints=state_checkpoints, checkpoint_interval=int(checkpoint_interval),
                           stream=stream, fw=fw)
+
+
+def mixer_decode(x, z, a, b, *, conv_weight, conv_state, state_pool, A_log, norm_weight, num_k_heads, head_k_dim,
+                 dt_bias=None, conv_bias=None, state_indices=None, num_accepted_tokens=None, cu_seqlens=None,
+                 intermediate_states=None, intermediate_conv_windows=None, intermediate_indices=None, commit=True,
+                 null_slot_is_invalid=False, scale=None, norm_eps=1e-6, allow_neg_eigval=False, softplus_beta=1.0,
+                 softplus_threshold=20.0, state_v_first=False, out=None, stream=None):
+    """The whole GDN mixer step of Qwen3-Next / Qwen3.5 between the input projections and out_proj, in one launch
+    on CUDA (decode T = 1, multi-token decode and speculative verify T > 1): causal conv1d update + SiLU on the
+    mixed qkv, split, gating, l2norm of q and k, the recurrence on the state pool (the pool op's rows, slots and
+    sentinels), and the gated RMSNorm out = rmsnorm(o) * norm_weight * silu(z).
+
+    x [B, T, C] mixed qkv before the conv, C = 2 * num_k_heads * head_k_dim + HV * V ([q | k | v], head-major);
+    z [B, T, HV, V]; a, b [B, T, HV] raw; conv_weight [C, Kc]; conv_state [slots, C, L] in-out, raw inputs oldest
+    first (vLLM "SD" [blocks, L, C]: pass conv_state.transpose(1, 2); transformers' [B, C, Kc]: conv_state[..., 1:]);
+    state_pool [slots, HV, K, V] ([.., V, K] with state_v_first) in-out; state_indices [N] or vLLM's [N, 1 + S]
+    with num_accepted_tokens (the conv window then starts at num_accepted_tokens - 1). commit=False writes
+    neither state: intermediate_states / intermediate_conv_windows [N_buf, T_buf, C, Kc - 1] receive the per-token
+    states and windows (SGLang verify). Returns out [B, T, HV, V] in x's dtype (written into `out` when given).
+    """
+    refuse_autograd("mixer_decode", (x, z, a, b, conv_weight, A_log, dt_bias, norm_weight), "the mixer decode step")
+    fw = _fw.framework_of(x)
+    if fw is None:
+        raise TypeError(f"mixer_decode: the states are updated in place, which needs a mutable array; got {type(x)}")
+    gate = _ops._gate(True, True, allow_neg_eigval, softplus_beta, softplus_threshold)
+    return _ops.mixer_decode(x, z, a, b, A_log, dt_bias, conv_weight, conv_bias, norm_weight, cu_seqlens, conv_state,
+                             state_pool, state_indices, num_accepted_tokens, intermediate_states,
+                             intermediate_conv_windows, intermediate_indices, num_k_heads, head_k_dim, commit,
+                             null_slot_is_invalid, 0.0 if scale is None else scale, norm_eps, gate, state_v_first,
+                             out, stream, fw)

@@ -566,6 +566,44 @@ void recurrent_commit_py(nb::args args) {
   launch(p, p.state_pool, in.h(7), [](const RecurrentCommitParams& x, void* s) { return recurrent_commit(x, s); });
 }
 
+void mixer_decode_py(nb::args args) {
+  Args in("mixer_decode", args, 28);
+  const int64_t num_k_heads = in.i(18), head_k_dim = in.i(19);
+  const bool commit = in.b(20), null_slot_is_invalid = in.b(21);
+  const float scale = in.f(22), norm_eps = in.f(23);
+  const bool state_v_first = in.b(25);
+  Views tv{"mixer_decode", in, in.h(27)};
+  MixerDecodeParams p;
+  p.x = tv.input(0, "x");
+  p.z = tv.input(1, "z");
+  p.a = tv.input(2, "a");
+  p.b = tv.input(3, "b");
+  p.A_log = tv.input(4, "A_log");
+  p.dt_bias = tv.input(5, "dt_bias");
+  p.conv_weight = tv.input(6, "conv_weight");
+  p.conv_bias = tv.input(7, "conv_bias");
+  p.norm_weight = tv.input(8, "norm_weight");
+  p.cu_seqlens = tv.input(9, "cu_seqlens");
+  p.conv_state = tv(10, "conv_state");
+  p.state_pool = tv(11, "state_pool");
+  p.state_indices = tv.input(12, "state_indices");
+  p.num_accepted_tokens = tv.input(13, "num_accepted_tokens");
+  p.intermediate_states = tv(14, "intermediate_states");
+  p.intermediate_conv_windows = tv(15, "intermediate_conv_windows");
+  p.intermediate_indices = tv.input(16, "intermediate_indices");
+  p.out = tv(17, "out");
+  p.num_k_heads = num_k_heads;
+  p.head_k_dim = head_k_dim;
+  p.commit = commit;
+  p.null_slot_is_invalid = null_slot_is_invalid;
+  p.scale = scale;
+  p.norm_eps = norm_eps;
+  p.gate = gate_of(in.h(24));
+  p.state_layout = layout_of(state_v_first);
+  p.exec = exec_of(in.h(26));
+  launch(p, p.x, in.h(27), [](const MixerDecodeParams& x, void* s) { return mixer_decode(x, s); });
+}
+
 // Host cost of reading one call's tensors (bench/side_by_side.py reports it next to the full eager call).
 int64_t probe_views(nb::args tensors) {
   Keep keep;
@@ -601,5 +639,6 @@ NB_MODULE(_C, m) {
   m.def("gating", &gating_py);
   m.def("recurrent", &recurrent_py);
   m.def("recurrent_commit", &recurrent_commit_py);
+  m.def("mixer_decode", &mixer_decode_py);
   m.def("probe_views", &probe_views);
 }
