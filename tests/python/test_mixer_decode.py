@@ -42,6 +42,8 @@ def reference_step(layer, h, conv_state, state):
     q = q.reshape(q.shape[0], 1, -1, layer.head_k_dim)
     k = k.reshape(k.shape[0], 1, -1, layer.head_k_dim)
     v = v.reshape(v.shape[0], 1, -1, layer.head_v_dim)
+    r = layer.num_v_heads // layer.num_k_heads  # value head h reads key head h // r (repeat_interleave)
+    q, k = q.repeat_interleave(r, dim=2), k.repeat_interleave(r, dim=2)
     beta = b.sigmoid()
     g = -layer.A_log.float().exp() * torch.nn.functional.softplus(a.float() + layer.dt_bias)
     o, s = mq.torch_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=state, output_final_state=True,
