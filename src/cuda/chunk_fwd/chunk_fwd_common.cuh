@@ -1,4 +1,4 @@
-// Shared device pieces of the fused chunked-prefill kernel (chunk_fwd_kernel_wide.cuh, gdn-math §5): element
+// Shared device pieces of the chunked-prefill kernels (the intra-chunk and state passes, gdn-math §5): element
 // types, PTX wrappers (ldmatrix, cp.async, mma.sync m16n8k16 and the 3xTF32 product used by the inverse),
 // scalar loads, the clamped sequence bounds, the state-tile reference and the shared-memory plan.
 #pragma once
@@ -100,21 +100,6 @@ template <int COUNT>
 __device__ __forceinline__ void named_barrier(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(COUNT) : "memory");
 }
-
-#ifdef FGDN_CHUNK_PROFILE
-#define FGDN_PROF(k)                             \
-  do {                                           \
-    if (prof_on) {                               \
-      const unsigned long long now_ = clock64(); \
-      prof_acc[k] += now_ - prof_last;           \
-      prof_last = now_;                          \
-    }                                            \
-  } while (0)
-#else
-#define FGDN_PROF(k) \
-  do {               \
-  } while (0)
-#endif
 
 // d += a * b, m16n8k16, fp32 accumulation.
 template <bool BF16>

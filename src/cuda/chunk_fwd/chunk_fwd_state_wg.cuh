@@ -228,11 +228,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     issue(c_begin, 0);
     mbar::arrive_cp_async(&sm.full[0]);
   }
-#ifdef FGDN_CHUNK_PROFILE  // phase cycles of thread 0 (warpgroup 0), summed over every CTA (a.prof[8] counts chunks)
-  const bool prof_on = a.prof != nullptr && tid == 0 && active;
-  unsigned long long prof_acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  unsigned long long prof_last = clock64();
-#endif
 
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int i = static_cast<int>(c - c_begin), bf = i & 1;
@@ -243,9 +238,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     auto refill = [&]() {
       if (c + 1 < c_end) {
         if (i > 0) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
-#ifndef FGDN_WG_NOLOAD  // (experiment: compute-only timing, wrong results)
         issue(c + 1, bf ^ 1);
-#endif
         mbar::arrive_cp_async(&sm.full[bf ^ 1]);
       }
     };
@@ -261,9 +254,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       release();
       continue;
     }
-    FGDN_PROF(0);  // the wait for this chunk's tiles
-    refill();      // at the top: the loads get the whole chunk to land (after phase 2: 5.14 us per chunk, 3: 6.01)
-    FGDN_PROF(1);  // the wait for the other buffer's release, the copies issued
+    refill();  // at the top: the loads get the whole chunk to land (after phase 2: 5.14 us per chunk, 3: 6.01)
 
     const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
     const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
@@ -296,7 +287,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         wg::wait0();
       }
     }
-    FGDN_PROF(2);  // K S0
 
     // R = V - diag(ek) K S0 -> R^T;  O = diag(eq) Q S0
     {
@@ -322,7 +312,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       }
     }
     named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
-    FGDN_PROF(3);                 // R, Q S0's wait, the barrier
 
     // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta) (one group); U^T as hi + lo
     {
@@ -358,7 +347,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       wg::fence_async_smem();
     }
     named_barrier<128>(1 + wgi);  // U^T of this slice complete
-    FGDN_PROF(4);                 // U = A' R, its epilogue, the barrier
 
     // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
     // S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo (key block 0 in the same group, key block 1 in a second
@@ -399,8 +387,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       wg::commit();
       wg::wait0();
     }
-    release();     // this thread's last reads of buffer bf (K^T, P fragments, the header) are behind it
-    FGDN_PROF(5);  // the update and P U
+    release();  // this thread's last reads of buffer bf (K^T, P fragments, the header) are behind it
     if constexpr (has_output) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -428,14 +415,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     for (int mb = 0; mb < 2; ++mb)  // key block mb: rows 64 mb + 16 wi ..
       store_checkpoint(a, wk, c, h, vcol0, reinterpret_cast<const float(&)[1][4][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
                        g8, t4);
-    FGDN_PROF(6);  // o stored, S0^T, the barriers
   }
-#ifdef FGDN_CHUNK_PROFILE
-  if (prof_on) {
-    for (int k2 = 0; k2 < 8; ++k2) atomicAdd(&a.prof[k2], prof_acc[k2]);
-    atomicAdd(&a.prof[8], static_cast<unsigned long long>(c_end - c_begin));
-  }
-#endif
   cp_async_commit();    // (the copies are tracked by the barriers, not by groups: commit them to wait for them)
   cp_async_wait_all();  // no copy may be in flight at exit
 
