@@ -100,8 +100,8 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       E* dq = &sm.x.in.q[r * LDQ + lvec * 8];
       E* dk = &sm.x.in.k[r * LDQ + lvec * 8];
       if (r < nvalid) {
-        cp_async16(dq, qb + r * a.q_st);
-        cp_async16(dk, kb + r * a.k_st);
+        cp_async<16>(dq, qb + r * a.q_st);
+        cp_async<16>(dk, kb + r * a.k_st);
       } else {
         *reinterpret_cast<uint4*>(dq) = make_uint4(0, 0, 0, 0);
         *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
@@ -176,8 +176,8 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
         uint32_t af[4], b[4];
         ldsm_x4(af, &arow[(16 * ti + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8]);
         ldsm_x4(b, &sm.x.in.k[(16 * tj + (lane & 7) + ((lane >> 4) << 3)) * LDQ + ks * 16 + ((lane >> 3) & 1) * 8]);
-        mma<BF16>(acc[0], af, b[0], b[1]);
-        mma<BF16>(acc[1], af, b[2], b[3]);
+        mma_m16n8k16<BF16>(acc[0], af, b[0], b[1]);
+        mma_m16n8k16<BF16>(acc[1], af, b[2], b[3]);
       }
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)

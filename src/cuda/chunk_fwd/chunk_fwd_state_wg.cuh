@@ -22,11 +22,10 @@
 // blocks of A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block). Work per
 // chunk and CTA: 208 m64n32k16 = 13.6 MFLOP, ~3.4k cycles at the SM's dense rate.
 //
-// Where it stands (H200, tests/cuda/standalone_wgmma/run.sh, B=8 T=4096 H=16, one CTA per SM, 64 chunks per CTA):
-// 5.07-5.11 us per chunk against 6.3 for the mma.sync state pass (chunk_fwd_state.cuh), both with diag(dk) U as hi +
-// lo (4.78 / 5.7 before that fix, session 6; 5.48 with a CTA barrier per chunk and descriptors rebuilt per
-// instruction). ~10k cycles per chunk against ~3.4k of tensor work: latency-bound (phase dependencies, the four
-// warpgroups' coupling through the shared double buffer; docs/chunk_fwd.md). compute-sanitizer racecheck: clean.
+// Cost (H200, B=8 T=4096 H=16, one CTA per SM, 64 chunks per CTA): 5.1 us per chunk against 6.3 for the mma.sync
+// state pass (chunk_fwd_state.cuh). ~10k cycles per chunk against ~3.4k of tensor work: latency-bound (phase
+// dependencies, the four warpgroups' coupling through the shared double buffer; docs/chunk_fwd.md).
+// compute-sanitizer racecheck: clean.
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -127,7 +126,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   extern __shared__ unsigned char smem_raw[];
   // Aligned to 1024 bytes (the swizzle) by an offset from smem_raw, not by integer pointer arithmetic: the compiler
   // then still knows every access through `sm` is shared memory (LDS / STS, 32-bit addresses) instead of generic.
-  StateWgSmem& sm = *reinterpret_cast<StateWgSmem*>(smem_raw + ((1024 - (wg::smem_u32(smem_raw) & 1023)) & 1023));
+  StateWgSmem& sm = *reinterpret_cast<StateWgSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
 
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   // warpgroup wgi = (half hf, column slice), warp wi of it. wgi is broadcast from lane 0 so that the compiler sees a
@@ -151,15 +150,15 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
 
   // Shared-memory rows of this warpgroup's column slice in the transposed regions (a row is 128 bytes).
   // (32-bit shared-memory addresses: the stmatrix stores and the wgmma descriptors take them as they are)
-  const uint32_t st_slice = wg::smem_u32(sm.st[hf][0] + cb * 128);  // key block 1 at + 8192
-  const uint32_t rt_slice = wg::smem_u32(sm.rt[hf] + cb * 128);
-  const uint32_t uh_slice = wg::smem_u32(sm.ut[hf][0] + cb * 128);
+  const uint32_t st_slice = smem_addr(sm.st[hf][0] + cb * 128);  // key block 1 at + 8192
+  const uint32_t rt_slice = smem_addr(sm.rt[hf] + cb * 128);
+  const uint32_t uh_slice = smem_addr(sm.ut[hf][0] + cb * 128);
   const uint32_t ul_slice = uh_slice + 8192;  // sm.ut[hf][1]
   // Low descriptor words (wg::desc_at adds each instruction's byte offset): this slice's S0^T (key block 1 at + 8192;
   // later diag(dk) U^T, lo in key block 0, hi in key block 1), R^T, U^T (hi; lo at + 8192), and buffer 0 of the k and q
   // tiles (key half 1 at + 8192).
   const uint32_t st_lo = wg::desc_lo(st_slice), rt_lo = wg::desc_lo(rt_slice), ut_lo = wg::desc_lo(uh_slice);
-  const uint32_t k_lo0 = wg::desc_lo(wg::smem_u32(&sm.k[0][0][0])), q_lo0 = wg::desc_lo(wg::smem_u32(&sm.q[0][0][0]));
+  const uint32_t k_lo0 = wg::desc_lo(smem_addr(&sm.k[0][0][0])), q_lo0 = wg::desc_lo(smem_addr(&sm.q[0][0][0]));
 
   // ---- start state: fp32 accumulators (key block mb: keys 64 mb + r0 (+ 8), columns cb + 8 jn + 2 t4 (+ 1)) and
   // the transposed 16-bit copy

@@ -1,6 +1,6 @@
 // The "direct" recurrent kernel family: decode (T = 1), multi-token decode and speculative verify
-// (gdn-math §1.2, §8), same semantics and arguments (RecurrentArgs) as recurrent_kernel.cuh; recurrent.cu runs
-// it for single-token rows (FLASHGDN_RECURRENT_DIRECT=1 forces it for every launch).
+// (gdn-math §1.2, §8), same semantics and arguments (RecurrentArgs) as recurrent_kernel.cuh; the plan
+// (api/plan.cpp) runs it for single-token rows (exec.recurrent_kernel = direct forces it for every call).
 //
 // Why another kernel: the persistent kernel is latency bound (docs/recurrent.md): 168 registers, 3 CTAs per
 // SM, a dependent chain per tile. This one is the simplest bandwidth-bound shape instead:
