@@ -366,11 +366,9 @@ TEST(CudaChunkFwd, DiscriminatingCases) {
 }
 
 // Identical keys, beta = 1, g = 0 with a full last chunk: the final state of a chunk is a telescoping sum
-// K^T diag(dk) U over its rows, and rounding diag(dk) U to 16 bits row by row leaves errors that do not cancel. The
-// kernels before session 6 did that and measured hT 1.29e-2 (worst head 1.38e-2) here on the H200, as
-// tests/cuda/standalone_chunk/emulate_update_form.py had predicted; T = 130 above (a 2-row last chunk) hid it. Every
-// state pass now applies diag(dk) U as hi + lo (emulated at ~1.6e-3). K = V = 64 takes the mma.sync state pass, the
-// forced split (3 segments) the summary mode, whose update is the same.
+// K^T diag(dk) U over its rows, and rounding diag(dk) U to 16 bits row by row leaves errors that do not cancel (hT
+// ~1.3e-2); a short last chunk (T = 130 above) hides it. The state passes apply diag(dk) U as hi + lo (~1.6e-3).
+// K = V = 64 takes the mma.sync state pass, the forced split (3 segments) the summary mode, whose update is the same.
 TEST(CudaChunkFwd, IdenticalKeysFullLastChunk) {
   REQUIRE_GPU();
   GpuCase g = gcase("identical_keys_full_last_chunk", 1, 128, 2, 4, 128, 128);
