@@ -33,9 +33,10 @@ DType dtype_of(const std::string& s) {
 }
 
 RecurrentKernel kernel_of(const std::string& s) {
-  for (int k = 0; k <= int(RecurrentKernel::wy); ++k)
-    if (s == recurrent_kernel_name(RecurrentKernel(k))) return RecurrentKernel(k);
-  throw std::runtime_error("unknown kernel '" + s + "' (auto, persistent, direct, direct_pipe, wy)");
+  RecurrentKernel k;
+  if (!recurrent_kernel_from_name(s.c_str(), &k))
+    throw std::runtime_error("unknown kernel '" + s + "' (auto, persistent, direct, direct_pipe, wy)");
+  return k;
 }
 
 // A host view of a shape whose data is never read: the plan reads shapes and flags only. Validation checks that

@@ -103,7 +103,8 @@ enum class RecurrentKernel : int32_t {
                     // K-major pool, 1-D state_indices, no intermediate_states
   wy = 4,           // chunked WY form over a row's tokens: K-major states in a pool
 };
-FLASHGDN_CXX_API const char* recurrent_kernel_name(RecurrentKernel k);
+FLASHGDN_CXX_API const char* recurrent_kernel_name(RecurrentKernel k);                   // "auto", "persistent", ...
+FLASHGDN_CXX_API bool recurrent_kernel_from_name(const char* name, RecurrentKernel* k);  // false: no such kernel
 
 // How a call executes; the defaults suit production use.
 struct ExecOptions {

@@ -207,6 +207,15 @@ const char* recurrent_kernel_name(RecurrentKernel k) {
   return "unknown";
 }
 
+bool recurrent_kernel_from_name(const char* name, RecurrentKernel* k) {
+  for (int32_t i = 0; name && k && i <= int32_t(RecurrentKernel::wy); ++i)
+    if (std::string(name) == recurrent_kernel_name(RecurrentKernel(i))) {
+      *k = RecurrentKernel(i);
+      return true;
+    }
+  return false;
+}
+
 Status plan_recurrent(const RecurrentParams& p, const RecurrentDims& d, const DeviceFacts& dev, RecurrentPlan* out) {
   if (d.K != 64 && d.K != 128) return FGDN_ERROR(unsupported, "recurrent: K = ", d.K, " on CUDA; expected 64 or 128");
   if (d.V != 64 && d.V != 128) return FGDN_ERROR(unsupported, "recurrent: V = ", d.V, " on CUDA; expected 64 or 128");

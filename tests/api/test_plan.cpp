@@ -340,6 +340,19 @@ TEST(RecurrentPlan, OverridesHonouredOrRejected) {
   EXPECT_EQ(plan_recurrent(c.p, c.d, DeviceFacts{kH200Sms}, &pl).code(), StatusCode::invalid_argument);
 }
 
+TEST(RecurrentPlan, KernelNames) {
+  for (RecurrentKernel k : {RecurrentKernel::auto_, RecurrentKernel::persistent, RecurrentKernel::direct,
+                            RecurrentKernel::direct_pipe, RecurrentKernel::wy}) {
+    RecurrentKernel back = RecurrentKernel::auto_;
+    EXPECT_TRUE(recurrent_kernel_from_name(recurrent_kernel_name(k), &back)) << recurrent_kernel_name(k);
+    EXPECT_EQ(back, k);
+  }
+  RecurrentKernel x = RecurrentKernel::wy;
+  EXPECT_FALSE(recurrent_kernel_from_name("wy_mma", &x));
+  EXPECT_FALSE(recurrent_kernel_from_name(nullptr, &x));
+  EXPECT_EQ(x, RecurrentKernel::wy);
+}
+
 TEST(RecurrentPlan, UnsupportedHeadDims) {
   RecShapeSpec s;
   s.K = 96;
