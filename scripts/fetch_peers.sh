@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Download the peer libraries that bench/side_by_side.py compares against, as wheels, into the git-ignored .whl/
-# (the GPU machine has no network: the wheels travel with the working tree, which may hold at most 64 MiB in all).
-# Prints each wheel's size and which groups fit the budget. No peer code enters the repository.
+# (for a GPU machine without network access: the wheels travel with the working tree). Prints each wheel's size and
+# whether the groups fit a 64 MiB working-tree budget.
+# No peer code enters the repository.
 #
 #   scripts/fetch_peers.sh [group ...]       groups: fla (default), flashqla, flashinfer; "all" = every group
 #
-# On the GPU machine (see /work/.library/device/README.md "Notes"), carry .whl and start the command with
+# On the GPU machine, with .whl in the working tree, install them with
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
 #     .whl/*.whl && export PYTHONPATH=/tmp/site
 set -euo pipefail

@@ -34,12 +34,22 @@ typedef enum {
 
 typedef enum { FLASHGDN_STATE_K_MAJOR = 0, FLASHGDN_STATE_V_MAJOR = 1 } flashgdn_state_layout;
 typedef enum { FLASHGDN_CPU_RECURRENT = 0, FLASHGDN_CPU_CHUNKED = 1 } flashgdn_cpu_algo;
+/* Kernel overrides of the CUDA recurrent op (flashgdn::RecurrentKernel in flashgdn.hpp says what each takes). */
+typedef enum {
+  FLASHGDN_RECURRENT_AUTO = 0,
+  FLASHGDN_RECURRENT_PERSISTENT = 1,
+  FLASHGDN_RECURRENT_DIRECT = 2,
+  FLASHGDN_RECURRENT_DIRECT_PIPE = 3,
+  FLASHGDN_RECURRENT_WY = 4
+} flashgdn_recurrent_kernel;
 
 typedef struct {
-  int32_t check_indices; /* validate device-resident indices on the host (syncs) */
-  int32_t cpu_fp64;      /* CPU backend computes in fp64 (the oracle) */
-  int32_t cpu_algo;      /* flashgdn_cpu_algo */
-  int32_t cpu_threads;   /* 0: all hardware threads */
+  int32_t check_indices;      /* validate device-resident indices on the host (syncs) */
+  int32_t cpu_fp64;           /* CPU backend computes in fp64 (the oracle) */
+  int32_t cpu_algo;           /* flashgdn_cpu_algo */
+  int32_t cpu_threads;        /* 0: all hardware threads */
+  int32_t recurrent_kernel;   /* flashgdn_recurrent_kernel: CUDA recurrent kernel override, 0 = auto */
+  int32_t chunk_fwd_segments; /* CUDA chunk_fwd segment split: 0 auto, 1 off, P > 1 about P per sequence */
 } flashgdn_exec_options;
 
 typedef struct {

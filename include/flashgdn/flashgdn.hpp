@@ -1,6 +1,6 @@
 // flashgdn — Gated Delta Rule (Gated DeltaNet) kernels. C++ API.
 //
-// The operator contract is docs/gdn-math.md (the project copy of ../shared/docs/gdn-math.md):
+// The operator contract is docs/gdn-math.md:
 //   S~_t = exp(g_t) S_{t-1};  u_t = beta_t (v_t - S~_t^T k_t);  S_t = S~_t + k_t u_t^T;  o_t = scale S_t^T q_t
 // State S is [K, V] per (sequence, value head), fp32. Value head h reads q/k head h / (Hv / Hqk).
 //
@@ -92,6 +92,20 @@ enum class CpuAlgo : int32_t {
   chunked = 1,    // WY/UT chunked form (§5, §7.2-7.3), chunk size from the params
 };
 
+// Kernel of a CUDA recurrent call (gdn-math §8). `auto_` is the plan's choice (flashgdn::recurrent_plan prints it
+// and why); the others force one kernel for tests and A/B benchmarks, and a call whose shape that kernel cannot
+// take is rejected (unsupported) with the kernel's requirement in the message. docs/recurrent.md has the kernels.
+enum class RecurrentKernel : int32_t {
+  auto_ = 0,
+  persistent = 1,   // persistent CTAs over (row, head, V-tile) tiles, tokens staged in shared memory: any call
+  direct = 2,       // one CTA per state tile, every load in flight: any call
+  direct_pipe = 3,  // single-token, persistent CTAs with a 2-stage cp.async ring of state tiles: fixed T = 1 on a
+                    // K-major pool, 1-D state_indices, no intermediate_states
+  wy = 4,           // chunked WY form over a row's tokens: K-major states in a pool
+};
+FLASHGDN_CXX_API const char* recurrent_kernel_name(RecurrentKernel k);                   // "auto", "persistent", ...
+FLASHGDN_CXX_API bool recurrent_kernel_from_name(const char* name, RecurrentKernel* k);  // false: no such kernel
+
 // How a call executes; the defaults suit production use.
 struct ExecOptions {
   // Validate device-resident index tensors (cu_seqlens, slot indices, num_accepted_tokens) on the host.
@@ -102,6 +116,10 @@ struct ExecOptions {
   bool cpu_fp64 = false;
   CpuAlgo cpu_algo = CpuAlgo::recurrent;
   int32_t cpu_threads = 0;  // 0: all hardware threads
+  // Kernel overrides of the CUDA backend (tests and A/B benchmarks; the CPU backend ignores them). The defaults are
+  // the plan's choice.
+  RecurrentKernel recurrent_kernel = RecurrentKernel::auto_;  // recurrent
+  int32_t chunk_fwd_segments = 0;  // chunk_fwd segment split (gdn-math §6): 0 auto, 1 off, P > 1 about P per sequence
 };
 
 // Gate and beta as given, or raw projections turned into them inside the op (gdn-math §4):
@@ -144,6 +162,10 @@ struct ChunkFwdParams {
 };
 
 FLASHGDN_CXX_API Status chunk_fwd_workspace_size(const ChunkFwdParams& p, size_t* bytes);
+// The plan a chunk_fwd call runs (kernels, grids, segment split, workspace) and why, as text; the params are
+// validated as by the call. sm_count = 0: for the tensors' device (CPU tensors: the CPU backend); sm_count > 0: the
+// CUDA plan for a GPU with that many SMs, whatever the tensors' device (the plan reads shapes and flags only).
+FLASHGDN_CXX_API Status chunk_fwd_plan(const ChunkFwdParams& p, std::string* out, int32_t sm_count = 0);
 FLASHGDN_CXX_API Status chunk_fwd(const ChunkFwdParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
                                   void* stream = nullptr);
 
@@ -238,6 +260,8 @@ struct RecurrentParams {
 };
 
 FLASHGDN_CXX_API Status recurrent_workspace_size(const RecurrentParams& p, size_t* bytes);
+// The plan a recurrent call runs (kernel, V-tile, grid) and why, as text; sm_count as for chunk_fwd_plan.
+FLASHGDN_CXX_API Status recurrent_plan(const RecurrentParams& p, std::string* out, int32_t sm_count = 0);
 FLASHGDN_CXX_API Status recurrent(const RecurrentParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
                                   void* stream = nullptr);
 

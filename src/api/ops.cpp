@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api/internal.hpp"
+#include "api/plan.hpp"
 #include "common/error.hpp"
 
 #if FLASHGDN_WITH_CUDA
@@ -186,6 +187,20 @@ P without_index_check(const P& p) {
   return q;
 }
 
+// The device facts a plan reads: the tensors' device, or a GPU of `sm_count` SMs (the <op>_plan functions).
+DeviceFacts device_facts(int32_t device_id, int32_t sm_count = 0) {
+  DeviceFacts f;
+  f.sms = sm_count;
+#if FLASHGDN_WITH_CUDA
+  if (f.sms <= 0) f.sms = cuda::device_sm_count(device_id);
+#endif
+  return f;
+}
+
+const char* cpu_algo_name(const ExecOptions& e) {
+  return e.cpu_algo == CpuAlgo::chunked ? "chunked" : "recurrent";
+}
+
 }  // namespace
 
 // ---- chunk_fwd -----------------------------------------------------------------------------------------------
@@ -202,11 +217,30 @@ Status chunk_fwd_workspace_size(const ChunkFwdParams& p, size_t* bytes) {
 #if FLASHGDN_WITH_CUDA
     DeviceGuard guard(p.q.device_id);
     FGDN_RETURN_IF_ERROR(guard.status());
-    *bytes = cuda::chunk_fwd_workspace_size(p, d);
+    ChunkFwdPlan plan;
+    FGDN_RETURN_IF_ERROR(plan_chunk_fwd(p, d, device_facts(p.q.device_id), &plan));
+    *bytes = plan.workspace_bytes;
     return Status::OK();
 #else
     return FGDN_ERROR(internal, "chunk_fwd_workspace_size: a CUDA tensor passed validation in a CPU-only build");
 #endif
+  });
+}
+
+Status chunk_fwd_plan(const ChunkFwdParams& p, std::string* out, int32_t sm_count) {
+  return guarded("chunk_fwd_plan", [&]() -> Status {
+    if (!out) return FGDN_INVALID("chunk_fwd_plan: out: expected a non-null pointer, got null");
+    ChunkDims d;
+    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
+    if (p.q.device == DeviceType::cpu && sm_count <= 0) {
+      *out = detail::str_cat("chunk_fwd on the CPU backend: ", p.exec.cpu_fp64 ? "fp64" : "fp32", ", ",
+                             cpu_algo_name(p.exec), " form, no workspace\n");
+      return Status::OK();
+    }
+    ChunkFwdPlan plan;
+    FGDN_RETURN_IF_ERROR(plan_chunk_fwd(p, d, device_facts(p.q.device_id, sm_count), &plan));
+    *out = describe(plan, d);
+    return Status::OK();
   });
 }
 
@@ -219,9 +253,10 @@ Status chunk_fwd(const ChunkFwdParams& p, void* workspace, size_t workspace_byte
     DeviceGuard guard(p.q.device_id);
     FGDN_RETURN_IF_ERROR(guard.status());
     FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
-    FGDN_RETURN_IF_ERROR(
-        check_workspace("chunk_fwd", cuda::chunk_fwd_workspace_size(p, d), workspace, workspace_bytes));
-    return cuda::chunk_fwd(p, d, workspace, workspace_bytes, stream);
+    ChunkFwdPlan plan;
+    FGDN_RETURN_IF_ERROR(plan_chunk_fwd(p, d, device_facts(p.q.device_id), &plan));
+    FGDN_RETURN_IF_ERROR(check_workspace("chunk_fwd", plan.workspace_bytes, workspace, workspace_bytes));
+    return cuda::chunk_fwd(p, d, plan, workspace, workspace_bytes, stream);
 #else
     return FGDN_ERROR(internal, "chunk_fwd: a CUDA tensor passed validation in a CPU-only build");
 #endif
@@ -299,11 +334,30 @@ Status recurrent_workspace_size(const RecurrentParams& p, size_t* bytes) {
 #if FLASHGDN_WITH_CUDA
     DeviceGuard guard(p.q.device_id);
     FGDN_RETURN_IF_ERROR(guard.status());
-    *bytes = cuda::recurrent_workspace_size(p, d);
+    RecurrentPlan plan;  // no kernel takes a workspace; the plan still rejects what the call would
+    FGDN_RETURN_IF_ERROR(plan_recurrent(p, d, device_facts(p.q.device_id), &plan));
+    *bytes = 0;
     return Status::OK();
 #else
     return FGDN_ERROR(internal, "recurrent_workspace_size: a CUDA tensor passed validation in a CPU-only build");
 #endif
+  });
+}
+
+Status recurrent_plan(const RecurrentParams& p, std::string* out, int32_t sm_count) {
+  return guarded("recurrent_plan", [&]() -> Status {
+    if (!out) return FGDN_INVALID("recurrent_plan: out: expected a non-null pointer, got null");
+    RecurrentDims d;
+    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
+    if (p.q.device == DeviceType::cpu && sm_count <= 0) {
+      *out = detail::str_cat("recurrent on the CPU backend: ", p.exec.cpu_fp64 ? "fp64" : "fp32", ", ",
+                             cpu_algo_name(p.exec), " form, no workspace\n");
+      return Status::OK();
+    }
+    RecurrentPlan plan;
+    FGDN_RETURN_IF_ERROR(plan_recurrent(p, d, device_facts(p.q.device_id, sm_count), &plan));
+    *out = describe(plan, d);
+    return Status::OK();
   });
 }
 
@@ -316,9 +370,9 @@ Status recurrent(const RecurrentParams& p, void* workspace, size_t workspace_byt
     DeviceGuard guard(p.q.device_id);
     FGDN_RETURN_IF_ERROR(guard.status());
     FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
-    FGDN_RETURN_IF_ERROR(
-        check_workspace("recurrent", cuda::recurrent_workspace_size(p, d), workspace, workspace_bytes));
-    return cuda::recurrent(p, d, workspace, workspace_bytes, stream);
+    RecurrentPlan plan;
+    FGDN_RETURN_IF_ERROR(plan_recurrent(p, d, device_facts(p.q.device_id), &plan));
+    return cuda::recurrent(p, d, plan, stream);
 #else
     return FGDN_ERROR(internal, "recurrent: a CUDA tensor passed validation in a CPU-only build");
 #endif

@@ -130,6 +130,8 @@ ExecOptions to_exec(const flashgdn_exec_options& e) {
   x.cpu_fp64 = e.cpu_fp64 != 0;
   x.cpu_algo = static_cast<CpuAlgo>(e.cpu_algo);  // validation rejects values outside the enum
   x.cpu_threads = e.cpu_threads;
+  x.recurrent_kernel = static_cast<RecurrentKernel>(e.recurrent_kernel);  // the plan rejects values outside the enum
+  x.chunk_fwd_segments = e.chunk_fwd_segments;
   return x;
 }
 

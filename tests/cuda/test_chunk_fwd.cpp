@@ -13,8 +13,6 @@
 
 #if FLASHGDN_WITH_CUDA
 #include <cuda_runtime.h>
-
-#include "cuda/chunk_fwd/chunk_fwd.hpp"
 #endif
 
 namespace flashgdn::test {
@@ -239,9 +237,6 @@ struct GpuRun {
 
 // Output rows of tokens outside every sequence (varlen slack past cu[N]) are not written: compare the rows
 // inside sequences only (all rows here, the generator packs the sequences densely).
-const char* impl_name(int impl) {
-  return impl == cuda::kChunkImplWide ? "wide" : impl == cuda::kChunkImplTwoPassMma ? "mma" : "twopass";
-}
 
 void expect_close(const GpuCase& gc, const Result& ref, GpuRun& run, double tol) {
   const GdnCase& c = gc.c;
@@ -279,31 +274,23 @@ void expect_close(const GpuCase& gc, const Result& ref, GpuRun& run, double tol)
     }
   }
   std::printf("[chunk_fwd cuda %-7s] %-28s o %.2e (worst head %.2e)  hT %.2e (worst head %.2e)\n",
-              impl_name(cuda::chunk_fwd_get_impl()), c.name.c_str(), eo, ho, eh, hh);
+              run.p.exec.chunk_fwd_segments == 0 ? "auto" : std::to_string(run.p.exec.chunk_fwd_segments).c_str(),
+              c.name.c_str(), eo, ho, eh, hh);
 }
 
-// Runs one case through the GPU (with the segment split forced to `segments`: 0 auto, 1 off) and the oracle.
-// Every case runs with the three kernel paths (FLASHGDN_CHUNK_IMPL): the two-pass default (the wgmma state pass
-// where K = V = 128), the two passes with the mma.sync state pass, and the fused `wide` kernel; tol_wide < 0: the
-// same tolerance for all.
-void check(const GpuCase& gc, int segments = 0, double tol = 5e-3, double tol_wide = -1) {
-  const int saved = cuda::chunk_fwd_get_segments(), saved_impl = cuda::chunk_fwd_get_impl();
-  cuda::chunk_fwd_set_segments(segments);
+// Runs one case through the GPU (with the segment split forced to `segments` through exec.chunk_fwd_segments: 0 the
+// plan's choice, 1 off) and the oracle. The state pass is the plan's for the head dims: wgmma where K = V = 128,
+// mma.sync where K or V = 64; the cases cover both.
+void check(const GpuCase& gc, int segments = 0, double tol = 5e-3) {
   const Inputs x = make_case_inputs(gc);
   const Result ref = run_oracle(gc, x);
-  for (const int impl : {cuda::kChunkImplTwoPass, cuda::kChunkImplTwoPassMma, cuda::kChunkImplWide}) {
-    SCOPED_TRACE(std::string("kernel: ") + impl_name(impl));
-    cuda::chunk_fwd_set_impl(impl);
-    GpuRun run(gc, x);
-    run.poison();
-    const Status st = run.launch();
-    EXPECT_TRUE(st.ok()) << st.message();
-    if (!st.ok()) continue;
-    run.fetch();
-    expect_close(gc, ref, run, impl == cuda::kChunkImplWide && tol_wide >= 0 ? tol_wide : tol);
-  }
-  cuda::chunk_fwd_set_impl(saved_impl);
-  cuda::chunk_fwd_set_segments(saved);
+  GpuRun run(gc, x);
+  run.p.exec.chunk_fwd_segments = segments;
+  run.poison();
+  const Status st = run.launch();
+  ASSERT_TRUE(st.ok()) << st.message();
+  run.fetch();
+  expect_close(gc, ref, run, tol);
 }
 
 #define REQUIRE_GPU() \
@@ -364,7 +351,7 @@ TEST(CudaChunkFwd, DiscriminatingCases) {
   // rounded coherently over the chunk, tests/cuda/standalone_chunk/emulate_numerics.py), so it keeps 1e-2.
   g = gcase("identical_keys_beta1_g0", 1, 130, 2, 4, 128, 128);
   g.special = 1;
-  check(g, 0, 5e-3, 1e-2);
+  check(g, 0, 5e-3);
   g = gcase("scale_0.3_no_h0", 1, 100, 2, 4, 128, 128);
   g.scale = 0.3f;
   g.c.has_h0 = false;
@@ -379,11 +366,9 @@ TEST(CudaChunkFwd, DiscriminatingCases) {
 }
 
 // Identical keys, beta = 1, g = 0 with a full last chunk: the final state of a chunk is a telescoping sum
-// K^T diag(dk) U over its rows, and rounding diag(dk) U to 16 bits row by row leaves errors that do not cancel. The
-// kernels before session 6 did that and measured hT 1.29e-2 (worst head 1.38e-2) here on the H200, as
-// tests/cuda/standalone_chunk/emulate_update_form.py had predicted; T = 130 above (a 2-row last chunk) hid it. Every
-// state pass now applies diag(dk) U as hi + lo (emulated at ~1.6e-3). K = V = 64 takes the mma.sync state pass, the
-// forced split (3 segments) the summary mode, whose update is the same.
+// K^T diag(dk) U over its rows, and rounding diag(dk) U to 16 bits row by row leaves errors that do not cancel (hT
+// ~1.3e-2); a short last chunk (T = 130 above) hides it. The state passes apply diag(dk) U as hi + lo (~1.6e-3).
+// K = V = 64 takes the mma.sync state pass, the forced split (3 segments) the summary mode, whose update is the same.
 TEST(CudaChunkFwd, IdenticalKeysFullLastChunk) {
   REQUIRE_GPU();
   GpuCase g = gcase("identical_keys_full_last_chunk", 1, 128, 2, 4, 128, 128);
@@ -430,16 +415,14 @@ TEST(CudaChunkFwd, SegmentSplitOnAndOff) {
   // split and unsplit GPU results agree with each other within the tolerance
   const Inputs x = make_case_inputs(g);
   GpuRun a(g, x), b(g, x);
-  const int saved = cuda::chunk_fwd_get_segments();
-  cuda::chunk_fwd_set_segments(1);
+  a.p.exec.chunk_fwd_segments = 1;
   a.poison();
   ASSERT_TRUE(a.launch().ok());
   a.fetch();
-  cuda::chunk_fwd_set_segments(6);
+  b.p.exec.chunk_fwd_segments = 6;
   b.poison();
   ASSERT_TRUE(b.launch().ok());
   b.fetch();
-  cuda::chunk_fwd_set_segments(saved);
   EXPECT_LE(rel_err(b.o, a.o), 5e-3);
   EXPECT_LE(rel_err(b.hT, a.hT), 5e-3);
 }
@@ -449,9 +432,8 @@ TEST(CudaChunkFwd, GraphCaptureReplayAndRepeatStability) {
   GpuCase g = gcase("graph", 1, 0, 2, 4, 128, 128);
   g.c.seqlens = {100, 0, 700, 63, 1};
   const Inputs x = make_case_inputs(g);
-  const int saved = cuda::chunk_fwd_get_segments();
-  cuda::chunk_fwd_set_segments(3);  // exercise the device-side index build, summary and scan too
   GpuRun run(g, x);
+  run.p.exec.chunk_fwd_segments = 3;  // exercise the device-side index build, summary and scan too
   run.poison();
   ASSERT_TRUE(run.launch().ok());
   run.fetch();
@@ -483,7 +465,6 @@ TEST(CudaChunkFwd, GraphCaptureReplayAndRepeatStability) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(st);
-  cuda::chunk_fwd_set_segments(saved);
 }
 
 // q and k as head slices of one fused [B, T, 2 Hqk, K] buffer (token stride 2 Hqk K), bf16 g and beta,

@@ -127,6 +127,7 @@ struct Spec {
   bool gate_raw = false, beta_raw = false, neg_eig = false, l2 = true, has_g = true, has_beta = true;
   bool h0 = true, hT = true;
   DType idx_dt = DType::i32;
+  RecurrentKernel kernel = RecurrentKernel::auto_;  // exec.recurrent_kernel
   float scale = 0.f;
   uint64_t seed = 1;
   int64_t extra_slots = 3;
@@ -232,6 +233,7 @@ RecurrentParams params(const Spec& s) {
   p.gate.use_beta_sigmoid_in_kernel = s.beta_raw;
   p.gate.allow_neg_eigval = s.neg_eig;
   p.state_layout = s.layout;
+  p.exec.recurrent_kernel = s.kernel;
   return p;
 }
 
@@ -540,6 +542,56 @@ TEST(CudaRecurrent, DecodeLargeBatchKMajorPools) {
       s.null_invalid = true, s.idx_dt = DType::i64, s.commit = false;
       s.gate_raw = true, s.beta_raw = true, s.l2 = false, s.scale = 0.3f;
       check(s);
+    }
+}
+
+// Every kernel on the same cases, forced through exec.recurrent_kernel (the plan's choice is one of them; the others
+// are reached here only): each one either matches the oracle or, where it cannot take the shape, is rejected with an
+// unsupported status naming the override, leaving every output untouched.
+TEST(CudaRecurrent, EveryKernelForced) {
+  FGDN_SKIP_WITHOUT_GPU();
+  std::vector<Spec> specs;
+  Spec s;
+  s.N = 5, s.Hqk = 2, s.Hv = 8, s.K = 128, s.V = 128, s.pool_dt = DType::bf16, s.act_dt = DType::bf16;
+  specs.push_back(s);  // decode, 16-bit K-major pool: every kernel
+  s.K = 64, s.pool_dt = DType::f16;
+  specs.push_back(s);
+  s.K = 128, s.pool_dt = DType::f32;
+  specs.push_back(s);  // fp32 pool: direct_pipe rejects it
+  s.T = 7;
+  specs.push_back(s);  // multi-token
+  s.layout = StateLayout::v_major;
+  specs.push_back(s);  // V-major: wy and direct_pipe reject it
+  s = Spec{};
+  s.seqlens = {0, 3, 1, 9, 0};
+  s.inter = true, s.inter_dt = DType::bf16, s.commit = false, s.pool_dt = DType::bf16;
+  specs.push_back(s);  // varlen verify
+  s = Spec{};
+  s.N = 3, s.T = 4, s.T_max = 4, s.nacc = true, s.slot_set = {{1, 0, -1}};
+  specs.push_back(s);  // protocol A with an invalid start slot
+  s = Spec{};
+  s.pool = false, s.T = 5;
+  specs.push_back(s);  // no pool: initial / final state
+  for (size_t i = 0; i < specs.size(); ++i)
+    for (RecurrentKernel k :
+         {RecurrentKernel::persistent, RecurrentKernel::direct, RecurrentKernel::direct_pipe, RecurrentKernel::wy}) {
+      Spec x = specs[i];
+      x.kernel = k;
+      SCOPED_TRACE("case " + std::to_string(i) + " kernel " + recurrent_kernel_name(k));
+      Inputs in = make(x);
+      auto r = prepare_device(x, in);
+      const Status st = recurrent(r->p);
+      if (st.code() == StatusCode::unsupported) {
+        EXPECT_NE(st.message().find("exec.recurrent_kernel"), std::string::npos) << st.message();
+        download_outputs(*r);
+        EXPECT_TRUE(r->out.o.bit_equal(in.o)) << "a rejected call wrote o";
+        if (x.pool) EXPECT_TRUE(r->out.pool.bit_equal(in.pool)) << "a rejected call wrote the pool";
+        continue;
+      }
+      ASSERT_TRUE(st.ok()) << st.message();
+      device_sync();
+      download_outputs(*r);
+      expect_match(x, in, r->out, run_oracle(x, in));
     }
 }
 

@@ -1,24 +1,17 @@
-// cuda::chunk_fwd: the chunked prefill (inference forward, gdn-math §5-§6) on Hopper.
-//
-// The default (kChunkImplTwoPass) first runs the intra-chunk pass (chunk_fwd_intra.cuh: every chunk and head in
-// parallel, the inverse and P into workspace records), then the state pass (chunk_fwd_state.cuh) as the chain
-// kernel below; kChunkImplWide runs one fused kernel (chunk_fwd_kernel_wide.cuh) that does all
-// of a chunk's work on the chain. Two ways to run the chain kernel, chosen on the host from shapes and the SM count
-// only (no host sync, CUDA-graph safe):
-//   * direct: one CTA per (sequence, value head, state tiles) walking all chunks;
+// cuda::chunk_fwd: the chunked prefill (inference forward, gdn-math §5-§6) on Hopper, as planned by plan_chunk_fwd
+// (api/plan.hpp). First the intra-chunk pass (chunk_fwd_intra.cuh: every chunk and head in parallel, the inverse
+// and P into workspace records), then the state pass, the chain over the chunks (chunk_fwd_state_wg.cuh on wgmma
+// where K = V = 128, chunk_fwd_state.cuh on mma.sync where K or V = 64), run one of two ways (no host sync, CUDA-graph
+// safe):
+//   * direct: one CTA per (sequence, value head) walking all chunks;
 //   * segment split (gdn-math §6) when there are too few such CTAs for the SMs and the sequences are long:
 //       1. chunk_index_kernel  builds the (sequence, segment, chunk range) list on the device,
-//       2. the chain kernel in summary mode writes each segment's [M | N] (augmented state [I | 0]),
+//       2. the state pass in summary mode writes each segment's [M | N] (augmented state [I | 0]),
 //       3. chunk_scan_kernel   S_start(j+1) = M_j S_start(j) + N_j  (fp32, exact, stored over N_j),
-//       4. the chain kernel in split mode runs every segment from its start state (outputs, final state).
+//       4. the state pass in split mode runs every segment from its start state (outputs, final state).
 // docs/chunk_fwd.md has the design and the measured numbers.
-#include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <mutex>
-#include <string>
-
 #include "api/internal.hpp"
+#include "api/plan.hpp"
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
 #include "cuda/common/cuda_check.cuh"
 
@@ -26,126 +19,11 @@ namespace flashgdn::cuda {
 
 namespace {
 
-constexpr int64_t kChunk = 64;
-constexpr int64_t kTile = 64;
-
-std::atomic<int> g_segments{0};
-std::atomic<int> g_impl{kChunkImplDefault};
-std::atomic<unsigned long long*> g_prof{nullptr};
-// FLASHGDN_CHUNK_STAGES (benchmarking only; outputs are wrong unless 3): bit 0 runs the intra-chunk pass, bit 1 the
-// chain kernels (index, summary, scan, forward), so `flashgdn bench` can time each part of the two-pass prefill.
-std::atomic<int> g_stages{3};
-std::once_flag g_env_once;
-
-void read_env_once() {
-  std::call_once(g_env_once, [] {
-    if (const char* s = std::getenv("FLASHGDN_CHUNK_SEGMENTS")) g_segments.store(std::max(0, std::atoi(s)));
-    if (const char* s = std::getenv("FLASHGDN_CHUNK_STAGES")) g_stages.store(std::atoi(s) & 3);
-    if (const char* s = std::getenv("FLASHGDN_CHUNK_IMPL")) {
-      const std::string v(s);
-      g_impl.store(v == "wide" ? kChunkImplWide : v == "mma" ? kChunkImplTwoPassMma : kChunkImplDefault);
-    }
-  });
-}
+constexpr int64_t kChunk = kChunkFwdChunk;
+constexpr int64_t kTile = kChunkFwdTile;
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
-}
-size_t align_up(size_t x) {
-  return (x + 255) & ~size_t(255);
-}
-
-// The execution plan: a pure function of the shapes, the segment override, the kernel (FLASHGDN_CHUNK_IMPL) and
-// the SM count.
-struct Plan {
-  bool split = false;
-  int64_t seg_chunks = 0;  // segment length in chunks
-  int64_t cap = 0;         // work items (upper bound of the number of segments over all sequences)
-};
-
-Plan make_plan(const ChunkDims& d, int sms, int impl) {
-  Plan pl;
-  const int64_t vt = d.V / kTile, kt = d.K / kTile;
-  const int64_t N = std::max<int64_t>(d.N, 1);
-  const int64_t nch_total = ceil_div(d.T, kChunk);  // per batch entry (fixed) or over all sequences (varlen)
-  const int64_t avg = d.varlen ? ceil_div(nch_total, N) : nch_total;  // chunks of a typical sequence
-  int P = g_segments.load();
-  if (P == 1 || d.N == 0 || avg < 2) return pl;
-  if (P <= 0 && impl != kChunkImplWide) {
-    // Automatic, two-pass: one CTA per SM (16 warps, ~218 KB of shared memory) per (item, head) with all V / 64
-    // tiles; the summary has (K + V) / 64 tiles, so ceil((K + V) / V) CTAs per (item, head), each ~0.8 of a
-    // forward CTA's time per chunk (no q, no P U). Cost ~ segment length x (waves of the forward + 0.8 x waves
-    // of the summary) + the scan.
-    const int64_t base = d.N * d.Hv;
-    if (base >= sms || avg < 16) return pl;
-    const int64_t sum_ctas = ceil_div(kt + vt, vt);
-    double best = 1e30;
-    for (int cand = 1; cand <= 64; ++cand) {
-      const int64_t ls = ceil_div(avg, cand), nseg = ceil_div(avg, ls);
-      const int64_t x2 = d.N * nseg * d.Hv, x1 = d.N * (nseg - 1) * d.Hv * sum_ctas;
-      double cost = double(ls) * double(ceil_div(x2, sms));
-      if (nseg > 1) cost += double(ls) * 0.8 * double(ceil_div(x1, sms)) + 0.3 * double(nseg - 1) + 3.0;
-      if (cost < best - 1e-9) best = cost, P = int(nseg);
-    }
-    if (P <= 1) return pl;
-  } else if (P <= 0) {
-    // Automatic. Measured (docs/chunk_fwd.md): a CTA's chunk loop is latency bound, two CTAs share an SM at
-    // ~1.25x the time per chunk, the summary pass costs ~0.9 of the forward. Cost ~ segment length x (waves of
-    // the forward + 0.9 x waves of the summary) + the scan, with 2 x SMs CTA slots per wave.
-    // CTA slots per SM: 2 for both kernels.
-    const int64_t per_sm = 2;
-    const int64_t base = d.N * d.Hv * vt;
-    if (base >= per_sm * sms || avg < 32) return pl;
-    const int64_t slots = per_sm * int64_t(sms);
-    double best = 1e30;
-    for (int cand = 1; cand <= 64; ++cand) {
-      const int64_t ls = ceil_div(avg, cand), nseg = ceil_div(avg, ls);
-      const int64_t x2 = d.N * nseg * d.Hv * vt, x1 = d.N * (nseg - 1) * d.Hv * (kt + vt);
-      const double solo = per_sm == 2 ? 0.8 : 1.0;  // one CTA per SM runs ~1.25x faster than two
-      const double w2 = x2 <= sms ? solo : double(ceil_div(x2, slots));
-      const double w1 = x1 <= sms ? solo : double(ceil_div(x1, slots));
-      double cost = double(ls) * w2;
-      if (nseg > 1) cost += double(ls) * 0.9 * w1 + 0.5 * double(nseg - 1) + 4.0;
-      if (cost < best - 1e-9) best = cost, P = int(nseg);
-    }
-    if (P <= 1) return pl;
-  }
-  pl.split = true;
-  pl.seg_chunks = ceil_div(avg, P);
-  if (d.varlen) {
-    // sum_n max(1, ceil(nch_n / Ls)) <= N + (sum_n nch_n) / Ls and sum_n nch_n <= ceil(T / C) + min(N, T).
-    pl.cap = d.N + (nch_total + std::min(d.N, d.T)) / pl.seg_chunks;
-  } else {
-    pl.cap = d.N * std::max<int64_t>(1, ceil_div(nch_total, pl.seg_chunks));
-  }
-  return pl;
-}
-
-// Record slots of the two-pass workspace (chunk_slot in chunk_fwd_common.cuh).
-int64_t rec_slots(const ChunkDims& d) {
-  const int64_t nb = ceil_div(d.T, kChunk);
-  return d.varlen ? d.N + nb : d.B * nb;
-}
-
-// Workspace: [records (two-pass)] [items | seq_first | summaries (split)], each part 256-byte aligned.
-struct WsLayout {
-  size_t rec = 0, items = 0, seq_first = 0, mn = 0, total = 0;
-};
-
-WsLayout ws_layout(const Plan& pl, const ChunkDims& d, int impl) {
-  WsLayout w;
-  size_t off = 0;
-  if (impl != kChunkImplWide) {
-    w.rec = 0;
-    off = align_up(size_t(rec_slots(d)) * size_t(d.Hv) * size_t(kRecBytes));
-  }
-  w.total = off;
-  if (!pl.split) return w;
-  w.items = off;
-  w.seq_first = w.items + align_up(size_t(pl.cap) * sizeof(ChunkWorkItem));
-  w.mn = w.seq_first + align_up(size_t(d.N) * sizeof(int32_t));
-  w.total = w.mn + size_t(pl.cap) * size_t(d.Hv) * size_t(d.K) * size_t(d.K + d.V) * sizeof(float);
-  return w;
 }
 
 // ---- device helpers of the split path ------------------------------------------------------------------
@@ -212,9 +90,8 @@ __global__ void __launch_bounds__(1024)
 // §6.3); the result overwrites N_j, where the split forward reads it. Four threads per row: thread (i, p) holds
 // keys K/4 p .. of row i of M_j in registers (loaded a whole step ahead: M and N do not depend on S) and sums them
 // against S (shared memory), the four partial rows are added by two shuffles, and thread p keeps columns 4p .. 4p + 3.
-// Per step only the FMAs, two shuffles and two barriers are on the chain. (Before 2026-11-29: one thread per row,
-// M through shared memory two 32-key blocks ahead; 4 warps per SM left the chain latency-bound at ~80 us for
-// T = 32K, H = 16, 7 steps; Nsight Compute, caches flushed.)
+// Per step only the FMAs, two shuffles and two barriers are on the chain (one thread per row, M through shared
+// memory, leaves the chain latency-bound at 4 warps per SM).
 template <int K, int NC>
 __global__ void __launch_bounds__(4 * K) chunk_scan_kernel(const ChunkKernelArgs a, const int32_t* seq_first) {
   static_assert(NC == 16, "four threads per row keep four columns each");
@@ -344,99 +221,51 @@ ChunkKernelArgs make_args(const ChunkFwdParams& p, const ChunkDims& d) {
   a.sp_threshold = p.gate.softplus_threshold;
   a.state_vmajor = p.state_layout == StateLayout::v_major;
   a.mode = kModeForward;
-  a.prof = g_prof.load();
   return a;
 }
 
-// The chain kernel over (items, Hv, tiles): the state pass (two-pass) or the fused kernel.
-int launch(const ChunkKernelArgs& a, int impl, bool bf16, int64_t K, int64_t items, int64_t tiles, void* stream) {
-  if (impl == kChunkImplTwoPass && K == 128 && a.V == 128)  // the wgmma state pass
+// The state pass over (items, Hv, tiles): tiles = V / 64 (forward) or (K + V) / 64 (summary).
+int launch_state(const ChunkKernelArgs& a, ChunkStatePass pass, bool bf16, int64_t K, int64_t items, int64_t tiles,
+                 void* stream) {
+  if (pass == ChunkStatePass::wgmma)
     return bf16 ? launch_chunk_state_wg_bf16(a, items, tiles, stream)
                 : launch_chunk_state_wg_f16(a, items, tiles, stream);
-  if (impl != kChunkImplWide)
-    return bf16 ? launch_chunk_state_bf16(a, K, items, tiles, stream)
-                : launch_chunk_state_f16(a, K, items, tiles, stream);
-  return bf16 ? launch_chunk_kernel_wide_bf16(a, K, items, tiles, stream)
-              : launch_chunk_kernel_wide_f16(a, K, items, tiles, stream);
+  return bf16 ? launch_chunk_state_bf16(a, K, items, tiles, stream)
+              : launch_chunk_state_f16(a, K, items, tiles, stream);
 }
 
 }  // namespace
 
-void chunk_fwd_set_segments(int segments) {
-  read_env_once();
-  g_segments.store(std::max(0, segments));
-}
-
-void chunk_fwd_set_impl(int impl) {
-  read_env_once();
-  g_impl.store(impl == kChunkImplWide || impl == kChunkImplTwoPassMma ? impl : kChunkImplDefault);
-}
-
-int chunk_fwd_get_impl() {
-  read_env_once();
-  return g_impl.load();
-}
-
-void chunk_fwd_set_profile_buffer(unsigned long long* dev_counters) {
-  g_prof.store(dev_counters);
-}
-
-int chunk_fwd_get_segments() {
-  read_env_once();
-  return g_segments.load();
-}
-
-size_t chunk_fwd_workspace_size(const ChunkFwdParams& p, const ChunkDims& d) {
-  read_env_once();
-  if (p.chunk_size != kChunk) return 0;
-  const int impl = g_impl.load();
-  return ws_layout(make_plan(d, device_sm_count(p.q.device_id), impl), d, impl).total;
-}
-
-Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t ws_bytes, void* stream) {
-  read_env_once();
-  if (p.chunk_size != kChunk)
-    return FGDN_ERROR(unsupported, "chunk_fwd: chunk_size: the CUDA kernels use 64, got ", p.chunk_size);
-  if (p.q.dtype != DType::bf16 && p.q.dtype != DType::f16)
-    return FGDN_ERROR(unsupported, "chunk_fwd: q: the CUDA kernels take bf16 or f16 q, k, v, got ",
-                      dtype_name(p.q.dtype));
-  if ((d.K != 64 && d.K != 128) || (d.V != 64 && d.V != 128))
-    return FGDN_ERROR(unsupported, "chunk_fwd: K and V must be 64 or 128 on CUDA, got K=", d.K, " V=", d.V);
+Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan& pl, void* ws, size_t ws_bytes,
+                 void* stream) {
   if (d.N == 0 || d.Hv == 0) return Status::OK();
+  if (pl.workspace_bytes > 0 && (ws == nullptr || ws_bytes < pl.workspace_bytes))
+    return FGDN_INVALID("chunk_fwd: workspace: expected at least ", pl.workspace_bytes, " bytes, got ", ws_bytes);
   const bool bf16 = p.q.dtype == DType::bf16;
   ChunkKernelArgs a = make_args(p, d);
-  const int impl = g_impl.load();  // one kernel for every launch of this call
-  const Plan pl = make_plan(d, device_sm_count(p.q.device_id), impl);
   const int64_t vt = d.V / kTile, kt = d.K / kTile;
-  const WsLayout wl = ws_layout(pl, d, impl);
-  if (wl.total > 0 && (ws == nullptr || ws_bytes < wl.total))
-    return FGDN_INVALID("chunk_fwd: workspace: expected at least ", wl.total, " bytes, got ", ws_bytes);
   auto* base = static_cast<unsigned char*>(ws);
-  const int stages = g_stages.load();
-  if (impl != kChunkImplWide) {  // the intra-chunk pass: every (chunk, value head) record
-    a.rec = base + wl.rec;
-    a.rec_slots = rec_slots(d);
-    a.nchunk_b = ceil_div(d.T, kChunk);
-    if (stages & 1)
-      FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_intra_bf16(a, d.K, stream)
-                                                    : launch_chunk_intra_f16(a, d.K, stream)));
-  }
-  if (!(stages & 2)) return Status::OK();
+  // the intra-chunk pass: every (chunk, value head) record
+  a.rec = base + pl.ws_rec;
+  a.rec_slots = pl.rec_slots;
+  a.nchunk_b = ceil_div(d.T, kChunk);
+  FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_intra_bf16(a, d.K, stream)
+                                                : launch_chunk_intra_f16(a, d.K, stream)));
   if (!pl.split) {
-    FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, d.N, vt, stream)));
+    FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch_state(a, pl.state_pass, bf16, d.K, d.N, vt, stream)));
     return Status::OK();
   }
-  auto* items = reinterpret_cast<ChunkWorkItem*>(base + wl.items);
-  auto* seq_first = reinterpret_cast<int32_t*>(base + wl.seq_first);
+  auto* items = reinterpret_cast<ChunkWorkItem*>(base + pl.ws_items);
+  auto* seq_first = reinterpret_cast<int32_t*>(base + pl.ws_seq_first);
   a.items = items;
   a.items_cap = pl.cap;
-  a.mn = reinterpret_cast<float*>(base + wl.mn);
+  a.mn = reinterpret_cast<float*>(base + pl.ws_mn);
   const auto st = static_cast<cudaStream_t>(stream);
 
   chunk_index_kernel<<<1, 1024, 0, st>>>(a.cu_seqlens, a.cu_i64, d.N, d.T, pl.seg_chunks, items, pl.cap, seq_first);
   FGDN_CUDA_CHECK(cudaGetLastError());
   a.mode = kModeSummary;
-  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, pl.cap, kt + vt, stream)));
+  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch_state(a, pl.state_pass, bf16, d.K, pl.cap, kt + vt, stream)));
   constexpr int kScanCols = 16;  // 4 threads per row, 4 columns each
   const dim3 sgrid(unsigned(d.N), unsigned(d.Hv), unsigned(d.V / kScanCols));
   if (d.K == 64)
@@ -445,7 +274,7 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t w
     chunk_scan_kernel<128, kScanCols><<<sgrid, 4 * 128, 0, st>>>(a, seq_first);
   FGDN_CUDA_CHECK(cudaGetLastError());
   a.mode = kModeForwardSplit;
-  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch(a, impl, bf16, d.K, pl.cap, vt, stream)));
+  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch_state(a, pl.state_pass, bf16, d.K, pl.cap, vt, stream)));
   return Status::OK();
 }
 

@@ -1,36 +1,12 @@
 // Internal interface of the CUDA chunked prefill (src/cuda/chunk_fwd/). Plain C++: the GPU tests include it.
 //
 // The kernel launchers take one POD argument block (ChunkKernelArgs) so that the host dispatcher
-// (chunk_fwd.cu) and the per-dtype kernel instantiations (chunk_fwd_{intra,state,wide}_{bf16,f16}.cu) share it.
+// (chunk_fwd.cu) and the per-dtype kernel instantiations (chunk_fwd_{intra,state,state_wg}_{bf16,f16}.cu) share it.
 #pragma once
 
 #include <cstdint>
 
 namespace flashgdn::cuda {
-
-// Force the segment split of gdn-math §6 (testing and benchmarking): 0 = automatic (the default),
-// 1 = never split, P > 1 = split every sequence into about P segments. Thread-safe; affects
-// chunk_fwd_workspace_size and chunk_fwd calls made after it. The environment variable
-// FLASHGDN_CHUNK_SEGMENTS (read once, at the first call) sets the initial value.
-void chunk_fwd_set_segments(int segments);
-int chunk_fwd_get_segments();
-
-// Which kernels run (benchmarking, A/B checks and memory): both are exact implementations of gdn-math §5.
-//   kChunkImplTwoPass the default: an intra-chunk pass (every chunk and head in parallel: the inverse A and
-//                     P = QK^T (.) D into workspace records, 21 KB per chunk and value head) and a state pass that
-//                     runs only the state-dependent chain: on wgmma where K = V = 128 (chunk_fwd_state_wg.cuh),
-//                     on mma.sync otherwise (chunk_fwd_intra.cuh, chunk_fwd_state.cuh);
-//   kChunkImplTwoPassMma  the same with the mma.sync state pass for every K, V (H200: 2-6% slower at K = V = 128,
-//                     docs/chunk_fwd.md);
-//   kChunkImplWide    one fused kernel, 8 warps per CTA, 2 CTAs per SM, all of a chunk's work on the chain
-//                     (chunk_fwd_kernel_wide.cuh): 1.4-2x slower, but no workspace unless the segment split runs.
-// Thread-safe; affects chunk_fwd_workspace_size and chunk_fwd calls made after it. The environment variable
-// FLASHGDN_CHUNK_IMPL (read once, at the first call: "twopass", "mma" or "wide"; anything else is the default) sets the
-// initial value.
-enum ChunkImpl : int { kChunkImplWide = 0, kChunkImplTwoPassMma = 1, kChunkImplTwoPass = 2 };
-inline constexpr int kChunkImplDefault = kChunkImplTwoPass;
-void chunk_fwd_set_impl(int impl);
-int chunk_fwd_get_impl();
 
 // One record per (chunk slot, value head), written by the intra-chunk pass and read by the state pass (21 KB):
 //   float hdr[256]   [0, 64) ek_r = rho_k,r e^{gamma_r}; [64, 128) eq_r = scale rho_q,r e^{gamma_r};
@@ -105,23 +81,15 @@ struct ChunkKernelArgs {
   const ChunkWorkItem* items;  // [items_cap] (split modes)
   int64_t items_cap;
   float* mn;  // [items_cap, Hv, K, K + V] segment summaries, then start states
-  // two-pass kernels (kChunkImplTwoPass): the intra-chunk pass writes one record per (chunk slot, value head)
-  unsigned char* rec;        // [rec_slots, Hv, kRecBytes] (workspace); chunk c of sequence n is slot chunk_slot(n, c)
-  int64_t rec_slots;         // B * ceil(T / 64) (fixed length) or N + ceil(T / 64) (varlen)
-  int64_t nchunk_b;          // ceil(T / 64): chunks per batch entry (fixed length)
-  unsigned long long* prof;  // [9] phase cycle counters of CTA (0, 0, 0); may be null (profiling builds)
+  // the intra-chunk pass writes one record per (chunk slot, value head), the state pass reads it
+  unsigned char* rec;  // [rec_slots, Hv, kRecBytes] (workspace); chunk c of sequence n is slot chunk_slot(n, c)
+  int64_t rec_slots;   // B * ceil(T / 64) (fixed length) or N + ceil(T / 64) (varlen)
+  int64_t nchunk_b;    // ceil(T / 64): chunks per batch entry (fixed length)
 };
 
-// Profiling builds (-DFGDN_CHUNK_PROFILE): device buffer of 9 counters filled by the next launches.
-void chunk_fwd_set_profile_buffer(unsigned long long* dev_counters);
-
-// Launch the fused kernel of chunk_fwd_kernel_wide.cuh (defined per dtype). grid = (items, Hv, tiles); tiles =
-// V/64 (forward) or (K+V)/64 (summary). Returns a cudaError_t as int.
-int launch_chunk_kernel_wide_bf16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
-int launch_chunk_kernel_wide_f16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
-
-// Two-pass kernels (chunk_fwd_intra.cuh, chunk_fwd_state.cuh), defined per dtype. The intra pass: grid
-// (rec_slots, Hv). The state pass: grid (items, Hv, ceil(tiles / (V / 64))), V / 64 value tiles per CTA.
+// The kernels (chunk_fwd_intra.cuh, chunk_fwd_state.cuh), defined per dtype; each returns a cudaError_t as int.
+// The intra pass: grid (rec_slots, Hv). The mma.sync state pass (K or V = 64): grid (items, Hv, ceil(tiles / (V /
+// 64))), V / 64 value tiles per CTA; tiles = V / 64 (forward) or (K + V) / 64 (summary).
 int launch_chunk_intra_bf16(const ChunkKernelArgs& a, int64_t K, void* stream);
 int launch_chunk_intra_f16(const ChunkKernelArgs& a, int64_t K, void* stream);
 int launch_chunk_state_bf16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);

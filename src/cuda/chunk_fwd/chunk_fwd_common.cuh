@@ -1,6 +1,6 @@
-// Shared device pieces of the fused chunked-prefill kernel (chunk_fwd_kernel_wide.cuh, gdn-math §5): element
-// types, PTX wrappers (ldmatrix, cp.async, mma.sync m16n8k16 and the 3xTF32 product used by the inverse),
-// scalar loads, the clamped sequence bounds, the state-tile reference and the shared-memory plan.
+// Shared device pieces of the chunked-prefill kernels (the intra-chunk and state passes, gdn-math §5): element
+// types, the 3xTF32 16x16 product used by the inverse, scalar loads, the clamped sequence bounds, the state-tile
+// reference and the shared-memory plan. The PTX wrappers are cuda/common/ptx.cuh, the gate math cuda/common/gate.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,6 +12,8 @@
 
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
 #include "cuda/common/cuda_check.cuh"  // prepare_launch
+#include "cuda/common/gate.cuh"
+#include "cuda/common/ptx.cuh"
 
 namespace flashgdn::cuda::chunk_detail {
 
@@ -45,38 +47,6 @@ struct Elem<false> {
   }
 };
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// ldmatrix x4: four 8x8 b16 matrices; lane l supplies the row address of matrix l / 8.
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// 16-byte asynchronous global -> shared copies (the chunk's q, k, v tiles land while other work runs).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-// ... or 16 zero bytes when !valid (src-size 0: nothing is read; src must still be a mapped address): padding rows then
-// land by the same asynchronous copy as the data, so one completion mechanism covers both.
-__device__ __forceinline__ void cp_async16_zfill(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
 // gamma = cumsum(g) over a chunk's 64 rows (lane holds rows 2 lane, 2 lane + 1 of g in gv, beta in bv; one warp, a
 // shuffle scan), stored with beta to shared memory.
 __device__ __forceinline__ void store_gamma_beta(const float (&gv)[2], const float (&bv)[2], int lane, float* gam,
@@ -94,56 +64,6 @@ __device__ __forceinline__ void store_gamma_beta(const float (&gv)[2], const flo
   beta[2 * lane + 1] = bv[1];
 }
 
-// Named barrier `id` (1-15; 0 is __syncthreads) over COUNT threads, a multiple of 32: ordering inside a group of
-// warps (a warpgroup, a column half) without stopping the rest of the CTA.
-template <int COUNT>
-__device__ __forceinline__ void named_barrier(int id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(COUNT) : "memory");
-}
-
-#ifdef FGDN_CHUNK_PROFILE
-#define FGDN_PROF(k)                             \
-  do {                                           \
-    if (prof_on) {                               \
-      const unsigned long long now_ = clock64(); \
-      prof_acc[k] += now_ - prof_last;           \
-      prof_last = now_;                          \
-    }                                            \
-  } while (0)
-#else
-#define FGDN_PROF(k) \
-  do {               \
-  } while (0)
-#endif
-
-// d += a * b, m16n8k16, fp32 accumulation.
-template <bool BF16>
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (BF16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// 3xTF32: x = big + small with both parts tf32; big*big + big*small + small*big is fp32-accurate (~2^-21),
-// so the inverse keeps its fp32 accuracy (gdn-math §5.7) while running on the tensor cores.
-__device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(x));
-  const float rest = x - __uint_as_float(big);
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(rest));
-}
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 // d (16x16 as two m16n8 tiles) += X Y with X, Y 16x16 fp32 row-major in shared memory (one warp).
 __device__ __forceinline__ void mma16_f32(float (&d)[2][4], const float* x, int ldx, const float* y, int ldy, int g,
                                           int t) {
@@ -253,7 +173,7 @@ __device__ __forceinline__ void copy_record(const ChunkKernelArgs& a, int64_t n,
   const int64_t slot = chunk_slot(a, n, t0, ck);
   const uint4* src = reinterpret_cast<const uint4*>(a.rec + (slot * a.Hv + h) * kRecBytes);
   uint4* d = reinterpret_cast<uint4*>(dst);
-  for (int i = tid; i < static_cast<int>(bytes / 16); i += NTH) cp_async16(d + i, src + i);
+  for (int i = tid; i < static_cast<int>(bytes / 16); i += NTH) cp_async<16>(d + i, src + i);
 }
 
 // ... and a 64 x 64 16-bit value tile (src: its first row, row stride src_st elements; dst row stride ld elements),
@@ -266,7 +186,7 @@ __device__ __forceinline__ void copy_value_tile(uint16_t* dst, int ld, const T* 
     const int r = p * 32 + (ht >> 3), vec = ht & 7;
     uint16_t* d = dst + r * ld + vec * 8;
     if (r < nv)
-      cp_async16(d, src + r * src_st + vec * 8);
+      cp_async<16>(d, src + r * src_st + vec * 8);
     else
       *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
   }
@@ -338,7 +258,7 @@ __device__ __forceinline__ float row_rnorm(const uint32_t* u) {
   }
 #pragma unroll
   for (int off = VPR / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-  return rsqrtf(ss + 1e-6f);
+  return l2_rnorm(ss);
 }
 
 // A warp's start-state fragments (the layout of store_state: rows rw + 16 mt + g8 (+ 8), columns cb + 8 nt + 2 t4
@@ -412,26 +332,22 @@ __device__ __forceinline__ void store_checkpoint(const ChunkKernelArgs& a, const
 }
 
 // g = -exp(A_log) softplus(a + dt_bias) (softplus with beta and threshold) and beta = c sigmoid(b) (gdn-math §4)
-// for raw values of value head h; rows past the sequence end get g = 0, beta = 0.
+// for raw values of value head h (cuda/common/gate.cuh); rows past the sequence end get g = 0, beta = 0.
 struct GateHead {
-  float neg_exp_alog = -1.f, dtb = 0.f;
+  float factor = -1.f, dtb = 0.f;  // -exp(A_log), dt_bias
 };
 __device__ __forceinline__ GateHead gate_head(const ChunkKernelArgs& a, int h) {
   GateHead gh;
   if (a.gate_in_kernel) {
-    if (a.A_log) gh.neg_exp_alog = -__expf(load_scalar(a.A_log, a.alog_dtype, h * a.alog_s));
+    if (a.A_log) gh.factor = gate_factor(load_scalar(a.A_log, a.alog_dtype, h * a.alog_s));
     if (a.dt_bias) gh.dtb = load_scalar(a.dt_bias, a.dtb_dtype, h * a.dtb_s);
   }
   return gh;
 }
 __device__ __forceinline__ void gate_beta(const ChunkKernelArgs& a, const GateHead& gh, float graw, float braw,
                                           bool valid, float* g, float* b) {
-  if (a.gate_in_kernel && a.g) {
-    const float xs = (graw + gh.dtb) * a.sp_beta;
-    const float sp = xs <= a.sp_threshold ? log1pf(__expf(xs)) / a.sp_beta : graw + gh.dtb;
-    graw = gh.neg_exp_alog * sp;
-  }
-  if (a.beta_sigmoid && a.beta) braw = a.beta_mult / (1.f + __expf(-braw));
+  if (a.gate_in_kernel && a.g) graw = gate_from_factor(graw, gh.factor, gh.dtb, a.sp_beta, a.sp_threshold);
+  if (a.beta_sigmoid && a.beta) braw = beta_from_raw(braw, a.beta_mult > 1.f);
   *g = valid ? graw : 0.f;
   *b = valid ? braw : 0.f;
 }

@@ -15,10 +15,9 @@
 // FLOPs per (chunk, q/k head): K K^T and Q K^T on the ten causal 16x16 blocks, 2 x 10 x 16 x 16 x 2K = 1.3 MFLOP
 // at K = 128; per value head ~0.15 MFLOP of 3xTF32 merges. Bytes: q, k rows read once per q/k head (2 x 16 KB),
 // 21 KB written per value head. Nothing here depends on the state: every chunk is independent (no chain).
-// Where it stands (H200, tests/cuda/standalone_wgmma/run.sh, 8192 CTAs as at T = 32K, H = 16): 0.233 ms (0.271 before
-// the one-row-per-thread norms and the two-level merges), 16 warps per SM, latency-bound: per CTA ~24k cycles, of
-// which L and P 7.1k, load 4.2k, K K^T / Q K^T 3.6k, merges 3.3k (thread 0's phase profile, -DFGDN_CHUNK_PROFILE);
-// the memory traffic alone would take ~0.1 ms.
+// Cost (H200, 8192 CTAs as at T = 32K, H = 16): 0.233 ms, 16 warps per SM, latency-bound: per CTA ~24k cycles, of
+// which L and P 7.1k, load 4.2k, K K^T / Q K^T 3.6k, merges 3.3k (thread 0's phase clocks); the memory traffic alone
+// would take ~0.1 ms.
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -88,11 +87,6 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   seq_bounds(a, n, &bidx, &t0, &len);
   const int64_t tok = t0 + c * kC;  // first token of the chunk
   const int nvalid = static_cast<int>((len - c * kC) < kC ? (len - c * kC) : kC);
-#ifdef FGDN_CHUNK_PROFILE  // phase cycles of thread 0, summed over every CTA (a.prof[0..7]; a.prof[8] counts CTAs)
-  const bool prof_on = a.prof != nullptr && tid == 0;
-  unsigned long long prof_acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  unsigned long long prof_last = clock64();
-#endif
 
   // ---- q, k rows by cp.async (rows past the end zero-filled)
   {
@@ -106,8 +100,8 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       E* dq = &sm.x.in.q[r * LDQ + lvec * 8];
       E* dk = &sm.x.in.k[r * LDQ + lvec * 8];
       if (r < nvalid) {
-        cp_async16(dq, qb + r * a.q_st);
-        cp_async16(dk, kb + r * a.k_st);
+        cp_async<16>(dq, qb + r * a.q_st);
+        cp_async<16>(dk, kb + r * a.k_st);
       } else {
         *reinterpret_cast<uint4*>(dq) = make_uint4(0, 0, 0, 0);
         *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
@@ -135,7 +129,6 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   if (w == 0) load_gb(h0);
   cp_async_wait_all();
   __syncthreads();
-  FGDN_PROF(0);
 
   // ---- rho = 1 / sqrt(|x|^2 + 1e-6) per q and k row in fp32 (gdn-math §1.4), applied as row scalings. One row per
   // thread (128 threads = 64 q rows + 64 k rows): 16-byte reads down the row, four independent sums, no shuffles
@@ -160,7 +153,6 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     sm.rk[tid] = 1.f;
   }
   __syncthreads();
-  FGDN_PROF(1);
 
   // ---- the head-independent products, scaled by the norms: kk_rs = rho_k,r rho_k,s (k_r . k_s) on L blocks,
   // qk_rs = scale rho_q,r rho_k,s (q_r . k_s) on P blocks; C fragments in registers for the whole head loop
@@ -184,8 +176,8 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
         uint32_t af[4], b[4];
         ldsm_x4(af, &arow[(16 * ti + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8]);
         ldsm_x4(b, &sm.x.in.k[(16 * tj + (lane & 7) + ((lane >> 4) << 3)) * LDQ + ks * 16 + ((lane >> 3) & 1) * 8]);
-        mma<BF16>(acc[0], af, b[0], b[1]);
-        mma<BF16>(acc[1], af, b[2], b[3]);
+        mma_m16n8k16<BF16>(acc[0], af, b[0], b[1]);
+        mma_m16n8k16<BF16>(acc[1], af, b[2], b[3]);
       }
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -196,7 +188,6 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
         }
     }
   __syncthreads();  // q, k dead: A and T reuse them
-  FGDN_PROF(2);
 
   for (int j = 0; j < a.group; ++j) {
     const int h = h0 + j;
@@ -210,7 +201,6 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       if (j + 1 < a.group) load_gb(h + 1);  // in flight during this head
     }
     __syncthreads();
-    FGDN_PROF(3);
 
     unsigned char* rec = a.rec + (slot * a.Hv + h) * kRecBytes;
     // ---- header: ek, eq, dk, en (gamma_n = gamma at row 63 = the last valid token: padded g = 0)
@@ -251,12 +241,10 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
           store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), cf, lane);
       }
     __syncthreads();
-    FGDN_PROF(4);
 
     // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7): diagonal block w by substitution, then the merges
     diag_inverse16(sm.L, sm.x.inv.A, LDF, 16 * w, lane);
     __syncthreads();
-    FGDN_PROF(5);
     // Off-diagonal blocks in two levels, A_ij = -A_ii sum_{k=j}^{i-1} L_ik A_kj (16 x 16 products on the tensor cores
     // in 3xTF32). The 32 x 32 diagonal halves first, then the lower-left half as A_(23),(01) = -A_(23) W with
     // W = L_(23),(01) A_(01): six products on the longest warp's path instead of nine by distance (2 + 3 + 4), the
@@ -330,7 +318,6 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
         lower_left(3, 0);
       __syncthreads();
     }
-    FGDN_PROF(6);
 
     // ---- A diag(beta) as hi + lo fragments, blocks w, w + 4, w + 8
     for (int idx = w; idx < 10; idx += 4) {
@@ -347,14 +334,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
     }
     __syncthreads();  // the next head rewrites gamma, beta, L and A
-    FGDN_PROF(7);
   }
-#ifdef FGDN_CHUNK_PROFILE
-  if (prof_on) {
-    for (int k2 = 0; k2 < 8; ++k2) atomicAdd(&a.prof[k2], prof_acc[k2]);
-    atomicAdd(&a.prof[8], 1ull);
-  }
-#endif
 }
 
 template <int K, bool BF16>

@@ -16,10 +16,10 @@
 //
 // Work per chunk and 64-column tile: K S0 and Q S0 2 x 64 x K x 64 x 2, U 64 x 64 x 64 x 2 x 2 (hi + lo, causal
 // half), P U x 3 (causal half), the update K x 64 x 64 x 2 x 2 (hi + lo): ~6.8 MFLOP at K = 128 of mma.sync m16n8k16 on
-// the chain. Bytes per chunk and head: q, k 2 x 16 KB, v 16 KB, the record 21 KB (11 KB in the summary), o 16 KB. Where
-// it stands (H200, tests/cuda/standalone_wgmma/run.sh): ~6.3 us per chunk for both tiles (5.7 before the hi + lo
-// update of session 6); Nsight Compute (session 3): the tensor pipe 12% busy, the shared-memory pipe 55-60%: bound by
-// the ldmatrix traffic of the per-warp operand reloads, which wgmma reads once per warpgroup (chunk_fwd_state_wg.cuh).
+// the chain. Bytes per chunk and head: q, k 2 x 16 KB, v 16 KB, the record 21 KB (11 KB in the summary), o 16 KB.
+// Cost (H200, both 64-column tiles, K = 128): ~6.3 us per chunk; the tensor pipe 12% busy, the shared-memory pipe
+// 55-60% (Nsight Compute): bound by the ldmatrix traffic of the per-warp operand reloads, which wgmma reads once per
+// warpgroup, hence chunk_fwd_state_wg.cuh where K = V = 128; this pass runs where K or V is 64.
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -101,8 +101,8 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
       E* dk = &sm.k[bf][r * LDQ + lvec * 8];
       E* dq = &sm.q[bf][r * LDQ + lvec * 8];
       if (r < nv) {
-        cp_async16(dk, kbase + (tok + r) * a.k_st + lvec * 8);
-        if (has_output) cp_async16(dq, qbase + (tok + r) * a.q_st + lvec * 8);
+        cp_async<16>(dk, kbase + (tok + r) * a.k_st + lvec * 8);
+        if (has_output) cp_async<16>(dq, qbase + (tok + r) * a.q_st + lvec * 8);
       } else {
         *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
         if (has_output) *reinterpret_cast<uint4*>(dq) = make_uint4(0, 0, 0, 0);
@@ -153,11 +153,11 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
           uint32_t b[4];
           ldsm_x4_t(b,
                     &sm.s[hf][(16 * kd + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
-          mma<BF16>(racc[2 * np], ak, b[0], b[1]);
-          mma<BF16>(racc[2 * np + 1], ak, b[2], b[3]);
+          mma_m16n8k16<BF16>(racc[2 * np], ak, b[0], b[1]);
+          mma_m16n8k16<BF16>(racc[2 * np + 1], ak, b[2], b[3]);
           if (has_output) {
-            mma<BF16>(oacc[2 * np], aq, b[0], b[1]);
-            mma<BF16>(oacc[2 * np + 1], aq, b[2], b[3]);
+            mma_m16n8k16<BF16>(oacc[2 * np], aq, b[0], b[1]);
+            mma_m16n8k16<BF16>(oacc[2 * np + 1], aq, b[2], b[3]);
           }
         }
       }
@@ -196,10 +196,10 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
         for (int np = 0; np < NP2; ++np) {
           uint32_t b[4];
           ldsm_x4_t(b, &vt[(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
-          mma<BF16>(uacc[2 * np], ah, b[0], b[1]);
-          mma<BF16>(uacc[2 * np + 1], ah, b[2], b[3]);
-          mma<BF16>(uacc[2 * np], al, b[0], b[1]);
-          mma<BF16>(uacc[2 * np + 1], al, b[2], b[3]);
+          mma_m16n8k16<BF16>(uacc[2 * np], ah, b[0], b[1]);
+          mma_m16n8k16<BF16>(uacc[2 * np + 1], ah, b[2], b[3]);
+          mma_m16n8k16<BF16>(uacc[2 * np], al, b[0], b[1]);
+          mma_m16n8k16<BF16>(uacc[2 * np + 1], al, b[2], b[3]);
         }
       }
       const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
@@ -240,13 +240,13 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
             uint32_t b[4];
             const int off = (16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8;
             ldsm_x4_t(b, &sm.u[hf][off]);
-            mma<BF16>(oacc[2 * np], pf, b[0], b[1]);
-            mma<BF16>(oacc[2 * np + 1], pf, b[2], b[3]);
-            mma<BF16>(oacc[2 * np], pl, b[0], b[1]);
-            mma<BF16>(oacc[2 * np + 1], pl, b[2], b[3]);
+            mma_m16n8k16<BF16>(oacc[2 * np], pf, b[0], b[1]);
+            mma_m16n8k16<BF16>(oacc[2 * np + 1], pf, b[2], b[3]);
+            mma_m16n8k16<BF16>(oacc[2 * np], pl, b[0], b[1]);
+            mma_m16n8k16<BF16>(oacc[2 * np + 1], pl, b[2], b[3]);
             ldsm_x4_t(b, &sm.ul[hf][off]);
-            mma<BF16>(oacc[2 * np], pf, b[0], b[1]);
-            mma<BF16>(oacc[2 * np + 1], pf, b[2], b[3]);
+            mma_m16n8k16<BF16>(oacc[2 * np], pf, b[0], b[1]);
+            mma_m16n8k16<BF16>(oacc[2 * np + 1], pf, b[2], b[3]);
           }
         }
 #pragma unroll
@@ -287,8 +287,8 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
                                    (lane >> 4) * 8]);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-              mma<BF16>(sacc[mt][2 * np], ak[mt], b[0], b[1]);
-              mma<BF16>(sacc[mt][2 * np + 1], ak[mt], b[2], b[3]);
+              mma_m16n8k16<BF16>(sacc[mt][2 * np], ak[mt], b[0], b[1]);
+              mma_m16n8k16<BF16>(sacc[mt][2 * np + 1], ak[mt], b[2], b[3]);
             }
           }
       }

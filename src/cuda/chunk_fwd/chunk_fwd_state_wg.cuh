@@ -22,11 +22,10 @@
 // blocks of A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block). Work per
 // chunk and CTA: 208 m64n32k16 = 13.6 MFLOP, ~3.4k cycles at the SM's dense rate.
 //
-// Where it stands (H200, tests/cuda/standalone_wgmma/run.sh, B=8 T=4096 H=16, one CTA per SM, 64 chunks per CTA):
-// 5.07-5.11 us per chunk against 6.3 for the mma.sync state pass (chunk_fwd_state.cuh), both with diag(dk) U as hi +
-// lo (4.78 / 5.7 before that fix, session 6; 5.48 with a CTA barrier per chunk and descriptors rebuilt per
-// instruction). ~10k cycles per chunk against ~3.4k of tensor work: latency-bound (phase dependencies, the four
-// warpgroups' coupling through the shared double buffer; docs/chunk_fwd.md). compute-sanitizer racecheck: clean.
+// Cost (H200, B=8 T=4096 H=16, one CTA per SM, 64 chunks per CTA): 5.1 us per chunk against 6.3 for the mma.sync
+// state pass (chunk_fwd_state.cuh). ~10k cycles per chunk against ~3.4k of tensor work: latency-bound (phase
+// dependencies, the four warpgroups' coupling through the shared double buffer; docs/chunk_fwd.md).
+// compute-sanitizer racecheck: clean.
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -127,7 +126,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   extern __shared__ unsigned char smem_raw[];
   // Aligned to 1024 bytes (the swizzle) by an offset from smem_raw, not by integer pointer arithmetic: the compiler
   // then still knows every access through `sm` is shared memory (LDS / STS, 32-bit addresses) instead of generic.
-  StateWgSmem& sm = *reinterpret_cast<StateWgSmem*>(smem_raw + ((1024 - (wg::smem_u32(smem_raw) & 1023)) & 1023));
+  StateWgSmem& sm = *reinterpret_cast<StateWgSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
 
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   // warpgroup wgi = (half hf, column slice), warp wi of it. wgi is broadcast from lane 0 so that the compiler sees a
@@ -151,15 +150,15 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
 
   // Shared-memory rows of this warpgroup's column slice in the transposed regions (a row is 128 bytes).
   // (32-bit shared-memory addresses: the stmatrix stores and the wgmma descriptors take them as they are)
-  const uint32_t st_slice = wg::smem_u32(sm.st[hf][0] + cb * 128);  // key block 1 at + 8192
-  const uint32_t rt_slice = wg::smem_u32(sm.rt[hf] + cb * 128);
-  const uint32_t uh_slice = wg::smem_u32(sm.ut[hf][0] + cb * 128);
+  const uint32_t st_slice = smem_addr(sm.st[hf][0] + cb * 128);  // key block 1 at + 8192
+  const uint32_t rt_slice = smem_addr(sm.rt[hf] + cb * 128);
+  const uint32_t uh_slice = smem_addr(sm.ut[hf][0] + cb * 128);
   const uint32_t ul_slice = uh_slice + 8192;  // sm.ut[hf][1]
   // Low descriptor words (wg::desc_at adds each instruction's byte offset): this slice's S0^T (key block 1 at + 8192;
   // later diag(dk) U^T, lo in key block 0, hi in key block 1), R^T, U^T (hi; lo at + 8192), and buffer 0 of the k and q
   // tiles (key half 1 at + 8192).
   const uint32_t st_lo = wg::desc_lo(st_slice), rt_lo = wg::desc_lo(rt_slice), ut_lo = wg::desc_lo(uh_slice);
-  const uint32_t k_lo0 = wg::desc_lo(wg::smem_u32(&sm.k[0][0][0])), q_lo0 = wg::desc_lo(wg::smem_u32(&sm.q[0][0][0]));
+  const uint32_t k_lo0 = wg::desc_lo(smem_addr(&sm.k[0][0][0])), q_lo0 = wg::desc_lo(smem_addr(&sm.q[0][0][0]));
 
   // ---- start state: fp32 accumulators (key block mb: keys 64 mb + r0 (+ 8), columns cb + 8 jn + 2 t4 (+ 1)) and
   // the transposed 16-bit copy
@@ -228,11 +227,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     issue(c_begin, 0);
     mbar::arrive_cp_async(&sm.full[0]);
   }
-#ifdef FGDN_CHUNK_PROFILE  // phase cycles of thread 0 (warpgroup 0), summed over every CTA (a.prof[8] counts chunks)
-  const bool prof_on = a.prof != nullptr && tid == 0 && active;
-  unsigned long long prof_acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  unsigned long long prof_last = clock64();
-#endif
 
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int i = static_cast<int>(c - c_begin), bf = i & 1;
@@ -243,9 +237,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     auto refill = [&]() {
       if (c + 1 < c_end) {
         if (i > 0) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
-#ifndef FGDN_WG_NOLOAD  // (experiment: compute-only timing, wrong results)
         issue(c + 1, bf ^ 1);
-#endif
         mbar::arrive_cp_async(&sm.full[bf ^ 1]);
       }
     };
@@ -261,9 +253,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       release();
       continue;
     }
-    FGDN_PROF(0);  // the wait for this chunk's tiles
-    refill();      // at the top: the loads get the whole chunk to land (after phase 2: 5.14 us per chunk, 3: 6.01)
-    FGDN_PROF(1);  // the wait for the other buffer's release, the copies issued
+    refill();  // at the top: the loads get the whole chunk to land (after phase 2: 5.14 us per chunk, 3: 6.01)
 
     const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
     const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
@@ -296,7 +286,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
         wg::wait0();
       }
     }
-    FGDN_PROF(2);  // K S0
 
     // R = V - diag(ek) K S0 -> R^T;  O = diag(eq) Q S0
     {
@@ -322,7 +311,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       }
     }
     named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
-    FGDN_PROF(3);                 // R, Q S0's wait, the barrier
 
     // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta) (one group); U^T as hi + lo
     {
@@ -358,7 +346,6 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       wg::fence_async_smem();
     }
     named_barrier<128>(1 + wgi);  // U^T of this slice complete
-    FGDN_PROF(4);                 // U = A' R, its epilogue, the barrier
 
     // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
     // S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo (key block 0 in the same group, key block 1 in a second
@@ -399,8 +386,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       wg::commit();
       wg::wait0();
     }
-    release();     // this thread's last reads of buffer bf (K^T, P fragments, the header) are behind it
-    FGDN_PROF(5);  // the update and P U
+    release();  // this thread's last reads of buffer bf (K^T, P fragments, the header) are behind it
     if constexpr (has_output) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -428,14 +414,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     for (int mb = 0; mb < 2; ++mb)  // key block mb: rows 64 mb + 16 wi ..
       store_checkpoint(a, wk, c, h, vcol0, reinterpret_cast<const float(&)[1][4][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
                        g8, t4);
-    FGDN_PROF(6);  // o stored, S0^T, the barriers
   }
-#ifdef FGDN_CHUNK_PROFILE
-  if (prof_on) {
-    for (int k2 = 0; k2 < 8; ++k2) atomicAdd(&a.prof[k2], prof_acc[k2]);
-    atomicAdd(&a.prof[8], static_cast<unsigned long long>(c_end - c_begin));
-  }
-#endif
   cp_async_commit();    // (the copies are tracked by the barriers, not by groups: commit them to wait for them)
   cp_async_wait_all();  // no copy may be in flight at exit
 

@@ -9,10 +9,9 @@
 #include "common/error.hpp"
 
 namespace flashgdn::cuda {
-// SM count of device `dev` / of the current device, queried once per device and cached (132 if the query fails):
+// SM count of device `dev`, queried once per device and cached (132 if the query fails):
 // launch heuristics only (grid sizes, tile widths, the segment split), never correctness. device.cu.
 int device_sm_count(int dev);
-int current_sm_count();
 
 // Host side of a launcher: opt the kernel in to `smem` bytes of dynamic shared memory and the whole L1 / shared
 // carveout (so the occupancy it was sized for is reached), once per device (bit `dev` of done_mask; a launch path

@@ -23,9 +23,4 @@ int device_sm_count(int dev) {
   return v;
 }
 
-int current_sm_count() {
-  int dev = 0;
-  return device_sm_count(cudaGetDevice(&dev) == cudaSuccess ? dev : 0);
-}
-
 }  // namespace flashgdn::cuda

@@ -1,5 +1,6 @@
 // Device helpers shared by the recurrent, commit and gating kernels: runtime-dtype scalar and 4-vector
-// loads/stores (fp32 math on bf16/f16/f32 storage), index loads, warp reductions.
+// loads/stores (fp32 math on bf16/f16/f32 storage), index loads, warp reductions. The PTX wrappers (cp.async, ...)
+// are ptx.cuh, the gate and l2norm math gate.cuh, shared with the chunked prefill.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,6 +9,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/gate.cuh"
+#include "cuda/common/ptx.cuh"
 #include "flashgdn/flashgdn.hpp"
 
 namespace flashgdn::cuda {
@@ -61,28 +64,6 @@ __device__ __forceinline__ void store4<__half>(__half* p, const float (&x)[4]) {
   v.x = *reinterpret_cast<uint32_t*>(&a);
   v.y = *reinterpret_cast<uint32_t*>(&b);
   *reinterpret_cast<uint2*>(p) = v;
-}
-
-// ---- cp.async: global -> shared copies that need no registers (sm_80+) -------------------------------
-// A thread that copies a vector and later reads it back itself needs only cp_async_wait, no barrier.
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-template <int BYTES>
-__device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
-  static_assert(BYTES == 8 || BYTES == 16, "cp.async of 8 or 16 bytes");
-  if constexpr (BYTES == 16)  // .cg: cache in L2 only (the state is touched once)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
-  else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Wait until at most N committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // ---- runtime storage types (DType as int) ---------------------------------------------------------------
@@ -164,25 +145,9 @@ __device__ __forceinline__ void qk_norm_factors(const float (&q)[4], const float
     for (int e = 0; e < 4; ++e) sq = fmaf(q[e], q[e], sq), sk = fmaf(k[e], k[e], sk);
     sq = lane_sum<1, 32>(sq);
     sk = lane_sum<1, 32>(sk);
-    *rq *= rsqrtf(sq + 1e-6f);
-    *rk = rsqrtf(sk + 1e-6f);
+    *rq *= l2_rnorm(sq);
+    *rk = l2_rnorm(sk);
   }
-}
-
-// ---- gates (gdn-math §4) -------------------------------------------------------------------------------
-// softplus with PyTorch's convention: (1/beta) log(1 + exp(beta x)) if beta x <= threshold, else x.
-__device__ __forceinline__ float softplus(float x, float sp_beta, float sp_threshold) {
-  float bx = sp_beta * x;
-  return bx <= sp_threshold ? log1pf(expf(bx)) / sp_beta : x;
-}
-// g = -exp(A_log) softplus(a + dt_bias)
-__device__ __forceinline__ float gate_from_raw(float a, float A_log, float dt_bias, float sp_beta, float sp_thr) {
-  return -expf(A_log) * softplus(a + dt_bias, sp_beta, sp_thr);
-}
-// beta = c sigmoid(b), c = 2 with allow_neg_eigval
-__device__ __forceinline__ float beta_from_raw(float b, bool allow_neg_eigval) {
-  float s = 1.0f / (1.0f + expf(-b));
-  return allow_neg_eigval ? 2.0f * s : s;
 }
 
 }  // namespace flashgdn::cuda

@@ -9,10 +9,12 @@
 
 #include <cstdint>
 
+#include "cuda/common/ptx.cuh"
+
 namespace flashgdn::cuda::mbar {
 
 __device__ __forceinline__ uint32_t addr(const uint64_t* b) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(b));
+  return smem_addr(b);
 }
 // One thread initializes; a CTA barrier must follow before any other thread uses the barrier.
 __device__ __forceinline__ void init(uint64_t* b, uint32_t count) {

@@ -1,18 +1,16 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) building blocks: the 128-byte-swizzled K-major shared-memory layout and its
 // descriptor, m64n32k16 with f32 accumulation (A from shared memory or from registers), and stmatrix.trans, which
-// stores accumulator fragments transposed into that layout. The layouts, descriptors and the register forms are
-// checked against a CPU reference by tests/cuda/standalone_wgmma/wgmma_probe.cu (H200, 2026-11-29: PASS).
+// stores accumulator fragments transposed into that layout. The GPU suite's K = V = 128 chunk_fwd cases check the
+// layouts, descriptors and register forms end to end against the fp64 oracle.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-namespace flashgdn::cuda::wg {
+#include "cuda/common/ptx.cuh"
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+namespace flashgdn::cuda::wg {
 
 // Byte offset of 16-byte chunk c (0..7) of row r of a [rows][128 B] region in the 128-byte swizzle (the region is
 // 1024-byte aligned): chunk c of row r lives at chunk c ^ (r % 8), so the 8 rows of an ldmatrix / stmatrix hit 8

@@ -1,6 +1,6 @@
 // The "direct" recurrent kernel family: decode (T = 1), multi-token decode and speculative verify
-// (gdn-math §1.2, §8), same semantics and arguments (RecurrentArgs) as recurrent_kernel.cuh; recurrent.cu runs
-// it for single-token rows (FLASHGDN_RECURRENT_DIRECT=1 forces it for every launch).
+// (gdn-math §1.2, §8), same semantics and arguments (RecurrentArgs) as recurrent_kernel.cuh; the plan
+// (api/plan.cpp) runs it for single-token rows (exec.recurrent_kernel = direct forces it for every call).
 //
 // Why another kernel: the persistent kernel is latency bound (docs/recurrent.md): 168 registers, 3 CTAs per
 // SM, a dependent chain per tile. This one is the simplest bandwidth-bound shape instead:
@@ -190,26 +190,17 @@ struct TokLoads {
 // gets 64 registers (8 CTAs = 32 warps per SM) except where a thread holds 32 state elements and the tile is
 // V-major or 16-bit (the conversions / per-row v): 80 registers (6 CTAs; 96 = 5 CTAs for V-major fp32), where
 // 64 or 72 spill. Multi-token instantiations keep the tile plus the next token's loads: 128 registers (4 CTAs).
-// FGDN_REC_DIRECT_MULTI_BLOCKS overrides the multi-token value (an experiment for the device run: 6 = 80
-// registers, more CTAs to hide the per-token chain, vs 4).
-#ifndef FGDN_REC_DIRECT_MULTI_BLOCKS
-#define FGDN_REC_DIRECT_MULTI_BLOCKS 4
-#endif
-// FGDN_REC_DIRECT_PACK=0 keeps 16-bit single-token states as fp32 registers (the comparison build); packed
-// (default), a thread holds its 16-bit state as raw 16-byte words (half the registers). ptxas (sm_90a), no spills:
+// 16-bit single-token states are held packed, as raw 16-byte words (half the registers). ptxas (sm_90a), no spills:
 // 64 columns 72 registers K-major (7 CTAs/SM x 16 KB of state in flight) and 80 V-major (6 CTAs/SM); 128 columns
 // (16-bit pools only) 128 registers (4 CTAs/SM x 32 KB); 16 / 32 columns 64 K-major, 80 V-major.
-#ifndef FGDN_REC_DIRECT_PACK
-#define FGDN_REC_DIRECT_PACK 1
-#endif
 template <class ST, bool MULTI>
 constexpr bool direct_packed() {
-  return FGDN_REC_DIRECT_PACK && !MULTI && sizeof(ST) == 2;
+  return !MULTI && sizeof(ST) == 2;
 }
 template <StateLayout L, class ST, int K, int BV, bool MULTI>
 constexpr int direct_min_blocks() {
   using G = direct::Tile<L, ST, K, BV>;
-  if (MULTI) return FGDN_REC_DIRECT_MULTI_BLOCKS;
+  if (MULTI) return 4;
   if (direct_packed<ST, MULTI>())  // P E / 2 words of packed state per thread
     return G::P * G::E >= 128 ? 4 : (G::P * G::E >= 64 && G::kmaj ? 7 : (G::kmaj ? 8 : 6));
   if (G::P * G::E >= 64) return 4;  // BV = 64 (T = 1 only): 64 state elements per thread, 128 registers
@@ -227,11 +218,6 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
 
   __shared__ __align__(16) float s_qk[NW][2][K];       // per warp: [0] q' = scale q^, [1] k^ (current token)
   __shared__ __align__(16) float s_red[2][NW][2][BV];  // K-major cross-warp partial sums, by token parity
-
-  // PDL (a.pdl): let the next kernel of the stream start launching now, and wait for the previous one (complete,
-  // memory visible) before the first global access. Both are no-ops in a launch without the PDL attribute.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int c = tid % TPR;   // vector index along the tile row
@@ -558,23 +544,10 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   }
 }
 
-// <<<grid, 128>>>, as a programmatic dependent launch when a.pdl.
 template <StateLayout L, class ST, int K, int BV, bool MULTI>
 cudaError_t launch_direct_grid(const RecurrentArgs& a, dim3 grid, cudaStream_t stream) {
-  if (!a.pdl) {
-    recurrent_direct_kernel<L, ST, K, BV, MULTI><<<grid, direct::kThreads, 0, stream>>>(a);
-    return cudaGetLastError();
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(direct::kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, recurrent_direct_kernel<L, ST, K, BV, MULTI>, a);
+  recurrent_direct_kernel<L, ST, K, BV, MULTI><<<grid, direct::kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
 }
 
 // One CTA per tile; T <= 1 takes the 64-register instantiation. BV = 64 exists for T <= 1 only (twice the state
@@ -586,7 +559,7 @@ cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream)
   if (ntiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
   const dim3 grid{unsigned(ntiles)};
   if constexpr (BV == 128) {  // 16-bit states, T = 1 only (packed: 64 registers of state per thread)
-    if constexpr (sizeof(ST) == 2 && FGDN_REC_DIRECT_PACK) {
+    if constexpr (sizeof(ST) == 2) {
       if (a.T > 1) return cudaErrorInvalidConfiguration;
       return launch_direct_grid<L, ST, K, BV, false>(a, grid, stream);
     } else {

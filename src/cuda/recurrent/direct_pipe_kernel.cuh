@@ -22,6 +22,7 @@
 // null_slot_is_invalid) writes exact zeros to o and nothing else; commit = false never writes the pool.
 #pragma once
 
+#include "api/plan.hpp"  // kPipeStages, kPipeThreads
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/recurrent/direct_kernel.cuh"
 
@@ -282,9 +283,9 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
 }
 
 // Persistent grid: resident CTAs per SM from the occupancy of this shared-memory size (queried per launch: host
-// only, graph-safe), times SMs, at most one CTA per tile; max_ctas > 0 caps it (the harness forces long walks).
+// only, graph-safe), times SMs, at most one CTA per tile.
 template <class ST, int K, int BV, int S, int NT>
-cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs& a, int max_ctas, cudaStream_t stream) {
+cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs& a, cudaStream_t stream) {
   using G = pipe::Geo<ST, K, BV, NT>;
   const int64_t ntiles = a.N * a.Hv * (a.V / BV);
   if (ntiles == 0) return cudaSuccess;
@@ -311,19 +312,17 @@ cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs& a, int max_ctas, c
     per_sm_of[dev & 63].store(per_sm, std::memory_order_relaxed);
   }
   int64_t grid = int64_t(per_sm) * device_sm_count(dev);
-  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
   if (grid > ntiles) grid = ntiles;
   kern<<<dim3(unsigned(grid)), NT, smem, stream>>>(a, stage_bytes, qb);
   return cudaGetLastError();
 }
 
-// (stages, threads) in {(2, 128), (3, 128), (3, 256)} for K in {64, 128} ((2, 256) spills at its 80-register cap).
-#define FGDN_INSTANTIATE_RECURRENT_DIRECT_PIPE_K(ST, K, BV)                                                      \
-  template cudaError_t launch_recurrent_direct_pipe<ST, K, BV, 2, 128>(const RecurrentArgs&, int, cudaStream_t); \
-  template cudaError_t launch_recurrent_direct_pipe<ST, K, BV, 3, 128>(const RecurrentArgs&, int, cudaStream_t); \
-  template cudaError_t launch_recurrent_direct_pipe<ST, K, BV, 3, 256>(const RecurrentArgs&, int, cudaStream_t);
-#define FGDN_INSTANTIATE_RECURRENT_DIRECT_PIPE(ST, BV) \
-  FGDN_INSTANTIATE_RECURRENT_DIRECT_PIPE_K(ST, 64, BV) \
-  FGDN_INSTANTIATE_RECURRENT_DIRECT_PIPE_K(ST, 128, BV)
+// The shipped configuration: kPipeStages = 2 stages (3 CTAs/SM at K = 128), kPipeThreads = 128 threads per CTA
+// (api/plan.hpp), for K in {64, 128}.
+#define FGDN_INSTANTIATE_RECURRENT_DIRECT_PIPE(ST, BV)                                                            \
+  template cudaError_t launch_recurrent_direct_pipe<ST, 64, BV, kPipeStages, kPipeThreads>(const RecurrentArgs&,  \
+                                                                                           cudaStream_t);         \
+  template cudaError_t launch_recurrent_direct_pipe<ST, 128, BV, kPipeStages, kPipeThreads>(const RecurrentArgs&, \
+                                                                                            cudaStream_t);
 
 }  // namespace flashgdn::cuda

@@ -1,12 +1,12 @@
-// cuda::recurrent: argument resolution and the one dispatch over (layout, storage dtype, K, V-tile).
-// The kernel is in recurrent_kernel.cuh; docs/recurrent.md has the design and the measured numbers.
-// This file only declares the launchers: their instantiations live in inst_<layout>_<dtype>.cu.
+// cuda::recurrent: argument resolution and the launch of the kernel the plan chose (plan_recurrent, api/plan.hpp)
+// over (layout, storage dtype, K, V-tile). The kernels: recurrent_kernel.cuh (persistent), direct_kernel.cuh
+// (direct), direct_pipe_kernel.cuh (direct_pipe), wy_kernel.cuh (wy); docs/recurrent.md has the design and the
+// measured numbers. This file only declares the launchers: their instantiations live in one file per (kernel,
+// layout, storage dtype), which compile in parallel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <cstdlib>
-#include <cstring>
-
+#include "api/plan.hpp"
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/recurrent/recurrent_args.hpp"
 
@@ -14,6 +14,12 @@ namespace flashgdn::cuda {
 
 template <StateLayout L, class ST, int K, int BV>
 cudaError_t launch_recurrent(const RecurrentArgs& a, int sms, cudaStream_t stream);
+template <StateLayout L, class ST, int K, int BV>
+cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream);
+template <class ST, int K, int BV, int S, int NT>
+cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs& a, cudaStream_t stream);
+template <class ST, int K, int BV>
+cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t stream);
 
 namespace {
 
@@ -21,27 +27,55 @@ void copy_strides(const TensorView& t, int64_t* dst, int n) {
   for (int i = 0; i < n; ++i) dst[i] = t.strides[i];
 }
 
+// One launch of the planned kernel for a fixed (layout, storage type, K); bv is the plan's (each kernel
+// instantiates the widths its plan can choose).
 template <StateLayout L, class ST, int K>
-cudaError_t launch_bv(const RecurrentArgs& a, int bv, cudaStream_t s) {
-  const int sms = current_sm_count();
-  return bv == 16 ? launch_recurrent<L, ST, K, 16>(a, sms, s) : launch_recurrent<L, ST, K, 32>(a, sms, s);
+cudaError_t launch_k(const RecurrentArgs& a, const RecurrentPlan& pl, cudaStream_t s) {
+  switch (pl.kernel) {
+    case RecurrentKernel::persistent:
+      return pl.bv == 16 ? launch_recurrent<L, ST, K, 16>(a, pl.sms, s) : launch_recurrent<L, ST, K, 32>(a, pl.sms, s);
+    case RecurrentKernel::direct:
+      switch (pl.bv) {
+        case 128:
+          return launch_recurrent_direct<L, ST, K, 128>(a, s);
+        case 64:
+          return launch_recurrent_direct<L, ST, K, 64>(a, s);
+        case 32:
+          return launch_recurrent_direct<L, ST, K, 32>(a, s);
+        default:
+          return launch_recurrent_direct<L, ST, K, 16>(a, s);
+      }
+    case RecurrentKernel::direct_pipe:  // K-major 16-bit pools, 128 columns (the plan checks)
+      if constexpr (L == StateLayout::k_major && sizeof(ST) == 2)
+        return launch_recurrent_direct_pipe<ST, K, 128, kPipeStages, kPipeThreads>(a, s);
+      return cudaErrorInvalidConfiguration;
+    case RecurrentKernel::wy:  // K-major pools (the plan checks); K = 64 takes 32 columns only
+      if constexpr (L == StateLayout::k_major) {
+        if constexpr (K == 128)
+          if (pl.bv == 16) return launch_recurrent_wy<ST, K, 16>(a, pl.sms, s);
+        return launch_recurrent_wy<ST, K, 32>(a, pl.sms, s);
+      }
+      return cudaErrorInvalidConfiguration;
+    default:
+      return cudaErrorInvalidConfiguration;
+  }
 }
 
 template <StateLayout L, class ST>
-cudaError_t launch_k(const RecurrentArgs& a, int bv, cudaStream_t s) {
-  return a.K == 64 ? launch_bv<L, ST, 64>(a, bv, s) : launch_bv<L, ST, 128>(a, bv, s);
+cudaError_t launch_dtype(const RecurrentArgs& a, const RecurrentPlan& pl, cudaStream_t s) {
+  return a.K == 64 ? launch_k<L, ST, 64>(a, pl, s) : launch_k<L, ST, 128>(a, pl, s);
 }
 
 template <StateLayout L>
-cudaError_t launch_dtype(const RecurrentArgs& a, int bv, cudaStream_t s) {
-  if (!a.pool) return launch_k<L, float>(a, bv, s);  // initial/final state are fp32
+cudaError_t launch_layout(const RecurrentArgs& a, const RecurrentPlan& pl, cudaStream_t s) {
+  if (!a.pool) return launch_dtype<L, float>(a, pl, s);  // initial/final state are fp32
   switch (a.pool_dtype) {
     case DType::bf16:
-      return launch_k<L, __nv_bfloat16>(a, bv, s);
+      return launch_dtype<L, __nv_bfloat16>(a, pl, s);
     case DType::f16:
-      return launch_k<L, __half>(a, bv, s);
+      return launch_dtype<L, __half>(a, pl, s);
     default:
-      return launch_k<L, float>(a, bv, s);
+      return launch_dtype<L, float>(a, pl, s);
   }
 }
 
@@ -102,86 +136,12 @@ RecurrentArgs make_recurrent_args(const RecurrentParams& p, const RecurrentDims&
   return a;
 }
 
-int recurrent_default_bv(const RecurrentArgs& a) {
-  // Wide tiles amortize the per-tile staging, lookups and barriers over more state; narrow ones spread a
-  // small batch (N = 1: 32 heads) over more SMs. 32 columns once that still gives two tiles per SM.
-  const int sms = current_sm_count();
-  const int64_t heads = a.N * a.Hv;
-  if (a.V % 32 == 0 && heads * (a.V / 32) >= 2 * sms) return 32;
-  return 16;
-}
-
-// FLASHGDN_RECURRENT_DIRECT (read once; a function-local static is initialized thread-safely): "1" forces the
-// direct kernel, "0" the persistent one; unset chooses by tokens per row (recurrent_launch).
-int recurrent_direct_override() {
-  static const int v = [] {
-    const char* e = std::getenv("FLASHGDN_RECURRENT_DIRECT");
-    if (e == nullptr) return -1;
-    return std::strcmp(e, "1") == 0 ? 1 : 0;
-  }();
-  return v;
-}
-
-// FLASHGDN_RECURRENT_WY (read once): "0" keeps multi-token rows on the persistent kernel; anything else (or
-// unset) sends multi-token rows on K-major states to the wy kernel (wy_kernel.cuh; its engine, CUDA-core or
-// tensor-core reductions, is picked by FLASHGDN_RECURRENT_WY_MMA in wy_launch.cu).
-bool recurrent_wy_enabled() {
-  static const bool v = [] {
-    const char* e = std::getenv("FLASHGDN_RECURRENT_WY");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
-  return v;
-}
-
-// The kernels implement the whole contract (wy and pipe through their fallbacks); they differ in speed. Measured on
-// the H200 (docs/recurrent.md): the direct kernel (one state tile per CTA, all loads in flight) is fastest for
-// single-token decode (N=256 fp32 pool: 0.28 vs 0.38 ms persistent) except large K-major 16-bit-pool batches, where
-// its pipelined variant streams tiles through shared memory (bf16 N=256: 158 vs 165 us), the wy kernel (chunked
-// WY form) for multi-token rows on K-major pools, the persistent kernel for V-major or pool-less multi-token rows
-// and small verify batches. Rows of one token: fixed T == 1, or varlen with no more tokens than rows.
-Status recurrent_launch(const RecurrentArgs& a, int bv, void* stream) {
-  const int force = recurrent_direct_override();
-  if (force >= 0)
-    return force == 1 ? recurrent_launch_direct(a, bv, stream) : recurrent_launch_persistent(a, bv, stream);
-  const bool single_token = a.cu_seqlens == nullptr ? a.T <= 1 : a.T <= a.N;
-  if (single_token) {  // large fixed T = 1 batches on a K-major pool: the pipelined variant (direct_pipe_launch.cu)
-    if (recurrent_pipe_preferred(a)) return recurrent_launch_pipe(a, bv, stream);
-    if (recurrent_direct_pdl_default(a)) {  // opt-in (FLASHGDN_RECURRENT_PDL=1, direct_launch.cu)
-      RecurrentArgs b = a;
-      b.pdl = true;
-      return recurrent_launch_direct(b, bv, stream);
-    }
-    return recurrent_launch_direct(a, bv, stream);
-  }
-  // Multi-token rows: the wy kernel (K-major pool), except a small-batch verify (per-token state stores), where
-  // the persistent kernel measured faster (N = 1, T = 12: 17.3 vs 18.5 us).
-  const int sms = current_sm_count();
-  const bool verify = a.inter != nullptr || (a.commit && a.T_max > 0);
-  const bool small = a.N * a.Hv * (a.V / 32) < 2 * int64_t(sms);
-  if (recurrent_wy_enabled() && recurrent_wy_supported(a) && !(verify && small))
-    return recurrent_launch_wy(a, bv, stream);
-  return recurrent_launch_persistent(a, bv, stream);  // V-major or pool-less multi-token rows
-}
-
-Status recurrent_launch_persistent(const RecurrentArgs& a, int bv, void* stream) {
-  if (a.K != 64 && a.K != 128) return FGDN_ERROR(unsupported, "recurrent: K = ", a.K, " on CUDA; expected 64 or 128");
-  if (a.V != 64 && a.V != 128) return FGDN_ERROR(unsupported, "recurrent: V = ", a.V, " on CUDA; expected 64 or 128");
-  if (a.Hqk <= 0 || a.Hv % a.Hqk != 0)
-    return FGDN_INVALID("recurrent: Hv = ", a.Hv, " not a multiple of Hqk = ", a.Hqk);
-  if (bv == 0) bv = recurrent_default_bv(a);
-  if (bv != 16 && bv != 32) return FGDN_INVALID("recurrent: V-tile ", bv, "; expected 16 or 32");
+Status recurrent(const RecurrentParams& p, const RecurrentDims& d, const RecurrentPlan& pl, void* stream) {
+  const RecurrentArgs a = make_recurrent_args(p, d);
   auto s = static_cast<cudaStream_t>(stream);
-  FGDN_CUDA_CHECK(a.layout == StateLayout::k_major ? launch_dtype<StateLayout::k_major>(a, bv, s)
-                                                   : launch_dtype<StateLayout::v_major>(a, bv, s));
+  FGDN_CUDA_CHECK(a.layout == StateLayout::k_major ? launch_layout<StateLayout::k_major>(a, pl, s)
+                                                   : launch_layout<StateLayout::v_major>(a, pl, s));
   return Status::OK();
-}
-
-size_t recurrent_workspace_size(const RecurrentParams&, const RecurrentDims&) {
-  return 0;
-}
-
-Status recurrent(const RecurrentParams& p, const RecurrentDims& d, void*, size_t, void* stream) {
-  return recurrent_launch(make_recurrent_args(p, d), 0, stream);
 }
 
 }  // namespace flashgdn::cuda

@@ -1,6 +1,6 @@
 // Kernel arguments of the recurrent (decode / multi-token / verify) kernel, resolved from validated
-// RecurrentParams + RecurrentDims on the host. Plain C++ (no CUDA headers) so the standalone harness and
-// the dispatcher share it. All strides are in elements; the last dim of every tensor is contiguous.
+// RecurrentParams + RecurrentDims on the host. Plain C++ (no CUDA headers). All strides are in elements; the last dim
+// of every tensor is contiguous.
 #pragma once
 
 #include <cstdint>
@@ -65,49 +65,9 @@ struct RecurrentArgs {
   bool commit = true;
   bool null_slot_is_invalid = false;
   StateLayout layout = StateLayout::k_major;
-  // Launch the direct kernel as a programmatic dependent launch (PDL: it may start while the previous kernel in
-  // the stream drains, and waits for it with griddepcontrol.wait before its first global access). Set by the
-  // dispatch (recurrent_direct_pdl_default, opt-in) or the harness; other kernels ignore it.
-  bool pdl = false;
 };
 
 // Resolve the kernel arguments from validated params.
 RecurrentArgs make_recurrent_args(const RecurrentParams& p, const RecurrentDims& d);
-
-// The V-tile width the dispatcher picks for these arguments (16 or 32).
-int recurrent_default_bv(const RecurrentArgs& a);
-
-// Launch with an explicit V-tile width (the harness sweeps it); bv = 0 picks the default. Runs the direct kernel
-// when FLASHGDN_RECURRENT_DIRECT=1 (read once per process), else the persistent one.
-Status recurrent_launch(const RecurrentArgs& a, int bv, void* stream);
-
-// The two kernel families, callable explicitly (the standalone harness compares them in one process).
-// Persistent: recurrent_kernel.cuh (the default). Direct: direct_kernel.cuh, one CTA per tile (opt-in).
-Status recurrent_launch_persistent(const RecurrentArgs& a, int bv, void* stream);
-Status recurrent_launch_direct(const RecurrentArgs& a, int bv, void* stream);
-int recurrent_direct_default_bv(const RecurrentArgs& a);
-// Whether the dispatch launches the direct kernel with PDL (FLASHGDN_RECURRENT_PDL=1; default off).
-bool recurrent_direct_pdl_default(const RecurrentArgs& a);
-
-// The pipelined single-token direct kernel (direct_pipe_kernel.cuh): persistent CTAs, an S-stage cp.async ring of
-// state tiles. Fixed T = 1 on a K-major pool with 1-D slots and no intermediate states (recurrent_pipe_supported);
-// recurrent_launch_pipe falls back to recurrent_launch_direct elsewhere. bv: 128 (16-bit pools) or 64 (fp32), 0 =
-// default; stages: 2 or 3, threads: 128 or 256 per CTA, 0 = default; max_ctas > 0 caps the persistent grid (tests).
-bool recurrent_pipe_supported(const RecurrentArgs& a);
-int recurrent_pipe_default_bv(const RecurrentArgs& a);
-bool recurrent_pipe_preferred(const RecurrentArgs& a);  // the dispatch's choice (FLASHGDN_RECURRENT_PIPE)
-Status recurrent_launch_pipe(const RecurrentArgs& a, int bv, void* stream);
-Status recurrent_launch_pipe_config(const RecurrentArgs& a, int bv, int stages, int threads, int max_ctas,
-                                    void* stream);
-
-// The wy family (wy_kernel.cuh): chunked WY form over a row's tokens, for multi-token rows on K-major states.
-// recurrent_launch_wy falls back to the persistent kernel where recurrent_wy_supported is false (V-major).
-bool recurrent_wy_supported(const RecurrentArgs& a);
-int recurrent_wy_default_bv(const RecurrentArgs& a);
-Status recurrent_launch_wy(const RecurrentArgs& a, int bv, void* stream);
-// The wy kernel with an explicit engine for its state reductions and closed-form update: mma = true on tensor
-// cores (3xTF32 mma.sync, fp32-accurate), false on CUDA cores. recurrent_launch_wy picks by
-// FLASHGDN_RECURRENT_WY_MMA (wy_launch.cu).
-Status recurrent_launch_wy_engine(const RecurrentArgs& a, int bv, bool mma, void* stream);
 
 }  // namespace flashgdn::cuda

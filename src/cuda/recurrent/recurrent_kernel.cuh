@@ -30,14 +30,6 @@
 
 namespace flashgdn::cuda {
 
-// FGDN_REC_PREFETCH=1 issues loads earlier still: the tile walk requests tile i+2's indices one iteration
-// ahead (the 1-D slot lookup never stalls it) and a row's next staging chunk is requested before the current
-// chunk's token loop. Same values, earlier loads, more live registers. Unmeasured: an experiment for the next
-// device run (docs/recurrent.md); off by default.
-#ifndef FGDN_REC_PREFETCH
-#define FGDN_REC_PREFETCH 0
-#endif
-
 inline constexpr int kRecThreads = 128;
 inline constexpr int kRecWarps = kRecThreads / 32;
 inline constexpr int kRecTch = 8;                           // tokens staged in shared memory per chunk
@@ -302,11 +294,9 @@ __global__ void __launch_bounds__(kRecThreads, RecTile<L, K, BV>::kMinBlocks) re
 
     for (int t0 = 0; t0 < ti.len; t0 += TCH) {
       const int nt = ti.len - t0 < TCH ? ti.len - t0 : TCH;
-      if (!FGDN_REC_PREFETCH && t0 > 0) stage_load(ti, t0, nt, r);
+      if (t0 > 0) stage_load(ti, t0, nt, r);
       __syncthreads();  // the previous chunk (or tile) is done with the staging area
       stage_store(nt, r);
-      if (FGDN_REC_PREFETCH && t0 + TCH < ti.len)  // the next chunk's loads fly during this chunk's tokens
-        stage_load(ti, t0 + TCH, ti.len - t0 - TCH < TCH ? ti.len - t0 - TCH : TCH, r);
       __syncthreads();
 
       for (int tt = 0; tt < nt; ++tt) {
@@ -424,23 +414,13 @@ __global__ void __launch_bounds__(kRecThreads, RecTile<L, K, BV>::kMinBlocks) re
   lookup(cur, q);
   copy_state(cur, 0);
   cp_async_commit();
-  if constexpr (FGDN_REC_PREFETCH) {
-    if (tile + gridDim.x < ntiles) q = issue_indices(tile + gridDim.x);
-  }
   for (int it = 0;; ++it) {
     const int64_t next = tile + gridDim.x;
     RecTileInfo nxt;
     if (next < ntiles) {
-      if constexpr (FGDN_REC_PREFETCH) {
-        const RecIndexLoads qn = q;  // issued one iteration ago
-        if (next + gridDim.x < ntiles) q = issue_indices(next + gridDim.x);
-        nxt = coords(next, qn);
-        lookup(nxt, qn);
-      } else {
-        q = issue_indices(next);
-        nxt = coords(next, q);
-        lookup(nxt, q);
-      }
+      q = issue_indices(next);
+      nxt = coords(next, q);
+      lookup(nxt, q);
       copy_state(nxt, (it + 1) & 1);
     }
     cp_async_commit();

@@ -3,5 +3,5 @@
 #include "cuda/recurrent/wy_kernel.cuh"
 
 namespace flashgdn::cuda {
-FGDN_INSTANTIATE_RECURRENT_WY(__nv_bfloat16, false)
+FGDN_INSTANTIATE_RECURRENT_WY(__nv_bfloat16)
 }  // namespace flashgdn::cuda

@@ -3,5 +3,5 @@
 #include "cuda/recurrent/wy_kernel.cuh"
 
 namespace flashgdn::cuda {
-FGDN_INSTANTIATE_RECURRENT_WY(float, false)
+FGDN_INSTANTIATE_RECURRENT_WY(float)
 }  // namespace flashgdn::cuda

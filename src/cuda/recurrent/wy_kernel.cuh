@@ -33,9 +33,6 @@
 // reproducible. A tile is owned by one CTA and read whole before its first store (protocol A is safe, §8.2).
 // V-major states are not covered (the reduction over K would be across lanes): recurrent.cu / wy_launch.cu
 // send them to the persistent kernel.
-// MMA = true (wy_mma_<dtype>.cu, FLASHGDN_RECURRENT_WY_MMA=1): steps 2 and 4 (closed form) on tensor cores, 3xTF32
-// mma.sync m16n8k8 with the state tile in the accumulator layout (see the kernel); measured slower than the FMA
-// engine on the H200 (docs/recurrent.md), so opt-in.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -46,23 +43,13 @@
 #include "cuda/common/device_util.cuh"
 #include "cuda/recurrent/recurrent_args.hpp"
 
-#ifndef FGDN_WY_MINB
-#define FGDN_WY_MINB 4
-#endif
-#ifndef FGDN_WY_CHUNK
-#define FGDN_WY_CHUNK 8
-#endif
-// FGDN_WY_GROUPED=0: every CTA walks single tiles (no reuse of a row's staged tokens across its V-tiles).
-#ifndef FGDN_WY_GROUPED
-#define FGDN_WY_GROUPED 1
-#endif
-
 namespace flashgdn::cuda {
 namespace wy {
 
 inline constexpr int kThreads = 128;
 inline constexpr int kWarps = kThreads / 32;
-inline constexpr int kChunk = FGDN_WY_CHUNK;  // tokens per pass (C); longer rows take several passes
+inline constexpr int kChunk = 8;      // tokens per pass (C); longer rows take several passes
+inline constexpr int kMinBlocks = 4;  // CTAs per SM (__launch_bounds__: 128 registers per thread)
 
 template <int K, int BV>
 struct Geo {
@@ -110,100 +97,6 @@ __device__ __forceinline__ void rs_sum(float (&x)[M], int lane) {
   }
 }
 
-// ---- tensor-core path (MMA): 3xTF32 mma.sync m16n8k8 (fp32-accurate products, fp32 accumulation) ----
-// x = hi + lo with hi, lo tf32 (10-bit mantissas, round to nearest): a b ~= a_hi b_hi + a_hi b_lo + a_lo b_hi,
-// relative error ~2^-21 per product, far below the fp32-pool tolerance (2e-5). ptxas (sm_90a) lowers each
-// cvt.rna.tf32.f32 to ~4 instructions (inf test, +0x1000, select, mask): ~7 per split value.
-// FGDN_WY_MMA_TRUNC=1 (experiment, not yet measured or checked on a GPU): hi = x with the 13 low bits cleared,
-// lo = x - hi (exact) passed as is (the tensor core ignores the 13 low bits of a tf32 operand, which ptxas's own
-// lowering of the lo conversion relies on): 2 instructions, error <= 2^-20 |x| per operand.
-#ifndef FGDN_WY_MMA_TRUNC
-#define FGDN_WY_MMA_TRUNC 0
-#endif
-__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
-#if FGDN_WY_MMA_TRUNC
-  hi = __float_as_uint(x) & 0xffffe000u;
-  lo = __float_as_uint(x - __uint_as_float(hi));
-#else
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
-  const float r = x - __uint_as_float(hi);
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(r));
-#endif
-}
-// d += a b (m16n8k8, row.col, tf32 inputs, fp32 accumulators)
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-// d += a b in 3xTF32 (the small terms first)
-__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
-                                           const uint32_t (&bh)[2], const uint32_t (&bl)[2]) {
-  mma_tf32(d, al, bh);
-  mma_tf32(d, ah, bl);
-  mma_tf32(d, ah, bh);
-}
-// 2-element state vectors (the MMA fragment layout holds 2 contiguous columns per state row).
-__device__ __forceinline__ void load2(const float* p, float& x, float& y) {
-  const float2 v = *reinterpret_cast<const float2*>(p);
-  x = v.x, y = v.y;
-}
-__device__ __forceinline__ void load2(const __nv_bfloat16* p, float& x, float& y) {
-  const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
-  x = v.x, y = v.y;
-}
-__device__ __forceinline__ void load2(const __half* p, float& x, float& y) {
-  const float2 v = __half22float2(*reinterpret_cast<const __half2*>(p));
-  x = v.x, y = v.y;
-}
-__device__ __forceinline__ void store2(float* p, float x, float y) {
-  *reinterpret_cast<float2*>(p) = make_float2(x, y);
-}
-__device__ __forceinline__ void store2(__nv_bfloat16* p, float x, float y) {
-  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-}
-__device__ __forceinline__ void store2(__half* p, float x, float y) {
-  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
-}
-__device__ __forceinline__ void store2(void* base, DType dt, int64_t off, float x, float y) {
-  switch (dt) {
-    case DType::bf16:
-      store2(static_cast<__nv_bfloat16*>(base) + off, x, y);
-      break;
-    case DType::f16:
-      store2(static_cast<__half*>(base) + off, x, y);
-      break;
-    default:
-      store2(static_cast<float*>(base) + off, x, y);
-      break;
-  }
-}
-// The MMA-layout state (tile p = mt NT + nt: rows row0 + 8 nt + {0, 1}, columns col0 + 16 mt + {0, 1}) to a [K, V]
-// state at dst with row stride rs.
-template <int NT, class T, int P>
-__device__ __forceinline__ void mma_store(T* dst, int64_t rs, int32_t row0, int32_t col0, const float (&x)[P][4]) {
-  T* row = dst + (int64_t(row0) * rs + col0);  // a running row pointer: no per-row offsets held in registers
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-#pragma unroll
-      for (int mt = 0; mt < P / NT; ++mt) store2(row + 16 * mt, x[mt * NT + nt][rr], x[mt * NT + nt][rr + 2]);
-      row += rr == 0 ? rs : 7 * rs;
-    }
-  }
-}
-// cp.async of 4 (16-bit pair), 8 or 16 bytes
-template <int BYTES>
-__device__ __forceinline__ void cp_async_n(void* smem, const void* gmem) {
-  if constexpr (BYTES == 4)
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
-  else
-    cp_async<BYTES>(smem, gmem);
-}
-
 // One token's raw activations for the staging warp (lane slice of q and k, scalars).
 struct TokRaw {
   float q[4], k[4];
@@ -225,11 +118,9 @@ struct WyIdx {
   int32_t bos = 0, eos = 0, idx = 0, ib = 0;
 };
 
-// MMA = true: the state reductions (S0^T k_t, S0^T q'_t) and the closed-form update run on tensor cores (3xTF32
-// mma.sync m16n8k8) and the state tile is held in the mma accumulator layout (below); MMA = false: CUDA-core FMAs
-// over the thread's P rows x 4 columns. Everything else (staging, column phase, rows, protocols) is shared.
-template <class ST, int K, int BV, bool MMA>
-__global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kernel(const RecurrentArgs a) {
+// The state reductions (S0^T k_t, S0^T q'_t) and the update are CUDA-core FMAs over the thread's P rows x 4 columns.
+template <class ST, int K, int BV>
+__global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_kernel(const RecurrentArgs a) {
   using G = wy::Geo<K, BV>;
   constexpr int TPR = G::TPR, P = G::P;
   constexpr int C = wy::kChunk, GR = G::GR, NW = wy::kWarps;
@@ -241,7 +132,7 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
 
   // Token data are indexed by the token's position in the superchunk (chunk ch = t / C); gamma restarts at
   // every chunk.
-  // next tile's state, each thread's own vectors (P of 4 elements, or MMA: 2 P of 2 elements)
+  // next tile's state, each thread's own vectors (P of 4 elements)
   __shared__ __align__(16) ST s_stage[P][wy::kThreads][4];
   __shared__ __align__(16) float s_tok[2][SC][K];      // [0] q' = scale q^, [1] k^; zeros past the end
   __shared__ __align__(16) float s_red[NW][2][C][BV];  // per-warp partials of S^T k_t, S^T q'_t
@@ -261,18 +152,6 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
   const int c = tid % TPR;  // column group: columns j0 + 4c .. + 3
   const int i0 = (tid / TPR) * P;
   const int rk = lane / TPR;  // rank among the NL lanes that share c (reduce-scatter)
-  // MMA layout. The update is the mma D[j][i] += W^T[j][t] K[t][i] (M = value column j, N = key row i, K = token),
-  // so the state tile lives in its accumulators: tile (mt, nt) = s[mt NT + nt][0..3] of warp w holds
-  //   c0 = S[I][J], c1 = S[I + 1][J], c2 = S[I][J + 1], c3 = S[I + 1][J + 1],
-  //   I = w (K / 4) + 8 nt + 2 qd, J = 16 mt + 2 gq  (gq = lane / 4, qd = lane % 4),
-  // i.e. accumulator row m = gq / gq + 8 is column J / J + 1 (a permutation of M, so that a thread owns 2
-  // contiguous columns: 8-byte fp32 vectors), column n = 2 qd + {0, 1} is row I / I + 1. The same registers are
-  // the A operand of the reduction D[j][t] = sum_i S^T[j][i] k_t[i] with K permuted (k = qd <-> i = 2 qd,
-  // k = qd + 4 <-> i = 2 qd + 1): a = {c0, c2, c1, c3}, and the B operand (k^ or q' of token gq) is a float2
-  // of rows I, I + 1.
-  constexpr int MT = BV / 16, NT = K / (NW * 8);  // m16 tiles over the columns, n8 tiles over the warp's rows
-  static_assert(!MMA || (MT * NT == P && C == 8), "MMA: the accumulator tiles are the thread's 4 P elements");
-  const int gq = lane >> 2, qd = lane & 3;
   const int nvt = a.V / BV;
   const int32_t ntiles = int32_t(a.N * a.Hv * nvt);  // < 2^31 (the launcher checks)
 
@@ -322,28 +201,13 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
     return r;
   };
   auto tile_off = [&](const WyRow& r, int p, int64_t rs) -> int64_t { return int64_t(i0 + p) * rs + r.j0 + 4 * c; };
-  // MMA: offset of the 2-element vector (tile p, row I + rr) in a [K, V] state with row stride rs
-  auto mma_off = [&](const WyRow& r, int p, int rr, int64_t rs) -> int64_t {
-    return int64_t(warp * (K / NW) + 8 * (p % NT) + 2 * qd + rr) * rs + r.j0 + 16 * (p / NT) + 2 * gq;
-  };
-  // MMA: the thread's state (registers s) to a [K, V] state at dst with row stride rs (wy::mma_store)
-  const int32_t mma_row0 = warp * (K / NW) + 2 * qd, mma_col0 = 2 * gq;
   // ---- the tile's state into this thread's stage vectors (cp.async: no registers, no barrier) ----
   auto prefetch = [&](const WyRow& r) {
     if (!r.load) return;
     const ST* src =
         static_cast<const ST*>(a.pool) + r.slot * a.pool_s[0] + r.h * a.pool_s[1] + tile_off(r, 0, a.pool_s[2]);
-    if constexpr (MMA) {
-      const ST* base = static_cast<const ST*>(a.pool) + r.slot * a.pool_s[0] + r.h * a.pool_s[1];
-      ST* stage = &s_stage[0][0][0];
-#pragma unroll 1
-      for (int v = 0; v < 2 * P; ++v)  // vector v = (tile v / 2, row I + v % 2)
-        wy::cp_async_n<2 * int(sizeof(ST))>(stage + (v * wy::kThreads + tid) * 2,
-                                            base + mma_off(r, v / 2, v % 2, a.pool_s[2]));
-    } else {
 #pragma unroll 1  // asynchronous copies: a loop keeps one address live instead of P
-      for (int p = 0; p < P; ++p) cp_async<4 * int(sizeof(ST))>(&s_stage[p][tid][0], src + p * a.pool_s[2]);
-    }
+    for (int p = 0; p < P; ++p) cp_async<4 * int(sizeof(ST))>(&s_stage[p][tid][0], src + p * a.pool_s[2]);
   };
 
   // ---- staging of a row's superchunk (tokens sc0 .. sc0 + tsc - 1, tsc <= SC), in two halves of C tokens
@@ -437,9 +301,6 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
         if (4 * lane < K) ks = *reinterpret_cast<const float4*>(&s_tok[1][ch * C + sx][4 * lane]);
         x[sx] = fmaf(kt.x, ks.x, fmaf(kt.y, ks.y, fmaf(kt.z, ks.z, kt.w * ks.w)));
         x[C + sx] = fmaf(qt.x, ks.x, fmaf(qt.y, ks.y, fmaf(qt.z, ks.z, qt.w * ks.w)));
-#if FGDN_WY_DOTS_FENCE
-        asm volatile("" ::: "memory");  // keep one k_s vector live at a time (registers)
-#endif
       }
       // Lane l ends with flat index f = l / (16 / C) = [kind = f / C][s = f % C]; the 16 / C lanes holding the
       // same f finish their sum with a butterfly over the low lane bits.
@@ -475,8 +336,7 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
   // Only without per-token state stores: grouped, a row's V-tiles run at different times, so the 64-byte (bf16,
   // 32 columns) pieces of each intermediate-state row are written far apart in time, and the H200 measured verify
   // at N = 256 slower grouped (2.23 ms) than ungrouped (1.55 ms), where neighbouring V-tiles run side by side.
-  const bool grouped =
-      FGDN_WY_GROUPED && nvt > 1 && nrows >= int32_t(gridDim.x) && a.inter == nullptr && !(a.commit && a.T_max > 0);
+  const bool grouped = nvt > 1 && nrows >= int32_t(gridDim.x) && a.inter == nullptr && !(a.commit && a.T_max > 0);
   auto next_tile = [&](int32_t t) -> int32_t {  // no overflow: ntiles + grid nvt < 2^31 (launcher)
     if (!grouped) return t + int32_t(gridDim.x);
     return t % nvt != nvt - 1 ? t + 1 : (t / nvt + int32_t(gridDim.x)) * nvt;
@@ -510,10 +370,6 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
     for (int p = 0; p < P; ++p) {
       if (!r.load) {
         s[p][0] = s[p][1] = s[p][2] = s[p][3] = 0.f;
-      } else if constexpr (MMA) {  // rows I (c0, c2) and I + 1 (c1, c3)
-        const ST* stage = &s_stage[0][0][0];
-        wy::load2(stage + ((2 * p) * wy::kThreads + tid) * 2, s[p][0], s[p][2]);
-        wy::load2(stage + ((2 * p + 1) * wy::kThreads + tid) * 2, s[p][1], s[p][3]);
       } else {
         load4(&s_stage[p][tid][0], s[p]);
       }
@@ -549,69 +405,34 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
           const int tb = ch * C;        // the chunk's first token in the superchunk
           if (ch > 0) __syncthreads();  // the previous chunk's column phase is done with s_red
 
-          // ---- S0^T k_t and S0^T q'_t over the thread's rows, GR tokens at a time ----
-          if constexpr (MMA) {
-            // D[kind][mt] = S^T[j][i] x [k^ | q'][i][t] over the warp's K / 4 rows (NT k-steps of 8); the chunk's
-            // tokens past tc are zeros in s_tok. Partial sums per warp to s_red (summed in the column phase).
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {  // one m-tile at a time: 8 accumulators live
-              float d[2][4];
-#pragma unroll
-              for (int kd = 0; kd < 2; ++kd) d[kd][0] = d[kd][1] = d[kd][2] = d[kd][3] = 0.f;
-#pragma unroll
-              for (int nt = 0; nt < NT; ++nt) {
-                const float* c4 = s[mt * NT + nt];
-                uint32_t ah[4], al[4];
-                wy::split_tf32(c4[0], ah[0], al[0]);
-                wy::split_tf32(c4[2], ah[1], al[1]);
-                wy::split_tf32(c4[1], ah[2], al[2]);
-                wy::split_tf32(c4[3], ah[3], al[3]);
-#pragma unroll
-                for (int kd = 0; kd < 2; ++kd) {  // kind 0: k^ (s_tok[1]), 1: q' (s_tok[0]); token gq, rows I, I + 1
-                  const float2 x =
-                      *reinterpret_cast<const float2*>(&s_tok[1 - kd][tb + gq][warp * (K / NW) + 8 * nt + 2 * qd]);
-                  uint32_t bh[2], bl[2];
-                  wy::split_tf32(x.x, bh[0], bl[0]);
-                  wy::split_tf32(x.y, bh[1], bl[1]);
-                  wy::mma_3xtf32(d[kd], ah, al, bh, bl);
-                }
-              }
-              // d0 = D[J][2 qd], d1 = D[J][2 qd + 1], d2 = D[J + 1][2 qd], d3 = D[J + 1][2 qd + 1]
-              const int j = 16 * mt + 2 * gq;
-#pragma unroll
-              for (int kd = 0; kd < 2; ++kd) {
-                *reinterpret_cast<float2*>(&s_red[warp][kd][2 * qd][j]) = make_float2(d[kd][0], d[kd][2]);
-                *reinterpret_cast<float2*>(&s_red[warp][kd][2 * qd + 1][j]) = make_float2(d[kd][1], d[kd][3]);
-              }
-            }
-          } else {
+// ---- S0^T k_t and S0^T q'_t over the thread's rows, GR tokens at a time ----
 #pragma unroll 1
-            for (int t0 = 0; t0 < tc; t0 += GR) {
-              float acc[M];
+          for (int t0 = 0; t0 < tc; t0 += GR) {
+            float acc[M];
 #pragma unroll
-              for (int m = 0; m < M; ++m) acc[m] = 0.f;
+            for (int m = 0; m < M; ++m) acc[m] = 0.f;
 #pragma unroll
-              for (int g = 0; g < GR; ++g) {
-                float kr[P], qr[P];
-                wy::ld_rows<P>(&s_tok[1][tb + t0 + g][i0], kr);
-                wy::ld_rows<P>(&s_tok[0][tb + t0 + g][i0], qr);
+            for (int g = 0; g < GR; ++g) {
+              float kr[P], qr[P];
+              wy::ld_rows<P>(&s_tok[1][tb + t0 + g][i0], kr);
+              wy::ld_rows<P>(&s_tok[0][tb + t0 + g][i0], qr);
 #pragma unroll
-                for (int p = 0; p < P; ++p)
+              for (int p = 0; p < P; ++p)
 #pragma unroll
-                  for (int e = 0; e < 4; ++e) {
-                    acc[g * 4 + e] = fmaf(s[p][e], kr[p], acc[g * 4 + e]);
-                    acc[(GR + g) * 4 + e] = fmaf(s[p][e], qr[p], acc[(GR + g) * 4 + e]);
-                  }
-              }
-              wy::rs_sum<M, 16, TPR>(acc, lane);  // over the NL lanes with this column group
-              const int f = rk * G::KEEP;         // flat index [kind][g][e] of acc[0]
-              float* dst = &s_red[warp][f / (GR * 4)][t0 + (f / 4) % GR][4 * c + f % 4];
-              if constexpr (G::KEEP == 4)
-                *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-              else
-                *reinterpret_cast<float2*>(dst) = make_float2(acc[0], acc[1]);
+                for (int e = 0; e < 4; ++e) {
+                  acc[g * 4 + e] = fmaf(s[p][e], kr[p], acc[g * 4 + e]);
+                  acc[(GR + g) * 4 + e] = fmaf(s[p][e], qr[p], acc[(GR + g) * 4 + e]);
+                }
             }
+            wy::rs_sum<M, 16, TPR>(acc, lane);  // over the NL lanes with this column group
+            const int f = rk * G::KEEP;         // flat index [kind][g][e] of acc[0]
+            float* dst = &s_red[warp][f / (GR * 4)][t0 + (f / 4) % GR][4 * c + f % 4];
+            if constexpr (G::KEEP == 4)
+              *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            else
+              *reinterpret_cast<float2*>(dst) = make_float2(acc[0], acc[1]);
           }
+
           __syncthreads();
           if (sc0 == 0 && ch == 0) prefetch_next();  // s[] was read from the stage before the barrier
 
@@ -639,10 +460,7 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
 #pragma unroll
                 for (int t = 0; t < C; ++t) {
                   s_u[1][t][j] = u[t];  // u_t for o (zero past tc)
-                  if (t < tc)
-                    s_u[0][t][j] = r.walk ? u[t] : s_e[tb + t] * u[t];
-                  else if (MMA)
-                    s_u[0][t][j] = 0.f;  // the closed-form mma reads all C tokens (k_t = 0 there too)
+                  if (t < tc) s_u[0][t][j] = r.walk ? u[t] : s_e[tb + t] * u[t];
                 }
               }
             }
@@ -664,51 +482,7 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
           }
 
           // ---- state: walk (per-token stores) or closed form ----
-          if (r.walk && MMA) {
-#pragma unroll 1
-            for (int t = 0; t < tc; ++t) {
-              const float al = s_al[tb + t];
-              float kk[NT][2], uu[MT][2];  // k_t at rows I, I + 1; u_t at columns J, J + 1
-#pragma unroll
-              for (int nt = 0; nt < NT; ++nt) {
-                const float2 x = *reinterpret_cast<const float2*>(&s_tok[1][tb + t][warp * (K / NW) + 8 * nt + 2 * qd]);
-                kk[nt][0] = x.x, kk[nt][1] = x.y;
-              }
-#pragma unroll
-              for (int mt = 0; mt < MT; ++mt) {
-                const float2 x = *reinterpret_cast<const float2*>(&s_u[0][t][16 * mt + 2 * gq]);
-                uu[mt][0] = x.x, uu[mt][1] = x.y;
-              }
-#pragma unroll
-              for (int p = 0; p < P; ++p) {  // S = alpha S + k u^T
-                const int mt = p / NT, nt = p % NT;
-                s[p][0] = fmaf(kk[nt][0], uu[mt][0], al * s[p][0]);
-                s[p][1] = fmaf(kk[nt][1], uu[mt][0], al * s[p][1]);
-                s[p][2] = fmaf(kk[nt][0], uu[mt][1], al * s[p][2]);
-                s[p][3] = fmaf(kk[nt][1], uu[mt][1], al * s[p][3]);
-              }
-              const int64_t tr = sc0 + tb + t;  // row-relative token
-              if (r.ibuf >= 0 && tr < a.T_buf) {
-                const int64_t base = r.ibuf * a.inter_s[0] + tr * a.inter_s[1] + r.h * a.inter_s[2];
-                switch (a.inter_dtype) {  // uniform; the stores of one dtype in one unrolled block
-                  case DType::bf16:
-                    wy::mma_store<NT>(static_cast<__nv_bfloat16*>(a.inter) + base, a.inter_s[3], mma_row0,
-                                      r.j0 + mma_col0, s);
-                    break;
-                  case DType::f16:
-                    wy::mma_store<NT>(static_cast<__half*>(a.inter) + base, a.inter_s[3], mma_row0, r.j0 + mma_col0, s);
-                    break;
-                  default:
-                    wy::mma_store<NT>(static_cast<float*>(a.inter) + base, a.inter_s[3], mma_row0, r.j0 + mma_col0, s);
-                    break;
-                }
-              }
-              const int64_t ws = s_ws[tb + t];
-              if (ws >= 0)
-                wy::mma_store<NT>(static_cast<ST*>(a.pool) + ws * a.pool_s[0] + r.h * a.pool_s[1], a.pool_s[2],
-                                  mma_row0, r.j0 + mma_col0, s);
-            }
-          } else if (r.walk) {
+          if (r.walk) {
 #pragma unroll 1
             for (int t = 0; t < tc; ++t) {
               float kr[P];
@@ -739,39 +513,16 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
             for (int p = 0; p < P; ++p)
 #pragma unroll
               for (int e = 0; e < 4; ++e) s[p][e] *= dl;
-            if constexpr (MMA) {
-              // S^T[j][i] += sum_t W^T[j][t] k_t[i] (one k-step of the C = 8 tokens; W = 0, k = 0 past tc)
-              uint32_t wh[MT][4], wl[MT][4];
-#pragma unroll
-              for (int mt = 0; mt < MT; ++mt) {  // a0 = W[qd][J], a1 = W[qd][J + 1], a2, a3: token qd + 4
-                const float2 x0 = *reinterpret_cast<const float2*>(&s_u[0][qd][16 * mt + 2 * gq]);
-                const float2 x1 = *reinterpret_cast<const float2*>(&s_u[0][qd + 4][16 * mt + 2 * gq]);
-                wy::split_tf32(x0.x, wh[mt][0], wl[mt][0]);
-                wy::split_tf32(x0.y, wh[mt][1], wl[mt][1]);
-                wy::split_tf32(x1.x, wh[mt][2], wl[mt][2]);
-                wy::split_tf32(x1.y, wh[mt][3], wl[mt][3]);
-              }
-#pragma unroll
-              for (int nt = 0; nt < NT; ++nt) {  // b0 = k_qd[i], b1 = k_{qd + 4}[i], i = w K / 4 + 8 nt + gq
-                const int i = warp * (K / NW) + 8 * nt + gq;
-                uint32_t bh[2], bl[2];
-                wy::split_tf32(s_tok[1][tb + qd][i], bh[0], bl[0]);
-                wy::split_tf32(s_tok[1][tb + qd + 4][i], bh[1], bl[1]);
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) wy::mma_3xtf32(s[mt * NT + nt], wh[mt], wl[mt], bh, bl);
-              }
-            } else {
 #pragma unroll 2
-              for (int t = 0; t < tc; ++t) {  // S += k_t w_t^T, w_t = e^{gamma_last - gamma_t} u_t
-                float kr[P];
-                wy::ld_rows<P>(&s_tok[1][tb + t][i0], kr);
-                const float4 w4 = *reinterpret_cast<const float4*>(&s_u[0][t][4 * c]);
-                const float ww[4] = {w4.x, w4.y, w4.z, w4.w};
+            for (int t = 0; t < tc; ++t) {  // S += k_t w_t^T, w_t = e^{gamma_last - gamma_t} u_t
+              float kr[P];
+              wy::ld_rows<P>(&s_tok[1][tb + t][i0], kr);
+              const float4 w4 = *reinterpret_cast<const float4*>(&s_u[0][t][4 * c]);
+              const float ww[4] = {w4.x, w4.y, w4.z, w4.w};
 #pragma unroll
-                for (int p = 0; p < P; ++p)
+              for (int p = 0; p < P; ++p)
 #pragma unroll
-                  for (int e = 0; e < 4; ++e) s[p][e] = fmaf(kr[p], ww[e], s[p][e]);
-              }
+                for (int e = 0; e < 4; ++e) s[p][e] = fmaf(kr[p], ww[e], s[p][e]);
             }
           }
         }
@@ -780,12 +531,8 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
       // ---- final state: pool[slot] (1-D slots, commit) ----
       if (a.commit && a.T_max == 0) {
         ST* dst = static_cast<ST*>(a.pool) + r.slot * a.pool_s[0] + r.h * a.pool_s[1];
-        if constexpr (MMA) {
-          wy::mma_store<NT>(dst, a.pool_s[2], mma_row0, r.j0 + mma_col0, s);
-        } else {
 #pragma unroll
-          for (int p = 0; p < P; ++p) store4(dst + tile_off(r, p, a.pool_s[2]), s[p]);
-        }
+        for (int p = 0; p < P; ++p) store4(dst + tile_off(r, p, a.pool_s[2]), s[p]);
       }
     }
     if (!has_next) break;
@@ -794,26 +541,23 @@ __global__ void __launch_bounds__(wy::kThreads, FGDN_WY_MINB) recurrent_wy_kerne
   }
 }
 
-// Persistent CTAs (FGDN_WY_MINB per SM, the register budget's residency) walking the (row, head, V-tile) tiles;
-// a small launch gets one CTA per tile. K-major states only (the dispatch checks).
-#ifndef FGDN_WY_PERSIST
-#define FGDN_WY_PERSIST 1
-#endif
-template <class ST, int K, int BV, bool MMA>
+// Persistent CTAs (kMinBlocks per SM, the register budget's residency) walking the (row, head, V-tile) tiles;
+// a small launch gets one CTA per tile. K-major states only (the plan checks).
+template <class ST, int K, int BV>
 cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t stream) {
   const int64_t ntiles = a.N * a.Hv * (a.V / BV);
   if (ntiles == 0) return cudaSuccess;
   int64_t grid = ntiles;
-  if (FGDN_WY_PERSIST && grid > int64_t(FGDN_WY_MINB) * sms) grid = int64_t(FGDN_WY_MINB) * sms;
+  if (grid > int64_t(wy::kMinBlocks) * sms) grid = int64_t(wy::kMinBlocks) * sms;
   if (ntiles + grid * (a.V / BV) > 0x7fffffff) return cudaErrorInvalidConfiguration;  // 32-bit tile indices
-  recurrent_wy_kernel<ST, K, BV, MMA><<<dim3(unsigned(grid)), wy::kThreads, 0, stream>>>(a);
+  recurrent_wy_kernel<ST, K, BV><<<dim3(unsigned(grid)), wy::kThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
 // One translation unit per storage type instantiates every (K, BV): they compile in parallel.
-#define FGDN_INSTANTIATE_RECURRENT_WY(ST, MMA)                                                         \
-  template cudaError_t launch_recurrent_wy<ST, 64, 32, MMA>(const RecurrentArgs&, int, cudaStream_t);  \
-  template cudaError_t launch_recurrent_wy<ST, 128, 16, MMA>(const RecurrentArgs&, int, cudaStream_t); \
-  template cudaError_t launch_recurrent_wy<ST, 128, 32, MMA>(const RecurrentArgs&, int, cudaStream_t);
+#define FGDN_INSTANTIATE_RECURRENT_WY(ST)                                                         \
+  template cudaError_t launch_recurrent_wy<ST, 64, 32>(const RecurrentArgs&, int, cudaStream_t);  \
+  template cudaError_t launch_recurrent_wy<ST, 128, 16>(const RecurrentArgs&, int, cudaStream_t); \
+  template cudaError_t launch_recurrent_wy<ST, 128, 32>(const RecurrentArgs&, int, cudaStream_t);
 
 }  // namespace flashgdn::cuda

@@ -1,0 +1,300 @@
+// The plans of the CUDA ops (plan.hpp): plain C++, built in every configuration so the CPU tests cover them.
+#include "api/plan.hpp"
+
+#include <algorithm>
+
+#include "cuda/chunk_fwd/chunk_fwd.hpp"
+
+namespace flashgdn {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+size_t align_up(size_t x) {
+  return (x + 255) & ~size_t(255);
+}
+
+const char* state_pass_name(ChunkStatePass s) {
+  return s == ChunkStatePass::wgmma ? "wgmma" : "mma.sync";
+}
+
+// The segment count of the automatic split: a state-pass CTA (16 warps, ~218 KB of shared memory: one per SM) walks
+// the chunks of one (work item, value head) with all V / 64 value tiles; the summary mode has (K + V) / 64 tiles, so
+// ceil((K + V) / V) CTAs per (item, head), each ~0.8 of a forward CTA's time per chunk (no q, no P U). In chunk-steps
+//   cost(P) = Ls waves(forward) + 0.8 Ls waves(summary) + 0.3 (P - 1) + 3   (the last two: the scan and launches),
+// Ls = ceil(chunks / P); the fastest P of 1..64 wins (bench/results: it picks the fastest measured P in every case).
+// Unsplit when the heads alone fill the SMs or the sequences are short (< 16 chunks).
+int64_t auto_segments(const ChunkDims& d, int64_t avg, int32_t sms, std::string* why) {
+  const int64_t vt = d.V / kChunkFwdTile, kt = d.K / kChunkFwdTile;
+  const int64_t base = d.N * d.Hv;
+  if (base >= sms) {
+    *why = detail::str_cat("N Hv = ", base, " CTAs fill the ", sms, " SMs: no split");
+    return 1;
+  }
+  if (avg < 16) {
+    *why = detail::str_cat("sequences of ~", avg, " chunks (< 16): no split");
+    return 1;
+  }
+  const int64_t sum_ctas = ceil_div(kt + vt, vt);
+  double best = 1e30;
+  int64_t P = 1;
+  for (int cand = 1; cand <= 64; ++cand) {
+    const int64_t ls = ceil_div(avg, cand), nseg = ceil_div(avg, ls);
+    const int64_t x2 = d.N * nseg * d.Hv, x1 = d.N * (nseg - 1) * d.Hv * sum_ctas;
+    double cost = double(ls) * double(ceil_div(x2, sms));
+    if (nseg > 1) cost += double(ls) * 0.8 * double(ceil_div(x1, sms)) + 0.3 * double(nseg - 1) + 3.0;
+    if (cost < best - 1e-9) best = cost, P = nseg;
+  }
+  *why = detail::str_cat("cost model: ", base, " (sequence, head) chains on ", sms, " SMs, ~", avg,
+                         " chunks each: P = ", P, " (", best, " chunk-steps)");
+  return P;
+}
+
+}  // namespace
+
+Status plan_chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const DeviceFacts& dev, ChunkFwdPlan* out) {
+  if (p.chunk_size != kChunkFwdChunk)
+    return FGDN_ERROR(unsupported, "chunk_fwd: chunk_size: the CUDA kernels use 64, got ", p.chunk_size);
+  if (p.q.dtype != DType::bf16 && p.q.dtype != DType::f16)
+    return FGDN_ERROR(unsupported, "chunk_fwd: q: the CUDA kernels take bf16 or f16 q, k, v, got ",
+                      dtype_name(p.q.dtype));
+  if ((d.K != 64 && d.K != 128) || (d.V != 64 && d.V != 128))
+    return FGDN_ERROR(unsupported, "chunk_fwd: K and V must be 64 or 128 on CUDA, got K=", d.K, " V=", d.V);
+  if (p.exec.chunk_fwd_segments < 0)
+    return FGDN_INVALID("chunk_fwd: exec.chunk_fwd_segments: expected 0 (auto), 1 (off) or P > 1, got ",
+                        p.exec.chunk_fwd_segments);
+  ChunkFwdPlan pl;
+  pl.sms = std::max(dev.sms, 1);
+  pl.state_pass = d.K == 128 && d.V == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync;
+  const int64_t nch_total = ceil_div(d.T, kChunkFwdChunk);  // per batch entry (fixed) or over all sequences (varlen)
+  pl.rec_slots = d.varlen ? d.N + nch_total : d.B * nch_total;
+  const int64_t N = std::max<int64_t>(d.N, 1);
+  const int64_t avg = d.varlen ? ceil_div(nch_total, N) : nch_total;  // chunks of a typical sequence
+
+  int64_t P = p.exec.chunk_fwd_segments;
+  pl.forced = P > 0;
+  if (P == 1) {
+    pl.why = "exec.chunk_fwd_segments = 1: no split";
+  } else if (d.N == 0 || avg < 2) {
+    P = 1;
+    pl.why = "one chunk per sequence: no split";
+  } else if (P > 1) {
+    pl.why = detail::str_cat("exec.chunk_fwd_segments = ", P);
+  } else {
+    P = auto_segments(d, avg, pl.sms, &pl.why);
+  }
+  if (P > 1) {
+    pl.split = true;
+    pl.seg_chunks = ceil_div(avg, P);
+    pl.segments = ceil_div(avg, pl.seg_chunks);
+    if (d.varlen) {
+      // sum_n max(1, ceil(nch_n / Ls)) <= N + (sum_n nch_n) / Ls and sum_n nch_n <= ceil(T / C) + min(N, T).
+      pl.cap = d.N + (nch_total + std::min(d.N, d.T)) / pl.seg_chunks;
+    } else {
+      pl.cap = d.N * std::max<int64_t>(1, ceil_div(nch_total, pl.seg_chunks));
+    }
+  }
+
+  size_t off = align_up(size_t(pl.rec_slots) * size_t(d.Hv) * size_t(cuda::kRecBytes));
+  pl.ws_rec = 0;
+  pl.workspace_bytes = off;
+  if (pl.split) {
+    pl.ws_items = off;
+    pl.ws_seq_first = pl.ws_items + align_up(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem));
+    pl.ws_mn = pl.ws_seq_first + align_up(size_t(d.N) * sizeof(int32_t));
+    pl.workspace_bytes = pl.ws_mn + size_t(pl.cap) * size_t(d.Hv) * size_t(d.K) * size_t(d.K + d.V) * sizeof(float);
+  }
+  *out = std::move(pl);
+  return Status::OK();
+}
+
+std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
+  using detail::str_cat;
+  const int64_t vt = d.V / kChunkFwdTile, kt = d.K / kChunkFwdTile;
+  std::string s = str_cat("chunk_fwd on CUDA, ", pl.sms, " SMs: N = ", d.N, " sequences, T = ", d.T, ", Hqk = ", d.Hqk,
+                          ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, d.varlen ? " (varlen)" : "", "\n");
+  s += str_cat("  intra-chunk pass: grid (", pl.rec_slots, ", ", d.Hv, "), one record of ", cuda::kRecBytes,
+               " bytes per (chunk slot, value head)\n");
+  const char* pass = state_pass_name(pl.state_pass);
+  const char* pass_why = pl.state_pass == ChunkStatePass::wgmma ? "K = V = 128" : "K or V = 64";
+  if (!pl.split) {
+    s += str_cat("  state pass: ", pass, " (", pass_why, "), grid (", d.N, ", ", d.Hv,
+                 ", 1), every chunk of a sequence\n");
+  } else {
+    s += str_cat("  segment split: ", pl.segments, " segments of ", pl.seg_chunks, " chunks per sequence, ", pl.cap,
+                 " work items\n");
+    s += str_cat("  state pass (", pass, ", ", pass_why, ") summaries: grid (", pl.cap, ", ", d.Hv, ", ",
+                 ceil_div(kt + vt, vt), ")\n");
+    s += str_cat("  scan of start states: grid (", d.N, ", ", d.Hv, ", ", d.V / 16, ")\n");
+    s += str_cat("  state pass forward from the start states: grid (", pl.cap, ", ", d.Hv, ", 1)\n");
+  }
+  s += str_cat("  split: ", pl.why, "\n");
+  s += str_cat("  workspace: ", pl.workspace_bytes, " bytes");
+  if (pl.split)
+    s += str_cat(" (records ", pl.ws_items, ", items and sequence table ", pl.ws_mn - pl.ws_items, ", summaries ",
+                 pl.workspace_bytes - pl.ws_mn, ")");
+  s += "\n";
+  return s;
+}
+
+// ---- recurrent ------------------------------------------------------------------------------------------------
+namespace {
+
+// The facts of a recurrent call the plan reads.
+struct RecShape {
+  bool pool = false, pool16 = false, kmajor = true, varlen = false, inter = false, verify = false;
+  int64_t T_max = 0, heads = 0;  // heads: N Hv (sequence, value head) pairs
+};
+
+RecShape rec_shape(const RecurrentParams& p, const RecurrentDims& d) {
+  RecShape r;
+  r.pool = p.state_pool.defined();
+  r.pool16 = r.pool && p.state_pool.dtype != DType::f32;
+  r.kmajor = p.state_layout == StateLayout::k_major;
+  r.varlen = d.varlen || p.cu_seqlens.defined();
+  r.inter = p.intermediate_states.defined();
+  r.T_max = p.state_indices.defined() && p.state_indices.ndim == 2 ? p.state_indices.shape[1] : 0;
+  r.verify = r.inter || (p.commit && r.T_max > 0);
+  r.heads = d.N * d.Hv;
+  return r;
+}
+
+// The persistent kernel's tile width: wide tiles amortize the per-tile staging, lookups and barriers over more
+// state; narrow ones spread a small batch (N = 1: 32 heads) over more SMs. 32 columns once that gives two tiles
+// per SM. The wy kernel uses the same rule (K = 64 always takes 32: 16 columns would spill there).
+int32_t persistent_bv(const RecurrentDims& d, const RecShape& r, int32_t sms) {
+  return d.V % 32 == 0 && r.heads * (d.V / 32) >= 2 * int64_t(sms) ? 32 : 16;
+}
+int32_t wy_bv(const RecurrentDims& d, const RecShape& r, int32_t sms) {
+  return d.K == 64 ? 32 : persistent_bv(d, r, sms);
+}
+
+// The direct kernel's tile width (one CTA per tile, no persistence). Single-token, large batches (>= 2 waves of 4
+// CTAs per SM): 128 columns on a K-major 16-bit pool (the packed state, 4 CTAs/SM x 32 KB in flight), else 64 (twice
+// the state bytes in flight per CTA); then 32 once that gives >= 4 CTAs per SM; 16 spreads a small batch over more
+// SMs. (The 128- and 64-column tiles exist for one token only: T is the total token count.)
+int32_t direct_bv(const RecurrentDims& d, const RecShape& r, int32_t sms) {
+  const bool one = d.T <= 1;
+  if (one && r.pool16 && r.kmajor && d.V % 128 == 0 && r.heads * (d.V / 128) >= 8 * int64_t(sms)) return 128;
+  if (one && d.V % 64 == 0 && r.heads * (d.V / 64) >= 8 * int64_t(sms)) return 64;
+  if (d.V % 32 == 0 && r.heads * (d.V / 32) >= 4 * int64_t(sms)) return 32;
+  return 16;
+}
+
+// direct_pipe: 16-bit pools, 128-column tiles (256-byte rows; fp32 pools measured slower than the direct kernel
+// and have no direct_pipe instantiation).
+constexpr int32_t kPipeBv = 128;
+bool pipe_supported(const RecurrentDims& d, const RecShape& r) {
+  return r.pool16 && r.kmajor && !r.varlen && d.T == 1 && r.T_max == 0 && !r.inter && d.V % kPipeBv == 0;
+}
+
+}  // namespace
+
+const char* recurrent_kernel_name(RecurrentKernel k) {
+  switch (k) {
+    case RecurrentKernel::auto_:
+      return "auto";
+    case RecurrentKernel::persistent:
+      return "persistent";
+    case RecurrentKernel::direct:
+      return "direct";
+    case RecurrentKernel::direct_pipe:
+      return "direct_pipe";
+    case RecurrentKernel::wy:
+      return "wy";
+  }
+  return "unknown";
+}
+
+bool recurrent_kernel_from_name(const char* name, RecurrentKernel* k) {
+  for (int32_t i = 0; name && k && i <= int32_t(RecurrentKernel::wy); ++i)
+    if (std::string(name) == recurrent_kernel_name(RecurrentKernel(i))) {
+      *k = RecurrentKernel(i);
+      return true;
+    }
+  return false;
+}
+
+Status plan_recurrent(const RecurrentParams& p, const RecurrentDims& d, const DeviceFacts& dev, RecurrentPlan* out) {
+  if (d.K != 64 && d.K != 128) return FGDN_ERROR(unsupported, "recurrent: K = ", d.K, " on CUDA; expected 64 or 128");
+  if (d.V != 64 && d.V != 128) return FGDN_ERROR(unsupported, "recurrent: V = ", d.V, " on CUDA; expected 64 or 128");
+  const RecurrentKernel force = p.exec.recurrent_kernel;
+  if (int32_t(force) < 0 || int32_t(force) > int32_t(RecurrentKernel::wy))
+    return FGDN_INVALID("recurrent: exec.recurrent_kernel: expected 0 (auto) .. 4 (wy), got ", int32_t(force));
+  RecurrentPlan pl;
+  pl.sms = std::max(dev.sms, 1);
+  const RecShape r = rec_shape(p, d);
+  pl.single_token = r.varlen ? d.T <= d.N : d.T <= 1;
+  using detail::str_cat;
+  if (force != RecurrentKernel::auto_) {
+    pl.forced = true;
+    pl.kernel = force;
+    pl.why = str_cat("exec.recurrent_kernel = ", recurrent_kernel_name(force));
+    if (force == RecurrentKernel::direct_pipe && !pipe_supported(d, r))
+      return FGDN_ERROR(
+          unsupported, "recurrent: exec.recurrent_kernel: direct_pipe takes fixed-length T = 1 on a K-major bf16 or ",
+          "f16 state_pool with 1-D (or absent) state_indices, no intermediate_states and V = 128; got T = ", d.T,
+          r.varlen ? " (varlen)" : "",
+          !r.pool    ? ", no pool"
+          : r.pool16 ? ""
+                     : ", an f32 pool",
+          r.kmajor ? "" : ", V-major", r.T_max > 0 ? ", 2-D state_indices" : "", r.inter ? ", intermediate_states" : "",
+          ", V = ", d.V);
+    if (force == RecurrentKernel::wy && !(r.pool && r.kmajor))
+      return FGDN_ERROR(unsupported, "recurrent: exec.recurrent_kernel: wy takes K-major states in a state_pool; got ",
+                        r.pool ? "a V-major pool" : "no pool (initial_state / final_state)");
+  } else if (pl.single_token) {
+    // One token per row: the direct kernel (every load in flight) is fastest, except large batches on a K-major
+    // 16-bit pool (>= 8 tiles of 128 columns per SM), where direct_pipe streams the tiles through shared memory
+    // (H200, bf16 N = 256: 158 vs 165 us; fp32 pools measured slower there and stay direct).
+    const bool pipe = pipe_supported(d, r) && r.heads * (d.V / kPipeBv) >= 8 * int64_t(pl.sms);
+    pl.kernel = pipe ? RecurrentKernel::direct_pipe : RecurrentKernel::direct;
+    pl.why = pipe ? "one token per row, a large batch on a K-major 16-bit pool" : "one token per row";
+  } else {
+    // Multi-token rows: the wy kernel (chunked WY form) on K-major pools, except a small-batch verify (per-token
+    // state stores; N = 1, T = 12: persistent 17.3 vs wy 18.5 us); the persistent kernel for V-major or pool-less
+    // rows.
+    const bool small = r.heads * (d.V / 32) < 2 * int64_t(pl.sms);
+    if (r.pool && r.kmajor && !(r.verify && small)) {
+      pl.kernel = RecurrentKernel::wy;
+      pl.why = "multi-token rows on a K-major pool";
+    } else {
+      pl.kernel = RecurrentKernel::persistent;
+      pl.why = !r.pool     ? "multi-token rows without a pool"
+               : !r.kmajor ? "multi-token rows on a V-major pool"
+                           : "a small-batch verify (per-token state stores)";
+    }
+  }
+  switch (pl.kernel) {
+    case RecurrentKernel::persistent:
+      pl.bv = persistent_bv(d, r, pl.sms);
+      break;
+    case RecurrentKernel::wy:
+      pl.bv = wy_bv(d, r, pl.sms);
+      break;
+    case RecurrentKernel::direct_pipe:
+      pl.bv = kPipeBv;
+      break;
+    default:
+      pl.bv = direct_bv(d, r, pl.sms);
+      break;
+  }
+  *out = std::move(pl);
+  return Status::OK();
+}
+
+std::string describe(const RecurrentPlan& pl, const RecurrentDims& d) {
+  using detail::str_cat;
+  std::string s =
+      str_cat("recurrent on CUDA, ", pl.sms, " SMs: N = ", d.N, " rows, T = ", d.T, d.varlen ? " (varlen)" : "",
+              ", Hqk = ", d.Hqk, ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, "\n");
+  s += str_cat("  kernel: ", recurrent_kernel_name(pl.kernel), ", ", pl.bv, " state columns per tile, ",
+               d.N * d.Hv * (d.V / pl.bv), " tiles");
+  if (pl.kernel == RecurrentKernel::direct_pipe)
+    s += str_cat(" (", kPipeStages, "-stage ring, ", kPipeThreads, " threads per CTA)");
+  s += str_cat("\n  why: ", pl.why, "\n  workspace: 0 bytes\n");
+  return s;
+}
+
+}  // namespace flashgdn

@@ -1,0 +1,67 @@
+// One plan per CUDA op: which kernels a call runs, with which tiles, grids, segment split and workspace, and why.
+//
+// A plan is a pure function of the validated params and the device facts (the SM count), so it is unit-tested on
+// the CPU (tests/api/test_plan.cpp) and printed by <op>_plan (flashgdn.hpp). Each call builds its plan once
+// (ops.cpp): the workspace check and the launch read the same plan, and a workspace query builds the same plan from
+// the same params. Kernel overrides come from ExecOptions (recurrent_kernel, chunk_fwd_segments); a forced kernel
+// that cannot take the call's shape is rejected here, with the kernel's requirement in the message.
+// gating and recurrent_commit have one kernel each and no choice to plan; chunk_bwd's CUDA plan goes here too.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "api/internal.hpp"
+
+namespace flashgdn {
+
+struct DeviceFacts {
+  int32_t sms = 0;  // streaming multiprocessors
+};
+
+// ---- chunk_fwd ------------------------------------------------------------------------------------------------
+// Two passes (docs/chunk_fwd.md): the intra-chunk pass (one CTA per (chunk slot, value head): the inverse and P into
+// a workspace record) and the state pass (the chain over the chunks) on wgmma where K = V = 128, on mma.sync where
+// K or V is 64. With the segment split (gdn-math §6) the state pass runs three times: summaries [M | N] of every
+// segment, the scan of start states, the forward from each segment's start state.
+enum class ChunkStatePass : int32_t { wgmma = 0, mma_sync = 1 };
+
+struct ChunkFwdPlan {
+  int32_t sms = 0;
+  ChunkStatePass state_pass = ChunkStatePass::wgmma;
+  int64_t rec_slots = 0;  // intra-pass records per value head: B ceil(T / 64) (fixed length), N + ceil(T / 64) (varlen)
+  bool split = false;
+  bool forced = false;     // exec.chunk_fwd_segments decided the split
+  int64_t segments = 1;    // P: segments of a typical sequence
+  int64_t seg_chunks = 0;  // segment length in chunks (split)
+  int64_t cap = 0;         // work items: an upper bound of the number of segments over all sequences (split)
+  // Workspace: [records] [items | seq_first | summaries (split)], each part 256-byte aligned.
+  size_t ws_rec = 0, ws_items = 0, ws_seq_first = 0, ws_mn = 0, workspace_bytes = 0;
+  std::string why;  // the split decision
+};
+
+inline constexpr int64_t kChunkFwdChunk = 64;  // the CUDA kernels' chunk size
+inline constexpr int64_t kChunkFwdTile = 64;   // state columns per value tile
+
+Status plan_chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const DeviceFacts& dev, ChunkFwdPlan* out);
+std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d);
+
+// ---- recurrent ------------------------------------------------------------------------------------------------
+struct RecurrentPlan {
+  int32_t sms = 0;
+  RecurrentKernel kernel = RecurrentKernel::direct;  // never auto_
+  int32_t bv = 0;                                    // state columns per tile
+  bool single_token = false;                         // rows of one token: fixed T <= 1, or varlen with T <= N
+  bool forced = false;                               // exec.recurrent_kernel decided the kernel
+  std::string why;
+};
+
+// The direct_pipe kernel's configuration: 2 ring stages, 128 threads per CTA.
+inline constexpr int kPipeStages = 2;
+inline constexpr int kPipeThreads = 128;
+
+Status plan_recurrent(const RecurrentParams& p, const RecurrentDims& d, const DeviceFacts& dev, RecurrentPlan* out);
+std::string describe(const RecurrentPlan& pl, const RecurrentDims& d);
+
+}  // namespace flashgdn

@@ -1,7 +1,0 @@
-// Instantiations of the wy recurrent kernel's tensor-core path (MMA = true, K-major) for bf16 storage (one file
-// per storage type and path so they compile in parallel).
-#include "cuda/recurrent/wy_kernel.cuh"
-
-namespace flashgdn::cuda {
-FGDN_INSTANTIATE_RECURRENT_WY(__nv_bfloat16, true)
-}  // namespace flashgdn::cuda

@@ -1,0 +1,401 @@
+// The CUDA plans (api/plan.hpp) on the CPU: which kernels, tiles and segment split a shape gets on a GPU of a given
+// SM count, the workspace they need, and the kernel overrides of ExecOptions (honoured, or rejected with the
+// kernel's requirement when it cannot take the shape). Plans read shapes and flags only, so the tensors here are
+// shape-only views (no data) except in the public-API cases.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "api/plan.hpp"
+#include "cuda/chunk_fwd/chunk_fwd.hpp"
+#include "test_util.hpp"
+
+namespace flashgdn::test {
+namespace {
+
+constexpr int32_t kH200Sms = 132;
+
+TensorView shape_only(DType dt, std::initializer_list<int64_t> shape) {
+  return make_tensor(nullptr, dt, shape);
+}
+
+// ---- chunk_fwd --------------------------------------------------------------------------------------------------
+struct ChunkShape {
+  int64_t B = 1, T = 0, Hqk = 16, Hv = 16, K = 128, V = 128;
+  std::vector<int64_t> seqlens;  // non-empty: varlen
+  DType dt = DType::bf16;
+};
+
+struct ChunkCall {
+  ChunkFwdParams p;
+  ChunkDims d;
+};
+
+ChunkCall chunk_call(const ChunkShape& s) {
+  ChunkCall c;
+  const bool varlen = !s.seqlens.empty();
+  int64_t T = s.T;
+  if (varlen) {
+    T = 0;
+    for (int64_t l : s.seqlens) T += l;
+  }
+  c.p.q = shape_only(s.dt, {s.B, T, s.Hqk, s.K});
+  c.p.k = c.p.q;
+  c.p.v = shape_only(s.dt, {s.B, T, s.Hv, s.V});
+  c.p.o = c.p.v;
+  if (varlen) c.p.cu_seqlens = shape_only(DType::i32, {int64_t(s.seqlens.size()) + 1});
+  c.d.B = s.B, c.d.T = T, c.d.N = varlen ? int64_t(s.seqlens.size()) : s.B;
+  c.d.Hqk = s.Hqk, c.d.Hv = s.Hv, c.d.K = s.K, c.d.V = s.V, c.d.varlen = varlen;
+  return c;
+}
+
+ChunkFwdPlan chunk_plan(const ChunkCall& c, int32_t sms = kH200Sms) {
+  ChunkFwdPlan pl;
+  const Status st = plan_chunk_fwd(c.p, c.d, DeviceFacts{sms}, &pl);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return pl;
+}
+
+TEST(ChunkFwdPlan, StatePassByHeadDims) {
+  for (auto kv : {std::pair<int64_t, int64_t>{128, 128}, {64, 128}, {128, 64}, {64, 64}}) {
+    ChunkShape s;
+    s.T = 4096, s.K = kv.first, s.V = kv.second;
+    const ChunkFwdPlan pl = chunk_plan(chunk_call(s));
+    EXPECT_EQ(pl.state_pass, kv.first == 128 && kv.second == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync)
+        << "K " << kv.first << " V " << kv.second;
+  }
+}
+
+// The automatic segment count at the bench's prefill shapes on an H200 (132 SMs). bench/results (the segment-count
+// sweep): T = 32K, H = 16 is fastest at P = 8; T = 128K, H = 32 splits too; with N Hv >= SMs nothing splits.
+TEST(ChunkFwdPlan, AutomaticSegmentSplit) {
+  ChunkShape s;
+  s.T = 32768, s.Hqk = s.Hv = 16;
+  ChunkFwdPlan pl = chunk_plan(chunk_call(s));
+  EXPECT_TRUE(pl.split);
+  EXPECT_FALSE(pl.forced);
+  EXPECT_EQ(pl.segments, 8) << pl.why;
+  EXPECT_EQ(pl.seg_chunks, 64);
+  EXPECT_EQ(pl.cap, 8);
+
+  s.T = 131072, s.Hqk = s.Hv = 32;
+  pl = chunk_plan(chunk_call(s));
+  EXPECT_TRUE(pl.split);
+  EXPECT_GT(pl.segments, 1);
+  EXPECT_LE(pl.segments * s.Hv, 3 * kH200Sms) << "a few waves at most";
+
+  s.B = 4, s.T = 8192, s.Hqk = 16, s.Hv = 64;  // N Hv = 256 chains fill 132 SMs
+  pl = chunk_plan(chunk_call(s));
+  EXPECT_FALSE(pl.split) << pl.why;
+  EXPECT_NE(pl.why.find("fill"), std::string::npos) << pl.why;
+
+  s.B = 1, s.T = 900, s.Hv = s.Hqk = 4;  // 15 chunks: too short to split
+  pl = chunk_plan(chunk_call(s));
+  EXPECT_FALSE(pl.split) << pl.why;
+
+  // More SMs, more segments (the same shape); fewer SMs, fewer.
+  s.T = 32768, s.Hqk = s.Hv = 16;
+  EXPECT_GT(chunk_plan(chunk_call(s), 264).segments, chunk_plan(chunk_call(s), 66).segments);
+}
+
+TEST(ChunkFwdPlan, SegmentOverride) {
+  ChunkShape s;
+  s.T = 32768, s.Hqk = s.Hv = 16;
+  ChunkCall c = chunk_call(s);
+  c.p.exec.chunk_fwd_segments = 1;
+  ChunkFwdPlan pl = chunk_plan(c);
+  EXPECT_FALSE(pl.split);
+  EXPECT_TRUE(pl.forced);
+  c.p.exec.chunk_fwd_segments = 5;
+  pl = chunk_plan(c);
+  EXPECT_TRUE(pl.split);
+  EXPECT_EQ(pl.seg_chunks, (512 + 4) / 5);
+  EXPECT_EQ(pl.segments, 5);
+  // A forced split where the heads already fill the GPU is still honoured (tests force the split on small shapes).
+  ChunkShape big;
+  big.B = 4, big.T = 2048, big.Hv = 64;
+  c = chunk_call(big);
+  c.p.exec.chunk_fwd_segments = 3;
+  EXPECT_TRUE(chunk_plan(c).split);
+  // One chunk per sequence: nothing to split, whatever is asked.
+  ChunkShape one;
+  one.T = 64;
+  c = chunk_call(one);
+  c.p.exec.chunk_fwd_segments = 4;
+  EXPECT_FALSE(chunk_plan(c).split);
+  c.p.exec.chunk_fwd_segments = -2;
+  ChunkFwdPlan bad;
+  const Status st = plan_chunk_fwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
+  EXPECT_EQ(st.code(), StatusCode::invalid_argument);
+  EXPECT_NE(st.message().find("exec.chunk_fwd_segments"), std::string::npos) << st.message();
+}
+
+size_t up256(size_t x) {
+  return (x + 255) / 256 * 256;
+}
+
+TEST(ChunkFwdPlan, WorkspaceLayout) {
+  ChunkShape s;
+  s.B = 2, s.T = 1000, s.Hqk = 2, s.Hv = 4, s.K = 64, s.V = 128;
+  ChunkCall c = chunk_call(s);
+  c.p.exec.chunk_fwd_segments = 1;
+  const int64_t nch = (1000 + 63) / 64;
+  ChunkFwdPlan pl = chunk_plan(c);
+  EXPECT_EQ(pl.rec_slots, 2 * nch);
+  EXPECT_EQ(pl.workspace_bytes, up256(size_t(2 * nch * 4 * cuda::kRecBytes)));
+  c.p.exec.chunk_fwd_segments = 3;
+  pl = chunk_plan(c);
+  ASSERT_TRUE(pl.split);
+  EXPECT_EQ(pl.ws_items, up256(size_t(2 * nch * 4 * cuda::kRecBytes)));
+  EXPECT_EQ(pl.ws_seq_first, pl.ws_items + up256(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem)));
+  EXPECT_EQ(pl.ws_mn, pl.ws_seq_first + up256(2 * sizeof(int32_t)));
+  EXPECT_EQ(pl.workspace_bytes, pl.ws_mn + size_t(pl.cap) * 4 * 64 * (64 + 128) * sizeof(float));
+}
+
+// The varlen work-item bound covers every sequence's segments, for lengths around the chunk and segment sizes.
+TEST(ChunkFwdPlan, VarlenItemBoundCoversEverySegment) {
+  Rng rng(5);
+  for (int trial = 0; trial < 50; ++trial) {
+    ChunkShape s;
+    s.Hqk = s.Hv = 2;
+    const int n = 1 + int(rng.uniform() * 12);
+    for (int i = 0; i < n; ++i) s.seqlens.push_back(int64_t(rng.uniform() * 3000));
+    ChunkCall c = chunk_call(s);
+    c.p.exec.chunk_fwd_segments = 2 + trial % 7;
+    const ChunkFwdPlan pl = chunk_plan(c);
+    if (!pl.split) continue;
+    int64_t items = 0;
+    for (int64_t l : s.seqlens) items += std::max<int64_t>(1, ((l + 63) / 64 + pl.seg_chunks - 1) / pl.seg_chunks);
+    EXPECT_LE(items, pl.cap) << "trial " << trial;
+  }
+}
+
+TEST(ChunkFwdPlan, UnsupportedShapesNamed) {
+  ChunkShape s;
+  s.T = 100;
+  ChunkCall c = chunk_call(s);
+  ChunkFwdPlan pl;
+  c.p.chunk_size = 32;
+  Status st = plan_chunk_fwd(c.p, c.d, DeviceFacts{kH200Sms}, &pl);
+  EXPECT_EQ(st.code(), StatusCode::unsupported);
+  EXPECT_NE(st.message().find("chunk_size"), std::string::npos) << st.message();
+  s.dt = DType::f32;
+  c = chunk_call(s);
+  st = plan_chunk_fwd(c.p, c.d, DeviceFacts{kH200Sms}, &pl);
+  EXPECT_EQ(st.code(), StatusCode::unsupported);
+  EXPECT_NE(st.message().find("bf16 or f16"), std::string::npos) << st.message();
+  s.dt = DType::bf16, s.K = 256;
+  c = chunk_call(s);
+  st = plan_chunk_fwd(c.p, c.d, DeviceFacts{kH200Sms}, &pl);
+  EXPECT_EQ(st.code(), StatusCode::unsupported);
+  EXPECT_NE(st.message().find("K=256"), std::string::npos) << st.message();
+}
+
+// ---- recurrent --------------------------------------------------------------------------------------------------
+struct RecShapeSpec {
+  int64_t N = 1, T = 1, Hqk = 16, Hv = 32, K = 128, V = 128;
+  bool varlen = false, pool = true, inter = false, commit = true;
+  DType pool_dt = DType::f32;
+  StateLayout layout = StateLayout::k_major;
+  int64_t T_max = 0;  // > 0: 2-D state_indices
+  RecurrentKernel force = RecurrentKernel::auto_;
+};
+
+struct RecCall {
+  RecurrentParams p;
+  RecurrentDims d;
+};
+
+RecCall rec_call(const RecShapeSpec& s) {
+  RecCall c;
+  const int64_t B = s.varlen ? 1 : s.N, T = s.varlen ? s.N * s.T : s.T;
+  c.p.q = shape_only(DType::bf16, {B, T, s.Hqk, s.K});
+  c.p.k = c.p.q;
+  c.p.v = shape_only(DType::bf16, {B, T, s.Hv, s.V});
+  c.p.o = c.p.v;
+  if (s.varlen) c.p.cu_seqlens = shape_only(DType::i32, {s.N + 1});
+  if (s.pool) {
+    c.p.state_pool = shape_only(s.pool_dt, {s.N + 1, s.Hv, s.K, s.V});
+    c.p.state_indices = s.T_max > 0 ? shape_only(DType::i32, {s.N, s.T_max}) : shape_only(DType::i32, {s.N});
+  }
+  if (s.inter) c.p.intermediate_states = shape_only(DType::bf16, {s.N, s.T, s.Hv, s.K, s.V});
+  c.p.commit = s.commit;
+  c.p.state_layout = s.layout;
+  c.p.exec.recurrent_kernel = s.force;
+  c.d.B = B, c.d.T = T, c.d.N = s.N, c.d.Hqk = s.Hqk, c.d.Hv = s.Hv, c.d.K = s.K, c.d.V = s.V;
+  c.d.varlen = s.varlen;
+  return c;
+}
+
+RecurrentPlan rec_plan(const RecShapeSpec& s, int32_t sms = kH200Sms) {
+  const RecCall c = rec_call(s);
+  RecurrentPlan pl;
+  const Status st = plan_recurrent(c.p, c.d, DeviceFacts{sms}, &pl);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return pl;
+}
+
+// The bench's decode cases (Hqk = 16, Hv = 32, K = V = 128) on an H200.
+TEST(RecurrentPlan, SingleTokenDecode) {
+  RecShapeSpec s;
+  RecurrentPlan pl = rec_plan(s);  // N = 1: 32 heads, spread thin
+  EXPECT_EQ(pl.kernel, RecurrentKernel::direct);
+  EXPECT_EQ(pl.bv, 16);
+  EXPECT_TRUE(pl.single_token);
+  s.N = 8;  // 256 heads x 4 tiles of 32 >= 4 x 132, x 2 tiles of 64 < 8 x 132
+  pl = rec_plan(s);
+  EXPECT_EQ(pl.kernel, RecurrentKernel::direct);
+  EXPECT_EQ(pl.bv, 32);
+  s.N = 32;  // 1024 heads x 2 tiles of 64 >= 8 x 132
+  EXPECT_EQ(rec_plan(s).bv, 64);
+  s.N = 256;  // fp32 pool, a large batch: 64-column tiles, never direct_pipe (slower on fp32 pools)
+  pl = rec_plan(s);
+  EXPECT_EQ(pl.kernel, RecurrentKernel::direct);
+  EXPECT_EQ(pl.bv, 64);
+  s.pool_dt = DType::bf16;  // 16-bit pool, a large batch: direct_pipe, 128 columns
+  pl = rec_plan(s);
+  EXPECT_EQ(pl.kernel, RecurrentKernel::direct_pipe);
+  EXPECT_EQ(pl.bv, 128);
+  s.layout = StateLayout::v_major;  // V-major: the direct kernel's 64 columns
+  pl = rec_plan(s);
+  EXPECT_EQ(pl.kernel, RecurrentKernel::direct);
+  EXPECT_EQ(pl.bv, 64);
+  s.layout = StateLayout::k_major, s.N = 32;  // below the direct_pipe batch threshold: direct
+  pl = rec_plan(s);
+  EXPECT_EQ(pl.kernel, RecurrentKernel::direct);
+  s.N = 256, s.inter = true;  // intermediate states: the direct kernel's packed 128 columns
+  pl = rec_plan(s);
+  EXPECT_EQ(pl.kernel, RecurrentKernel::direct);
+  EXPECT_EQ(pl.bv, 128);
+  s.inter = false, s.varlen = true;  // varlen rows of one token: direct (T is the total token count)
+  pl = rec_plan(s);
+  EXPECT_TRUE(pl.single_token);
+  EXPECT_EQ(pl.kernel, RecurrentKernel::direct);
+}
+
+TEST(RecurrentPlan, MultiTokenAndVerify) {
+  RecShapeSpec s;
+  s.T = 12, s.N = 32;
+  RecurrentPlan pl = rec_plan(s);
+  EXPECT_EQ(pl.kernel, RecurrentKernel::wy);
+  EXPECT_FALSE(pl.single_token);
+  EXPECT_EQ(pl.bv, 32);
+  s.N = 1;  // a small batch: 16 columns (K = 128)
+  EXPECT_EQ(rec_plan(s).bv, 16);
+  s.K = 64;  // K = 64: the wy kernel's 32 columns only
+  EXPECT_EQ(rec_plan(s).bv, 32);
+  s.K = 128, s.layout = StateLayout::v_major;
+  EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
+  s.layout = StateLayout::k_major, s.pool = false;
+  EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
+  s.pool = true, s.inter = true, s.commit = false;  // verify, N = 1: per-token stores, the persistent kernel
+  EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
+  s.N = 256;  // verify, a large batch: wy
+  EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::wy);
+  s.inter = false, s.commit = true, s.T_max = 12, s.N = 1;  // protocol A, small: persistent
+  EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
+}
+
+TEST(RecurrentPlan, OverridesHonouredOrRejected) {
+  RecShapeSpec s;
+  s.N = 256, s.pool_dt = DType::bf16;
+  for (RecurrentKernel k :
+       {RecurrentKernel::persistent, RecurrentKernel::direct, RecurrentKernel::direct_pipe, RecurrentKernel::wy}) {
+    s.force = k;
+    const RecurrentPlan pl = rec_plan(s);
+    EXPECT_EQ(pl.kernel, k);
+    EXPECT_TRUE(pl.forced);
+  }
+  // A forced kernel the shape does not fit: unsupported, naming the override and what the kernel takes.
+  const auto rejected = [](const RecShapeSpec& x, const char* needle) {
+    const RecCall c = rec_call(x);
+    RecurrentPlan pl;
+    const Status st = plan_recurrent(c.p, c.d, DeviceFacts{kH200Sms}, &pl);
+    EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();
+    EXPECT_NE(st.message().find("exec.recurrent_kernel"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+  };
+  s.force = RecurrentKernel::direct_pipe;
+  s.pool_dt = DType::f32;
+  rejected(s, "an f32 pool");
+  s.pool_dt = DType::bf16, s.T = 2;
+  rejected(s, "T = 2");
+  s.T = 1, s.layout = StateLayout::v_major;
+  rejected(s, "V-major");
+  s.force = RecurrentKernel::wy;
+  rejected(s, "V-major pool");
+  s.layout = StateLayout::k_major, s.pool = false;
+  rejected(s, "no pool");
+  // The persistent and direct kernels take every call.
+  s.force = RecurrentKernel::persistent;
+  EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
+  s.force = RecurrentKernel::direct, s.T = 5;
+  EXPECT_EQ(rec_plan(s).bv, 32) << "multi-token direct tiles are at most 32 columns";
+  // Outside the enum: invalid.
+  RecCall c = rec_call(s);
+  c.p.exec.recurrent_kernel = static_cast<RecurrentKernel>(9);
+  RecurrentPlan pl;
+  EXPECT_EQ(plan_recurrent(c.p, c.d, DeviceFacts{kH200Sms}, &pl).code(), StatusCode::invalid_argument);
+}
+
+TEST(RecurrentPlan, KernelNames) {
+  for (RecurrentKernel k : {RecurrentKernel::auto_, RecurrentKernel::persistent, RecurrentKernel::direct,
+                            RecurrentKernel::direct_pipe, RecurrentKernel::wy}) {
+    RecurrentKernel back = RecurrentKernel::auto_;
+    EXPECT_TRUE(recurrent_kernel_from_name(recurrent_kernel_name(k), &back)) << recurrent_kernel_name(k);
+    EXPECT_EQ(back, k);
+  }
+  RecurrentKernel x = RecurrentKernel::wy;
+  EXPECT_FALSE(recurrent_kernel_from_name("wy_mma", &x));
+  EXPECT_FALSE(recurrent_kernel_from_name(nullptr, &x));
+  EXPECT_EQ(x, RecurrentKernel::wy);
+}
+
+TEST(RecurrentPlan, UnsupportedHeadDims) {
+  RecShapeSpec s;
+  s.K = 96;
+  const RecCall c = rec_call(s);
+  RecurrentPlan pl;
+  const Status st = plan_recurrent(c.p, c.d, DeviceFacts{kH200Sms}, &pl);
+  EXPECT_EQ(st.code(), StatusCode::unsupported);
+  EXPECT_NE(st.message().find("K = 96"), std::string::npos) << st.message();
+}
+
+// ---- the printable plans through the public API (host tensors: validated as by the call) ------------------------
+TEST(PlanText, PublicApiPrintsThePlan) {
+  GdnCase gc;
+  gc.B = 1, gc.T = 300, gc.Hqk = 2, gc.Hv = 4, gc.K = 128, gc.V = 128, gc.dtype = DType::bf16;
+  GdnInputs in = make_inputs(gc);
+  HostTensor o(DType::bf16, in.v.shape);
+  ChunkFwdParams p;
+  p.q = in.q.view(), p.k = in.k.view(), p.v = in.v.view(), p.g = in.g.view(), p.beta = in.beta.view();
+  p.o = o.view();
+  std::string text;
+  ASSERT_TRUE(chunk_fwd_plan(p, &text).ok());
+  EXPECT_NE(text.find("CPU backend"), std::string::npos) << text;
+  ASSERT_TRUE(chunk_fwd_plan(p, &text, kH200Sms).ok());
+  EXPECT_NE(text.find("wgmma"), std::string::npos) << text;
+  EXPECT_NE(text.find("workspace"), std::string::npos) << text;
+  p.exec.chunk_fwd_segments = 2;
+  ASSERT_TRUE(chunk_fwd_plan(p, &text, kH200Sms).ok());
+  EXPECT_NE(text.find("segment split: 2 segments"), std::string::npos) << text;
+  EXPECT_NE(text.find("exec.chunk_fwd_segments = 2"), std::string::npos) << text;
+  EXPECT_EQ(chunk_fwd_plan(p, nullptr).code(), StatusCode::invalid_argument);
+  p.chunk_size = 32;  // valid on the CPU, not on the GPU kernels
+  EXPECT_EQ(chunk_fwd_plan(p, &text, kH200Sms).code(), StatusCode::unsupported);
+
+  RecurrentParams r;
+  HostTensor ro(DType::bf16, in.v.shape);
+  r.q = in.q.view(), r.k = in.k.view(), r.v = in.v.view(), r.g = in.g.view(), r.beta = in.beta.view();
+  r.o = ro.view();
+  ASSERT_TRUE(recurrent_plan(r, &text, kH200Sms).ok());
+  EXPECT_NE(text.find("kernel: persistent"), std::string::npos) << text;  // 300 tokens, no pool
+  r.exec.recurrent_kernel = RecurrentKernel::wy;
+  const Status st = recurrent_plan(r, &text, kH200Sms);
+  EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();
+}
+
+}  // namespace
+}  // namespace flashgdn::test

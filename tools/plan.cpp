@@ -1,0 +1,124 @@
+// `flashgdn plan <op> [key=value...]`: the plan a call of this shape runs on a GPU of --sms SMs (default: the
+// visible GPU, else an H200's 132) — kernels, tiles, grids, segment split, workspace, and why (flashgdn::<op>_plan).
+// Shapes only: the tensors are host views without data, so no GPU is needed.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "flashgdn/flashgdn.hpp"
+
+namespace flashgdn::cli {
+namespace {
+
+void plan_usage() {
+  std::printf(
+      "usage: flashgdn plan chunk_fwd|recurrent [key=value...]\n"
+      "  Prints the CUDA plan of a call of that shape on a GPU of `sms` SMs (default 132).\n"
+      "  chunk_fwd keys: B T Hqk Hv K V (defaults 1 32768 16 16 128 128), dtype=bf16|f16, seqs=N (varlen: N\n"
+      "                  sequences of T / N tokens), segments=P (exec.chunk_fwd_segments), sms\n"
+      "  recurrent keys: N T Hqk Hv K V (defaults 1 1 16 32 128 128), pool=f32|bf16|f16|none, layout=k|v,\n"
+      "                  verify=0|1 (bf16 intermediate states, no commit), kernel=auto|persistent|direct|\n"
+      "                  direct_pipe|wy (exec.recurrent_kernel), sms\n");
+}
+
+DType dtype_of(const std::string& s) {
+  if (s == "f32") return DType::f32;
+  if (s == "bf16") return DType::bf16;
+  if (s == "f16") return DType::f16;
+  throw std::runtime_error("unknown dtype '" + s + "' (f32, bf16, f16)");
+}
+
+RecurrentKernel kernel_of(const std::string& s) {
+  RecurrentKernel k;
+  if (!recurrent_kernel_from_name(s.c_str(), &k))
+    throw std::runtime_error("unknown kernel '" + s + "' (auto, persistent, direct, direct_pipe, wy)");
+  return k;
+}
+
+// A host view of a shape whose data is never read: the plan reads shapes and flags only. Validation checks that
+// outputs overlap no input, so each view gets its own address range (1 TB apart, never dereferenced).
+TensorView shape(DType dt, std::initializer_list<int64_t> dims) {
+  static uintptr_t next = uintptr_t(1) << 40;
+  next += uintptr_t(1) << 40;
+  return make_tensor(reinterpret_cast<void*>(next), dt, dims);
+}
+
+}  // namespace
+
+int run_plan(int argc, char** argv) {
+  if (argc < 1 || std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h") {
+    plan_usage();
+    return argc < 1 ? 2 : 0;
+  }
+  const std::string op = argv[0];
+  std::map<std::string, std::string> kv;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const size_t eq = a.find('=');
+    if (eq == std::string::npos) throw std::runtime_error("expected key=value, got '" + a + "'");
+    kv[a.substr(0, eq)] = a.substr(eq + 1);
+  }
+  const auto num = [&](const char* key, int64_t def) {
+    auto it = kv.find(key);
+    return it == kv.end() ? def : std::stoll(it->second);
+  };
+  const auto str = [&](const char* key, const char* def) {
+    auto it = kv.find(key);
+    return it == kv.end() ? std::string(def) : it->second;
+  };
+  const int32_t sms = int32_t(num("sms", 132));
+  std::string text;
+  Status st;
+  if (op == "chunk_fwd") {
+    const int64_t B = num("B", 1), T = num("T", 32768), Hqk = num("Hqk", 16), Hv = num("Hv", Hqk);
+    const int64_t K = num("K", 128), V = num("V", 128), seqs = num("seqs", 0);
+    const DType dt = dtype_of(str("dtype", "bf16"));
+    ChunkFwdParams p;
+    const int64_t Bv = seqs > 0 ? 1 : B;
+    p.q = shape(dt, {Bv, T, Hqk, K}), p.k = shape(dt, {Bv, T, Hqk, K});
+    p.v = shape(dt, {Bv, T, Hv, V}), p.o = shape(dt, {Bv, T, Hv, V});
+    std::vector<int32_t> cu;
+    if (seqs > 0) {
+      for (int64_t n = 0; n <= seqs; ++n) cu.push_back(int32_t(T * n / seqs));
+      p.cu_seqlens = make_tensor(cu.data(), DType::i32, {seqs + 1});
+    }
+    p.exec.chunk_fwd_segments = int32_t(num("segments", 0));
+    st = chunk_fwd_plan(p, &text, sms);
+  } else if (op == "recurrent") {
+    const int64_t N = num("N", 1), T = num("T", 1), Hqk = num("Hqk", 16), Hv = num("Hv", 32);
+    const int64_t K = num("K", 128), V = num("V", 128);
+    const std::string pool = str("pool", "f32");
+    const bool vmaj = str("layout", "k") == "v", verify = num("verify", 0) != 0;
+    RecurrentParams p;
+    p.q = shape(DType::bf16, {N, T, Hqk, K}), p.k = shape(DType::bf16, {N, T, Hqk, K});
+    p.v = shape(DType::bf16, {N, T, Hv, V}), p.o = shape(DType::bf16, {N, T, Hv, V});
+    p.state_layout = vmaj ? StateLayout::v_major : StateLayout::k_major;
+    std::vector<int32_t> idx;
+    if (pool != "none") {
+      p.state_pool = vmaj ? shape(dtype_of(pool), {N, Hv, V, K}) : shape(dtype_of(pool), {N, Hv, K, V});
+      for (int64_t n = 0; n < N; ++n) idx.push_back(int32_t(n));
+      p.state_indices = make_tensor(idx.data(), DType::i32, {N});
+    }
+    if (verify) {
+      p.intermediate_states = vmaj ? shape(DType::bf16, {N, T, Hv, V, K}) : shape(DType::bf16, {N, T, Hv, K, V});
+      p.commit = false;
+    }
+    p.exec.recurrent_kernel = kernel_of(str("kernel", "auto"));
+    st = recurrent_plan(p, &text, sms);
+  } else {
+    plan_usage();
+    return 2;
+  }
+  if (!st.ok()) {
+    std::fprintf(stderr, "flashgdn plan: %s\n", st.message().c_str());
+    return 1;
+  }
+  std::fputs(text.c_str(), stdout);
+  return 0;
+}
+
+}  // namespace flashgdn::cli
