@@ -12,8 +12,7 @@ set(FLASHGDN_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/flashgdn)
 
 install(TARGETS flashgdn flashgdn_static flashgdn_dlpack EXPORT flashgdnTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT flashgdn_runtime NAMELINK_COMPONENT flashgdn_dev
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT flashgdn_dev
-  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT flashgdn_dev)
 install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT flashgdn_dev)
 install(EXPORT flashgdnTargets NAMESPACE flashgdn:: DESTINATION ${FLASHGDN_CMAKE_DIR} COMPONENT flashgdn_dev)
 configure_package_config_file(cmake/flashgdnConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/flashgdnConfig.cmake
@@ -69,10 +68,17 @@ if(FLASHGDN_BUILD_TESTS)
   else()
     set(_fgdn_cli_check OFF)
   endif()
+  # The consumer finds the CUDA toolkit this build used (flashgdnConfig.cmake looks for it in CUDA builds).
+  set(_fgdn_consumer_args "")
+  if(FLASHGDN_CUDA)
+    get_filename_component(_fgdn_cuda_root "${CUDAToolkit_BIN_DIR}" DIRECTORY)
+    set(_fgdn_consumer_args "-DCUDAToolkit_ROOT=${_fgdn_cuda_root}")
+  endif()
   add_test(NAME package_install_consumers COMMAND ${CMAKE_COMMAND}
     -DBUILD_DIR=${CMAKE_BINARY_DIR} -DSOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR}
     -DWORK_DIR=${CMAKE_BINARY_DIR}/install-test -DGENERATOR=${CMAKE_GENERATOR}
-    -DC_COMPILER=${CMAKE_C_COMPILER} -DCXX_COMPILER=${CMAKE_CXX_COMPILER} -DWITH_CUDA=${FLASHGDN_CUDA}
-    -DCHECK_CLI=${_fgdn_cli_check} -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/install/run.cmake)
+    -DC_COMPILER=${CMAKE_C_COMPILER} -DCXX_COMPILER=${CMAKE_CXX_COMPILER}
+    -DCHECK_CLI=${_fgdn_cli_check} "-DCONSUMER_ARGS=${_fgdn_consumer_args}"
+    -P ${CMAKE_CURRENT_SOURCE_DIR}/tests/install/run.cmake)
   set_tests_properties(package_install_consumers PROPERTIES TIMEOUT 900)
 endif()

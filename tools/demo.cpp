@@ -10,7 +10,6 @@
 
 #include "cli_util.hpp"
 #include "commands.hpp"
-#include "progress.hpp"
 
 namespace flashgdn::cli {
 
@@ -52,35 +51,6 @@ double time_op(bool gpu, int reps, bool warmup, Launch launch) {
   double t0 = now_ms();
   for (int r = 0; r < reps; ++r) launch();
   return (now_ms() - t0) / reps;
-}
-
-// A view of `n` heads from head `h0` along dimension `dim` (strides unchanged); absent stays absent.
-TensorView head_slice(TensorView t, int dim, int64_t h0, int64_t n) {
-  if (!t.defined()) return t;
-  t.data = static_cast<char*>(t.data) + h0 * t.strides[dim] * dtype_size(t.dtype);
-  t.shape[dim] = n;
-  return t;
-}
-
-// chunk_fwd on the CPU in groups of heads, with progress. Heads are independent (value head h reads q/k head
-// h / (Hv / Hqk) and owns its state), so the groups' results are exactly one call's.
-void chunk_fwd_by_heads(const ChunkFwdParams& p, int64_t Hqk, int64_t Hv, const char* label) {
-  int64_t groups = std::min<int64_t>(Hqk, 8);
-  while (Hqk % groups) --groups;
-  const int64_t qh = Hqk / groups, vh = qh * (Hv / Hqk);
-  Progress progress(label, groups);
-  for (int64_t i = 0; i < groups; ++i) {
-    ChunkFwdParams s = p;
-    s.q = head_slice(p.q, 2, i * qh, qh), s.k = head_slice(p.k, 2, i * qh, qh);
-    s.v = head_slice(p.v, 2, i * vh, vh), s.o = head_slice(p.o, 2, i * vh, vh);
-    s.g = head_slice(p.g, 2, i * vh, vh), s.beta = head_slice(p.beta, 2, i * vh, vh);
-    s.A_log = head_slice(p.A_log, 0, i * vh, vh), s.dt_bias = head_slice(p.dt_bias, 0, i * vh, vh);
-    s.initial_state = head_slice(p.initial_state, 1, i * vh, vh);
-    s.final_state = head_slice(p.final_state, 1, i * vh, vh);
-    s.state_checkpoints = head_slice(p.state_checkpoints, 2, i * vh, vh);
-    check(chunk_fwd(s), label);
-    progress.update(i + 1);
-  }
 }
 
 int run_demo(const DemoOptions& opt) {

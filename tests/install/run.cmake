@@ -1,7 +1,7 @@
 # ctest package_install_consumers: install the build into a staging prefix, move the prefix (the package must
 # be relocatable), then configure, build and run the consumer project (tests/install/CMakeLists.txt) against
 # it with find_package and with pkg-config, and run the installed CLI. Inputs (-D): BUILD_DIR, SOURCE_DIR,
-# WORK_DIR, GENERATOR, C_COMPILER, CXX_COMPILER, CHECK_CLI.
+# WORK_DIR, GENERATOR, C_COMPILER, CXX_COMPILER, CHECK_CLI, CONSUMER_ARGS (extra -D for the consumer).
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT rc EQUAL 0)
@@ -35,7 +35,7 @@ foreach(mode cmake pkgconfig)
   run(${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pcdir}
     ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install -B ${bin} -G ${GENERATOR}
     -DCMAKE_C_COMPILER=${C_COMPILER} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=Release
-    -DFLASHGDN_CONSUME=${mode} -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+    -DFLASHGDN_CONSUME=${mode} -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF ${CONSUMER_ARGS})
   message(STATUS "${mode}: configured\n${run_out}")
   run(${CMAKE_COMMAND} --build ${bin})
   foreach(exe consumer_c_shared consumer_c_static consumer_cpp_shared consumer_cpp_static)

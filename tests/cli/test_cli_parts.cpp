@@ -1,11 +1,12 @@
-// The CLI's report pieces: bench --json is valid JSON whatever the numbers and strings; the progress line's
-// percentage and estimate.
+// The CLI's pieces: bench --json is valid JSON whatever the numbers and strings; the progress line's percentage
+// and estimate; the demo's CPU prefill in head groups equals one chunk_fwd call.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
 #include "bench_report.hpp"
+#include "cli_util.hpp"
 #include "progress.hpp"
 
 namespace flashgdn::cli {
@@ -49,6 +50,40 @@ TEST(Progress, PercentageAndEstimate) {
   EXPECT_EQ(progress_line("oracle", 2, 8, 10.0), "oracle  25% (10 s, ~30 s left)");
   EXPECT_EQ(progress_line("oracle", 6, 8, 30.0), "oracle  75% (30 s, ~10 s left)");
   EXPECT_EQ(progress_line("oracle", 8, 8, 40.0), "oracle 100% (40 s)");
+}
+
+// GQA (two value heads per q/k head), raw gates (A_log, dt_bias sliced on dim 0), varlen with an initial state:
+// every head of o and of the final state must come from its own group, in fp64 and fp32.
+TEST(HeadGroups, EqualsOneCall) {
+  for (DType dt : {DType::f64, DType::f32}) {
+    test::GdnCase c;
+    c.Hqk = 4, c.Hv = 8, c.K = 16, c.V = 8;
+    c.seqlens = {5, 0, 11};
+    c.dtype = dt;
+    c.seed = 3;
+    test::GdnInputs in = test::make_inputs(c);
+    const int64_t T = c.total_T(), N = c.N();
+    const DType fdt = dt == DType::f64 ? DType::f64 : DType::f32;
+    HostTensor A_log(fdt, {c.Hv}), dt_bias(fdt, {c.Hv});
+    test::Rng rng(5);
+    for (int64_t h = 0; h < c.Hv; ++h) A_log.set(h, 0.3 * rng.normal()), dt_bias.set(h, rng.normal());
+    HostTensor o1(dt, {1, T, c.Hv, c.V}), o2(dt, {1, T, c.Hv, c.V});
+    HostTensor h1(fdt, {N, c.Hv, c.K, c.V}), h2(fdt, {N, c.Hv, c.K, c.V});
+    for (HostTensor* t : {&o1, &o2, &h1, &h2}) t->fill_nan();
+    ChunkFwdParams p;
+    p.q = in.q.view(), p.k = in.k.view(), p.v = in.v.view(), p.g = in.g.view(), p.beta = in.beta.view();
+    p.A_log = A_log.view(), p.dt_bias = dt_bias.view();
+    p.gate.use_gate_in_kernel = true;
+    p.initial_state = in.h0.view(), p.cu_seqlens = in.cu.view();
+    p.use_qk_l2norm_in_kernel = true;
+    p.exec.cpu_fp64 = dt == DType::f64;
+    p.o = o1.view(), p.final_state = h1.view();
+    ASSERT_TRUE(chunk_fwd(p).ok());
+    p.o = o2.view(), p.final_state = h2.view();
+    chunk_fwd_by_heads(p, c.Hqk, c.Hv, "test", /*groups=*/4);
+    EXPECT_LE(test::rel_err(o2, o1), 1e-12) << dtype_name(dt);
+    EXPECT_LE(test::rel_err(h2, h1), 1e-12) << dtype_name(dt);
+  }
 }
 
 }  // namespace
