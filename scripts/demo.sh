@@ -12,7 +12,8 @@ cuda_args=()
 if [ -z "${FLASHGDN_CMAKE_ARGS:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
   build=build-cpu
   cuda_args=(-DFLASHGDN_WITH_CUDA=OFF)
-  echo "demo: no GPU visible: building the CPU backend only into $build (FLASHGDN_CMAKE_ARGS=-DFLASHGDN_WITH_CUDA=ON builds the kernels)"
+  echo "demo: no GPU visible: building the CPU backend only into $build" \
+    "(FLASHGDN_CMAKE_ARGS=-DFLASHGDN_WITH_CUDA=ON builds the kernels too)"
 fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${FLASHGDN_CMAKE_ARGS:-} "${cuda_args[@]}" >/dev/null
 cmake --build "$build" --target flashgdn_cli -j "$(nproc)"

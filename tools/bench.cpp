@@ -374,6 +374,10 @@ int run_bench(const BenchOptions& opt) {
     std::fprintf(stderr, "flashgdn bench: no CUDA device visible; the benchmark cases are GPU cases\n");
     return kExitUnavailable;
   }
+  if (!opt.json_path.empty() && !std::ofstream(opt.json_path)) {  // before minutes of benchmarks, not after
+    std::fprintf(stderr, "flashgdn bench: --json: cannot write %s\n", opt.json_path.c_str());
+    return kExitUsage;
+  }
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   std::printf("flashgdn bench on %s (%d SMs), flashgdn %s\n", prop.name, prop.multiProcessorCount, version());
