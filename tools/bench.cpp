@@ -440,7 +440,10 @@ Command add_bench(CLI::App& app) {
       "ratio to the floor max(bytes / copy rate, FLOPs / bf16 GEMM rate), with both ceilings measured in the\n"
       "same run. Groups: all, decode (decode_*, mtp_*, verify_*), prefill (prefill_*).\n" +
       cases + "Exit code 3 without a CUDA build or device.");
-  sub->add_option("cases", opt->cases, "cases or groups to run")->required()->check(CLI::IsMember(choices));
+  sub->add_option("cases", opt->cases, "cases or groups to run (listed below)")
+      ->required()
+      ->type_name("CASE")
+      ->check(CLI::IsMember(choices).description(""));
   sub->add_option("--json", opt->json_path, "also write the results to FILE as JSON")
       ->type_name("FILE")
       ->check(CLI::Validator(
