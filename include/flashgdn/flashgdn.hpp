@@ -258,6 +258,63 @@ struct RecurrentCommitParams {
 
 FLASHGDN_CXX_API Status recurrent_commit(const RecurrentCommitParams& p, void* stream = nullptr);
 
+// ---------------------------------------------------------------------------------------------------------
+// mixer_decode: the whole Gated DeltaNet mixer step of Qwen3-Next / Qwen3.5 between the input projections and
+// out_proj, in one launch (decode T = 1, multi-token decode and speculative verify T > 1). Per token of row n,
+// value head h, key head i = h / (Hv / Hqk), with C = 2 Hqk K + Hv V channels [q | k | v] (head-major):
+//   y   = silu(conv_bias + sum_j conv_weight[:, j] w_j)      causal depthwise conv over the window w of the last
+//                                                            Kc raw inputs (w_{Kc-1} = x_t), y rounded to x's dtype
+//   q, k, v = split(y);  q^ = scale q / |q|,  k^ = k / |k|   (|x| = sqrt(sum x^2 + 1e-6), fp32)
+//   g   = -exp(A_log) softplus(a + dt_bias),  beta = sigmoid(b) (x2 with gate.allow_neg_eigval)
+//   o   = the recurrence on the state pool, exactly as `recurrent` (rows, slots, sentinels, num_accepted_tokens,
+//         commit, intermediate_states), rounded to x's dtype
+//   out = o rsqrt(mean_V(o^2) + norm_eps) norm_weight silu(z)     (gated RMSNorm, norm before gate, weight as w)
+// The conv state holds raw inputs, oldest first: conv_state[slot, c, i], i < L. Its slot is the row's state slot
+// (state_indices[n], or state_indices[n, 0] with 2-D indices: vLLM keeps the conv state in block column 0).
+//   * 1-D (or absent) state_indices: the window is positions [0, Kc - 1); after the row they hold the last Kc - 1
+//     raw inputs (T decode steps in sequence).
+//   * 2-D state_indices (vLLM speculative decode): the window starts at o = num_accepted_tokens[n] - 1; after
+//     the row s'[i] = s[o + 1 + i] for i < Kc - 2 and s'[Kc - 2 + t] = x_t (the next step's offset picks the
+//     window of the accepted tokens).
+// Layouts by strides: vLLM "SD" [blocks, L, C] is conv_state.transpose(1, 2); vLLM "DS" and SGLang
+// [slots, C, Kc - 1] pass as they are; transformers' [B, C, Kc] passes as conv_state[:, :, 1:].
+// Invalid rows (recurrent's rule) write zero outputs and nothing else; with 2-D indices a row whose conv slot
+// (column 0) is invalid starts from a zero window and writes no conv state. commit = false writes neither the
+// pool nor the conv state (SGLang verify): the per-token states go to intermediate_states and the per-token
+// windows (the last Kc - 1 raw inputs after token t) to intermediate_conv_windows.
+struct MixerDecodeParams {
+  TensorView x;                          // [B, T, C] mixed qkv before the conv, f32/bf16/f16
+  TensorView z;                          // [B, T, Hv, V] output gate, dtype of x
+  TensorView a;                          // [B, T, Hv] decay input (raw)
+  TensorView b;                          // [B, T, Hv] beta input (raw)
+  TensorView A_log;                      // [Hv]
+  TensorView dt_bias;                    // [Hv]; may be absent
+  TensorView conv_weight;                // [C, Kc] depthwise taps; tap Kc - 1 multiplies the current input
+  TensorView conv_bias;                  // [C]; may be absent
+  TensorView norm_weight;                // [V] gated RMSNorm weight
+  TensorView cu_seqlens;                 // [N + 1] i32/i64; may be absent
+  TensorView conv_state;                 // [slots, C, L] in-out, dtype of x; L >= Kc - 1 (1-D), >= Kc - 2 + T_max (2-D)
+  TensorView state_pool;                 // [slots, Hv, K, V] / [slots, Hv, V, K] f32/bf16/f16 in-out
+  TensorView state_indices;              // [N] or [N, T_max] i32/i64; may be absent (row n uses slot n)
+  TensorView num_accepted_tokens;        // [N] i32/i64; may be absent; needs 2-D state_indices
+  TensorView intermediate_states;        // [N_buf, T_buf, Hv, K, V] / [.., V, K] output; may be absent
+  TensorView intermediate_conv_windows;  // [N_buf, T_buf, C, Kc - 1] output, dtype of x; may be absent
+  TensorView intermediate_indices;       // [N] i32/i64; may be absent (row n uses entry n)
+  TensorView out;                        // [B, T, Hv, V] output, dtype of x
+
+  int64_t num_k_heads = 0;  // Hqk
+  int64_t head_k_dim = 0;   // K
+  bool commit = true;
+  bool null_slot_is_invalid = false;  // also treat slot 0 as invalid (vLLM NULL_BLOCK_ID)
+  float scale = 0.0f;                 // 0: K^-1/2
+  float norm_eps = 1e-6f;
+  GateOptions gate;  // softplus_beta, softplus_threshold, allow_neg_eigval are read (a and b are always raw)
+  StateLayout state_layout = StateLayout::k_major;
+  ExecOptions exec;
+};
+
+FLASHGDN_CXX_API Status mixer_decode(const MixerDecodeParams& p, void* stream = nullptr);
+
 // Library facts.
 FLASHGDN_CXX_API const char* version();
 FLASHGDN_CXX_API bool cuda_available();  // built with CUDA and a device is visible

@@ -9,7 +9,10 @@ Inputs: torch tensors (CPU or CUDA), numpy arrays, or any DLPack array; outputs 
 
 from . import _C
 from ._C import CudaError, InternalError, InvalidArgumentError, UnsupportedError
+from ._frameworks import compact_copy as _compact_copy
 from ._frameworks import torch as _torch
+
+_C.register_copier(_compact_copy)  # inputs whose strides the kernels cannot take are read through a compact copy
 
 if _torch is not None:
     # The C++ layer reads torch tensors through torch's DLPack C exchange API when it has one (no Python call per
@@ -26,8 +29,8 @@ if _torch is not None:
 from ._ops import exec_options  # noqa: E402
 from .engine import (chunk_gated_delta_rule_prefill, commit_intermediate_states,  # noqa: E402
                      recurrent_gated_delta_rule_pool)
-from .gated_delta_rule import (chunk_gated_delta_rule, fused_gdn_gating,  # noqa: E402
-                               fused_recurrent_gated_delta_rule)
+from .gated_delta_rule import (chunk_gated_delta_rule, chunk_gdn, fused_gdn_gating,  # noqa: E402
+                               fused_recurrent_gated_delta_rule, fused_recurrent_gdn)
 
 __version__ = _C.version()
 
@@ -42,7 +45,8 @@ def built_with_cuda():
 
 
 __all__ = [
-    "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "fused_gdn_gating",
+    "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "chunk_gdn", "fused_recurrent_gdn",
+    "fused_gdn_gating",
     "recurrent_gated_delta_rule_pool", "commit_intermediate_states", "chunk_gated_delta_rule_prefill",
     "exec_options", "cuda_available",
     "built_with_cuda", "InvalidArgumentError", "UnsupportedError", "CudaError", "InternalError", "__version__",

@@ -174,6 +174,29 @@ def _stream_handle(stream):
     raise TypeError(f"stream: expected an int handle, a torch.cuda.Stream or a cupy Stream, got {type(stream)}")
 
 
+def compact_copy(x, stream=None):
+    """A compact (row-major), freshly allocated copy of array `x` in its own framework, made on `stream` (an int
+    handle; None: the framework's current stream), the stream the kernel then reads it on.
+
+    The extension calls this for an input whose strides the kernels cannot take (see python/README.md, "Strides");
+    the copy lives until the call returns. A fresh allocation is 16-byte aligned, which a contiguous view with a
+    storage offset need not be.
+    """
+    if torch is not None and isinstance(x, torch.Tensor):
+        if stream and x.is_cuda:  # 0 (the default stream) and None: the current stream
+            with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=x.device)):
+                return torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
+        return torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
+    mod = type(x).__module__.partition(".")[0]
+    if mod == "cupy" and stream:
+        cp = sys.modules["cupy"]
+        with cp.cuda.ExternalStream(stream):
+            return cp.array(x, order="C", copy=True)
+    if mod in ("numpy", "cupy"):
+        return sys.modules[mod].array(x, order="C", copy=True)
+    raise TypeError(f"cannot copy an array of type {type(x)}: pass a compact (row-major) array")
+
+
 def framework_of(x):
     """The framework class for array `x` (type checks only: this runs on every call)."""
     if torch is not None and isinstance(x, torch.Tensor):

@@ -62,10 +62,10 @@ def _final_state_shape(q, v, cu_seqlens, state_v_first):
 def chunk_fwd(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens,
               use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first,
               chunk_size, softplus_beta=1.0, softplus_threshold=20.0, state_checkpoints=None,
-              checkpoint_interval=0, stream=None, fw=None):
-    """-> (o [B, T, Hv, V], final_state [N, Hv, K, V] (or V-major) or None)."""
+              checkpoint_interval=0, stream=None, fw=None, out=None):
+    """-> (o [B, T, Hv, V], final_state [N, Hv, K, V] (or V-major) or None); o is written into `out` when given."""
     fw = fw or framework_of(q)
-    o = fw.empty_like(v)
+    o = fw.empty_like(v) if out is None else out
     final_state = None
     if output_final_state:
         final_state = fw.empty(_final_state_shape(q, v, cu_seqlens, state_v_first), q, _state_dtype(fw, q))

@@ -1,5 +1,7 @@
 """torch custom ops (torch.library) over the runners in _ops.py, with fake-tensor implementations so that
-torch.compile(fullgraph=True) traces through them, and autograd for the chunked forward through chunk_bwd.
+torch.compile(fullgraph=True) traces through them, and autograd for both forwards (chunked and token-by-token)
+through chunk_bwd. The pool, commit and gating ops are inference-only: their entry points raise when asked for
+gradients.
 
 The public entry points call these ops when torch needs them (autograd, tracing); a plain eager call with no
 gradient goes straight to the runner, which skips the dispatcher's per-call cost.
@@ -81,40 +83,51 @@ def _(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, d_o, d_ht, sc
             like(A_log, sdt, use_gate_in_kernel), like(dt_bias, sdt, use_gate_in_kernel)]
 
 
-_FWD_TENSORS = 9  # q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens
-_FWD_ARGS = 19
+_FWD_TENSORS = 9  # q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens: the first arguments of both forwards
 
 
-def _setup_context(ctx, inputs, output):
-    (q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, scale, output_final_state,
-     use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first,
-     chunk_size, softplus_beta, softplus_threshold) = inputs
-    ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens)
-    ctx.flags = (scale, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-                 state_v_first, chunk_size, softplus_beta, softplus_threshold)
+def _save(ctx, inputs, flags, output_final_state):
+    ctx.save_for_backward(*inputs[:_FWD_TENSORS])
+    ctx.flags = flags  # chunk_bwd's scalars: scale, use_qk_l2norm_in_kernel, ..., softplus_threshold
     ctx.output_final_state = output_final_state
+    ctx.num_args = len(inputs)
+
+
+def _setup_chunk(ctx, inputs, output):
+    (scale, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+     allow_neg_eigval, state_v_first, chunk_size, softplus_beta, softplus_threshold) = inputs[_FWD_TENSORS:]
+    _save(ctx, inputs, (scale, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+                        allow_neg_eigval, state_v_first, chunk_size, softplus_beta, softplus_threshold),
+          output_final_state)
+
+
+def _setup_recurrent(ctx, inputs, output):
+    # The token-by-token forward computes the chunked forward's function, so the chunk backward (at the default
+    # chunk size) is its exact gradient.
+    (scale, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+     allow_neg_eigval, state_v_first, softplus_beta, softplus_threshold) = inputs[_FWD_TENSORS:]
+    _save(ctx, inputs, (scale, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+                        allow_neg_eigval, state_v_first, 64, softplus_beta, softplus_threshold),
+          output_final_state)
 
 
 def _backward(ctx, d_o, d_ht):
     q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens = ctx.saved_tensors
-    (scale, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-     state_v_first, chunk_size, softplus_beta, softplus_threshold) = ctx.flags
     if not ctx.output_final_state:
         d_ht = None
-    grads = torch.ops.flashgdn.chunk_bwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
-                                         d_o.contiguous(), d_ht, scale, use_qk_l2norm_in_kernel,
-                                         use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-                                         state_v_first, chunk_size, softplus_beta, softplus_threshold)
-    dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias = grads
+    # Upstream gradients come as autograd makes them (expanded zero-stride ones from a .sum(), transposes): the
+    # extension reads any strides, copying where the kernels cannot take them.
+    grads = torch.ops.flashgdn.chunk_bwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, d_o, d_ht,
+                                         *ctx.flags)
     inputs = (q, k, v, g, beta, initial_state, A_log, dt_bias)
-    outs = [dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias]
+    outs = list(grads)
     for i, (x, dx) in enumerate(zip(inputs, outs)):
         outs[i] = None if x is None or dx.numel() == 0 and x.numel() != 0 else dx.to(x.dtype)
     dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias = outs
-    return (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0, None) + (None,) * (_FWD_ARGS - _FWD_TENSORS)
+    return (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0, None) + (None,) * (ctx.num_args - _FWD_TENSORS)
 
 
-chunk_fwd.register_autograd(_backward, setup_context=_setup_context)
+chunk_fwd.register_autograd(_backward, setup_context=_setup_chunk)
 
 
 # ---- recurrent (FLA fused_recurrent contract, no pool) -----------------------------------------------------
@@ -123,22 +136,28 @@ def recurrent_fwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Op
                   A_log: Optional[Tensor], dt_bias: Optional[Tensor], initial_state: Optional[Tensor],
                   cu_seqlens: Optional[Tensor], scale: float, output_final_state: bool,
                   use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool, use_beta_sigmoid_in_kernel: bool,
-                  allow_neg_eigval: bool, state_v_first: bool) -> Tuple[Tensor, Tensor]:
+                  allow_neg_eigval: bool, state_v_first: bool, softplus_beta: float,
+                  softplus_threshold: float) -> Tuple[Tensor, Tensor]:
     o, ht = _ops.recurrent(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
                            cu_seqlens, use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel,
-                           allow_neg_eigval, state_v_first, fw=_ops.framework_of(q))
+                           allow_neg_eigval, state_v_first, softplus_beta, softplus_threshold,
+                           fw=_ops.framework_of(q))
     return o, (ht if ht is not None else _empty0(q).float())
 
 
 @recurrent_fwd.register_fake
 def _(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, scale, output_final_state,
-      use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first):
+      use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first,
+      softplus_beta, softplus_threshold):
     o = torch.empty_like(v, memory_format=torch.contiguous_format)
     if not output_final_state:
         return o, q.new_empty((0,), dtype=torch.float32)
     n = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
     return o, q.new_empty(_ops.state_shape(n, v.shape[2], q.shape[3], v.shape[3], state_v_first),
                           dtype=_state_dtype(q))
+
+
+recurrent_fwd.register_autograd(_backward, setup_context=_setup_recurrent)
 
 
 # ---- state pool: decode / multi-token / verify, and the commit -------------------------------------------

@@ -10,11 +10,14 @@ captured in a CUDA graph. Under torch.compile the same call goes through the reg
 from . import _frameworks as _fw
 from . import _ops
 
+from .gated_delta_rule import _fp32_state, refuse_autograd
+
 _torch = _fw.torch
 if _torch is not None:
     from . import _torch_ops
 
     _is_compiling = _torch.compiler.is_compiling
+    _Tensor = _torch.Tensor
 
 
 def recurrent_gated_delta_rule_pool(q, k, v, g, beta, state_pool, state_indices=None, *, num_accepted_tokens=None,
@@ -40,9 +43,11 @@ def recurrent_gated_delta_rule_pool(q, k, v, g, beta, state_pool, state_indices=
       accepted one into the pool afterwards.
     Returns o [B, T, HV, V] in v's dtype (written into `out` when given).
     """
+    refuse_autograd("recurrent_gated_delta_rule_pool", (q, k, v, g, beta, A_log, dt_bias),
+                    "the state-pool update (inference)")
     fw = _fw.framework_of(q)
     if fw is _fw.TorchFw:
-        if _is_compiling():
+        if _is_compiling() or type(q) is not _Tensor or q.is_meta:
             if out is not None or stream is not None:
                 raise ValueError("recurrent_gated_delta_rule_pool: out= and stream= are eager-only")
             return _torch_ops.recurrent_pool(q, k, v, g, beta, A_log, dt_bias, state_pool, state_indices,
@@ -68,7 +73,7 @@ def commit_intermediate_states(state_pool, state_indices, intermediate_states, n
     """After a commit=False verify: pool[state_indices[n]] = intermediate_states[intermediate_indices[n],
     num_accepted_tokens[n] - 1] for every row whose slot is valid and whose count is in [1, T_buf]."""
     fw = _fw.framework_of(state_pool)
-    if fw is _fw.TorchFw and _is_compiling():
+    if fw is _fw.TorchFw and (_is_compiling() or type(state_pool) is not _Tensor or state_pool.is_meta):
         if stream is not None:
             raise ValueError("commit_intermediate_states: stream= is eager-only")
         _torch_ops.recurrent_commit(state_pool, state_indices, intermediate_states, num_accepted_tokens,
@@ -95,14 +100,17 @@ def chunk_gated_delta_rule_prefill(q, k, v, g, beta, *, scale=None, initial_stat
     Eager only (the checkpoints are written in place): not for torch.compile graphs.
     Returns (o [B, T, HV, V] in v's dtype, final_state [N, HV, K, V] fp32 or None).
     """
+    refuse_autograd("chunk_gated_delta_rule_prefill", (q, k, v, g, beta, initial_state, A_log, dt_bias),
+                    "the checkpointing prefill (inference)")
+    initial_state = _fp32_state(initial_state)
     fw = _fw.framework_of(q)
     if fw is None:
         raise TypeError("chunk_gated_delta_rule_prefill: state checkpoints are written in place, which needs a "
                         f"mutable array (torch, numpy, CuPy); got {type(q)}")
     if fw is _fw.TorchFw:
-        if _is_compiling():
-            raise RuntimeError("chunk_gated_delta_rule_prefill is eager-only; use chunk_gated_delta_rule under "
-                               "torch.compile")
+        if _is_compiling() or type(q) is not _Tensor or q.is_meta:
+            raise RuntimeError("chunk_gated_delta_rule_prefill is eager-only (it writes the checkpoints in place) and "
+                               "needs tensors with memory; use chunk_gated_delta_rule under torch.compile")
         if cu_seqlens is not None and cu_seqlens.device != q.device:
             cu_seqlens = cu_seqlens.to(q.device)
     return _ops.chunk_fwd(q, k, v, g, beta, scale, initial_state, bool(output_final_state),

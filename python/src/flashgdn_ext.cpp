@@ -8,6 +8,11 @@
 //     Python method and costs about 10 us;
 //   * anything else (numpy, CuPy, ...): through DLPack (nb::ndarray), which keeps the producer alive for the
 //     duration of the call.
+// Strides: an input whose strides the kernels cannot take (a zero or negative stride on a dim of size > 1; on
+// CUDA, for the inputs read with 16-byte vector loads, a last-dim stride != 1, an unaligned pointer or a stride
+// that is not a multiple of 16 bytes) is replaced by a compact copy made by the registered copier (the input's own
+// framework), held until the call returns. Outputs and in-out tensors are never copied: a copy would lose the
+// write, so the library's validation rejects them with the argument's name.
 // Stream: an int handle from Python, or None = torch's current stream of the inputs' device (asked in C++).
 // Workspace: when the op needs scratch memory, `alloc(nbytes)` (a Python callable) returns a framework tensor
 // of at least that many bytes; it is held until the launch has been enqueued. Errors raise the exception class
@@ -153,7 +158,14 @@ int dtype_code(uint8_t code, uint8_t bits, uint16_t lanes) {
 
 TensorView view_of_exchange(const char* op, const char* arg, PyObject* t) {
   DlTensor d{};
-  if (g_torch.api->dltensor_from_py_object_no_sync(t, &d) != 0) throw nb::python_error();
+  if (g_torch.api->dltensor_from_py_object_no_sync(t, &d) != 0) {
+    // torch refuses tensors without memory (meta, fake) or on devices DLPack has no code for: name the argument.
+    nb::python_error err;
+    raise_arg(op, arg,
+              "expected a tensor with CPU or CUDA memory (meta and fake tensors go through torch.compile or the "
+              "registered op flashgdn::*), torch said: " +
+                  std::string(nb::str(err.value()).c_str()));
+  }
   TensorView v;
   int code = dtype_code(d.dtype.code, d.dtype.bits, d.dtype.lanes);
   if (code < 0)
@@ -215,10 +227,32 @@ TensorView view_of_torch(const char* op, const char* arg, PyObject* t) {
 
 using Array = nb::ndarray<nb::ro>;
 
-// Tensors read through DLPack stay referenced here until the op has returned.
+// Tensors read through DLPack, and the compact copies of inputs, stay referenced here until the op has returned.
 struct Keep {
   std::vector<Array> arrays;
+  std::vector<nb::object> copies;
 };
+
+// copier(x, stream) -> a compact, freshly allocated copy of x in x's framework, made on the launch's stream (None:
+// the framework's current one) so that the kernel reads it after it is written (flashgdn/_frameworks.py).
+// Held for the life of the process (like the torch refs): no destructor runs after the interpreter is gone.
+PyObject* g_copier = nullptr;
+
+// Whether the kernels can read input `v` with its strides (the rules of check_tensors in src/api/validate.cpp).
+// `dense`: the input is read with 16-byte vector loads on CUDA.
+bool kernel_readable(const TensorView& v, bool dense) {
+  for (int i = 0; i < v.ndim; ++i)
+    if (v.shape[i] == 0) return true;  // an empty tensor touches no memory
+  for (int i = 0; i < v.ndim; ++i)
+    if (v.shape[i] > 1 && v.strides[i] <= 0) return false;  // broadcast (zero) or reversed (negative) dims
+  if (!dense || v.device != DeviceType::cuda || v.ndim == 0) return true;
+  const int64_t es = dtype_size(v.dtype);
+  if (v.shape[v.ndim - 1] > 1 && v.strides[v.ndim - 1] != 1) return false;
+  if (reinterpret_cast<uintptr_t>(v.data) % 16 != 0) return false;
+  for (int i = 0; i + 1 < v.ndim; ++i)
+    if (v.shape[i] > 1 && (v.strides[i] * es) % 16 != 0) return false;
+  return true;
+}
 
 TensorView view_of_dlpack(const char* op, const char* arg, nb::handle h, Keep& keep) {
   Array a;
@@ -257,6 +291,15 @@ TensorView view(const char* op, const char* arg, nb::handle h, Keep& keep) {
   if (h.is_none()) return TensorView{};
   if (g_torch.tensor_type && PyObject_TypeCheck(h.ptr(), g_torch.tensor_type)) return view_of_torch(op, arg, h.ptr());
   return view_of_dlpack(op, arg, h, keep);
+}
+
+// An input: read in place when the kernels can take its strides, else through a compact copy (see the top).
+TensorView input_view(const char* op, const char* arg, nb::handle h, nb::handle stream, Keep& keep, bool dense) {
+  TensorView v = view(op, arg, h, keep);
+  if (!v.defined() || kernel_readable(v, dense) || !g_copier) return v;
+  nb::object copy = nb::handle(g_copier)(h, stream);
+  keep.copies.push_back(copy);
+  return view(op, arg, copy, keep);
 }
 
 // The scratch buffer: alloc(nbytes) returns a framework tensor; its address is read like any other tensor.
@@ -348,8 +391,14 @@ struct Args {
 struct Views {
   const char* op;
   const Args& in;
+  nb::handle stream;  // the call's stream argument (int handle or None): where input copies are made
   Keep keep;
+  // An output or in-out tensor: read as given (never copied).
   TensorView operator()(size_t k, const char* name) { return view(op, name, in.h(k), keep); }
+  // An input: copied when its strides do not suit the kernels; `dense` as in kernel_readable.
+  TensorView input(size_t k, const char* name, bool dense = false) {
+    return input_view(op, name, in.h(k), stream, keep, dense);
+  }
 };
 
 // workspace_size, the workspace from the Python allocator, then the launch.
@@ -383,21 +432,21 @@ void launch(const P& p, const TensorView& first, nb::handle stream, RunFn run_fn
 // Arguments 0-6 of every op: q, k, v and the gate inputs, in this order.
 template <class P>
 void read_qkv_gates(Views& tv, P& p) {
-  p.q = tv(0, "q");
-  p.k = tv(1, "k");
-  p.v = tv(2, "v");
-  p.g = tv(3, "g");
-  p.beta = tv(4, "beta");
-  p.A_log = tv(5, "A_log");
-  p.dt_bias = tv(6, "dt_bias");
+  p.q = tv.input(0, "q", true);
+  p.k = tv.input(1, "k", true);
+  p.v = tv.input(2, "v", true);
+  p.g = tv.input(3, "g");
+  p.beta = tv.input(4, "beta");
+  p.A_log = tv.input(5, "A_log");
+  p.dt_bias = tv.input(6, "dt_bias");
 }
 
 // Arguments 0-8 of chunk_fwd and chunk_bwd: the sequence inputs, in this order.
 template <class P>
 void read_seq_inputs(Views& tv, P& p) {
   read_qkv_gates(tv, p);
-  p.initial_state = tv(7, "initial_state");
-  p.cu_seqlens = tv(8, "cu_seqlens");
+  p.initial_state = tv.input(7, "initial_state", true);
+  p.cu_seqlens = tv.input(8, "cu_seqlens");
 }
 
 void chunk_fwd_py(nb::args args) {
@@ -407,7 +456,7 @@ void chunk_fwd_py(nb::args args) {
   const bool use_qk_l2norm_in_kernel = in.b(14);
   const bool state_v_first = in.b(16);
   const int chunk_size = int(in.i(17));
-  Views tv{"chunk_fwd", in};
+  Views tv{"chunk_fwd", in, in.h(19)};
   ChunkFwdParams p;
   read_seq_inputs(tv, p);
   p.o = tv(9, "o");
@@ -431,11 +480,11 @@ void chunk_bwd_py(nb::args args) {
   const bool use_qk_l2norm_in_kernel = in.b(20);
   const bool state_v_first = in.b(22);
   const int chunk_size = int(in.i(23));
-  Views tv{"chunk_bwd", in};
+  Views tv{"chunk_bwd", in, in.h(25)};
   ChunkBwdParams p;
   read_seq_inputs(tv, p);
-  p.d_o = tv(9, "d_o");
-  p.d_ht = tv(10, "d_ht");
+  p.d_o = tv.input(9, "d_o", true);
+  p.d_ht = tv.input(10, "d_ht", true);
   p.dq = tv(11, "dq");
   p.dk = tv(12, "dk");
   p.dv = tv(13, "dv");
@@ -457,12 +506,12 @@ void chunk_bwd_py(nb::args args) {
 
 void gating_py(nb::args args) {
   Args in("gating", args, 9);
-  Views tv{"gating", in};
+  Views tv{"gating", in, in.h(8)};
   GatingParams p;
-  p.A_log = tv(0, "A_log");
-  p.a = tv(1, "a");
-  p.dt_bias = tv(2, "dt_bias");
-  p.b = tv(3, "b");
+  p.A_log = tv.input(0, "A_log");
+  p.a = tv.input(1, "a");
+  p.dt_bias = tv.input(2, "dt_bias");
+  p.b = tv.input(3, "b");
   p.g = tv(4, "g");
   p.beta = tv(5, "beta");
   p.gate = gate_of(in.h(6));
@@ -477,17 +526,17 @@ void recurrent_py(nb::args args) {
   const float scale = in.f(18);
   const bool use_qk_l2norm_in_kernel = in.b(19);
   const bool state_v_first = in.b(21);
-  Views tv{"recurrent", in};
+  Views tv{"recurrent", in, in.h(23)};
   RecurrentParams p;
   read_qkv_gates(tv, p);
-  p.cu_seqlens = tv(7, "cu_seqlens");
+  p.cu_seqlens = tv.input(7, "cu_seqlens");
   p.o = tv(8, "o");
   p.state_pool = tv(9, "state_pool");
-  p.state_indices = tv(10, "state_indices");
-  p.num_accepted_tokens = tv(11, "num_accepted_tokens");
+  p.state_indices = tv.input(10, "state_indices");
+  p.num_accepted_tokens = tv.input(11, "num_accepted_tokens");
   p.intermediate_states = tv(12, "intermediate_states");
-  p.intermediate_indices = tv(13, "intermediate_indices");
-  p.initial_state = tv(14, "initial_state");
+  p.intermediate_indices = tv.input(13, "intermediate_indices");
+  p.initial_state = tv.input(14, "initial_state", true);
   p.final_state = tv(15, "final_state");
   p.commit = commit;
   p.null_slot_is_invalid = null_slot_is_invalid;
@@ -505,13 +554,13 @@ void recurrent_py(nb::args args) {
 void recurrent_commit_py(nb::args args) {
   Args in("recurrent_commit", args, 8);
   const bool null_slot_is_invalid = in.b(5);
-  Views tv{"recurrent_commit", in};
+  Views tv{"recurrent_commit", in, in.h(7)};
   RecurrentCommitParams p;
   p.state_pool = tv(0, "state_pool");
-  p.state_indices = tv(1, "state_indices");
-  p.intermediate_states = tv(2, "intermediate_states");
-  p.intermediate_indices = tv(3, "intermediate_indices");
-  p.num_accepted_tokens = tv(4, "num_accepted_tokens");
+  p.state_indices = tv.input(1, "state_indices");
+  p.intermediate_states = tv.input(2, "intermediate_states", true);
+  p.intermediate_indices = tv.input(3, "intermediate_indices");
+  p.num_accepted_tokens = tv.input(4, "num_accepted_tokens");
   p.null_slot_is_invalid = null_slot_is_invalid;
   p.exec = exec_of(in.h(6));
   launch(p, p.state_pool, in.h(7), [](const RecurrentCommitParams& x, void* s) { return recurrent_commit(x, s); });
@@ -542,6 +591,10 @@ NB_MODULE(_C, m) {
   m.def("cuda_available", []() { return cuda_available(); });
   m.def("built_with_cuda", []() { return bool(FLASHGDN_WITH_CUDA); });
   m.def("register_torch", &register_torch);
+  m.def("register_copier", [](nb::handle fn) {
+    Py_XDECREF(g_copier);
+    g_copier = fn.inc_ref().ptr();
+  });
   m.def("torch_fast_path", []() { return g_torch.api != nullptr; });
   m.def("chunk_fwd", &chunk_fwd_py);
   m.def("chunk_bwd", &chunk_bwd_py);

@@ -35,6 +35,12 @@ struct RecurrentDims : SeqDims {
   int64_t T_buf = 0;  // intermediate_states tokens per row
 };
 
+struct MixerDims : RecurrentDims {
+  int64_t C = 0;   // conv channels, 2 Hqk K + Hv V
+  int64_t Kc = 0;  // conv taps
+  int64_t L = 0;   // conv state positions per channel
+};
+
 struct GatingDims {
   int64_t rows = 0;  // product of the leading dims of a
   int64_t Hv = 0;
@@ -50,6 +56,11 @@ Status validate(const ChunkBwdParams& p, SeqDims* d);
 Status validate(const GatingParams& p, GatingDims* d);
 Status validate(const RecurrentParams& p, RecurrentDims* d);
 Status validate(const RecurrentCommitParams& p, CommitDims* d);
+Status validate(const MixerDecodeParams& p, MixerDims* d);
+// The recurrence inside mixer_decode as a `recurrent` call: q, k, v are views of the conv input x (its shape
+// and placement; the values are the conv outputs), g and beta the raw a and b with the gate formed in the op,
+// o the output. Validation runs recurrent's rules through it and the CPU backend composes the op with it.
+RecurrentParams mixer_recurrent_view(const MixerDecodeParams& p);
 
 namespace cpu {
 // CPU backend (src/cpu/). fp32 compute by default, fp64 with exec.cpu_fp64; recurrent or chunked form.
@@ -58,6 +69,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d);
 Status gating(const GatingParams& p, const GatingDims& d);
 Status recurrent(const RecurrentParams& p, const RecurrentDims& d);
 Status recurrent_commit(const RecurrentCommitParams& p, const CommitDims& d);
+Status mixer_decode(const MixerDecodeParams& p, const MixerDims& d);
 }  // namespace cpu
 
 #if FLASHGDN_WITH_CUDA
@@ -65,10 +77,13 @@ namespace cuda {
 // CUDA backend (src/cuda/<op>/). Launches only: no allocation, no host synchronization.
 size_t chunk_fwd_workspace_size(const ChunkFwdParams& p, const ChunkDims& d);
 Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, void* ws, size_t ws_bytes, void* stream);
+size_t chunk_bwd_workspace_size(const ChunkBwdParams& p, const SeqDims& d);
+Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, void* ws, size_t ws_bytes, void* stream);
 size_t recurrent_workspace_size(const RecurrentParams& p, const RecurrentDims& d);
 Status recurrent(const RecurrentParams& p, const RecurrentDims& d, void* ws, size_t ws_bytes, void* stream);
 Status recurrent_commit(const RecurrentCommitParams& p, const CommitDims& d, void* stream);
 Status gating(const GatingParams& p, const GatingDims& d, void* stream);
+Status mixer_decode(const MixerDecodeParams& p, const MixerDims& d, void* stream);
 bool device_present();
 }  // namespace cuda
 #endif

@@ -132,6 +132,17 @@ Status check_device_indices(const ChunkFwdParams& p, void* stream) {
   return validate(h, &d);
 }
 
+Status check_device_indices(const ChunkBwdParams& p, void* stream) {
+  if (!p.exec.check_indices || !p.cu_seqlens.defined()) return Status::OK();
+  HostMirror mirror(static_cast<cudaStream_t>(stream));
+  ChunkBwdParams h = p;
+  FGDN_RETURN_IF_ERROR(mirror.copy("chunk_bwd", "cu_seqlens", &h.cu_seqlens));
+  mark_host({&h.q, &h.k, &h.v, &h.g, &h.beta, &h.A_log, &h.dt_bias, &h.initial_state, &h.cu_seqlens, &h.d_o, &h.d_ht,
+             &h.dq, &h.dk, &h.dv, &h.dg, &h.dbeta, &h.dh0, &h.dA_log, &h.ddt_bias});
+  SeqDims d;
+  return validate(h, &d);
+}
+
 Status check_device_indices(const RecurrentParams& p, void* stream) {
   if (!p.exec.check_indices) return Status::OK();
   HostMirror mirror(static_cast<cudaStream_t>(stream));
@@ -157,6 +168,12 @@ Status check_device_indices(const RecurrentCommitParams& p, void* stream) {
   mark_host({&h.state_pool, &h.state_indices, &h.intermediate_states, &h.intermediate_indices, &h.num_accepted_tokens});
   CommitDims d;
   return validate(h, &d);
+}
+
+// mixer_decode's index tensors are recurrent's: check them through its recurrent view.
+Status check_device_indices(const MixerDecodeParams& p, void* stream) {
+  if (!p.exec.check_indices) return Status::OK();
+  return check_device_indices(mixer_recurrent_view(p), stream);
 }
 
 #endif  // FLASHGDN_WITH_CUDA
@@ -218,11 +235,18 @@ Status chunk_bwd_workspace_size(const ChunkBwdParams& p, size_t* bytes) {
     FGDN_RETURN_IF_ERROR(check_bytes_ptr("chunk_bwd", bytes));
     SeqDims d;
     FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
-    if (p.q.device != DeviceType::cpu)
-      return FGDN_ERROR(unsupported, "chunk_bwd_workspace_size: q: expected cpu tensors: chunk_bwd has no CUDA ",
-                        "kernel yet, got cuda:", p.q.device_id);
-    *bytes = 0;
+    if (p.q.device == DeviceType::cpu) {
+      *bytes = 0;
+      return Status::OK();
+    }
+#if FLASHGDN_WITH_CUDA
+    DeviceGuard guard(p.q.device_id);
+    FGDN_RETURN_IF_ERROR(guard.status());
+    *bytes = cuda::chunk_bwd_workspace_size(p, d);
     return Status::OK();
+#else
+    return FGDN_ERROR(internal, "chunk_bwd_workspace_size: a CUDA tensor passed validation in a CPU-only build");
+#endif
   });
 }
 
@@ -230,10 +254,17 @@ Status chunk_bwd(const ChunkBwdParams& p, void* workspace, size_t workspace_byte
   return guarded("chunk_bwd", [&]() -> Status {
     SeqDims d;
     FGDN_RETURN_IF_ERROR(validate(p, &d));
-    if (p.q.device != DeviceType::cpu)
-      return FGDN_ERROR(unsupported, "chunk_bwd: q: expected cpu tensors: chunk_bwd has no CUDA kernel yet, got cuda:",
-                        p.q.device_id);
-    return cpu::chunk_bwd(p, d);
+    if (p.q.device == DeviceType::cpu) return cpu::chunk_bwd(p, d);
+#if FLASHGDN_WITH_CUDA
+    DeviceGuard guard(p.q.device_id);
+    FGDN_RETURN_IF_ERROR(guard.status());
+    FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
+    FGDN_RETURN_IF_ERROR(
+        check_workspace("chunk_bwd", cuda::chunk_bwd_workspace_size(p, d), workspace, workspace_bytes));
+    return cuda::chunk_bwd(p, d, workspace, workspace_bytes, stream);
+#else
+    return FGDN_ERROR(internal, "chunk_bwd: a CUDA tensor passed validation in a CPU-only build");
+#endif
   });
 }
 
@@ -308,6 +339,24 @@ Status recurrent_commit(const RecurrentCommitParams& p, void* stream) {
     return cuda::recurrent_commit(p, d, stream);
 #else
     return FGDN_ERROR(internal, "recurrent_commit: a CUDA tensor passed validation in a CPU-only build");
+#endif
+  });
+}
+
+// ---- mixer_decode --------------------------------------------------------------------------------------------
+
+Status mixer_decode(const MixerDecodeParams& p, void* stream) {
+  return guarded("mixer_decode", [&]() -> Status {
+    MixerDims d;
+    FGDN_RETURN_IF_ERROR(validate(p, &d));
+    if (p.x.device == DeviceType::cpu) return cpu::mixer_decode(p, d);
+#if FLASHGDN_WITH_CUDA
+    DeviceGuard guard(p.x.device_id);
+    FGDN_RETURN_IF_ERROR(guard.status());
+    FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
+    return cuda::mixer_decode(p, d, stream);
+#else
+    return FGDN_ERROR(internal, "mixer_decode: a CUDA tensor passed validation in a CPU-only build");
 #endif
   });
 }

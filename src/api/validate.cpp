@@ -941,3 +941,182 @@ Status validate(const RecurrentCommitParams& p, CommitDims* d) {
 }
 
 }  // namespace flashgdn
+
+// ---- mixer_decode --------------------------------------------------------------------------------------------
+
+namespace flashgdn {
+
+RecurrentParams mixer_recurrent_view(const MixerDecodeParams& p) {
+  RecurrentParams r;
+  const int64_t Hqk = p.num_k_heads, K = p.head_k_dim;
+  const int64_t es = dtype_size(p.x.dtype);
+  auto view = [&](int64_t channel0, int64_t heads, int64_t dim) {
+    TensorView t = p.x;
+    t.data = static_cast<char*>(p.x.data) + channel0 * p.x.strides[2] * es;
+    t.ndim = 4;
+    t.shape[2] = heads;
+    t.shape[3] = dim;
+    t.strides[3] = p.x.strides[2];
+    t.strides[2] = p.x.strides[2] * dim;
+    return t;
+  };
+  const int64_t Hv = p.z.ndim == 4 ? p.z.shape[2] : 0, V = p.z.ndim == 4 ? p.z.shape[3] : 0;
+  r.q = view(0, Hqk, K);
+  r.k = view(Hqk * K, Hqk, K);
+  r.v = view(2 * Hqk * K, Hv, V);
+  r.g = p.a;
+  r.beta = p.b;
+  r.A_log = p.A_log;
+  r.dt_bias = p.dt_bias;
+  r.cu_seqlens = p.cu_seqlens;
+  r.o = p.out;
+  r.state_pool = p.state_pool;
+  r.state_indices = p.state_indices;
+  r.num_accepted_tokens = p.num_accepted_tokens;
+  r.intermediate_states = p.intermediate_states;
+  r.intermediate_indices = p.intermediate_indices;
+  r.commit = p.commit;
+  r.null_slot_is_invalid = p.null_slot_is_invalid;
+  r.scale = p.scale;
+  r.use_qk_l2norm_in_kernel = true;
+  r.gate = p.gate;
+  r.gate.use_gate_in_kernel = true;
+  r.gate.use_beta_sigmoid_in_kernel = true;
+  r.state_layout = p.state_layout;
+  r.exec = p.exec;
+  return r;
+}
+
+Status validate(const MixerDecodeParams& p, MixerDims* d) {
+  Ctx c{"mixer_decode"};
+  const std::initializer_list<Arg> args = {
+      {"x", &p.x, Role::input, false},
+      {"z", &p.z, Role::input, false},
+      {"a", &p.a, Role::input, false},
+      {"b", &p.b, Role::input, false},
+      {"A_log", &p.A_log, Role::input, false},
+      {"dt_bias", &p.dt_bias, Role::input, false},
+      {"conv_weight", &p.conv_weight, Role::input, false},
+      {"conv_bias", &p.conv_bias, Role::input, false},
+      {"norm_weight", &p.norm_weight, Role::input, false},
+      {"cu_seqlens", &p.cu_seqlens, Role::input, false},
+      {"state_indices", &p.state_indices, Role::input, false},
+      {"num_accepted_tokens", &p.num_accepted_tokens, Role::input, false},
+      {"intermediate_indices", &p.intermediate_indices, Role::input, false},
+      {"conv_state", &p.conv_state, Role::inout, false},
+      {"state_pool", &p.state_pool, Role::inout, true},
+      {"intermediate_states", &p.intermediate_states, Role::output, true},
+      {"intermediate_conv_windows", &p.intermediate_conv_windows, Role::output, false},
+      {"out", &p.out, Role::output, false}};
+  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+
+  // The channel split of x: C = 2 Hqk K + Hv V, with Hv and V from z.
+  FGDN_RETURN_IF_ERROR(require(c, "x", p.x, "[B, T, C]"));
+  FGDN_RETURN_IF_ERROR(check_ndim(c, "x", p.x, 3, "[B, T, C]"));
+  FGDN_RETURN_IF_ERROR(check_dtype(c, "x", p.x, c.floats()));
+  const int64_t B = p.x.shape[0], T = p.x.shape[1], C = p.x.shape[2];
+  FGDN_RETURN_IF_ERROR(require(c, "z", p.z, "[B, T, Hv, V]"));
+  FGDN_RETURN_IF_ERROR(check_ndim(c, "z", p.z, 4, "[B, T, Hv, V]"));
+  const int64_t Hv = p.z.shape[2], V = p.z.shape[3];
+  FGDN_RETURN_IF_ERROR(check_shape(c, "z", p.z, "[B, T, Hv, V]", {B, T, Hv, V}));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "z", p.z, "x", p.x));
+  const int64_t Hqk = p.num_k_heads, K = p.head_k_dim;
+  if (Hqk <= 0 || Hqk > kInt32Max) return FGDN_INVALID(c.op, ": num_k_heads: expected Hqk in [1, 2^31 - 1], got ", Hqk);
+  if (K <= 0 || K > kInt32Max) return FGDN_INVALID(c.op, ": head_k_dim: expected K in [1, 2^31 - 1], got ", K);
+  if (Hv <= 0 || V <= 0) return FGDN_INVALID(c.op, ": z: expected positive Hv and V, got ", shape_str(p.z));
+  if (Hv % Hqk != 0)
+    return FGDN_INVALID(c.op, ": z: expected Hv (z.shape[2]) a multiple of num_k_heads = ", Hqk,
+                        " (each key head serves Hv / Hqk value heads), got Hv = ", Hv);
+  // All factors are below 2^31 (check_tensors bounds every tensor's elements), so the products fit in int64.
+  if (C != 2 * Hqk * K + Hv * V)
+    return FGDN_INVALID(c.op, ": x: expected C = 2 Hqk K + Hv V = 2 * ", Hqk, " * ", K, " + ", Hv, " * ", V, " = ",
+                        2 * Hqk * K + Hv * V, " channels [q | k | v], got C = ", C);
+  FGDN_RETURN_IF_ERROR(require(c, "a", p.a, "[B, T, Hv] (raw decay input)"));
+  FGDN_RETURN_IF_ERROR(require(c, "b", p.b, "[B, T, Hv] (raw beta input)"));
+  FGDN_RETURN_IF_ERROR(require(c, "A_log", p.A_log, "[Hv]"));
+  FGDN_RETURN_IF_ERROR(require(c, "out", p.out, "[B, T, Hv, V]"));
+  FGDN_RETURN_IF_ERROR(check_like(c, "out", p.out, "[B, T, Hv, V]", {B, T, Hv, V}, "x", p.x));
+
+  FGDN_RETURN_IF_ERROR(require(c, "conv_weight", p.conv_weight, "[C, Kc]"));
+  FGDN_RETURN_IF_ERROR(check_ndim(c, "conv_weight", p.conv_weight, 2, "[C, Kc]"));
+  const int64_t Kc = p.conv_weight.shape[1];
+  FGDN_RETURN_IF_ERROR(check_shape(c, "conv_weight", p.conv_weight, "[C, Kc]", {C, Kc}));
+  FGDN_RETURN_IF_ERROR(check_dtype(c, "conv_weight", p.conv_weight, c.floats()));
+  if (Kc < 1 || Kc > 8) return FGDN_INVALID(c.op, ": conv_weight: expected Kc in [1, 8] taps, got Kc = ", Kc);
+  if (p.conv_bias.defined()) {
+    FGDN_RETURN_IF_ERROR(check_shape(c, "conv_bias", p.conv_bias, "[C]", {C}));
+    FGDN_RETURN_IF_ERROR(check_dtype(c, "conv_bias", p.conv_bias, c.floats()));
+  }
+  FGDN_RETURN_IF_ERROR(require(c, "norm_weight", p.norm_weight, "[V]"));
+  FGDN_RETURN_IF_ERROR(check_shape(c, "norm_weight", p.norm_weight, "[V]", {V}));
+  FGDN_RETURN_IF_ERROR(check_dtype(c, "norm_weight", p.norm_weight, c.floats()));
+  if (!(p.norm_eps > 0.f) || !std::isfinite(p.norm_eps))
+    return FGDN_INVALID(c.op, ": norm_eps: expected a finite value > 0, got ", p.norm_eps);
+
+  FGDN_RETURN_IF_ERROR(require(c, "state_pool", p.state_pool, "[slots, Hv, K, V] or [slots, Hv, V, K]"));
+  FGDN_RETURN_IF_ERROR(require(c, "conv_state", p.conv_state, "[slots, C, L]"));
+  FGDN_RETURN_IF_ERROR(check_ndim(c, "conv_state", p.conv_state, 3, "[slots, C, L]"));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "conv_state", p.conv_state, "x", p.x));
+  const int64_t L = p.conv_state.shape[2];
+  if (p.state_pool.ndim == 4 && p.conv_state.shape[0] != p.state_pool.shape[0])
+    return FGDN_INVALID(c.op, ": conv_state: expected the slots of state_pool (", p.state_pool.shape[0],
+                        ": one slot index addresses both), got ", shape_str(p.conv_state));
+  FGDN_RETURN_IF_ERROR(check_shape(c, "conv_state", p.conv_state, "[slots, C, L]", {p.conv_state.shape[0], C, L}));
+
+  // The recurrence: recurrent's rules (pool, indices, intermediates, gate options, cu_seqlens, aliasing).
+  MixerDims dims;
+  FGDN_RETURN_IF_ERROR(validate(mixer_recurrent_view(p), static_cast<RecurrentDims*>(&dims)));
+  if (dims.T_max > 0 && L < Kc - 2 + dims.T_max)
+    return FGDN_INVALID(c.op, ": conv_state: expected L >= Kc - 2 + T_max = ", Kc - 2 + dims.T_max,
+                        " positions with 2-D state_indices (token t of a row is kept at Kc - 2 + t), got ",
+                        shape_str(p.conv_state));
+  if (L < Kc - 1)
+    return FGDN_INVALID(c.op, ": conv_state: expected L >= Kc - 1 = ", Kc - 1, " positions (the conv window), got ",
+                        shape_str(p.conv_state));
+  if (p.intermediate_conv_windows.defined()) {
+    const TensorView& w = p.intermediate_conv_windows;
+    FGDN_RETURN_IF_ERROR(check_ndim(c, "intermediate_conv_windows", w, 4, "[N_buf, T_buf, C, Kc - 1]"));
+    if (p.intermediate_states.defined()) {
+      FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_conv_windows", w, "[N_buf, T_buf, C, Kc - 1]",
+                                       {dims.n_buf, dims.T_buf, C, Kc - 1}));
+    } else {
+      dims.n_buf = w.shape[0];
+      dims.T_buf = w.shape[1];
+      FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_conv_windows", w, "[N_buf, T_buf, C, Kc - 1]",
+                                       {dims.n_buf, dims.T_buf, C, Kc - 1}));
+      if (!dims.varlen && T > dims.T_buf)
+        return FGDN_INVALID(c.op, ": intermediate_conv_windows: expected T_buf >= T = ", T, ", got ", shape_str(w));
+      if (!p.intermediate_indices.defined() && dims.n_buf < dims.N)
+        return FGDN_INVALID(c.op, ": intermediate_conv_windows: expected at least N = ", dims.N,
+                            " rows N_buf (intermediate_indices is absent: row n uses entry n), got ", shape_str(w));
+      if (p.intermediate_indices.defined())
+        FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_indices", p.intermediate_indices, "[N]", {dims.N}));
+    }
+    FGDN_RETURN_IF_ERROR(check_same_dtype(c, "intermediate_conv_windows", w, "x", p.x));
+  }
+  if (c.cuda) {
+    if (K != 128 || V != 128)
+      return FGDN_ERROR(unsupported, c.op, ": head_k_dim: expected K = V = 128 on CUDA (the fused kernel's tile), ",
+                        "got K = ", K, ", V = ", V);
+    if (Hv / Hqk > 8)
+      return FGDN_ERROR(unsupported, c.op, ": z: expected at most 8 value heads per key head on CUDA (one thread ",
+                        "block cluster shares a key head's conv), got Hv / Hqk = ", Hv / Hqk);
+    if (p.x.dtype == DType::f32)
+      return FGDN_ERROR(unsupported, c.op, ": x: expected bf16 or f16 activations on CUDA, got f32");
+    if (p.state_pool.dtype == DType::f16)
+      return FGDN_ERROR(unsupported, c.op, ": state_pool: expected an f32 or bf16 pool on CUDA, got f16");
+    if (p.intermediate_states.defined() && p.intermediate_states.dtype != p.state_pool.dtype)
+      return FGDN_ERROR(unsupported, c.op, ": intermediate_states: expected the pool's dtype on CUDA (",
+                        dtype_name(p.state_pool.dtype), "), got ", dtype_name(p.intermediate_states.dtype));
+    if (dims.N > 65535)
+      return FGDN_ERROR(unsupported, c.op, ": x: expected at most 65535 rows on CUDA (grid y), got N = ", dims.N);
+  }
+  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+  dims.C = C;
+  dims.Kc = Kc;
+  dims.L = L;
+  *d = dims;
+  return Status::OK();
+}
+
+}  // namespace flashgdn

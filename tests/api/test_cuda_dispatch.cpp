@@ -198,7 +198,8 @@ TEST(CudaDispatch, ShortWorkspaceRejected) {
   if (!tested) GTEST_SKIP() << "neither kernel asks for a workspace";
 }
 
-TEST(CudaDispatch, ChunkBwdHasNoCudaKernel) {
+// chunk_bwd on CUDA needs its workspace: asked for, a missing or short one is rejected before any launch.
+TEST(CudaDispatch, ChunkBwdRejectsAMissingWorkspace) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   Bufs h;
   DLBuf& q = h.add("q", DType::bf16, {1, 16, 1, 64});
@@ -219,8 +220,18 @@ TEST(CudaDispatch, ChunkBwdHasNoCudaKernel) {
   p.dq = &gq.t;
   p.dk = &gk.t;
   p.dv = &gv.t;
-  EXPECT_EQ(flashgdn_chunk_bwd(&p, nullptr, 0, nullptr), FLASHGDN_ERROR_UNSUPPORTED);
-  EXPECT_TRUE(contains(flashgdn_last_error(), "chunk_bwd has no CUDA kernel yet")) << flashgdn_last_error();
+  size_t ws = 0;
+  ASSERT_EQ(flashgdn_chunk_bwd_workspace_size(&p, &ws), FLASHGDN_OK) << flashgdn_last_error();
+  ASSERT_GT(ws, 0u);
+  EXPECT_EQ(flashgdn_chunk_bwd(&p, nullptr, 0, nullptr), FLASHGDN_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(flashgdn_last_error(), "chunk_bwd: workspace: expected a device buffer of at least"))
+      << flashgdn_last_error();
+  void* w = nullptr;
+  ASSERT_EQ(cudaMalloc(&w, ws), cudaSuccess);
+  EXPECT_EQ(flashgdn_chunk_bwd(&p, w, ws - 1, nullptr), FLASHGDN_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(flashgdn_last_error(), "chunk_bwd: workspace_bytes: expected at least"))
+      << flashgdn_last_error();
+  cudaFree(w);
 }
 
 TEST(CudaDispatch, CudaAvailable) {

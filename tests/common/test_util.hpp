@@ -46,6 +46,7 @@ struct HostTensor {
     return t;
   }
   void fill(double x) {
+    if (bytes.empty()) return;  // absent (no shape): nothing to fill
     for (int64_t i = 0; i < numel(); ++i) set(i, x);
   }
   void fill_nan() { fill(std::numeric_limits<double>::quiet_NaN()); }

@@ -78,3 +78,38 @@ def cuda_ok():
     import flashgdn
 
     return torch is not None and torch.cuda.is_available() and flashgdn.cuda_available()
+
+
+OPCHECK_OPS = ["chunk_fwd", "recurrent_fwd", "chunk_bwd", "recurrent_pool", "recurrent_commit", "gating"]
+
+
+def opcheck_case(name, device="cpu", dtype=None, dim=8, grad=True):
+    """(op, args) for torch.library.opcheck of a registered op: two varlen sequences (12 + 8 tokens), GQA."""
+    rng = np.random.default_rng(48)
+    dtype = dtype or torch.float32
+    r = lambda *s: torch.from_numpy(rng.standard_normal(s)).float().to(device)  # noqa: E731
+    T, HV, K, V = 20, 2, dim, dim
+    qn = lambda: torch.nn.functional.normalize(r(1, T, 1, K), dim=-1).to(dtype)  # noqa: E731
+    seq = lambda g: [x.requires_grad_(g) for x in  # noqa: E731
+                     (qn(), qn(), r(1, T, HV, V).to(dtype), -torch.rand(1, T, HV, device=device),
+                      torch.rand(1, T, HV, device=device))]
+    h0 = lambda g: r(2, HV, K, V).requires_grad_(g)  # noqa: E731
+    i32 = lambda *x: torch.tensor(x, dtype=torch.int32, device=device)  # noqa: E731
+    cu = torch.tensor([0, 12, 20], device=device)
+    flags = (0.0, True, False, False, False, False, False)
+    ops = torch.ops.flashgdn
+    cases = {
+        "chunk_fwd": lambda: (ops.chunk_fwd.default, (*seq(grad), None, None, h0(grad), cu, *flags, 64, 1.0, 20.0)),
+        "recurrent_fwd": lambda: (ops.recurrent_fwd.default, (*seq(grad), None, None, h0(grad), cu, *flags, 1.0,
+                                                              20.0)),
+        "chunk_bwd": lambda: (ops.chunk_bwd.default, (*seq(False), None, None, h0(False), cu, r(1, T, HV, V).to(dtype),
+                                                      r(2, HV, K, V), 0.0, False, False, False, False, False, 64, 1.0,
+                                                      20.0)),
+        "recurrent_pool": lambda: (ops.recurrent_pool.default, (*seq(False), None, None, r(3, HV, K, V), i32(2, 0),
+                                                                None, None, None, cu, True, False, 0.0, False, False,
+                                                                False, False, 1.0, 20.0, False)),
+        "recurrent_commit": lambda: (ops.recurrent_commit.default, (r(3, HV, K, V), i32(1, 2), r(2, 4, HV, K, V),
+                                                                    i32(2, 4), None, False)),
+        "gating": lambda: (ops.gating.default, (r(HV), r(5, HV), r(5, HV), r(HV), 1.0, 20.0, False)),
+    }
+    return cases[name]()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import flashgdn
-from conftest import cuda_ok, rel
+from conftest import OPCHECK_OPS, cuda_ok, opcheck_case, rel
 
 torch = pytest.importorskip("torch", reason="GPU tests need torch")
 pytestmark = pytest.mark.skipif(not cuda_ok(), reason="needs a CUDA GPU and flashgdn built with CUDA")
@@ -295,3 +295,71 @@ def test_jax_inputs_give_jax_outputs():
                                              use_qk_l2norm_in_kernel=True)
     assert isinstance(o_j, jax.Array)
     assert rel(np.asarray(o_j), o_t.cpu().double().numpy()) < 1e-6
+
+
+# ---- strides the kernels cannot take: read through a compact copy -------------------------------------------
+@pytest.mark.parametrize("kind", ["transposed", "unaligned", "expanded"])
+@pytest.mark.parametrize("entry", ["chunk", "recurrent"])
+def test_any_strides_on_cuda(kind, entry):
+    # transformers' Qwen3-Next passes q, k, v split out of a transposed conv1d output (last-dim stride T); a slice
+    # at an odd element offset is not 16-byte aligned; an expanded tensor has zero strides
+    q, k, v, g, beta = inputs(1, 80 if entry == "chunk" else 3, 2, 4, 128, 128, torch.bfloat16, seed=7)
+    h0 = torch.randn(1, 4, 128, 128, device="cuda")
+
+    def restride(x):
+        if kind == "transposed":
+            return x.transpose(1, -1).contiguous().transpose(1, -1)
+        if kind == "unaligned":
+            flat = torch.empty(x.numel() + 1, device="cuda", dtype=x.dtype)
+            y = flat[1:].view(x.shape)
+            y.copy_(x)
+            return y
+        return x[:, :1].expand(x.shape)
+
+    views = [restride(x) for x in (q, k, v, g, beta)]
+    dense = [x.contiguous() for x in views]
+    fn = flashgdn.chunk_gated_delta_rule if entry == "chunk" else flashgdn.fused_recurrent_gated_delta_rule
+    o, ht = call(fn, *views, initial_state=h0.transpose(2, 3).contiguous().transpose(2, 3), output_final_state=True,
+                 use_qk_l2norm_in_kernel=True)
+    o_ref, ht_ref = call(fn, *dense, initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=True)
+    # the same values: equal up to the kernels' own run-to-run rounding (a misread stride is an O(1) error)
+    assert rel(o.float().cpu().numpy(), o_ref.float().cpu().numpy()) < 1e-3
+    assert rel(ht.float().cpu().numpy(), ht_ref.float().cpu().numpy()) < 1e-3
+
+
+def test_in_place_pool_with_a_strided_last_dim_is_an_error_on_cuda():
+    q, k, v, g, beta = inputs(2, 1, 2, 4, 128, 128, torch.bfloat16)
+    pool = torch.zeros(3, 4, 128, 128, device="cuda").transpose(2, 3)  # last-dim stride 128: no silent copy
+    with pytest.raises(flashgdn.InvalidArgumentError, match="state_pool: expected a contiguous last dim"):
+        flashgdn.recurrent_gated_delta_rule_pool(q, k, v, g, beta, pool)
+
+
+def test_strided_inputs_on_an_explicit_stream():
+    # the compact copy is made on the launch's stream, so the kernel reads it after it is written
+    q, k, v, g, beta = inputs(4, 1, 2, 4, 128, 128, torch.bfloat16, seed=9)
+    qt = q.transpose(1, -1).contiguous().transpose(1, -1)
+    pool = torch.randn(5, 4, 128, 128, device="cuda")
+    pool_ref = pool.clone()
+    idx = torch.tensor([3, 0, 4, 1], device="cuda", dtype=torch.int32)
+    o_ref = call(flashgdn.recurrent_gated_delta_rule_pool, q, k, v, g, beta, pool_ref, idx)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    o = call(flashgdn.recurrent_gated_delta_rule_pool, qt, k, v, g, beta, pool, idx, stream=side)
+    side.synchronize()
+    assert rel(o.float().cpu().numpy(), o_ref.float().cpu().numpy()) < 1e-3
+    assert rel(pool.cpu().numpy(), pool_ref.cpu().numpy()) < 1e-3
+
+
+@pytest.mark.parametrize("name", OPCHECK_OPS)
+def test_opcheck_every_registered_op_on_cuda(name):
+    # bf16 q, k, v with K = V = 64 (the CUDA kernels' shapes); gradients once the CUDA backward exists
+    probe = opcheck_case("chunk_bwd", "cuda", torch.bfloat16, 64)
+    try:
+        probe[0](*probe[1])
+        grad = True
+    except flashgdn.UnsupportedError as e:
+        if name == "chunk_bwd":
+            pytest.skip(f"no CUDA kernel: {e}")
+        grad = False  # the forward ops without their autograd test
+    op, args = opcheck_case(name, "cuda", torch.bfloat16, 64, grad=grad)
+    torch.library.opcheck(op, args)

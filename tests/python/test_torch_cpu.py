@@ -73,16 +73,6 @@ def test_autograd_fp32_tolerance():
         assert rel(to_np(x.grad)[0], r) < 1e-4
 
 
-def test_opcheck_chunk_fwd():
-    p = Problem(25, [20, 12], Hqk=1, Hv=2, K=8, V=8)
-    f = lambda x: torch.from_numpy(np.ascontiguousarray(x[None])).float()  # noqa: E731
-    args = (f(gdn_check.l2n(p.q)), f(gdn_check.l2n(p.k)), f(p.v), f(p.g), f(p.beta), None, None,
-            torch.from_numpy(p.h0).float(), torch.from_numpy(p.cu), 0.0, True, False, False, False, False, False,
-            64, 1.0, 20.0)
-    torch.library.opcheck(torch.ops.flashgdn.chunk_fwd.default, args,
-                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
-
-
 def test_torch_compile_fullgraph():
     p = Problem(26, [16, 16], Hqk=2, Hv=4, K=8, V=8)
     B, T = 2, 16

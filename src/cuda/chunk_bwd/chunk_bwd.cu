@@ -1,0 +1,298 @@
+// cuda::chunk_bwd: the training backward (gdn-math §7) on the GPU. The chunk passes (chunk_bwd_kernels.cuh) leave
+// the core gradients per value head in workspace; the token kernels here finish them:
+//   * chunk_bwd_qk_kernel    dq, dk of a q/k head = the sum over its value heads in head order (§7.5), then the
+//                            l2norm chain dx = rho (dx^ - (dx^ . x^) x^) (§7.6);
+//   * chunk_bwd_token_kernel dbeta through beta = c sigmoid(b), dg through the gate (§7.7), zeros on slack rows;
+//   * chunk_bwd_gate_kernel  dA_log = sum dg g, ddt_bias = sum da per value head, in a fixed order.
+// No host synchronization, no allocation: the caller's workspace (chunk_bwd_workspace_size) holds everything.
+#include <algorithm>
+
+#include "api/internal.hpp"
+#include "cuda/chunk_bwd/chunk_bwd.hpp"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/device_util.cuh"
+
+namespace flashgdn::cuda {
+namespace {
+
+constexpr int64_t kChunk = 64;
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+size_t align_up(size_t x) {
+  return (x + 255) & ~size_t(255);
+}
+
+int64_t slots_of(const SeqDims& d) {
+  const int64_t nb = ceil_div(d.T, kChunk);
+  return d.varlen ? d.N + nb : d.B * nb;
+}
+
+// Workspace: the per-(chunk slot, value head) records, then the per-(token, value head) scratch; fp32, each part
+// 256-byte aligned. Bytes per (slot, head): 4 (256 + 64^2 + 64 K + 128 V + 2 K V).
+struct WsLayout {
+  size_t rows = 0, A = 0, W = 0, U = 0, dU = 0, S0 = 0, dS = 0, dqh = 0, dkh = 0, dgh = 0, dbh = 0, total = 0;
+};
+
+WsLayout ws_layout(const SeqDims& d) {
+  const size_t rec = size_t(slots_of(d)) * size_t(d.Hv), rows = size_t(d.B * d.T * d.Hv), f = sizeof(float);
+  const size_t K = size_t(d.K), V = size_t(d.V);
+  WsLayout w;
+  size_t off = 0;
+  const auto take = [&](size_t* at, size_t bytes) {
+    *at = off;
+    off = align_up(off + bytes);
+  };
+  take(&w.rows, rec * 256 * f);
+  take(&w.A, rec * 64 * 64 * f);
+  take(&w.W, rec * 64 * K * f);
+  take(&w.U, rec * 64 * V * f);
+  take(&w.dU, rec * 64 * V * f);
+  take(&w.S0, rec * K * V * f);
+  take(&w.dS, rec * K * V * f);
+  take(&w.dqh, rows * K * f);
+  take(&w.dkh, rows * K * f);
+  take(&w.dgh, rows * f);
+  take(&w.dbh, rows * f);
+  w.total = off;
+  return w;
+}
+
+// Rows of slack tokens (varlen: outside [cu[0], cu[N]), clamped) get zero gradients.
+__device__ __forceinline__ bool covered(const ChunkBwdArgs& a, int64_t t) {
+  if (a.cu_seqlens == nullptr) return true;
+  int64_t s0 = load_index(a.cu_seqlens, a.cu_i64, 0), s1 = load_index(a.cu_seqlens, a.cu_i64, a.N);
+  s0 = s0 < 0 ? 0 : (s0 > a.T ? a.T : s0);
+  s1 = s1 < 0 ? 0 : (s1 > a.T ? a.T : s1);
+  return t >= s0 && t < s1;
+}
+
+// One warp per (token, q/k head): K / 32 elements per lane.
+template <int K>
+__global__ void __launch_bounds__(256) chunk_bwd_qk_kernel(const ChunkBwdArgs a) {
+  constexpr int PL = K / 32;
+  const int64_t row = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);  // (b * T + t) * Hqk + hk
+  const int lane = threadIdx.x & 31;
+  if (row >= a.B * a.T * a.Hqk) return;
+  const int64_t bt = row / a.Hqk, b = bt / a.T, t = bt % a.T;
+  const int hk = int(row % a.Hqk);
+  const DType io = DType(a.io_dtype);
+#pragma unroll
+  for (int which = 0; which < 2; ++which) {
+    const float* src = which == 0 ? a.dqh : a.dkh;
+    float gx[PL];
+#pragma unroll
+    for (int e = 0; e < PL; ++e) gx[e] = 0.f;
+    for (int h = hk * a.group; h < (hk + 1) * a.group; ++h) {  // value heads in order: deterministic
+      const float* p = src + (bt * a.Hv + h) * K;
+#pragma unroll
+      for (int e = 0; e < PL; ++e) gx[e] += p[lane + 32 * e];
+    }
+    if (!covered(a, t)) {  // slack rows: zero gradients, the inputs there are never read
+#pragma unroll
+      for (int e = 0; e < PL; ++e) gx[e] = 0.f;
+    } else if (a.l2norm) {  // dx = rho (dx^ - (dx^ . x^) x^), x^ = rho x, rho = (|x|^2 + 1e-6)^-1/2
+      const void* xs = which == 0 ? a.q : a.k;
+      const int64_t off = which == 0 ? b * a.q_sb + t * a.q_st + hk * a.q_sh : b * a.k_sb + t * a.k_st + hk * a.k_sh;
+      float x[PL], ss = 0.f, dot = 0.f;
+#pragma unroll
+      for (int e = 0; e < PL; ++e) {
+        x[e] = load1(xs, io, off + lane + 32 * e);
+        ss = fmaf(x[e], x[e], ss);
+        dot = fmaf(gx[e], x[e], dot);
+      }
+      ss = lane_sum<1, 32>(ss);
+      dot = lane_sum<1, 32>(dot);
+      const float rho = rsqrtf(ss + 1e-6f);
+#pragma unroll
+      for (int e = 0; e < PL; ++e) gx[e] = rho * (gx[e] - dot * rho * rho * x[e]);
+    }
+    void* dst = which == 0 ? a.dq : a.dk;
+    const int64_t off =
+        which == 0 ? b * a.dq_sb + t * a.dq_st + hk * a.dq_sh : b * a.dk_sb + t * a.dk_st + hk * a.dk_sh;
+#pragma unroll
+    for (int e = 0; e < PL; ++e) store1(dst, io, off + lane + 32 * e, gx[e]);
+  }
+}
+
+// d(softplus)/dx with PyTorch's threshold: sigmoid(beta x) below it, 1 above.
+__device__ __forceinline__ float softplus_grad(float x, float sp_beta, float sp_threshold) {
+  const float bx = sp_beta * x;
+  return bx <= sp_threshold ? 1.f / (1.f + expf(-bx)) : 1.f;
+}
+
+struct GateParams {
+  float neg_exp_alog, dtb;
+};
+__device__ __forceinline__ GateParams gate_params(const ChunkBwdArgs& a, int h) {
+  GateParams gp{-1.f, 0.f};
+  if (a.A_log) gp.neg_exp_alog = -expf(load1(a.A_log, DType(a.alog_dtype), h * a.alog_s));
+  if (a.dt_bias) gp.dtb = load1(a.dt_bias, DType(a.dtb_dtype), h * a.dtb_s);
+  return gp;
+}
+
+// One thread per (token, value head): dbeta, dg outputs; dv rows of slack tokens.
+__global__ void __launch_bounds__(256) chunk_bwd_token_kernel(const ChunkBwdArgs a, int64_t V) {
+  const int64_t row = int64_t(blockIdx.x) * 256 + threadIdx.x;  // (b * T + t) * Hv + h
+  if (row >= a.B * a.T * a.Hv) return;
+  const int64_t bt = row / a.Hv, b = bt / a.T, t = bt % a.T;
+  const int h = int(row % a.Hv);
+  const bool cov = covered(a, t);
+  if (a.dbeta) {
+    float db = 0.f;
+    if (cov) {
+      db = a.dbh[row];
+      if (a.beta_sigmoid && a.beta) {  // beta = c s, s = sigmoid(b):  db_raw = dbeta c s (1 - s)
+        const float s = 1.f / (1.f + expf(-load1(a.beta, DType(a.b_dtype), b * a.b_sb + t * a.b_st + h * a.b_sh)));
+        db *= a.beta_mult * s * (1.f - s);
+      }
+    }
+    store1(a.dbeta, DType(a.db_dtype), b * a.db_sb + t * a.db_st + h * a.db_sh, db);
+  }
+  if (a.dg) {
+    float dg = 0.f;
+    if (cov) {
+      dg = a.dgh[row];
+      if (a.gate_in_kernel && a.g) {  // g = -e^{A_log} softplus(a + dt_bias):  da = dg (-e^{A_log}) softplus'(x)
+        const GateParams gp = gate_params(a, h);
+        const float x = load1(a.g, DType(a.g_dtype), b * a.g_sb + t * a.g_st + h * a.g_sh) + gp.dtb;
+        dg *= gp.neg_exp_alog * softplus_grad(x, a.sp_beta, a.sp_threshold);
+      }
+    }
+    store1(a.dg, DType(a.dg_dtype), b * a.dg_sb + t * a.dg_st + h * a.dg_sh, dg);
+  }
+  if (!cov)
+    for (int64_t j = 0; j < V; ++j) store1(a.dv, DType(a.io_dtype), b * a.dv_sb + t * a.dv_st + h * a.dv_sh + j, 0.f);
+}
+
+// One block per value head: dA_log = sum_t dg_t g_t, ddt_bias = sum_t da_t over every covered token; each thread
+// sums a fixed stride of rows, then a fixed tree.
+__global__ void __launch_bounds__(256) chunk_bwd_gate_kernel(const ChunkBwdArgs a) {
+  __shared__ float sa[256], sd[256];
+  const int h = blockIdx.x, tid = threadIdx.x;
+  const GateParams gp = gate_params(a, h);
+  float acc_a = 0.f, acc_d = 0.f;
+  for (int64_t bt = tid; bt < a.B * a.T; bt += 256) {
+    const int64_t b = bt / a.T, t = bt % a.T;
+    if (!covered(a, t)) continue;
+    const float dg = a.dgh[bt * a.Hv + h];
+    const float raw = load1(a.g, DType(a.g_dtype), b * a.g_sb + t * a.g_st + h * a.g_sh);
+    const float x = raw + gp.dtb;
+    const float g = gp.neg_exp_alog * softplus(x, a.sp_beta, a.sp_threshold);
+    acc_a = fmaf(dg, g, acc_a);
+    acc_d = fmaf(dg * gp.neg_exp_alog, softplus_grad(x, a.sp_beta, a.sp_threshold), acc_d);
+  }
+  sa[tid] = acc_a, sd[tid] = acc_d;
+  __syncthreads();
+  for (int w = 128; w > 0; w >>= 1) {
+    if (tid < w) sa[tid] += sa[tid + w], sd[tid] += sd[tid + w];
+    __syncthreads();
+  }
+  if (tid == 0) {
+    if (a.dA_log) a.dA_log[h * a.dalog_s] = sa[0];
+    if (a.ddt_bias) a.ddt_bias[h * a.dddt_s] = sd[0];
+  }
+}
+
+template <class T>
+void set3(const TensorView& t, T** p, int64_t* s0, int64_t* s1, int64_t* s2) {
+  *p = static_cast<T*>(t.data);
+  *s0 = t.strides[0], *s1 = t.strides[1], *s2 = t.strides[2];
+}
+
+ChunkBwdArgs make_args(const ChunkBwdParams& p, const SeqDims& d) {
+  ChunkBwdArgs a{};
+  const void* cq;
+  set3(p.q, &cq, &a.q_sb, &a.q_st, &a.q_sh), a.q = cq;
+  set3(p.k, &cq, &a.k_sb, &a.k_st, &a.k_sh), a.k = cq;
+  set3(p.v, &cq, &a.v_sb, &a.v_st, &a.v_sh), a.v = cq;
+  set3(p.d_o, &cq, &a.do_sb, &a.do_st, &a.do_sh), a.d_o = cq;
+  a.io_dtype = int32_t(p.q.dtype);
+  if (p.g.defined()) set3(p.g, &cq, &a.g_sb, &a.g_st, &a.g_sh), a.g = cq, a.g_dtype = int32_t(p.g.dtype);
+  if (p.beta.defined()) set3(p.beta, &cq, &a.b_sb, &a.b_st, &a.b_sh), a.beta = cq, a.b_dtype = int32_t(p.beta.dtype);
+  if (p.A_log.defined()) a.A_log = p.A_log.data, a.alog_s = p.A_log.strides[0], a.alog_dtype = int32_t(p.A_log.dtype);
+  if (p.dt_bias.defined())
+    a.dt_bias = p.dt_bias.data, a.dtb_s = p.dt_bias.strides[0], a.dtb_dtype = int32_t(p.dt_bias.dtype);
+  const float* cf;
+  if (p.initial_state.defined()) set3(p.initial_state, &cf, &a.h0_sn, &a.h0_sh, &a.h0_sr), a.h0 = cf;
+  if (p.d_ht.defined()) set3(p.d_ht, &cf, &a.dht_sn, &a.dht_sh, &a.dht_sr), a.dht = cf;
+  if (p.cu_seqlens.defined()) a.cu_seqlens = p.cu_seqlens.data, a.cu_i64 = p.cu_seqlens.dtype == DType::i64;
+  set3(p.dq, &a.dq, &a.dq_sb, &a.dq_st, &a.dq_sh);
+  set3(p.dk, &a.dk, &a.dk_sb, &a.dk_st, &a.dk_sh);
+  set3(p.dv, &a.dv, &a.dv_sb, &a.dv_st, &a.dv_sh);
+  if (p.dg.defined()) set3(p.dg, &a.dg, &a.dg_sb, &a.dg_st, &a.dg_sh), a.dg_dtype = int32_t(p.dg.dtype);
+  if (p.dbeta.defined()) set3(p.dbeta, &a.dbeta, &a.db_sb, &a.db_st, &a.db_sh), a.db_dtype = int32_t(p.dbeta.dtype);
+  if (p.dh0.defined()) set3(p.dh0, &a.dh0, &a.dh0_sn, &a.dh0_sh, &a.dh0_sr);
+  if (p.dA_log.defined()) a.dA_log = static_cast<float*>(p.dA_log.data), a.dalog_s = p.dA_log.strides[0];
+  if (p.ddt_bias.defined()) a.ddt_bias = static_cast<float*>(p.ddt_bias.data), a.dddt_s = p.ddt_bias.strides[0];
+  a.B = d.B, a.T = d.T, a.N = d.N, a.Hqk = d.Hqk, a.Hv = d.Hv;
+  a.group = int32_t(d.group());
+  a.scale = d.scale;
+  a.l2norm = p.use_qk_l2norm_in_kernel;
+  a.gate_in_kernel = p.gate.use_gate_in_kernel;
+  a.beta_sigmoid = p.gate.use_beta_sigmoid_in_kernel;
+  a.beta_mult = p.gate.allow_neg_eigval ? 2.f : 1.f;
+  a.sp_beta = p.gate.softplus_beta;
+  a.sp_threshold = p.gate.softplus_threshold;
+  a.state_vmajor = p.state_layout == StateLayout::v_major;
+  a.nchunk_b = ceil_div(d.T, kChunk);
+  a.slots = slots_of(d);
+  return a;
+}
+
+}  // namespace
+
+size_t chunk_bwd_workspace_size(const ChunkBwdParams& p, const SeqDims& d) {
+  return ws_layout(d).total;
+}
+
+Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, void* ws, size_t ws_bytes, void* stream) {
+  if (p.chunk_size != kChunk)
+    return FGDN_ERROR(unsupported, "chunk_bwd: chunk_size: the CUDA kernels use 64, got ", p.chunk_size);
+  if (p.q.dtype != DType::bf16 && p.q.dtype != DType::f16)
+    return FGDN_ERROR(unsupported, "chunk_bwd: q: the CUDA kernels take bf16 or f16 q, k, v, got ",
+                      dtype_name(p.q.dtype));
+  const WsLayout wl = ws_layout(d);
+  if (wl.total > 0 && (ws == nullptr || ws_bytes < wl.total))
+    return FGDN_INVALID("chunk_bwd: workspace: expected at least ", wl.total, " bytes, got ", ws_bytes);
+  ChunkBwdArgs a = make_args(p, d);
+  auto* base = static_cast<unsigned char*>(ws);
+  a.rows = reinterpret_cast<float*>(base + wl.rows);
+  a.A = reinterpret_cast<float*>(base + wl.A);
+  a.W = reinterpret_cast<float*>(base + wl.W);
+  a.U = reinterpret_cast<float*>(base + wl.U);
+  a.dU = reinterpret_cast<float*>(base + wl.dU);
+  a.S0 = reinterpret_cast<float*>(base + wl.S0);
+  a.dS = reinterpret_cast<float*>(base + wl.dS);
+  a.dqh = reinterpret_cast<float*>(base + wl.dqh);
+  a.dkh = reinterpret_cast<float*>(base + wl.dkh);
+  a.dgh = reinterpret_cast<float*>(base + wl.dgh);
+  a.dbh = reinterpret_cast<float*>(base + wl.dbh);
+  const auto st = static_cast<cudaStream_t>(stream);
+  // Slack rows are never written by the chunk passes: their per-head scratch must read as zero.
+  if (d.varlen) FGDN_CUDA_CHECK(cudaMemsetAsync(base + wl.dqh, 0, wl.total - wl.dqh, st));
+  const bool bf16 = p.q.dtype == DType::bf16;
+  FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)
+                                                : launch_chunk_bwd_passes_f16(a, d.K, d.V, stream)));
+  const int64_t qk_rows = d.B * d.T * d.Hqk, v_rows = d.B * d.T * d.Hv;
+  if (qk_rows > 0) {
+    const unsigned blocks = unsigned(ceil_div(qk_rows, 8));
+    if (d.K == 64)
+      chunk_bwd_qk_kernel<64><<<blocks, 256, 0, st>>>(a);
+    else
+      chunk_bwd_qk_kernel<128><<<blocks, 256, 0, st>>>(a);
+    FGDN_CUDA_CHECK(cudaGetLastError());
+  }
+  if (v_rows > 0 && (a.dg || a.dbeta || d.varlen)) {
+    chunk_bwd_token_kernel<<<unsigned(ceil_div(v_rows, 256)), 256, 0, st>>>(a, d.V);
+    FGDN_CUDA_CHECK(cudaGetLastError());
+  }
+  if (a.gate_in_kernel && a.g && (a.dA_log || a.ddt_bias) && d.Hv > 0) {
+    chunk_bwd_gate_kernel<<<unsigned(d.Hv), 256, 0, st>>>(a);
+    FGDN_CUDA_CHECK(cudaGetLastError());
+  }
+  return Status::OK();
+}
+
+}  // namespace flashgdn::cuda

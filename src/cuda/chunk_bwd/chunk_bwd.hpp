@@ -1,0 +1,99 @@
+// Internal interface of the CUDA chunked backward (src/cuda/chunk_bwd/, gdn-math §7). Plain C++.
+//
+// Five passes (docs/chunk_bwd.md):
+//   1. prep   (every chunk and value head in parallel): gamma, the row factors, A = (I + L)^-1, W, U0 and the
+//             local output gradient dU = scale P^T dO into workspace;
+//   2. state  (per sequence, value head, 64 state columns; serial over chunks): the chunk start states S0 and
+//             U = U0 - W S0;
+//   3. dstate (per sequence, value head, 64 columns; serial, reverse): the chunk-end state gradients dS,
+//             dU += Kbar dS, and dh0;
+//   4. grads  (every chunk and value head in parallel): dq, dk (per value head), dv, dbeta, dgamma -> dg (§7.3);
+//   5. small token kernels: the GQA sums and the l2norm chain (§7.5-7.6), the beta and gate chains (§7.7).
+// Every reduction runs in a fixed order: the gradients are bitwise reproducible.
+#pragma once
+
+#include <cstdint>
+
+namespace flashgdn::cuda {
+
+struct ChunkBwdArgs {
+  // ---- inputs (q, k, v, d_o: bf16 or f16, last dim contiguous; dtype `io_dtype`)
+  const void* q;  // [B, T, Hqk, K]
+  int64_t q_sb, q_st, q_sh;
+  const void* k;  // [B, T, Hqk, K]
+  int64_t k_sb, k_st, k_sh;
+  const void* v;  // [B, T, Hv, V]
+  int64_t v_sb, v_st, v_sh;
+  const void* d_o;  // [B, T, Hv, V]
+  int64_t do_sb, do_st, do_sh;
+  int32_t io_dtype;  // DType of q, k, v, d_o, dq, dk, dv
+  const void* g;     // [B, T, Hv] g (or raw a with gate_in_kernel); may be null (g = 0)
+  int64_t g_sb, g_st, g_sh;
+  int32_t g_dtype;
+  const void* beta;  // [B, T, Hv] beta (or raw b with beta_sigmoid); may be null (beta = 1)
+  int64_t b_sb, b_st, b_sh;
+  int32_t b_dtype;
+  const void* A_log;  // [Hv]; may be null
+  int64_t alog_s;
+  int32_t alog_dtype;
+  const void* dt_bias;  // [Hv]; may be null
+  int64_t dtb_s;
+  int32_t dtb_dtype;
+  const float* h0;  // [N, Hv, K, V] / [N, Hv, V, K]; may be null (zeros)
+  int64_t h0_sn, h0_sh, h0_sr;
+  const float* dht;  // [N, Hv, K, V] / [N, Hv, V, K]; may be null (zeros)
+  int64_t dht_sn, dht_sh, dht_sr;
+  const void* cu_seqlens;  // [N + 1] i32 / i64; may be null (fixed length)
+  int32_t cu_i64;
+
+  // ---- outputs
+  void* dq;  // [B, T, Hqk, K] io_dtype
+  int64_t dq_sb, dq_st, dq_sh;
+  void* dk;  // [B, T, Hqk, K] io_dtype
+  int64_t dk_sb, dk_st, dk_sh;
+  void* dv;  // [B, T, Hv, V] io_dtype
+  int64_t dv_sb, dv_st, dv_sh;
+  void* dg;  // [B, T, Hv]; may be null
+  int64_t dg_sb, dg_st, dg_sh;
+  int32_t dg_dtype;
+  void* dbeta;  // [B, T, Hv]; may be null
+  int64_t db_sb, db_st, db_sh;
+  int32_t db_dtype;
+  float* dh0;  // [N, Hv, K, V] / [N, Hv, V, K]; may be null
+  int64_t dh0_sn, dh0_sh, dh0_sr;
+  float* dA_log;  // [Hv]; may be null
+  int64_t dalog_s;
+  float* ddt_bias;  // [Hv]; may be null
+  int64_t dddt_s;
+
+  // ---- dims and options
+  int64_t B, T, N, Hqk, Hv;
+  int32_t group;  // Hv / Hqk
+  float scale;
+  int32_t l2norm, gate_in_kernel, beta_sigmoid;
+  float beta_mult;  // 1, or 2 with allow_neg_eigval
+  float sp_beta, sp_threshold;
+  int32_t state_vmajor;
+  int64_t nchunk_b;  // ceil(T / 64)
+  int64_t slots;     // chunk slots: B ceil(T / 64) (fixed length) or N + ceil(T / 64) (varlen)
+
+  // ---- workspace (fp32), one record per (chunk slot, value head); rows past a chunk's end are zero
+  float* rows;  // [slots, Hv, 4, 64]: gamma (cumsum of g), rho_q, rho_k (l2norm factors, 1 without), beta
+  float* A;     // [slots, Hv, 64, 64]  A = (I + L)^-1
+  float* W;     // [slots, Hv, 64, K]   W = A diag(beta e^gamma) K
+  float* U;     // [slots, Hv, 64, V]   U0 = A diag(beta) V (prep), then U = U0 - W S0 (state pass)
+  float* dU;    // [slots, Hv, 64, V]   scale P^T dO (prep), then + Kbar dS (dstate pass)
+  float* S0;    // [slots, Hv, K, V]    chunk start states, K-major
+  float* dS;    // [slots, Hv, K, V]    gradients w.r.t. the chunk-end states, K-major
+  float* dqh;   // [B * T * Hv, K]      dq per value head (w.r.t. the normalized q), zero on slack rows
+  float* dkh;   // [B * T * Hv, K]      dk per value head
+  float* dgh;   // [B * T * Hv]         dg w.r.t. the resolved g
+  float* dbh;   // [B * T * Hv]         dbeta w.r.t. the resolved beta
+};
+
+// The chunk passes, per 16-bit input type (chunk_bwd_{bf16,f16}.cu). Return a cudaError_t as int.
+// K, V in {64, 128}.
+int launch_chunk_bwd_passes_bf16(const ChunkBwdArgs& a, int64_t K, int64_t V, void* stream);
+int launch_chunk_bwd_passes_f16(const ChunkBwdArgs& a, int64_t K, int64_t V, void* stream);
+
+}  // namespace flashgdn::cuda

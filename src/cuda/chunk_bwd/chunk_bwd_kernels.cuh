@@ -1,0 +1,749 @@
+// The chunk passes of the CUDA backward (gdn-math §7.2-7.3), fp32 on the CUDA cores: prep, state, dstate and
+// grads (chunk_bwd.hpp has the overview, docs/chunk_bwd.md the design). Templated on the 16-bit input type E
+// and the head dims K, V in {64, 128}; instantiated per dtype in chunk_bwd_{bf16,f16}.cu.
+//
+// Notation (one chunk of n <= 64 rows, one value head; rows past n are zero-filled, with g = 0 and beta = 0, so
+// they contribute exactly nothing): q^, k^ the l2-normalized rows (rho_q q, rho_k k), gamma = cumsum(g),
+// D_rs = e^{gamma_r - gamma_s} (s <= r), e_n = e^{gamma_{n-1}}, kb_r = e^{gamma_{n-1} - gamma_r},
+// Kbar = diag(kb) K^, L = StrictLower(diag(b) (K^ K^T (.) D)), A = (I + L)^-1, P = Q^ K^T (.) D (diagonal in).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/chunk_bwd/chunk_bwd.hpp"
+#include "cuda/common/cuda_check.cuh"
+#include "cuda/common/device_util.cuh"
+
+namespace flashgdn::cuda::bwd_detail {
+
+constexpr int kC = 64;         // chunk size
+constexpr int kBV = 64;        // state columns per CTA of the chain passes
+constexpr int kThreads = 256;  // every chunk pass
+constexpr int kRowRec = 4 * kC;
+
+__device__ __forceinline__ float tof(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ float tof(__half x) {
+  return __half2float(x);
+}
+template <class E>
+__device__ __forceinline__ E zero_elem() {
+  return E(0.f);
+}
+
+// Sequence n: batch entry, first token and length (cu_seqlens clamped to [0, T], pairwise non-decreasing, so no
+// value of it reads or writes out of bounds).
+__device__ __forceinline__ void seq_range(const ChunkBwdArgs& a, int64_t n, int64_t* b, int64_t* t0, int64_t* len) {
+  if (a.cu_seqlens == nullptr) {
+    *b = n, *t0 = 0, *len = a.T;
+    return;
+  }
+  int64_t s0 = load_index(a.cu_seqlens, a.cu_i64, n), s1 = load_index(a.cu_seqlens, a.cu_i64, n + 1);
+  s0 = s0 < 0 ? 0 : (s0 > a.T ? a.T : s0);
+  s1 = s1 < 0 ? 0 : (s1 > a.T ? a.T : s1);
+  *b = 0, *t0 = s0, *len = s1 > s0 ? s1 - s0 : 0;
+}
+
+// Workspace slot of chunk c of sequence n (first token t0): n ceil(T / 64) + c (fixed length), or
+// n + floor((t0 + 64 c) / 64) (varlen): distinct chunks get distinct slots, all < slots (chunk_fwd's map).
+__device__ __forceinline__ int64_t slot_of(const ChunkBwdArgs& a, int64_t n, int64_t t0, int64_t c) {
+  return a.cu_seqlens ? n + (t0 + kC * c) / kC : n * a.nchunk_b + c;
+}
+
+// The inverse: sequence n and chunk c of a slot (false: the slot holds no chunk). Varlen: binary search over the
+// slot of each sequence's first chunk, which increases with n.
+__device__ __forceinline__ bool slot_chunk(const ChunkBwdArgs& a, int64_t slot, int64_t* n, int64_t* c) {
+  if (a.cu_seqlens == nullptr) {
+    if (a.nchunk_b <= 0) return false;
+    *n = slot / a.nchunk_b, *c = slot % a.nchunk_b;
+    return *n < a.N;
+  }
+  auto first = [&](int64_t m) {
+    int64_t s0 = load_index(a.cu_seqlens, a.cu_i64, m);
+    s0 = s0 < 0 ? 0 : (s0 > a.T ? a.T : s0);
+    return m + s0 / kC;
+  };
+  if (a.N <= 0 || first(0) > slot) return false;
+  int64_t lo = 0, hi = a.N - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (first(mid) <= slot)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  int64_t b, t0, len;
+  seq_range(a, lo, &b, &t0, &len);
+  *n = lo, *c = slot - first(lo);
+  return *c >= 0 && *c * kC < len;
+}
+
+// A chunk: batch entry, first token, valid rows.
+struct ChunkPos {
+  int64_t b, t0, rec;
+  int nv;
+};
+
+// Element (i, j) (key i, value j) of a state tensor entry: p[i * sr + j] (K-major) or p[j * sr + i] (V-major).
+__device__ __forceinline__ int64_t state_off(bool vmajor, int64_t sr, int i, int j) {
+  return vmajor ? int64_t(j) * sr + i : int64_t(i) * sr + j;
+}
+
+// g and beta as the core sees them (gdn-math §4): g = -exp(A_log) softplus(a + dt_bias) with gate_in_kernel, beta =
+// c sigmoid(b) with beta_sigmoid; absent g is 0, absent beta is 1.
+__device__ __forceinline__ void resolve_gate(const ChunkBwdArgs& a, int h, int64_t b, int64_t t, float* g,
+                                             float* beta) {
+  float gv = 0.f, bv = 1.f;
+  if (a.g) {
+    gv = load1(a.g, DType(a.g_dtype), b * a.g_sb + t * a.g_st + h * a.g_sh);
+    if (a.gate_in_kernel) {
+      const float alog = a.A_log ? load1(a.A_log, DType(a.alog_dtype), h * a.alog_s) : 0.f;
+      const float dtb = a.dt_bias ? load1(a.dt_bias, DType(a.dtb_dtype), h * a.dtb_s) : 0.f;
+      gv = gate_from_raw(gv, alog, dtb, a.sp_beta, a.sp_threshold);
+    }
+  }
+  if (a.beta) {
+    bv = load1(a.beta, DType(a.b_dtype), b * a.b_sb + t * a.b_st + h * a.b_sh);
+    if (a.beta_sigmoid) bv = a.beta_mult / (1.f + expf(-bv));
+  }
+  *g = gv, *beta = bv;
+}
+
+// Rows [0, 64) of a [.., T, H, D] input at head hd of chunk cp into dst[64][LD] (zero past the chunk end).
+template <class E, int D, int LD>
+__device__ __forceinline__ void load_rows(E (*dst)[LD], const void* src, int64_t sb, int64_t st, int64_t sh, int hd,
+                                          const ChunkPos& cp, int tid) {
+  const E* p = static_cast<const E*>(src) + cp.b * sb + hd * sh;
+  for (int e = tid; e < kC * D; e += kThreads) {
+    const int r = e / D, i = e % D;
+    dst[r][i] = r < cp.nv ? p[(cp.t0 + r) * st + i] : zero_elem<E>();
+  }
+}
+
+// ---- pass 1: prep (grid (slots, Hv)) -------------------------------------------------------------------------
+template <class E, int K, int V>
+struct PrepSmem {
+  E q[kC][K + 2], k[kC][K + 2];  // raw rows (+2: consecutive rows fall in different banks)
+  E v[kC][V + 2], dO[kC][V + 2];
+  float L[kC][kC + 1], A[kC][kC + 1], P[kC][kC + 1];
+  float g[kC], gam[kC], rq[kC], rk[kC], b[kC], wk[kC];
+};
+
+template <class E, int K, int V>
+__global__ void __launch_bounds__(kThreads) chunk_bwd_prep_kernel(const ChunkBwdArgs a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto& s = *reinterpret_cast<PrepSmem<E, K, V>*>(smem_raw);
+  const int64_t slot = blockIdx.x;
+  const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x;
+  int64_t n, c, sb, st, len;
+  if (!slot_chunk(a, slot, &n, &c)) return;
+  seq_range(a, n, &sb, &st, &len);
+  ChunkPos cp{sb, st + kC * c, slot * a.Hv + h, int(len - kC * c < kC ? len - kC * c : kC)};
+
+  load_rows<E, K, K + 2>(s.q, a.q, a.q_sb, a.q_st, a.q_sh, hk, cp, tid);
+  load_rows<E, K, K + 2>(s.k, a.k, a.k_sb, a.k_st, a.k_sh, hk, cp, tid);
+  load_rows<E, V, V + 2>(s.v, a.v, a.v_sb, a.v_st, a.v_sh, h, cp, tid);
+  load_rows<E, V, V + 2>(s.dO, a.d_o, a.do_sb, a.do_st, a.do_sh, h, cp, tid);
+  if (tid < kC) {
+    float gv = 0.f, bv = 0.f;
+    if (tid < cp.nv) resolve_gate(a, h, cp.b, cp.t0 + tid, &gv, &bv);
+    s.g[tid] = gv, s.b[tid] = bv;
+  }
+  __syncthreads();
+  {  // rho = 1 / sqrt(|x|^2 + 1e-6) per row (gdn-math §1.4), four threads per row; 0 on padding rows
+    const int r = tid >> 2, p = tid & 3;
+    float sq = 0.f, sk = 0.f;
+    for (int i = p; i < K; i += 4) {
+      const float x = tof(s.q[r][i]), y = tof(s.k[r][i]);
+      sq = fmaf(x, x, sq), sk = fmaf(y, y, sk);
+    }
+    sq = lane_sum<1, 4>(sq);
+    sk = lane_sum<1, 4>(sk);
+    if (p == 0) {
+      const bool valid = r < cp.nv;
+      s.rq[r] = valid ? (a.l2norm ? rsqrtf(sq + 1e-6f) : 1.f) : 0.f;
+      s.rk[r] = valid ? (a.l2norm ? rsqrtf(sk + 1e-6f) : 1.f) : 0.f;
+    }
+  }
+  if (tid == 0) {  // gamma = cumsum(g), in row order
+    float acc = 0.f;
+    for (int r = 0; r < kC; ++r) s.gam[r] = acc += s.g[r];
+  }
+  __syncthreads();
+  if (tid < kC) s.wk[tid] = s.b[tid] * expf(s.gam[tid]) * s.rk[tid];  // W = A diag(b e^gamma) K^
+  // L_rs = b_r (k^_r . k^_s) D_rs (s < r) and P_rs = (q^_r . k^_s) D_rs (s <= r); D by select, never factored (§5.8)
+  for (int e = tid; e < kC * kC; e += kThreads) {
+    const int r = e >> 6, c2 = e & 63;
+    float l = 0.f, pv = 0.f;
+    if (c2 <= r) {
+      float qk = 0.f, kk = 0.f;
+#pragma unroll 8
+      for (int i = 0; i < K; ++i) {
+        const float ks = tof(s.k[c2][i]);
+        qk = fmaf(tof(s.q[r][i]), ks, qk);
+        kk = fmaf(tof(s.k[r][i]), ks, kk);
+      }
+      const float D = expf(s.gam[r] - s.gam[c2]);
+      pv = s.rq[r] * s.rk[c2] * qk * D;
+      if (c2 < r) l = s.b[r] * s.rk[r] * s.rk[c2] * kk * D;
+    }
+    s.L[r][c2] = l, s.P[r][c2] = pv;
+  }
+  __syncthreads();
+  if (tid < kC) {  // A = (I + L)^-1 by forward substitution (§5.7), thread c owns column c: x_r = d_rc - L_r. x
+    const int col = tid;
+    for (int r = 0; r < kC; ++r) {
+      float x = r == col ? 1.f : 0.f;
+      for (int s2 = 0; s2 < r; ++s2) x = fmaf(-s.L[r][s2], s.A[s2][col], x);  // A[s2][col] = 0 for s2 < col
+      s.A[r][col] = x;
+    }
+  }
+  __syncthreads();
+  float* rows = a.rows + cp.rec * kRowRec;
+  if (tid < kC) {
+    rows[tid] = s.gam[tid], rows[kC + tid] = s.rq[tid], rows[2 * kC + tid] = s.rk[tid], rows[3 * kC + tid] = s.b[tid];
+  }
+  float* Ag = a.A + cp.rec * (kC * kC);
+  for (int e = tid; e < kC * kC; e += kThreads) Ag[e] = s.A[e >> 6][e & 63];
+  float* Wg = a.W + cp.rec * (kC * K);
+  for (int e = tid; e < kC * K; e += kThreads) {  // W_ri = sum_{s<=r} A_rs b_s e^{gamma_s} k^_si
+    const int r = e / K, i = e % K;
+    float acc = 0.f;
+    for (int s2 = 0; s2 <= r; ++s2) acc = fmaf(s.A[r][s2] * s.wk[s2], tof(s.k[s2][i]), acc);
+    Wg[e] = acc;
+  }
+  float* Ug = a.U + cp.rec * (kC * V);
+  float* dUg = a.dU + cp.rec * (kC * V);
+  for (int e = tid; e < kC * V; e += kThreads) {
+    const int r = e / V, j = e % V;
+    float u0 = 0.f, du = 0.f;
+    for (int s2 = 0; s2 <= r; ++s2) u0 = fmaf(s.A[r][s2] * s.b[s2], tof(s.v[s2][j]), u0);  // U0 = A diag(b) V
+    for (int r2 = r; r2 < kC; ++r2) du = fmaf(s.P[r2][r], tof(s.dO[r2][j]), du);           // P^T dO
+    Ug[e] = u0;
+    dUg[e] = a.scale * du;
+  }
+}
+
+// ---- passes 2 and 3: the chains (grid (N, Hv, V / 64)) -------------------------------------------------------
+// Register tiles: thread (tr, tc) = (tid / 16, tid % 16) computes rows 4 tr .. 4 tr + 3 (chunk rows) or
+// K/16 tr .. (keys) of its products and state columns 4 tc .. 4 tc + 3, from float4 loads of row-major tiles
+// whose row strides are multiples of 4 floats (16-byte aligned rows).
+constexpr int kLS = kBV + 4;  // row stride of the 64-column tiles
+
+__device__ __forceinline__ float4 ld4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ void st4(float* p, float4 v) {
+  *reinterpret_cast<float4*>(p) = v;
+}
+
+// acc[a][0..3] += x[a] * y[0..3]
+template <int R>
+__device__ __forceinline__ void outer_acc(float (&acc)[R][4], const float (&x)[R], float4 y) {
+#pragma unroll
+  for (int a2 = 0; a2 < R; ++a2) {
+    acc[a2][0] = fmaf(x[a2], y.x, acc[a2][0]);
+    acc[a2][1] = fmaf(x[a2], y.y, acc[a2][1]);
+    acc[a2][2] = fmaf(x[a2], y.z, acc[a2][2]);
+    acc[a2][3] = fmaf(x[a2], y.w, acc[a2][3]);
+  }
+}
+// R consecutive floats from p (R a multiple of 4, p 16-byte aligned).
+template <int R>
+__device__ __forceinline__ void ldR(float (&x)[R], const float* p) {
+#pragma unroll
+  for (int a2 = 0; a2 < R; a2 += 4) {
+    const float4 v = ld4(p + a2);
+    x[a2] = v.x, x[a2 + 1] = v.y, x[a2 + 2] = v.z, x[a2 + 3] = v.w;
+  }
+}
+
+template <int K>
+struct alignas(16) StateSmem {
+  float S[K][kLS];      // the running state's 64 columns
+  float Wt[K][kLS];     // W^T of the chunk: Wt[i][r]
+  float Kb[kC][K + 4];  // Kbar = diag(kb) K^
+  float Ut[kC][kLS];    // U of the chunk, these columns
+  float gam[kC], rk[kC];
+};
+
+template <class E, int K, int V>
+__global__ void __launch_bounds__(kThreads) chunk_bwd_state_kernel(const ChunkBwdArgs a) {
+  constexpr int IR = K / 16;  // keys per thread in the state update
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto& s = *reinterpret_cast<StateSmem<K>*>(smem_raw);
+  const int64_t n = blockIdx.x;
+  const int h = blockIdx.y, hk = h / a.group, j0 = blockIdx.z * kBV, tid = threadIdx.x;
+  const int tr = tid >> 4, tc = tid & 15;
+  int64_t sb, st, len;
+  seq_range(a, n, &sb, &st, &len);
+  const int64_t nch = (len + kC - 1) / kC;
+  for (int e = tid; e < K * kBV; e += kThreads) {  // S = h0 (or 0)
+    const int i = e >> 6, jj = e & 63;
+    s.S[i][jj] = a.h0 ? a.h0[n * a.h0_sn + h * a.h0_sh + state_off(a.state_vmajor, a.h0_sr, i, j0 + jj)] : 0.f;
+  }
+  const E* kp = static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh;
+  for (int64_t c = 0; c < nch; ++c) {
+    const int64_t t0 = st + kC * c, rec = slot_of(a, n, st, c) * a.Hv + h;
+    const int nv = int(len - kC * c < kC ? len - kC * c : kC);
+    __syncthreads();  // S complete; Wt, Kb, Ut, gam free
+    float* S0g = a.S0 + rec * (K * V);
+    for (int e = tid; e < K * kBV; e += kThreads) S0g[(e >> 6) * V + j0 + (e & 63)] = s.S[e >> 6][e & 63];
+    const float* Wg = a.W + rec * (kC * K);
+    for (int e = tid; e < kC * K; e += kThreads) s.Wt[e % K][e / K] = Wg[e];
+    if (tid < kC) s.gam[tid] = a.rows[rec * kRowRec + tid], s.rk[tid] = a.rows[rec * kRowRec + 2 * kC + tid];
+    __syncthreads();
+    const float gl = s.gam[nv - 1];
+    for (int e = tid; e < kC * K; e += kThreads) {
+      const int r = e / K, i = e % K;
+      s.Kb[r][i] = r < nv ? s.rk[r] * expf(gl - s.gam[r]) * tof(kp[(t0 + r) * a.k_st + i]) : 0.f;
+    }
+    {  // U = U0 - W S0: rows 4 tr .., columns 4 tc ..
+      float acc[4][4] = {};
+#pragma unroll 4
+      for (int i = 0; i < K; ++i) {
+        float w[4];
+        ldR<4>(w, &s.Wt[i][4 * tr]);
+        outer_acc<4>(acc, w, ld4(&s.S[i][4 * tc]));
+      }
+      float* Ug = a.U + rec * (kC * V);
+#pragma unroll
+      for (int a2 = 0; a2 < 4; ++a2) {
+        float* u = Ug + (4 * tr + a2) * V + j0 + 4 * tc;
+        const float4 u0 = ld4(u);
+        const float4 uv = make_float4(u0.x - acc[a2][0], u0.y - acc[a2][1], u0.z - acc[a2][2], u0.w - acc[a2][3]);
+        st4(&s.Ut[4 * tr + a2][4 * tc], uv);
+        st4(u, uv);
+      }
+    }
+    __syncthreads();
+    {  // S <- e_n S + Kbar^T U (fp32): keys IR tr .., columns 4 tc ..
+      const float en = expf(gl);
+      float acc[IR][4] = {};
+#pragma unroll 4
+      for (int r = 0; r < kC; ++r) {
+        float kb[IR];
+        ldR<IR>(kb, &s.Kb[r][IR * tr]);
+        outer_acc<IR>(acc, kb, ld4(&s.Ut[r][4 * tc]));
+      }
+#pragma unroll
+      for (int a2 = 0; a2 < IR; ++a2) {
+        float* sp = &s.S[IR * tr + a2][4 * tc];
+        const float4 o = ld4(sp);
+        st4(sp, make_float4(fmaf(en, o.x, acc[a2][0]), fmaf(en, o.y, acc[a2][1]), fmaf(en, o.z, acc[a2][2]),
+                            fmaf(en, o.w, acc[a2][3])));
+      }
+    }
+  }
+}
+
+template <int K>
+struct alignas(16) DStateSmem {
+  float dS[K][kLS];     // gradient w.r.t. the running chunk-end state, 64 columns
+  float KbT[K][kLS];    // Kbar^T: KbT[i][r]
+  float Qg[kC][K + 4];  // scale diag(e^gamma) Q^
+  float W[kC][K + 4];
+  float dOt[kC][kLS];
+  float dUt[kC][kLS];
+  float gam[kC], rq[kC], rk[kC];
+};
+
+template <class E, int K, int V>
+__global__ void __launch_bounds__(kThreads) chunk_bwd_dstate_kernel(const ChunkBwdArgs a) {
+  constexpr int IR = K / 16;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto& s = *reinterpret_cast<DStateSmem<K>*>(smem_raw);
+  const int64_t n = blockIdx.x;
+  const int h = blockIdx.y, hk = h / a.group, j0 = blockIdx.z * kBV, tid = threadIdx.x;
+  const int tr = tid >> 4, tc = tid & 15;
+  int64_t sb, st, len;
+  seq_range(a, n, &sb, &st, &len);
+  const int64_t nch = (len + kC - 1) / kC;
+  for (int e = tid; e < K * kBV; e += kThreads) {  // dS = dht (or 0)
+    const int i = e >> 6, jj = e & 63;
+    s.dS[i][jj] = a.dht ? a.dht[n * a.dht_sn + h * a.dht_sh + state_off(a.state_vmajor, a.dht_sr, i, j0 + jj)] : 0.f;
+  }
+  const E* kp = static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh;
+  const E* qp = static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh;
+  const E* dop = static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh;
+  for (int64_t c = nch - 1; c >= 0; --c) {
+    const int64_t t0 = st + kC * c, rec = slot_of(a, n, st, c) * a.Hv + h;
+    const int nv = int(len - kC * c < kC ? len - kC * c : kC);
+    __syncthreads();  // dS complete; the chunk buffers free
+    float* dSg = a.dS + rec * (K * V);
+    for (int e = tid; e < K * kBV; e += kThreads) dSg[(e >> 6) * V + j0 + (e & 63)] = s.dS[e >> 6][e & 63];
+    const float* Wg = a.W + rec * (kC * K);
+    for (int e = tid; e < kC * K; e += kThreads) s.W[e / K][e % K] = Wg[e];
+    for (int e = tid; e < kC * kBV; e += kThreads) {
+      const int r = e >> 6, jj = e & 63;
+      s.dOt[r][jj] = r < nv ? tof(dop[(t0 + r) * a.do_st + j0 + jj]) : 0.f;
+    }
+    if (tid < kC) {
+      const float* rows = a.rows + rec * kRowRec;
+      s.gam[tid] = rows[tid], s.rq[tid] = rows[kC + tid], s.rk[tid] = rows[2 * kC + tid];
+    }
+    __syncthreads();
+    const float gl = s.gam[nv - 1];
+    for (int e = tid; e < kC * K; e += kThreads) {
+      const int r = e / K, i = e % K;
+      const bool valid = r < nv;
+      s.KbT[i][r] = valid ? s.rk[r] * expf(gl - s.gam[r]) * tof(kp[(t0 + r) * a.k_st + i]) : 0.f;
+      s.Qg[r][i] = valid ? a.scale * s.rq[r] * expf(s.gam[r]) * tof(qp[(t0 + r) * a.q_st + i]) : 0.f;
+    }
+    __syncthreads();
+    {  // dU = scale P^T dO + Kbar dS: rows 4 tr .., columns 4 tc ..
+      float acc[4][4] = {};
+#pragma unroll 4
+      for (int i = 0; i < K; ++i) {
+        float kb[4];
+        ldR<4>(kb, &s.KbT[i][4 * tr]);
+        outer_acc<4>(acc, kb, ld4(&s.dS[i][4 * tc]));
+      }
+      float* dUg = a.dU + rec * (kC * V);
+#pragma unroll
+      for (int a2 = 0; a2 < 4; ++a2) {
+        float* u = dUg + (4 * tr + a2) * V + j0 + 4 * tc;
+        const float4 u0 = ld4(u);
+        const float4 uv = make_float4(u0.x + acc[a2][0], u0.y + acc[a2][1], u0.z + acc[a2][2], u0.w + acc[a2][3]);
+        st4(&s.dUt[4 * tr + a2][4 * tc], uv);
+        st4(u, uv);
+      }
+    }
+    __syncthreads();
+    {  // dS_start = e_n dS + scale (Gamma Q^)^T dO - W^T dU: keys IR tr .., columns 4 tc ..
+      const float en = expf(gl);
+      float acc[IR][4] = {};
+#pragma unroll 2
+      for (int r = 0; r < kC; ++r) {
+        float qg[IR], w[IR];
+        ldR<IR>(qg, &s.Qg[r][IR * tr]);
+        ldR<IR>(w, &s.W[r][IR * tr]);
+#pragma unroll
+        for (int a2 = 0; a2 < IR; ++a2) w[a2] = -w[a2];
+        outer_acc<IR>(acc, qg, ld4(&s.dOt[r][4 * tc]));
+        outer_acc<IR>(acc, w, ld4(&s.dUt[r][4 * tc]));
+      }
+#pragma unroll
+      for (int a2 = 0; a2 < IR; ++a2) {
+        float* sp = &s.dS[IR * tr + a2][4 * tc];
+        const float4 o = ld4(sp);
+        st4(sp, make_float4(fmaf(en, o.x, acc[a2][0]), fmaf(en, o.y, acc[a2][1]), fmaf(en, o.z, acc[a2][2]),
+                            fmaf(en, o.w, acc[a2][3])));
+      }
+    }
+  }
+  if (a.dh0) {  // dh0 = dS_start of the first chunk (dht, or 0, for an empty sequence)
+    __syncthreads();
+    for (int e = tid; e < K * kBV; e += kThreads) {
+      const int i = e >> 6, jj = e & 63;
+      a.dh0[n * a.dh0_sn + h * a.dh0_sh + state_off(a.state_vmajor, a.dh0_sr, i, j0 + jj)] = s.dS[i][jj];
+    }
+  }
+}
+
+// ---- pass 4: grads (grid (slots, Hv)): gdn-math §7.3 for one chunk -------------------------------------------
+// Thread (r, p) = (tid / 4, tid % 4) owns row r, key columns i = p + 4 m of dq and dk (registers); the four
+// threads of a row are adjacent lanes, so row dot products reduce with two shuffles. Every sum has a fixed order.
+template <class E, int K, int V>
+struct GradSmem {
+  static constexpr int LDF = (K > V ? K : V) + 1;
+  E q[kC][K + 2], k[kC][K + 2];
+  E v[kC][V + 2], dO[kC][V + 2];
+  float F1[kC][LDF];  // U, then dW = -dU S0^T, then dL (.) E as [64][65]
+  float F2[kC][LDF];  // dU (complete: scale P^T dO + Kbar dS)
+  float A[kC][kC + 1];
+  float X[kC][kC + 1];  // dP (.) D, then dA, then dL_b (.) D
+  float Y[kC][kC + 1];  // S0 / dS key tiles, then A^T dA
+  float Z[kC][kC + 1];  // dP (.) P + dL_b (.) E  (= dD (.) D)
+  float gam[kC], rq[kC], rk[kC], b[kC], eg[kC], kb[kC], dgam[kC], dbeta[kC], tau[kC];
+  float red[kThreads];
+};
+
+template <class E, int K, int V>
+__global__ void __launch_bounds__(kThreads) chunk_bwd_grads_kernel(const ChunkBwdArgs a) {
+  constexpr int KM = K / 4;  // key columns per thread
+  constexpr int KT = 16;     // keys per S0 / dS tile
+  constexpr int LT = V + 1;  // tile row stride
+  static_assert(2 * KT * LT <= kC * (kC + 1), "two key tiles fit in Y");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto& s = *reinterpret_cast<GradSmem<E, K, V>*>(smem_raw);
+  const int64_t slot = blockIdx.x;
+  const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x, r = tid >> 2, p = tid & 3;
+  int64_t n, c, sb, st, len;
+  if (!slot_chunk(a, slot, &n, &c)) return;
+  seq_range(a, n, &sb, &st, &len);
+  const ChunkPos cp{sb, st + kC * c, slot * a.Hv + h, int(len - kC * c < kC ? len - kC * c : kC)};
+  const int nv = cp.nv;
+  const float lam = a.scale;
+
+  load_rows<E, K, K + 2>(s.q, a.q, a.q_sb, a.q_st, a.q_sh, hk, cp, tid);
+  load_rows<E, K, K + 2>(s.k, a.k, a.k_sb, a.k_st, a.k_sh, hk, cp, tid);
+  load_rows<E, V, V + 2>(s.v, a.v, a.v_sb, a.v_st, a.v_sh, h, cp, tid);
+  load_rows<E, V, V + 2>(s.dO, a.d_o, a.do_sb, a.do_st, a.do_sh, h, cp, tid);
+  {
+    const float* Ug = a.U + cp.rec * (kC * V);
+    const float* dUg = a.dU + cp.rec * (kC * V);
+    for (int e = tid; e < kC * V; e += kThreads) s.F1[e / V][e % V] = Ug[e], s.F2[e / V][e % V] = dUg[e];
+    const float* Ag = a.A + cp.rec * (kC * kC);
+    for (int e = tid; e < kC * kC; e += kThreads) s.A[e >> 6][e & 63] = Ag[e];
+    if (tid < kC) {
+      const float* rows = a.rows + cp.rec * kRowRec;
+      s.gam[tid] = rows[tid], s.rq[tid] = rows[kC + tid], s.rk[tid] = rows[2 * kC + tid], s.b[tid] = rows[3 * kC + tid];
+      s.dgam[tid] = 0.f, s.dbeta[tid] = 0.f;
+    }
+  }
+  __syncthreads();
+  const float gl = s.gam[nv - 1];
+  if (tid < kC) {
+    s.eg[tid] = tid < nv ? expf(s.gam[tid]) : 0.f;
+    s.kb[tid] = tid < nv ? expf(gl - s.gam[tid]) : 0.f;
+  }
+  // (2) dP = scale Lower(dO U^T); X = dP (.) D; Z = dP (.) P
+  for (int e = tid; e < kC * kC; e += kThreads) {
+    const int r2 = e >> 6, c2 = e & 63;
+    float x = 0.f, z = 0.f;
+    if (c2 <= r2) {
+      float dp = 0.f, qk = 0.f;
+#pragma unroll 8
+      for (int j = 0; j < V; ++j) dp = fmaf(tof(s.dO[r2][j]), s.F1[c2][j], dp);
+#pragma unroll 8
+      for (int i = 0; i < K; ++i) qk = fmaf(tof(s.q[r2][i]), tof(s.k[c2][i]), qk);
+      dp *= lam;
+      const float D = expf(s.gam[r2] - s.gam[c2]);
+      x = dp * D;
+      z = dp * s.rq[r2] * s.rk[c2] * qk * D;
+    }
+    s.X[r2][c2] = x, s.Z[r2][c2] = z;
+  }
+  __syncthreads();
+  float dq[KM], dk[KM];
+#pragma unroll
+  for (int m = 0; m < KM; ++m) dq[m] = 0.f, dk[m] = 0.f;
+  // dQ += (dP (.) D) K^;  dK = (dP (.) D)^T Q^
+  for (int s2 = 0; s2 < kC; ++s2) {
+    const float xk = s.X[r][s2] * s.rk[s2], xq = s.X[s2][r] * s.rq[s2];
+#pragma unroll
+    for (int m = 0; m < KM; ++m) {
+      dq[m] = fmaf(xk, tof(s.k[s2][p + 4 * m]), dq[m]);
+      dk[m] = fmaf(xq, tof(s.q[s2][p + 4 * m]), dk[m]);
+    }
+  }
+  // (1), (3), (4) the state terms, 16 keys of S0 and dS at a time (through Y):
+  //   dQ += scale Gamma dO S0^T, dgamma_r += q^_r . (that term);  dKbar = U dS^T, dK += diag(kb) dKbar,
+  //   tau_r = Kbar_r . dKbar_r;  dW = -dU S0^T;  <S0, dS>_F
+  float dw[KM];
+  float gq = 0.f, tp = 0.f, s0ds = 0.f;
+  float* t0s = &s.Y[0][0];
+  float* t1s = t0s + KT * LT;
+  const float* S0g = a.S0 + cp.rec * (K * V);
+  const float* dSg = a.dS + cp.rec * (K * V);
+#pragma unroll
+  for (int it = 0; it < K / KT; ++it) {
+    __syncthreads();  // the previous tile is consumed (and, at it = 0, X is read by everyone)
+    for (int e = tid; e < KT * V; e += kThreads) {
+      const int ii = e / V, j = e % V;
+      t0s[ii * LT + j] = S0g[(it * KT + ii) * V + j];
+      t1s[ii * LT + j] = dSg[(it * KT + ii) * V + j];
+      s0ds = fmaf(t0s[ii * LT + j], t1s[ii * LT + j], s0ds);
+    }
+    __syncthreads();
+    float aq[4] = {0.f, 0.f, 0.f, 0.f}, ak[4] = {0.f, 0.f, 0.f, 0.f}, aw[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+    for (int j = 0; j < V; ++j) {
+      const float dov = tof(s.dO[r][j]), u = s.F1[r][j], du = s.F2[r][j];
+#pragma unroll
+      for (int mm = 0; mm < 4; ++mm) {
+        const float s0 = t0s[(p + 4 * mm) * LT + j], ds = t1s[(p + 4 * mm) * LT + j];
+        aq[mm] = fmaf(dov, s0, aq[mm]);
+        ak[mm] = fmaf(u, ds, ak[mm]);
+        aw[mm] = fmaf(du, s0, aw[mm]);
+      }
+    }
+#pragma unroll
+    for (int mm = 0; mm < 4; ++mm) {
+      const int m = it * (KT / 4) + mm, i = p + 4 * m;
+      const float qi = lam * s.eg[r] * aq[mm];
+      dq[m] += qi;
+      gq = fmaf(s.rq[r] * tof(s.q[r][i]), qi, gq);
+      dk[m] = fmaf(s.kb[r], ak[mm], dk[m]);
+      tp = fmaf(s.kb[r] * s.rk[r] * tof(s.k[r][i]), ak[mm], tp);
+      dw[m] = -aw[mm];
+    }
+  }
+  gq = lane_sum<1, 4>(gq);
+  tp = lane_sum<1, 4>(tp);
+  if (p == 0) {  // dgamma_r -= tau_r is folded into the final sum (below)
+    s.dgam[r] += gq;
+    s.tau[r] = tp;
+  }
+  s.red[tid] = s0ds;
+  __syncthreads();  // every read of U (F1) is done
+#pragma unroll
+  for (int m = 0; m < KM; ++m) s.F1[r][p + 4 * m] = dw[m];
+  __syncthreads();
+  // (5) A^T dW:  dK += diag(b Gamma) A^T dW;  dbeta_r, dgamma_r += (b_r) e^{gamma_r} k^_r . (A^T dW)_r
+  {
+    float at[KM];
+#pragma unroll
+    for (int m = 0; m < KM; ++m) at[m] = 0.f;
+    for (int s2 = r; s2 < kC; ++s2) {  // A_{s2 r} = 0 for s2 < r
+      const float as = s.A[s2][r];
+#pragma unroll
+      for (int m = 0; m < KM; ++m) at[m] = fmaf(as, s.F1[s2][p + 4 * m], at[m]);
+    }
+    float kd = 0.f;
+    const float bg = s.b[r] * s.eg[r];
+#pragma unroll
+    for (int m = 0; m < KM; ++m) {
+      dk[m] = fmaf(bg, at[m], dk[m]);
+      kd = fmaf(s.rk[r] * tof(s.k[r][p + 4 * m]), at[m], kd);
+    }
+    kd = lane_sum<1, 4>(kd);
+    // A^T dU:  dV = diag(b) A^T dU;  dbeta_r += v_r . (A^T dU)_r
+    float vd = 0.f;
+    for (int j = p; j < V; j += 4) {
+      float acc = 0.f;
+      for (int s2 = r; s2 < kC; ++s2) acc = fmaf(s.A[s2][r], s.F2[s2][j], acc);
+      vd = fmaf(tof(s.v[r][j]), acc, vd);
+      if (r < nv)
+        store1(a.dv, DType(a.io_dtype), cp.b * a.dv_sb + (cp.t0 + r) * a.dv_st + h * a.dv_sh + j, s.b[r] * acc);
+    }
+    vd = lane_sum<1, 4>(vd);
+    if (p == 0) {
+      s.dbeta[r] += s.eg[r] * kd + vd;
+      s.dgam[r] += bg * kd;
+    }
+  }
+  // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} (dW_r . k^_s), strictly lower (only that part reaches L)
+  for (int e = tid; e < kC * kC; e += kThreads) {
+    const int r2 = e >> 6, c2 = e & 63;
+    float x = 0.f;
+    if (c2 < r2) {
+      float uv = 0.f, wk = 0.f;
+#pragma unroll 8
+      for (int j = 0; j < V; ++j) uv = fmaf(s.F2[r2][j], tof(s.v[c2][j]), uv);
+#pragma unroll 8
+      for (int i = 0; i < K; ++i) wk = fmaf(s.F1[r2][i], tof(s.k[c2][i]), wk);
+      x = s.b[c2] * (uv + s.eg[c2] * s.rk[c2] * wk);
+    }
+    s.X[r2][c2] = x;
+  }
+  __syncthreads();
+  // (6) Y = A^T dA
+  for (int e = tid; e < kC * kC; e += kThreads) {
+    const int r2 = e >> 6, c2 = e & 63;
+    float acc = 0.f;
+    for (int a2 = (r2 > c2 ? r2 : c2 + 1); a2 < kC; ++a2) acc = fmaf(s.A[a2][r2], s.X[a2][c2], acc);
+    s.Y[r2][c2] = acc;
+  }
+  __syncthreads();
+  // dL = StrictLower(-(A^T dA) A^T); (7) dbeta_r += sum_s dL_rs E_rs, dL_b = diag(b) dL; (8) Z += dL_b (.) E
+  float(*T)[kC + 1] = reinterpret_cast<float(*)[kC + 1]>(&s.F1[0][0]);  // dL (.) E (dW is consumed)
+  for (int e = tid; e < kC * kC; e += kThreads) {
+    const int r2 = e >> 6, c2 = e & 63;
+    float x = 0.f, t = 0.f;
+    if (c2 < r2) {
+      float dl = 0.f, kk = 0.f;
+      for (int c3 = 0; c3 <= c2; ++c3) dl = fmaf(-s.Y[r2][c3], s.A[c2][c3], dl);
+#pragma unroll 8
+      for (int i = 0; i < K; ++i) kk = fmaf(tof(s.k[r2][i]), tof(s.k[c2][i]), kk);
+      const float D = expf(s.gam[r2] - s.gam[c2]);
+      const float Ev = s.rk[r2] * s.rk[c2] * kk * D;
+      t = dl * Ev;
+      x = s.b[r2] * dl * D;
+      s.Z[r2][c2] += s.b[r2] * t;
+    }
+    s.X[r2][c2] = x;
+    T[r2][c2] = t;
+  }
+  __syncthreads();
+  // (7) dK += (dL_b (.) D) K^ + (dL_b (.) D)^T K^;  (8) dgamma_r += rowsum(Z)_r - colsum(Z)_r
+  for (int s2 = 0; s2 < kC; ++s2) {
+    const float w = (s.X[r][s2] + s.X[s2][r]) * s.rk[s2];
+#pragma unroll
+    for (int m = 0; m < KM; ++m) dk[m] = fmaf(w, tof(s.k[s2][p + 4 * m]), dk[m]);
+  }
+  {
+    float zr = 0.f, tb = 0.f;
+    for (int s2 = p; s2 < kC; s2 += 4) {
+      zr += s.Z[r][s2] - s.Z[s2][r];
+      tb += T[r][s2];
+    }
+    zr = lane_sum<1, 4>(zr);
+    tb = lane_sum<1, 4>(tb);
+    if (p == 0) {
+      s.dgam[r] += zr;
+      s.dbeta[r] += tb;
+    }
+  }
+  if (r < nv) {
+    const int64_t row = (cp.b * a.T + cp.t0 + r) * a.Hv + h;
+#pragma unroll
+    for (int m = 0; m < KM; ++m) {
+      a.dqh[row * K + p + 4 * m] = dq[m];
+      a.dkh[row * K + p + 4 * m] = dk[m];
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    // dgamma_{n-1} += e_n <S0, dS>_F, then (9) dg_r = sum_{j >= r} dgamma_j. The tau terms (dgamma_r -= tau_r,
+    // dgamma_{n-1} += sum tau) enter dg_r as the exclusive prefix sum_{j < r} tau_j: the same sum without the O(1)
+    // cancellation of tau_{n-1} (which would swamp a tiny dg under a strong decay, g = -30).
+    float sd = 0.f, pre = 0.f;
+    for (int i = 0; i < kThreads; ++i) sd += s.red[i];
+    for (int i = 0; i < nv; ++i) {
+      const float t = s.tau[i];
+      s.tau[i] = pre;
+      pre += t;
+    }
+    s.dgam[nv - 1] += expf(gl) * sd;
+    float acc = 0.f;
+    for (int i = nv - 1; i >= 0; --i) {
+      acc += s.dgam[i];
+      const int64_t row = (cp.b * a.T + cp.t0 + i) * a.Hv + h;
+      a.dgh[row] = acc + s.tau[i];
+      a.dbh[row] = s.dbeta[i];
+    }
+  }
+}
+
+// ---- launch ----------------------------------------------------------------------------------------------------
+template <class Kernel>
+int launch_one(Kernel kernel, dim3 grid, size_t smem, std::atomic<uint64_t>& done, cudaStream_t st,
+               const ChunkBwdArgs& a) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return 0;
+  const int e = prepare_launch(kernel, smem, done);
+  if (e != 0) return e;
+  kernel<<<grid, kThreads, smem, st>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <class E, int K, int V>
+int launch_passes(const ChunkBwdArgs& a, void* stream) {
+  static std::atomic<uint64_t> done[4];
+  const auto st = static_cast<cudaStream_t>(stream);
+  const dim3 chunks(unsigned(a.slots), unsigned(a.Hv)), seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
+  int e = launch_one(chunk_bwd_prep_kernel<E, K, V>, chunks, sizeof(PrepSmem<E, K, V>), done[0], st, a);
+  if (e == 0 && a.slots > 0)
+    e = launch_one(chunk_bwd_state_kernel<E, K, V>, seqs, sizeof(StateSmem<K>), done[1], st, a);
+  if (e == 0) e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<K>), done[2], st, a);
+  if (e == 0) e = launch_one(chunk_bwd_grads_kernel<E, K, V>, chunks, sizeof(GradSmem<E, K, V>), done[3], st, a);
+  return e;
+}
+
+template <class E>
+int launch_passes_for(const ChunkBwdArgs& a, int64_t K, int64_t V, void* stream) {
+  if (K == 64 && V == 64) return launch_passes<E, 64, 64>(a, stream);
+  if (K == 64 && V == 128) return launch_passes<E, 64, 128>(a, stream);
+  if (K == 128 && V == 64) return launch_passes<E, 128, 64>(a, stream);
+  if (K == 128 && V == 128) return launch_passes<E, 128, 128>(a, stream);
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // namespace flashgdn::cuda::bwd_detail

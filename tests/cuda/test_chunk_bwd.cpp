@@ -1,0 +1,458 @@
+// CUDA chunk_bwd through the public API on CUDA tensors, against the CPU oracle (the same API on CPU tensors:
+// the fp64 reverse recurrence of gdn-math §7.1 on the same bf16 / f16 input values), fresh random inputs, every
+// output poisoned with NaN. Tolerances (gdn-math §10.3, bf16 I/O): relative Frobenius error <= 8e-3 for dq, dk,
+// dv, dh0 and <= 2e-2 for dg, dbeta, dA_log, ddt_bias; the worst (sequence or token, head) block is printed and
+// bounded by twice that. Cases: gdn-math §10.4, varlen with empty sequences and NaN-filled slack rows (their
+// gradients must be exactly zero), GQA 1/2/4, K, V in {64, 128}, both layouts, the l2norm and gate chains, and
+// bitwise determinism, eager and CUDA-graph replay.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "test_util.hpp"
+
+#if FLASHGDN_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace flashgdn::test {
+namespace {
+
+#if FLASHGDN_WITH_CUDA
+
+struct BwdCase {
+  GdnCase c;
+  bool has_dht = true;
+  bool broadcast_dht = false;  // d_ht is one [K, V] block seen through zero strides on N and Hv (expand)
+  bool gate = false;           // use_gate_in_kernel + use_beta_sigmoid_in_kernel (g, beta hold raw a, b)
+  bool neg_eig = false;
+  int64_t slack = 0;  // varlen: extra rows past cu[N]
+  int special = 0;    // 1: identical keys, beta = 1, g = 0; 2: g = -30
+};
+
+BwdCase bcase(const std::string& name, int64_t B, int64_t T, int64_t Hqk, int64_t Hv, int64_t K, int64_t V) {
+  BwdCase b;
+  b.c.name = name;
+  b.c.B = B, b.c.T = T, b.c.Hqk = Hqk, b.c.Hv = Hv, b.c.K = K, b.c.V = V;
+  b.c.dtype = DType::bf16;
+  b.c.seed = 9100 + uint64_t(T) * 37 + uint64_t(Hv) * 5 + uint64_t(K);
+  return b;
+}
+
+HostTensor state_of(const GdnCase& c, DType dt) {
+  return c.layout == StateLayout::k_major ? HostTensor(dt, {c.N(), c.Hv, c.K, c.V})
+                                          : HostTensor(dt, {c.N(), c.Hv, c.V, c.K});
+}
+
+// Inputs as given to the op; slack rows (varlen) hold 0 here and NaN on the device.
+struct Problem {
+  GdnInputs in;
+  HostTensor d_o, d_ht, A_log, dt_bias;
+  int64_t rows_used = 0;  // tokens inside sequences (cu[N])
+};
+
+// A [.., T, ...] tensor grown by `extra` zero rows on the token axis (dim 1).
+HostTensor grow_tokens(const HostTensor& t, int64_t extra) {
+  std::vector<int64_t> shp = t.shape;
+  shp[1] += extra;
+  HostTensor out(t.dtype, shp);
+  for (int64_t i = 0; i < t.numel(); ++i) out.set(i, t.get(i));  // B == 1 in varlen: rows are a prefix
+  return out;
+}
+
+Problem make_problem(const BwdCase& bc) {
+  const GdnCase& c = bc.c;
+  Problem pr;
+  pr.in = make_inputs(c);
+  GdnInputs& in = pr.in;
+  Rng rng(c.seed + 4242);
+  const int64_t K = c.K;
+  if (bc.special == 1) {
+    for (int64_t row = 1; row < in.k.numel() / K; ++row)
+      for (int64_t i = 0; i < K; ++i) in.k.set(row * K + i, in.k.get(i));
+    in.beta.fill(1.0);
+    in.g.fill(0.0);
+  } else if (bc.special == 2) {
+    in.g.fill(-30.0);
+  }
+  if (bc.gate) {
+    for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, rng.normal());
+    for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, rng.normal());
+    pr.A_log = HostTensor(DType::f32, {c.Hv});
+    pr.dt_bias = HostTensor(DType::f32, {c.Hv});
+    for (int64_t h = 0; h < c.Hv; ++h) {
+      pr.A_log.set(h, std::log(rng.uniform(0.5, 4.5)));
+      pr.dt_bias.set(h, 0.5 * rng.normal());
+    }
+  }
+  pr.d_o = HostTensor(c.dtype, in.v.shape);
+  for (int64_t i = 0; i < pr.d_o.numel(); ++i) pr.d_o.set(i, rng.normal());
+  if (bc.has_dht) {
+    pr.d_ht = state_of(c, DType::f32);
+    const int64_t blk = c.K * c.V;
+    for (int64_t i = 0; i < pr.d_ht.numel(); ++i)
+      pr.d_ht.set(i, bc.broadcast_dht && i >= blk ? pr.d_ht.get(i % blk) : rng.normal());
+  }
+  pr.rows_used = c.total_T();
+  if (bc.slack > 0) {
+    for (HostTensor* t : {&in.q, &in.k, &in.v, &in.g, &in.beta, &pr.d_o}) *t = grow_tokens(*t, bc.slack);
+  }
+  return pr;
+}
+
+struct Grads {
+  HostTensor dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias;
+};
+
+Grads output_shapes(const BwdCase& bc, const Problem& pr, DType io, DType f) {
+  Grads g;
+  g.dq = HostTensor(io, pr.in.q.shape);
+  g.dk = HostTensor(io, pr.in.k.shape);
+  g.dv = HostTensor(io, pr.in.v.shape);
+  g.dg = HostTensor(f, pr.in.g.shape);
+  g.dbeta = HostTensor(f, pr.in.beta.shape);
+  g.dh0 = state_of(bc.c, f);
+  if (bc.gate) {
+    g.dA_log = HostTensor(f, {bc.c.Hv});
+    g.ddt_bias = HostTensor(f, {bc.c.Hv});
+  }
+  for (HostTensor* t : {&g.dq, &g.dk, &g.dv, &g.dg, &g.dbeta, &g.dh0, &g.dA_log, &g.ddt_bias})
+    if (!t->empty_shape()) t->fill_nan();  // an absent tensor has no bytes
+  return g;
+}
+
+void set_options(const BwdCase& bc, ChunkBwdParams* p) {
+  p->use_qk_l2norm_in_kernel = bc.c.l2norm;
+  p->state_layout = bc.c.layout;
+  p->gate.use_gate_in_kernel = bc.gate;
+  p->gate.use_beta_sigmoid_in_kernel = bc.gate;
+  p->gate.allow_neg_eigval = bc.neg_eig;
+}
+
+// The oracle: the public API on CPU tensors in fp64, inputs cast from the device's values.
+Grads run_oracle(const BwdCase& bc, const Problem& pr) {
+  auto f64 = [](const HostTensor& t) { return t.empty_shape() ? HostTensor() : t.cast(DType::f64); };
+  const HostTensor q = f64(pr.in.q), k = f64(pr.in.k), v = f64(pr.in.v), g = f64(pr.in.g), beta = f64(pr.in.beta);
+  const HostTensor h0 = f64(pr.in.h0), d_o = f64(pr.d_o), d_ht = f64(pr.d_ht), alog = f64(pr.A_log),
+                   dtb = f64(pr.dt_bias);
+  Grads out = output_shapes(bc, pr, DType::f64, DType::f64);
+  ChunkBwdParams p;
+  p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = g.view(), p.beta = beta.view();
+  p.A_log = alog.view(), p.dt_bias = dtb.view(), p.initial_state = h0.view(), p.cu_seqlens = pr.in.cu.view();
+  p.d_o = d_o.view(), p.d_ht = d_ht.view();
+  p.dq = out.dq.view(), p.dk = out.dk.view(), p.dv = out.dv.view(), p.dg = out.dg.view();
+  p.dbeta = out.dbeta.view(), p.dh0 = out.dh0.view(), p.dA_log = out.dA_log.view(), p.ddt_bias = out.ddt_bias.view();
+  set_options(bc, &p);
+  p.exec.cpu_fp64 = true;
+  p.exec.cpu_algo = CpuAlgo::recurrent;
+  p.exec.cpu_threads = 2;
+  const Status st = chunk_bwd(p);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return out;
+}
+
+// A host tensor's device copy (freed with it).
+struct Dev {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  Dev() = default;
+  explicit Dev(const HostTensor& t) : bytes(t.bytes.size()) {
+    if (bytes == 0) return;
+    EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr, t.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~Dev() {
+    if (ptr) cudaFree(ptr);
+  }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+};
+
+TensorView on_device(const Dev& d, const HostTensor& t) {
+  TensorView v = t.view();
+  if (v.defined()) {
+    v.data = d.ptr;
+    v.device = DeviceType::cuda;
+  }
+  return v;
+}
+
+// The GPU under test: slack rows of every input are NaN on the device, every output starts as NaN.
+struct GpuRun {
+  Problem dev_in;  // what is uploaded
+  Grads out;       // host images of the outputs
+  std::vector<Dev*> bufs;
+  ChunkBwdParams p;
+  void* ws = nullptr;
+  size_t ws_bytes = 0;
+  Dev *dq, *dk, *dv, *dg, *dbeta, *dh0, *dA_log, *ddt_bias;
+
+  GpuRun(const BwdCase& bc, const Problem& pr) : dev_in(pr), out(output_shapes(bc, pr, bc.c.dtype, DType::f32)) {
+    if (bc.slack > 0) {
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      for (HostTensor* t : {&dev_in.in.q, &dev_in.in.k, &dev_in.in.v, &dev_in.in.g, &dev_in.in.beta, &dev_in.d_o}) {
+        const int64_t per_row = t->numel() / t->shape[1];
+        for (int64_t i = pr.rows_used * per_row; i < t->numel(); ++i) t->set(i, nan);
+      }
+    }
+    const GdnInputs& in = dev_in.in;
+    auto up = [&](const HostTensor& t) {
+      bufs.push_back(new Dev(t));
+      return on_device(*bufs.back(), t);
+    };
+    p.q = up(in.q), p.k = up(in.k), p.v = up(in.v), p.g = up(in.g), p.beta = up(in.beta);
+    p.initial_state = up(in.h0), p.cu_seqlens = up(in.cu), p.A_log = up(dev_in.A_log);
+    p.dt_bias = up(dev_in.dt_bias), p.d_o = up(dev_in.d_o), p.d_ht = up(dev_in.d_ht);
+    if (bc.broadcast_dht) p.d_ht.strides[0] = p.d_ht.strides[1] = 0;  // every (n, h) reads the first block
+    auto outp = [&](HostTensor& t, Dev** d, TensorView* v) {
+      bufs.push_back(new Dev(t));
+      *d = bufs.back();
+      *v = on_device(**d, t);
+    };
+    outp(out.dq, &dq, &p.dq), outp(out.dk, &dk, &p.dk), outp(out.dv, &dv, &p.dv), outp(out.dg, &dg, &p.dg);
+    outp(out.dbeta, &dbeta, &p.dbeta), outp(out.dh0, &dh0, &p.dh0), outp(out.dA_log, &dA_log, &p.dA_log);
+    outp(out.ddt_bias, &ddt_bias, &p.ddt_bias);
+    set_options(bc, &p);
+    size_t need = 0;
+    const Status st = chunk_bwd_workspace_size(p, &need);
+    EXPECT_TRUE(st.ok()) << st.message();
+    if (need) {
+      EXPECT_EQ(cudaMalloc(&ws, need), cudaSuccess);
+      ws_bytes = need;
+      EXPECT_EQ(cudaMemset(ws, 0xff, need), cudaSuccess);  // stale workspace must not matter
+    }
+  }
+  ~GpuRun() {
+    if (ws) cudaFree(ws);
+    for (Dev* d : bufs) delete d;
+  }
+  void poison() {
+    for (Dev* d : {dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias})
+      if (d->ptr) {
+        EXPECT_EQ(cudaMemset(d->ptr, 0xff, d->bytes), cudaSuccess);
+      }
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // ordered before launches on any stream
+  }
+  Status launch(void* stream = nullptr) { return chunk_bwd(p, ws, ws_bytes, stream); }
+  void fetch() {
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::pair<Dev*, HostTensor*> pairs[] = {
+        {dq, &out.dq},       {dk, &out.dk},   {dv, &out.dv},         {dg, &out.dg},
+        {dbeta, &out.dbeta}, {dh0, &out.dh0}, {dA_log, &out.dA_log}, {ddt_bias, &out.ddt_bias}};
+    for (auto [d, h] : pairs)
+      if (d->ptr) {
+        EXPECT_EQ(cudaMemcpy(h->data(), d->ptr, d->bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      }
+  }
+};
+
+// Relative error of one gradient and its worst block (head_of maps an element to a block).
+template <class HeadOf>
+void expect_grad(const char* name, const HostTensor& x, const HostTensor& ref, int64_t blocks, HeadOf head_of,
+                 double tol, std::string* line) {
+  if (x.empty_shape()) return;
+  const double e = rel_err(x, ref), w = max_head_err(x, ref, blocks, head_of);
+  EXPECT_LE(e, tol) << name << " rel err";
+  EXPECT_LE(w, 2 * tol) << name << " worst block";
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), " %s %.1e/%.1e", name, e, w);
+  *line += buf;
+}
+
+void expect_close(const BwdCase& bc, const Problem& pr, const Grads& ref, const Grads& got) {
+  const GdnCase& c = bc.c;
+  const int64_t rows = got.dv.shape[0] * got.dv.shape[1];  // B * T
+  std::string line;
+  expect_grad(
+      "dq", got.dq, ref.dq, c.Hqk, [&](int64_t i) { return (i / c.K) % c.Hqk; }, 8e-3, &line);
+  expect_grad(
+      "dk", got.dk, ref.dk, c.Hqk, [&](int64_t i) { return (i / c.K) % c.Hqk; }, 8e-3, &line);
+  expect_grad(
+      "dv", got.dv, ref.dv, c.Hv, [&](int64_t i) { return (i / c.V) % c.Hv; }, 8e-3, &line);
+  expect_grad(
+      "dh0", got.dh0, ref.dh0, c.N() * c.Hv, [&](int64_t i) { return i / (c.K * c.V); }, 8e-3, &line);
+  expect_grad(
+      "dg", got.dg, ref.dg, c.Hv, [&](int64_t i) { return i % c.Hv; }, 2e-2, &line);
+  expect_grad(
+      "dbeta", got.dbeta, ref.dbeta, c.Hv, [&](int64_t i) { return i % c.Hv; }, 2e-2, &line);
+  expect_grad(
+      "dA_log", got.dA_log, ref.dA_log, 1, [](int64_t) { return 0; }, 2e-2, &line);
+  expect_grad(
+      "ddt_bias", got.ddt_bias, ref.ddt_bias, 1, [](int64_t) { return 0; }, 2e-2, &line);
+  // Slack rows: exactly zero (the oracle gives zero there too, but NaN inputs must not leak).
+  for (int64_t t = pr.rows_used; t < rows; ++t) {
+    for (int64_t i = 0; i < c.Hqk * c.K; ++i) {
+      ASSERT_EQ(got.dq.get(t * c.Hqk * c.K + i), 0.0) << c.name << ": dq slack row " << t;
+      ASSERT_EQ(got.dk.get(t * c.Hqk * c.K + i), 0.0) << c.name << ": dk slack row " << t;
+    }
+    for (int64_t i = 0; i < c.Hv * c.V; ++i) ASSERT_EQ(got.dv.get(t * c.Hv * c.V + i), 0.0) << "dv slack row " << t;
+    for (int64_t h = 0; h < c.Hv; ++h) {
+      ASSERT_EQ(got.dg.get(t * c.Hv + h), 0.0) << c.name << ": dg slack row " << t;
+      ASSERT_EQ(got.dbeta.get(t * c.Hv + h), 0.0) << c.name << ": dbeta slack row " << t;
+    }
+  }
+  // Empty sequences: dh0 == d_ht exactly (0 without it).
+  const int64_t sblk = c.Hv * c.K * c.V;
+  for (int64_t n = 0; n < c.N(); ++n) {
+    if (c.seqlens.empty() || c.seqlens[size_t(n)] != 0) continue;
+    for (int64_t i = 0; i < sblk; ++i) {
+      const double want = pr.d_ht.empty_shape() ? 0.0 : pr.d_ht.get(n * sblk + i);
+      ASSERT_EQ(got.dh0.get(n * sblk + i), want) << c.name << ": dh0 of empty sequence " << n;
+    }
+  }
+  std::printf("[chunk_bwd cuda] %-30s rel/worst:%s\n", c.name.c_str(), line.c_str());
+}
+
+void check(const BwdCase& bc) {
+  SCOPED_TRACE(bc.c.name);
+  const Problem pr = make_problem(bc);
+  const Grads ref = run_oracle(bc, pr);
+  GpuRun run(bc, pr);
+  run.poison();
+  const Status st = run.launch();
+  ASSERT_TRUE(st.ok()) << st.message();
+  run.fetch();
+  expect_close(bc, pr, ref, run.out);
+}
+
+bool same_bits(const Grads& a, const Grads& b) {
+  return a.dq.bit_equal(b.dq) && a.dk.bit_equal(b.dk) && a.dv.bit_equal(b.dv) && a.dg.bit_equal(b.dg) &&
+         a.dbeta.bit_equal(b.dbeta) && a.dh0.bit_equal(b.dh0) && a.dA_log.bit_equal(b.dA_log) &&
+         a.ddt_bias.bit_equal(b.ddt_bias);
+}
+
+#define REQUIRE_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+TEST(CudaChunkBwd, LengthsAroundTheChunk) {
+  REQUIRE_GPU();
+  for (int64_t T : {1, 63, 64, 65, 131}) check(bcase("len" + std::to_string(T), 1, T, 2, 4, 128, 128));
+}
+
+TEST(CudaChunkBwd, VarlenEmptySequencesAndSlackRows) {
+  REQUIRE_GPU();
+  BwdCase b = bcase("varlen_k128_slack", 1, 0, 2, 4, 128, 128);
+  b.c.seqlens = {1, 63, 0, 64, 65, 0, 130};
+  b.slack = 7;
+  check(b);
+  b = bcase("varlen_k64_empty_ends_slack", 1, 0, 1, 2, 64, 64);
+  b.c.seqlens = {0, 70, 0, 5, 0};
+  b.slack = 3;
+  check(b);
+  b.c.has_h0 = false;
+  b.has_dht = false;
+  b.c.name = "varlen_k64_no_h0_no_dht";
+  check(b);
+  b.has_dht = true;
+  b.broadcast_dht = true;
+  b.c.name = "varlen_k64_broadcast_dht";
+  check(b);
+}
+
+TEST(CudaChunkBwd, GqaRatiosShapesAndLayouts) {
+  REQUIRE_GPU();
+  for (int64_t r : {1, 2, 4})
+    for (auto [K, V] : {std::pair<int64_t, int64_t>{64, 64}, {64, 128}, {128, 64}, {128, 128}})
+      for (StateLayout lay : {StateLayout::k_major, StateLayout::v_major}) {
+        BwdCase b = bcase("gqa" + std::to_string(r) + "_k" + std::to_string(K) + "v" + std::to_string(V) +
+                              (lay == StateLayout::v_major ? "_vmajor" : ""),
+                          2, 100, 2, 2 * r, K, V);
+        b.c.layout = lay;
+        check(b);
+      }
+}
+
+TEST(CudaChunkBwd, OptionsH0DhtL2normGateF16) {
+  REQUIRE_GPU();
+  BwdCase b = bcase("no_h0_no_dht", 1, 130, 2, 4, 128, 128);
+  b.c.has_h0 = false;
+  b.has_dht = false;
+  check(b);
+  b = bcase("h0_no_dht", 1, 130, 2, 4, 64, 128);
+  b.has_dht = false;
+  check(b);
+  b = bcase("no_l2norm", 2, 77, 2, 4, 128, 64);
+  b.c.l2norm = false;
+  check(b);
+  b = bcase("gate_in_kernel", 1, 150, 2, 4, 128, 128);
+  b.gate = true;
+  check(b);
+  b.neg_eig = true;
+  b.c.name = "gate_in_kernel_neg_eigval_vmajor";
+  b.c.layout = StateLayout::v_major;
+  check(b);
+  b = bcase("f16", 1, 131, 2, 4, 128, 128);
+  b.c.dtype = DType::f16;
+  check(b);
+}
+
+TEST(CudaChunkBwd, StrongDecayAndIdenticalKeys) {
+  REQUIRE_GPU();
+  BwdCase b = bcase("g_minus_30", 1, 131, 2, 4, 128, 128);
+  b.special = 2;
+  check(b);
+  b = bcase("identical_keys_beta1_g0", 1, 128, 1, 2, 128, 128);
+  b.special = 1;
+  check(b);
+  b = bcase("identical_keys_partial_chunk", 1, 100, 1, 2, 64, 64);
+  b.special = 1;
+  check(b);
+}
+
+// Bitwise determinism over repeated runs, and a CUDA graph of the call replays to the eager result.
+TEST(CudaChunkBwd, DeterministicAndGraphReplayEqualsEager) {
+  REQUIRE_GPU();
+  BwdCase b = bcase("determinism_varlen_gqa_gate", 1, 0, 2, 8, 128, 128);
+  b.c.seqlens = {300, 0, 65, 129};
+  b.slack = 5;
+  b.gate = true;
+  const Problem pr = make_problem(b);
+  GpuRun run(b, pr);
+  run.poison();
+  ASSERT_TRUE(run.launch().ok());
+  run.fetch();
+  const Grads first = run.out;
+  for (int i = 0; i < 100; ++i) {
+    run.poison();
+    ASSERT_TRUE(run.launch().ok());
+    run.fetch();
+    ASSERT_TRUE(same_bits(first, run.out)) << "run " << i << " differs from run 0";
+  }
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  run.poison();
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const Status st = run.launch(s);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 3; ++i) {
+    run.poison();
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    run.fetch();
+    ASSERT_TRUE(same_bits(first, run.out)) << "graph replay " << i << " differs from eager";
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+  const Grads ref = run_oracle(b, pr);
+  expect_close(b, pr, ref, first);
+}
+
+#else
+
+TEST(CudaChunkBwd, SkippedWithoutCuda) {
+  GTEST_SKIP() << "built without CUDA";
+}
+
+#endif  // FLASHGDN_WITH_CUDA
+
+}  // namespace
+}  // namespace flashgdn::test

@@ -1,0 +1,198 @@
+// CUDA mixer_decode (one fused launch) against the CPU op in fp64 (itself checked against the independent
+// token-by-token reference in tests/cpu/test_mixer_decode.cpp) on the same inputs: decode, multi-token,
+// speculative 2-D slots with num_accepted_tokens, no-commit with intermediate states and conv windows,
+// sentinels, varlen with empty rows, GQA ratios 1-4, both layouts, fp32 and bf16 pools, bf16 and f16
+// activations; CUDA-graph replay equal to eager; bitwise-identical repeats. Outputs are poisoned with NaN.
+//
+// Tolerances (relative Frobenius error, gdn-math §10.3): out 5e-3 (bf16 I/O: y and o are rounded to bf16 on
+// both sides, so a value on a rounding boundary can land one bf16 ulp apart), fp32 state 2e-3, bf16 state 1e-2;
+// the conv state and the conv windows hold raw inputs: bitwise equal.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "mixer_test_util.hpp"
+
+#if FLASHGDN_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace flashgdn::test {
+namespace {
+
+struct Dev {  // device copy of a host tensor (absent stays absent)
+  void* ptr = nullptr;
+  HostTensor* h = nullptr;
+  explicit Dev(HostTensor& t) : h(&t) {
+#if FLASHGDN_WITH_CUDA
+    if (t.shape.empty()) return;
+    EXPECT_EQ(cudaMalloc(&ptr, t.bytes.size() + 16), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr, t.data(), t.bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+#endif
+  }
+  ~Dev() {
+#if FLASHGDN_WITH_CUDA
+    if (ptr) cudaFree(ptr);
+#endif
+  }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  TensorView view() const {
+    TensorView v = h->view();
+    if (v.defined()) v.data = ptr, v.device = DeviceType::cuda;
+    return v;
+  }
+  void back() {
+#if FLASHGDN_WITH_CUDA
+    if (ptr) EXPECT_EQ(cudaMemcpy(h->data(), ptr, h->bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+#endif
+  }
+};
+
+// All tensors of a case on the device, with the params pointing at them.
+struct DevCase {
+  std::vector<std::unique_ptr<Dev>> all;
+  MixerDecodeParams p;
+  DevCase(const MixerCase& c, MixerTensors& m) {
+    p = mixer_params(c, m);
+    auto mv = [&](TensorView* v, HostTensor& t) {
+      all.push_back(std::make_unique<Dev>(t));
+      *v = all.back()->view();
+    };
+    mv(&p.x, m.x), mv(&p.z, m.z), mv(&p.a, m.a), mv(&p.b, m.b), mv(&p.A_log, m.A_log), mv(&p.dt_bias, m.dt_bias);
+    mv(&p.conv_weight, m.conv_w), mv(&p.conv_bias, m.conv_b), mv(&p.norm_weight, m.norm_w);
+    mv(&p.cu_seqlens, m.cu), mv(&p.conv_state, m.conv_state), mv(&p.state_pool, m.pool);
+    mv(&p.state_indices, m.si), mv(&p.num_accepted_tokens, m.na), mv(&p.intermediate_states, m.inter);
+    mv(&p.intermediate_conv_windows, m.inter_win), mv(&p.out, m.out);
+  }
+  void back() {
+    for (auto& d : all) d->back();
+  }
+};
+
+MixerCase gpu_case(int64_t Hqk, int64_t Hv) {
+  MixerCase c;
+  c.Hqk = Hqk, c.Hv = Hv, c.K = 128, c.V = 128, c.act = DType::bf16, c.pool = DType::f32;
+  return c;
+}
+
+void check_against_cpu(const MixerCase& c) {
+  MixerTensors gpu = make_mixer(c), cpu = make_mixer(c);
+  {
+    DevCase d(c, gpu);
+    const Status st = mixer_decode(d.p);
+    ASSERT_TRUE(st.ok()) << st.message();
+#if FLASHGDN_WITH_CUDA
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+#endif
+    d.back();
+  }
+  MixerDecodeParams p = mixer_params(c, cpu);
+  p.exec.cpu_fp64 = true;
+  ASSERT_TRUE(mixer_decode(p).ok());
+  const double e_out = rel_err(gpu.out, cpu.out);
+  const double e_pool = rel_err(gpu.pool, cpu.pool);
+  std::printf("    out %.2e  state %.2e\n", e_out, e_pool);
+  EXPECT_LE(e_out, 5e-3);
+  EXPECT_LE(e_pool, c.pool == DType::f32 ? 2e-3 : 1e-2);
+  EXPECT_TRUE(gpu.conv_state.bit_equal(cpu.conv_state));
+  if (c.intermediates) {
+    EXPECT_LE(rel_err_written(gpu.inter, cpu.inter), c.pool == DType::f32 ? 2e-3 : 1e-2);
+    if (c.Kc > 1) EXPECT_EQ(rel_err_written(gpu.inter_win, cpu.inter_win), 0.0);
+  }
+}
+
+TEST(CudaMixerDecode, DecodeBothLayoutsAndPools) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (StateLayout l : {StateLayout::k_major, StateLayout::v_major})
+    for (DType pool : {DType::f32, DType::bf16}) {
+      MixerCase c = gpu_case(2, 4);
+      c.layout = l, c.pool = pool, c.B = 5;
+      SCOPED_TRACE(testing::Message() << "layout " << int(l) << " pool " << dtype_name(pool));
+      check_against_cpu(c);
+    }
+}
+
+TEST(CudaMixerDecode, GqaRatiosTapsAndF16) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (int64_t r : {1, 2, 3, 4}) {
+    MixerCase c = gpu_case(2, 2 * r);
+    c.Kc = r == 3 ? 2 : 4, c.act = r == 4 ? DType::f16 : DType::bf16, c.bias = r != 2, c.seed = uint64_t(20 + r);
+    SCOPED_TRACE(r);
+    check_against_cpu(c);
+  }
+}
+
+TEST(CudaMixerDecode, MultiTokenSpeculativeAndVarlen) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MixerCase c = gpu_case(2, 4);
+  c.T = 4;
+  check_against_cpu(c);
+  for (StateLayout l : {StateLayout::k_major, StateLayout::v_major}) {
+    MixerCase s = gpu_case(2, 4);
+    s.spec = 3, s.T = 4, s.B = 5, s.layout = l;
+    check_against_cpu(s);
+  }
+  MixerCase v = gpu_case(2, 4);
+  v.lens = {3, 0, 1, 2, 0};
+  check_against_cpu(v);
+}
+
+TEST(CudaMixerDecode, NoCommitIntermediates) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MixerCase c = gpu_case(2, 4);
+  c.T = 3, c.B = 4, c.commit = false, c.intermediates = true;
+  check_against_cpu(c);
+  MixerCase b = c;
+  b.pool = DType::bf16;
+  check_against_cpu(b);
+}
+
+TEST(CudaMixerDecode, GraphReplayEqualsEagerAndRepeatsAreBitwise) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+#if FLASHGDN_WITH_CUDA
+  MixerCase c = gpu_case(16, 32);
+  c.B = 8, c.commit = false, c.intermediates = true;  // no in-place update: every launch computes the same
+  MixerTensors m = make_mixer(c);
+  DevCase d(c, m);
+  ASSERT_TRUE(mixer_decode(d.p).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  d.back();
+  const HostTensor out0 = m.out, inter0 = m.inter;
+  for (int rep = 0; rep < 100; ++rep) ASSERT_TRUE(mixer_decode(d.p).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  d.back();
+  EXPECT_TRUE(m.out.bit_equal(out0));
+  EXPECT_TRUE(m.inter.bit_equal(inter0));
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  ASSERT_EQ(cudaMemset(d.p.out.data, 0xff, m.out.bytes.size()), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_TRUE(mixer_decode(d.p, s).ok());
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  d.back();
+  EXPECT_TRUE(m.out.bit_equal(out0));
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+#endif
+}
+
+TEST(CudaMixerDecode, UnsupportedShapesAreRejected) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MixerCase c = gpu_case(2, 4);
+  c.K = 64, c.V = 64;
+  MixerTensors m = make_mixer(c);
+  DevCase d(c, m);
+  const Status st = mixer_decode(d.p);
+  EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();
+}
+
+}  // namespace
+}  // namespace flashgdn::test

@@ -1,0 +1,47 @@
+"""Rewrites the CUDA chunk_bwd sources for the host emulation (emu.hpp): kernel launches `k<<<grid, block, smem,
+stream>>>(args)` become `emu_launch(k, grid, block, args)` and the dynamic shared memory becomes one host buffer.
+Usage: gen.py <repo root> <output dir>."""
+import os
+import sys
+
+
+def rewrite_launches(s):
+    out, i = [], 0
+    while True:
+        j = s.find("<<<", i)
+        if j < 0:
+            out.append(s[i:])
+            return "".join(out)
+        k = j
+        while k > 0 and s[k - 1] not in " \n\t;{}(":
+            k -= 1
+        e = s.find(">>>", j)
+        parts, depth, cur = [], 0, ""
+        for ch in s[j + 3:e]:
+            depth += ch in "([{"
+            depth -= ch in ")]}"
+            if ch == "," and depth == 0:
+                parts.append(cur)
+                cur = ""
+            else:
+                cur += ch
+        parts.append(cur)
+        depth, m = 0, e + 3
+        while True:
+            depth += s[m] == "("
+            if s[m] == ")":
+                depth -= 1
+                if depth == 0:
+                    break
+            m += 1
+        out.append(s[i:k] + "emu_launch(%s, %s, %s, %s)" % (s[k:j], parts[0], parts[1], s[e + 4:m]))
+        i = m + 1
+
+
+root, dst = sys.argv[1], sys.argv[2]
+src = os.path.join(root, "src/cuda/chunk_bwd")
+for name, out in (("chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk_bwd.cu", "chunk_bwd_host.inc")):
+    s = open(os.path.join(src, name)).read()
+    s = s.replace("extern __shared__ __align__(16) unsigned char smem_raw[];", "unsigned char* smem_raw = g_smem;")
+    s = s.replace('#include "cuda/chunk_bwd/chunk_bwd_kernels.cuh"', '#include "chunk_bwd_kernels.cuh"')
+    open(os.path.join(dst, out), "w").write(rewrite_launches(s))

@@ -1,0 +1,189 @@
+// The CUDA chunk_bwd (src/cuda/chunk_bwd/) run in the host emulation of emu.hpp against the CPU oracle (fp64
+// recurrence through the public API), on fresh random inputs with NaN outputs and NaN slack rows. Prints the
+// relative error of every gradient. Usage: harness <case 0-6> (run.sh builds and runs all).
+#include "emu.hpp"
+
+// The kernels see the emulation above.
+#include "chunk_bwd_kernels.cuh"
+namespace flashgdn::cuda {
+int launch_chunk_bwd_passes_bf16(const ChunkBwdArgs& a, int64_t K, int64_t V, void* s) {
+  return bwd_detail::launch_passes_for<__nv_bfloat16>(a, K, V, s);
+}
+int launch_chunk_bwd_passes_f16(const ChunkBwdArgs& a, int64_t K, int64_t V, void* s) {
+  return bwd_detail::launch_passes_for<__half>(a, K, V, s);
+}
+}  // namespace flashgdn::cuda
+#include "chunk_bwd_host.inc"
+#include "test_util.hpp"
+using namespace flashgdn;
+using namespace flashgdn::test;
+HostTensor grow(const HostTensor& t, int64_t extra) {
+  auto s = t.shape;
+  s[1] += extra;
+  HostTensor o(t.dtype, s);
+  for (int64_t i = 0; i < t.numel(); ++i) o.set(i, t.get(i));
+  return o;
+}
+int main(int argc, char** argv) {
+  GdnCase c;
+  c.name = "emu";
+  c.dtype = DType::bf16;
+  int which = argc > 1 ? atoi(argv[1]) : 0;
+  bool gate = false, dht = true;
+  int64_t slack = 0;
+  c.B = 1;
+  c.T = 131;
+  c.Hqk = 2;
+  c.Hv = 4;
+  c.K = 64;
+  c.V = 64;
+  if (which == 1) {
+    c.seqlens = {1, 63, 0, 64, 65, 0, 70};
+    slack = 3;
+    c.K = 128;
+    c.V = 64;
+  }
+  if (which == 2) {
+    c.B = 2;
+    c.T = 70;
+    c.layout = StateLayout::v_major;
+    c.K = 64;
+    c.V = 128;
+    gate = true;
+  }
+  if (which == 3) {
+    c.has_h0 = false;
+    dht = false;
+    c.l2norm = false;
+    c.Hqk = 1;
+    c.Hv = 4;
+    c.T = 65;
+  }
+  if (which == 4) {
+    c.T = 100;
+    c.K = 64;
+    c.V = 64;
+  }
+  if (which == 5) {
+    c.seqlens = {30, 0, 70};
+    slack = 2;
+    gate = true;
+    c.dtype = DType::f16;
+    c.K = 128;
+    c.V = 128;
+    c.Hqk = 1;
+    c.Hv = 2;
+  }
+  if (which == 6) {
+    c.T = 100;
+    c.Hqk = 1;
+    c.Hv = 2;
+  }
+  GdnInputs in = make_inputs(c);
+  if (which == 6) {
+    for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
+      for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i));
+    in.beta.fill(1.0);
+    in.g.fill(0.0);
+  }
+  Rng rng(77);
+  if (which == 4) {
+    in.g.fill(-30.0);
+  }
+  HostTensor alog, dtb;
+  if (gate) {
+    for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, rng.normal());
+    for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, rng.normal());
+    alog = HostTensor(DType::f32, {c.Hv});
+    dtb = HostTensor(DType::f32, {c.Hv});
+    for (int64_t h = 0; h < c.Hv; ++h) {
+      alog.set(h, std::log(rng.uniform(0.5, 4.5)));
+      dtb.set(h, 0.5 * rng.normal());
+    }
+  }
+  HostTensor d_o(c.dtype, in.v.shape);
+  for (int64_t i = 0; i < d_o.numel(); ++i) d_o.set(i, rng.normal());
+  HostTensor d_ht;
+  auto st_of = [&](DType dt) {
+    return c.layout == StateLayout::k_major ? HostTensor(dt, {c.N(), c.Hv, c.K, c.V})
+                                            : HostTensor(dt, {c.N(), c.Hv, c.V, c.K});
+  };
+  if (dht) {
+    d_ht = st_of(DType::f32);
+    for (int64_t i = 0; i < d_ht.numel(); ++i) d_ht.set(i, rng.normal());
+  }
+  if (slack)
+    for (HostTensor* t : {&in.q, &in.k, &in.v, &in.g, &in.beta, &d_o}) *t = grow(*t, slack);
+  auto run = [&](bool oracle, DType io, DType f, std::vector<HostTensor>& outs) {
+    auto cv = [&](const HostTensor& t, DType dt) { return t.empty_shape() ? HostTensor() : t.cast(dt); };
+    DType fin = oracle ? DType::f64 : DType::f32;
+    HostTensor q = cv(in.q, io), k = cv(in.k, io), v = cv(in.v, io), g = cv(in.g, fin), b = cv(in.beta, fin),
+               h0 = cv(in.h0, fin), dO = cv(d_o, io), dh = cv(d_ht, fin), al = cv(alog, fin), db = cv(dtb, fin);
+    if (!oracle && slack) {
+      const int64_t used = c.total_T();
+      for (HostTensor* t : {&q, &k, &v, &g, &b, &dO}) {
+        const int64_t pr = t->numel() / t->shape[1];
+        for (int64_t i = used * pr; i < t->numel(); ++i) t->set(i, NAN);
+      }
+    }
+    outs = {HostTensor(io, q.shape), HostTensor(io, k.shape), HostTensor(io, v.shape),
+            HostTensor(f, g.shape),  HostTensor(f, b.shape),  st_of(f)};
+    if (gate) {
+      outs.push_back(HostTensor(f, {c.Hv}));
+      outs.push_back(HostTensor(f, {c.Hv}));
+    }
+    for (auto& o : outs) o.fill_nan();
+    ChunkBwdParams p;
+    p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = g.view(), p.beta = b.view(), p.initial_state = h0.view(),
+    p.cu_seqlens = in.cu.view();
+    p.A_log = al.view(), p.dt_bias = db.view(), p.d_o = dO.view(), p.d_ht = dh.view();
+    p.dq = outs[0].view(), p.dk = outs[1].view(), p.dv = outs[2].view(), p.dg = outs[3].view(),
+    p.dbeta = outs[4].view(), p.dh0 = outs[5].view();
+    if (gate) p.dA_log = outs[6].view(), p.ddt_bias = outs[7].view();
+    p.use_qk_l2norm_in_kernel = c.l2norm;
+    p.state_layout = c.layout;
+    p.gate.use_gate_in_kernel = gate;
+    p.gate.use_beta_sigmoid_in_kernel = gate;
+    if (oracle) {
+      p.exec.cpu_fp64 = true;
+      p.exec.cpu_threads = 2;
+      Status s = chunk_bwd(p);
+      if (!s.ok()) printf("oracle: %s\n", s.message());
+      return;
+    }
+    SeqDims d;
+    Status s = validate(p, &d);
+    if (!s.ok()) {
+      printf("validate: %s\n", s.message());
+      return;
+    }
+    size_t ws = cuda::chunk_bwd_workspace_size(p, d);
+    std::vector<unsigned char> w(ws, 0xff);
+    s = cuda::chunk_bwd(p, d, w.data(), ws, nullptr);
+    if (!s.ok()) printf("emu: %s\n", s.message());
+  };
+  std::vector<HostTensor> ref, got;
+  run(true, DType::f64, DType::f64, ref);
+  run(false, c.dtype, DType::f32, got);
+  printf("smem prep %zu %zu state %zu dstate %zu grads %zu %zu\n",
+         sizeof(cuda::bwd_detail::PrepSmem<__nv_bfloat16, 128, 128>),
+         sizeof(cuda::bwd_detail::PrepSmem<__nv_bfloat16, 64, 128>), sizeof(cuda::bwd_detail::StateSmem<128>),
+         sizeof(cuda::bwd_detail::DStateSmem<128>), sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 128>),
+         sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 64>));
+  if (slack) {
+    int64_t bad = 0;
+    for (auto& o : got)
+      for (int64_t i = 0; i < o.numel(); ++i) bad += !std::isfinite(o.get(i));
+    printf("nonfinite outputs: %ld\n", (long)bad);
+  }
+  // gdn-math §10.3, bf16 I/O: 8e-3 for dq, dk, dv, dh0; 2e-2 for dg, dbeta and the gate sums. rel_err is +inf on NaN.
+  const char* names[] = {"dq", "dk", "dv", "dg", "dbeta", "dh0", "dA_log", "ddt_bias"};
+  const double tol[] = {8e-3, 8e-3, 8e-3, 2e-2, 2e-2, 8e-3, 2e-2, 2e-2};
+  int fails = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double e = rel_err(got[i], ref[i]);
+    fails += !(e <= tol[i]);
+    printf("case %d %-8s rel %.3e%s\n", which, names[i], e, e <= tol[i] ? "" : "  FAIL");
+  }
+  return fails ? 1 : 0;
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Host emulation of the CUDA chunk_bwd kernels against the CPU oracle (no GPU needed; nvcc's headers are).
+# Usage: bash tools/emulate_chunk_bwd/run.sh [build dir with a CPU libflashgdn_static.a, default build-cpu]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+lib="${1:-$root/build-cpu}/libflashgdn_static.a"
+cuda="${CUDA_HOME:-/usr/local/cuda}"
+out="$(mktemp -d)"
+python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"
+g++ -std=c++20 -O1 -w -DFLASHGDN_WITH_CUDA=1 -I"$cuda/include" -I"$root/include" -I"$root/src" \
+  -I"$root/tests/common" -I"$out" -I"$root/tools/emulate_chunk_bwd" "$root/tools/emulate_chunk_bwd/harness.cpp" \
+  "$lib" -lpthread -o "$out/harness"
+status=0
+for c in 0 1 2 3 4 5 6; do "$out/harness" "$c" || status=1; done
+rm -rf "$out"
+exit $status
