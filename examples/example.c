@@ -1,6 +1,7 @@
 /* flashgdn C ABI on the CPU: one chunked forward over DLPack tensors, then a deliberate error.
  *
- *   cc -std=c11 -I include example.c -L build -lflashgdn -lm        (shared library)
+ *   cc -std=c11 example.c $(pkg-config --cflags --libs flashgdn) -lm   (installed shared library)
+ *   cc -std=c11 -I include example.c -L build -lflashgdn -lm          (build tree)
  */
 #include <math.h>
 #include <stdio.h>
@@ -70,10 +71,13 @@ int main(void) {
   printf("flashgdn %s (CUDA available: %d): |final_state| = %.6f\n", flashgdn_version(), flashgdn_cuda_available(),
          sqrt(norm));
 
-  /* A bad call: chunk_size 48 is rejected, nothing is written, the message says why. */
+  /* A bad call: chunk_size 48 is rejected, nothing is written, the message says why. The copy is the
+   * caller's and outlives later calls (flashgdn_last_error()'s pointer is rewritten by the next call). */
   p.chunk_size = 48;
   rc = flashgdn_chunk_fwd(&p, NULL, 0, NULL);
-  printf("expected error %d: %s\n", rc, flashgdn_last_error());
+  char msg[512];
+  flashgdn_copy_last_error(msg, sizeof msg);
+  printf("expected error %d: %s\n", rc, msg);
 
   free(q), free(k), free(v), free(g), free(beta), free(o), free(ht);
   return rc == FLASHGDN_ERROR_INVALID_ARGUMENT ? 0 : 1;

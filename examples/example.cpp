@@ -1,7 +1,8 @@
 // flashgdn C++ API on the CPU: a varlen prefill (chunk_fwd) of two prompts that leaves their states in a pool,
 // then one decode step per prompt (recurrent on the pool).
 //
-//   g++ -std=c++20 -I include example.cpp -L build -lflashgdn_static -lpthread
+//   g++ -std=c++17 example.cpp $(pkg-config --cflags --libs --static flashgdn_static)   (installed)
+//   g++ -std=c++17 -I include example.cpp -L build -lflashgdn_static -lpthread             (build tree)
 #include <cmath>
 #include <cstdio>
 #include <random>

@@ -4,14 +4,16 @@
 // per-call time. Inputs are non-zero random data. Bytes and FLOPs follow gdn-math.md §9.
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
-#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "bench_report.hpp"
 #include "cli_util.hpp"
+#include "commands.hpp"
 
 #if FLASHGDN_WITH_CUDA
 #include <cublas_v2.h>
@@ -24,22 +26,6 @@ void launch_copy(const void* src, void* dst, size_t bytes, cudaStream_t stream);
 #endif
 
 namespace {
-
-struct BenchResult {
-  std::string name;
-  std::string what;
-  double ms = 0;        // per call, graph replay
-  double eager_ms = 0;  // per call, plain stream launches
-  double bytes = 0;     // compulsory bytes moved
-  double flops = 0;
-  double ws_bytes = 0;  // workspace
-  std::string status = "ok";
-};
-
-struct Ceilings {
-  double copy_tbps = 0;    // device-to-device copy, read + write counted
-  double gemm_tflops = 0;  // bf16 GEMM 8192^3 via cuBLAS
-};
 
 struct CaseDef {
   std::string name;
@@ -70,16 +56,31 @@ const std::vector<CaseDef>& case_list() {
   return cases;
 }
 
-void bench_usage() {
-  std::printf(
-      "usage: flashgdn bench [--json FILE] [--reps R] <case|group...>\n"
-      "  Runs named GPU benchmark cases and prints ms per call (CUDA-graph replay, inputs rotated beyond L2),\n"
-      "  achieved TB/s and TFLOP/s, and the ratio to the floor max(bytes / copy rate, FLOPs / bf16 GEMM rate)\n"
-      "  with both ceilings measured in the same run.\n"
-      "  groups: all, decode (decode_*, mtp_*, verify_*), prefill (prefill_*)\n"
-      "  cases:\n");
-  for (auto& c : case_list()) std::printf("    %-24s %s\n", c.name.c_str(), c.what.c_str());
+// Case names and the groups that stand for several.
+bool is_group(const std::string& a) {
+  return a == "all" || a == "decode" || a == "prefill";
 }
+
+std::vector<std::string> expand_cases(const std::vector<std::string>& args) {
+  std::vector<std::string> names;
+  for (const std::string& a : args) {
+    if (!is_group(a)) {
+      names.push_back(a);
+      continue;
+    }
+    for (auto& c : case_list()) {
+      const bool dec = c.name.rfind("prefill", 0) != 0;
+      if (a == "all" || (a == "decode") == dec) names.push_back(c.name);
+    }
+  }
+  return names;
+}
+
+struct BenchOptions {
+  std::vector<std::string> cases;
+  std::string json_path;
+  int reps = 20;
+};
 
 #if FLASHGDN_WITH_CUDA
 
@@ -361,48 +362,21 @@ BenchResult run_case(const std::string& name, int reps) {
 }
 #endif
 
-}  // namespace
-
-int run_bench(int argc, char** argv) {
-  std::vector<std::string> names;
-  std::string json_path;
-  int reps = 20;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      bench_usage();
-      return 0;
-    } else if (a == "--json" && i + 1 < argc) {
-      json_path = argv[++i];
-    } else if (a == "--reps" && i + 1 < argc) {
-      reps = std::max(3, std::atoi(argv[++i]));
-    } else if (a == "all" || a == "decode" || a == "prefill") {
-      for (auto& c : case_list()) {
-        bool dec = c.name.rfind("prefill", 0) != 0;
-        if (a == "all" || (a == "decode") == dec) names.push_back(c.name);
-      }
-    } else {
-      bool known = false;
-      for (auto& c : case_list()) known |= c.name == a;
-      if (!known) {
-        std::fprintf(stderr, "flashgdn bench: unknown case '%s'\n", a.c_str());
-        bench_usage();
-        return 2;
-      }
-      names.push_back(a);
-    }
-  }
-  if (names.empty()) {
-    bench_usage();
-    return 2;
-  }
+int run_bench(const BenchOptions& opt) {
+  const std::vector<std::string> names = expand_cases(opt.cases);
+  const int reps = opt.reps;
 #if !FLASHGDN_WITH_CUDA
+  (void)names, (void)reps;
   std::fprintf(stderr, "flashgdn bench: this build has no CUDA; the benchmark cases are GPU cases\n");
-  return 2;
+  return kExitUnavailable;
 #else
   if (!cuda_available()) {
     std::fprintf(stderr, "flashgdn bench: no CUDA device visible; the benchmark cases are GPU cases\n");
-    return 2;
+    return kExitUnavailable;
+  }
+  if (!opt.json_path.empty() && !std::ofstream(opt.json_path)) {  // before minutes of benchmarks, not after
+    std::fprintf(stderr, "flashgdn bench: --json: cannot write %s\n", opt.json_path.c_str());
+    return kExitUsage;
   }
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
@@ -438,31 +412,51 @@ int run_bench(int argc, char** argv) {
     std::printf("| %s | %.4f | %.4f | %.2f | %.0f%% | %.1f | %.4f | %.2f | %.2f |\n", r.name.c_str(), r.ms, r.eager_ms,
                 tbps, 100 * tbps / ceil.copy_tbps, tflops, floor_ms, r.ms / floor_ms, r.ws_bytes / 1e6);
   }
-  if (!json_path.empty()) {
-    FILE* f = std::fopen(json_path.c_str(), "w");
+  if (!opt.json_path.empty()) {
+    std::ofstream f(opt.json_path);
+    f << bench_report(prop.name, prop.multiProcessorCount, ceil, results).dump(2) << "\n";
     if (!f) {
-      std::fprintf(stderr, "flashgdn bench: cannot write %s\n", json_path.c_str());
-      return 1;
+      std::fprintf(stderr, "flashgdn bench: --json: cannot write %s\n", opt.json_path.c_str());
+      return kExitFailed;
     }
-    std::fprintf(f,
-                 "{\n  \"device\": \"%s\", \"sms\": %d, \"copy_tbps\": %.4f, \"gemm_tflops\": %.2f,\n  \"cases\": [\n",
-                 prop.name, prop.multiProcessorCount, ceil.copy_tbps, ceil.gemm_tflops);
-    for (size_t i = 0; i < results.size(); ++i) {
-      auto& r = results[i];
-      std::string st = r.status;
-      for (auto& ch : st)
-        if (ch == '"' || ch == '\\' || ch == '\n') ch = ' ';
-      std::fprintf(f,
-                   "    {\"case\": \"%s\", \"what\": \"%s\", \"status\": \"%s\", \"ms\": %.6f, \"eager_ms\": %.6f, "
-                   "\"bytes\": %.0f, \"flops\": %.0f, \"workspace_bytes\": %.0f}%s\n",
-                   r.name.c_str(), r.what.c_str(), st.c_str(), r.ms, r.eager_ms, r.bytes, r.flops, r.ws_bytes,
-                   i + 1 < results.size() ? "," : "");
-    }
-    std::fprintf(f, "  ]\n}\n");
-    std::fclose(f);
   }
-  return 0;
+  return kExitOk;
 #endif
+}
+
+}  // namespace
+
+Command add_bench(CLI::App& app) {
+  auto opt = std::make_shared<BenchOptions>();
+  CLI::App* sub = app.add_subcommand("bench", "run named GPU benchmark cases (a CUDA build and device)");
+  std::string cases = "Cases:\n";
+  std::vector<std::string> choices = {"all", "decode", "prefill"};
+  for (auto& c : case_list()) {
+    cases += "  " + c.name + std::string(c.name.size() < 24 ? 24 - c.name.size() : 1, ' ') + c.what + "\n";
+    choices.push_back(c.name);
+  }
+  sub->footer(
+      "Prints ms per call (CUDA-graph replay, inputs rotated beyond L2), achieved TB/s and TFLOP/s, and the\n"
+      "ratio to the floor max(bytes / copy rate, FLOPs / bf16 GEMM rate), with both ceilings measured in the\n"
+      "same run. Groups: all, decode (decode_*, mtp_*, verify_*), prefill (prefill_*).\n" +
+      cases + "Exit code 3 without a CUDA build or device.");
+  sub->add_option("cases", opt->cases, "cases or groups to run (listed below)")
+      ->required()
+      ->type_name("CASE")
+      ->check(CLI::IsMember(choices).description(""));
+  sub->add_option("--json", opt->json_path, "also write the results to FILE as JSON")
+      ->type_name("FILE")
+      ->check(CLI::Validator(
+          [choices](std::string& s) -> std::string {
+            for (auto& c : choices)
+              if (s == c) return "expected a file name, got the case name '" + s + "'";
+            return {};
+          },
+          ""));
+  sub->add_option("--reps", opt->reps, "graph replays per case")
+      ->check(integer_in<int>(3, 100000))
+      ->capture_default_str();
+  return {sub, [opt] { return run_bench(*opt); }};
 }
 
 }  // namespace flashgdn::cli

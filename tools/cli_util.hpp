@@ -1,4 +1,5 @@
-// Helpers shared by the CLI subcommands: device buffers, host<->device copies of HostTensors, timing.
+// Helpers shared by the CLI subcommands: device buffers, host<->device copies of HostTensors, timing, a CPU
+// chunk_fwd that reports progress.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "flashgdn/flashgdn.hpp"
+#include "progress.hpp"
 #include "test_util.hpp"
 
 #if FLASHGDN_WITH_CUDA
@@ -34,6 +36,36 @@ inline void check(const Status& st, const char* what) {
   if (!st.ok()) {
     std::fprintf(stderr, "flashgdn: %s failed: %s\n", what, st.message().c_str());
     throw std::runtime_error(st.message());
+  }
+}
+
+// A view of `n` heads from head `h0` along dimension `dim` (strides unchanged); absent stays absent.
+inline TensorView head_slice(TensorView t, int dim, int64_t h0, int64_t n) {
+  if (!t.defined()) return t;
+  t.data = static_cast<char*>(t.data) + h0 * t.strides[dim] * dtype_size(t.dtype);
+  t.shape[dim] = n;
+  return t;
+}
+
+// chunk_fwd on the CPU in at most `max_groups` groups of q/k heads, with progress. Heads are independent (value head h
+// reads q/k head h / (Hv / Hqk) and owns its state), so the groups' results are exactly one call's.
+inline void chunk_fwd_by_heads(const ChunkFwdParams& p, int64_t Hqk, int64_t Hv, const char* label,
+                               int64_t max_groups = 8) {
+  int64_t groups = std::min<int64_t>(Hqk, max_groups);
+  while (Hqk % groups) --groups;
+  const int64_t qh = Hqk / groups, vh = qh * (Hv / Hqk);
+  Progress progress(label, groups);
+  for (int64_t i = 0; i < groups; ++i) {
+    ChunkFwdParams s = p;
+    s.q = head_slice(p.q, 2, i * qh, qh), s.k = head_slice(p.k, 2, i * qh, qh);
+    s.v = head_slice(p.v, 2, i * vh, vh), s.o = head_slice(p.o, 2, i * vh, vh);
+    s.g = head_slice(p.g, 2, i * vh, vh), s.beta = head_slice(p.beta, 2, i * vh, vh);
+    s.A_log = head_slice(p.A_log, 0, i * vh, vh), s.dt_bias = head_slice(p.dt_bias, 0, i * vh, vh);
+    s.initial_state = head_slice(p.initial_state, 1, i * vh, vh);
+    s.final_state = head_slice(p.final_state, 1, i * vh, vh);
+    s.state_checkpoints = head_slice(p.state_checkpoints, 2, i * vh, vh);
+    check(chunk_fwd(s), label);
+    progress.update(i + 1);
   }
 }
 

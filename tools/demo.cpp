@@ -1,13 +1,15 @@
 // `flashgdn demo`: a Qwen3-Next-shaped GDN layer (Hqk=16, Hv=32, K=V=128): a varlen prefill of a few thousand
 // tokens, then decode steps on a state pool holding the prefill's final states. Runs on the GPU when present
 // (bf16 activations, fp32 state), else on the CPU (fp32), and checks every output against the fp64 oracle.
+#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cli_util.hpp"
+#include "commands.hpp"
 
 namespace flashgdn::cli {
 
@@ -19,17 +21,6 @@ struct DemoOptions {
   int steps = 4;
   uint64_t seed = 7;
 };
-
-void demo_usage() {
-  std::printf(
-      "usage: flashgdn demo [--cpu] [--tokens N] [--steps D] [--seed S]\n"
-      "  Qwen3-Next-shaped GDN workload (Hqk=16, Hv=32, K=V=128): a varlen prefill of ~N tokens in 5 sequences\n"
-      "  (one of length 0), then D decode steps on a state pool; every output is checked against the fp64 CPU\n"
-      "  oracle. Runs on the GPU when one is present (bf16 inputs, fp32 state), else on the CPU (fp32).\n"
-      "  --cpu      run on the CPU backend even when a GPU is present\n"
-      "  --tokens N total prefill tokens (default 4000)\n"
-      "  --steps D  decode steps (default 4)\n");
-}
 
 // o is [B, T, Hv, V]: head of element i.
 double o_head_err(const HostTensor& x, const HostTensor& ref, int64_t Hv, int64_t V) {
@@ -62,37 +53,7 @@ double time_op(bool gpu, int reps, bool warmup, Launch launch) {
   return (now_ms() - t0) / reps;
 }
 
-}  // namespace
-
-int run_demo(int argc, char** argv) {
-  DemoOptions opt;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&](const char* what) -> const char* {
-      if (i + 1 >= argc) throw std::runtime_error(std::string("missing value after ") + what);
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      demo_usage();
-      return 0;
-    } else if (a == "--cpu") {
-      opt.force_cpu = true;
-    } else if (a == "--tokens") {
-      opt.tokens = std::atoll(next("--tokens"));
-    } else if (a == "--steps") {
-      opt.steps = std::atoi(next("--steps"));
-    } else if (a == "--seed") {
-      opt.seed = std::strtoull(next("--seed"), nullptr, 10);
-    } else {
-      std::fprintf(stderr, "flashgdn demo: unknown option '%s'\n", a.c_str());
-      demo_usage();
-      return 2;
-    }
-  }
-  if (opt.tokens < 8 || opt.steps < 1) {
-    std::fprintf(stderr, "flashgdn demo: --tokens must be >= 8 and --steps >= 1\n");
-    return 2;
-  }
+int run_demo(const DemoOptions& opt) {
   const bool gpu = !opt.force_cpu && cuda_available();
   std::string device = "cpu";
 #if FLASHGDN_WITH_CUDA
@@ -149,7 +110,7 @@ int run_demo(int argc, char** argv) {
     ht.fill_nan();
     p.q = in.q.view(), p.k = in.k.view(), p.v = in.v.view(), p.g = in.g.view(), p.beta = in.beta.view();
     p.initial_state = in.h0.view(), p.cu_seqlens = in.cu.view(), p.o = o.view(), p.final_state = ht.view();
-    prefill_ms = time_op(false, 1, false, [&] { check(chunk_fwd(p), "chunk_fwd"); });
+    prefill_ms = time_op(false, 1, false, [&] { chunk_fwd_by_heads(p, c.Hqk, c.Hv, "      chunk_fwd (cpu)"); });
   }
   std::printf("      running the fp64 oracle...\n");
   std::fflush(stdout);
@@ -162,7 +123,7 @@ int run_demo(int argc, char** argv) {
   r.initial_state = h064.view(), r.cu_seqlens = in.cu.view(), r.o = o_ref.view(), r.final_state = ht_ref.view();
   r.exec.cpu_fp64 = true;
   double t0 = now_ms();
-  check(chunk_fwd(r), "oracle chunk_fwd");
+  chunk_fwd_by_heads(r, c.Hqk, c.Hv, "      fp64 oracle");
   double oracle_ms = now_ms() - t0;
   double e_o = test::rel_err(o, o_ref), e_oh = o_head_err(o, o_ref, Hv, V), e_h = test::rel_err(ht, ht_ref);
   std::printf(
@@ -248,7 +209,29 @@ int run_demo(int argc, char** argv) {
   pass = pass && worst_o <= tol_o && e_pool <= tol_state;
   std::printf("result: %s (tolerances: o %.0e, state %.0e; gdn-math.md §10.3)\n", pass ? "PASS" : "FAIL", tol_o,
               tol_state);
-  return pass ? 0 : 1;
+  return pass ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
+Command add_demo(CLI::App& app) {
+  auto opt = std::make_shared<DemoOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "demo", "run a Qwen3-Next-shaped prefill + decode, check it against the fp64 oracle, print times");
+  sub->footer(
+      "Qwen3-Next-shaped GDN workload (Hqk=16, Hv=32, K=V=128): a varlen prefill of ~N tokens in 5 sequences\n"
+      "(one of length 0), then D decode steps on a state pool; every output is checked against the fp64 CPU\n"
+      "oracle. Runs on the GPU when one is present (bf16 inputs, fp32 state), else on the CPU (fp32).\n"
+      "Exit code 1 when a check fails.");
+  sub->add_flag("--cpu", opt->force_cpu, "run on the CPU backend even when a GPU is present");
+  sub->add_option("--tokens", opt->tokens, "total prefill tokens")
+      ->check(integer_in<int64_t>(8, int64_t(1) << 18))
+      ->capture_default_str();
+  sub->add_option("--steps", opt->steps, "decode steps")->check(integer_in<int>(1, 1000))->capture_default_str();
+  sub->add_option("--seed", opt->seed, "seed of the random inputs")
+      ->check(integer_in<uint64_t>(0, std::numeric_limits<uint64_t>::max()))
+      ->capture_default_str();
+  return {sub, [opt] { return run_demo(*opt); }};
 }
 
 }  // namespace flashgdn::cli

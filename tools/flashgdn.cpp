@@ -1,45 +1,53 @@
-// The `flashgdn` command-line tool: `demo` and `bench`.
+// The `flashgdn` command-line tool: one subcommand per file (tools/commands.hpp), parsed by CLI11.
+// Exit codes: 0 ok, 1 a run failed, 2 usage error (nothing ran), 3 not available on this build or machine.
 #include <cstdio>
-#include <cstring>
-#include <stdexcept>
+#include <exception>
 #include <string>
+#include <vector>
 
+#include "commands.hpp"
 #include "flashgdn/flashgdn.hpp"
 
-namespace flashgdn::cli {
-int run_demo(int argc, char** argv);
-int run_bench(int argc, char** argv);
-}  // namespace flashgdn::cli
-
-static void usage() {
-  std::printf(
-      "flashgdn %s — Gated DeltaNet kernels\n"
-      "usage: flashgdn <command> [options]\n"
-      "  demo    run a Qwen3-Next-shaped prefill + decode, check it against the fp64 oracle, print times\n"
-      "  bench   run named GPU benchmark cases (flashgdn bench --help)\n"
-      "  version print the version and whether a CUDA device is usable\n"
-      "`flashgdn <command> --help` explains each command.\n",
-      flashgdn::version());
-}
-
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
-    usage();
-    return argc < 2 ? 2 : 0;
-  }
-  std::string cmd = argv[1];
+  using namespace flashgdn::cli;
+  CLI::App app{std::string("flashgdn ") + flashgdn::version() + ": Gated DeltaNet kernels", "flashgdn"};
+  // At most one command; none is a usage error reported after parsing, so that an unknown word is named
+  // ("The following arguments were not expected: frobnicate") rather than reported as a missing command.
+  app.require_subcommand(0, 1);
+  app.set_version_flag("--version", std::string("flashgdn ") + flashgdn::version());
+  app.footer(
+      "Exit codes: 0 ok, 1 a run failed, 2 usage error, 3 not available on this build or machine.\n"
+      "`flashgdn <command> --help` explains each command.");
+
+  std::vector<Command> commands = {add_demo(app), add_bench(app)};
+  CLI::App* version = app.add_subcommand("version", "print the version and whether a CUDA device is usable");
+  commands.push_back({version, [] {
+                        std::printf("flashgdn %s, CUDA device: %s\n", flashgdn::version(),
+                                    flashgdn::cuda_available() ? "yes" : "no");
+                        return kExitOk;
+                      }});
+
   try {
-    if (cmd == "demo") return flashgdn::cli::run_demo(argc - 2, argv + 2);
-    if (cmd == "bench") return flashgdn::cli::run_bench(argc - 2, argv + 2);
-    if (cmd == "version") {
-      std::printf("flashgdn %s, CUDA device: %s\n", flashgdn::version(), flashgdn::cuda_available() ? "yes" : "no");
-      return 0;
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "flashgdn %s: %s\n", cmd.c_str(), e.what());
-    return 1;
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Help and --version exit 0; every bad argument one code, with CLI11's message naming it.
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
-  std::fprintf(stderr, "flashgdn: unknown command '%s'\n", cmd.c_str());
-  usage();
-  return 2;
+  if (app.get_subcommands().empty()) {
+    std::fprintf(stderr, "flashgdn: a command is required\n%s", app.help().c_str());
+    return kExitUsage;
+  }
+  for (const Command& c : commands) {
+    if (!c.app->parsed()) continue;
+    try {
+      return c.run();
+    } catch (const CLI::ValidationError& e) {  // a check that needs more than one option's value
+      std::fprintf(stderr, "flashgdn %s: %s\n", c.app->get_name().c_str(), e.what());
+      return kExitUsage;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "flashgdn %s: %s\n", c.app->get_name().c_str(), e.what());
+      return kExitFailed;
+    }
+  }
+  return kExitUsage;  // unreachable: every subcommand is in `commands`
 }

@@ -2,8 +2,9 @@
  *
  * Every op of flashgdn.hpp has a params struct of `const DLTensor*` (NULL = absent) and scalars, an
  * initializer that fills the defaults, a workspace query where the op needs scratch, and an entry point.
- * Entry points return FLASHGDN_OK or an error code; flashgdn_last_error() then holds the message (thread
- * local, valid until the next call on this thread). No C++ exception crosses this boundary.
+ * Entry points return FLASHGDN_OK or an error code; flashgdn_copy_last_error() then copies the message into a
+ * caller buffer (flashgdn_last_error() points at it: thread local, valid until the next call on this thread).
+ * No C++ exception crosses this boundary.
  * A DLTensor with strides == NULL is compact row-major. DLPack strides are in elements.
  * `stream` is a cudaStream_t (NULL: the legacy default stream); ignored for CPU tensors.
  */
@@ -168,8 +169,22 @@ FLASHGDN_API int flashgdn_recurrent(const flashgdn_recurrent_params* p, void* wo
                                     void* stream);
 FLASHGDN_API int flashgdn_recurrent_commit(const flashgdn_recurrent_commit_params* p, void* stream);
 
-/* The message of the last failed call on this thread ("" after a success). */
+/* The message of the last failed call on this thread ("" after a success). The pointer is valid only until
+ * the next flashgdn call on this thread, which may rewrite the message: do not pass it in the same argument
+ * list as that call, e.g. printf("%d %s", flashgdn_chunk_fwd(...), flashgdn_last_error()), whose evaluation
+ * order C leaves open. flashgdn_copy_last_error() has no such trap. */
 FLASHGDN_API const char* flashgdn_last_error(void);
+/* Copies the message of the last failed call on this thread ("" after a success) into buf, with snprintf's
+ * contract: writes at most size - 1 characters and a terminating NUL (nothing when size == 0, where buf may be
+ * NULL), and returns the message's full length, so a return value >= size means it was truncated. The copy
+ * belongs to the caller and outlives later calls:
+ *   char msg[512];
+ *   if (flashgdn_chunk_fwd(&p, ws, ws_bytes, stream) != FLASHGDN_OK) {
+ *     flashgdn_copy_last_error(msg, sizeof msg);
+ *     ...
+ *   }
+ */
+FLASHGDN_API size_t flashgdn_copy_last_error(char* buf, size_t size);
 FLASHGDN_API const char* flashgdn_version(void);
 FLASHGDN_API int flashgdn_cuda_available(void);
 

@@ -1,5 +1,6 @@
 // The C ABI of include/flashgdn/flashgdn.h: DLTensor -> TensorView, C params -> C++ params, Status -> code plus a
 // thread-local message. No C++ exception crosses this boundary.
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -394,6 +395,16 @@ int flashgdn_recurrent_commit(const flashgdn_recurrent_commit_params* c, void* s
 
 const char* flashgdn_last_error(void) {
   return t_last_error.c_str();
+}
+
+size_t flashgdn_copy_last_error(char* buf, size_t size) {
+  const size_t n = t_last_error.size();
+  if (buf && size > 0) {
+    const size_t m = std::min(n, size - 1);
+    std::memcpy(buf, t_last_error.data(), m);
+    buf[m] = '\0';
+  }
+  return n;
 }
 
 const char* flashgdn_version(void) {

@@ -440,5 +440,57 @@ TEST(CppApi, WorkspaceSizeNullBytes) {
   EXPECT_TRUE(contains(st.message(), "bytes: expected a non-null pointer")) << st.message();
 }
 
+// ---- flashgdn_copy_last_error: snprintf semantics, a copy that outlives the next call ---------------------
+
+TEST(CApi, CopyLastError) {
+  FwdCase c;
+  c.p.chunk_size = 48;
+  ASSERT_EQ(c.run(), kInvalid);
+  const std::string msg = flashgdn_last_error();
+  ASSERT_TRUE(contains(msg, "chunk_size")) << msg;
+
+  // Size query: no buffer, the full length comes back.
+  EXPECT_EQ(flashgdn_copy_last_error(nullptr, 0), msg.size());
+  // Large buffer: the whole message, NUL-terminated, nothing written past the NUL.
+  std::vector<char> big(msg.size() + 16, 'x');
+  EXPECT_EQ(flashgdn_copy_last_error(big.data(), big.size()), msg.size());
+  EXPECT_EQ(std::string(big.data()), msg);
+  for (size_t i = msg.size() + 1; i < big.size(); ++i) EXPECT_EQ(big[i], 'x') << i;
+  // Exact fit and truncation: size - 1 characters and the NUL, the return value still the full length.
+  for (size_t size : {msg.size() + 1, msg.size(), size_t(5), size_t(1)}) {
+    std::vector<char> buf(size + 1, 'x');
+    EXPECT_EQ(flashgdn_copy_last_error(buf.data(), size), msg.size()) << size;
+    EXPECT_EQ(std::string(buf.data()), msg.substr(0, size - 1)) << size;
+    EXPECT_EQ(buf[size], 'x') << "wrote past size " << size;
+  }
+  // size 0 with a buffer writes nothing.
+  char one = 'x';
+  EXPECT_EQ(flashgdn_copy_last_error(&one, 0), msg.size());
+  EXPECT_EQ(one, 'x');
+
+  // The copy outlives a later call that rewrites the message: here a different error, then a success.
+  std::vector<char> kept(msg.size() + 1);
+  flashgdn_copy_last_error(kept.data(), kept.size());
+  c.p.chunk_size = 64;
+  c.p.o = nullptr;
+  ASSERT_EQ(c.run(), kInvalid);
+  const std::string other = flashgdn_last_error();
+  EXPECT_NE(other, msg);
+  EXPECT_EQ(std::string(kept.data()), msg);
+  c.p.o = &c.o.t;
+  ASSERT_EQ(c.run(), FLASHGDN_OK) << flashgdn_last_error();
+  EXPECT_EQ(flashgdn_copy_last_error(kept.data(), kept.size()), 0u);
+  EXPECT_STREQ(kept.data(), "");
+
+  // Thread local: another thread's failure leaves this thread's (empty) message alone.
+  std::thread([] {
+    flashgdn_chunk_fwd_params bad;
+    flashgdn_chunk_fwd_params_init(&bad);
+    EXPECT_NE(flashgdn_chunk_fwd(&bad, nullptr, 0, nullptr), FLASHGDN_OK);
+    EXPECT_GT(flashgdn_copy_last_error(nullptr, 0), 0u);
+  }).join();
+  EXPECT_EQ(flashgdn_copy_last_error(nullptr, 0), 0u);
+}
+
 }  // namespace
 }  // namespace flashgdn::test

@@ -1,0 +1,15 @@
+# One CLI case: runs CMD, checks its exit code against RC and that its stdout + stderr match every
+# regular expression in MATCH. Lists are joined by "@@". Run as: cmake -DCMD=a@@b -DRC=2 -DMATCH=x@@y -P expect.cmake
+string(REPLACE "@@" ";" CMD "${CMD}")
+string(REPLACE "@@" ";" MATCH "${MATCH}")
+execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 600)
+set(all "${out}${err}")
+if(NOT "${rc}" STREQUAL "${RC}")
+  message(FATAL_ERROR "`${CMD}` exited with ${rc}, expected ${RC}; output:\n${all}")
+endif()
+foreach(re IN LISTS MATCH)
+  if(NOT all MATCHES "${re}")
+    message(FATAL_ERROR "`${CMD}`: output does not match '${re}':\n${all}")
+  endif()
+endforeach()
+message(STATUS "`${CMD}` -> ${rc}:\n${all}")
