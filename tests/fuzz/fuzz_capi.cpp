@@ -317,6 +317,7 @@ void mutate(FuzzedDataProvider& f, Problem& pb) {
         if (f.ConsumeBool()) {
           a.dtype = f.PickValueInArray(kAll);
           a.dl_dtype = dl(a.dtype);
+          a.hostile_dtype = false;
         } else {
           DLDataType d{f.ConsumeIntegral<uint8_t>(), f.ConsumeIntegral<uint8_t>(), f.ConsumeIntegral<uint16_t>()};
           DType known;
@@ -330,6 +331,7 @@ void mutate(FuzzedDataProvider& f, Problem& pb) {
                     : d.bits == 32      ? DType::f32
                                         : DType::f64;
             a.dtype = known;
+            a.hostile_dtype = false;
           } else {
             a.hostile_dtype = true;
           }
@@ -390,6 +392,8 @@ void apply_aliases(Problem& pb) {
     if (a.alias_of < 0 || !a.present || a.t.data == nullptr) continue;
     Arg& in = pb.args[size_t(a.alias_of)];
     if (!in.present || in.t.data == nullptr) continue;
+    int64_t in_numel;
+    if (extent_bytes(in, &in_numel) <= 0 || in_numel == 0) continue;  // an empty input owns no bytes to overlap
     int64_t numel;
     const int64_t bytes = extent_bytes(a, &numel);
     if (bytes < 0 || numel == 0 || size_t(bytes) > in.len || a.misalign || a.byte_offset || a.wrap_offset) continue;
@@ -574,7 +578,7 @@ void fuzz_chunk_fwd(FuzzedDataProvider& f, bool workspace_query) {
   h0.present = f.ConsumeBool();
   ht.present = f.ConsumeBool();
   ck.present = f.ConsumeIntegralInRange(0, 3) == 0;
-  p.checkpoint_interval = o.chunk * f.ConsumeIntegralInRange(1, 2);
+  p.checkpoint_interval = int64_t(o.chunk) * f.ConsumeIntegralInRange(1, 2);  // o.chunk may be hostile
   mutate(f, pb);
   materialize(pb);
   fill_indices(f, pb, d.T, d.T);
