@@ -160,6 +160,7 @@ int64_t hostile_index(FuzzedDataProvider& f, int64_t near) {
 // a negative stride on a dim it steps over, an extent past int64).
 int64_t extent_bytes(const Arg& a, int64_t* numel) {
   *numel = 1;
+  if (a.t.ndim < 0 || a.t.ndim > 6) return -1;  // never described validly: the library rejects the ndim
   for (int i = 0; i < a.t.ndim; ++i) {
     if (a.shape[i] < 0) return -1;
     if (a.shape[i] == 0) *numel = 0;
@@ -305,7 +306,7 @@ void mutate(FuzzedDataProvider& f, Problem& pb) {
         a.present = !a.present;
         break;
       case 1:
-        if (a.t.ndim > 0) a.shape[f.ConsumeIntegralInRange(0, a.t.ndim - 1)] = hostile_dim(f);
+        if (a.t.ndim > 0) a.shape[f.ConsumeIntegralInRange(0, std::min<int32_t>(a.t.ndim, 8) - 1)] = hostile_dim(f);
         break;
       case 2:
         a.t.ndim = f.ConsumeBool() ? f.ConsumeIntegralInRange(-2, 8) : a.t.ndim + (f.ConsumeBool() ? 1 : -1);
@@ -347,15 +348,17 @@ void mutate(FuzzedDataProvider& f, Problem& pb) {
       case 5: {  // explicit strides: compact, padded or permuted (honest), or hostile
         a.explicit_strides = true;
         if (!compact_strides(a)) break;
+        const int nd = std::max(0, std::min<int32_t>(a.t.ndim, 8));
         const int mode = f.ConsumeIntegralInRange(0, 3);
-        if (mode == 1 && a.t.ndim > 0) {  // pad the outer dims
+        if (mode == 1 && nd > 0) {  // pad the outer dims (saturating: an overflowing stride is just hostile)
           const int64_t pad = f.ConsumeIntegralInRange<int64_t>(1, 3);
-          for (int d = 0; d + 1 < a.t.ndim; ++d) a.strides[d] *= pad;
-        } else if (mode == 2 && a.t.ndim >= 2) {  // swap two strides
-          const int i = f.ConsumeIntegralInRange(0, a.t.ndim - 1), j = f.ConsumeIntegralInRange(0, a.t.ndim - 1);
+          for (int d = 0; d + 1 < nd; ++d)
+            if (__builtin_mul_overflow(a.strides[d], pad, &a.strides[d])) a.strides[d] = INT64_MAX;
+        } else if (mode == 2 && nd >= 2) {  // swap two strides
+          const int i = f.ConsumeIntegralInRange(0, nd - 1), j = f.ConsumeIntegralInRange(0, nd - 1);
           std::swap(a.strides[i], a.strides[j]);
-        } else if (mode == 3 && a.t.ndim > 0) {
-          a.strides[f.ConsumeIntegralInRange(0, a.t.ndim - 1)] = hostile_dim(f);
+        } else if (mode == 3 && nd > 0) {
+          a.strides[f.ConsumeIntegralInRange(0, nd - 1)] = hostile_dim(f);
         }
         break;
       }
