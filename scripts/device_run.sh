@@ -82,8 +82,9 @@ if has sanitize; then
       [ $rc -eq 124 ] && summ="timed out after ${lim} s in $(grep -E '^\[ RUN' "$log" | tail -1 | awk '{print $4}')"
       slow=$(grep -E '^\[       OK \]' "$log" | sed -E 's/.*OK \] ([^ ]+) \(([0-9]+) ms\)/\2 \1/' | sort -rn | head -3 |
         awk '{printf "%s%s %s", (NR>1?", ":""), $2, $1}')
-      fails=$(grep -cE '^\[  FAILED  \] [A-Za-z]' "$log")
-      echo "| $tool | $suite | $rc | $summ; $(( $(date +%s) - t0 )) s; $fails failed | $slow |" >>"$san"
+      fails=$(grep -cE '^\[  FAILED  \] [A-Za-z].* \([0-9]+ ms\)$' "$log")
+      skips=$(grep -cE '^\[  SKIPPED \] [A-Za-z].* \([0-9]+ ms\)$' "$log")  # all skipped: no GPU was seen, nothing was checked
+      echo "| $tool | $suite | $rc | $summ; $(( $(date +%s) - t0 )) s; $fails failed, $skips skipped | $slow |" >>"$san"
     done
   done
   cat "$san" | tee -a "$summary"
