@@ -524,10 +524,13 @@ Status check_chunk_size(const Ctx& c, int32_t chunk_size) {
 }
 
 // Per-row token counts when they are readable: T for every row (fixed length) or from cu_seqlens.
-// Returns false when cu_seqlens lives on the device (values unknown).
+// Returns false when cu_seqlens lives on the device (values unknown), or when the rows are B fixed-length rows of
+// no token: they touch nothing, so there is nothing to check, and B (not bounded by any tensor's memory then)
+// must not size an allocation.
 bool row_lengths(const Ctx& c, const SeqDims& d, const TensorView& cu, std::vector<int64_t>* lens, Status* st) {
   if (!d.varlen) {
-    lens->assign(size_t(d.N), d.T);
+    if (d.T == 0) return false;
+    lens->assign(size_t(d.N), d.T);  // N = B <= B * T * Hv <= 2^31 - 1 rows of v
     return true;
   }
   if (!readable(c, cu)) return false;

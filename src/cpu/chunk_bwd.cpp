@@ -358,7 +358,10 @@ void run(const ChunkBwdParams& p, const SeqDims& d) {
         if (dbeta.present) dbeta.set(0.0, 0, t, h);
       }
   }
-  parallel_for(d.N * d.Hv, p.exec.cpu_threads, [&](int64_t item) { run_head<R>(p, d, item / d.Hv, item % d.Hv, &sc); });
+  // Without tokens only dh0 comes from the per-head pass: skip the N * Hv (sequence, head) pairs otherwise.
+  if (d.B * d.T > 0 || p.dh0.defined())
+    parallel_for(d.N * d.Hv, p.exec.cpu_threads,
+                 [&](int64_t item) { run_head<R>(p, d, item / d.Hv, item % d.Hv, &sc); });
 
   // GQA: dq/dk of q/k head i = sum over its value heads, in head order (deterministic); then the l2norm chain.
   const int64_t r = d.group();

@@ -126,6 +126,34 @@ TEST(Hardening, VarlenOfEmptyRowsReturnsAtOnce) {
   EXPECT_LT(seconds_since(t0), 2.0);
 }
 
+// B fixed-length rows of no token: B is bounded only by N * Hv, so neither validation nor a backend may size
+// anything by it (a per-row length table of 2^31 rows was 16 GiB).
+TEST(Hardening, EmptyRowsOfHugeBatchReturnAtOnce) {
+  const int64_t B = 2147483647;
+  EmptyBuf q({B, 0, 1, 1}), k({B, 0, 1, 1}), v({B, 0, 1, 1}), o({B, 0, 1, 1});
+  flashgdn_recurrent_params p;
+  flashgdn_recurrent_params_init(&p);
+  p.q = &q.t, p.k = &k.t, p.v = &v.t, p.o = &o.t;
+  p.exec.check_indices = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(flashgdn_recurrent(&p, nullptr, 0, nullptr), FLASHGDN_OK) << flashgdn_last_error();
+  // chunk_bwd with only the gate-parameter gradient asked for: dA_log = sum over no token = 0, no per-head pass.
+  EmptyBuf g({B, 0, 1}), dq({B, 0, 1, 1}), dk({B, 0, 1, 1}), dv({B, 0, 1, 1});
+  float A_log = 0.5f, dA_log = 7.f;
+  int64_t hv_shape[1] = {1};
+  DLTensor A{&A_log, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, hv_shape, nullptr, 0};
+  DLTensor dA{&dA_log, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, hv_shape, nullptr, 0};
+  flashgdn_chunk_bwd_params b;
+  flashgdn_chunk_bwd_params_init(&b);
+  b.q = &q.t, b.k = &k.t, b.v = &v.t, b.g = &g.t, b.A_log = &A, b.d_o = &o.t, b.dq = &dq.t, b.dk = &dk.t;
+  b.dv = &dv.t, b.dA_log = &dA;
+  b.gate.use_gate_in_kernel = 1;
+  EXPECT_EQ(flashgdn_chunk_bwd(&b, nullptr, 0, nullptr), FLASHGDN_OK) << flashgdn_last_error();
+  EXPECT_EQ(dA_log, 0.f);
+  EXPECT_LT(seconds_since(t0), 2.0);
+  EXPECT_TRUE(q.untouched() && k.untouched() && v.untouched() && o.untouched() && g.untouched());
+}
+
 // ---- 2. unbounded memory on all-empty tensors -------------------------------------------------------------------
 
 TEST(Hardening, HugeStatePerHeadRejected) {
