@@ -49,13 +49,45 @@ if has gputest; then
 fi
 
 if has sanitize; then
+  # compute-sanitizer over the whole GPU suite (the device-index fuzz CudaIndexFuzz.* included), one process per
+  # test suite so that a suite past its time limit costs only its own slot and the log names the test it was in.
+  #   SANITIZE_TOOLS   (default "memcheck racecheck"); one tool per device command keeps each under 10 minutes
+  #   SANITIZE_FILTER  gtest filter (default: every test)
+  #   SANITIZE_BUDGET  seconds for all tools together (default 540): a suite gets what is left, at most
+  #   SANITIZE_SUITE_TIMEOUT (default 400)
+  # $OUT/sanitize.md: per tool and suite the status, the sanitizer summary and the slowest tests.
   step compute-sanitizer
-  filt=${SANITIZE_FILTER:-CudaRecurrent.DecodeSentinelSlots:CudaRecurrent.SlotTableWithNumAccepted:CudaRecurrent.VarlenWithEmptyRowsOnPool:CudaRecurrent.VerifyThenCommit:CudaRecurrent.DecodeLargeBatchKMajorPools:CudaRecurrent.DecodeWideTilesOn16BitPools:CudaChunkFwd.LengthsAroundTheChunk:CudaChunkFwd.VarlenWithEmptySequences:CudaChunkFwd.SegmentSplitOnAndOff:CudaRecurrent.EveryKernelForced:CudaGating.*}
-  for tool in memcheck racecheck; do
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B/flashgdn_gpu_tests --gtest_brief=1 \
-      --gtest_filter="$filt" >"$LOG/sanitize_$tool.log" 2>&1
-    echo "compute-sanitizer $tool rc=$? : $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/sanitize_$tool.log" | tail -1)" | tee -a "$summary"
+  san=$OUT/sanitize.md
+  echo "| tool | suite | rc | summary | slowest tests (ms under the tool) |" >"$san"
+  echo "|---|---|---|---|---|" >>"$san"
+  $B/flashgdn_gpu_tests --gtest_list_tests --gtest_filter="${SANITIZE_FILTER:-*}" |
+    awk '/^[^ ]/{s=$1} /^  /{print s $1}' >"$LOG/sanitize_tests.txt"
+  suites=$(sed 's/\..*//' "$LOG/sanitize_tests.txt" | uniq)
+  t_start=$(date +%s)
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+    for suite in $suites; do
+      left=$(( ${SANITIZE_BUDGET:-540} - ($(date +%s) - t_start) ))
+      lim=$(( left < ${SANITIZE_SUITE_TIMEOUT:-400} ? left : ${SANITIZE_SUITE_TIMEOUT:-400} ))
+      log="$LOG/sanitize_${tool}_${suite}.log"
+      if [ "$lim" -le 10 ]; then
+        echo "| $tool | $suite | not run | time budget spent | |" >>"$san"
+        continue
+      fi
+      filt=$(grep "^${suite}\." "$LOG/sanitize_tests.txt" | paste -sd:)
+      t0=$(date +%s)
+      timeout "$lim" compute-sanitizer --tool "$tool" --error-exitcode 9 $B/flashgdn_gpu_tests \
+        --gtest_filter="$filt" >"$log" 2>&1
+      rc=$?
+      summ=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
+      [ $rc -eq 124 ] && summ="timed out after ${lim} s in $(grep -E '^\[ RUN' "$log" | tail -1 | awk '{print $4}')"
+      slow=$(grep -E '^\[       OK \]' "$log" | sed -E 's/.*OK \] ([^ ]+) \(([0-9]+) ms\)/\2 \1/' | sort -rn | head -3 |
+        awk '{printf "%s%s %s", (NR>1?", ":""), $2, $1}')
+      fails=$(grep -cE '^\[  FAILED  \] [A-Za-z].* \([0-9]+ ms\)$' "$log")
+      skips=$(grep -cE '^\[  SKIPPED \] [A-Za-z].* \([0-9]+ ms\)$' "$log")  # all skipped: no GPU was seen, nothing was checked
+      echo "| $tool | $suite | $rc | $summ; $(( $(date +%s) - t0 )) s; $fails failed, $skips skipped | $slow |" >>"$san"
+    done
   done
+  cat "$san" | tee -a "$summary"
 fi
 
 if has demo; then

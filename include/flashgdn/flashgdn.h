@@ -30,7 +30,8 @@ typedef enum {
   FLASHGDN_ERROR_INVALID_ARGUMENT = 1,
   FLASHGDN_ERROR_UNSUPPORTED = 2,
   FLASHGDN_ERROR_CUDA = 3,
-  FLASHGDN_ERROR_INTERNAL = 4
+  FLASHGDN_ERROR_INTERNAL = 4,
+  FLASHGDN_ERROR_OUT_OF_MEMORY = 5 /* a host allocation failed (every size is bounded by validation first) */
 } flashgdn_status;
 
 typedef enum { FLASHGDN_STATE_K_MAJOR = 0, FLASHGDN_STATE_V_MAJOR = 1 } flashgdn_state_layout;

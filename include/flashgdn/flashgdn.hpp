@@ -63,6 +63,7 @@ enum class StatusCode : int32_t {
   unsupported = 2,       // valid request this build or device does not implement
   cuda_error = 3,        // a CUDA runtime call failed
   internal = 4,
+  out_of_memory = 5,  // a host allocation failed (every size is bounded by validation first)
 };
 
 // Result of every call. The message names the argument, says what was expected and what was found,

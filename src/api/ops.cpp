@@ -10,6 +10,7 @@
 #include <deque>
 #include <exception>
 #include <new>
+#include <stdexcept>
 #include <vector>
 
 #include "api/internal.hpp"
@@ -29,7 +30,9 @@ Status guarded(const char* op, F&& f) {
   try {
     return f();
   } catch (const std::bad_alloc&) {
-    return FGDN_ERROR(internal, op, ": out of host memory");
+    return FGDN_ERROR(out_of_memory, op, ": out of host memory");
+  } catch (const std::length_error& e) {  // a container past max_size(): an allocation no memory can hold
+    return FGDN_ERROR(out_of_memory, op, ": out of host memory (", e.what(), ")");
   } catch (const std::exception& e) {
     return FGDN_ERROR(internal, op, ": unexpected exception: ", e.what());
   } catch (...) {

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "api/internal.hpp"
+#include "common/checked.hpp"
 
 namespace flashgdn {
 
@@ -41,18 +42,18 @@ int64_t dtype_size(DType dt) {
   return 0;
 }
 
+// -1 when the shape has a negative size or its product does not fit in int64 (only an unvalidated view can).
 int64_t TensorView::numel() const {
   if (ndim < 0) return 0;
-  int64_t n = 1;
-  for (int i = 0; i < ndim; ++i) n *= shape[i];
-  return n;
+  return detail::checked_product(shape, ndim < kMaxDims ? ndim : kMaxDims);
 }
 
 bool TensorView::is_contiguous() const {
+  if (ndim > kMaxDims) return false;
   int64_t expect = 1;
   for (int i = ndim - 1; i >= 0; --i) {
     if (shape[i] != 1 && strides[i] != expect) return false;
-    expect *= shape[i];
+    if (!detail::checked_mul(expect, shape[i], &expect)) return false;
   }
   return true;
 }
@@ -64,13 +65,16 @@ TensorView make_tensor(void* data, DType dtype, std::initializer_list<int64_t> s
   t.dtype = dtype;
   t.device = device;
   t.device_id = device_id;
+  // More than kMaxDims dims keep their count (validation rejects it) but only kMaxDims sizes are stored.
   t.ndim = int32_t(shape.size());
   int i = 0;
-  for (int64_t s : shape) t.shape[i++] = s;
+  for (int64_t s : shape)
+    if (i < kMaxDims) t.shape[i++] = s;
+  // Compact strides; a product past int64 saturates (validation then rejects the view by its extent).
   int64_t st = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
+  for (int d = i - 1; d >= 0; --d) {
     t.strides[d] = st;
-    st *= t.shape[d];
+    if (!detail::checked_mul(st, t.shape[d], &st)) st = INT64_MAX;
   }
   return t;
 }

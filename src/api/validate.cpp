@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "api/internal.hpp"
+#include "common/checked.hpp"
 #include "common/dtype.hpp"
 #include "common/error.hpp"
 
@@ -26,6 +27,9 @@ using detail::str_cat;
 
 // The GPU kernels index token-head rows in int32 (elements in int64): keep every count below 2^31.
 constexpr int64_t kInt32Max = 2147483647;
+// K * V of one head's state: every backend holds one such state per (sequence, head) in flight (the CPU one
+// per thread, in fp32 or fp64: at most 128 MiB). 2^24 = 4096 x 4096, far past any head dim in use.
+constexpr int64_t kMaxStateElems = int64_t(1) << 24;
 
 // ---- formatting -------------------------------------------------------------------------------------------
 
@@ -105,16 +109,9 @@ struct Ctx {
   std::string cpu_note(DSet s) const { return cuda && (s & kF32) ? " (on CUDA)" : ""; }
 };
 
-// Element count, or -1 when the product overflows int64.
+// Element count, or -1 when the product overflows int64 (or a size is negative).
 int64_t safe_numel(const TensorView& t) {
-  int64_t n = 1;
-  for (int i = 0; i < t.ndim; ++i) {
-    if (t.shape[i] == 0) return 0;
-  }
-  for (int i = 0; i < t.ndim; ++i) {
-    if (__builtin_mul_overflow(n, t.shape[i], &n)) return -1;
-  }
-  return n;
+  return detail::checked_product(t.shape, t.ndim);
 }
 
 // Largest element offset (sum of stride * (size - 1)); strides are non-negative here. -1 on overflow.
@@ -268,16 +265,25 @@ Status check_tensors(Ctx& c, std::initializer_list<Arg> args) {
                             "supported), got strides ", strides_str(t), " for shape ", shape_str(t));
     }
     const int64_t span = max_offset(t);
+    const int64_t es = dtype_size(t.dtype);
     int64_t bytes;
-    if (span < 0 || __builtin_mul_overflow(span + 1, dtype_size(t.dtype), &bytes))
+    if (span < 0 || span == INT64_MAX || !detail::checked_mul(span + 1, es, &bytes))
       return FGDN_INVALID(c.op, ": ", a.name, ": expected strides whose byte extent fits in int64, got strides ",
                           strides_str(t));
+    // Elements are read and written through typed pointers: the address must be a multiple of the element size.
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(t.data);
+    if (lo % uintptr_t(es) != 0)
+      return FGDN_INVALID(c.op, ": ", a.name, ": expected a data pointer (data + byte_offset) aligned to ", es,
+                          " bytes (the size of ", dtype_name(t.dtype), "), got address ", t.data);
+    uintptr_t hi;
+    if (__builtin_add_overflow(lo, uintptr_t(bytes), &hi))
+      return FGDN_INVALID(c.op, ": ", a.name, ": expected the tensor's bytes inside the address space, got address ",
+                          t.data, " with an extent of ", bytes, " bytes (the end wraps)");
     if (a.role != Role::input && may_self_alias(t))
       return FGDN_INVALID(c.op, ": ", a.name, ": expected output strides that map distinct indices to distinct ",
                           "addresses, got strides ", strides_str(t), " for shape ", shape_str(t));
     if (c.cuda && a.dense && t.ndim > 0) {
       // Vectorized 16-byte loads and stores along the last dim.
-      const int64_t es = dtype_size(t.dtype);
       if (t.shape[t.ndim - 1] > 1 && t.strides[t.ndim - 1] != 1)
         return FGDN_INVALID(c.op, ": ", a.name, ": expected a contiguous last dim on CUDA (stride 1), got strides ",
                             strides_str(t));
@@ -402,6 +408,16 @@ Status check_cu_values(const Ctx& c, const TensorView& cu, int64_t T, std::vecto
   return Status::OK();
 }
 
+// The product of `dims` (each >= 0) is at most `limit`; checked without forming an overflowing product.
+Status check_bounded_product(const Ctx& c, const char* name, const char* what, std::initializer_list<int64_t> dims,
+                             int64_t limit) {
+  const int64_t n = detail::checked_product(dims);
+  if (n < 0 || n > limit)
+    return FGDN_INVALID(c.op, ": ", name, ": expected at most ", limit, " ", what, ", got ", list_str(dims),
+                        n < 0 ? std::string(" (past 2^63 - 1)") : str_cat(" = ", n));
+  return Status::OK();
+}
+
 // ---- the shared token-major part of chunk_fwd, chunk_bwd and recurrent ---------------------------------------
 
 struct SeqArgs {
@@ -477,10 +493,15 @@ Status check_seq(const Ctx& c, const SeqArgs& s, const GateOptions& gate, float 
     N = s.cu_seqlens.shape[0] - 1;
   }
 
-  // int32 row indexing of the GPU kernels: token-head rows of q/k and of v.
-  if (B * T * std::max(Hv, Hqk) > kInt32Max)
-    return FGDN_INVALID(c.op, ": v: expected B * T * Hv <= 2^31 - 1 token-head rows (int32 row indexing), got ",
-                        B * T * std::max(Hv, Hqk));
+  // Bounds on the dims and on every product of them a backend forms, before any is formed: a tensor with a zero
+  // dim has no elements whatever its other dims say, so the per-tensor element limit does not bound them.
+  FGDN_RETURN_IF_ERROR(check_bounded_product(c, "v", "B * T * Hv token-head rows (int32 row indexing)",
+                                             {B, T, std::max(Hv, Hqk)}, kInt32Max));
+  FGDN_RETURN_IF_ERROR(check_bounded_product(c, s.cu_seqlens.defined() ? "cu_seqlens" : "v",
+                                             "N * Hv (sequence, value head) pairs", {N, Hv}, kInt32Max));
+  FGDN_RETURN_IF_ERROR(check_bounded_product(c, "v", "Hv value heads", {Hv}, kInt32Max));
+  FGDN_RETURN_IF_ERROR(check_bounded_product(
+      c, "v", "K * V elements of one head's state (K = q.shape[3], V = v.shape[3])", {K, V}, kMaxStateElems));
 
   FGDN_RETURN_IF_ERROR(check_cuda_head_dims(c, "q", K, "v", V));
 
@@ -503,10 +524,13 @@ Status check_chunk_size(const Ctx& c, int32_t chunk_size) {
 }
 
 // Per-row token counts when they are readable: T for every row (fixed length) or from cu_seqlens.
-// Returns false when cu_seqlens lives on the device (values unknown).
+// Returns false when cu_seqlens lives on the device (values unknown), or when the rows are B fixed-length rows of
+// no token: they touch nothing, so there is nothing to check, and B (not bounded by any tensor's memory then)
+// must not size an allocation.
 bool row_lengths(const Ctx& c, const SeqDims& d, const TensorView& cu, std::vector<int64_t>* lens, Status* st) {
   if (!d.varlen) {
-    lens->assign(size_t(d.N), d.T);
+    if (d.T == 0) return false;
+    lens->assign(size_t(d.N), d.T);  // N = B <= B * T * Hv <= 2^31 - 1 rows of v
     return true;
   }
   if (!readable(c, cu)) return false;
@@ -595,6 +619,9 @@ Status validate(const ChunkBwdParams& p, SeqDims* d) {
                                  p.state_layout, p.exec, &dims));
   const int64_t B = dims.B, T = dims.T, N = dims.N, Hqk = dims.Hqk, Hv = dims.Hv, K = dims.K, V = dims.V;
   FGDN_RETURN_IF_ERROR(check_chunk_size(c, p.chunk_size));
+  // The GQA reduction keeps dq and dk per value head before summing them over the group.
+  FGDN_RETURN_IF_ERROR(
+      check_bounded_product(c, "v", "B * T * Hv * K elements of the per-value-head dq, dk", {B, T, Hv, K}, kInt32Max));
   FGDN_RETURN_IF_ERROR(check_state(c, "initial_state", p.initial_state, p.state_layout, N, Hv, K, V));
 
   FGDN_RETURN_IF_ERROR(check_like(c, "d_o", p.d_o, "[B, T, Hv, V]", {B, T, Hv, V}, "v", p.v));
@@ -908,6 +935,12 @@ Status validate(const RecurrentCommitParams& p, CommitDims* d) {
     return FGDN_INVALID(c.op, ": intermediate_states: expected at least N = ", N,
                         " rows N_buf (intermediate_indices is absent: row n uses entry n), got ", shape_str(is));
   }
+  // An empty pool or buffer bounds none of these: bound them as recurrent does.
+  FGDN_RETURN_IF_ERROR(
+      check_bounded_product(c, "state_indices", "N * Hv (row, value head) pairs", {N, dims.Hv}, kInt32Max));
+  FGDN_RETURN_IF_ERROR(check_bounded_product(c, "state_pool", "Hv value heads", {dims.Hv}, kInt32Max));
+  FGDN_RETURN_IF_ERROR(check_bounded_product(c, "state_pool", "elements of one head's state (the two inner dims)",
+                                             {dims.K, dims.V}, kMaxStateElems));
   FGDN_RETURN_IF_ERROR(check_cuda_head_dims(c, "state_pool", dims.K, "state_pool", dims.V));
   FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
 

@@ -6,6 +6,7 @@
 #include <new>
 #include <string>
 
+#include "common/checked.hpp"
 #include "common/error.hpp"
 #include "flashgdn/flashgdn.h"
 #include "flashgdn/flashgdn.hpp"
@@ -32,7 +33,7 @@ int run_c(const char* op, F&& f) {
     } catch (...) {
       t_last_error.clear();  // no memory even for the message
     }
-    return FLASHGDN_ERROR_INTERNAL;
+    return FLASHGDN_ERROR_OUT_OF_MEMORY;
   } catch (const std::exception& e) {
     return finish(FGDN_ERROR(internal, op, ": unexpected exception: ", e.what()));
   } catch (...) {
@@ -88,8 +89,29 @@ bool to_dtype(DLDataType t, DType* out) {
   return true;
 }
 
-// A NULL DLTensor pointer is an absent tensor. strides == NULL means compact row-major; byte_offset is added to
-// data. Pinned host memory (kDLCUDAHost) is host memory and runs on the CPU backend.
+// A DLPack dtype as its framework name: "uint8", "float16", "bfloat16", "complex64", "float32x4" (lanes > 1).
+std::string dl_dtype_name(DLDataType t) {
+  static constexpr const char* kCodes[] = {"int", "uint", "float", "opaque_handle", "bfloat", "complex", "bool"};
+  std::string s = t.code < sizeof(kCodes) / sizeof(kCodes[0]) ? std::string(kCodes[t.code])
+                                                              : detail::str_cat("dlpack_code", int(t.code), "_");
+  s += std::to_string(int(t.bits));
+  if (t.lanes != 1) s += detail::str_cat("x", int(t.lanes));
+  return s;
+}
+
+// The device type as the integer it holds: a value outside DLDeviceType must not be read through the enum
+// (loading an out-of-range value of an enum without a fixed underlying type is undefined behaviour in C++).
+int32_t dl_device_code(const DLDevice& d) {
+  static_assert(sizeof(d.device_type) == sizeof(int32_t), "DLDeviceType is an int-sized C enum");
+  int32_t code;
+  std::memcpy(&code, &d.device_type, sizeof(code));
+  return code;
+}
+
+// The one reader of a caller's DLTensor. A NULL DLTensor pointer is an absent tensor. strides == NULL means
+// compact row-major; byte_offset is added to data. Pinned host memory (kDLCUDAHost) is host memory and runs on
+// the CPU backend. Everything computed here from caller values is overflow-checked: the shape is not validated
+// yet (validate.cpp does that), so its compact strides and data + byte_offset may not fit.
 Status to_view(const char* op, const char* name, const DLTensor* t, TensorView* out) {
   *out = TensorView{};
   if (!t) return Status::OK();
@@ -98,9 +120,9 @@ Status to_view(const char* op, const char* name, const DLTensor* t, TensorView* 
   if (t->ndim > 0 && !t->shape) return FGDN_INVALID(op, ": ", name, ": expected a shape array, got shape == NULL");
   if (!to_dtype(t->dtype, &out->dtype))
     return FGDN_INVALID(op, ": ", name, ": expected a DLPack dtype of float16/32/64, bfloat16, int32 or int64 with ",
-                        "lanes == 1, got code ", int(t->dtype.code), " bits ", int(t->dtype.bits), " lanes ",
-                        int(t->dtype.lanes));
-  switch (t->device.device_type) {
+                        "lanes == 1, got ", dl_dtype_name(t->dtype));
+  const int32_t device = dl_device_code(t->device);
+  switch (device) {
     case kDLCPU:
     case kDLCUDAHost:
       out->device = DeviceType::cpu;
@@ -112,16 +134,29 @@ Status to_view(const char* op, const char* name, const DLTensor* t, TensorView* 
       break;
     default:
       return FGDN_INVALID(op, ": ", name, ": expected a device of kDLCPU, kDLCUDAHost or kDLCUDA, got ",
-                          dl_device_name(int32_t(t->device.device_type)), " (", int(t->device.device_type), ")");
+                          dl_device_name(device), " (", device, ")");
   }
   out->ndim = t->ndim;
-  int64_t compact = 1;
+  int64_t compact = 1;  // product of the dims after d: the compact stride of dim d
   for (int d = t->ndim - 1; d >= 0; --d) {
     out->shape[d] = t->shape[d];
-    out->strides[d] = t->strides ? t->strides[d] : compact;
-    compact *= t->shape[d];
+    if (t->strides) {
+      out->strides[d] = t->strides[d];
+    } else {
+      out->strides[d] = compact;
+      if (!detail::checked_mul(compact, t->shape[d], &compact))
+        return FGDN_INVALID(op, ": ", name, ": expected a shape whose compact strides fit in int64 (strides == NULL), ",
+                            "got dims ", d, ".. of ", name, " whose product exceeds 2^63 - 1");
+    }
   }
-  out->data = t->data ? static_cast<char*>(t->data) + t->byte_offset : nullptr;
+  if (t->data) {
+    uintptr_t p;
+    if (__builtin_add_overflow(reinterpret_cast<uintptr_t>(t->data), t->byte_offset, &p))
+      return FGDN_INVALID(op, ": ", name,
+                          ": expected data + byte_offset inside the address space, got data = ", t->data,
+                          " and byte_offset = ", t->byte_offset, " (the sum wraps)");
+    out->data = reinterpret_cast<void*>(p);
+  }
   return Status::OK();
 }
 

@@ -24,6 +24,11 @@ inline void append_piece(std::string& s, const std::string& v) {
 inline void append_piece(std::string& s, char v) {
   s.push_back(v);
 }
+inline void append_piece(std::string& s, const void* v) {  // an address, as 0x...
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%p", v);
+  s.append(buf);
+}
 inline void append_piece(std::string& s, bool v) {
   s.append(v ? "true" : "false");
 }

@@ -284,6 +284,7 @@ template <class R>
 void run_head(const ChunkBwdParams& p, const SeqDims& d, int64_t n, int64_t h, Scratch<R>* sc) {
   const SeqRange sr = seq_range(p.cu_seqlens, d, n);
   const int64_t K = d.K, V = d.V, L = sr.len;
+  if (L == 0 && !p.dh0.defined()) return;  // an empty sequence has only dh0 to write: allocate nothing
   std::vector<R> S0(static_cast<size_t>(K * V), R(0));
   if (p.initial_state.defined()) state_ref(p.initial_state, p.state_layout, n, h).load(S0.data(), K, V);
   HeadInputs<R> in;
@@ -357,7 +358,10 @@ void run(const ChunkBwdParams& p, const SeqDims& d) {
         if (dbeta.present) dbeta.set(0.0, 0, t, h);
       }
   }
-  parallel_for(d.N * d.Hv, p.exec.cpu_threads, [&](int64_t item) { run_head<R>(p, d, item / d.Hv, item % d.Hv, &sc); });
+  // Without tokens only dh0 comes from the per-head pass: skip the N * Hv (sequence, head) pairs otherwise.
+  if (d.B * d.T > 0 || p.dh0.defined())
+    parallel_for(d.N * d.Hv, p.exec.cpu_threads,
+                 [&](int64_t item) { run_head<R>(p, d, item / d.Hv, item % d.Hv, &sc); });
 
   // GQA: dq/dk of q/k head i = sum over its value heads, in head order (deterministic); then the l2norm chain.
   const int64_t r = d.group();
@@ -419,6 +423,9 @@ void run(const ChunkBwdParams& p, const SeqDims& d) {
 Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d) {
   if (p.exec.cpu_algo == CpuAlgo::chunked && p.chunk_size <= 0)
     return FGDN_INVALID("chunk_bwd: chunk_size: expected a positive chunk size, got ", p.chunk_size);
+  // No token: the gradients that remain are dh0 = d_ht and the gate-parameter sums dA_log = ddt_bias = 0. With
+  // none of them asked for, return before touching the N * Hv (sequence, head) pairs or the Hv heads.
+  if (d.B * d.T == 0 && !p.dh0.defined() && !p.dA_log.defined() && !p.ddt_bias.defined()) return Status::OK();
   if (p.exec.cpu_fp64)
     run<double>(p, d);
   else

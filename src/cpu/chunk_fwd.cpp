@@ -12,6 +12,7 @@ namespace {
 template <class R>
 void run_head(const ChunkFwdParams& p, const ChunkDims& d, int64_t n, int64_t h) {
   const SeqRange sr = seq_range(p.cu_seqlens, d, n);
+  if (sr.len == 0 && !p.final_state.defined()) return;  // nothing to write: allocate nothing
   const int64_t K = d.K, V = d.V;
   std::vector<R> S(static_cast<size_t>(K * V), R(0));  // absent h0 -> S0 = 0 (exactly the zero-state result)
   if (p.initial_state.defined()) state_ref(p.initial_state, p.state_layout, n, h).load(S.data(), K, V);
@@ -51,6 +52,9 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d) {
   if (p.exec.cpu_algo == CpuAlgo::chunked && p.state_checkpoints.defined() && p.checkpoint_interval % p.chunk_size != 0)
     return FGDN_INVALID("chunk_fwd: checkpoint_interval: expected a multiple of chunk_size ", p.chunk_size, ", got ",
                         p.checkpoint_interval);
+  // No token and no state to write (o, state_checkpoints empty; final_state absent): return before touching
+  // the N * Hv (sequence, head) pairs, whose count an empty problem does not bound.
+  if (d.B * d.T == 0 && !p.final_state.defined()) return Status::OK();
   if (p.exec.cpu_fp64)
     run<double>(p, d);
   else

@@ -40,6 +40,7 @@ void run(const GatingParams& p, const GatingDims& d) {
 }  // namespace
 
 Status gating(const GatingParams& p, const GatingDims& d) {
+  if (d.rows == 0) return Status::OK();  // an empty a: nothing to write, not even a loop over the Hv heads
   if (p.exec.cpu_fp64)
     run<double>(p, d);
   else

@@ -20,6 +20,7 @@ void run_head(const RecurrentParams& p, const RecurrentDims& d, int64_t n, int64
   const SeqRange sr = seq_range(p.cu_seqlens, d, n);
   const int64_t K = d.K, V = d.V, L = sr.len;
   const bool pool = p.state_pool.defined();
+  if (L == 0 && (pool || !p.final_state.defined())) return;  // a length-0 row writes nothing: allocate nothing
   const bool two_d = pool && p.state_indices.defined() && p.state_indices.ndim == 2;
   Strided idx(p.state_indices);
 
@@ -85,6 +86,8 @@ void run_head(const RecurrentParams& p, const RecurrentDims& d, int64_t n, int64
 
 Status recurrent(const RecurrentParams& p, const RecurrentDims& d) {
   const int64_t Hv = d.Hv;
+  // No token and no final_state to write (without a pool): return before touching the N * Hv (row, head) pairs.
+  if (d.B * d.T == 0 && (p.state_pool.defined() || !p.final_state.defined())) return Status::OK();
   if (p.exec.cpu_fp64)
     parallel_for(d.N * Hv, p.exec.cpu_threads, [&](int64_t it) { run_head<double>(p, d, it / Hv, it % Hv); });
   else
