@@ -2,15 +2,18 @@
 # The one script for the GPU machine: build, GPU tests, sanitizers, demo, benchmarks, Python package + tests +
 # side-by-side peer benchmark. Logs and tables go to $OUT (the logs bundled in $OUT/logs.tar.gz, the summary tables
 # as separate files).
-# usage: scripts/device_run.sh [stage...]   stages: build gputest sanitize demo bench python side (default: all);
-# `pyinstall` installs the peer wheels and the package without running pytest (for a `side` run of its own)
+# usage: scripts/device_run.sh [stage...]   stages: build gputest sanitize demo bench python mixer train side
+# (default: all); `pyinstall` installs the package without running pytest (for the Python benchmarks alone).
+# Peers: the packs of the git-ignored .peers/ (FLA 0.6.0 wheels, FlashQLA 0.1.3 site) are unpacked to /tmp/fla and
+# /tmp/qla. FLA 0.6 routes its chunk ops to FlashQLA whenever flash_qla is importable, so each peer runs in its own
+# process (PYTHONPATH=/tmp/fla or /tmp/qla), flashgdn beside it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashgdn-out}
 LOG=$OUT/logs
 mkdir -p "$LOG"
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(build gputest sanitize demo bench python side)
+[ ${#stages[@]} -eq 0 ] && stages=(build gputest sanitize demo bench python mixer train side)
 has() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 summary=$OUT/summary.md
 {
@@ -24,7 +27,7 @@ step() { echo; echo "=== $* ($(date +%T))"; }
 if has build; then
   step build
   deps=${DEPS_DIR:-.deps}
-  if [ ! -f /usr/include/dlpack/dlpack.h ] && ls "$deps"/*.deb >/dev/null 2>&1; then
+  if ls "$deps"/*.deb >/dev/null 2>&1; then  # header-only build deps the image lacks (dlpack, CLI11, json, gtest)
     for f in "$deps"/*.deb; do dpkg -x "$f" /; done
   fi
   t0=$(date +%s)
@@ -106,10 +109,10 @@ fi
 
 if has python || has pyinstall; then
   step python package
-  if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-      >"$LOG/peers_install.log" 2>&1 && export PYTHONPATH=/tmp/site
+  if ls .peers/fla/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fla .peers/fla/*.whl >"$LOG/peers.log" 2>&1
   fi
+  if [ -f .peers/flashqla-site.tar.xz ]; then mkdir -p /tmp/qla && tar -C /tmp/qla -xJf .peers/flashqla-site.tar.xz; fi
   t0=$(date +%s)
   python3 -m pip install --no-build-isolation --no-deps -v . >"$LOG/pip_install.log" 2>&1
   echo "pip install rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$summary"
@@ -133,13 +136,34 @@ if has python; then
   fi
 fi
 
-if has side; then
-  step side-by-side benchmark
-  (cd /tmp && PYTHONUNBUFFERED=1 timeout ${SIDE_TIMEOUT:-400} python3 "$OLDPWD/bench/side_by_side.py" --out "$OUT/side" ${SIDE_ARGS:-} \
-    >"$LOG/side_by_side.log" 2>&1)
-  echo "side_by_side rc=$?" | tee -a "$summary"
-  tail -60 "$LOG/side_by_side.log" >>"$summary"
+if has mixer; then
+  step mixer decode benchmark
+  (cd /tmp && PYTHONPATH=/tmp/fla PYTHONUNBUFFERED=1 timeout ${MIXER_TIMEOUT:-240} python3 "$OLDPWD/bench/mixer_decode.py" \
+    --out "$LOG/mixer.json" >"$LOG/mixer.log" 2>&1)
+  echo "mixer rc=$?" | tee -a "$summary"
+  grep -E "^copy|^\|" "$LOG/mixer.log" >>"$summary"
 fi
 
+if has train; then
+  step training step benchmark
+  (cd /tmp && PYTHONPATH=/tmp/qla PYTHONUNBUFFERED=1 timeout ${TRAIN_TIMEOUT:-300} python3 "$OLDPWD/bench/train_step.py" \
+    --shapes ${TRAIN_SHAPES:-8k,32k,4x8k} --out "$LOG/train.json" >"$LOG/train.log" 2>&1)
+  echo "train rc=$?" | tee -a "$summary"
+  grep -E "^\||not available" "$LOG/train.log" >>"$summary"
+fi
+
+if has side; then
+  step side-by-side benchmark
+  for peer in ${SIDE_PEERS:-flashqla fla}; do
+    site=/tmp/qla; [ "$peer" = fla ] && site=/tmp/fla
+    (cd /tmp && PYTHONPATH=$site PYTHONUNBUFFERED=1 timeout ${SIDE_TIMEOUT:-400} python3 "$OLDPWD/bench/side_by_side.py" \
+      --peers "$peer" --out "$LOG/side-$peer" ${SIDE_ARGS:-} >"$LOG/side_by_side-$peer.log" 2>&1)
+    echo "side_by_side ($peer) rc=$?" | tee -a "$summary"
+    [ -f "$LOG/side-$peer/results.md" ] && cat "$LOG/side-$peer/results.md" >>"$summary"
+  done
+fi
+
+# What comes back: this summary and one archive (logs, JSON, tables, plots).
+for f in "$OUT"/*; do [ "$f" != "$summary" ] && [ "$f" != "$LOG" ] && mv "$f" "$LOG/"; done
 tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
 echo; cat "$summary"

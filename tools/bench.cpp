@@ -80,6 +80,7 @@ struct BenchOptions {
   std::vector<std::string> cases;
   std::string json_path;
   int reps = 20;
+  ExecOptions exec;  // kernel overrides for A/B runs (--recurrent-kernel, --chunk-segments)
 };
 
 #if FLASHGDN_WITH_CUDA
@@ -201,7 +202,7 @@ struct RecurrentShape {
   bool verify = false;  // bf16 intermediate states, no commit
 };
 
-BenchResult bench_recurrent(const RecurrentShape& s, int reps) {
+BenchResult bench_recurrent(const RecurrentShape& s, int reps, const ExecOptions& exec) {
   const int64_t Hqk = 16, Hv = 32, K = 128, V = 128, N = s.N, T = s.T;
   const double state_bytes = double(Hv * K * V);
   // Rotations: enough disjoint input sets that one graph replay streams > 256 MB.
@@ -227,6 +228,7 @@ BenchResult bench_recurrent(const RecurrentShape& s, int reps) {
   };
   RecurrentParams p;
   p.use_qk_l2norm_in_kernel = true;
+  p.exec = exec;
   p.commit = !s.verify;
   p.state_pool = pool.view();
   auto set = [&](int r) {
@@ -265,7 +267,7 @@ struct PrefillShape {
   DType dtype = DType::bf16;
 };
 
-BenchResult bench_prefill(const PrefillShape& s, int reps) {
+BenchResult bench_prefill(const PrefillShape& s, int reps, const ExecOptions& exec) {
   const int64_t K = 128, V = 128, C = 64, Hqk = s.Hqk, Hv = s.Hv;
   int64_t T = 0;
   for (auto l : s.lens) T += l;
@@ -280,6 +282,7 @@ BenchResult bench_prefill(const PrefillShape& s, int reps) {
   p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = g.view(), p.beta = beta.view(), p.o = o.view();
   p.final_state = ht.view();
   p.use_qk_l2norm_in_kernel = true;
+  p.exec = exec;
   if (varlen) {
     HostTensor hcu(DType::i32, {N + 1});
     int64_t acc = 0;
@@ -308,17 +311,17 @@ BenchResult bench_prefill(const PrefillShape& s, int reps) {
   return res;
 }
 
-BenchResult run_case(const std::string& name, int reps) {
+BenchResult run_case(const std::string& name, int reps, const ExecOptions& exec) {
   BenchResult r;
   auto rec = [&](int64_t N, int64_t T, DType pd, bool verify) {
     RecurrentShape s;
     s.N = N, s.T = T, s.pool_dtype = pd, s.verify = verify;
-    return bench_recurrent(s, reps);
+    return bench_recurrent(s, reps, exec);
   };
   auto pre = [&](std::vector<int64_t> lens, int64_t hqk, int64_t hv, DType dt) {
     PrefillShape s;
     s.lens = std::move(lens), s.Hqk = hqk, s.Hv = hv, s.dtype = dt;
-    return bench_prefill(s, std::max(3, reps / 4));
+    return bench_prefill(s, std::max(3, reps / 4), exec);
   };
   if (name == "decode_n1")
     r = rec(1, 1, DType::f32, false);
@@ -391,7 +394,7 @@ int run_bench(const BenchOptions& opt) {
     std::fflush(stdout);
     BenchResult r;
     try {
-      r = run_case(names[i], reps);
+      r = run_case(names[i], reps, opt.exec);
     } catch (const std::exception& e) {
       r.status = e.what();
     }
@@ -456,6 +459,19 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--reps", opt->reps, "graph replays per case")
       ->check(integer_in<int>(3, 100000))
       ->capture_default_str();
+  sub->add_option_function<std::string>(
+         "--recurrent-kernel",
+         [opt](const std::string& s) {
+           if (!recurrent_kernel_from_name(s.c_str(), &opt->exec.recurrent_kernel))
+             throw CLI::ValidationError("--recurrent-kernel",
+                                        "expected auto, persistent, direct, direct_pipe or wy, got '" + s + "'");
+         },
+         "force the decode kernel (exec.recurrent_kernel)")
+      ->type_name("NAME");
+  sub->add_option("--chunk-segments", opt->exec.chunk_fwd_segments,
+                  "force the prefill's segment split: 1 off, P segments (exec.chunk_fwd_segments; 0 auto)")
+      ->check(integer_in<int32_t>(0, 4096))
+      ->type_name("P");
   return {sub, [opt] { return run_bench(*opt); }};
 }
 

@@ -26,6 +26,7 @@ struct Command {
 
 Command add_demo(CLI::App& app);
 Command add_bench(CLI::App& app);
+Command add_plan(CLI::App& app);
 
 // An integer option in [lo, hi] written in decimal. CLI11 converts with strtoll, which saturates on overflow
 // and reads "010" as octal, so the text is checked first: "--tokens: expected an integer in [8, 262144], got

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
       "Exit codes: 0 ok, 1 a run failed, 2 usage error, 3 not available on this build or machine.\n"
       "`flashgdn <command> --help` explains each command.");
 
-  std::vector<Command> commands = {add_demo(app), add_bench(app)};
+  std::vector<Command> commands = {add_demo(app), add_bench(app), add_plan(app)};
   CLI::App* version = app.add_subcommand("version", "print the version and whether a CUDA device is usable");
   commands.push_back({version, [] {
                         std::printf("flashgdn %s, CUDA device: %s\n", flashgdn::version(),

@@ -1,6 +1,7 @@
 // `flashgdn plan <op> [key=value...]`: the plan a call of this shape runs on a GPU of --sms SMs (default: the
 // visible GPU, else an H200's 132) — kernels, tiles, grids, segment split, workspace, and why (flashgdn::<op>_plan).
 // Shapes only: the tensors are host views without data, so no GPU is needed.
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -9,14 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "commands.hpp"
 #include "flashgdn/flashgdn.hpp"
 
 namespace flashgdn::cli {
 namespace {
 
-void plan_usage() {
-  std::printf(
-      "usage: flashgdn plan chunk_fwd|recurrent [key=value...]\n"
+std::string plan_help() {
+  return std::string(
       "  Prints the CUDA plan of a call of that shape on a GPU of `sms` SMs (default 132).\n"
       "  chunk_fwd keys: B T Hqk Hv K V (defaults 1 32768 16 16 128 128), dtype=bf16|f16, seqs=N (varlen: N\n"
       "                  sequences of T / N tokens), segments=P (exec.chunk_fwd_segments), sms\n"
@@ -29,13 +30,13 @@ DType dtype_of(const std::string& s) {
   if (s == "f32") return DType::f32;
   if (s == "bf16") return DType::bf16;
   if (s == "f16") return DType::f16;
-  throw std::runtime_error("unknown dtype '" + s + "' (f32, bf16, f16)");
+  throw CLI::ValidationError("dtype", "expected f32, bf16 or f16, got '" + s + "'");
 }
 
 RecurrentKernel kernel_of(const std::string& s) {
   RecurrentKernel k;
   if (!recurrent_kernel_from_name(s.c_str(), &k))
-    throw std::runtime_error("unknown kernel '" + s + "' (auto, persistent, direct, direct_pipe, wy)");
+    throw CLI::ValidationError("kernel", "expected auto, persistent, direct, direct_pipe or wy, got '" + s + "'");
   return k;
 }
 
@@ -49,22 +50,22 @@ TensorView shape(DType dt, std::initializer_list<int64_t> dims) {
 
 }  // namespace
 
-int run_plan(int argc, char** argv) {
-  if (argc < 1 || std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h") {
-    plan_usage();
-    return argc < 1 ? 2 : 0;
-  }
-  const std::string op = argv[0];
+int run_plan(const std::string& op, const std::vector<std::string>& params) {
   std::map<std::string, std::string> kv;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
+  for (const std::string& a : params) {
     const size_t eq = a.find('=');
-    if (eq == std::string::npos) throw std::runtime_error("expected key=value, got '" + a + "'");
+    if (eq == std::string::npos) throw CLI::ValidationError("params", "expected key=value, got '" + a + "'");
     kv[a.substr(0, eq)] = a.substr(eq + 1);
   }
   const auto num = [&](const char* key, int64_t def) {
     auto it = kv.find(key);
-    return it == kv.end() ? def : std::stoll(it->second);
+    if (it == kv.end()) return def;
+    int64_t x = 0;
+    const char* end = it->second.data() + it->second.size();
+    auto [ptr, ec] = std::from_chars(it->second.data(), end, x);
+    if (ec != std::errc() || ptr != end || x < 0)
+      throw CLI::ValidationError(key, "expected a non-negative integer, got '" + it->second + "'");
+    return x;
   };
   const auto str = [&](const char* key, const char* def) {
     auto it = kv.find(key);
@@ -88,7 +89,7 @@ int run_plan(int argc, char** argv) {
     }
     p.exec.chunk_fwd_segments = int32_t(num("segments", 0));
     st = chunk_fwd_plan(p, &text, sms);
-  } else if (op == "recurrent") {
+  } else {  // recurrent (CLI11 checked the name)
     const int64_t N = num("N", 1), T = num("T", 1), Hqk = num("Hqk", 16), Hv = num("Hv", 32);
     const int64_t K = num("K", 128), V = num("V", 128);
     const std::string pool = str("pool", "f32");
@@ -109,16 +110,24 @@ int run_plan(int argc, char** argv) {
     }
     p.exec.recurrent_kernel = kernel_of(str("kernel", "auto"));
     st = recurrent_plan(p, &text, sms);
-  } else {
-    plan_usage();
-    return 2;
   }
   if (!st.ok()) {
     std::fprintf(stderr, "flashgdn plan: %s\n", st.message().c_str());
-    return 1;
+    return kExitFailed;
   }
   std::fputs(text.c_str(), stdout);
-  return 0;
+  return kExitOk;
+}
+
+Command add_plan(CLI::App& app) {
+  auto op = std::make_shared<std::string>();
+  auto params = std::make_shared<std::vector<std::string>>();
+  CLI::App* sub =
+      app.add_subcommand("plan", "print the CUDA plan (kernels, tiles, grid, split, workspace, why) of a shape");
+  sub->footer(plan_help());
+  sub->add_option("op", *op, "the op")->required()->check(CLI::IsMember({"chunk_fwd", "recurrent"}));
+  sub->add_option("params", *params, "shape and options as key=value (listed below)")->type_name("KEY=VALUE");
+  return {sub, [op, params] { return run_plan(*op, *params); }};
 }
 
 }  // namespace flashgdn::cli

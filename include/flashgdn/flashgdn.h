@@ -151,12 +151,44 @@ typedef struct {
   flashgdn_exec_options exec;
 } flashgdn_recurrent_commit_params;
 
-/* Defaults: every tensor NULL, scale 0 (K^-1/2), softplus 1 / 20, chunk 64, commit 1. */
+/* The GDN mixer decode step in one launch (flashgdn.hpp, MixerDecodeParams, says exactly what it computes). */
+typedef struct {
+  const DLTensor* x;                         /* [B, T, C] mixed qkv before the conv, C = 2 Hqk K + Hv V */
+  const DLTensor* z;                         /* [B, T, Hv, V] */
+  const DLTensor* a;                         /* [B, T, Hv] raw */
+  const DLTensor* b;                         /* [B, T, Hv] raw */
+  const DLTensor* A_log;                     /* [Hv] */
+  const DLTensor* dt_bias;                   /* [Hv], may be NULL */
+  const DLTensor* conv_weight;               /* [C, Kc] */
+  const DLTensor* conv_bias;                 /* [C], may be NULL */
+  const DLTensor* norm_weight;               /* [V] */
+  const DLTensor* cu_seqlens;                /* [N + 1], may be NULL */
+  const DLTensor* conv_state;                /* [slots, C, L] in-out */
+  const DLTensor* state_pool;                /* [slots, Hv, K, V] / [slots, Hv, V, K] in-out */
+  const DLTensor* state_indices;             /* [N] or [N, T_max], may be NULL */
+  const DLTensor* num_accepted_tokens;       /* [N], may be NULL */
+  const DLTensor* intermediate_states;       /* [N_buf, T_buf, Hv, K, V] / [.., V, K] out, may be NULL */
+  const DLTensor* intermediate_conv_windows; /* [N_buf, T_buf, C, Kc - 1] out, may be NULL */
+  const DLTensor* intermediate_indices;      /* [N], may be NULL */
+  const DLTensor* out;                       /* [B, T, Hv, V] out */
+  int64_t num_k_heads;                       /* Hqk */
+  int64_t head_k_dim;                        /* K */
+  int32_t commit;                            /* default 1 */
+  int32_t null_slot_is_invalid;
+  float scale;    /* 0: K^-1/2 */
+  float norm_eps; /* default 1e-6 */
+  flashgdn_gate_options gate;
+  int32_t state_layout;
+  flashgdn_exec_options exec;
+} flashgdn_mixer_decode_params;
+
+/* Defaults: every tensor NULL, scale 0 (K^-1/2), softplus 1 / 20, chunk 64, commit 1, norm_eps 1e-6. */
 FLASHGDN_API void flashgdn_chunk_fwd_params_init(flashgdn_chunk_fwd_params* p);
 FLASHGDN_API void flashgdn_chunk_bwd_params_init(flashgdn_chunk_bwd_params* p);
 FLASHGDN_API void flashgdn_gating_params_init(flashgdn_gating_params* p);
 FLASHGDN_API void flashgdn_recurrent_params_init(flashgdn_recurrent_params* p);
 FLASHGDN_API void flashgdn_recurrent_commit_params_init(flashgdn_recurrent_commit_params* p);
+FLASHGDN_API void flashgdn_mixer_decode_params_init(flashgdn_mixer_decode_params* p);
 
 FLASHGDN_API int flashgdn_chunk_fwd_workspace_size(const flashgdn_chunk_fwd_params* p, size_t* bytes);
 FLASHGDN_API int flashgdn_chunk_fwd(const flashgdn_chunk_fwd_params* p, void* workspace, size_t workspace_bytes,
@@ -169,6 +201,7 @@ FLASHGDN_API int flashgdn_recurrent_workspace_size(const flashgdn_recurrent_para
 FLASHGDN_API int flashgdn_recurrent(const flashgdn_recurrent_params* p, void* workspace, size_t workspace_bytes,
                                     void* stream);
 FLASHGDN_API int flashgdn_recurrent_commit(const flashgdn_recurrent_commit_params* p, void* stream);
+FLASHGDN_API int flashgdn_mixer_decode(const flashgdn_mixer_decode_params* p, void* stream);
 
 /* The message of the last failed call on this thread ("" after a success). The pointer is valid only until
  * the next flashgdn call on this thread, which may rewrite the message: do not pass it in the same argument

@@ -1060,8 +1060,8 @@ Status validate(const MixerDecodeParams& p, MixerDims* d) {
   if (Hv % Hqk != 0)
     return FGDN_INVALID(c.op, ": z: expected Hv (z.shape[2]) a multiple of num_k_heads = ", Hqk,
                         " (each key head serves Hv / Hqk value heads), got Hv = ", Hv);
-  // All factors are below 2^31 (check_tensors bounds every tensor's elements), so the products fit in int64.
-  if (C != 2 * Hqk * K + Hv * V)
+  // Hv V <= numel(z) < 2^31 (check_tensors), and Hqk, K <= C < 2^31 below, so the sum fits in int64.
+  if (Hqk > C || K > C || C != 2 * Hqk * K + Hv * V)
     return FGDN_INVALID(c.op, ": x: expected C = 2 Hqk K + Hv V = 2 * ", Hqk, " * ", K, " + ", Hv, " * ", V, " = ",
                         2 * Hqk * K + Hv * V, " channels [q | k | v], got C = ", C);
   FGDN_RETURN_IF_ERROR(require(c, "a", p.a, "[B, T, Hv] (raw decay input)"));
@@ -1136,6 +1136,9 @@ Status validate(const MixerDecodeParams& p, MixerDims* d) {
                         "block cluster shares a key head's conv), got Hv / Hqk = ", Hv / Hqk);
     if (p.x.dtype == DType::f32)
       return FGDN_ERROR(unsupported, c.op, ": x: expected bf16 or f16 activations on CUDA, got f32");
+    if (Kc > 4)
+      return FGDN_ERROR(unsupported, c.op, ": conv_weight: expected Kc <= 4 taps on CUDA (the kernel keeps the ",
+                        "window in registers), got Kc = ", Kc);
     if (p.state_pool.dtype == DType::f16)
       return FGDN_ERROR(unsupported, c.op, ": state_pool: expected an f32 or bf16 pool on CUDA, got f16");
     if (p.intermediate_states.defined() && p.intermediate_states.dtype != p.state_pool.dtype)

@@ -297,6 +297,39 @@ Status convert(const flashgdn_recurrent_params* c, RecurrentParams* p) {
   return Status::OK();
 }
 
+Status convert(const flashgdn_mixer_decode_params* c, MixerDecodeParams* p) {
+  const char* op = "mixer_decode";
+  FGDN_RETURN_IF_ERROR(require_params(op, c));
+  FGDN_VIEW(op, x);
+  FGDN_VIEW(op, z);
+  FGDN_VIEW(op, a);
+  FGDN_VIEW(op, b);
+  FGDN_VIEW(op, A_log);
+  FGDN_VIEW(op, dt_bias);
+  FGDN_VIEW(op, conv_weight);
+  FGDN_VIEW(op, conv_bias);
+  FGDN_VIEW(op, norm_weight);
+  FGDN_VIEW(op, cu_seqlens);
+  FGDN_VIEW(op, conv_state);
+  FGDN_VIEW(op, state_pool);
+  FGDN_VIEW(op, state_indices);
+  FGDN_VIEW(op, num_accepted_tokens);
+  FGDN_VIEW(op, intermediate_states);
+  FGDN_VIEW(op, intermediate_conv_windows);
+  FGDN_VIEW(op, intermediate_indices);
+  FGDN_VIEW(op, out);
+  p->num_k_heads = c->num_k_heads;
+  p->head_k_dim = c->head_k_dim;
+  p->commit = c->commit != 0;
+  p->null_slot_is_invalid = c->null_slot_is_invalid != 0;
+  p->scale = c->scale;
+  p->norm_eps = c->norm_eps;
+  p->gate = to_gate(c->gate);
+  p->state_layout = static_cast<StateLayout>(c->state_layout);
+  p->exec = to_exec(c->exec);
+  return Status::OK();
+}
+
 Status convert(const flashgdn_recurrent_commit_params* c, RecurrentCommitParams* p) {
   const char* op = "recurrent_commit";
   FGDN_RETURN_IF_ERROR(require_params(op, c));
@@ -353,6 +386,15 @@ void flashgdn_recurrent_params_init(flashgdn_recurrent_params* p) {
   init_gate(&p->gate);
   init_exec(&p->exec);
   p->commit = 1;
+}
+
+void flashgdn_mixer_decode_params_init(flashgdn_mixer_decode_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof(*p));
+  init_gate(&p->gate);
+  init_exec(&p->exec);
+  p->commit = 1;
+  p->norm_eps = 1e-6f;
 }
 
 void flashgdn_recurrent_commit_params_init(flashgdn_recurrent_commit_params* p) {
@@ -425,6 +467,14 @@ int flashgdn_recurrent_commit(const flashgdn_recurrent_commit_params* c, void* s
     RecurrentCommitParams p;
     FGDN_RETURN_IF_ERROR(convert(c, &p));
     return recurrent_commit(p, stream);
+  });
+}
+
+int flashgdn_mixer_decode(const flashgdn_mixer_decode_params* c, void* stream) {
+  return run_c("mixer_decode", [&]() -> Status {
+    MixerDecodeParams p;
+    FGDN_RETURN_IF_ERROR(convert(c, &p));
+    return mixer_decode(p, stream);
   });
 }
 

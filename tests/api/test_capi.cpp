@@ -5,11 +5,13 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "api_fixture.hpp"
+#include "mixer_test_util.hpp"
 
 namespace flashgdn::test {
 namespace {
@@ -490,6 +492,46 @@ TEST(CApi, CopyLastError) {
     EXPECT_GT(flashgdn_copy_last_error(nullptr, 0), 0u);
   }).join();
   EXPECT_EQ(flashgdn_copy_last_error(nullptr, 0), 0u);
+}
+
+}  // namespace
+}  // namespace flashgdn::test
+
+namespace flashgdn::test {
+namespace {
+
+// mixer_decode through the C ABI equals the C++ API on the same inputs (both update their own state copies).
+TEST(CApi, MixerDecodeMatchesCppApi) {
+  test::MixerCase mc;
+  mc.spec = 1, mc.T = 2, mc.B = 3;
+  test::MixerTensors cpp = test::make_mixer(mc), c = test::make_mixer(mc);
+  ASSERT_TRUE(mixer_decode(test::mixer_params(mc, cpp)).ok());
+  const MixerDecodeParams v = test::mixer_params(mc, c);
+  std::deque<DLTensor> dl;  // stable addresses
+  auto to_dl = [&](const TensorView& t) -> const DLTensor* {
+    if (!t.defined()) return nullptr;
+    DLTensor& d = dl.emplace_back();
+    d.data = t.data, d.device = {kDLCPU, 0}, d.ndim = t.ndim, d.dtype = dl_dtype(t.dtype);
+    d.shape = const_cast<int64_t*>(t.shape), d.strides = nullptr, d.byte_offset = 0;
+    return &d;
+  };
+  flashgdn_mixer_decode_params p;
+  flashgdn_mixer_decode_params_init(&p);
+  EXPECT_EQ(p.commit, 1);
+  EXPECT_FLOAT_EQ(p.norm_eps, 1e-6f);
+  p.x = to_dl(v.x), p.z = to_dl(v.z), p.a = to_dl(v.a), p.b = to_dl(v.b), p.A_log = to_dl(v.A_log);
+  p.dt_bias = to_dl(v.dt_bias), p.conv_weight = to_dl(v.conv_weight), p.conv_bias = to_dl(v.conv_bias);
+  p.norm_weight = to_dl(v.norm_weight), p.conv_state = to_dl(v.conv_state), p.state_pool = to_dl(v.state_pool);
+  p.state_indices = to_dl(v.state_indices), p.num_accepted_tokens = to_dl(v.num_accepted_tokens);
+  p.out = to_dl(v.out);
+  p.num_k_heads = mc.Hqk, p.head_k_dim = mc.K, p.null_slot_is_invalid = 1;
+  ASSERT_EQ(flashgdn_mixer_decode(&p, nullptr), FLASHGDN_OK) << flashgdn_last_error();
+  EXPECT_TRUE(c.out.bit_equal(cpp.out));
+  EXPECT_TRUE(c.pool.bit_equal(cpp.pool));
+  EXPECT_TRUE(c.conv_state.bit_equal(cpp.conv_state));
+  p.num_k_heads = 1;  // C no longer splits into [q | k | v]
+  EXPECT_EQ(flashgdn_mixer_decode(&p, nullptr), FLASHGDN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashgdn_last_error()).find("mixer_decode: x: expected C"), std::string::npos);
 }
 
 }  // namespace
