@@ -126,7 +126,9 @@ class Layer:
         q, k, v = self.split(self.conv_torch(r))
         g = -self.A_log.exp() * F.softplus(self.a[r].float() + self.dt_bias)
         beta = self.b[r].float().sigmoid()
-        q, k = q.repeat_interleave(HV // HQK, dim=2), k.repeat_interleave(HV // HQK, dim=2)  # one q/k per value head
+        # FLA takes contiguous q, k, v with one q/k head per value head
+        q, k = q.repeat_interleave(HV // HQK, dim=2), k.repeat_interleave(HV // HQK, dim=2)
+        v = v.contiguous()
         i = self.idx64[r]
         h0 = self.pool[i].float()
         o, ht = fla_rec(q, k, v, g, beta, initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=True)

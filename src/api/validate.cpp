@@ -1136,9 +1136,6 @@ Status validate(const MixerDecodeParams& p, MixerDims* d) {
                         "block cluster shares a key head's conv), got Hv / Hqk = ", Hv / Hqk);
     if (p.x.dtype == DType::f32)
       return FGDN_ERROR(unsupported, c.op, ": x: expected bf16 or f16 activations on CUDA, got f32");
-    if (Kc > 4)
-      return FGDN_ERROR(unsupported, c.op, ": conv_weight: expected Kc <= 4 taps on CUDA (the kernel keeps the ",
-                        "window in registers), got Kc = ", Kc);
     if (p.state_pool.dtype == DType::f16)
       return FGDN_ERROR(unsupported, c.op, ": state_pool: expected an f32 or bf16 pool on CUDA, got f16");
     if (p.intermediate_states.defined() && p.intermediate_states.dtype != p.state_pool.dtype)

@@ -1,7 +1,7 @@
 // cuda::mixer_decode: the Gated DeltaNet mixer step (flashgdn.hpp, MixerDecodeParams) in one launch.
 //
-// Grid: x = value head h, y = row n; one CTA of 512 threads per (n, h) owns the whole 128 x 128 fp32 state
-// of the head in registers (32 values a thread) for all of the row's tokens, so the gated RMSNorm over V
+// Grid: x = value head h, y = row n; one CTA of 256 threads per (n, h) owns the whole 128 x 128 fp32 state
+// of the head in registers (64 values a thread) for all of the row's tokens, so the gated RMSNorm over V
 // needs no second pass. The Hv / Hqk value heads of one key head form a thread block cluster: each of them
 // recomputes the key head's q and k conv (384 channels a CTA: cheap), and the cluster barrier orders every
 // CTA's read of the shared q/k conv window before rank 0 rewrites it in place (the v channels are private).
@@ -15,9 +15,9 @@
 //   o  = alpha qS + (q^ . k^) u                         = S_t^T q^, the post-update read
 //   S  = alpha S + k^ u^T                               (2b)
 //   out = o rsqrt(mean(o^2) + eps) w silu(z)
-// State registers: thread (warp w, lane l) holds rows r = w + 16 m (m < 8) and columns 4 l .. 4 l + 3 of the
+// State registers: thread (warp w, lane l) holds rows r = w + 8 m (m < 16) and columns 4 l .. 4 l + 3 of the
 // stored [128, 128] tile. K-major ([K, V]) rows are key indices: the reductions over K run over m, then over
-// the 16 warps through shared memory. V-major ([V, K]) rows are value indices: they run over the lanes
+// the 8 warps through shared memory. V-major ([V, K]) rows are value indices: they run over the lanes
 // (shuffles). Sums run in a fixed order: bitwise reproducible.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,11 +31,11 @@
 namespace flashgdn::cuda {
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kD = 128;             // K = V = 128
 constexpr int kRows = kD / kWarps;  // state rows per thread
-constexpr int kMaxHist = 3;         // Kc - 1 <= 3: Kc <= 4 on CUDA (validated), the conv widths engines use
+constexpr int kMaxHist = 7;         // Kc - 1 <= 7 (Kc <= 8, validated)
 
 struct Index {
   const void* data = nullptr;  // may be null (absent)
@@ -127,11 +127,11 @@ __device__ __forceinline__ void store_state(ST* base, int64_t row_stride, const 
 }
 
 template <class AT, class ST, bool KMAJOR>
-__global__ void __launch_bounds__(kThreads, 1) mixer_decode_kernel(const __grid_constant__ MixerArgs p) {
+__global__ void __launch_bounds__(kThreads) mixer_decode_kernel(const __grid_constant__ MixerArgs p) {
   __shared__ float qs[kD], ks[kD], vs[kD], os[kD];
   __shared__ __align__(16) float red_k[kWarps][kD];  // K-major: per-warp partials of S^T k^ and S^T q^
   __shared__ __align__(16) float red_q[kWarps][kD];
-  __shared__ float red_s[4][4];  // per-warp sums over warps 0-3: |q|^2, |k|^2, q.k, |o|^2
+  __shared__ float red_s[4][4];  // per-warp sums: |q|^2, |k|^2, q.k (warps 0-3), |o|^2
   __shared__ float gates[2];     // alpha, beta
 
   const int h = blockIdx.x, n = blockIdx.y;
@@ -180,32 +180,34 @@ __global__ void __launch_bounds__(kThreads, 1) mixer_decode_kernel(const __grid_
     for (int m = 0; m < kRows; ++m) load4(base + (warp + kWarps * m) * p.pool_s[2], S[m]);
   }
 
-  // The conv channel of this thread: threads 0-127 own q channel tid of the key head, 128-255 its k channel
-  // tid - 128, 256-383 v channel tid - 256 of the value head; 384-511 have none. hist holds the window's
-  // Kc - 1 raw inputs, oldest first.
-  const int role = tid / kD, lid = tid % kD;  // role 0 q, 1 k, 2 v, 3 none
-  const bool has_ch = role < 3;
-  const bool writes_ch = role == 2 || (role < 2 && qk_owner);  // the q/k channels are shared by the cluster
-  const int64_t ch = role == 0   ? int64_t(key) * kD + lid
-                     : role == 1 ? int64_t(p.Hqk) * kD + int64_t(key) * kD + lid
-                                 : 2 * int64_t(p.Hqk) * kD + int64_t(h) * kD + lid;
+  // Conv channels of this thread: threads 0-127 own q and k channel tid of the key head, 128-255 v channel
+  // tid - 128 of the value head. hist holds the window's Kc - 1 raw inputs, oldest first.
+  const int nch = tid < kD ? 2 : 1;
+  int64_t ch[2];
+  ch[0] = tid < kD ? int64_t(key) * kD + tid : 2 * int64_t(p.Hqk) * kD + int64_t(h) * kD + (tid - kD);
+  ch[1] = int64_t(p.Hqk) * kD + int64_t(key) * kD + tid;
   const int H = p.Kc - 1;
-  float w[kMaxHist + 1], hist[kMaxHist], bias = 0.f;
+  float w[2][kMaxHist + 1], hist[2][kMaxHist], hist0[2][kMaxHist], bias[2];
   const AT* cs = static_cast<const AT*>(p.conv_state);
 #pragma unroll
-  for (int j = 0; j <= kMaxHist; ++j) w[j] = 0.f;
+  for (int c = 0; c < 2; ++c) {
+    bias[c] = 0.f;
 #pragma unroll
-  for (int j = 0; j < kMaxHist; ++j) hist[j] = 0.f;
-  if (has_ch) {
-    if (p.conv_bias.data) bias = p.conv_bias.at(ch);
+    for (int j = 0; j <= kMaxHist; ++j) w[c][j] = 0.f;
+#pragma unroll
+    for (int j = 0; j < kMaxHist; ++j) hist[c][j] = 0.f;
+    if (c >= nch) continue;
+    if (p.conv_bias.data) bias[c] = p.conv_bias.at(ch[c]);
 #pragma unroll
     for (int j = 0; j <= kMaxHist; ++j)
-      if (j < p.Kc) w[j] = load1(p.conv_w, p.conv_w_dt, ch * p.conv_w_s[0] + j * p.conv_w_s[1]);
+      if (j < p.Kc) w[c][j] = load1(p.conv_w, p.conv_w_dt, ch[c] * p.conv_w_s[0] + j * p.conv_w_s[1]);
     if (conv_ok) {
 #pragma unroll
       for (int j = 0; j < kMaxHist; ++j)
-        if (j < H) hist[j] = to_f(cs[conv_slot * p.cs_s[0] + ch * p.cs_s[1] + (offset + j) * p.cs_s[2]]);
+        if (j < H) hist[c][j] = to_f(cs[conv_slot * p.cs_s[0] + ch[c] * p.cs_s[1] + (offset + j) * p.cs_s[2]]);
     }
+#pragma unroll
+    for (int j = 0; j < kMaxHist; ++j) hist0[c][j] = hist[c][j];
   }
   cluster_arrive();  // this CTA has read its conv windows
 
@@ -215,38 +217,46 @@ __global__ void __launch_bounds__(kThreads, 1) mixer_decode_kernel(const __grid_
   for (int64_t t = 0; t < len; ++t) {
     const int64_t tok = t0 + t;
     // ---- conv + SiLU, window shift ----
-    if (has_ch) {
-      const float xin = to_f(x[bi * p.x_s[0] + tok * p.x_s[1] + ch * p.x_s[2]]);
-      float acc = bias;
+    float y[2];
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      y[c] = 0.f;
+      if (c >= nch) continue;
+      const float xin = to_f(x[bi * p.x_s[0] + tok * p.x_s[1] + ch[c] * p.x_s[2]]);
+      float acc = bias[c];
 #pragma unroll
       for (int j = 0; j < kMaxHist; ++j)
-        if (j < H) acc = fmaf(w[j], hist[j], acc);
+        if (j < H) acc = fmaf(w[c][j], hist[c][j], acc);
 #pragma unroll
       for (int j = 0; j <= kMaxHist; ++j)
-        if (j == H) acc = fmaf(w[j], xin, acc);
-      const float y = to_f(from_f<AT>(silu(acc)));
+        if (j == H) acc = fmaf(w[c][j], xin, acc);
+      y[c] = to_f(from_f<AT>(silu(acc)));
 #pragma unroll
       for (int j = 0; j < kMaxHist; ++j)
-        if (j < H) hist[j] = j + 1 < H ? hist[j + 1] : xin;
-      if (iw && buf >= 0 && t < p.T_buf && writes_ch) {  // the last Kc - 1 inputs after token t
+        if (j < H) hist[c][j] = j + 1 < H ? hist[c][j + 1] : xin;
+      if (iw && buf >= 0 && t < p.T_buf && (tid >= kD || qk_owner)) {  // the last Kc - 1 inputs after token t
 #pragma unroll
         for (int j = 0; j < kMaxHist; ++j)
-          if (j < H) iw[buf * p.iw_s[0] + t * p.iw_s[1] + ch * p.iw_s[2] + j * p.iw_s[3]] = from_f<AT>(hist[j]);
+          if (j < H) iw[buf * p.iw_s[0] + t * p.iw_s[1] + ch[c] * p.iw_s[2] + j * p.iw_s[3]] = from_f<AT>(hist[c][j]);
       }
-      (role == 0 ? qs : role == 1 ? ks : vs)[lid] = y;
     }
-    if (tid == 3 * kD) {  // the gates of (token, head), fp32
+    if (tid < kD) {
+      qs[tid] = y[0];
+      ks[tid] = y[1];
+    } else {
+      vs[tid - kD] = y[0];
+    }
+    if (tid < kD) {
+      const float sq = lane_sum<1, 32>(y[0] * y[0]), sk = lane_sum<1, 32>(y[1] * y[1]);
+      const float sqk = lane_sum<1, 32>(y[0] * y[1]);
+      if (lane == 0) red_s[warp][0] = sq, red_s[warp][1] = sk, red_s[warp][2] = sqk;
+    }
+    if (tid == kD) {  // the gates of (token, head), fp32
       const int64_t ai = bi * p.a_s[0] + tok * p.a_s[1] + h * p.a_s[2];
       const int64_t bj = bi * p.b_s[0] + tok * p.b_s[1] + h * p.b_s[2];
       const float bias_h = p.dt_bias.data ? p.dt_bias.at(h) : 0.f;
       gates[0] = expf(gate_from_raw(load1(p.a, p.a_dt, ai), p.A_log.at(h), bias_h, p.sp_beta, p.sp_thr));
       gates[1] = beta_from_raw(load1(p.b, p.b_dt, bj), p.allow_neg);
-    }
-    __syncthreads();
-    if (tid < kD) {  // |q|^2, |k|^2, q.k over the key dim
-      const float qv = qs[tid], kv = ks[tid];
-      const float sq = lane_sum<1, 32>(qv * qv), sk = lane_sum<1, 32>(kv * kv), sqk = lane_sum<1, 32>(qv * kv);
-      if (lane == 0) red_s[warp][0] = sq, red_s[warp][1] = sk, red_s[warp][2] = sqk;
     }
     __syncthreads();
     const float ssq = red_s[0][0] + red_s[1][0] + red_s[2][0] + red_s[3][0];
@@ -271,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) mixer_decode_kernel(const __grid_
       float u[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) pk[e] = pq[e] = 0.f;
-#pragma unroll 2  // fully unrolled, ptxas keeps all 32 loads in flight and spills
+#pragma unroll
       for (int r = 0; r < kWarps; ++r) {
         const float4 a4 = *reinterpret_cast<const float4*>(&red_k[r][4 * lane]);
         const float4 b4 = *reinterpret_cast<const float4*>(&red_q[r][4 * lane]);
@@ -294,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1) mixer_decode_kernel(const __grid_
 #pragma unroll
       for (int e = 0; e < 4; ++e) kr[e] = ks[4 * lane + e] * rk, qr[e] = qs[4 * lane + e] * rq;
 #pragma unroll
-      for (int m = 0; m < kRows; ++m) {  // row j = warp + kWarps m of M = S^T
+      for (int m = 0; m < kRows; ++m) {  // row j = warp + 8 m of M = S^T
         float dk = 0.f, dq = 0.f;
 #pragma unroll
         for (int e = 0; e < 4; ++e) dk = fmaf(S[m][e], kr[e], dk), dq = fmaf(S[m][e], qr[e], dq);
@@ -339,18 +349,23 @@ __global__ void __launch_bounds__(kThreads, 1) mixer_decode_kernel(const __grid_
 
   // ---- conv state: after every CTA of the cluster has read the shared q/k window ----
   cluster_wait();
-  if (!p.commit || !conv_ok || H == 0 || !has_ch || !writes_ch) return;
-  AT* row = static_cast<AT*>(p.conv_state) + conv_slot * p.cs_s[0] + ch * p.cs_s[1];
-  if (p.si_2d) {  // s'[i] = s[o + 1 + i] (i < Kc - 2), s'[Kc - 2 + t] = x_t
+  if (!p.commit || !conv_ok || H == 0) return;
+  AT* csw = static_cast<AT*>(p.conv_state);
 #pragma unroll
-    for (int j = 0; j + 1 < kMaxHist; ++j)
-      if (j + 1 < H) row[j * p.cs_s[2]] = row[(offset + 1 + j) * p.cs_s[2]];  // ascending: read before written
-    for (int64_t t = 0; t < len && H - 1 + t < p.L; ++t)
-      row[(H - 1 + t) * p.cs_s[2]] = x[bi * p.x_s[0] + (t0 + t) * p.x_s[1] + ch * p.x_s[2]];
-  } else {  // the last Kc - 1 raw inputs
+  for (int c = 0; c < 2; ++c) {
+    if (c >= nch || (tid < kD && !qk_owner)) continue;
+    AT* row = csw + conv_slot * p.cs_s[0] + ch[c] * p.cs_s[1];
+    if (p.si_2d) {  // s'[i] = s[o + 1 + i] (i < Kc - 2), s'[Kc - 2 + t] = x_t
 #pragma unroll
-    for (int j = 0; j < kMaxHist; ++j)
-      if (j < H) row[j * p.cs_s[2]] = from_f<AT>(hist[j]);
+      for (int j = 0; j + 1 < kMaxHist; ++j)
+        if (j + 1 < H) row[j * p.cs_s[2]] = from_f<AT>(hist0[c][j + 1]);
+      for (int64_t t = 0; t < len && H - 1 + t < p.L; ++t)
+        row[(H - 1 + t) * p.cs_s[2]] = x[bi * p.x_s[0] + (t0 + t) * p.x_s[1] + ch[c] * p.x_s[2]];
+    } else {  // the last Kc - 1 raw inputs
+#pragma unroll
+      for (int j = 0; j < kMaxHist; ++j)
+        if (j < H) row[j * p.cs_s[2]] = from_f<AT>(hist[c][j]);
+    }
   }
 }
 
