@@ -1,6 +1,6 @@
 """FLA-compatible entry points (fla.ops.gated_delta_rule) and vLLM's fused_gdn_gating.
 
-Names, argument names, defaults, shapes and return values follow FLA 0.6 (see ../shared/docs/peer-apis.md):
+Names, argument names, defaults, shapes and return values follow FLA 0.6 (FLA's fla/ops/gated_delta_rule):
     q, k [B, T, H, K]; v [B, T, HV, V]; g, beta [B, T, HV]; states [N, HV, K, V] ([N, HV, V, K] with
     state_v_first); cu_seqlens [N + 1] with B == 1; scale None -> K ** -0.5; g is the natural-log decay.
 Inputs may be torch tensors (CPU or CUDA), numpy arrays or any DLPack array; outputs come back in that framework.
