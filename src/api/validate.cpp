@@ -985,7 +985,8 @@ RecurrentParams mixer_recurrent_view(const MixerDecodeParams& p) {
   const int64_t es = dtype_size(p.x.dtype);
   auto view = [&](int64_t channel0, int64_t heads, int64_t dim) {
     TensorView t = p.x;
-    t.data = static_cast<char*>(p.x.data) + channel0 * p.x.strides[2] * es;
+    // An empty x may have no data pointer: no offset from null. (channel0 < C, so the offset is inside x.)
+    if (p.x.data) t.data = static_cast<char*>(p.x.data) + channel0 * p.x.strides[2] * es;
     t.ndim = 4;
     t.shape[2] = heads;
     t.shape[3] = dim;

@@ -746,12 +746,71 @@ void fuzz_commit(FuzzedDataProvider& f) {
   run_and_check(pb, [&] { return flashgdn_recurrent_commit(&p, nullptr); });
 }
 
+// The fused mixer decode step: the recurrent row rules plus the conv state and the [q | k | v] channel split
+// (C = 2 Hqk K + Hv V when honest; mutate() lies about shapes too).
+void fuzz_mixer(FuzzedDataProvider& f) {
+  Problem pb;
+  const Dims d = pick_dims(f);
+  const DType dt = pick_float(f), st = dt == DType::f64 ? DType::f64 : DType::f32;
+  const int64_t Kc = f.ConsumeIntegralInRange<int64_t>(0, 9),
+                C = 2 * d.Hqk * d.K + d.Hv * d.V + f.ConsumeIntegralInRange(0, 1);
+  const int64_t slots = f.ConsumeIntegralInRange<int64_t>(0, 5), tmax = f.ConsumeIntegralInRange<int64_t>(1, 6);
+  const int64_t L = f.ConsumeIntegralInRange<int64_t>(0, 10);
+  const bool two_d = f.ConsumeBool();
+  flashgdn_mixer_decode_params p;
+  flashgdn_mixer_decode_params_init(&p);
+  Options o;
+  pick_options(f, &o, p.exec, p.gate);
+  Arg& x = pb.add("x", Role::input, dt, {d.B, d.T, C});
+  Arg& z = pb.add("z", Role::input, dt, {d.B, d.T, d.Hv, d.V});
+  Arg& a = pb.add("a", Role::input, dt, {d.B, d.T, d.Hv});
+  Arg& b = pb.add("b", Role::input, dt, {d.B, d.T, d.Hv});
+  Arg& A = pb.add("A_log", Role::input, st, {d.Hv});
+  Arg& dtb = pb.add("dt_bias", Role::input, st, {d.Hv});
+  Arg& w = pb.add("conv_weight", Role::input, dt, {C, Kc});
+  Arg& cb = pb.add("conv_bias", Role::input, dt, {C});
+  Arg& nw = pb.add("norm_weight", Role::input, dt, {d.V});
+  Arg& cu = pb.add("cu_seqlens", Role::input, pick_index(f), {d.N + 1}, true);
+  Arg& cs = pb.add("conv_state", Role::output, dt, {slots, C, L});  // in-out: treated as an output
+  Arg& sp = pb.add("state_pool", Role::output, st, {slots, d.Hv, d.K, d.V});
+  Arg& si = two_d ? pb.add("state_indices", Role::input, pick_index(f), {d.N, tmax}, true)
+                  : pb.add("state_indices", Role::input, pick_index(f), {d.N}, true);
+  Arg& na = pb.add("num_accepted_tokens", Role::input, pick_index(f), {d.N}, true);
+  const int64_t nbuf = f.ConsumeIntegralInRange<int64_t>(0, 3), tbuf = f.ConsumeIntegralInRange<int64_t>(1, 6);
+  Arg& is = pb.add("intermediate_states", Role::output, st, {nbuf, tbuf, d.Hv, d.K, d.V});
+  Arg& iw = pb.add("intermediate_conv_windows", Role::output, dt, {nbuf, tbuf, C, Kc > 0 ? Kc - 1 : 0});
+  Arg& ii = pb.add("intermediate_indices", Role::input, pick_index(f), {d.N}, true);
+  Arg& out = pb.add("out", Role::output, dt, {d.B, d.T, d.Hv, d.V});
+  dtb.present = f.ConsumeBool();
+  cb.present = f.ConsumeBool();
+  cu.present = d.varlen;
+  si.present = f.ConsumeBool();
+  na.present = two_d && f.ConsumeBool();
+  is.present = f.ConsumeBool();
+  iw.present = f.ConsumeBool();
+  ii.present = (is.present || iw.present) && f.ConsumeBool();
+  mutate(f, pb);
+  materialize(pb);
+  fill_indices(f, pb, d.T, std::max<int64_t>({slots, nbuf, tmax}));
+  apply_aliases(pb);
+  p.x = pb.ptr(&x), p.z = pb.ptr(&z), p.a = pb.ptr(&a), p.b = pb.ptr(&b), p.A_log = pb.ptr(&A);
+  p.dt_bias = pb.ptr(&dtb), p.conv_weight = pb.ptr(&w), p.conv_bias = pb.ptr(&cb), p.norm_weight = pb.ptr(&nw);
+  p.cu_seqlens = pb.ptr(&cu), p.conv_state = pb.ptr(&cs), p.state_pool = pb.ptr(&sp);
+  p.state_indices = pb.ptr(&si), p.num_accepted_tokens = pb.ptr(&na), p.intermediate_states = pb.ptr(&is);
+  p.intermediate_conv_windows = pb.ptr(&iw), p.intermediate_indices = pb.ptr(&ii), p.out = pb.ptr(&out);
+  p.num_k_heads = f.ConsumeBool() ? d.Hqk : f.ConsumeIntegral<int64_t>();
+  p.head_k_dim = f.ConsumeBool() ? d.K : f.ConsumeIntegral<int64_t>();
+  p.commit = f.ConsumeIntegralInRange(0, 3) != 0, p.null_slot_is_invalid = f.ConsumeBool();
+  p.scale = o.scale, p.gate = o.gate, p.state_layout = o.layout, p.exec = o.exec;
+  run_and_check(pb, [&] { return flashgdn_mixer_decode(&p, nullptr); });
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider f(data, size);
   g_rng = 0x9E3779B97F4A7C15ULL ^ size;
-  switch (f.ConsumeIntegralInRange(0, 7)) {
+  switch (f.ConsumeIntegralInRange(0, 8)) {
     case 0:
       fuzz_chunk_fwd(f, false);
       break;
@@ -773,11 +832,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 6:
       fuzz_commit(f);
       break;
+    case 7:
+      fuzz_mixer(f);
+      break;
     default: {  // NULL params and NULL out-pointers on every entry point
       if (flashgdn_chunk_fwd(nullptr, nullptr, 0, nullptr) == FLASHGDN_OK ||
           flashgdn_chunk_bwd(nullptr, nullptr, 0, nullptr) == FLASHGDN_OK || flashgdn_gating(nullptr, nullptr) == 0 ||
           flashgdn_recurrent(nullptr, nullptr, 0, nullptr) == FLASHGDN_OK ||
-          flashgdn_recurrent_commit(nullptr, nullptr) == FLASHGDN_OK)
+          flashgdn_recurrent_commit(nullptr, nullptr) == FLASHGDN_OK ||
+          flashgdn_mixer_decode(nullptr, nullptr) == FLASHGDN_OK)
         fail("accepted NULL params", "");
       flashgdn_chunk_fwd_params p;
       flashgdn_chunk_fwd_params_init(&p);
