@@ -574,7 +574,7 @@ void mixer_decode_py(nb::args args) {
   const bool state_v_first = in.b(25);
   Views tv{"mixer_decode", in, in.h(27)};
   MixerDecodeParams p;
-  p.x = tv.input(0, "x");
+  p.x = tv.input(0, "x", true);
   p.z = tv.input(1, "z");
   p.a = tv.input(2, "a");
   p.b = tv.input(3, "b");

@@ -1024,7 +1024,7 @@ RecurrentParams mixer_recurrent_view(const MixerDecodeParams& p) {
 Status validate(const MixerDecodeParams& p, MixerDims* d) {
   Ctx c{"mixer_decode"};
   const std::initializer_list<Arg> args = {
-      {"x", &p.x, Role::input, false},
+      {"x", &p.x, Role::input, true},  // the q, k, v views of the recurrence are dense rows of x
       {"z", &p.z, Role::input, false},
       {"a", &p.a, Role::input, false},
       {"b", &p.b, Role::input, false},
