@@ -983,15 +983,19 @@ RecurrentParams mixer_recurrent_view(const MixerDecodeParams& p) {
   RecurrentParams r;
   const int64_t Hqk = p.num_k_heads, K = p.head_k_dim;
   const int64_t es = dtype_size(p.x.dtype);
+  // An empty x touches no memory, so its pointer and strides are unchecked (any value, null too): its views keep
+  // the pointer and step the channels by 1. Otherwise validation has bounded x's byte extent, and every view lies
+  // inside x (channel0 + heads * dim <= C), so the products below fit.
+  const bool empty = safe_numel(p.x) == 0;
+  const int64_t cs = empty || p.x.shape[2] <= 1 ? 1 : p.x.strides[2];
   auto view = [&](int64_t channel0, int64_t heads, int64_t dim) {
     TensorView t = p.x;
-    // An empty x may have no data pointer: no offset from null. (channel0 < C, so the offset is inside x.)
-    if (p.x.data) t.data = static_cast<char*>(p.x.data) + channel0 * p.x.strides[2] * es;
+    if (!empty && p.x.data) t.data = static_cast<char*>(p.x.data) + channel0 * cs * es;
     t.ndim = 4;
     t.shape[2] = heads;
     t.shape[3] = dim;
-    t.strides[3] = p.x.strides[2];
-    t.strides[2] = p.x.strides[2] * dim;
+    t.strides[3] = cs;
+    t.strides[2] = cs * dim;
     return t;
   };
   const int64_t Hv = p.z.ndim == 4 ? p.z.shape[2] : 0, V = p.z.ndim == 4 ? p.z.shape[3] : 0;
