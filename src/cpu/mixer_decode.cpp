@@ -88,13 +88,9 @@ Status mixer_decode(const MixerDecodeParams& p, const MixerDims& d) {
   parallel_for(d.N, p.exec.cpu_threads, [&](int64_t n) { conv_row(p, d, n, y.data()); });
 
   // The recurrence: recurrent on the conv outputs (q, k, v views of y), raw a and b, the pool.
-  RecurrentParams r = mixer_recurrent_view(p);
-  MixerDecodeParams shadow = p;
-  shadow.x = make_tensor(y.data(), DType::f64, {B, T, C});
-  const RecurrentParams ry = mixer_recurrent_view(shadow);
-  r.q = ry.q;
-  r.k = ry.k;
-  r.v = ry.v;
+  MixerDecodeParams conv_out = p;
+  conv_out.x = make_tensor(y.data(), DType::f64, {B, T, C});
+  RecurrentParams r = mixer_recurrent_view(conv_out);
   r.o = make_tensor(o.data(), DType::f64, {B, T, Hv, V});
   RecurrentDims rd = d;
   FGDN_RETURN_IF_ERROR(recurrent(r, rd));
