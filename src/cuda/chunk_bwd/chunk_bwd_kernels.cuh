@@ -14,8 +14,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/chunk_bwd/chunk_bwd.hpp"
+#include "cuda/chunk_bwd/chunk_bwd_mma.cuh"
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/device_util.cuh"
 
@@ -466,7 +468,7 @@ struct GradSmem {
 };
 
 template <class E, int K, int V>
-__global__ void __launch_bounds__(kThreads) chunk_bwd_grads_kernel(const ChunkBwdArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const ChunkBwdArgs a) {
   constexpr int KM = K / 4;  // key columns per thread
   constexpr int KT = 16;     // keys per S0 / dS tile
   constexpr int LT = V + 1;  // tile row stride
@@ -534,18 +536,25 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_grads_kernel(const ChunkBw
       dk[m] = fmaf(xq, tof(s.q[s2][p + 4 * m]), dk[m]);
     }
   }
-  // (1), (3), (4) the state terms, 16 keys of S0 and dS at a time (through Y):
+  // (1), (3), (4) the state terms, 16 keys of S0 and dS at a time (through Y), on the tensor cores:
   //   dQ += scale Gamma dO S0^T, dgamma_r += q^_r . (that term);  dKbar = U dS^T, dK += diag(kb) dKbar,
   //   tau_r = Kbar_r . dKbar_r;  dW = -dU S0^T;  <S0, dS>_F
+  // Warp w computes the 16 x 8 tile (rows 16 (w % 4), keys 8 (w / 4) of the 16) of the three products into Pt (X is
+  // free after the dq / dk loop); thread (r, p) then reads its row's keys p, p + 4, ... back.
   float dw[KM];
   float gq = 0.f, tp = 0.f, s0ds = 0.f;
   float* t0s = &s.Y[0][0];
   float* t1s = t0s + KT * LT;
+  constexpr int LP = KT + 1;  // row stride of the three 64 x 16 product tiles
+  static_assert(3 * kC * LP <= kC * (kC + 1), "the product tiles fit in X");
+  float* Pt = &s.X[0][0];
+  constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;  // dO rows are exact bf16 operands
+  const int warp = tid >> 5, lane = tid & 31, m0 = 16 * (warp & 3), n0 = 8 * (warp >> 2);
   const float* S0g = a.S0 + cp.rec * (K * V);
   const float* dSg = a.dS + cp.rec * (K * V);
-#pragma unroll
+#pragma unroll  // dq[m], dk[m], dw[m] stay registers
   for (int it = 0; it < K / KT; ++it) {
-    __syncthreads();  // the previous tile is consumed (and, at it = 0, X is read by everyone)
+    __syncthreads();  // the previous tile and products are consumed (and, at it = 0, X is read by everyone)
     for (int e = tid; e < KT * V; e += kThreads) {
       const int ii = e / V, j = e % V;
       t0s[ii * LT + j] = S0g[(it * KT + ii) * V + j];
@@ -553,17 +562,32 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_grads_kernel(const ChunkBw
       s0ds = fmaf(t0s[ii * LT + j], t1s[ii * LT + j], s0ds);
     }
     __syncthreads();
-    float aq[4] = {0.f, 0.f, 0.f, 0.f}, ak[4] = {0.f, 0.f, 0.f, 0.f}, aw[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-    for (int j = 0; j < V; ++j) {
-      const float dov = tof(s.dO[r][j]), u = s.F1[r][j], du = s.F2[r][j];
+    {
+      const auto s0t = [&](int j, int i) { return t0s[i * LT + j]; };
+      const auto dst = [&](int j, int i) { return t1s[i * LT + j]; };
+      float pq[4] = {0.f, 0.f, 0.f, 0.f}, pk[4] = {0.f, 0.f, 0.f, 0.f}, pw[4] = {0.f, 0.f, 0.f, 0.f};
+      warp_mma_tile<kEx, false, V>(
+          pq, [&](int r2, int j) { return tof(s.dO[r2][j]); }, s0t, m0, n0, lane);
+      warp_mma_tile<false, false, V>(
+          pk, [&](int r2, int j) { return s.F1[r2][j]; }, dst, m0, n0, lane);
+      warp_mma_tile<false, false, V>(
+          pw, [&](int r2, int j) { return s.F2[r2][j]; }, s0t, m0, n0, lane);
+      const int g = lane >> 2, c2 = n0 + 2 * (lane & 3);
 #pragma unroll
-      for (int mm = 0; mm < 4; ++mm) {
-        const float s0 = t0s[(p + 4 * mm) * LT + j], ds = t1s[(p + 4 * mm) * LT + j];
-        aq[mm] = fmaf(dov, s0, aq[mm]);
-        ak[mm] = fmaf(u, ds, ak[mm]);
-        aw[mm] = fmaf(du, s0, aw[mm]);
+      for (int e = 0; e < 4; ++e) {
+        const int row = m0 + g + 8 * (e >> 1), col = c2 + (e & 1);
+        Pt[row * LP + col] = pq[e];
+        Pt[(kC + row) * LP + col] = pk[e];
+        Pt[(2 * kC + row) * LP + col] = pw[e];
       }
+    }
+    __syncthreads();
+    float aq[4], ak[4], aw[4];
+#pragma unroll
+    for (int mm = 0; mm < 4; ++mm) {
+      aq[mm] = Pt[r * LP + p + 4 * mm];
+      ak[mm] = Pt[(kC + r) * LP + p + 4 * mm];
+      aw[mm] = Pt[(2 * kC + r) * LP + p + 4 * mm];
     }
 #pragma unroll
     for (int mm = 0; mm < 4; ++mm) {
