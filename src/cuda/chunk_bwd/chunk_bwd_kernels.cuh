@@ -128,6 +128,18 @@ __device__ __forceinline__ void load_rows(E (*dst)[LD], const void* src, int64_t
   }
 }
 
+// A warp's accumulator tiles (warp_mma at rows m0, columns n0 ..) times f into the row-major dst[.][ld].
+template <int NT>
+__device__ __forceinline__ void store_frags(float* dst, int ld, const float (&d)[NT][4], int m0, int n0, int lane,
+                                            float f) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2)  // (e, e + 1): adjacent columns
+      *reinterpret_cast<float2*>(dst + frag_row(m0, lane, e) * ld + frag_col(n0, nt, lane, e)) =
+          make_float2(f * d[nt][e], f * d[nt][e + 1]);
+}
+
 // ---- pass 1: prep (grid (slots, Hv)) -------------------------------------------------------------------------
 template <class E, int K, int V>
 struct PrepSmem {
@@ -141,8 +153,9 @@ template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads) chunk_bwd_prep_kernel(const ChunkBwdArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<PrepSmem<E, K, V>*>(smem_raw);
+  constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;  // q, k, v, dO rows are exact bf16 operands
   const int64_t slot = blockIdx.x;
-  const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x;
+  const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int64_t n, c, sb, st, len;
   if (!slot_chunk(a, slot, &n, &c)) return;
   seq_range(a, n, &sb, &st, &len);
@@ -179,23 +192,29 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_prep_kernel(const ChunkBwd
   }
   __syncthreads();
   if (tid < kC) s.wk[tid] = s.b[tid] * expf(s.gam[tid]) * s.rk[tid];  // W = A diag(b e^gamma) K^
-  // L_rs = b_r (k^_r . k^_s) D_rs (s < r) and P_rs = (q^_r . k^_s) D_rs (s <= r); D by select, never factored (§5.8)
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int r = e >> 6, c2 = e & 63;
-    float l = 0.f, pv = 0.f;
-    if (c2 <= r) {
-      float qk = 0.f, kk = 0.f;
-#pragma unroll 8
-      for (int i = 0; i < K; ++i) {
-        const float ks = tof(s.k[c2][i]);
-        qk = fmaf(tof(s.q[r][i]), ks, qk);
-        kk = fmaf(tof(s.k[r][i]), ks, kk);
+  // L_rs = b_r (k^_r . k^_s) D_rs (s < r) and P_rs = (q^_r . k^_s) D_rs (s <= r); D by select, never factored (§5.8).
+  // Q K^T and K K^T on the tensor cores: warp w, rows 16 (w % 4), columns 32 (w / 4) .. + 32.
+  {
+    float qk[4][4] = {}, kk[4][4] = {};
+    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+    const auto kt = [&](int i, int c2) { return tof(s.k[c2][i]); };
+    warp_mma<kEx, kEx, K>(
+        qk, [&](int r, int i) { return tof(s.q[r][i]); }, kt, m0, n0, lane);
+    warp_mma<kEx, kEx, K>(
+        kk, [&](int r, int i) { return tof(s.k[r][i]); }, kt, m0, n0, lane);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
+        float l = 0.f, pv = 0.f;
+        if (c2 <= r) {
+          const float D = expf(s.gam[r] - s.gam[c2]);
+          pv = s.rq[r] * s.rk[c2] * qk[nt][e] * D;
+          if (c2 < r) l = s.b[r] * s.rk[r] * s.rk[c2] * kk[nt][e] * D;
+        }
+        s.L[r][c2] = l, s.P[r][c2] = pv;
       }
-      const float D = expf(s.gam[r] - s.gam[c2]);
-      pv = s.rq[r] * s.rk[c2] * qk * D;
-      if (c2 < r) l = s.b[r] * s.rk[r] * s.rk[c2] * kk * D;
-    }
-    s.L[r][c2] = l, s.P[r][c2] = pv;
   }
   __syncthreads();
   if (tid < kC) {  // A = (I + L)^-1 by forward substitution (§5.7), thread c owns column c: x_r = d_rc - L_r. x
@@ -213,58 +232,38 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_prep_kernel(const ChunkBwd
   }
   float* Ag = a.A + cp.rec * (kC * kC);
   for (int e = tid; e < kC * kC; e += kThreads) Ag[e] = s.A[e >> 6][e & 63];
-  float* Wg = a.W + cp.rec * (kC * K);
-  for (int e = tid; e < kC * K; e += kThreads) {  // W_ri = sum_{s<=r} A_rs b_s e^{gamma_s} k^_si
-    const int r = e / K, i = e % K;
-    float acc = 0.f;
-    for (int s2 = 0; s2 <= r; ++s2) acc = fmaf(s.A[r][s2] * s.wk[s2], tof(s.k[s2][i]), acc);
-    Wg[e] = acc;
+  // On the tensor cores (warp w: rows 16 (w % 4), the column half w / 4), the fp32 left operands split:
+  //   W = (A diag(b e^gamma rho_k)) K,  U0 = (A diag(b)) V,  dU = scale P^T dO
+  const int m0 = 16 * (warp & 3);
+  {
+    constexpr int NT = K / 16;
+    float acc[NT][4] = {};
+    const int n0 = (K / 2) * (warp >> 2);
+    warp_mma<false, kEx, kC>(
+        acc, [&](int r, int s2) { return s.A[r][s2] * s.wk[s2]; }, [&](int s2, int i) { return tof(s.k[s2][i]); }, m0,
+        n0, lane);
+    store_frags(a.W + cp.rec * (kC * K), K, acc, m0, n0, lane, 1.f);
   }
-  float* Ug = a.U + cp.rec * (kC * V);
-  float* dUg = a.dU + cp.rec * (kC * V);
-  for (int e = tid; e < kC * V; e += kThreads) {
-    const int r = e / V, j = e % V;
-    float u0 = 0.f, du = 0.f;
-    for (int s2 = 0; s2 <= r; ++s2) u0 = fmaf(s.A[r][s2] * s.b[s2], tof(s.v[s2][j]), u0);  // U0 = A diag(b) V
-    for (int r2 = r; r2 < kC; ++r2) du = fmaf(s.P[r2][r], tof(s.dO[r2][j]), du);           // P^T dO
-    Ug[e] = u0;
-    dUg[e] = a.scale * du;
+  {
+    constexpr int NT = V / 16;
+    float u0[NT][4] = {}, du[NT][4] = {};
+    const int n0 = (V / 2) * (warp >> 2);
+    warp_mma<false, kEx, kC>(
+        u0, [&](int r, int s2) { return s.A[r][s2] * s.b[s2]; }, [&](int s2, int j) { return tof(s.v[s2][j]); }, m0, n0,
+        lane);
+    warp_mma<false, kEx, kC>(
+        du, [&](int r, int r2) { return s.P[r2][r]; }, [&](int r2, int j) { return tof(s.dO[r2][j]); }, m0, n0, lane);
+    store_frags(a.U + cp.rec * (kC * V), V, u0, m0, n0, lane, 1.f);
+    store_frags(a.dU + cp.rec * (kC * V), V, du, m0, n0, lane, a.scale);
   }
 }
 
 // ---- passes 2 and 3: the chains (grid (N, Hv, V / 64)) -------------------------------------------------------
-// Register tiles: thread (tr, tc) = (tid / 16, tid % 16) computes rows 4 tr .. 4 tr + 3 (chunk rows) or
-// K/16 tr .. (keys) of its products and state columns 4 tc .. 4 tc + 3, from float4 loads of row-major tiles
-// whose row strides are multiples of 4 floats (16-byte aligned rows).
+// The chunk products run on the tensor cores (warp_mma, split operands: fp32-accurate); the state and its gradient
+// stay fp32 in shared memory and every update accumulates in fp32 (gdn-math §10.1). The fp32 tiles have a row
+// stride of 64 + 4 (K + 4) floats, so a fragment's 32 reads (rows 2t, 2t + 1, 2t + 8, .. and columns g) fall in
+// 32 different banks.
 constexpr int kLS = kBV + 4;  // row stride of the 64-column tiles
-
-__device__ __forceinline__ float4 ld4(const float* p) {
-  return *reinterpret_cast<const float4*>(p);
-}
-__device__ __forceinline__ void st4(float* p, float4 v) {
-  *reinterpret_cast<float4*>(p) = v;
-}
-
-// acc[a][0..3] += x[a] * y[0..3]
-template <int R>
-__device__ __forceinline__ void outer_acc(float (&acc)[R][4], const float (&x)[R], float4 y) {
-#pragma unroll
-  for (int a2 = 0; a2 < R; ++a2) {
-    acc[a2][0] = fmaf(x[a2], y.x, acc[a2][0]);
-    acc[a2][1] = fmaf(x[a2], y.y, acc[a2][1]);
-    acc[a2][2] = fmaf(x[a2], y.z, acc[a2][2]);
-    acc[a2][3] = fmaf(x[a2], y.w, acc[a2][3]);
-  }
-}
-// R consecutive floats from p (R a multiple of 4, p 16-byte aligned).
-template <int R>
-__device__ __forceinline__ void ldR(float (&x)[R], const float* p) {
-#pragma unroll
-  for (int a2 = 0; a2 < R; a2 += 4) {
-    const float4 v = ld4(p + a2);
-    x[a2] = v.x, x[a2 + 1] = v.y, x[a2 + 2] = v.z, x[a2 + 3] = v.w;
-  }
-}
 
 template <int K>
 struct alignas(16) StateSmem {
@@ -277,12 +276,14 @@ struct alignas(16) StateSmem {
 
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads) chunk_bwd_state_kernel(const ChunkBwdArgs a) {
-  constexpr int IR = K / 16;  // keys per thread in the state update
+  // The K x 64 state update: K / 16 row tiles (MT) of 16 keys; each takes 128 / K warps, NT column tiles apiece.
+  constexpr int MT = K / 16, NT = K / 16;
+  static_assert(kThreads == 256 && MT * (8 / MT) == 8 && 8 * NT * (8 / MT) == kBV, "8 warps cover the state");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<StateSmem<K>*>(smem_raw);
   const int64_t n = blockIdx.x;
   const int h = blockIdx.y, hk = h / a.group, j0 = blockIdx.z * kBV, tid = threadIdx.x;
-  const int tr = tid >> 4, tc = tid & 15;
+  const int warp = tid >> 5, lane = tid & 31;
   int64_t sb, st, len;
   seq_range(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
@@ -306,41 +307,37 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_state_kernel(const ChunkBw
       const int r = e / K, i = e % K;
       s.Kb[r][i] = r < nv ? s.rk[r] * expf(gl - s.gam[r]) * tof(kp[(t0 + r) * a.k_st + i]) : 0.f;
     }
-    {  // U = U0 - W S0: rows 4 tr .., columns 4 tc ..
+    {  // U = U0 - W S0 (tensor cores): warp w, rows 16 (w % 4), columns 32 (w / 4) .. + 32
       float acc[4][4] = {};
-#pragma unroll 4
-      for (int i = 0; i < K; ++i) {
-        float w[4];
-        ldR<4>(w, &s.Wt[i][4 * tr]);
-        outer_acc<4>(acc, w, ld4(&s.S[i][4 * tc]));
-      }
+      const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+      warp_mma<false, false, K>(
+          acc, [&](int r, int i) { return s.Wt[i][r]; }, [&](int i, int jj) { return s.S[i][jj]; }, m0, n0, lane);
       float* Ug = a.U + rec * (kC * V);
 #pragma unroll
-      for (int a2 = 0; a2 < 4; ++a2) {
-        float* u = Ug + (4 * tr + a2) * V + j0 + 4 * tc;
-        const float4 u0 = ld4(u);
-        const float4 uv = make_float4(u0.x - acc[a2][0], u0.y - acc[a2][1], u0.z - acc[a2][2], u0.w - acc[a2][3]);
-        st4(&s.Ut[4 * tr + a2][4 * tc], uv);
-        st4(u, uv);
-      }
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
+          const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
+          float2* u = reinterpret_cast<float2*>(Ug + r * V + j0 + jj);
+          const float2 u0 = *u, uv = make_float2(u0.x - acc[nt][e], u0.y - acc[nt][e + 1]);
+          s.Ut[r][jj] = uv.x, s.Ut[r][jj + 1] = uv.y;
+          *u = uv;
+        }
     }
     __syncthreads();
-    {  // S <- e_n S + Kbar^T U (fp32): keys IR tr .., columns 4 tc ..
+    {  // S <- e_n S + Kbar^T U (tensor cores, fp32 accumulation): warp w, keys 16 (w % MT), columns NC (w / MT) ..
       const float en = expf(gl);
-      float acc[IR][4] = {};
-#pragma unroll 4
-      for (int r = 0; r < kC; ++r) {
-        float kb[IR];
-        ldR<IR>(kb, &s.Kb[r][IR * tr]);
-        outer_acc<IR>(acc, kb, ld4(&s.Ut[r][4 * tc]));
-      }
+      float acc[NT][4] = {};
+      const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
+      warp_mma<false, false, kC>(
+          acc, [&](int i, int r) { return s.Kb[r][i]; }, [&](int r, int jj) { return s.Ut[r][jj]; }, m0, n0, lane);
 #pragma unroll
-      for (int a2 = 0; a2 < IR; ++a2) {
-        float* sp = &s.S[IR * tr + a2][4 * tc];
-        const float4 o = ld4(sp);
-        st4(sp, make_float4(fmaf(en, o.x, acc[a2][0]), fmaf(en, o.y, acc[a2][1]), fmaf(en, o.z, acc[a2][2]),
-                            fmaf(en, o.w, acc[a2][3])));
-      }
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float& sv = s.S[frag_row(m0, lane, e)][frag_col(n0, nt, lane, e)];
+          sv = fmaf(en, sv, acc[nt][e]);
+        }
     }
   }
 }
@@ -358,12 +355,13 @@ struct alignas(16) DStateSmem {
 
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads) chunk_bwd_dstate_kernel(const ChunkBwdArgs a) {
-  constexpr int IR = K / 16;
+  constexpr int MT = K / 16, NT = K / 16;                 // the state's tiles, as in the state pass
+  constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;  // dO rows are exact bf16 operands
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<DStateSmem<K>*>(smem_raw);
   const int64_t n = blockIdx.x;
   const int h = blockIdx.y, hk = h / a.group, j0 = blockIdx.z * kBV, tid = threadIdx.x;
-  const int tr = tid >> 4, tc = tid & 15;
+  const int warp = tid >> 5, lane = tid & 31;
   int64_t sb, st, len;
   seq_range(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
@@ -399,45 +397,39 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_dstate_kernel(const ChunkB
       s.Qg[r][i] = valid ? a.scale * s.rq[r] * expf(s.gam[r]) * tof(qp[(t0 + r) * a.q_st + i]) : 0.f;
     }
     __syncthreads();
-    {  // dU = scale P^T dO + Kbar dS: rows 4 tr .., columns 4 tc ..
+    {  // dU = scale P^T dO + Kbar dS (tensor cores): warp w, rows 16 (w % 4), columns 32 (w / 4) .. + 32
       float acc[4][4] = {};
-#pragma unroll 4
-      for (int i = 0; i < K; ++i) {
-        float kb[4];
-        ldR<4>(kb, &s.KbT[i][4 * tr]);
-        outer_acc<4>(acc, kb, ld4(&s.dS[i][4 * tc]));
-      }
+      const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+      warp_mma<false, false, K>(
+          acc, [&](int r, int i) { return s.KbT[i][r]; }, [&](int i, int jj) { return s.dS[i][jj]; }, m0, n0, lane);
       float* dUg = a.dU + rec * (kC * V);
 #pragma unroll
-      for (int a2 = 0; a2 < 4; ++a2) {
-        float* u = dUg + (4 * tr + a2) * V + j0 + 4 * tc;
-        const float4 u0 = ld4(u);
-        const float4 uv = make_float4(u0.x + acc[a2][0], u0.y + acc[a2][1], u0.z + acc[a2][2], u0.w + acc[a2][3]);
-        st4(&s.dUt[4 * tr + a2][4 * tc], uv);
-        st4(u, uv);
-      }
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
+          const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
+          float2* u = reinterpret_cast<float2*>(dUg + r * V + j0 + jj);
+          const float2 u0 = *u, uv = make_float2(u0.x + acc[nt][e], u0.y + acc[nt][e + 1]);
+          s.dUt[r][jj] = uv.x, s.dUt[r][jj + 1] = uv.y;
+          *u = uv;
+        }
     }
     __syncthreads();
-    {  // dS_start = e_n dS + scale (Gamma Q^)^T dO - W^T dU: keys IR tr .., columns 4 tc ..
+    {  // dS_start = e_n dS + scale (Gamma Q^)^T dO - W^T dU (tensor cores, fp32 accumulation): keys 16 (w % MT) ..
       const float en = expf(gl);
-      float acc[IR][4] = {};
-#pragma unroll 2
-      for (int r = 0; r < kC; ++r) {
-        float qg[IR], w[IR];
-        ldR<IR>(qg, &s.Qg[r][IR * tr]);
-        ldR<IR>(w, &s.W[r][IR * tr]);
+      float acc[NT][4] = {};
+      const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
+      warp_mma<false, kEx, kC>(
+          acc, [&](int i, int r) { return s.Qg[r][i]; }, [&](int r, int jj) { return s.dOt[r][jj]; }, m0, n0, lane);
+      warp_mma<false, false, kC>(
+          acc, [&](int i, int r) { return -s.W[r][i]; }, [&](int r, int jj) { return s.dUt[r][jj]; }, m0, n0, lane);
 #pragma unroll
-        for (int a2 = 0; a2 < IR; ++a2) w[a2] = -w[a2];
-        outer_acc<IR>(acc, qg, ld4(&s.dOt[r][4 * tc]));
-        outer_acc<IR>(acc, w, ld4(&s.dUt[r][4 * tc]));
-      }
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int a2 = 0; a2 < IR; ++a2) {
-        float* sp = &s.dS[IR * tr + a2][4 * tc];
-        const float4 o = ld4(sp);
-        st4(sp, make_float4(fmaf(en, o.x, acc[a2][0]), fmaf(en, o.y, acc[a2][1]), fmaf(en, o.z, acc[a2][2]),
-                            fmaf(en, o.w, acc[a2][3])));
-      }
+        for (int e = 0; e < 4; ++e) {
+          float& sv = s.dS[frag_row(m0, lane, e)][frag_col(n0, nt, lane, e)];
+          sv = fmaf(en, sv, acc[nt][e]);
+        }
     }
   }
   if (a.dh0) {  // dh0 = dS_start of the first chunk (dht, or 0, for an empty sequence)
@@ -506,22 +498,30 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
     s.eg[tid] = tid < nv ? expf(s.gam[tid]) : 0.f;
     s.kb[tid] = tid < nv ? expf(gl - s.gam[tid]) : 0.f;
   }
-  // (2) dP = scale Lower(dO U^T); X = dP (.) D; Z = dP (.) P
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int r2 = e >> 6, c2 = e & 63;
-    float x = 0.f, z = 0.f;
-    if (c2 <= r2) {
-      float dp = 0.f, qk = 0.f;
-#pragma unroll 8
-      for (int j = 0; j < V; ++j) dp = fmaf(tof(s.dO[r2][j]), s.F1[c2][j], dp);
-#pragma unroll 8
-      for (int i = 0; i < K; ++i) qk = fmaf(tof(s.q[r2][i]), tof(s.k[c2][i]), qk);
-      dp *= lam;
-      const float D = expf(s.gam[r2] - s.gam[c2]);
-      x = dp * D;
-      z = dp * s.rq[r2] * s.rk[c2] * qk * D;
-    }
-    s.X[r2][c2] = x, s.Z[r2][c2] = z;
+  // (2) dP = scale Lower(dO U^T); X = dP (.) D; Z = dP (.) P. The 64 x 64 products here and below run on the tensor
+  // cores, warp w at rows m0 = 16 (w % 4), columns n0 = 32 (w / 4) .. + 32 (fp32 operands split).
+  const int warp = tid >> 5, lane = tid & 31, m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+  constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;           // q, k, v, dO rows are exact bf16 operands
+  const auto kt = [&](int i, int c2) { return tof(s.k[c2][i]); };  // K^T (raw rows)
+  {
+    float dp[4][4] = {}, qk[4][4] = {};
+    warp_mma<kEx, false, V>(
+        dp, [&](int r2, int j) { return tof(s.dO[r2][j]); }, [&](int j, int c2) { return s.F1[c2][j]; }, m0, n0, lane);
+    warp_mma<kEx, kEx, K>(
+        qk, [&](int r2, int i) { return tof(s.q[r2][i]); }, kt, m0, n0, lane);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r2 = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
+        float x = 0.f, z = 0.f;
+        if (c2 <= r2) {
+          const float D = expf(s.gam[r2] - s.gam[c2]), d = lam * dp[nt][e];
+          x = d * D;
+          z = d * s.rq[r2] * s.rk[c2] * qk[nt][e] * D;
+        }
+        s.X[r2][c2] = x, s.Z[r2][c2] = z;
+      }
   }
   __syncthreads();
   float dq[KM], dk[KM];
@@ -548,8 +548,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
   constexpr int LP = KT + 1;  // row stride of the three 64 x 16 product tiles
   static_assert(3 * kC * LP <= kC * (kC + 1), "the product tiles fit in X");
   float* Pt = &s.X[0][0];
-  constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;  // dO rows are exact bf16 operands
-  const int warp = tid >> 5, lane = tid & 31, m0 = 16 * (warp & 3), n0 = 8 * (warp >> 2);
+  const int mt0 = 16 * (warp & 3), nt0 = 8 * (warp >> 2);  // this warp's product tile
   const float* S0g = a.S0 + cp.rec * (K * V);
   const float* dSg = a.dS + cp.rec * (K * V);
 #pragma unroll  // dq[m], dk[m], dw[m] stay registers
@@ -565,20 +564,19 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
     {
       const auto s0t = [&](int j, int i) { return t0s[i * LT + j]; };
       const auto dst = [&](int j, int i) { return t1s[i * LT + j]; };
-      float pq[4] = {0.f, 0.f, 0.f, 0.f}, pk[4] = {0.f, 0.f, 0.f, 0.f}, pw[4] = {0.f, 0.f, 0.f, 0.f};
-      warp_mma_tile<kEx, false, V>(
-          pq, [&](int r2, int j) { return tof(s.dO[r2][j]); }, s0t, m0, n0, lane);
-      warp_mma_tile<false, false, V>(
-          pk, [&](int r2, int j) { return s.F1[r2][j]; }, dst, m0, n0, lane);
-      warp_mma_tile<false, false, V>(
-          pw, [&](int r2, int j) { return s.F2[r2][j]; }, s0t, m0, n0, lane);
-      const int g = lane >> 2, c2 = n0 + 2 * (lane & 3);
+      float pq[1][4] = {}, pk[1][4] = {}, pw[1][4] = {};
+      warp_mma<kEx, false, V>(
+          pq, [&](int r2, int j) { return tof(s.dO[r2][j]); }, s0t, mt0, nt0, lane);
+      warp_mma<false, false, V>(
+          pk, [&](int r2, int j) { return s.F1[r2][j]; }, dst, mt0, nt0, lane);
+      warp_mma<false, false, V>(
+          pw, [&](int r2, int j) { return s.F2[r2][j]; }, s0t, mt0, nt0, lane);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = m0 + g + 8 * (e >> 1), col = c2 + (e & 1);
-        Pt[row * LP + col] = pq[e];
-        Pt[(kC + row) * LP + col] = pk[e];
-        Pt[(2 * kC + row) * LP + col] = pw[e];
+        const int row = frag_row(mt0, lane, e), col = frag_col(nt0, 0, lane, e);
+        Pt[row * LP + col] = pq[0][e];
+        Pt[(kC + row) * LP + col] = pk[0][e];
+        Pt[(2 * kC + row) * LP + col] = pw[0][e];
       }
     }
     __syncthreads();
@@ -645,46 +643,56 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
     }
   }
   // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} (dW_r . k^_s), strictly lower (only that part reaches L)
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int r2 = e >> 6, c2 = e & 63;
-    float x = 0.f;
-    if (c2 < r2) {
-      float uv = 0.f, wk = 0.f;
-#pragma unroll 8
-      for (int j = 0; j < V; ++j) uv = fmaf(s.F2[r2][j], tof(s.v[c2][j]), uv);
-#pragma unroll 8
-      for (int i = 0; i < K; ++i) wk = fmaf(s.F1[r2][i], tof(s.k[c2][i]), wk);
-      x = s.b[c2] * (uv + s.eg[c2] * s.rk[c2] * wk);
-    }
-    s.X[r2][c2] = x;
+  {
+    float uv[4][4] = {}, wk[4][4] = {};
+    warp_mma<false, kEx, V>(
+        uv, [&](int r2, int j) { return s.F2[r2][j]; }, [&](int j, int c2) { return tof(s.v[c2][j]); }, m0, n0, lane);
+    warp_mma<false, kEx, K>(
+        wk, [&](int r2, int i) { return s.F1[r2][i]; }, kt, m0, n0, lane);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r2 = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
+        s.X[r2][c2] = c2 < r2 ? s.b[c2] * (uv[nt][e] + s.eg[c2] * s.rk[c2] * wk[nt][e]) : 0.f;
+      }
   }
   __syncthreads();
-  // (6) Y = A^T dA
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int r2 = e >> 6, c2 = e & 63;
-    float acc = 0.f;
-    for (int a2 = (r2 > c2 ? r2 : c2 + 1); a2 < kC; ++a2) acc = fmaf(s.A[a2][r2], s.X[a2][c2], acc);
-    s.Y[r2][c2] = acc;
+  {  // (6) Y = A^T dA (A^T is upper, dA strictly lower: the full product is the triangular sum)
+    float y[4][4] = {};
+    warp_mma<false, false, kC>(
+        y, [&](int r2, int a2) { return s.A[a2][r2]; }, [&](int a2, int c2) { return s.X[a2][c2]; }, m0, n0, lane);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s.Y[frag_row(m0, lane, e)][frag_col(n0, nt, lane, e)] = y[nt][e];
   }
   __syncthreads();
-  // dL = StrictLower(-(A^T dA) A^T); (7) dbeta_r += sum_s dL_rs E_rs, dL_b = diag(b) dL; (8) Z += dL_b (.) E
+  // dL = StrictLower(-(A^T dA) A^T) (A^T upper: the full product Y A^T is the sum over c3 <= c2);
+  // (7) dbeta_r += sum_s dL_rs E_rs, dL_b = diag(b) dL; (8) Z += dL_b (.) E
   float(*T)[kC + 1] = reinterpret_cast<float(*)[kC + 1]>(&s.F1[0][0]);  // dL (.) E (dW is consumed)
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int r2 = e >> 6, c2 = e & 63;
-    float x = 0.f, t = 0.f;
-    if (c2 < r2) {
-      float dl = 0.f, kk = 0.f;
-      for (int c3 = 0; c3 <= c2; ++c3) dl = fmaf(-s.Y[r2][c3], s.A[c2][c3], dl);
-#pragma unroll 8
-      for (int i = 0; i < K; ++i) kk = fmaf(tof(s.k[r2][i]), tof(s.k[c2][i]), kk);
-      const float D = expf(s.gam[r2] - s.gam[c2]);
-      const float Ev = s.rk[r2] * s.rk[c2] * kk * D;
-      t = dl * Ev;
-      x = s.b[r2] * dl * D;
-      s.Z[r2][c2] += s.b[r2] * t;
-    }
-    s.X[r2][c2] = x;
-    T[r2][c2] = t;
+  {
+    float ya[4][4] = {}, kk[4][4] = {};
+    warp_mma<false, false, kC>(
+        ya, [&](int r2, int c3) { return s.Y[r2][c3]; }, [&](int c3, int c2) { return s.A[c2][c3]; }, m0, n0, lane);
+    warp_mma<kEx, kEx, K>(
+        kk, [&](int r2, int i) { return tof(s.k[r2][i]); }, kt, m0, n0, lane);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r2 = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
+        float x = 0.f, t = 0.f;
+        if (c2 < r2) {
+          const float dl = -ya[nt][e], D = expf(s.gam[r2] - s.gam[c2]);
+          const float Ev = s.rk[r2] * s.rk[c2] * kk[nt][e] * D;
+          t = dl * Ev;
+          x = s.b[r2] * dl * D;
+          s.Z[r2][c2] += s.b[r2] * t;
+        }
+        s.X[r2][c2] = x;
+        T[r2][c2] = t;
+      }
   }
   __syncthreads();
   // (7) dK += (dL_b (.) D) K^ + (dL_b (.) D)^T K^;  (8) dgamma_r += rowsum(Z)_r - colsum(Z)_r

@@ -27,12 +27,12 @@ __device__ __forceinline__ Split2 split_pair(float x0, float x1) {
   return s;
 }
 
-// One warp: d (the 16 x 8 tile at rows m0, columns n0; lane (g, t) = (lane / 4, lane % 4) holds (g, 2t..2t+1) and
-// (g + 8, 2t..2t+1)) += sum_{k < KD} a(m0 + r, k) b(k, n0 + c), the operands read as floats through the accessors
-// a(row, k) and b(k, col). AEX / BEX: the operand's values are bf16 already. Fixed order (k ascending; within a
-// step lo*hi, hi*lo, then hi*hi): deterministic.
-template <bool AEX, bool BEX, int KD, class FA, class FB>
-__device__ __forceinline__ void warp_mma_tile(float (&d)[4], FA a, FB b, int m0, int n0, int lane) {
+// One warp: d[nt] (the 16 x 8 tile at rows m0, columns n0 + 8 nt; lane (g, t) = (lane / 4, lane % 4) holds
+// (g, 2t..2t+1) and (g + 8, 2t..2t+1)) += sum_{k < KD} a(m0 + r, k) b(k, n0 + 8 nt + c), the operands read as floats
+// through the accessors a(row, k) and b(k, col); each A fragment serves all NT tiles. AEX / BEX: the operand's
+// values are bf16 already. Fixed order (k ascending; within a step lo*hi, hi*lo, then hi*hi): deterministic.
+template <bool AEX, bool BEX, int KD, int NT, class FA, class FB>
+__device__ __forceinline__ void warp_mma(float (&d)[NT][4], FA a, FB b, int m0, int n0, int lane) {
   const int g = lane >> 2, t2 = 2 * (lane & 3);
 #pragma unroll 2
   for (int k0 = 0; k0 < KD; k0 += 16) {
@@ -43,12 +43,24 @@ __device__ __forceinline__ void warp_mma_tile(float (&d)[4], FA a, FB b, int m0,
       const Split2 s = split_pair<AEX>(a(row, col), a(row, col + 1));
       ah[q] = s.hi, al[q] = s.lo;
     }
-    const Split2 b0 = split_pair<BEX>(b(k0 + t2, n0 + g), b(k0 + t2 + 1, n0 + g));
-    const Split2 b1 = split_pair<BEX>(b(k0 + t2 + 8, n0 + g), b(k0 + t2 + 9, n0 + g));
-    if constexpr (!AEX) chunk_detail::mma<true>(d, al, b0.hi, b1.hi);
-    if constexpr (!BEX) chunk_detail::mma<true>(d, ah, b0.lo, b1.lo);
-    chunk_detail::mma<true>(d, ah, b0.hi, b1.hi);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int col = n0 + 8 * nt + g;
+      const Split2 b0 = split_pair<BEX>(b(k0 + t2, col), b(k0 + t2 + 1, col));
+      const Split2 b1 = split_pair<BEX>(b(k0 + t2 + 8, col), b(k0 + t2 + 9, col));
+      if constexpr (!AEX) chunk_detail::mma<true>(d[nt], al, b0.hi, b1.hi);
+      if constexpr (!BEX) chunk_detail::mma<true>(d[nt], ah, b0.lo, b1.lo);
+      chunk_detail::mma<true>(d[nt], ah, b0.hi, b1.hi);
+    }
   }
+}
+
+// Where lane's accumulator e of tile nt lies: row m0 + g + 8 (e / 2), column n0 + 8 nt + 2t + e % 2.
+__device__ __forceinline__ int frag_row(int m0, int lane, int e) {
+  return m0 + (lane >> 2) + 8 * (e >> 1);
+}
+__device__ __forceinline__ int frag_col(int n0, int nt, int lane, int e) {
+  return n0 + 8 * nt + 2 * (lane & 3) + (e & 1);
 }
 
 }  // namespace flashgdn::cuda::bwd_detail
