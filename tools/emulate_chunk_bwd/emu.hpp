@@ -1,8 +1,8 @@
 // Host emulation of the CUDA features the chunk_bwd kernels use: one std::thread per CUDA thread, blocks one at a
 // time, __syncthreads as a std::barrier (threads that return drop out of it), __shfl_xor_sync as a block-wide
 // exchange (every shuffle in these kernels is reached by all live threads of the block), mma.sync m16n8k16 (bf16,
-// fp32 accumulation) as an exchange of the fragments within the warp (emu_mma: gen.py points the kernels' calls of
-// chunk_detail::mma<true> at it). It checks the kernels'
+// fp32 accumulation) as an exchange of the fragments within the warp, cp.async as a plain copy (gen.py points the
+// kernels' calls of chunk_detail::mma<true> and cp_async* at the emu_* functions here). It checks the kernels'
 // index math, barriers and numerics against the CPU oracle on a machine without a GPU; it says nothing about
 // warp-level timing, races between barriers or the device's shared-memory limit.
 #pragma once
@@ -96,6 +96,18 @@ inline void emu_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
   }
   g_wbar[w]->arrive_and_wait();
 }
+// cp.async as an immediate copy (commit and wait are then no-ops): the emulation cannot see a missing wait.
+inline void emu_cp_async16(void* dst, const void* src) {
+  std::memcpy(dst, src, 16);
+}
+inline void emu_cp_async16_zfill(void* dst, const void* src, bool valid) {
+  if (valid)
+    std::memcpy(dst, src, 16);
+  else
+    std::memset(dst, 0, 16);
+}
+inline void emu_cp_async_commit() {}
+inline void emu_cp_async_wait_all() {}
 template <class Kern, class... Args>
 void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
   for (unsigned z = 0; z < grid.z; ++z)

@@ -265,24 +265,69 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_prep_kernel(const ChunkBwd
 // 32 different banks.
 constexpr int kLS = kBV + 4;  // row stride of the 64-column tiles
 
-template <int K>
+// cp.async copies of a chunk's tiles (16 bytes a copy; rows and sources 16-byte aligned: dense inputs, gdn-math
+// workspace records): the fp32 tile src[r][0..COLS) (row stride ld) into dst, and COLS columns from col0 of the
+// 16-bit rows t0 .. t0 + 63 of an input (row stride st), zeros past row nv (nothing read there).
+template <int COLS, int LD>
+__device__ __forceinline__ void copy_f32_tile(float (*dst)[LD], const float* src, int64_t ld, int tid) {
+  for (int e = tid; e < kC * COLS / 4; e += kThreads) {
+    const int r = e / (COLS / 4), i = 4 * (e % (COLS / 4));
+    chunk_detail::cp_async16(&dst[r][i], src + r * ld + i);
+  }
+}
+template <class E, int COLS, int LD>
+__device__ __forceinline__ void copy_rows(E (*dst)[LD], const E* src, int64_t st, int64_t t0, int nv, int col0,
+                                          int tid) {
+  for (int e = tid; e < kC * COLS / 8; e += kThreads) {
+    const int r = e / (COLS / 8), i = 8 * (e % (COLS / 8));
+    const bool ok = r < nv;
+    chunk_detail::cp_async16_zfill(&dst[r][i], src + (ok ? (t0 + r) * st + col0 + i : 0), ok);
+  }
+}
+// The four rows of chunk record rec (gamma, rho_q, rho_k, beta: 64 floats each) into dst.
+__device__ __forceinline__ void copy_record_rows(float (*dst)[kC], const float* rows, int64_t rec, int tid) {
+  if (tid < 4 * kC / 4)
+    chunk_detail::cp_async16(&dst[tid / (kC / 4)][4 * (tid % (kC / 4))], rows + rec * kRowRec + 4 * tid);
+}
+
+// The state pass keeps two stages of chunk inputs: chunk c + 1's land by cp.async while chunk c is computed, so the
+// serial step waits on no global load.
+template <class E, int K>
 struct alignas(16) StateSmem {
-  float S[K][kLS];      // the running state's 64 columns
-  float Wt[K][kLS];     // W^T of the chunk: Wt[i][r]
-  float Kb[kC][K + 4];  // Kbar = diag(kb) K^
-  float Ut[kC][kLS];    // U of the chunk, these columns
-  float gam[kC], rk[kC];
+  float S[K][kLS];    // the running state's 64 columns
+  float Ut[kC][kLS];  // U of the chunk, these columns
+  struct Stage {
+    float W[kC][K + 4];  // W of the chunk
+    float U0[kC][kLS];   // U0, these columns
+    E k[kC][K + 8];      // raw key rows, zero past the chunk end
+    float rows[4][kC];   // the record's gamma, rho_q, rho_k, beta
+  } st[2];
+  float kb[kC];  // rho_k e^{gamma_{n-1} - gamma}: Kbar = diag(kb) K (0 past the chunk end)
 };
 
+// Issue the cp.async copies of chunk c's inputs (sequence n: batch sb, first token t0s, length len) into stage g.
 template <class E, int K, int V>
-__global__ void __launch_bounds__(kThreads) chunk_bwd_state_kernel(const ChunkBwdArgs a) {
+__device__ __forceinline__ void state_prefetch(const ChunkBwdArgs& a, typename StateSmem<E, K>::Stage& g, int64_t n,
+                                               int64_t sb, int64_t t0s, int64_t len, int64_t c, int h, int j0,
+                                               int tid) {
+  const int64_t t0 = t0s + kC * c, rec = slot_of(a, n, t0s, c) * a.Hv + h;
+  const int nv = int(len - kC * c < kC ? len - kC * c : kC);
+  copy_f32_tile<K>(g.W, a.W + rec * (kC * K), K, tid);
+  copy_f32_tile<kBV>(g.U0, a.U + rec * (kC * V) + j0, V, tid);
+  copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + (h / a.group) * a.k_sh, a.k_st, t0, nv, 0, tid);
+  copy_record_rows(g.rows, a.rows, rec, tid);
+  chunk_detail::cp_async_commit();
+}
+
+template <class E, int K, int V>
+__global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const ChunkBwdArgs a) {
   // The K x 64 state update: K / 16 row tiles (MT) of 16 keys; each takes 128 / K warps, NT column tiles apiece.
   constexpr int MT = K / 16, NT = K / 16;
   static_assert(kThreads == 256 && MT * (8 / MT) == 8 && 8 * NT * (8 / MT) == kBV, "8 warps cover the state");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<StateSmem<K>*>(smem_raw);
+  auto& s = *reinterpret_cast<StateSmem<E, K>*>(smem_raw);
   const int64_t n = blockIdx.x;
-  const int h = blockIdx.y, hk = h / a.group, j0 = blockIdx.z * kBV, tid = threadIdx.x;
+  const int h = blockIdx.y, j0 = blockIdx.z * kBV, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   int64_t sb, st, len;
   seq_range(a, n, &sb, &st, &len);
@@ -291,37 +336,32 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_state_kernel(const ChunkBw
     const int i = e >> 6, jj = e & 63;
     s.S[i][jj] = a.h0 ? a.h0[n * a.h0_sn + h * a.h0_sh + state_off(a.state_vmajor, a.h0_sr, i, j0 + jj)] : 0.f;
   }
-  const E* kp = static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh;
+  if (nch > 0) state_prefetch<E, K, V>(a, s.st[0], n, sb, st, len, 0, h, j0, tid);
   for (int64_t c = 0; c < nch; ++c) {
-    const int64_t t0 = st + kC * c, rec = slot_of(a, n, st, c) * a.Hv + h;
+    const int64_t rec = slot_of(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
-    __syncthreads();  // S complete; Wt, Kb, Ut, gam free
+    const auto& g = s.st[c & 1];
+    chunk_detail::cp_async_wait_all();
+    __syncthreads();  // stage c & 1 landed (every thread's copies); S complete; the other stage, Ut, kb free
+    if (c + 1 < nch) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, tid);
     float* S0g = a.S0 + rec * (K * V);
     for (int e = tid; e < K * kBV; e += kThreads) S0g[(e >> 6) * V + j0 + (e & 63)] = s.S[e >> 6][e & 63];
-    const float* Wg = a.W + rec * (kC * K);
-    for (int e = tid; e < kC * K; e += kThreads) s.Wt[e % K][e / K] = Wg[e];
-    if (tid < kC) s.gam[tid] = a.rows[rec * kRowRec + tid], s.rk[tid] = a.rows[rec * kRowRec + 2 * kC + tid];
-    __syncthreads();
-    const float gl = s.gam[nv - 1];
-    for (int e = tid; e < kC * K; e += kThreads) {
-      const int r = e / K, i = e % K;
-      s.Kb[r][i] = r < nv ? s.rk[r] * expf(gl - s.gam[r]) * tof(kp[(t0 + r) * a.k_st + i]) : 0.f;
-    }
+    const float gl = g.rows[0][nv - 1];
+    if (tid < kC) s.kb[tid] = tid < nv ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
     {  // U = U0 - W S0 (tensor cores): warp w, rows 16 (w % 4), columns 32 (w / 4) .. + 32
       float acc[4][4] = {};
       const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
       warp_mma<false, false, K>(
-          acc, [&](int r, int i) { return s.Wt[i][r]; }, [&](int i, int jj) { return s.S[i][jj]; }, m0, n0, lane);
+          acc, [&](int r, int i) { return g.W[r][i]; }, [&](int i, int jj) { return s.S[i][jj]; }, m0, n0, lane);
       float* Ug = a.U + rec * (kC * V);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
           const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
-          float2* u = reinterpret_cast<float2*>(Ug + r * V + j0 + jj);
-          const float2 u0 = *u, uv = make_float2(u0.x - acc[nt][e], u0.y - acc[nt][e + 1]);
+          const float2 uv = make_float2(g.U0[r][jj] - acc[nt][e], g.U0[r][jj + 1] - acc[nt][e + 1]);
           s.Ut[r][jj] = uv.x, s.Ut[r][jj + 1] = uv.y;
-          *u = uv;
+          *reinterpret_cast<float2*>(Ug + r * V + j0 + jj) = uv;
         }
     }
     __syncthreads();
@@ -330,7 +370,8 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_state_kernel(const ChunkBw
       float acc[NT][4] = {};
       const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
       warp_mma<false, false, kC>(
-          acc, [&](int i, int r) { return s.Kb[r][i]; }, [&](int r, int jj) { return s.Ut[r][jj]; }, m0, n0, lane);
+          acc, [&](int i, int r) { return s.kb[r] * tof(g.k[r][i]); }, [&](int r, int jj) { return s.Ut[r][jj]; }, m0,
+          n0, lane);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -342,25 +383,44 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_state_kernel(const ChunkBw
   }
 }
 
-template <int K>
+// The dstate pass: chunk c - 1's rows (k, q, dO, dU0, the record; two stages) land by cp.async while chunk c is
+// computed; W (one buffer, read only in the second product) lands while the first product runs.
+template <class E, int K>
 struct alignas(16) DStateSmem {
-  float dS[K][kLS];     // gradient w.r.t. the running chunk-end state, 64 columns
-  float KbT[K][kLS];    // Kbar^T: KbT[i][r]
-  float Qg[kC][K + 4];  // scale diag(e^gamma) Q^
-  float W[kC][K + 4];
-  float dOt[kC][kLS];
-  float dUt[kC][kLS];
-  float gam[kC], rq[kC], rk[kC];
+  float dS[K][kLS];      // gradient w.r.t. the running chunk-end state, 64 columns
+  float dUt[kC][kLS];    // dU of the chunk, these columns
+  float W[kC][K + 4];    // W of the chunk
+  float kb[kC], qg[kC];  // Kbar = diag(kb) K, scale Gamma Q^ = diag(qg) Q (0 past the chunk end)
+  struct Stage {
+    float dU0[kC][kLS];            // scale P^T dO, these columns
+    E k[kC][K + 8], q[kC][K + 8];  // raw rows, zero past the chunk end
+    E dO[kC][kBV + 8];             // dO, these columns
+    float rows[4][kC];             // the record's gamma, rho_q, rho_k, beta
+  } st[2];
 };
 
 template <class E, int K, int V>
-__global__ void __launch_bounds__(kThreads) chunk_bwd_dstate_kernel(const ChunkBwdArgs a) {
+__device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename DStateSmem<E, K>::Stage& g, int64_t n,
+                                                int64_t sb, int64_t t0s, int64_t len, int64_t c, int h, int j0,
+                                                int tid) {
+  const int64_t t0 = t0s + kC * c, rec = slot_of(a, n, t0s, c) * a.Hv + h;
+  const int nv = int(len - kC * c < kC ? len - kC * c : kC), hk = h / a.group;
+  copy_f32_tile<kBV>(g.dU0, a.dU + rec * (kC * V) + j0, V, tid);
+  copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh, a.k_st, t0, nv, 0, tid);
+  copy_rows<E, K>(g.q, static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh, a.q_st, t0, nv, 0, tid);
+  copy_rows<E, kBV>(g.dO, static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh, a.do_st, t0, nv, j0, tid);
+  copy_record_rows(g.rows, a.rows, rec, tid);
+  chunk_detail::cp_async_commit();
+}
+
+template <class E, int K, int V>
+__global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const ChunkBwdArgs a) {
   constexpr int MT = K / 16, NT = K / 16;                 // the state's tiles, as in the state pass
   constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;  // dO rows are exact bf16 operands
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<DStateSmem<K>*>(smem_raw);
+  auto& s = *reinterpret_cast<DStateSmem<E, K>*>(smem_raw);
   const int64_t n = blockIdx.x;
-  const int h = blockIdx.y, hk = h / a.group, j0 = blockIdx.z * kBV, tid = threadIdx.x;
+  const int h = blockIdx.y, j0 = blockIdx.z * kBV, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   int64_t sb, st, len;
   seq_range(a, n, &sb, &st, &len);
@@ -369,58 +429,54 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_dstate_kernel(const ChunkB
     const int i = e >> 6, jj = e & 63;
     s.dS[i][jj] = a.dht ? a.dht[n * a.dht_sn + h * a.dht_sh + state_off(a.state_vmajor, a.dht_sr, i, j0 + jj)] : 0.f;
   }
-  const E* kp = static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh;
-  const E* qp = static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh;
-  const E* dop = static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh;
+  if (nch > 0) dstate_prefetch<E, K, V>(a, s.st[(nch - 1) & 1], n, sb, st, len, nch - 1, h, j0, tid);
   for (int64_t c = nch - 1; c >= 0; --c) {
-    const int64_t t0 = st + kC * c, rec = slot_of(a, n, st, c) * a.Hv + h;
+    const int64_t rec = slot_of(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
-    __syncthreads();  // dS complete; the chunk buffers free
+    const auto& g = s.st[c & 1];
+    chunk_detail::cp_async_wait_all();
+    __syncthreads();  // stage c & 1 landed (every thread's copies); dS complete; W, dUt, kb, qg, the other stage free
+    copy_f32_tile<K>(s.W, a.W + rec * (kC * K), K, tid);
+    chunk_detail::cp_async_commit();
+    if (c > 0) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, tid);
     float* dSg = a.dS + rec * (K * V);
     for (int e = tid; e < K * kBV; e += kThreads) dSg[(e >> 6) * V + j0 + (e & 63)] = s.dS[e >> 6][e & 63];
-    const float* Wg = a.W + rec * (kC * K);
-    for (int e = tid; e < kC * K; e += kThreads) s.W[e / K][e % K] = Wg[e];
-    for (int e = tid; e < kC * kBV; e += kThreads) {
-      const int r = e >> 6, jj = e & 63;
-      s.dOt[r][jj] = r < nv ? tof(dop[(t0 + r) * a.do_st + j0 + jj]) : 0.f;
-    }
+    const float gl = g.rows[0][nv - 1];
     if (tid < kC) {
-      const float* rows = a.rows + rec * kRowRec;
-      s.gam[tid] = rows[tid], s.rq[tid] = rows[kC + tid], s.rk[tid] = rows[2 * kC + tid];
+      const bool valid = tid < nv;
+      s.kb[tid] = valid ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
+      s.qg[tid] = valid ? a.scale * g.rows[1][tid] * expf(g.rows[0][tid]) : 0.f;
     }
-    __syncthreads();
-    const float gl = s.gam[nv - 1];
-    for (int e = tid; e < kC * K; e += kThreads) {
-      const int r = e / K, i = e % K;
-      const bool valid = r < nv;
-      s.KbT[i][r] = valid ? s.rk[r] * expf(gl - s.gam[r]) * tof(kp[(t0 + r) * a.k_st + i]) : 0.f;
-      s.Qg[r][i] = valid ? a.scale * s.rq[r] * expf(s.gam[r]) * tof(qp[(t0 + r) * a.q_st + i]) : 0.f;
-    }
-    __syncthreads();
-    {  // dU = scale P^T dO + Kbar dS (tensor cores): warp w, rows 16 (w % 4), columns 32 (w / 4) .. + 32
+    __syncthreads();  // kb, qg
+    {                 // dU = scale P^T dO + Kbar dS (tensor cores): warp w, rows 16 (w % 4), columns 32 (w / 4) .. + 32
       float acc[4][4] = {};
       const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
       warp_mma<false, false, K>(
-          acc, [&](int r, int i) { return s.KbT[i][r]; }, [&](int i, int jj) { return s.dS[i][jj]; }, m0, n0, lane);
+          acc, [&](int r, int i) { return s.kb[r] * tof(g.k[r][i]); }, [&](int i, int jj) { return s.dS[i][jj]; }, m0,
+          n0, lane);
       float* dUg = a.dU + rec * (kC * V);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
           const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
-          float2* u = reinterpret_cast<float2*>(dUg + r * V + j0 + jj);
-          const float2 u0 = *u, uv = make_float2(u0.x + acc[nt][e], u0.y + acc[nt][e + 1]);
+          const float2 uv = make_float2(g.dU0[r][jj] + acc[nt][e], g.dU0[r][jj + 1] + acc[nt][e + 1]);
           s.dUt[r][jj] = uv.x, s.dUt[r][jj + 1] = uv.y;
-          *u = uv;
+          *reinterpret_cast<float2*>(dUg + r * V + j0 + jj) = uv;
         }
     }
-    __syncthreads();
+    if (c > 0)
+      cp_async_wait<1>();  // W landed (the next stage may still be in flight)
+    else
+      chunk_detail::cp_async_wait_all();
+    __syncthreads();  // dUt, W
     {  // dS_start = e_n dS + scale (Gamma Q^)^T dO - W^T dU (tensor cores, fp32 accumulation): keys 16 (w % MT) ..
       const float en = expf(gl);
       float acc[NT][4] = {};
       const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
       warp_mma<false, kEx, kC>(
-          acc, [&](int i, int r) { return s.Qg[r][i]; }, [&](int r, int jj) { return s.dOt[r][jj]; }, m0, n0, lane);
+          acc, [&](int i, int r) { return s.qg[r] * tof(g.q[r][i]); }, [&](int r, int jj) { return tof(g.dO[r][jj]); },
+          m0, n0, lane);
       warp_mma<false, false, kC>(
           acc, [&](int i, int r) { return -s.W[r][i]; }, [&](int r, int jj) { return s.dUt[r][jj]; }, m0, n0, lane);
 #pragma unroll
@@ -763,8 +819,8 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
   const dim3 chunks(unsigned(a.slots), unsigned(a.Hv)), seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
   int e = launch_one(chunk_bwd_prep_kernel<E, K, V>, chunks, sizeof(PrepSmem<E, K, V>), done[0], st, a);
   if (e == 0 && a.slots > 0)
-    e = launch_one(chunk_bwd_state_kernel<E, K, V>, seqs, sizeof(StateSmem<K>), done[1], st, a);
-  if (e == 0) e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<K>), done[2], st, a);
+    e = launch_one(chunk_bwd_state_kernel<E, K, V>, seqs, sizeof(StateSmem<E, K>), done[1], st, a);
+  if (e == 0) e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[2], st, a);
   if (e == 0) e = launch_one(chunk_bwd_grads_kernel<E, K, V>, chunks, sizeof(GradSmem<E, K, V>), done[3], st, a);
   return e;
 }
