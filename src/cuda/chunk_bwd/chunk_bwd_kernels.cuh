@@ -24,7 +24,7 @@
 namespace flashgdn::cuda::bwd_detail {
 
 constexpr int kC = 64;         // chunk size
-constexpr int kBV = 64;        // state columns per CTA of the chain passes
+constexpr int kBV = 32;        // state columns per CTA of the chain passes (N Hv V / 32 CTAs)
 constexpr int kThreads = 256;  // every chunk pass
 constexpr int kRowRec = 4 * kC;
 
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_prep_kernel(const ChunkBwd
 // stay fp32 in shared memory and every update accumulates in fp32 (gdn-math §10.1). The fp32 tiles have a row
 // stride of 64 + 4 (K + 4) floats, so a fragment's 32 reads (rows 2t, 2t + 1, 2t + 8, .. and columns g) fall in
 // 32 different banks.
-constexpr int kLS = kBV + 4;  // row stride of the 64-column tiles
+constexpr int kLS = kBV + 4;  // row stride of the state-column tiles
 
 // cp.async copies of a chunk's tiles (16 bytes a copy; rows and sources 16-byte aligned: dense inputs, gdn-math
 // workspace records): the fp32 tile src[r][0..COLS) (row stride ld) into dst, and COLS columns from col0 of the
@@ -294,7 +294,7 @@ __device__ __forceinline__ void copy_record_rows(float (*dst)[kC], const float* 
 // serial step waits on no global load.
 template <class E, int K>
 struct alignas(16) StateSmem {
-  float S[K][kLS];    // the running state's 64 columns
+  float S[K][kLS];    // the running state's kBV columns
   float Ut[kC][kLS];  // U of the chunk, these columns
   struct Stage {
     float W[kC][K + 4];  // W of the chunk
@@ -321,8 +321,8 @@ __device__ __forceinline__ void state_prefetch(const ChunkBwdArgs& a, typename S
 
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const ChunkBwdArgs a) {
-  // The K x 64 state update: K / 16 row tiles (MT) of 16 keys; each takes 128 / K warps, NT column tiles apiece.
-  constexpr int MT = K / 16, NT = K / 16;
+  // The K x kBV state update: K / 16 row tiles (MT) of 16 keys; each takes 128 / K warps, NT column tiles apiece.
+  constexpr int MT = K / 16, NT = kBV * MT / 64;
   static_assert(kThreads == 256 && MT * (8 / MT) == 8 && 8 * NT * (8 / MT) == kBV, "8 warps cover the state");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<StateSmem<E, K>*>(smem_raw);
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
   seq_range(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
   for (int e = tid; e < K * kBV; e += kThreads) {  // S = h0 (or 0)
-    const int i = e >> 6, jj = e & 63;
+    const int i = e / kBV, jj = e % kBV;
     s.S[i][jj] = a.h0 ? a.h0[n * a.h0_sn + h * a.h0_sh + state_off(a.state_vmajor, a.h0_sr, i, j0 + jj)] : 0.f;
   }
   if (nch > 0) state_prefetch<E, K, V>(a, s.st[0], n, sb, st, len, 0, h, j0, tid);
@@ -345,17 +345,17 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
     __syncthreads();  // stage c & 1 landed (every thread's copies); S complete; the other stage, Ut, kb free
     if (c + 1 < nch) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, tid);
     float* S0g = a.S0 + rec * (K * V);
-    for (int e = tid; e < K * kBV; e += kThreads) S0g[(e >> 6) * V + j0 + (e & 63)] = s.S[e >> 6][e & 63];
+    for (int e = tid; e < K * kBV; e += kThreads) S0g[(e / kBV) * V + j0 + e % kBV] = s.S[e / kBV][e % kBV];
     const float gl = g.rows[0][nv - 1];
     if (tid < kC) s.kb[tid] = tid < nv ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
-    {  // U = U0 - W S0 (tensor cores): warp w, rows 16 (w % 4), columns 32 (w / 4) .. + 32
-      float acc[4][4] = {};
-      const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+    {  // U = U0 - W S0 (tensor cores): warp w, rows 16 (w % 4), columns kBV / 2 (w / 4) .. + kBV / 2
+      float acc[kBV / 16][4] = {};
+      const int m0 = 16 * (warp & 3), n0 = (kBV / 2) * (warp >> 2);
       warp_mma<false, false, K>(
           acc, [&](int r, int i) { return g.W[r][i]; }, [&](int i, int jj) { return s.S[i][jj]; }, m0, n0, lane);
       float* Ug = a.U + rec * (kC * V);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < kBV / 16; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
           const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
 // computed; W (one buffer, read only in the second product) lands while the first product runs.
 template <class E, int K>
 struct alignas(16) DStateSmem {
-  float dS[K][kLS];      // gradient w.r.t. the running chunk-end state, 64 columns
+  float dS[K][kLS];      // gradient w.r.t. the running chunk-end state, kBV columns
   float dUt[kC][kLS];    // dU of the chunk, these columns
   float W[kC][K + 4];    // W of the chunk
   float kb[kC], qg[kC];  // Kbar = diag(kb) K, scale Gamma Q^ = diag(qg) Q (0 past the chunk end)
@@ -415,7 +415,7 @@ __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename 
 
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const ChunkBwdArgs a) {
-  constexpr int MT = K / 16, NT = K / 16;                 // the state's tiles, as in the state pass
+  constexpr int MT = K / 16, NT = kBV * MT / 64;          // the state's tiles, as in the state pass
   constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;  // dO rows are exact bf16 operands
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<DStateSmem<E, K>*>(smem_raw);
@@ -426,7 +426,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
   seq_range(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
   for (int e = tid; e < K * kBV; e += kThreads) {  // dS = dht (or 0)
-    const int i = e >> 6, jj = e & 63;
+    const int i = e / kBV, jj = e % kBV;
     s.dS[i][jj] = a.dht ? a.dht[n * a.dht_sn + h * a.dht_sh + state_off(a.state_vmajor, a.dht_sr, i, j0 + jj)] : 0.f;
   }
   if (nch > 0) dstate_prefetch<E, K, V>(a, s.st[(nch - 1) & 1], n, sb, st, len, nch - 1, h, j0, tid);
@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
     chunk_detail::cp_async_commit();
     if (c > 0) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, tid);
     float* dSg = a.dS + rec * (K * V);
-    for (int e = tid; e < K * kBV; e += kThreads) dSg[(e >> 6) * V + j0 + (e & 63)] = s.dS[e >> 6][e & 63];
+    for (int e = tid; e < K * kBV; e += kThreads) dSg[(e / kBV) * V + j0 + e % kBV] = s.dS[e / kBV][e % kBV];
     const float gl = g.rows[0][nv - 1];
     if (tid < kC) {
       const bool valid = tid < nv;
@@ -448,15 +448,15 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
       s.qg[tid] = valid ? a.scale * g.rows[1][tid] * expf(g.rows[0][tid]) : 0.f;
     }
     __syncthreads();  // kb, qg
-    {                 // dU = scale P^T dO + Kbar dS (tensor cores): warp w, rows 16 (w % 4), columns 32 (w / 4) .. + 32
-      float acc[4][4] = {};
-      const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+    {                 // dU = scale P^T dO + Kbar dS (tensor cores): warp w, rows 16 (w % 4), column half w / 4
+      float acc[kBV / 16][4] = {};
+      const int m0 = 16 * (warp & 3), n0 = (kBV / 2) * (warp >> 2);
       warp_mma<false, false, K>(
           acc, [&](int r, int i) { return s.kb[r] * tof(g.k[r][i]); }, [&](int i, int jj) { return s.dS[i][jj]; }, m0,
           n0, lane);
       float* dUg = a.dU + rec * (kC * V);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < kBV / 16; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
           const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
@@ -491,7 +491,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
   if (a.dh0) {  // dh0 = dS_start of the first chunk (dht, or 0, for an empty sequence)
     __syncthreads();
     for (int e = tid; e < K * kBV; e += kThreads) {
-      const int i = e >> 6, jj = e & 63;
+      const int i = e / kBV, jj = e % kBV;
       a.dh0[n * a.dh0_sn + h * a.dh0_sh + state_off(a.state_vmajor, a.dh0_sr, i, j0 + jj)] = s.dS[i][jj];
     }
   }
