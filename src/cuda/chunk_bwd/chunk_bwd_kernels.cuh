@@ -150,7 +150,7 @@ struct PrepSmem {
 };
 
 template <class E, int K, int V>
-__global__ void __launch_bounds__(kThreads) chunk_bwd_prep_kernel(const ChunkBwdArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const ChunkBwdArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<PrepSmem<E, K, V>*>(smem_raw);
   constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;  // q, k, v, dO rows are exact bf16 operands
@@ -511,6 +511,7 @@ struct GradSmem {
   float X[kC][kC + 1];  // dP (.) D, then dA, then dL_b (.) D
   float Y[kC][kC + 1];  // S0 / dS key tiles, then A^T dA
   float Z[kC][kC + 1];  // dP (.) P + dL_b (.) E  (= dD (.) D)
+  float Pt[5][kC][17];  // the 64 x 16 product tiles of the state-term loop
   float gam[kC], rq[kC], rk[kC], b[kC], eg[kC], kb[kC], dgam[kC], dbeta[kC], tau[kC];
   float red[kThreads];
 };
@@ -521,6 +522,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
   constexpr int KT = 16;     // keys per S0 / dS tile
   constexpr int LT = V + 1;  // tile row stride
   static_assert(2 * KT * LT <= kC * (kC + 1), "two key tiles fit in Y");
+  static_assert(sizeof(GradSmem<E, K, V>::Pt[0][0]) == (KT + 1) * sizeof(float), "Pt holds 64 x KT tiles");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<GradSmem<E, K, V>*>(smem_raw);
   const int64_t slot = blockIdx.x;
@@ -580,36 +582,23 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
       }
   }
   __syncthreads();
-  float dq[KM], dk[KM];
-#pragma unroll
-  for (int m = 0; m < KM; ++m) dq[m] = 0.f, dk[m] = 0.f;
-  // dQ += (dP (.) D) K^;  dK = (dP (.) D)^T Q^
-  for (int s2 = 0; s2 < kC; ++s2) {
-    const float xk = s.X[r][s2] * s.rk[s2], xq = s.X[s2][r] * s.rq[s2];
-#pragma unroll
-    for (int m = 0; m < KM; ++m) {
-      dq[m] = fmaf(xk, tof(s.k[s2][p + 4 * m]), dq[m]);
-      dk[m] = fmaf(xq, tof(s.q[s2][p + 4 * m]), dk[m]);
-    }
-  }
-  // (1), (3), (4) the state terms, 16 keys of S0 and dS at a time (through Y), on the tensor cores:
-  //   dQ += scale Gamma dO S0^T, dgamma_r += q^_r . (that term);  dKbar = U dS^T, dK += diag(kb) dKbar,
-  //   tau_r = Kbar_r . dKbar_r;  dW = -dU S0^T;  <S0, dS>_F
-  // Warp w computes the 16 x 8 tile (rows 16 (w % 4), keys 8 (w / 4) of the 16) of the three products into Pt (X is
-  // free after the dq / dk loop); thread (r, p) then reads its row's keys p, p + 4, ... back.
+  float dq[KM], dk[KM];  // thread (r, p): row r, keys p + 4 m
+  // 16 keys at a time (S0 and dS tiles through Y), on the tensor cores:
+  //   dQ = (dP (.) D) K^ + scale Gamma dO S0^T, dgamma_r += q^_r . (the second term);
+  //   dK = (dP (.) D)^T Q^ + diag(kb) dKbar, dKbar = U dS^T, tau_r = Kbar_r . dKbar_r;  (1), (3), (4)
+  //   dW = -dU S0^T;  <S0, dS>_F
+  // Warp w computes the 16 x 8 tile (rows 16 (w % 4), keys 8 (w / 4) of the 16) of the five products into Pt;
+  // thread (r, p) then reads its row's keys p, p + 4, ... back.
   float dw[KM];
   float gq = 0.f, tp = 0.f, s0ds = 0.f;
   float* t0s = &s.Y[0][0];
   float* t1s = t0s + KT * LT;
-  constexpr int LP = KT + 1;  // row stride of the three 64 x 16 product tiles
-  static_assert(3 * kC * LP <= kC * (kC + 1), "the product tiles fit in X");
-  float* Pt = &s.X[0][0];
   const int mt0 = 16 * (warp & 3), nt0 = 8 * (warp >> 2);  // this warp's product tile
   const float* S0g = a.S0 + cp.rec * (K * V);
   const float* dSg = a.dS + cp.rec * (K * V);
 #pragma unroll  // dq[m], dk[m], dw[m] stay registers
   for (int it = 0; it < K / KT; ++it) {
-    __syncthreads();  // the previous tile and products are consumed (and, at it = 0, X is read by everyone)
+    __syncthreads();  // the previous tile and products are consumed (at it = 0: X, Z are complete)
     for (int e = tid; e < KT * V; e += kThreads) {
       const int ii = e / V, j = e % V;
       t0s[ii * LT + j] = S0g[(it * KT + ii) * V + j];
@@ -620,7 +609,14 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
     {
       const auto s0t = [&](int j, int i) { return t0s[i * LT + j]; };
       const auto dst = [&](int j, int i) { return t1s[i * LT + j]; };
-      float pq[1][4] = {}, pk[1][4] = {}, pw[1][4] = {};
+      float xk[1][4] = {}, xq[1][4] = {}, pq[1][4] = {}, pk[1][4] = {}, pw[1][4] = {};
+      const int i0 = it * KT;
+      warp_mma<false, kEx, kC>(
+          xk, [&](int r2, int s2) { return s.X[r2][s2] * s.rk[s2]; },
+          [&](int s2, int i) { return tof(s.k[s2][i0 + i]); }, mt0, nt0, lane);
+      warp_mma<false, kEx, kC>(
+          xq, [&](int r2, int s2) { return s.X[s2][r2] * s.rq[s2]; },
+          [&](int s2, int i) { return tof(s.q[s2][i0 + i]); }, mt0, nt0, lane);
       warp_mma<kEx, false, V>(
           pq, [&](int r2, int j) { return tof(s.dO[r2][j]); }, s0t, mt0, nt0, lane);
       warp_mma<false, false, V>(
@@ -630,28 +626,22 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = frag_row(mt0, lane, e), col = frag_col(nt0, 0, lane, e);
-        Pt[row * LP + col] = pq[0][e];
-        Pt[(kC + row) * LP + col] = pk[0][e];
-        Pt[(2 * kC + row) * LP + col] = pw[0][e];
+        s.Pt[0][row][col] = xk[0][e], s.Pt[1][row][col] = xq[0][e], s.Pt[2][row][col] = pq[0][e];
+        s.Pt[3][row][col] = pk[0][e], s.Pt[4][row][col] = pw[0][e];
       }
     }
     __syncthreads();
-    float aq[4], ak[4], aw[4];
 #pragma unroll
     for (int mm = 0; mm < 4; ++mm) {
-      aq[mm] = Pt[r * LP + p + 4 * mm];
-      ak[mm] = Pt[(kC + r) * LP + p + 4 * mm];
-      aw[mm] = Pt[(2 * kC + r) * LP + p + 4 * mm];
-    }
-#pragma unroll
-    for (int mm = 0; mm < 4; ++mm) {
-      const int m = it * (KT / 4) + mm, i = p + 4 * m;
-      const float qi = lam * s.eg[r] * aq[mm];
-      dq[m] += qi;
+      const int m = it * (KT / 4) + mm, i = p + 4 * m, ci = p + 4 * mm;
+      const float aq = s.Pt[2][r][ci], ak = s.Pt[3][r][ci], aw = s.Pt[4][r][ci];
+      const float qi = lam * s.eg[r] * aq;
+      dq[m] = s.Pt[0][r][ci] + qi;
+      dk[m] = s.Pt[1][r][ci];
       gq = fmaf(s.rq[r] * tof(s.q[r][i]), qi, gq);
-      dk[m] = fmaf(s.kb[r], ak[mm], dk[m]);
-      tp = fmaf(s.kb[r] * s.rk[r] * tof(s.k[r][i]), ak[mm], tp);
-      dw[m] = -aw[mm];
+      dk[m] = fmaf(s.kb[r], ak, dk[m]);
+      tp = fmaf(s.kb[r] * s.rk[r] * tof(s.k[r][i]), ak, tp);
+      dw[m] = -aw;
     }
   }
   gq = lane_sum<1, 4>(gq);
