@@ -1,10 +1,10 @@
 // Host emulation of the CUDA features the chunk_bwd kernels use: one std::thread per CUDA thread, blocks one at a
 // time, __syncthreads as a std::barrier (threads that return drop out of it), __shfl_xor_sync as a block-wide
 // exchange (every shuffle in these kernels is reached by all live threads of the block), mma.sync m16n8k16 (bf16,
-// fp32 accumulation) as an exchange of the fragments within the warp, cp.async as a plain copy (gen.py points the
-// kernels' calls of chunk_detail::mma<true> and cp_async* at the emu_* functions here). It checks the kernels'
-// index math, barriers and numerics against the CPU oracle on a machine without a GPU; it says nothing about
-// warp-level timing, races between barriers or the device's shared-memory limit.
+// fp32 accumulation) as an exchange of the fragments within the warp, mma16_f32 in fp32, cp.async as a plain copy
+// (gen.py points the kernels' calls of chunk_detail::mma<true> and cp_async* at the emu_* functions here). It checks
+// the kernels' index math, barriers and numerics against the CPU oracle on a machine without a GPU; it says nothing
+// about warp-level timing, races between barriers or the device's shared-memory limit.
 #pragma once
 #define __global__
 #define __device__
@@ -95,6 +95,19 @@ inline void emu_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
     d[e] = acc;
   }
   g_wbar[w]->arrive_and_wait();
+}
+// d (16 x 16 as two m16n8 tiles) += X Y from shared memory (chunk_detail::mma16_f32, 3xTF32 there) in fp32.
+inline void emu_mma16_f32(float (&d)[2][4], const float* x, int ldx, const float* y, int ldy, int g, int t) {
+  for (int nt = 0; nt < 2; ++nt)
+    for (int e = 0; e < 4; ++e) {
+      const int r = g + 8 * (e / 2), c = 8 * nt + 2 * t + e % 2;
+      float acc = d[nt][e];
+      for (int k = 0; k < 16; ++k) acc += x[r * ldx + k] * y[k * ldy + c];
+      d[nt][e] = acc;
+    }
+}
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  g_wbar[threadIdx.x / 32]->arrive_and_wait();
 }
 // cp.async as an immediate copy (commit and wait are then no-ops): the emulation cannot see a missing wait.
 inline void emu_cp_async16(void* dst, const void* src) {

@@ -146,6 +146,8 @@ struct PrepSmem {
   E q[kC][K + 2], k[kC][K + 2];  // raw rows (+2: consecutive rows fall in different banks)
   E v[kC][V + 2], dO[kC][V + 2];
   float L[kC][kC + 1], A[kC][kC + 1], P[kC][kC + 1];
+  static constexpr int kLT = 24;  // 16 x 16 scratch blocks: conflict-free as the B operand of mma16_f32
+  float T[3][16][kLT];            // T_ij of the blocked inverse, one per warp
   float g[kC], gam[kC], rq[kC], rk[kC], b[kC], wk[kC];
 };
 
@@ -217,15 +219,35 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
       }
   }
   __syncthreads();
-  if (tid < kC) {  // A = (I + L)^-1 by forward substitution (§5.7), thread c owns column c: x_r = d_rc - L_r. x
-    const int col = tid;
-    for (int r = 0; r < kC; ++r) {
-      float x = r == col ? 1.f : 0.f;
-      for (int s2 = 0; s2 < r; ++s2) x = fmaf(-s.L[r][s2], s.A[s2][col], x);  // A[s2][col] = 0 for s2 < col
-      s.A[r][col] = x;
-    }
+  // A = (I + L)^-1 (gdn-math §5.7), blocked: the 16 x 16 diagonal blocks by substitution (warp w < 4: block w), the
+  // blocks above them zero (warps 4-7), then the blocks below by block distance d = 1, 2, 3 (warp w: A_{w+d, w}):
+  //   A_ij = -A_ii T_ij,  T_ij = sum_{m=j}^{i-1} L_im A_mj   (16 x 16 products in 3xTF32: fp32-accurate)
+  if (warp < 4) {
+    chunk_detail::diag_inverse16(&s.L[0][0], &s.A[0][0], kC + 1, 16 * warp, lane);
+  } else {
+    for (int e = tid - 128; e < kC * kC; e += kThreads - 128)
+      if ((e & 63) / 16 > (e >> 6) / 16) s.A[e >> 6][e & 63] = 0.f;
   }
   __syncthreads();
+  for (int d = 1; d < 4; ++d) {
+    if (warp < 4 - d) {
+      const int bi = warp + d, bj = warp, g = lane >> 2, t = lane & 3;
+      float acc[2][4] = {}, o[2][4] = {};
+      for (int m = bj; m < bi; ++m)
+        chunk_detail::mma16_f32(acc, &s.L[16 * bi][16 * m], kC + 1, &s.A[16 * m][16 * bj], kC + 1, g, t);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s.T[warp][frag_row(0, lane, e)][frag_col(0, nt, lane, e)] = acc[nt][e];
+      __syncwarp();
+      chunk_detail::mma16_f32(o, &s.A[16 * bi][16 * bi], kC + 1, &s.T[warp][0][0], PrepSmem<E, K, V>::kLT, g, t);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s.A[16 * bi + frag_row(0, lane, e)][16 * bj + frag_col(0, nt, lane, e)] = -o[nt][e];
+    }
+    __syncthreads();
+  }
   float* rows = a.rows + cp.rec * kRowRec;
   if (tid < kC) {
     rows[tid] = s.gam[tid], rows[kC + tid] = s.rq[tid], rows[2 * kC + tid] = s.rk[tid], rows[3 * kC + tid] = s.b[tid];
