@@ -366,8 +366,12 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
     chunk_detail::cp_async_wait_all();
     __syncthreads();  // stage c & 1 landed (every thread's copies); S complete; the other stage, Ut, kb free
     if (c + 1 < nch) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, tid);
-    float* S0g = a.S0 + rec * (K * V);
-    for (int e = tid; e < K * kBV; e += kThreads) S0g[(e / kBV) * V + j0 + e % kBV] = s.S[e / kBV][e % kBV];
+    // S0 as bf16 (pass 4 uses it only as a GEMM operand, gdn-math §10.2), two columns a store
+    __nv_bfloat16* S0g = reinterpret_cast<__nv_bfloat16*>(a.S0) + rec * (K * V);
+    for (int e = tid; e < K * kBV / 2; e += kThreads) {
+      const int i = 2 * e / kBV, jj = 2 * e % kBV;
+      *reinterpret_cast<__nv_bfloat162*>(S0g + i * V + j0 + jj) = __floats2bfloat162_rn(s.S[i][jj], s.S[i][jj + 1]);
+    }
     const float gl = g.rows[0][nv - 1];
     if (tid < kC) s.kb[tid] = tid < nv ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
     {  // U = U0 - W S0 (tensor cores): warp w, rows 16 (w % 4), columns kBV / 2 (w / 4) .. + kBV / 2
@@ -616,14 +620,14 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
   float* t0s = &s.Y[0][0];
   float* t1s = t0s + KT * LT;
   const int mt0 = 16 * (warp & 3), nt0 = 8 * (warp >> 2);  // this warp's product tile
-  const float* S0g = a.S0 + cp.rec * (K * V);
+  const __nv_bfloat16* S0g = reinterpret_cast<const __nv_bfloat16*>(a.S0) + cp.rec * (K * V);
   const float* dSg = a.dS + cp.rec * (K * V);
 #pragma unroll  // dq[m], dk[m], dw[m] stay registers
   for (int it = 0; it < K / KT; ++it) {
     __syncthreads();  // the previous tile and products are consumed (at it = 0: X, Z are complete)
     for (int e = tid; e < KT * V; e += kThreads) {
       const int ii = e / V, j = e % V;
-      t0s[ii * LT + j] = S0g[(it * KT + ii) * V + j];
+      t0s[ii * LT + j] = __bfloat162float(S0g[(it * KT + ii) * V + j]);
       t1s[ii * LT + j] = dSg[(it * KT + ii) * V + j];
       s0ds = fmaf(t0s[ii * LT + j], t1s[ii * LT + j], s0ds);
     }
@@ -639,11 +643,11 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
       warp_mma<false, kEx, kC>(
           xq, [&](int r2, int s2) { return s.X[s2][r2] * s.rq[s2]; },
           [&](int s2, int i) { return tof(s.q[s2][i0 + i]); }, mt0, nt0, lane);
-      warp_mma<kEx, false, V>(
+      warp_mma<kEx, true, V>(  // S0 is bf16
           pq, [&](int r2, int j) { return tof(s.dO[r2][j]); }, s0t, mt0, nt0, lane);
       warp_mma<false, false, V>(
           pk, [&](int r2, int j) { return s.F1[r2][j]; }, dst, mt0, nt0, lane);
-      warp_mma<false, false, V>(
+      warp_mma<false, true, V>(
           pw, [&](int r2, int j) { return s.F2[r2][j]; }, s0t, mt0, nt0, lane);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
