@@ -532,7 +532,7 @@ struct GradSmem {
   E q[kC][K + 2], k[kC][K + 2];
   E v[kC][V + 2], dO[kC][V + 2];
   float F1[kC][LDF];  // U, then dW = -dU S0^T, then dL (.) E as [64][65]
-  float F2[kC][LDF];  // dU (complete: scale P^T dO + Kbar dS)
+  float F2[kC][LDF];  // dU (complete: scale P^T dO + Kbar dS), then the dL part of dK
   float A[kC][kC + 1];
   float X[kC][kC + 1];  // dP (.) D, then dA, then dL_b (.) D
   float Y[kC][kC + 1];  // S0 / dS key tiles, then A^T dA
@@ -767,12 +767,23 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
       }
   }
   __syncthreads();
-  // (7) dK += (dL_b (.) D) K^ + (dL_b (.) D)^T K^;  (8) dgamma_r += rowsum(Z)_r - colsum(Z)_r
-  for (int s2 = 0; s2 < kC; ++s2) {
-    const float w = (s.X[r][s2] + s.X[s2][r]) * s.rk[s2];
+  // (7) dK += (dL_b (.) D + (dL_b (.) D)^T) K^ on the tensor cores (warp w: rows 16 (w % 4), the key half w / 4),
+  // through F2 (dU is consumed) into the threads' registers;  (8) dgamma_r += rowsum(Z)_r - colsum(Z)_r
+  {
+    constexpr int NT = K / 16;
+    float acc[NT][4] = {};
+    const int n0k = (K / 2) * (warp >> 2);
+    warp_mma<false, kEx, kC>(
+        acc, [&](int r2, int s2) { return (s.X[r2][s2] + s.X[s2][r2]) * s.rk[s2]; },
+        [&](int s2, int i) { return tof(s.k[s2][i]); }, m0, n0k, lane);
 #pragma unroll
-    for (int m = 0; m < KM; ++m) dk[m] = fmaf(w, tof(s.k[s2][p + 4 * m]), dk[m]);
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s.F2[frag_row(m0, lane, e)][frag_col(n0k, nt, lane, e)] = acc[nt][e];
   }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < KM; ++m) dk[m] += s.F2[r][p + 4 * m];
   {
     float zr = 0.f, tb = 0.f;
     for (int s2 = p; s2 < kC; s2 += 4) {
