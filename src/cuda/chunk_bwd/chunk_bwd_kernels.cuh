@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -534,7 +535,7 @@ struct GradSmem {
   float F1[kC][LDF];  // U, then dW = -dU S0^T, then dL (.) E as [64][65]
   float F2[kC][LDF];  // dU (complete: scale P^T dO + Kbar dS), then the dL part of dK
   float A[kC][kC + 1];
-  float X[kC][kC + 1];  // dP (.) D, then dA, then dL_b (.) D
+  float X[kC][kC + 1];  // dP (.) D, then (with Y) A^T dW, then dA, then dL_b (.) D
   float Y[kC][kC + 1];  // S0 / dS key tiles, then A^T dA
   float Z[kC][kC + 1];  // dP (.) P + dL_b (.) E  (= dD (.) D)
   float Pt[5][kC][17];  // the 64 x 16 product tiles of the state-term loop
@@ -682,15 +683,28 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
   for (int m = 0; m < KM; ++m) s.F1[r][p + 4 * m] = dw[m];
   __syncthreads();
   // (5) A^T dW:  dK += diag(b Gamma) A^T dW;  dbeta_r, dgamma_r += (b_r) e^{gamma_r} k^_r . (A^T dW)_r
+  // A^T dW on the tensor cores (warp w: rows 16 (w % 4), the key half w / 4) into X and Y (both free here, one
+  // [64][K + 1] tile), then into the threads' registers.
+  float(*ATW)[K + 1] = reinterpret_cast<float(*)[K + 1]>(&s.X[0][0]);
+  using Sm = GradSmem<E, K, V>;
+  static_assert(offsetof(Sm, Y) == offsetof(Sm, X) + sizeof(s.X) && kC * (K + 1) <= 2 * kC * (kC + 1),
+                "A^T dW fits in X and Y");
+  {
+    constexpr int NT = K / 16;
+    float acc[NT][4] = {};
+    const int n0k = (K / 2) * (warp >> 2);
+    warp_mma<false, false, kC>(
+        acc, [&](int r2, int s2) { return s.A[s2][r2]; }, [&](int s2, int i) { return s.F1[s2][i]; }, m0, n0k, lane);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ATW[frag_row(m0, lane, e)][frag_col(n0k, nt, lane, e)] = acc[nt][e];
+  }
+  __syncthreads();
   {
     float at[KM];
 #pragma unroll
-    for (int m = 0; m < KM; ++m) at[m] = 0.f;
-    for (int s2 = r; s2 < kC; ++s2) {  // A_{s2 r} = 0 for s2 < r
-      const float as = s.A[s2][r];
-#pragma unroll
-      for (int m = 0; m < KM; ++m) at[m] = fmaf(as, s.F1[s2][p + 4 * m], at[m]);
-    }
+    for (int m = 0; m < KM; ++m) at[m] = ATW[r][p + 4 * m];
     float kd = 0.f;
     const float bg = s.b[r] * s.eg[r];
 #pragma unroll
@@ -714,6 +728,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
       s.dgam[r] += bg * kd;
     }
   }
+  __syncthreads();  // A^T dW (in X, Y) is read
   // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} (dW_r . k^_s), strictly lower (only that part reaches L)
   {
     float uv[4][4] = {}, wk[4][4] = {};
