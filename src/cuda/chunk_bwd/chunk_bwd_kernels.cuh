@@ -540,6 +540,7 @@ struct GradSmem {
   float Z[kC][kC + 1];  // dP (.) P + dL_b (.) E  (= dD (.) D)
   float Pt[5][kC][17];  // the 64 x 16 product tiles of the state-term loop
   float gam[kC], rq[kC], rk[kC], b[kC], eg[kC], kb[kC], dgam[kC], dbeta[kC], tau[kC];
+  float vdp[2][kC];  // v_r . (A^T dU)_r, the two value halves
   float red[kThreads];
 };
 
@@ -713,22 +714,34 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
       kd = fmaf(s.rk[r] * tof(s.k[r][p + 4 * m]), at[m], kd);
     }
     kd = lane_sum<1, 4>(kd);
-    // A^T dU:  dV = diag(b) A^T dU;  dbeta_r += v_r . (A^T dU)_r
-    float vd = 0.f;
-    for (int j = p; j < V; j += 4) {
-      float acc = 0.f;
-      for (int s2 = r; s2 < kC; ++s2) acc = fmaf(s.A[s2][r], s.F2[s2][j], acc);
-      vd = fmaf(tof(s.v[r][j]), acc, vd);
-      if (r < nv)
-        store1(a.dv, DType(a.io_dtype), cp.b * a.dv_sb + (cp.t0 + r) * a.dv_st + h * a.dv_sh + j, s.b[r] * acc);
+    // A^T dU:  dV = diag(b) A^T dU;  dbeta_r += v_r . (A^T dU)_r. On the tensor cores (warp w: rows 16 (w % 4), the
+    // value half w / 4): dv straight from the fragments; v_r . (A^T dU)_r per half row (the tile's 4 lanes of a row),
+    // the two halves added in order after the barrier.
+    {
+      constexpr int NT = V / 16;
+      float acc[NT][4] = {};
+      const int n0v = (V / 2) * (warp >> 2);
+      warp_mma<false, false, kC>(
+          acc, [&](int r2, int s2) { return s.A[s2][r2]; }, [&](int s2, int j) { return s.F2[s2][j]; }, m0, n0v, lane);
+      float vp[2] = {0.f, 0.f};  // rows g and g + 8 of the tile
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = frag_row(m0, lane, e), j = frag_col(n0v, nt, lane, e);
+          vp[e >> 1] = fmaf(tof(s.v[row][j]), acc[nt][e], vp[e >> 1]);
+          if (row < nv)
+            store1(a.dv, DType(a.io_dtype), cp.b * a.dv_sb + (cp.t0 + row) * a.dv_st + h * a.dv_sh + j,
+                   s.b[row] * acc[nt][e]);
+        }
+      vp[0] = lane_sum<1, 4>(vp[0]);
+      vp[1] = lane_sum<1, 4>(vp[1]);
+      if ((lane & 3) == 0) s.vdp[warp >> 2][m0 + (lane >> 2)] = vp[0], s.vdp[warp >> 2][m0 + (lane >> 2) + 8] = vp[1];
     }
-    vd = lane_sum<1, 4>(vd);
-    if (p == 0) {
-      s.dbeta[r] += s.eg[r] * kd + vd;
-      s.dgam[r] += bg * kd;
-    }
+    if (p == 0) s.dgam[r] += bg * kd;
+    __syncthreads();  // A^T dW (in X, Y) is read; vdp complete
+    if (p == 0) s.dbeta[r] += s.eg[r] * kd + (s.vdp[0][r] + s.vdp[1][r]);
   }
-  __syncthreads();  // A^T dW (in X, Y) is read
   // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} (dW_r . k^_s), strictly lower (only that part reaches L)
   {
     float uv[4][4] = {}, wk[4][4] = {};
