@@ -1,22 +1,26 @@
 // Host emulation of the CUDA features the chunk_bwd kernels use: one std::thread per CUDA thread, blocks one at a
 // time, __syncthreads as a std::barrier (threads that return drop out of it), __shfl_xor_sync as a block-wide
-// exchange (every shuffle in these kernels is reached by all live threads of the block). It checks the kernels'
-// index math, barriers and numerics against the CPU oracle on a machine without a GPU; it says nothing about
-// warp-level timing, races between barriers or the device's shared-memory limit.
+// exchange (every shuffle in these kernels is reached by all live threads of the block), mma.sync m16n8k16 (bf16,
+// fp32 accumulation) as an exchange of the fragments within the warp, mma16_f32 in fp32, cp.async as a plain copy
+// (gen.py points the kernels' calls of chunk_detail::mma<true> and cp_async* at the emu_* functions here). It checks
+// the kernels' index math, barriers and numerics against the CPU oracle on a machine without a GPU; it says nothing
+// about warp-level timing, races between barriers or the device's shared-memory limit.
 #pragma once
 #define __global__
 #define __device__
 #define __host__
 #define __shared__ static
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __forceinline__ inline
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <barrier>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -26,6 +30,7 @@ inline unsigned __cvta_generic_to_shared(const void*) {
 alignas(16) inline unsigned char g_smem[240000];
 inline thread_local dim3 threadIdx, blockIdx;
 inline std::barrier<>* g_bar = nullptr;
+inline std::vector<std::barrier<>*> g_wbar;  // one per warp
 inline float g_xch[1024];
 inline void __syncthreads() {
   g_bar->arrive_and_wait();
@@ -37,9 +42,85 @@ inline float __shfl_xor_sync(unsigned, float x, int m) {
   g_bar->arrive_and_wait();
   return y;
 }
+inline float __shfl_up_sync(unsigned, float x, int d) {
+  g_xch[threadIdx.x] = x;
+  g_bar->arrive_and_wait();
+  const float y = threadIdx.x % 32 >= unsigned(d) ? g_xch[threadIdx.x - d] : x;
+  g_bar->arrive_and_wait();
+  return y;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 inline float rsqrtf(float x) {
   return 1.f / std::sqrt(x);
 }
+// d += a b for one warp's m16n8k16 fragments (PTX ISA layout, g = lane / 4, t = lane % 4): a[0] = A(g, 2t..2t+1),
+// a[1] = A(g+8, 2t..), a[2] = A(g, 2t+8..), a[3] = A(g+8, 2t+8..); b0 = B(2t..2t+1, g), b1 = B(2t+8.., g);
+// d = D(g, 2t..2t+1), D(g+8, 2t..2t+1). Every lane of the warp must call it (as for the real instruction).
+struct MmaFrag {
+  uint32_t a[4], b[2];
+};
+inline MmaFrag g_mma[1024];
+inline float bf16_lo_hi(uint32_t u, int half) {
+  const uint32_t bits = half ? (u & 0xffff0000u) : (u << 16);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline void emu_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const unsigned t = threadIdx.x, w = t / 32, lane = t % 32;
+  g_mma[t] = MmaFrag{{a[0], a[1], a[2], a[3]}, {b0, b1}};
+  g_wbar[w]->arrive_and_wait();
+  float A[16][16], B[16][8];
+  for (unsigned l = 0; l < 32; ++l) {
+    const MmaFrag& f = g_mma[32 * w + l];
+    const unsigned g = l / 4, tt = l % 4;
+    for (int h = 0; h < 2; ++h) {
+      A[g][2 * tt + h] = bf16_lo_hi(f.a[0], h);
+      A[g + 8][2 * tt + h] = bf16_lo_hi(f.a[1], h);
+      A[g][2 * tt + 8 + h] = bf16_lo_hi(f.a[2], h);
+      A[g + 8][2 * tt + 8 + h] = bf16_lo_hi(f.a[3], h);
+      B[2 * tt + h][g] = bf16_lo_hi(f.b[0], h);
+      B[2 * tt + 8 + h][g] = bf16_lo_hi(f.b[1], h);
+    }
+  }
+  const unsigned g = lane / 4, tt = lane % 4;
+  for (int e = 0; e < 4; ++e) {
+    const unsigned r = g + 8 * (e / 2), c = 2 * tt + e % 2;
+    float acc = d[e];
+    for (int k = 0; k < 16; ++k) acc += A[r][k] * B[k][c];
+    d[e] = acc;
+  }
+  g_wbar[w]->arrive_and_wait();
+}
+// d (16 x 16 as two m16n8 tiles) += X Y from shared memory (chunk_detail::mma16_f32, 3xTF32 there) in fp32.
+inline void emu_mma16_f32(float (&d)[2][4], const float* x, int ldx, const float* y, int ldy, int g, int t) {
+  for (int nt = 0; nt < 2; ++nt)
+    for (int e = 0; e < 4; ++e) {
+      const int r = g + 8 * (e / 2), c = 8 * nt + 2 * t + e % 2;
+      float acc = d[nt][e];
+      for (int k = 0; k < 16; ++k) acc += x[r * ldx + k] * y[k * ldy + c];
+      d[nt][e] = acc;
+    }
+}
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  g_wbar[threadIdx.x / 32]->arrive_and_wait();
+}
+// cp.async as an immediate copy (commit and wait are then no-ops): the emulation cannot see a missing wait.
+inline void emu_cp_async16(void* dst, const void* src) {
+  std::memcpy(dst, src, 16);
+}
+inline void emu_cp_async16_zfill(void* dst, const void* src, bool valid) {
+  if (valid)
+    std::memcpy(dst, src, 16);
+  else
+    std::memset(dst, 0, 16);
+}
+inline void emu_cp_async_commit() {}
+inline void emu_cp_async_wait_all() {}
 template <class Kern, class... Args>
 void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
   for (unsigned z = 0; z < grid.z; ++z)
@@ -47,6 +128,12 @@ void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
       for (unsigned x = 0; x < grid.x; ++x) {
         std::barrier<> bar(block);
         g_bar = &bar;
+        std::vector<std::unique_ptr<std::barrier<>>> wb;
+        g_wbar.clear();
+        for (unsigned w = 0; w < (block + 31) / 32; ++w) {
+          wb.push_back(std::make_unique<std::barrier<>>(std::min(32u, block - 32 * w)));
+          g_wbar.push_back(wb.back().get());
+        }
         std::vector<std::thread> th;
         for (unsigned t = 0; t < block; ++t)
           th.emplace_back([&, t] {
@@ -54,6 +141,7 @@ void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
             blockIdx = dim3(x, y, z);
             kernel(args...);
             bar.arrive_and_drop();
+            g_wbar[t / 32]->arrive_and_drop();
           });
         for (auto& t : th) t.join();
       }

@@ -1,5 +1,6 @@
 """Rewrites the CUDA chunk_bwd sources for the host emulation (emu.hpp): kernel launches `k<<<grid, block, smem,
-stream>>>(args)` become `emu_launch(k, grid, block, args)` and the dynamic shared memory becomes one host buffer.
+stream>>>(args)` become `emu_launch(k, grid, block, args)`, the dynamic shared memory becomes one host buffer and
+the tensor-core products and the cp.async copies of chunk_detail become emu_*.
 Usage: gen.py <repo root> <output dir>."""
 import os
 import sys
@@ -40,8 +41,13 @@ def rewrite_launches(s):
 
 root, dst = sys.argv[1], sys.argv[2]
 src = os.path.join(root, "src/cuda/chunk_bwd")
-for name, out in (("chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk_bwd.cu", "chunk_bwd_host.inc")):
+for name, out in (("chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk_bwd_mma.cuh", "chunk_bwd_mma.cuh"),
+                  ("chunk_bwd.cu", "chunk_bwd_host.inc")):
     s = open(os.path.join(src, name)).read()
     s = s.replace("extern __shared__ __align__(16) unsigned char smem_raw[];", "unsigned char* smem_raw = g_smem;")
     s = s.replace('#include "cuda/chunk_bwd/chunk_bwd_kernels.cuh"', '#include "chunk_bwd_kernels.cuh"')
+    s = s.replace('#include "cuda/chunk_bwd/chunk_bwd_mma.cuh"', '#include "chunk_bwd_mma.cuh"')
+    for f in ("mma<true>", "mma16_f32", "cp_async16", "cp_async16_zfill", "cp_async_commit", "cp_async_wait_all"):
+        s = s.replace("chunk_detail::%s(" % f, "emu_%s(" % f.replace("<true>", ""))
+    s = s.replace("cp_async_wait<1>(", "emu_cp_async_wait_all(")
     open(os.path.join(dst, out), "w").write(rewrite_launches(s))

@@ -167,8 +167,10 @@ int main(int argc, char** argv) {
   run(false, c.dtype, DType::f32, got);
   printf("smem prep %zu %zu state %zu dstate %zu grads %zu %zu\n",
          sizeof(cuda::bwd_detail::PrepSmem<__nv_bfloat16, 128, 128>),
-         sizeof(cuda::bwd_detail::PrepSmem<__nv_bfloat16, 64, 128>), sizeof(cuda::bwd_detail::StateSmem<128>),
-         sizeof(cuda::bwd_detail::DStateSmem<128>), sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 128>),
+         sizeof(cuda::bwd_detail::PrepSmem<__nv_bfloat16, 64, 128>),
+         sizeof(cuda::bwd_detail::StateSmem<__nv_bfloat16, 128>),
+         sizeof(cuda::bwd_detail::DStateSmem<__nv_bfloat16, 128>),
+         sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 128>),
          sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 64>));
   if (slack) {
     int64_t bad = 0;

@@ -29,8 +29,8 @@ int64_t slots_of(const SeqDims& d) {
   return d.varlen ? d.N + nb : d.B * nb;
 }
 
-// Workspace: the per-(chunk slot, value head) records, then the per-(token, value head) scratch; fp32, each part
-// 256-byte aligned. Bytes per (slot, head): 4 (256 + 64^2 + 64 K + 128 V + 2 K V).
+// Workspace: the per-(chunk slot, value head) records, then the per-(token, value head) scratch; fp32 (S0 bf16), each
+// part 256-byte aligned. Bytes per (slot, head): 4 (256 + 64^2 + 64 K + 128 V + K V) + 2 K V (S0 in bf16).
 struct WsLayout {
   size_t rows = 0, A = 0, W = 0, U = 0, dU = 0, S0 = 0, dS = 0, dqh = 0, dkh = 0, dgh = 0, dbh = 0, total = 0;
 };
@@ -49,7 +49,7 @@ WsLayout ws_layout(const SeqDims& d) {
   take(&w.W, rec * 64 * K * f);
   take(&w.U, rec * 64 * V * f);
   take(&w.dU, rec * 64 * V * f);
-  take(&w.S0, rec * K * V * f);
+  take(&w.S0, rec * K * V * 2);  // bf16
   take(&w.dS, rec * K * V * f);
   take(&w.dqh, rows * K * f);
   take(&w.dkh, rows * K * f);
@@ -263,7 +263,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, void* ws, size_t ws_
   a.W = reinterpret_cast<float*>(base + wl.W);
   a.U = reinterpret_cast<float*>(base + wl.U);
   a.dU = reinterpret_cast<float*>(base + wl.dU);
-  a.S0 = reinterpret_cast<float*>(base + wl.S0);
+  a.S0 = reinterpret_cast<uint16_t*>(base + wl.S0);
   a.dS = reinterpret_cast<float*>(base + wl.dS);
   a.dqh = reinterpret_cast<float*>(base + wl.dqh);
   a.dkh = reinterpret_cast<float*>(base + wl.dkh);

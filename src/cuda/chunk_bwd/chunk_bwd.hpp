@@ -3,9 +3,9 @@
 // Five passes (docs/chunk_bwd.md):
 //   1. prep   (every chunk and value head in parallel): gamma, the row factors, A = (I + L)^-1, W, U0 and the
 //             local output gradient dU = scale P^T dO into workspace;
-//   2. state  (per sequence, value head, 64 state columns; serial over chunks): the chunk start states S0 and
+//   2. state  (per sequence, value head, 32 state columns; serial over chunks): the chunk start states S0 and
 //             U = U0 - W S0;
-//   3. dstate (per sequence, value head, 64 columns; serial, reverse): the chunk-end state gradients dS,
+//   3. dstate (per sequence, value head, 32 columns; serial, reverse): the chunk-end state gradients dS,
 //             dU += Kbar dS, and dh0;
 //   4. grads  (every chunk and value head in parallel): dq, dk (per value head), dv, dbeta, dgamma -> dg (§7.3);
 //   5. small token kernels: the GQA sums and the l2norm chain (§7.5-7.6), the beta and gate chains (§7.7).
@@ -77,18 +77,18 @@ struct ChunkBwdArgs {
   int64_t nchunk_b;  // ceil(T / 64)
   int64_t slots;     // chunk slots: B ceil(T / 64) (fixed length) or N + ceil(T / 64) (varlen)
 
-  // ---- workspace (fp32), one record per (chunk slot, value head); rows past a chunk's end are zero
-  float* rows;  // [slots, Hv, 4, 64]: gamma (cumsum of g), rho_q, rho_k (l2norm factors, 1 without), beta
-  float* A;     // [slots, Hv, 64, 64]  A = (I + L)^-1
-  float* W;     // [slots, Hv, 64, K]   W = A diag(beta e^gamma) K
-  float* U;     // [slots, Hv, 64, V]   U0 = A diag(beta) V (prep), then U = U0 - W S0 (state pass)
-  float* dU;    // [slots, Hv, 64, V]   scale P^T dO (prep), then + Kbar dS (dstate pass)
-  float* S0;    // [slots, Hv, K, V]    chunk start states, K-major
-  float* dS;    // [slots, Hv, K, V]    gradients w.r.t. the chunk-end states, K-major
-  float* dqh;   // [B * T * Hv, K]      dq per value head (w.r.t. the normalized q), zero on slack rows
-  float* dkh;   // [B * T * Hv, K]      dk per value head
-  float* dgh;   // [B * T * Hv]         dg w.r.t. the resolved g
-  float* dbh;   // [B * T * Hv]         dbeta w.r.t. the resolved beta
+  // ---- workspace (fp32; S0 bf16), one record per (chunk slot, value head); rows past a chunk's end are zero
+  float* rows;   // [slots, Hv, 4, 64]: gamma (cumsum of g), rho_q, rho_k (l2norm factors, 1 without), beta
+  float* A;      // [slots, Hv, 64, 64]  A = (I + L)^-1
+  float* W;      // [slots, Hv, 64, K]   W = A diag(beta e^gamma) K
+  float* U;      // [slots, Hv, 64, V]   U0 = A diag(beta) V (prep), then U = U0 - W S0 (state pass)
+  float* dU;     // [slots, Hv, 64, V]   scale P^T dO (prep), then + Kbar dS (dstate pass)
+  uint16_t* S0;  // [slots, Hv, K, V]   chunk start states, K-major, bf16 (a GEMM operand only, gdn-math §10.2)
+  float* dS;     // [slots, Hv, K, V]    gradients w.r.t. the chunk-end states, K-major
+  float* dqh;    // [B * T * Hv, K]      dq per value head (w.r.t. the normalized q), zero on slack rows
+  float* dkh;    // [B * T * Hv, K]      dk per value head
+  float* dgh;    // [B * T * Hv]         dg w.r.t. the resolved g
+  float* dbh;    // [B * T * Hv]         dbeta w.r.t. the resolved beta
 };
 
 // The chunk passes, per 16-bit input type (chunk_bwd_{bf16,f16}.cu). Return a cudaError_t as int.

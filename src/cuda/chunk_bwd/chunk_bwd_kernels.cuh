@@ -13,16 +13,19 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/chunk_bwd/chunk_bwd.hpp"
+#include "cuda/chunk_bwd/chunk_bwd_mma.cuh"
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/device_util.cuh"
 
 namespace flashgdn::cuda::bwd_detail {
 
 constexpr int kC = 64;         // chunk size
-constexpr int kBV = 64;        // state columns per CTA of the chain passes
+constexpr int kBV = 32;        // state columns per CTA of the chain passes (N Hv V / 32 CTAs)
 constexpr int kThreads = 256;  // every chunk pass
 constexpr int kRowRec = 4 * kC;
 
@@ -126,21 +129,36 @@ __device__ __forceinline__ void load_rows(E (*dst)[LD], const void* src, int64_t
   }
 }
 
+// A warp's accumulator tiles (warp_mma at rows m0, columns n0 ..) times f into the row-major dst[.][ld].
+template <int NT>
+__device__ __forceinline__ void store_frags(float* dst, int ld, const float (&d)[NT][4], int m0, int n0, int lane,
+                                            float f) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2)  // (e, e + 1): adjacent columns
+      *reinterpret_cast<float2*>(dst + frag_row(m0, lane, e) * ld + frag_col(n0, nt, lane, e)) =
+          make_float2(f * d[nt][e], f * d[nt][e + 1]);
+}
+
 // ---- pass 1: prep (grid (slots, Hv)) -------------------------------------------------------------------------
 template <class E, int K, int V>
 struct PrepSmem {
   E q[kC][K + 2], k[kC][K + 2];  // raw rows (+2: consecutive rows fall in different banks)
   E v[kC][V + 2], dO[kC][V + 2];
   float L[kC][kC + 1], A[kC][kC + 1], P[kC][kC + 1];
+  static constexpr int kLT = 24;  // 16 x 16 scratch blocks: conflict-free as the B operand of mma16_f32
+  float T[3][16][kLT];            // T_ij of the blocked inverse, one per warp
   float g[kC], gam[kC], rq[kC], rk[kC], b[kC], wk[kC];
 };
 
 template <class E, int K, int V>
-__global__ void __launch_bounds__(kThreads) chunk_bwd_prep_kernel(const ChunkBwdArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const ChunkBwdArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<PrepSmem<E, K, V>*>(smem_raw);
+  constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;  // q, k, v, dO rows are exact bf16 operands
   const int64_t slot = blockIdx.x;
-  const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x;
+  const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int64_t n, c, sb, st, len;
   if (!slot_chunk(a, slot, &n, &c)) return;
   seq_range(a, n, &sb, &st, &len);
@@ -177,271 +195,330 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_prep_kernel(const ChunkBwd
   }
   __syncthreads();
   if (tid < kC) s.wk[tid] = s.b[tid] * expf(s.gam[tid]) * s.rk[tid];  // W = A diag(b e^gamma) K^
-  // L_rs = b_r (k^_r . k^_s) D_rs (s < r) and P_rs = (q^_r . k^_s) D_rs (s <= r); D by select, never factored (§5.8)
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int r = e >> 6, c2 = e & 63;
-    float l = 0.f, pv = 0.f;
-    if (c2 <= r) {
-      float qk = 0.f, kk = 0.f;
-#pragma unroll 8
-      for (int i = 0; i < K; ++i) {
-        const float ks = tof(s.k[c2][i]);
-        qk = fmaf(tof(s.q[r][i]), ks, qk);
-        kk = fmaf(tof(s.k[r][i]), ks, kk);
+  // L_rs = b_r (k^_r . k^_s) D_rs (s < r) and P_rs = (q^_r . k^_s) D_rs (s <= r); D by select, never factored (§5.8).
+  // Q K^T and K K^T on the tensor cores: warp w, rows 16 (w % 4), columns 32 (w / 4) .. + 32.
+  {
+    float qk[4][4] = {}, kk[4][4] = {};
+    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+    const auto kt = [&](int i, int c2) { return tof(s.k[c2][i]); };
+    warp_mma<kEx, kEx, K>(
+        qk, [&](int r, int i) { return tof(s.q[r][i]); }, kt, m0, n0, lane);
+    warp_mma<kEx, kEx, K>(
+        kk, [&](int r, int i) { return tof(s.k[r][i]); }, kt, m0, n0, lane);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
+        float l = 0.f, pv = 0.f;
+        if (c2 <= r) {
+          const float D = expf(s.gam[r] - s.gam[c2]);
+          pv = s.rq[r] * s.rk[c2] * qk[nt][e] * D;
+          if (c2 < r) l = s.b[r] * s.rk[r] * s.rk[c2] * kk[nt][e] * D;
+        }
+        s.L[r][c2] = l, s.P[r][c2] = pv;
       }
-      const float D = expf(s.gam[r] - s.gam[c2]);
-      pv = s.rq[r] * s.rk[c2] * qk * D;
-      if (c2 < r) l = s.b[r] * s.rk[r] * s.rk[c2] * kk * D;
-    }
-    s.L[r][c2] = l, s.P[r][c2] = pv;
   }
   __syncthreads();
-  if (tid < kC) {  // A = (I + L)^-1 by forward substitution (§5.7), thread c owns column c: x_r = d_rc - L_r. x
-    const int col = tid;
-    for (int r = 0; r < kC; ++r) {
-      float x = r == col ? 1.f : 0.f;
-      for (int s2 = 0; s2 < r; ++s2) x = fmaf(-s.L[r][s2], s.A[s2][col], x);  // A[s2][col] = 0 for s2 < col
-      s.A[r][col] = x;
-    }
+  // A = (I + L)^-1 (gdn-math §5.7), blocked: the 16 x 16 diagonal blocks by substitution (warp w < 4: block w), the
+  // blocks above them zero (warps 4-7), then the blocks below by block distance d = 1, 2, 3 (warp w: A_{w+d, w}):
+  //   A_ij = -A_ii T_ij,  T_ij = sum_{m=j}^{i-1} L_im A_mj   (16 x 16 products in 3xTF32: fp32-accurate)
+  if (warp < 4) {
+    chunk_detail::diag_inverse16(&s.L[0][0], &s.A[0][0], kC + 1, 16 * warp, lane);
+  } else {
+    for (int e = tid - 128; e < kC * kC; e += kThreads - 128)
+      if ((e & 63) / 16 > (e >> 6) / 16) s.A[e >> 6][e & 63] = 0.f;
   }
   __syncthreads();
+  for (int d = 1; d < 4; ++d) {
+    if (warp < 4 - d) {
+      const int bi = warp + d, bj = warp, g = lane >> 2, t = lane & 3;
+      float acc[2][4] = {}, o[2][4] = {};
+      for (int m = bj; m < bi; ++m)
+        chunk_detail::mma16_f32(acc, &s.L[16 * bi][16 * m], kC + 1, &s.A[16 * m][16 * bj], kC + 1, g, t);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s.T[warp][frag_row(0, lane, e)][frag_col(0, nt, lane, e)] = acc[nt][e];
+      __syncwarp();
+      chunk_detail::mma16_f32(o, &s.A[16 * bi][16 * bi], kC + 1, &s.T[warp][0][0], PrepSmem<E, K, V>::kLT, g, t);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s.A[16 * bi + frag_row(0, lane, e)][16 * bj + frag_col(0, nt, lane, e)] = -o[nt][e];
+    }
+    __syncthreads();
+  }
   float* rows = a.rows + cp.rec * kRowRec;
   if (tid < kC) {
     rows[tid] = s.gam[tid], rows[kC + tid] = s.rq[tid], rows[2 * kC + tid] = s.rk[tid], rows[3 * kC + tid] = s.b[tid];
   }
   float* Ag = a.A + cp.rec * (kC * kC);
   for (int e = tid; e < kC * kC; e += kThreads) Ag[e] = s.A[e >> 6][e & 63];
-  float* Wg = a.W + cp.rec * (kC * K);
-  for (int e = tid; e < kC * K; e += kThreads) {  // W_ri = sum_{s<=r} A_rs b_s e^{gamma_s} k^_si
-    const int r = e / K, i = e % K;
-    float acc = 0.f;
-    for (int s2 = 0; s2 <= r; ++s2) acc = fmaf(s.A[r][s2] * s.wk[s2], tof(s.k[s2][i]), acc);
-    Wg[e] = acc;
+  // On the tensor cores (warp w: rows 16 (w % 4), the column half w / 4), the fp32 left operands split:
+  //   W = (A diag(b e^gamma rho_k)) K,  U0 = (A diag(b)) V,  dU = scale P^T dO
+  const int m0 = 16 * (warp & 3);
+  {
+    constexpr int NT = K / 16;
+    float acc[NT][4] = {};
+    const int n0 = (K / 2) * (warp >> 2);
+    warp_mma<false, kEx, kC>(
+        acc, [&](int r, int s2) { return s.A[r][s2] * s.wk[s2]; }, [&](int s2, int i) { return tof(s.k[s2][i]); }, m0,
+        n0, lane);
+    store_frags(a.W + cp.rec * (kC * K), K, acc, m0, n0, lane, 1.f);
   }
-  float* Ug = a.U + cp.rec * (kC * V);
-  float* dUg = a.dU + cp.rec * (kC * V);
-  for (int e = tid; e < kC * V; e += kThreads) {
-    const int r = e / V, j = e % V;
-    float u0 = 0.f, du = 0.f;
-    for (int s2 = 0; s2 <= r; ++s2) u0 = fmaf(s.A[r][s2] * s.b[s2], tof(s.v[s2][j]), u0);  // U0 = A diag(b) V
-    for (int r2 = r; r2 < kC; ++r2) du = fmaf(s.P[r2][r], tof(s.dO[r2][j]), du);           // P^T dO
-    Ug[e] = u0;
-    dUg[e] = a.scale * du;
+  {
+    constexpr int NT = V / 16;
+    float u0[NT][4] = {}, du[NT][4] = {};
+    const int n0 = (V / 2) * (warp >> 2);
+    warp_mma<false, kEx, kC>(
+        u0, [&](int r, int s2) { return s.A[r][s2] * s.b[s2]; }, [&](int s2, int j) { return tof(s.v[s2][j]); }, m0, n0,
+        lane);
+    warp_mma<false, kEx, kC>(
+        du, [&](int r, int r2) { return s.P[r2][r]; }, [&](int r2, int j) { return tof(s.dO[r2][j]); }, m0, n0, lane);
+    store_frags(a.U + cp.rec * (kC * V), V, u0, m0, n0, lane, 1.f);
+    store_frags(a.dU + cp.rec * (kC * V), V, du, m0, n0, lane, a.scale);
   }
 }
 
 // ---- passes 2 and 3: the chains (grid (N, Hv, V / 64)) -------------------------------------------------------
-// Register tiles: thread (tr, tc) = (tid / 16, tid % 16) computes rows 4 tr .. 4 tr + 3 (chunk rows) or
-// K/16 tr .. (keys) of its products and state columns 4 tc .. 4 tc + 3, from float4 loads of row-major tiles
-// whose row strides are multiples of 4 floats (16-byte aligned rows).
-constexpr int kLS = kBV + 4;  // row stride of the 64-column tiles
+// The chunk products run on the tensor cores (warp_mma, split operands: fp32-accurate); the state and its gradient
+// stay fp32 in shared memory and every update accumulates in fp32 (gdn-math §10.1). The fp32 tiles have a row
+// stride of 64 + 4 (K + 4) floats, so a fragment's 32 reads (rows 2t, 2t + 1, 2t + 8, .. and columns g) fall in
+// 32 different banks.
+constexpr int kLS = kBV + 4;  // row stride of the state-column tiles
 
-__device__ __forceinline__ float4 ld4(const float* p) {
-  return *reinterpret_cast<const float4*>(p);
-}
-__device__ __forceinline__ void st4(float* p, float4 v) {
-  *reinterpret_cast<float4*>(p) = v;
-}
-
-// acc[a][0..3] += x[a] * y[0..3]
-template <int R>
-__device__ __forceinline__ void outer_acc(float (&acc)[R][4], const float (&x)[R], float4 y) {
-#pragma unroll
-  for (int a2 = 0; a2 < R; ++a2) {
-    acc[a2][0] = fmaf(x[a2], y.x, acc[a2][0]);
-    acc[a2][1] = fmaf(x[a2], y.y, acc[a2][1]);
-    acc[a2][2] = fmaf(x[a2], y.z, acc[a2][2]);
-    acc[a2][3] = fmaf(x[a2], y.w, acc[a2][3]);
+// cp.async copies of a chunk's tiles (16 bytes a copy; rows and sources 16-byte aligned: dense inputs, gdn-math
+// workspace records): the fp32 tile src[r][0..COLS) (row stride ld) into dst, and COLS columns from col0 of the
+// 16-bit rows t0 .. t0 + 63 of an input (row stride st), zeros past row nv (nothing read there).
+template <int COLS, int LD>
+__device__ __forceinline__ void copy_f32_tile(float (*dst)[LD], const float* src, int64_t ld, int tid) {
+  for (int e = tid; e < kC * COLS / 4; e += kThreads) {
+    const int r = e / (COLS / 4), i = 4 * (e % (COLS / 4));
+    chunk_detail::cp_async16(&dst[r][i], src + r * ld + i);
   }
 }
-// R consecutive floats from p (R a multiple of 4, p 16-byte aligned).
-template <int R>
-__device__ __forceinline__ void ldR(float (&x)[R], const float* p) {
-#pragma unroll
-  for (int a2 = 0; a2 < R; a2 += 4) {
-    const float4 v = ld4(p + a2);
-    x[a2] = v.x, x[a2 + 1] = v.y, x[a2 + 2] = v.z, x[a2 + 3] = v.w;
+template <class E, int COLS, int LD>
+__device__ __forceinline__ void copy_rows(E (*dst)[LD], const E* src, int64_t st, int64_t t0, int nv, int col0,
+                                          int tid) {
+  for (int e = tid; e < kC * COLS / 8; e += kThreads) {
+    const int r = e / (COLS / 8), i = 8 * (e % (COLS / 8));
+    const bool ok = r < nv;
+    chunk_detail::cp_async16_zfill(&dst[r][i], src + (ok ? (t0 + r) * st + col0 + i : 0), ok);
   }
 }
+// The four rows of chunk record rec (gamma, rho_q, rho_k, beta: 64 floats each) into dst.
+__device__ __forceinline__ void copy_record_rows(float (*dst)[kC], const float* rows, int64_t rec, int tid) {
+  if (tid < 4 * kC / 4)
+    chunk_detail::cp_async16(&dst[tid / (kC / 4)][4 * (tid % (kC / 4))], rows + rec * kRowRec + 4 * tid);
+}
 
-template <int K>
+// The state pass keeps two stages of chunk inputs: chunk c + 1's land by cp.async while chunk c is computed, so the
+// serial step waits on no global load.
+template <class E, int K>
 struct alignas(16) StateSmem {
-  float S[K][kLS];      // the running state's 64 columns
-  float Wt[K][kLS];     // W^T of the chunk: Wt[i][r]
-  float Kb[kC][K + 4];  // Kbar = diag(kb) K^
-  float Ut[kC][kLS];    // U of the chunk, these columns
-  float gam[kC], rk[kC];
+  float S[K][kLS];    // the running state's kBV columns
+  float Ut[kC][kLS];  // U of the chunk, these columns
+  struct Stage {
+    float W[kC][K + 4];  // W of the chunk
+    float U0[kC][kLS];   // U0, these columns
+    E k[kC][K + 8];      // raw key rows, zero past the chunk end
+    float rows[4][kC];   // the record's gamma, rho_q, rho_k, beta
+  } st[2];
+  float kb[kC];  // rho_k e^{gamma_{n-1} - gamma}: Kbar = diag(kb) K (0 past the chunk end)
 };
 
+// Issue the cp.async copies of chunk c's inputs (sequence n: batch sb, first token t0s, length len) into stage g.
 template <class E, int K, int V>
-__global__ void __launch_bounds__(kThreads) chunk_bwd_state_kernel(const ChunkBwdArgs a) {
-  constexpr int IR = K / 16;  // keys per thread in the state update
+__device__ __forceinline__ void state_prefetch(const ChunkBwdArgs& a, typename StateSmem<E, K>::Stage& g, int64_t n,
+                                               int64_t sb, int64_t t0s, int64_t len, int64_t c, int h, int j0,
+                                               int tid) {
+  const int64_t t0 = t0s + kC * c, rec = slot_of(a, n, t0s, c) * a.Hv + h;
+  const int nv = int(len - kC * c < kC ? len - kC * c : kC);
+  copy_f32_tile<K>(g.W, a.W + rec * (kC * K), K, tid);
+  copy_f32_tile<kBV>(g.U0, a.U + rec * (kC * V) + j0, V, tid);
+  copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + (h / a.group) * a.k_sh, a.k_st, t0, nv, 0, tid);
+  copy_record_rows(g.rows, a.rows, rec, tid);
+  chunk_detail::cp_async_commit();
+}
+
+template <class E, int K, int V>
+__global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const ChunkBwdArgs a) {
+  // The K x kBV state update: K / 16 row tiles (MT) of 16 keys; each takes 128 / K warps, NT column tiles apiece.
+  constexpr int MT = K / 16, NT = kBV * MT / 64;
+  static_assert(kThreads == 256 && MT * (8 / MT) == 8 && 8 * NT * (8 / MT) == kBV, "8 warps cover the state");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<StateSmem<K>*>(smem_raw);
+  auto& s = *reinterpret_cast<StateSmem<E, K>*>(smem_raw);
   const int64_t n = blockIdx.x;
-  const int h = blockIdx.y, hk = h / a.group, j0 = blockIdx.z * kBV, tid = threadIdx.x;
-  const int tr = tid >> 4, tc = tid & 15;
+  const int h = blockIdx.y, j0 = blockIdx.z * kBV, tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
   int64_t sb, st, len;
   seq_range(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
   for (int e = tid; e < K * kBV; e += kThreads) {  // S = h0 (or 0)
-    const int i = e >> 6, jj = e & 63;
+    const int i = e / kBV, jj = e % kBV;
     s.S[i][jj] = a.h0 ? a.h0[n * a.h0_sn + h * a.h0_sh + state_off(a.state_vmajor, a.h0_sr, i, j0 + jj)] : 0.f;
   }
-  const E* kp = static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh;
+  if (nch > 0) state_prefetch<E, K, V>(a, s.st[0], n, sb, st, len, 0, h, j0, tid);
   for (int64_t c = 0; c < nch; ++c) {
-    const int64_t t0 = st + kC * c, rec = slot_of(a, n, st, c) * a.Hv + h;
+    const int64_t rec = slot_of(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
-    __syncthreads();  // S complete; Wt, Kb, Ut, gam free
-    float* S0g = a.S0 + rec * (K * V);
-    for (int e = tid; e < K * kBV; e += kThreads) S0g[(e >> 6) * V + j0 + (e & 63)] = s.S[e >> 6][e & 63];
-    const float* Wg = a.W + rec * (kC * K);
-    for (int e = tid; e < kC * K; e += kThreads) s.Wt[e % K][e / K] = Wg[e];
-    if (tid < kC) s.gam[tid] = a.rows[rec * kRowRec + tid], s.rk[tid] = a.rows[rec * kRowRec + 2 * kC + tid];
-    __syncthreads();
-    const float gl = s.gam[nv - 1];
-    for (int e = tid; e < kC * K; e += kThreads) {
-      const int r = e / K, i = e % K;
-      s.Kb[r][i] = r < nv ? s.rk[r] * expf(gl - s.gam[r]) * tof(kp[(t0 + r) * a.k_st + i]) : 0.f;
+    const auto& g = s.st[c & 1];
+    chunk_detail::cp_async_wait_all();
+    __syncthreads();  // stage c & 1 landed (every thread's copies); S complete; the other stage, Ut, kb free
+    if (c + 1 < nch) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, tid);
+    // S0 as bf16 (pass 4 uses it only as a GEMM operand, gdn-math §10.2), two columns a store
+    __nv_bfloat16* S0g = reinterpret_cast<__nv_bfloat16*>(a.S0) + rec * (K * V);
+    for (int e = tid; e < K * kBV / 2; e += kThreads) {
+      const int i = 2 * e / kBV, jj = 2 * e % kBV;
+      *reinterpret_cast<__nv_bfloat162*>(S0g + i * V + j0 + jj) = __floats2bfloat162_rn(s.S[i][jj], s.S[i][jj + 1]);
     }
-    {  // U = U0 - W S0: rows 4 tr .., columns 4 tc ..
-      float acc[4][4] = {};
-#pragma unroll 4
-      for (int i = 0; i < K; ++i) {
-        float w[4];
-        ldR<4>(w, &s.Wt[i][4 * tr]);
-        outer_acc<4>(acc, w, ld4(&s.S[i][4 * tc]));
-      }
+    const float gl = g.rows[0][nv - 1];
+    if (tid < kC) s.kb[tid] = tid < nv ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
+    {  // U = U0 - W S0 (tensor cores): warp w, rows 16 (w % 4), columns kBV / 2 (w / 4) .. + kBV / 2
+      float acc[kBV / 16][4] = {};
+      const int m0 = 16 * (warp & 3), n0 = (kBV / 2) * (warp >> 2);
+      warp_mma<false, false, K>(
+          acc, [&](int r, int i) { return g.W[r][i]; }, [&](int i, int jj) { return s.S[i][jj]; }, m0, n0, lane);
       float* Ug = a.U + rec * (kC * V);
 #pragma unroll
-      for (int a2 = 0; a2 < 4; ++a2) {
-        float* u = Ug + (4 * tr + a2) * V + j0 + 4 * tc;
-        const float4 u0 = ld4(u);
-        const float4 uv = make_float4(u0.x - acc[a2][0], u0.y - acc[a2][1], u0.z - acc[a2][2], u0.w - acc[a2][3]);
-        st4(&s.Ut[4 * tr + a2][4 * tc], uv);
-        st4(u, uv);
-      }
+      for (int nt = 0; nt < kBV / 16; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
+          const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
+          const float2 uv = make_float2(g.U0[r][jj] - acc[nt][e], g.U0[r][jj + 1] - acc[nt][e + 1]);
+          s.Ut[r][jj] = uv.x, s.Ut[r][jj + 1] = uv.y;
+          *reinterpret_cast<float2*>(Ug + r * V + j0 + jj) = uv;
+        }
     }
     __syncthreads();
-    {  // S <- e_n S + Kbar^T U (fp32): keys IR tr .., columns 4 tc ..
+    {  // S <- e_n S + Kbar^T U (tensor cores, fp32 accumulation): warp w, keys 16 (w % MT), columns NC (w / MT) ..
       const float en = expf(gl);
-      float acc[IR][4] = {};
-#pragma unroll 4
-      for (int r = 0; r < kC; ++r) {
-        float kb[IR];
-        ldR<IR>(kb, &s.Kb[r][IR * tr]);
-        outer_acc<IR>(acc, kb, ld4(&s.Ut[r][4 * tc]));
-      }
+      float acc[NT][4] = {};
+      const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
+      warp_mma<false, false, kC>(
+          acc, [&](int i, int r) { return s.kb[r] * tof(g.k[r][i]); }, [&](int r, int jj) { return s.Ut[r][jj]; }, m0,
+          n0, lane);
 #pragma unroll
-      for (int a2 = 0; a2 < IR; ++a2) {
-        float* sp = &s.S[IR * tr + a2][4 * tc];
-        const float4 o = ld4(sp);
-        st4(sp, make_float4(fmaf(en, o.x, acc[a2][0]), fmaf(en, o.y, acc[a2][1]), fmaf(en, o.z, acc[a2][2]),
-                            fmaf(en, o.w, acc[a2][3])));
-      }
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float& sv = s.S[frag_row(m0, lane, e)][frag_col(n0, nt, lane, e)];
+          sv = fmaf(en, sv, acc[nt][e]);
+        }
     }
   }
 }
 
-template <int K>
+// The dstate pass: chunk c - 1's rows (k, q, dO, dU0, the record; two stages) land by cp.async while chunk c is
+// computed; W (one buffer, read only in the second product) lands while the first product runs.
+template <class E, int K>
 struct alignas(16) DStateSmem {
-  float dS[K][kLS];     // gradient w.r.t. the running chunk-end state, 64 columns
-  float KbT[K][kLS];    // Kbar^T: KbT[i][r]
-  float Qg[kC][K + 4];  // scale diag(e^gamma) Q^
-  float W[kC][K + 4];
-  float dOt[kC][kLS];
-  float dUt[kC][kLS];
-  float gam[kC], rq[kC], rk[kC];
+  float dS[K][kLS];      // gradient w.r.t. the running chunk-end state, kBV columns
+  float dUt[kC][kLS];    // dU of the chunk, these columns
+  float W[kC][K + 4];    // W of the chunk
+  float kb[kC], qg[kC];  // Kbar = diag(kb) K, scale Gamma Q^ = diag(qg) Q (0 past the chunk end)
+  struct Stage {
+    float dU0[kC][kLS];            // scale P^T dO, these columns
+    E k[kC][K + 8], q[kC][K + 8];  // raw rows, zero past the chunk end
+    E dO[kC][kBV + 8];             // dO, these columns
+    float rows[4][kC];             // the record's gamma, rho_q, rho_k, beta
+  } st[2];
 };
 
 template <class E, int K, int V>
-__global__ void __launch_bounds__(kThreads) chunk_bwd_dstate_kernel(const ChunkBwdArgs a) {
-  constexpr int IR = K / 16;
+__device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename DStateSmem<E, K>::Stage& g, int64_t n,
+                                                int64_t sb, int64_t t0s, int64_t len, int64_t c, int h, int j0,
+                                                int tid) {
+  const int64_t t0 = t0s + kC * c, rec = slot_of(a, n, t0s, c) * a.Hv + h;
+  const int nv = int(len - kC * c < kC ? len - kC * c : kC), hk = h / a.group;
+  copy_f32_tile<kBV>(g.dU0, a.dU + rec * (kC * V) + j0, V, tid);
+  copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh, a.k_st, t0, nv, 0, tid);
+  copy_rows<E, K>(g.q, static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh, a.q_st, t0, nv, 0, tid);
+  copy_rows<E, kBV>(g.dO, static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh, a.do_st, t0, nv, j0, tid);
+  copy_record_rows(g.rows, a.rows, rec, tid);
+  chunk_detail::cp_async_commit();
+}
+
+template <class E, int K, int V>
+__global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const ChunkBwdArgs a) {
+  constexpr int MT = K / 16, NT = kBV * MT / 64;          // the state's tiles, as in the state pass
+  constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;  // dO rows are exact bf16 operands
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<DStateSmem<K>*>(smem_raw);
+  auto& s = *reinterpret_cast<DStateSmem<E, K>*>(smem_raw);
   const int64_t n = blockIdx.x;
-  const int h = blockIdx.y, hk = h / a.group, j0 = blockIdx.z * kBV, tid = threadIdx.x;
-  const int tr = tid >> 4, tc = tid & 15;
+  const int h = blockIdx.y, j0 = blockIdx.z * kBV, tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
   int64_t sb, st, len;
   seq_range(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
   for (int e = tid; e < K * kBV; e += kThreads) {  // dS = dht (or 0)
-    const int i = e >> 6, jj = e & 63;
+    const int i = e / kBV, jj = e % kBV;
     s.dS[i][jj] = a.dht ? a.dht[n * a.dht_sn + h * a.dht_sh + state_off(a.state_vmajor, a.dht_sr, i, j0 + jj)] : 0.f;
   }
-  const E* kp = static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh;
-  const E* qp = static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh;
-  const E* dop = static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh;
+  if (nch > 0) dstate_prefetch<E, K, V>(a, s.st[(nch - 1) & 1], n, sb, st, len, nch - 1, h, j0, tid);
   for (int64_t c = nch - 1; c >= 0; --c) {
-    const int64_t t0 = st + kC * c, rec = slot_of(a, n, st, c) * a.Hv + h;
+    const int64_t rec = slot_of(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
-    __syncthreads();  // dS complete; the chunk buffers free
+    const auto& g = s.st[c & 1];
+    chunk_detail::cp_async_wait_all();
+    __syncthreads();  // stage c & 1 landed (every thread's copies); dS complete; W, dUt, kb, qg, the other stage free
+    copy_f32_tile<K>(s.W, a.W + rec * (kC * K), K, tid);
+    chunk_detail::cp_async_commit();
+    if (c > 0) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, tid);
     float* dSg = a.dS + rec * (K * V);
-    for (int e = tid; e < K * kBV; e += kThreads) dSg[(e >> 6) * V + j0 + (e & 63)] = s.dS[e >> 6][e & 63];
-    const float* Wg = a.W + rec * (kC * K);
-    for (int e = tid; e < kC * K; e += kThreads) s.W[e / K][e % K] = Wg[e];
-    for (int e = tid; e < kC * kBV; e += kThreads) {
-      const int r = e >> 6, jj = e & 63;
-      s.dOt[r][jj] = r < nv ? tof(dop[(t0 + r) * a.do_st + j0 + jj]) : 0.f;
-    }
+    for (int e = tid; e < K * kBV; e += kThreads) dSg[(e / kBV) * V + j0 + e % kBV] = s.dS[e / kBV][e % kBV];
+    const float gl = g.rows[0][nv - 1];
     if (tid < kC) {
-      const float* rows = a.rows + rec * kRowRec;
-      s.gam[tid] = rows[tid], s.rq[tid] = rows[kC + tid], s.rk[tid] = rows[2 * kC + tid];
+      const bool valid = tid < nv;
+      s.kb[tid] = valid ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
+      s.qg[tid] = valid ? a.scale * g.rows[1][tid] * expf(g.rows[0][tid]) : 0.f;
     }
-    __syncthreads();
-    const float gl = s.gam[nv - 1];
-    for (int e = tid; e < kC * K; e += kThreads) {
-      const int r = e / K, i = e % K;
-      const bool valid = r < nv;
-      s.KbT[i][r] = valid ? s.rk[r] * expf(gl - s.gam[r]) * tof(kp[(t0 + r) * a.k_st + i]) : 0.f;
-      s.Qg[r][i] = valid ? a.scale * s.rq[r] * expf(s.gam[r]) * tof(qp[(t0 + r) * a.q_st + i]) : 0.f;
-    }
-    __syncthreads();
-    {  // dU = scale P^T dO + Kbar dS: rows 4 tr .., columns 4 tc ..
-      float acc[4][4] = {};
-#pragma unroll 4
-      for (int i = 0; i < K; ++i) {
-        float kb[4];
-        ldR<4>(kb, &s.KbT[i][4 * tr]);
-        outer_acc<4>(acc, kb, ld4(&s.dS[i][4 * tc]));
-      }
+    __syncthreads();  // kb, qg
+    {                 // dU = scale P^T dO + Kbar dS (tensor cores): warp w, rows 16 (w % 4), column half w / 4
+      float acc[kBV / 16][4] = {};
+      const int m0 = 16 * (warp & 3), n0 = (kBV / 2) * (warp >> 2);
+      warp_mma<false, false, K>(
+          acc, [&](int r, int i) { return s.kb[r] * tof(g.k[r][i]); }, [&](int i, int jj) { return s.dS[i][jj]; }, m0,
+          n0, lane);
       float* dUg = a.dU + rec * (kC * V);
 #pragma unroll
-      for (int a2 = 0; a2 < 4; ++a2) {
-        float* u = dUg + (4 * tr + a2) * V + j0 + 4 * tc;
-        const float4 u0 = ld4(u);
-        const float4 uv = make_float4(u0.x + acc[a2][0], u0.y + acc[a2][1], u0.z + acc[a2][2], u0.w + acc[a2][3]);
-        st4(&s.dUt[4 * tr + a2][4 * tc], uv);
-        st4(u, uv);
-      }
+      for (int nt = 0; nt < kBV / 16; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
+          const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
+          const float2 uv = make_float2(g.dU0[r][jj] + acc[nt][e], g.dU0[r][jj + 1] + acc[nt][e + 1]);
+          s.dUt[r][jj] = uv.x, s.dUt[r][jj + 1] = uv.y;
+          *reinterpret_cast<float2*>(dUg + r * V + j0 + jj) = uv;
+        }
     }
-    __syncthreads();
-    {  // dS_start = e_n dS + scale (Gamma Q^)^T dO - W^T dU: keys IR tr .., columns 4 tc ..
+    if (c > 0)
+      cp_async_wait<1>();  // W landed (the next stage may still be in flight)
+    else
+      chunk_detail::cp_async_wait_all();
+    __syncthreads();  // dUt, W
+    {  // dS_start = e_n dS + scale (Gamma Q^)^T dO - W^T dU (tensor cores, fp32 accumulation): keys 16 (w % MT) ..
       const float en = expf(gl);
-      float acc[IR][4] = {};
-#pragma unroll 2
-      for (int r = 0; r < kC; ++r) {
-        float qg[IR], w[IR];
-        ldR<IR>(qg, &s.Qg[r][IR * tr]);
-        ldR<IR>(w, &s.W[r][IR * tr]);
+      float acc[NT][4] = {};
+      const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
+      warp_mma<false, kEx, kC>(
+          acc, [&](int i, int r) { return s.qg[r] * tof(g.q[r][i]); }, [&](int r, int jj) { return tof(g.dO[r][jj]); },
+          m0, n0, lane);
+      warp_mma<false, false, kC>(
+          acc, [&](int i, int r) { return -s.W[r][i]; }, [&](int r, int jj) { return s.dUt[r][jj]; }, m0, n0, lane);
 #pragma unroll
-        for (int a2 = 0; a2 < IR; ++a2) w[a2] = -w[a2];
-        outer_acc<IR>(acc, qg, ld4(&s.dOt[r][4 * tc]));
-        outer_acc<IR>(acc, w, ld4(&s.dUt[r][4 * tc]));
-      }
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int a2 = 0; a2 < IR; ++a2) {
-        float* sp = &s.dS[IR * tr + a2][4 * tc];
-        const float4 o = ld4(sp);
-        st4(sp, make_float4(fmaf(en, o.x, acc[a2][0]), fmaf(en, o.y, acc[a2][1]), fmaf(en, o.z, acc[a2][2]),
-                            fmaf(en, o.w, acc[a2][3])));
-      }
+        for (int e = 0; e < 4; ++e) {
+          float& sv = s.dS[frag_row(m0, lane, e)][frag_col(n0, nt, lane, e)];
+          sv = fmaf(en, sv, acc[nt][e]);
+        }
     }
   }
   if (a.dh0) {  // dh0 = dS_start of the first chunk (dht, or 0, for an empty sequence)
     __syncthreads();
     for (int e = tid; e < K * kBV; e += kThreads) {
-      const int i = e >> 6, jj = e & 63;
+      const int i = e / kBV, jj = e % kBV;
       a.dh0[n * a.dh0_sn + h * a.dh0_sh + state_off(a.state_vmajor, a.dh0_sr, i, j0 + jj)] = s.dS[i][jj];
     }
   }
@@ -456,21 +533,24 @@ struct GradSmem {
   E q[kC][K + 2], k[kC][K + 2];
   E v[kC][V + 2], dO[kC][V + 2];
   float F1[kC][LDF];  // U, then dW = -dU S0^T, then dL (.) E as [64][65]
-  float F2[kC][LDF];  // dU (complete: scale P^T dO + Kbar dS)
+  float F2[kC][LDF];  // dU (complete: scale P^T dO + Kbar dS), then the dL part of dK
   float A[kC][kC + 1];
-  float X[kC][kC + 1];  // dP (.) D, then dA, then dL_b (.) D
+  float X[kC][kC + 1];  // dP (.) D, then (with Y) A^T dW, then dA, then dL_b (.) D
   float Y[kC][kC + 1];  // S0 / dS key tiles, then A^T dA
   float Z[kC][kC + 1];  // dP (.) P + dL_b (.) E  (= dD (.) D)
+  float Pt[5][kC][17];  // the 64 x 16 product tiles of the state-term loop
   float gam[kC], rq[kC], rk[kC], b[kC], eg[kC], kb[kC], dgam[kC], dbeta[kC], tau[kC];
+  float vdp[2][kC];  // v_r . (A^T dU)_r, the two value halves
   float red[kThreads];
 };
 
 template <class E, int K, int V>
-__global__ void __launch_bounds__(kThreads) chunk_bwd_grads_kernel(const ChunkBwdArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const ChunkBwdArgs a) {
   constexpr int KM = K / 4;  // key columns per thread
   constexpr int KT = 16;     // keys per S0 / dS tile
   constexpr int LT = V + 1;  // tile row stride
   static_assert(2 * KT * LT <= kC * (kC + 1), "two key tiles fit in Y");
+  static_assert(sizeof(GradSmem<E, K, V>::Pt[0][0]) == (KT + 1) * sizeof(float), "Pt holds 64 x KT tiles");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<GradSmem<E, K, V>*>(smem_raw);
   const int64_t slot = blockIdx.x;
@@ -504,76 +584,92 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_grads_kernel(const ChunkBw
     s.eg[tid] = tid < nv ? expf(s.gam[tid]) : 0.f;
     s.kb[tid] = tid < nv ? expf(gl - s.gam[tid]) : 0.f;
   }
-  // (2) dP = scale Lower(dO U^T); X = dP (.) D; Z = dP (.) P
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int r2 = e >> 6, c2 = e & 63;
-    float x = 0.f, z = 0.f;
-    if (c2 <= r2) {
-      float dp = 0.f, qk = 0.f;
-#pragma unroll 8
-      for (int j = 0; j < V; ++j) dp = fmaf(tof(s.dO[r2][j]), s.F1[c2][j], dp);
-#pragma unroll 8
-      for (int i = 0; i < K; ++i) qk = fmaf(tof(s.q[r2][i]), tof(s.k[c2][i]), qk);
-      dp *= lam;
-      const float D = expf(s.gam[r2] - s.gam[c2]);
-      x = dp * D;
-      z = dp * s.rq[r2] * s.rk[c2] * qk * D;
-    }
-    s.X[r2][c2] = x, s.Z[r2][c2] = z;
+  // (2) dP = scale Lower(dO U^T); X = dP (.) D; Z = dP (.) P. The 64 x 64 products here and below run on the tensor
+  // cores, warp w at rows m0 = 16 (w % 4), columns n0 = 32 (w / 4) .. + 32 (fp32 operands split).
+  const int warp = tid >> 5, lane = tid & 31, m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+  constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;           // q, k, v, dO rows are exact bf16 operands
+  const auto kt = [&](int i, int c2) { return tof(s.k[c2][i]); };  // K^T (raw rows)
+  {
+    float dp[4][4] = {}, qk[4][4] = {};
+    warp_mma<kEx, false, V>(
+        dp, [&](int r2, int j) { return tof(s.dO[r2][j]); }, [&](int j, int c2) { return s.F1[c2][j]; }, m0, n0, lane);
+    warp_mma<kEx, kEx, K>(
+        qk, [&](int r2, int i) { return tof(s.q[r2][i]); }, kt, m0, n0, lane);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r2 = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
+        float x = 0.f, z = 0.f;
+        if (c2 <= r2) {
+          const float D = expf(s.gam[r2] - s.gam[c2]), d = lam * dp[nt][e];
+          x = d * D;
+          z = d * s.rq[r2] * s.rk[c2] * qk[nt][e] * D;
+        }
+        s.X[r2][c2] = x, s.Z[r2][c2] = z;
+      }
   }
   __syncthreads();
-  float dq[KM], dk[KM];
-#pragma unroll
-  for (int m = 0; m < KM; ++m) dq[m] = 0.f, dk[m] = 0.f;
-  // dQ += (dP (.) D) K^;  dK = (dP (.) D)^T Q^
-  for (int s2 = 0; s2 < kC; ++s2) {
-    const float xk = s.X[r][s2] * s.rk[s2], xq = s.X[s2][r] * s.rq[s2];
-#pragma unroll
-    for (int m = 0; m < KM; ++m) {
-      dq[m] = fmaf(xk, tof(s.k[s2][p + 4 * m]), dq[m]);
-      dk[m] = fmaf(xq, tof(s.q[s2][p + 4 * m]), dk[m]);
-    }
-  }
-  // (1), (3), (4) the state terms, 16 keys of S0 and dS at a time (through Y):
-  //   dQ += scale Gamma dO S0^T, dgamma_r += q^_r . (that term);  dKbar = U dS^T, dK += diag(kb) dKbar,
-  //   tau_r = Kbar_r . dKbar_r;  dW = -dU S0^T;  <S0, dS>_F
+  float dq[KM], dk[KM];  // thread (r, p): row r, keys p + 4 m
+  // 16 keys at a time (S0 and dS tiles through Y), on the tensor cores:
+  //   dQ = (dP (.) D) K^ + scale Gamma dO S0^T, dgamma_r += q^_r . (the second term);
+  //   dK = (dP (.) D)^T Q^ + diag(kb) dKbar, dKbar = U dS^T, tau_r = Kbar_r . dKbar_r;  (1), (3), (4)
+  //   dW = -dU S0^T;  <S0, dS>_F
+  // Warp w computes the 16 x 8 tile (rows 16 (w % 4), keys 8 (w / 4) of the 16) of the five products into Pt;
+  // thread (r, p) then reads its row's keys p, p + 4, ... back.
   float dw[KM];
   float gq = 0.f, tp = 0.f, s0ds = 0.f;
   float* t0s = &s.Y[0][0];
   float* t1s = t0s + KT * LT;
-  const float* S0g = a.S0 + cp.rec * (K * V);
+  const int mt0 = 16 * (warp & 3), nt0 = 8 * (warp >> 2);  // this warp's product tile
+  const __nv_bfloat16* S0g = reinterpret_cast<const __nv_bfloat16*>(a.S0) + cp.rec * (K * V);
   const float* dSg = a.dS + cp.rec * (K * V);
-#pragma unroll
+#pragma unroll  // dq[m], dk[m], dw[m] stay registers
   for (int it = 0; it < K / KT; ++it) {
-    __syncthreads();  // the previous tile is consumed (and, at it = 0, X is read by everyone)
+    __syncthreads();  // the previous tile and products are consumed (at it = 0: X, Z are complete)
     for (int e = tid; e < KT * V; e += kThreads) {
       const int ii = e / V, j = e % V;
-      t0s[ii * LT + j] = S0g[(it * KT + ii) * V + j];
+      t0s[ii * LT + j] = __bfloat162float(S0g[(it * KT + ii) * V + j]);
       t1s[ii * LT + j] = dSg[(it * KT + ii) * V + j];
       s0ds = fmaf(t0s[ii * LT + j], t1s[ii * LT + j], s0ds);
     }
     __syncthreads();
-    float aq[4] = {0.f, 0.f, 0.f, 0.f}, ak[4] = {0.f, 0.f, 0.f, 0.f}, aw[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-    for (int j = 0; j < V; ++j) {
-      const float dov = tof(s.dO[r][j]), u = s.F1[r][j], du = s.F2[r][j];
+    {
+      const auto s0t = [&](int j, int i) { return t0s[i * LT + j]; };
+      const auto dst = [&](int j, int i) { return t1s[i * LT + j]; };
+      float xk[1][4] = {}, xq[1][4] = {}, pq[1][4] = {}, pk[1][4] = {}, pw[1][4] = {};
+      const int i0 = it * KT;
+      warp_mma<false, kEx, kC>(
+          xk, [&](int r2, int s2) { return s.X[r2][s2] * s.rk[s2]; },
+          [&](int s2, int i) { return tof(s.k[s2][i0 + i]); }, mt0, nt0, lane);
+      warp_mma<false, kEx, kC>(
+          xq, [&](int r2, int s2) { return s.X[s2][r2] * s.rq[s2]; },
+          [&](int s2, int i) { return tof(s.q[s2][i0 + i]); }, mt0, nt0, lane);
+      warp_mma<kEx, true, V>(  // S0 is bf16
+          pq, [&](int r2, int j) { return tof(s.dO[r2][j]); }, s0t, mt0, nt0, lane);
+      warp_mma<false, false, V>(
+          pk, [&](int r2, int j) { return s.F1[r2][j]; }, dst, mt0, nt0, lane);
+      warp_mma<false, true, V>(
+          pw, [&](int r2, int j) { return s.F2[r2][j]; }, s0t, mt0, nt0, lane);
 #pragma unroll
-      for (int mm = 0; mm < 4; ++mm) {
-        const float s0 = t0s[(p + 4 * mm) * LT + j], ds = t1s[(p + 4 * mm) * LT + j];
-        aq[mm] = fmaf(dov, s0, aq[mm]);
-        ak[mm] = fmaf(u, ds, ak[mm]);
-        aw[mm] = fmaf(du, s0, aw[mm]);
+      for (int e = 0; e < 4; ++e) {
+        const int row = frag_row(mt0, lane, e), col = frag_col(nt0, 0, lane, e);
+        s.Pt[0][row][col] = xk[0][e], s.Pt[1][row][col] = xq[0][e], s.Pt[2][row][col] = pq[0][e];
+        s.Pt[3][row][col] = pk[0][e], s.Pt[4][row][col] = pw[0][e];
       }
     }
+    __syncthreads();
 #pragma unroll
     for (int mm = 0; mm < 4; ++mm) {
-      const int m = it * (KT / 4) + mm, i = p + 4 * m;
-      const float qi = lam * s.eg[r] * aq[mm];
-      dq[m] += qi;
+      const int m = it * (KT / 4) + mm, i = p + 4 * m, ci = p + 4 * mm;
+      const float aq = s.Pt[2][r][ci], ak = s.Pt[3][r][ci], aw = s.Pt[4][r][ci];
+      const float qi = lam * s.eg[r] * aq;
+      dq[m] = s.Pt[0][r][ci] + qi;
+      dk[m] = s.Pt[1][r][ci];
       gq = fmaf(s.rq[r] * tof(s.q[r][i]), qi, gq);
-      dk[m] = fmaf(s.kb[r], ak[mm], dk[m]);
-      tp = fmaf(s.kb[r] * s.rk[r] * tof(s.k[r][i]), ak[mm], tp);
-      dw[m] = -aw[mm];
+      dk[m] = fmaf(s.kb[r], ak, dk[m]);
+      tp = fmaf(s.kb[r] * s.rk[r] * tof(s.k[r][i]), ak, tp);
+      dw[m] = -aw;
     }
   }
   gq = lane_sum<1, 4>(gq);
@@ -588,15 +684,28 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_grads_kernel(const ChunkBw
   for (int m = 0; m < KM; ++m) s.F1[r][p + 4 * m] = dw[m];
   __syncthreads();
   // (5) A^T dW:  dK += diag(b Gamma) A^T dW;  dbeta_r, dgamma_r += (b_r) e^{gamma_r} k^_r . (A^T dW)_r
+  // A^T dW on the tensor cores (warp w: rows 16 (w % 4), the key half w / 4) into X and Y (both free here, one
+  // [64][K + 1] tile), then into the threads' registers.
+  float(*ATW)[K + 1] = reinterpret_cast<float(*)[K + 1]>(&s.X[0][0]);
+  using Sm = GradSmem<E, K, V>;
+  static_assert(offsetof(Sm, Y) == offsetof(Sm, X) + sizeof(s.X) && kC * (K + 1) <= 2 * kC * (kC + 1),
+                "A^T dW fits in X and Y");
+  {
+    constexpr int NT = K / 16;
+    float acc[NT][4] = {};
+    const int n0k = (K / 2) * (warp >> 2);
+    warp_mma<false, false, kC>(
+        acc, [&](int r2, int s2) { return s.A[s2][r2]; }, [&](int s2, int i) { return s.F1[s2][i]; }, m0, n0k, lane);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ATW[frag_row(m0, lane, e)][frag_col(n0k, nt, lane, e)] = acc[nt][e];
+  }
+  __syncthreads();
   {
     float at[KM];
 #pragma unroll
-    for (int m = 0; m < KM; ++m) at[m] = 0.f;
-    for (int s2 = r; s2 < kC; ++s2) {  // A_{s2 r} = 0 for s2 < r
-      const float as = s.A[s2][r];
-#pragma unroll
-      for (int m = 0; m < KM; ++m) at[m] = fmaf(as, s.F1[s2][p + 4 * m], at[m]);
-    }
+    for (int m = 0; m < KM; ++m) at[m] = ATW[r][p + 4 * m];
     float kd = 0.f;
     const float bg = s.b[r] * s.eg[r];
 #pragma unroll
@@ -605,70 +714,104 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_grads_kernel(const ChunkBw
       kd = fmaf(s.rk[r] * tof(s.k[r][p + 4 * m]), at[m], kd);
     }
     kd = lane_sum<1, 4>(kd);
-    // A^T dU:  dV = diag(b) A^T dU;  dbeta_r += v_r . (A^T dU)_r
-    float vd = 0.f;
-    for (int j = p; j < V; j += 4) {
-      float acc = 0.f;
-      for (int s2 = r; s2 < kC; ++s2) acc = fmaf(s.A[s2][r], s.F2[s2][j], acc);
-      vd = fmaf(tof(s.v[r][j]), acc, vd);
-      if (r < nv)
-        store1(a.dv, DType(a.io_dtype), cp.b * a.dv_sb + (cp.t0 + r) * a.dv_st + h * a.dv_sh + j, s.b[r] * acc);
+    // A^T dU:  dV = diag(b) A^T dU;  dbeta_r += v_r . (A^T dU)_r. On the tensor cores (warp w: rows 16 (w % 4), the
+    // value half w / 4): dv straight from the fragments; v_r . (A^T dU)_r per half row (the tile's 4 lanes of a row),
+    // the two halves added in order after the barrier.
+    {
+      constexpr int NT = V / 16;
+      float acc[NT][4] = {};
+      const int n0v = (V / 2) * (warp >> 2);
+      warp_mma<false, false, kC>(
+          acc, [&](int r2, int s2) { return s.A[s2][r2]; }, [&](int s2, int j) { return s.F2[s2][j]; }, m0, n0v, lane);
+      float vp[2] = {0.f, 0.f};  // rows g and g + 8 of the tile
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = frag_row(m0, lane, e), j = frag_col(n0v, nt, lane, e);
+          vp[e >> 1] = fmaf(tof(s.v[row][j]), acc[nt][e], vp[e >> 1]);
+          if (row < nv)
+            store1(a.dv, DType(a.io_dtype), cp.b * a.dv_sb + (cp.t0 + row) * a.dv_st + h * a.dv_sh + j,
+                   s.b[row] * acc[nt][e]);
+        }
+      vp[0] = lane_sum<1, 4>(vp[0]);
+      vp[1] = lane_sum<1, 4>(vp[1]);
+      if ((lane & 3) == 0) s.vdp[warp >> 2][m0 + (lane >> 2)] = vp[0], s.vdp[warp >> 2][m0 + (lane >> 2) + 8] = vp[1];
     }
-    vd = lane_sum<1, 4>(vd);
-    if (p == 0) {
-      s.dbeta[r] += s.eg[r] * kd + vd;
-      s.dgam[r] += bg * kd;
-    }
+    if (p == 0) s.dgam[r] += bg * kd;
+    __syncthreads();  // A^T dW (in X, Y) is read; vdp complete
+    if (p == 0) s.dbeta[r] += s.eg[r] * kd + (s.vdp[0][r] + s.vdp[1][r]);
   }
   // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} (dW_r . k^_s), strictly lower (only that part reaches L)
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int r2 = e >> 6, c2 = e & 63;
-    float x = 0.f;
-    if (c2 < r2) {
-      float uv = 0.f, wk = 0.f;
-#pragma unroll 8
-      for (int j = 0; j < V; ++j) uv = fmaf(s.F2[r2][j], tof(s.v[c2][j]), uv);
-#pragma unroll 8
-      for (int i = 0; i < K; ++i) wk = fmaf(s.F1[r2][i], tof(s.k[c2][i]), wk);
-      x = s.b[c2] * (uv + s.eg[c2] * s.rk[c2] * wk);
-    }
-    s.X[r2][c2] = x;
-  }
-  __syncthreads();
-  // (6) Y = A^T dA
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int r2 = e >> 6, c2 = e & 63;
-    float acc = 0.f;
-    for (int a2 = (r2 > c2 ? r2 : c2 + 1); a2 < kC; ++a2) acc = fmaf(s.A[a2][r2], s.X[a2][c2], acc);
-    s.Y[r2][c2] = acc;
-  }
-  __syncthreads();
-  // dL = StrictLower(-(A^T dA) A^T); (7) dbeta_r += sum_s dL_rs E_rs, dL_b = diag(b) dL; (8) Z += dL_b (.) E
-  float(*T)[kC + 1] = reinterpret_cast<float(*)[kC + 1]>(&s.F1[0][0]);  // dL (.) E (dW is consumed)
-  for (int e = tid; e < kC * kC; e += kThreads) {
-    const int r2 = e >> 6, c2 = e & 63;
-    float x = 0.f, t = 0.f;
-    if (c2 < r2) {
-      float dl = 0.f, kk = 0.f;
-      for (int c3 = 0; c3 <= c2; ++c3) dl = fmaf(-s.Y[r2][c3], s.A[c2][c3], dl);
-#pragma unroll 8
-      for (int i = 0; i < K; ++i) kk = fmaf(tof(s.k[r2][i]), tof(s.k[c2][i]), kk);
-      const float D = expf(s.gam[r2] - s.gam[c2]);
-      const float Ev = s.rk[r2] * s.rk[c2] * kk * D;
-      t = dl * Ev;
-      x = s.b[r2] * dl * D;
-      s.Z[r2][c2] += s.b[r2] * t;
-    }
-    s.X[r2][c2] = x;
-    T[r2][c2] = t;
-  }
-  __syncthreads();
-  // (7) dK += (dL_b (.) D) K^ + (dL_b (.) D)^T K^;  (8) dgamma_r += rowsum(Z)_r - colsum(Z)_r
-  for (int s2 = 0; s2 < kC; ++s2) {
-    const float w = (s.X[r][s2] + s.X[s2][r]) * s.rk[s2];
+  {
+    float uv[4][4] = {}, wk[4][4] = {};
+    warp_mma<false, kEx, V>(
+        uv, [&](int r2, int j) { return s.F2[r2][j]; }, [&](int j, int c2) { return tof(s.v[c2][j]); }, m0, n0, lane);
+    warp_mma<false, kEx, K>(
+        wk, [&](int r2, int i) { return s.F1[r2][i]; }, kt, m0, n0, lane);
 #pragma unroll
-    for (int m = 0; m < KM; ++m) dk[m] = fmaf(w, tof(s.k[s2][p + 4 * m]), dk[m]);
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r2 = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
+        s.X[r2][c2] = c2 < r2 ? s.b[c2] * (uv[nt][e] + s.eg[c2] * s.rk[c2] * wk[nt][e]) : 0.f;
+      }
   }
+  __syncthreads();
+  {  // (6) Y = A^T dA (A^T is upper, dA strictly lower: the full product is the triangular sum)
+    float y[4][4] = {};
+    warp_mma<false, false, kC>(
+        y, [&](int r2, int a2) { return s.A[a2][r2]; }, [&](int a2, int c2) { return s.X[a2][c2]; }, m0, n0, lane);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s.Y[frag_row(m0, lane, e)][frag_col(n0, nt, lane, e)] = y[nt][e];
+  }
+  __syncthreads();
+  // dL = StrictLower(-(A^T dA) A^T) (A^T upper: the full product Y A^T is the sum over c3 <= c2);
+  // (7) dbeta_r += sum_s dL_rs E_rs, dL_b = diag(b) dL; (8) Z += dL_b (.) E
+  float(*T)[kC + 1] = reinterpret_cast<float(*)[kC + 1]>(&s.F1[0][0]);  // dL (.) E (dW is consumed)
+  {
+    float ya[4][4] = {}, kk[4][4] = {};
+    warp_mma<false, false, kC>(
+        ya, [&](int r2, int c3) { return s.Y[r2][c3]; }, [&](int c3, int c2) { return s.A[c2][c3]; }, m0, n0, lane);
+    warp_mma<kEx, kEx, K>(
+        kk, [&](int r2, int i) { return tof(s.k[r2][i]); }, kt, m0, n0, lane);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r2 = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
+        float x = 0.f, t = 0.f;
+        if (c2 < r2) {
+          const float dl = -ya[nt][e], D = expf(s.gam[r2] - s.gam[c2]);
+          const float Ev = s.rk[r2] * s.rk[c2] * kk[nt][e] * D;
+          t = dl * Ev;
+          x = s.b[r2] * dl * D;
+          s.Z[r2][c2] += s.b[r2] * t;
+        }
+        s.X[r2][c2] = x;
+        T[r2][c2] = t;
+      }
+  }
+  __syncthreads();
+  // (7) dK += (dL_b (.) D + (dL_b (.) D)^T) K^ on the tensor cores (warp w: rows 16 (w % 4), the key half w / 4),
+  // through F2 (dU is consumed) into the threads' registers;  (8) dgamma_r += rowsum(Z)_r - colsum(Z)_r
+  {
+    constexpr int NT = K / 16;
+    float acc[NT][4] = {};
+    const int n0k = (K / 2) * (warp >> 2);
+    warp_mma<false, kEx, kC>(
+        acc, [&](int r2, int s2) { return (s.X[r2][s2] + s.X[s2][r2]) * s.rk[s2]; },
+        [&](int s2, int i) { return tof(s.k[s2][i]); }, m0, n0k, lane);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s.F2[frag_row(m0, lane, e)][frag_col(n0k, nt, lane, e)] = acc[nt][e];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < KM; ++m) dk[m] += s.F2[r][p + 4 * m];
   {
     float zr = 0.f, tb = 0.f;
     for (int s2 = p; s2 < kC; s2 += 4) {
@@ -731,8 +874,8 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
   const dim3 chunks(unsigned(a.slots), unsigned(a.Hv)), seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
   int e = launch_one(chunk_bwd_prep_kernel<E, K, V>, chunks, sizeof(PrepSmem<E, K, V>), done[0], st, a);
   if (e == 0 && a.slots > 0)
-    e = launch_one(chunk_bwd_state_kernel<E, K, V>, seqs, sizeof(StateSmem<K>), done[1], st, a);
-  if (e == 0) e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<K>), done[2], st, a);
+    e = launch_one(chunk_bwd_state_kernel<E, K, V>, seqs, sizeof(StateSmem<E, K>), done[1], st, a);
+  if (e == 0) e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[2], st, a);
   if (e == 0) e = launch_one(chunk_bwd_grads_kernel<E, K, V>, chunks, sizeof(GradSmem<E, K, V>), done[3], st, a);
   return e;
 }
