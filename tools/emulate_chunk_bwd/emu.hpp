@@ -2,7 +2,7 @@
 // time, __syncthreads as a std::barrier (threads that return drop out of it), __shfl_xor_sync as a block-wide
 // exchange (every shuffle in these kernels is reached by all live threads of the block), mma.sync m16n8k16 (bf16,
 // fp32 accumulation) as an exchange of the fragments within the warp, mma16_f32 in fp32, cp.async as a plain copy
-// (gen.py points the kernels' calls of chunk_detail::mma<true> and cp_async* at the emu_* functions here). It checks
+// (gen.py points the kernels' calls of mma_m16n8k16<true> and cp_async* at the emu_* functions here). It checks
 // the kernels' index math, barriers and numerics against the CPU oracle on a machine without a GPU; it says nothing
 // about warp-level timing, races between barriers or the device's shared-memory limit.
 #pragma once

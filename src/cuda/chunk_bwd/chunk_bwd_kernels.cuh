@@ -295,7 +295,7 @@ template <int COLS, int LD>
 __device__ __forceinline__ void copy_f32_tile(float (*dst)[LD], const float* src, int64_t ld, int tid) {
   for (int e = tid; e < kC * COLS / 4; e += kThreads) {
     const int r = e / (COLS / 4), i = 4 * (e % (COLS / 4));
-    chunk_detail::cp_async16(&dst[r][i], src + r * ld + i);
+    cp_async<16>(&dst[r][i], src + r * ld + i);
   }
 }
 template <class E, int COLS, int LD>
@@ -304,13 +304,13 @@ __device__ __forceinline__ void copy_rows(E (*dst)[LD], const E* src, int64_t st
   for (int e = tid; e < kC * COLS / 8; e += kThreads) {
     const int r = e / (COLS / 8), i = 8 * (e % (COLS / 8));
     const bool ok = r < nv;
-    chunk_detail::cp_async16_zfill(&dst[r][i], src + (ok ? (t0 + r) * st + col0 + i : 0), ok);
+    cp_async16_zfill(&dst[r][i], src + (ok ? (t0 + r) * st + col0 + i : 0), ok);
   }
 }
 // The four rows of chunk record rec (gamma, rho_q, rho_k, beta: 64 floats each) into dst.
 __device__ __forceinline__ void copy_record_rows(float (*dst)[kC], const float* rows, int64_t rec, int tid) {
   if (tid < 4 * kC / 4)
-    chunk_detail::cp_async16(&dst[tid / (kC / 4)][4 * (tid % (kC / 4))], rows + rec * kRowRec + 4 * tid);
+    cp_async<16>(&dst[tid / (kC / 4)][4 * (tid % (kC / 4))], rows + rec * kRowRec + 4 * tid);
 }
 
 // The state pass keeps two stages of chunk inputs: chunk c + 1's land by cp.async while chunk c is computed, so the
@@ -339,7 +339,7 @@ __device__ __forceinline__ void state_prefetch(const ChunkBwdArgs& a, typename S
   copy_f32_tile<kBV>(g.U0, a.U + rec * (kC * V) + j0, V, tid);
   copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + (h / a.group) * a.k_sh, a.k_st, t0, nv, 0, tid);
   copy_record_rows(g.rows, a.rows, rec, tid);
-  chunk_detail::cp_async_commit();
+  cp_async_commit();
 }
 
 template <class E, int K, int V>
@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
     const int64_t rec = slot_of(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
-    chunk_detail::cp_async_wait_all();
+    cp_async_wait_all();
     __syncthreads();  // stage c & 1 landed (every thread's copies); S complete; the other stage, Ut, kb free
     if (c + 1 < nch) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, tid);
     // S0 as bf16 (pass 4 uses it only as a GEMM operand, gdn-math §10.2), two columns a store
@@ -437,7 +437,7 @@ __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename 
   copy_rows<E, K>(g.q, static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh, a.q_st, t0, nv, 0, tid);
   copy_rows<E, kBV>(g.dO, static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh, a.do_st, t0, nv, j0, tid);
   copy_record_rows(g.rows, a.rows, rec, tid);
-  chunk_detail::cp_async_commit();
+  cp_async_commit();
 }
 
 template <class E, int K, int V>
@@ -461,10 +461,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
     const int64_t rec = slot_of(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
-    chunk_detail::cp_async_wait_all();
+    cp_async_wait_all();
     __syncthreads();  // stage c & 1 landed (every thread's copies); dS complete; W, dUt, kb, qg, the other stage free
     copy_f32_tile<K>(s.W, a.W + rec * (kC * K), K, tid);
-    chunk_detail::cp_async_commit();
+    cp_async_commit();
     if (c > 0) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, tid);
     float* dSg = a.dS + rec * (K * V);
     for (int e = tid; e < K * kBV; e += kThreads) dSg[(e / kBV) * V + j0 + e % kBV] = s.dS[e / kBV][e % kBV];
@@ -495,7 +495,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
     if (c > 0)
       cp_async_wait<1>();  // W landed (the next stage may still be in flight)
     else
-      chunk_detail::cp_async_wait_all();
+      cp_async_wait_all();
     __syncthreads();  // dUt, W
     {  // dS_start = e_n dS + scale (Gamma Q^)^T dO - W^T dU (tensor cores, fp32 accumulation): keys 16 (w % MT) ..
       const float en = expf(gl);

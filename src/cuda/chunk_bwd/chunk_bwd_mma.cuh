@@ -48,9 +48,9 @@ __device__ __forceinline__ void warp_mma(float (&d)[NT][4], FA a, FB b, int m0, 
       const int col = n0 + 8 * nt + g;
       const Split2 b0 = split_pair<BEX>(b(k0 + t2, col), b(k0 + t2 + 1, col));
       const Split2 b1 = split_pair<BEX>(b(k0 + t2 + 8, col), b(k0 + t2 + 9, col));
-      if constexpr (!AEX) chunk_detail::mma<true>(d[nt], al, b0.hi, b1.hi);
-      if constexpr (!BEX) chunk_detail::mma<true>(d[nt], ah, b0.lo, b1.lo);
-      chunk_detail::mma<true>(d[nt], ah, b0.hi, b1.hi);
+      if constexpr (!AEX) mma_m16n8k16<true>(d[nt], al, b0.hi, b1.hi);
+      if constexpr (!BEX) mma_m16n8k16<true>(d[nt], ah, b0.lo, b1.lo);
+      mma_m16n8k16<true>(d[nt], ah, b0.hi, b1.hi);
     }
   }
 }
