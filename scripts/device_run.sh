@@ -83,6 +83,7 @@ if has sanitize; then
   }
   export -f run_one
   export B LOG t_start SANITIZE_BUDGET SANITIZE_SUITE_TIMEOUT
+  export FLASHGDN_TEST_REPEATS=${FLASHGDN_TEST_REPEATS:-3}  # determinism loops: 3 launches under the tool
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     sed "s/^/$tool /" "$LOG/sanitize_tests.txt"
   done | xargs -P "${SANITIZE_JOBS:-1}" -L 1 bash -c 'run_one "$0" "$1"'
