@@ -102,7 +102,8 @@ Status plan_chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const DeviceF
   if (pl.split) {
     pl.ws_items = off;
     pl.ws_seq_first = pl.ws_items + align_up(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem));
-    pl.ws_mn = pl.ws_seq_first + align_up(size_t(d.N) * sizeof(int32_t));
+    pl.ws_dec = pl.ws_seq_first + align_up(size_t(d.N) * sizeof(int32_t));
+    pl.ws_mn = pl.ws_dec + align_up(size_t(d.Hv) * size_t(pl.rec_slots) * sizeof(float));
     pl.workspace_bytes = pl.ws_mn + size_t(pl.cap) * size_t(d.Hv) * size_t(d.K) * size_t(d.K + d.V) * sizeof(float);
   }
   *out = std::move(pl);
@@ -125,15 +126,16 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
     s += str_cat("  segment split: ", pl.segments, " segments of ", pl.seg_chunks, " chunks per sequence, ", pl.cap,
                  " work items\n");
     s += str_cat("  state pass (", pass, ", ", pass_why, ") summaries: grid (", pl.cap, ", ", d.Hv, ", ",
-                 ceil_div(kt + vt, vt), ")\n");
+                 ceil_div(kt + vt, vt), "); a segment whose last chunks decay by e^", cuda::kDecayWindowLogTau,
+                 " (unit keys, beta in [0, 2]) runs only those, without M\n");
     s += str_cat("  scan of start states: grid (", d.N, ", ", d.Hv, ", ", d.V / 16, ")\n");
     s += str_cat("  state pass forward from the start states: grid (", pl.cap, ", ", d.Hv, ", 1)\n");
   }
   s += str_cat("  split: ", pl.why, "\n");
   s += str_cat("  workspace: ", pl.workspace_bytes, " bytes");
   if (pl.split)
-    s += str_cat(" (records ", pl.ws_items, ", items and sequence table ", pl.ws_mn - pl.ws_items, ", summaries ",
-                 pl.workspace_bytes - pl.ws_mn, ")");
+    s += str_cat(" (records ", pl.ws_items, ", items and sequence table ", pl.ws_dec - pl.ws_items, ", decay table ",
+                 pl.ws_mn - pl.ws_dec, ", summaries ", pl.workspace_bytes - pl.ws_mn, ")");
   s += "\n";
   return s;
 }
