@@ -467,13 +467,14 @@ WindowStats check_windows(GpuCase gc, int segments, const GateFn& gate, const Ga
     EXPECT_GE(gc.c.seqlens.back(), slack);
     x.in.cu.set(N, x.in.cu.get(N) - double(slack));
     gc.c.seqlens.back() -= slack;  // (the shapes come from x: T keeps the slack rows)
-    for (HostTensor* t : {&x.in.q, &x.in.k, &x.in.v, &x.in.g, &x.in.beta}) {  // NaN: no kernel may read them
-      const int64_t row = t->numel() / Tt;
-      for (int64_t i = (Tt - slack) * row; i < Tt * row; ++i) t->set(i, std::nan(""));
-    }
   }
   Result ref = run_oracle(gc, x);
-  GpuRun run(gc, x);
+  Inputs xd = x;  // the device's copy: NaN in the slack rows (no kernel may read them)
+  for (HostTensor* t : {&xd.in.q, &xd.in.k, &xd.in.v, &xd.in.g, &xd.in.beta}) {
+    const int64_t row = t->numel() / Tt;
+    for (int64_t i = (Tt - slack) * row; i < Tt * row; ++i) t->set(i, std::nan(""));
+  }
+  GpuRun run(gc, xd);
   run.p.exec.chunk_fwd_segments = segments;
   run.poison();
   const Status st = run.launch();
