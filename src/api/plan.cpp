@@ -24,7 +24,9 @@ const char* state_pass_name(ChunkStatePass s) {
 // ceil((K + V) / V) CTAs per (item, head), each ~0.8 of a forward CTA's time per chunk (no q, no P U). In chunk-steps
 //   cost(P) = Ls waves(forward) + 0.8 Ls waves(summary) + 0.3 (P - 1) + 3   (the last two: the scan and launches),
 // Ls = ceil(chunks / P); the fastest P of 1..64 wins (bench/results: it picks the fastest measured P in every case).
-// Unsplit when the heads alone fill the SMs or the sequences are short (< 16 chunks).
+// Unsplit when the heads alone fill the SMs or the sequences are short (< 16 chunks). The summaries are priced at
+// their full length, the worst case: a summary shrinks to its decay window (docs/chunk_fwd.md) only where the
+// gates decay, and the gates are device data that a plan never reads.
 int64_t auto_segments(const ChunkDims& d, int64_t avg, int32_t sms, std::string* why) {
   const int64_t vt = d.V / kChunkFwdTile, kt = d.K / kChunkFwdTile;
   const int64_t base = d.N * d.Hv;
