@@ -262,6 +262,76 @@ TEST(ChunkFwdPlan, VarlenItemBoundCoversEverySegment) {
   }
 }
 
+// The bound the windows rest on (gdn-math §1.3, §6.1), on the fp64 CPU recurrence: S(b) - N(c -> b) =
+// Phi(c -> b) S(c) has norm <= e^Gamma ||S(c)|| with unit keys and beta in [0, 2]; with betas past 2 (or keys longer
+// than 1) it does not hold, which is why such chunks end a window.
+struct SplitStates {
+  double dropped = 0, bound = 0;  // ||S(b) - N(c -> b)||_F, e^Gamma(c -> b) ||S(c)||_F
+};
+
+SplitStates split_states(const GdnInputs& in, bool l2norm, int64_t c, int64_t b) {
+  const int64_t H = in.v.shape[2], K = in.k.shape[3], V = in.v.shape[3];
+  // the state after tokens [t0, t1), from h0 (or zero)
+  const auto state = [&](int64_t t0, int64_t t1, bool from_h0) {
+    const auto slice = [&](const HostTensor& x) {
+      std::vector<int64_t> shp = x.shape;
+      shp[1] = t1 - t0;
+      HostTensor y(DType::f64, shp);
+      const int64_t row = x.numel() / x.shape[1];
+      for (int64_t i = 0; i < y.numel(); ++i) y.set(i, x.get(t0 * row + i));
+      return y;
+    };
+    HostTensor q = slice(in.q), k = slice(in.k), v = slice(in.v), g = slice(in.g), be = slice(in.beta);
+    HostTensor o(DType::f64, v.shape), hT(DType::f64, {1, H, K, V}), h0 = in.h0.cast(DType::f64);
+    ChunkFwdParams p;
+    p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = g.view(), p.beta = be.view(), p.o = o.view();
+    p.final_state = hT.view();
+    if (from_h0) p.initial_state = h0.view();
+    p.use_qk_l2norm_in_kernel = l2norm;
+    p.exec.cpu_fp64 = true;
+    p.exec.cpu_threads = 1;
+    const Status st = chunk_fwd(p);
+    EXPECT_TRUE(st.ok()) << st.message();
+    return hT;
+  };
+  const HostTensor Sc = state(0, c, true), Sb = state(0, b, true), N = state(c, b, false);
+  double gam = 0, d2 = 0, s2 = 0;
+  for (int64_t t = c; t < b; ++t) gam += in.g.get(t * H);  // head 0
+  for (int64_t i = 0; i < K * V; ++i) {                    // head 0
+    d2 += (Sb.get(i) - N.get(i)) * (Sb.get(i) - N.get(i));
+    s2 += Sc.get(i) * Sc.get(i);
+  }
+  return SplitStates{std::sqrt(d2), std::exp(gam) * std::sqrt(s2)};
+}
+
+TEST(ChunkFwdDecayWindow, DroppedStateWithinTheBound) {
+  GdnCase gc;
+  gc.B = 1, gc.T = 256, gc.Hqk = 1, gc.Hv = 1, gc.K = 32, gc.V = 16, gc.dtype = DType::f64, gc.g_scale = 0.2;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    gc.seed = seed;
+    GdnInputs in = make_inputs(gc);  // raw keys (l2norm in the op), beta = sigmoid(N(0, 1))
+    SplitStates s = split_states(in, true, 64, 256);
+    EXPECT_LE(s.dropped, s.bound * (1 + 1e-9)) << "seed " << seed;
+    EXPECT_GT(s.dropped, 1e-3 * s.bound) << "seed " << seed;    // the bound is not vacuous here
+    for (int64_t t = 64; t < 256; t += 5) in.beta.set(t, 2.0);  // beta = 2 allowed
+    s = split_states(in, true, 64, 256);
+    EXPECT_LE(s.dropped, s.bound * (1 + 1e-9)) << "seed " << seed << ", beta = 2";
+  }
+  // beta = 3 on the window's tokens (|1 - beta| = 2 along k): the dropped state grows past the bound
+  gc.seed = 9;
+  GdnInputs in = make_inputs(gc);
+  for (int64_t t = 64; t < 256; ++t) in.beta.set(t, 3.0);
+  SplitStates s = split_states(in, true, 64, 256);
+  EXPECT_GT(s.dropped, s.bound) << "beta = 3: the bound must fail";
+  // keys of norm 2 without l2norm (beta |k|^2 up to 4): the same
+  gc.l2norm = false;
+  in = make_inputs(gc);  // unit keys
+  for (int64_t i = 0; i < in.k.numel(); ++i) in.k.set(i, 2 * in.k.get(i));
+  for (int64_t t = 0; t < 256; ++t) in.beta.set(t, 1.0);
+  s = split_states(in, false, 64, 256);
+  EXPECT_GT(s.dropped, s.bound) << "|k| = 2: the bound must fail";
+}
+
 TEST(ChunkFwdPlan, UnsupportedShapesNamed) {
   ChunkShape s;
   s.T = 100;
