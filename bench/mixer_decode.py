@@ -247,11 +247,12 @@ def check(lay, chains):
 def check_text(res):
     parts = []
     for name, m in res.items():
-        if "error" in m:
+        if "error" in m and "out" not in m:
             parts.append(f"{name} ERROR ({m['error'][:120]})")
         else:
             parts.append(f"{name} {'ok' if m['ok'] else 'MISMATCH'} out {m['out']:.1e} state {m['state']:.1e} "
-                         f"conv {m['conv']:.0e}{'' if m['untouched'] else ' other slots written'}")
+                         f"conv {m['conv']:.0e}{'' if m['untouched'] else ' other slots written'}"
+                         f"{' ERROR (' + m['error'][:120] + ')' if 'error' in m else ''}")
     return "; ".join(parts)
 
 
@@ -288,8 +289,12 @@ def main():
             t = {}
             if timing:  # a chain that raised is not timed (its error is in the row)
                 for name, fn in chains.items():
-                    if "error" not in res[name]:
+                    if "error" in res[name]:
+                        continue
+                    try:
                         t[name] = graph_us([lambda r=r, fn=fn: fn(r) for r in range(R)])
+                    except Exception as e:  # noqa: BLE001 - reported in the row (a CUDA fault ends the run after it)
+                        res[name].update(error=f"timing: {type(e).__name__}: {e}", ok=False)
             # bytes: the state read + written, the conv window read + written, x, z, a, b in, out
             by = N * (2 * sb + 2 * C * (KC - 1) * 2 + C * 2 + 2 * HV * V * 2 + 2 * HV * 2)
             nan = float("nan")
