@@ -141,22 +141,60 @@ __device__ __forceinline__ void store_frags(float* dst, int ld, const float (&d)
           make_float2(f * d[nt][e], f * d[nt][e + 1]);
 }
 
+// cp.async copies of a chunk's tiles (16 bytes a copy; rows and sources 16-byte aligned: dense inputs, gdn-math
+// workspace records): the fp32 tile src[r][0..COLS) (row stride ld) into dst, and COLS columns from col0 of the
+// 16-bit rows t0 .. t0 + 63 of an input (row stride st), zeros past row nv (nothing read there).
+template <int COLS, int LD>
+__device__ __forceinline__ void copy_f32_tile(float (*dst)[LD], const float* src, int64_t ld, int tid) {
+  for (int e = tid; e < kC * COLS / 4; e += kThreads) {
+    const int r = e / (COLS / 4), i = 4 * (e % (COLS / 4));
+    cp_async<16>(&dst[r][i], src + r * ld + i);
+  }
+}
+template <class E, int COLS, int LD>
+__device__ __forceinline__ void copy_rows(E (*dst)[LD], const E* src, int64_t st, int64_t t0, int nv, int col0,
+                                          int tid) {
+  for (int e = tid; e < kC * COLS / 8; e += kThreads) {
+    const int r = e / (COLS / 8), i = 8 * (e % (COLS / 8));
+    const bool ok = r < nv;
+    cp_async16_zfill(&dst[r][i], src + (ok ? (t0 + r) * st + col0 + i : 0), ok);
+  }
+}
+// The four rows of chunk record rec (gamma, rho_q, rho_k, beta: 64 floats each) into dst.
+__device__ __forceinline__ void copy_record_rows(float (*dst)[kC], const float* rows, int64_t rec, int tid) {
+  if (tid < 4 * kC / 4) cp_async<16>(&dst[tid / (kC / 4)][4 * (tid % (kC / 4))], rows + rec * kRowRec + 4 * tid);
+}
+
 // ---- pass 1: prep (grid (slots, Hv)) -------------------------------------------------------------------------
 template <class E, int K, int V>
-struct PrepSmem {
-  E q[kC][K + 2], k[kC][K + 2];  // raw rows (+2: consecutive rows fall in different banks)
-  E v[kC][V + 2], dO[kC][V + 2];
-  float L[kC][kC + 1], A[kC][kC + 1], P[kC][kC + 1];
+struct alignas(16) PrepSmem {
+  static constexpr int LK = tile_ld(K), LV = tile_ld(V), LC = tile_ld(kC);
+  E q[kC][LK], k[kC][LK];  // raw rows, zero past the chunk end (ldmatrix tiles)
+  E v[kC][LV], dO[kC][LV];
+  __nv_bfloat16 P[2][kC][LC];   // P (hi, lo)
+  __nv_bfloat16 Aw[2][kC][LC];  // A diag(b e^gamma rho_k) (hi, lo)
+  __nv_bfloat16 Ab[2][kC][LC];  // A diag(b) (hi, lo)
+  float L[kC][kC + 1], A[kC][kC + 1];
   static constexpr int kLT = 24;  // 16 x 16 scratch blocks: conflict-free as the B operand of mma16_f32
   float T[3][16][kLT];            // T_ij of the blocked inverse, one per warp
   float g[kC], gam[kC], rq[kC], rk[kC], b[kC], wk[kC];
 };
 
+// The operand views of shared-memory tiles: a split pair [2][rows][LD] (hi, lo), a 16-bit input tile [rows][LD].
+template <int R, int LD>
+__device__ __forceinline__ SplitTile split_tile(const __nv_bfloat16 (&t)[2][R][LD]) {
+  return SplitTile{&t[0][0][0], &t[1][0][0], LD};
+}
+template <class E, int N, int LD>
+__device__ __forceinline__ InTile<E> in_tile(const E (&t)[N][LD]) {
+  return InTile<E>{&t[0][0], LD};
+}
+
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const ChunkBwdArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<PrepSmem<E, K, V>*>(smem_raw);
-  constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;  // q, k, v, dO rows are exact bf16 operands
+  using Sm = PrepSmem<E, K, V>;
+  auto& s = *reinterpret_cast<Sm*>(smem_raw);
   const int64_t slot = blockIdx.x;
   const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int64_t n, c, sb, st, len;
@@ -164,15 +202,21 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
   seq_range(a, n, &sb, &st, &len);
   ChunkPos cp{sb, st + kC * c, slot * a.Hv + h, int(len - kC * c < kC ? len - kC * c : kC)};
 
-  load_rows<E, K, K + 2>(s.q, a.q, a.q_sb, a.q_st, a.q_sh, hk, cp, tid);
-  load_rows<E, K, K + 2>(s.k, a.k, a.k_sb, a.k_st, a.k_sh, hk, cp, tid);
-  load_rows<E, V, V + 2>(s.v, a.v, a.v_sb, a.v_st, a.v_sh, h, cp, tid);
-  load_rows<E, V, V + 2>(s.dO, a.d_o, a.do_sb, a.do_st, a.do_sh, h, cp, tid);
+  const E* qg = static_cast<const E*>(a.q) + cp.b * a.q_sb + hk * a.q_sh;
+  const E* kg = static_cast<const E*>(a.k) + cp.b * a.k_sb + hk * a.k_sh;
+  const E* vg = static_cast<const E*>(a.v) + cp.b * a.v_sb + h * a.v_sh;
+  const E* dog = static_cast<const E*>(a.d_o) + cp.b * a.do_sb + h * a.do_sh;
+  copy_rows<E, K>(s.q, qg, a.q_st, cp.t0, cp.nv, 0, tid);
+  copy_rows<E, K>(s.k, kg, a.k_st, cp.t0, cp.nv, 0, tid);
+  copy_rows<E, V>(s.v, vg, a.v_st, cp.t0, cp.nv, 0, tid);
+  copy_rows<E, V>(s.dO, dog, a.do_st, cp.t0, cp.nv, 0, tid);
+  cp_async_commit();
   if (tid < kC) {
     float gv = 0.f, bv = 0.f;
     if (tid < cp.nv) resolve_gate(a, h, cp.b, cp.t0 + tid, &gv, &bv);
     s.g[tid] = gv, s.b[tid] = bv;
   }
+  cp_async_wait_all();
   __syncthreads();
   {  // rho = 1 / sqrt(|x|^2 + 1e-6) per row (gdn-math §1.4), four threads per row; 0 on padding rows
     const int r = tid >> 2, p = tid & 3;
@@ -200,23 +244,27 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
   {
     float qk[4][4] = {}, kk[4][4] = {};
     const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
-    const auto kt = [&](int i, int c2) { return tof(s.k[c2][i]); };
-    warp_mma<kEx, kEx, K>(
-        qk, [&](int r, int i) { return tof(s.q[r][i]); }, kt, m0, n0, lane);
-    warp_mma<kEx, kEx, K>(
-        kk, [&](int r, int i) { return tof(s.k[r][i]); }, kt, m0, n0, lane);
+    warp_mma_t<false, false, K, 2, 16>(qk, in_tile(s.q), in_tile(s.k), m0, n0, lane);
+    warp_mma_t<false, false, K, 2, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
-        float l = 0.f, pv = 0.f;
-        if (c2 <= r) {
-          const float D = expf(s.gam[r] - s.gam[c2]);
-          pv = s.rq[r] * s.rk[c2] * qk[nt][e] * D;
-          if (c2 < r) l = s.b[r] * s.rk[r] * s.rk[c2] * kk[nt][e] * D;
+      for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
+        const int r = frag_row(m0, lane, e);
+        float pv[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int c2 = frag_col(n0, nt, lane, e + u);
+          float l = 0.f;
+          pv[u] = 0.f;
+          if (c2 <= r) {
+            const float D = expf(s.gam[r] - s.gam[c2]);
+            pv[u] = s.rq[r] * s.rk[c2] * qk[nt][e + u] * D;
+            if (c2 < r) l = s.b[r] * s.rk[r] * s.rk[c2] * kk[nt][e + u] * D;
+          }
+          s.L[r][c2] = l;
         }
-        s.L[r][c2] = l, s.P[r][c2] = pv;
+        store_split2(&s.P[0][0][0], &s.P[1][0][0], r * Sm::LC + frag_col(n0, nt, lane, e), pv[0], pv[1]);
       }
   }
   __syncthreads();
@@ -241,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
 #pragma unroll
         for (int e = 0; e < 4; ++e) s.T[warp][frag_row(0, lane, e)][frag_col(0, nt, lane, e)] = acc[nt][e];
       __syncwarp();
-      chunk_detail::mma16_f32(o, &s.A[16 * bi][16 * bi], kC + 1, &s.T[warp][0][0], PrepSmem<E, K, V>::kLT, g, t);
+      chunk_detail::mma16_f32(o, &s.A[16 * bi][16 * bi], kC + 1, &s.T[warp][0][0], Sm::kLT, g, t);
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -255,27 +303,29 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
   }
   float* Ag = a.A + cp.rec * (kC * kC);
   for (int e = tid; e < kC * kC; e += kThreads) Ag[e] = s.A[e >> 6][e & 63];
-  // On the tensor cores (warp w: rows 16 (w % 4), the column half w / 4), the fp32 left operands split:
+  // The scaled left operands, split once: A diag(b e^gamma rho_k) and A diag(b)
+  for (int e = tid; e < kC * kC / 2; e += kThreads) {
+    const int r = e / (kC / 2), s2 = 2 * (e % (kC / 2)), o = r * Sm::LC + s2;
+    store_split2(&s.Aw[0][0][0], &s.Aw[1][0][0], o, s.A[r][s2] * s.wk[s2], s.A[r][s2 + 1] * s.wk[s2 + 1]);
+    store_split2(&s.Ab[0][0][0], &s.Ab[1][0][0], o, s.A[r][s2] * s.b[s2], s.A[r][s2 + 1] * s.b[s2 + 1]);
+  }
+  __syncthreads();
+  // On the tensor cores (warp w: rows 16 (w % 4), the column half w / 4):
   //   W = (A diag(b e^gamma rho_k)) K,  U0 = (A diag(b)) V,  dU = scale P^T dO
   const int m0 = 16 * (warp & 3);
   {
     constexpr int NT = K / 16;
     float acc[NT][4] = {};
     const int n0 = (K / 2) * (warp >> 2);
-    warp_mma<false, kEx, kC>(
-        acc, [&](int r, int s2) { return s.A[r][s2] * s.wk[s2]; }, [&](int s2, int i) { return tof(s.k[s2][i]); }, m0,
-        n0, lane);
+    warp_mma_t<false, true, kC, NT / 2, 16>(acc, split_tile(s.Aw), in_tile(s.k), m0, n0, lane);
     store_frags(a.W + cp.rec * (kC * K), K, acc, m0, n0, lane, 1.f);
   }
   {
     constexpr int NT = V / 16;
     float u0[NT][4] = {}, du[NT][4] = {};
     const int n0 = (V / 2) * (warp >> 2);
-    warp_mma<false, kEx, kC>(
-        u0, [&](int r, int s2) { return s.A[r][s2] * s.b[s2]; }, [&](int s2, int j) { return tof(s.v[s2][j]); }, m0, n0,
-        lane);
-    warp_mma<false, kEx, kC>(
-        du, [&](int r, int r2) { return s.P[r2][r]; }, [&](int r2, int j) { return tof(s.dO[r2][j]); }, m0, n0, lane);
+    warp_mma_t<false, true, kC, NT / 2, 16>(u0, split_tile(s.Ab), in_tile(s.v), m0, n0, lane);
+    warp_mma_t<true, true, kC, NT / 2, 16>(du, split_tile(s.P), in_tile(s.dO), m0, n0, lane);
     store_frags(a.U + cp.rec * (kC * V), V, u0, m0, n0, lane, 1.f);
     store_frags(a.dU + cp.rec * (kC * V), V, du, m0, n0, lane, a.scale);
   }
@@ -287,31 +337,6 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
 // stride of 64 + 4 (K + 4) floats, so a fragment's 32 reads (rows 2t, 2t + 1, 2t + 8, .. and columns g) fall in
 // 32 different banks.
 constexpr int kLS = kBV + 4;  // row stride of the state-column tiles
-
-// cp.async copies of a chunk's tiles (16 bytes a copy; rows and sources 16-byte aligned: dense inputs, gdn-math
-// workspace records): the fp32 tile src[r][0..COLS) (row stride ld) into dst, and COLS columns from col0 of the
-// 16-bit rows t0 .. t0 + 63 of an input (row stride st), zeros past row nv (nothing read there).
-template <int COLS, int LD>
-__device__ __forceinline__ void copy_f32_tile(float (*dst)[LD], const float* src, int64_t ld, int tid) {
-  for (int e = tid; e < kC * COLS / 4; e += kThreads) {
-    const int r = e / (COLS / 4), i = 4 * (e % (COLS / 4));
-    cp_async<16>(&dst[r][i], src + r * ld + i);
-  }
-}
-template <class E, int COLS, int LD>
-__device__ __forceinline__ void copy_rows(E (*dst)[LD], const E* src, int64_t st, int64_t t0, int nv, int col0,
-                                          int tid) {
-  for (int e = tid; e < kC * COLS / 8; e += kThreads) {
-    const int r = e / (COLS / 8), i = 8 * (e % (COLS / 8));
-    const bool ok = r < nv;
-    cp_async16_zfill(&dst[r][i], src + (ok ? (t0 + r) * st + col0 + i : 0), ok);
-  }
-}
-// The four rows of chunk record rec (gamma, rho_q, rho_k, beta: 64 floats each) into dst.
-__device__ __forceinline__ void copy_record_rows(float (*dst)[kC], const float* rows, int64_t rec, int tid) {
-  if (tid < 4 * kC / 4)
-    cp_async<16>(&dst[tid / (kC / 4)][4 * (tid % (kC / 4))], rows + rec * kRowRec + 4 * tid);
-}
 
 // The state pass keeps two stages of chunk inputs: chunk c + 1's land by cp.async while chunk c is computed, so the
 // serial step waits on no global load.
