@@ -118,17 +118,6 @@ __device__ __forceinline__ void resolve_gate(const ChunkBwdArgs& a, int h, int64
   *g = gv, *beta = bv;
 }
 
-// Rows [0, 64) of a [.., T, H, D] input at head hd of chunk cp into dst[64][LD] (zero past the chunk end).
-template <class E, int D, int LD>
-__device__ __forceinline__ void load_rows(E (*dst)[LD], const void* src, int64_t sb, int64_t st, int64_t sh, int hd,
-                                          const ChunkPos& cp, int tid) {
-  const E* p = static_cast<const E*>(src) + cp.b * sb + hd * sh;
-  for (int e = tid; e < kC * D; e += kThreads) {
-    const int r = e / D, i = e % D;
-    dst[r][i] = r < cp.nv ? p[(cp.t0 + r) * st + i] : zero_elem<E>();
-  }
-}
-
 // A warp's accumulator tiles (warp_mma at rows m0, columns n0 ..) times f into the row-major dst[.][ld].
 template <int NT>
 __device__ __forceinline__ void store_frags(float* dst, int ld, const float (&d)[NT][4], int m0, int n0, int lane,
@@ -318,7 +307,14 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
     float acc[NT][4] = {};
     const int n0 = (K / 2) * (warp >> 2);
     warp_mma_t<false, true, kC, NT / 2, 16>(acc, split_tile(s.Aw), in_tile(s.k), m0, n0, lane);
-    store_frags(a.W + cp.rec * (kC * K), K, acc, m0, n0, lane, 1.f);
+    // W is only a GEMM operand of the chains: stored as its bf16 split, hi [64][K] then lo [64][K]
+    auto* Wg = reinterpret_cast<__nv_bfloat16*>(a.W + cp.rec * (kC * K));
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2)
+        store_split2(Wg, Wg + kC * K, frag_row(m0, lane, e) * K + frag_col(n0, nt, lane, e), acc[nt][e],
+                     acc[nt][e + 1]);
   }
   {
     constexpr int NT = V / 16;
@@ -331,24 +327,41 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
   }
 }
 
-// ---- passes 2 and 3: the chains (grid (N, Hv, V / 64)) -------------------------------------------------------
-// The chunk products run on the tensor cores (warp_mma, split operands: fp32-accurate); the state and its gradient
-// stay fp32 in shared memory and every update accumulates in fp32 (gdn-math §10.1). The fp32 tiles have a row
-// stride of 64 + 4 (K + 4) floats, so a fragment's 32 reads (rows 2t, 2t + 1, 2t + 8, .. and columns g) fall in
-// 32 different banks.
-constexpr int kLS = kBV + 4;  // row stride of the state-column tiles
+// ---- passes 2 and 3: the chains (grid (N, Hv, V / 32)) -------------------------------------------------------
+// The chunk products run on the tensor cores from ldmatrix tiles (warp_mma_t): the raw k, q, dO rows as stored, W
+// as the bf16 hi / lo pair prep stores, and per step the running state (or its gradient) and U (dU) split once.
+// The state and its gradient stay fp32 in shared memory and every update accumulates in fp32 (gdn-math §10.1).
+constexpr int kLS = kBV + 4;       // row stride of the fp32 state-column tiles
+constexpr int kLB = tile_ld(kBV);  // row stride of the 16-bit state-column tiles
+
+// W's record as prep stores it: hi [64][K], then lo [64][K] (bf16), both into tiles [2][64][K + 8].
+template <int K>
+__device__ __forceinline__ void copy_w(__nv_bfloat16 (&dst)[2][kC][tile_ld(K)], const float* rec, int tid) {
+  const auto* w = reinterpret_cast<const __nv_bfloat16*>(rec);
+  copy_rows<__nv_bfloat16, K>(dst[0], w, K, 0, kC, 0, tid);
+  copy_rows<__nv_bfloat16, K>(dst[1], w + kC * K, K, 0, kC, 0, tid);
+}
+// A fp32 state tile [K][kLS] split into the tile pair dst [2][K][kLB].
+template <int K>
+__device__ __forceinline__ void split_state(__nv_bfloat16 (&dst)[2][K][kLB], const float (&src)[K][kLS], int tid) {
+  for (int e = tid; e < K * kBV / 2; e += kThreads) {
+    const int i = e / (kBV / 2), jj = 2 * (e % (kBV / 2));
+    store_split2(&dst[0][0][0], &dst[1][0][0], i * kLB + jj, src[i][jj], src[i][jj + 1]);
+  }
+}
 
 // The state pass keeps two stages of chunk inputs: chunk c + 1's land by cp.async while chunk c is computed, so the
 // serial step waits on no global load.
 template <class E, int K>
 struct alignas(16) StateSmem {
-  float S[K][kLS];    // the running state's kBV columns
-  float Ut[kC][kLS];  // U of the chunk, these columns
+  float S[K][kLS];               // the running state's kBV columns
+  __nv_bfloat16 Sb[2][K][kLB];   // S split (hi, lo)
+  __nv_bfloat16 Ub[2][kC][kLB];  // diag(kb) U of the chunk, these columns, split
   struct Stage {
-    float W[kC][K + 4];  // W of the chunk
-    float U0[kC][kLS];   // U0, these columns
-    E k[kC][K + 8];      // raw key rows, zero past the chunk end
-    float rows[4][kC];   // the record's gamma, rho_q, rho_k, beta
+    __nv_bfloat16 W[2][kC][tile_ld(K)];  // W of the chunk (hi, lo)
+    float U0[kC][kLS];                   // U0, these columns
+    E k[kC][tile_ld(K)];                 // raw key rows, zero past the chunk end
+    float rows[4][kC];                   // the record's gamma, rho_q, rho_k, beta
   } st[2];
   float kb[kC];  // rho_k e^{gamma_{n-1} - gamma}: Kbar = diag(kb) K (0 past the chunk end)
 };
@@ -360,7 +373,7 @@ __device__ __forceinline__ void state_prefetch(const ChunkBwdArgs& a, typename S
                                                int tid) {
   const int64_t t0 = t0s + kC * c, rec = slot_of(a, n, t0s, c) * a.Hv + h;
   const int nv = int(len - kC * c < kC ? len - kC * c : kC);
-  copy_f32_tile<K>(g.W, a.W + rec * (kC * K), K, tid);
+  copy_w<K>(g.W, a.W + rec * (kC * K), tid);
   copy_f32_tile<kBV>(g.U0, a.U + rec * (kC * V) + j0, V, tid);
   copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + (h / a.group) * a.k_sh, a.k_st, t0, nv, 0, tid);
   copy_record_rows(g.rows, a.rows, rec, tid);
@@ -371,7 +384,8 @@ template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const ChunkBwdArgs a) {
   // The K x kBV state update: K / 16 row tiles (MT) of 16 keys; each takes 128 / K warps, NT column tiles apiece.
   constexpr int MT = K / 16, NT = kBV * MT / 64;
-  static_assert(kThreads == 256 && MT * (8 / MT) == 8 && 8 * NT * (8 / MT) == kBV, "8 warps cover the state");
+  static_assert(kThreads == 256 && MT * (8 / MT) == 8 && 8 * NT * (8 / MT) == kBV && NT % 2 == 0,
+                "8 warps cover the state");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<StateSmem<E, K>*>(smem_raw);
   const int64_t n = blockIdx.x;
@@ -380,6 +394,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
   int64_t sb, st, len;
   seq_range(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
+  const SplitTile Sv = split_tile(s.Sb), Uv = split_tile(s.Ub);
   for (int e = tid; e < K * kBV; e += kThreads) {  // S = h0 (or 0)
     const int i = e / kBV, jj = e % kBV;
     s.S[i][jj] = a.h0 ? a.h0[n * a.h0_sn + h * a.h0_sh + state_off(a.state_vmajor, a.h0_sr, i, j0 + jj)] : 0.f;
@@ -390,9 +405,11 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
-    __syncthreads();  // stage c & 1 landed (every thread's copies); S complete; the other stage, Ut, kb free
+    __syncthreads();  // stage c & 1 landed (every thread's copies); S complete; the other stage, Ub, kb free
     if (c + 1 < nch) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, tid);
-    // S0 as bf16 (pass 4 uses it only as a GEMM operand, gdn-math §10.2), two columns a store
+    // S0 as bf16 (pass 4 uses it only as a GEMM operand, gdn-math §10.2): the hi part of the split, two columns a
+    // store
+    split_state<K>(s.Sb, s.S, tid);
     __nv_bfloat16* S0g = reinterpret_cast<__nv_bfloat16*>(a.S0) + rec * (K * V);
     for (int e = tid; e < K * kBV / 2; e += kThreads) {
       const int i = 2 * e / kBV, jj = 2 * e % kBV;
@@ -400,11 +417,11 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
     }
     const float gl = g.rows[0][nv - 1];
     if (tid < kC) s.kb[tid] = tid < nv ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
-    {  // U = U0 - W S0 (tensor cores): warp w, rows 16 (w % 4), columns kBV / 2 (w / 4) .. + kBV / 2
+    __syncthreads();  // Sb, kb
+    {                 // U = U0 - W S0 (tensor cores): warp w, rows 16 (w % 4), columns kBV / 2 (w / 4) .. + kBV / 2
       float acc[kBV / 16][4] = {};
       const int m0 = 16 * (warp & 3), n0 = (kBV / 2) * (warp >> 2);
-      warp_mma<false, false, K>(
-          acc, [&](int r, int i) { return g.W[r][i]; }, [&](int i, int jj) { return s.S[i][jj]; }, m0, n0, lane);
+      warp_mma_t<false, true, K, kBV / 32, 16>(acc, split_tile(g.W), Sv, m0, n0, lane);
       float* Ug = a.U + rec * (kC * V);
 #pragma unroll
       for (int nt = 0; nt < kBV / 16; ++nt)
@@ -412,18 +429,16 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
         for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
           const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
           const float2 uv = make_float2(g.U0[r][jj] - acc[nt][e], g.U0[r][jj + 1] - acc[nt][e + 1]);
-          s.Ut[r][jj] = uv.x, s.Ut[r][jj + 1] = uv.y;
+          store_split2(&s.Ub[0][0][0], &s.Ub[1][0][0], r * kLB + jj, s.kb[r] * uv.x, s.kb[r] * uv.y);
           *reinterpret_cast<float2*>(Ug + r * V + j0 + jj) = uv;
         }
     }
     __syncthreads();
-    {  // S <- e_n S + Kbar^T U (tensor cores, fp32 accumulation): warp w, keys 16 (w % MT), columns NC (w / MT) ..
+    {  // S <- e_n S + K^T (diag(kb) U) (tensor cores, fp32 accumulation): warp w, keys 16 (w % MT), columns ..
       const float en = expf(gl);
       float acc[NT][4] = {};
       const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
-      warp_mma<false, false, kC>(
-          acc, [&](int i, int r) { return s.kb[r] * tof(g.k[r][i]); }, [&](int r, int jj) { return s.Ut[r][jj]; }, m0,
-          n0, lane);
+      warp_mma_t<true, true, kC, NT / 2, 16>(acc, in_tile(g.k), Uv, m0, n0, lane);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -439,15 +454,17 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
 // computed; W (one buffer, read only in the second product) lands while the first product runs.
 template <class E, int K>
 struct alignas(16) DStateSmem {
-  float dS[K][kLS];      // gradient w.r.t. the running chunk-end state, kBV columns
-  float dUt[kC][kLS];    // dU of the chunk, these columns
-  float W[kC][K + 4];    // W of the chunk
-  float kb[kC], qg[kC];  // Kbar = diag(kb) K, scale Gamma Q^ = diag(qg) Q (0 past the chunk end)
+  float dS[K][kLS];                    // gradient w.r.t. the running chunk-end state, kBV columns
+  __nv_bfloat16 dSb[2][K][kLB];        // dS split
+  __nv_bfloat16 dUb[2][kC][kLB];       // -dU of the chunk, these columns, split
+  __nv_bfloat16 Ob[2][kC][kLB];        // diag(qg) dO, these columns, split
+  __nv_bfloat16 W[2][kC][tile_ld(K)];  // W of the chunk (hi, lo)
+  float kb[kC], qg[kC];                // Kbar = diag(kb) K, scale Gamma Q^ = diag(qg) Q (0 past the chunk end)
   struct Stage {
-    float dU0[kC][kLS];            // scale P^T dO, these columns
-    E k[kC][K + 8], q[kC][K + 8];  // raw rows, zero past the chunk end
-    E dO[kC][kBV + 8];             // dO, these columns
-    float rows[4][kC];             // the record's gamma, rho_q, rho_k, beta
+    float dU0[kC][kLS];                      // scale P^T dO, these columns
+    E k[kC][tile_ld(K)], q[kC][tile_ld(K)];  // raw rows, zero past the chunk end
+    E dO[kC][kLB];                           // dO, these columns
+    float rows[4][kC];                       // the record's gamma, rho_q, rho_k, beta
   } st[2];
 };
 
@@ -467,8 +484,7 @@ __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename 
 
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const ChunkBwdArgs a) {
-  constexpr int MT = K / 16, NT = kBV * MT / 64;          // the state's tiles, as in the state pass
-  constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;  // dO rows are exact bf16 operands
+  constexpr int MT = K / 16, NT = kBV * MT / 64;  // the state's tiles, as in the state pass
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<DStateSmem<E, K>*>(smem_raw);
   const int64_t n = blockIdx.x;
@@ -477,6 +493,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
   int64_t sb, st, len;
   seq_range(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
+  const SplitTile dSv = split_tile(s.dSb), dUv = split_tile(s.dUb), Ov = split_tile(s.Ob), Wv = split_tile(s.W);
   for (int e = tid; e < K * kBV; e += kThreads) {  // dS = dht (or 0)
     const int i = e / kBV, jj = e % kBV;
     s.dS[i][jj] = a.dht ? a.dht[n * a.dht_sn + h * a.dht_sh + state_off(a.state_vmajor, a.dht_sr, i, j0 + jj)] : 0.f;
@@ -487,50 +504,53 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
-    __syncthreads();  // stage c & 1 landed (every thread's copies); dS complete; W, dUt, kb, qg, the other stage free
-    copy_f32_tile<K>(s.W, a.W + rec * (kC * K), K, tid);
+    __syncthreads();  // stage c & 1 landed (every thread's copies); dS complete; W, dUb, Ob, kb, qg, the other stage
+                      // free
+    copy_w<K>(s.W, a.W + rec * (kC * K), tid);
     cp_async_commit();
     if (c > 0) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, tid);
     float* dSg = a.dS + rec * (K * V);
     for (int e = tid; e < K * kBV; e += kThreads) dSg[(e / kBV) * V + j0 + e % kBV] = s.dS[e / kBV][e % kBV];
+    split_state<K>(s.dSb, s.dS, tid);
     const float gl = g.rows[0][nv - 1];
     if (tid < kC) {
       const bool valid = tid < nv;
       s.kb[tid] = valid ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
       s.qg[tid] = valid ? a.scale * g.rows[1][tid] * expf(g.rows[0][tid]) : 0.f;
     }
-    __syncthreads();  // kb, qg
-    {                 // dU = scale P^T dO + Kbar dS (tensor cores): warp w, rows 16 (w % 4), column half w / 4
+    __syncthreads();  // dSb, kb, qg
+    {                 // dU = scale P^T dO + diag(kb) K dS (tensor cores): warp w, rows 16 (w % 4), column half w / 4
       float acc[kBV / 16][4] = {};
       const int m0 = 16 * (warp & 3), n0 = (kBV / 2) * (warp >> 2);
-      warp_mma<false, false, K>(
-          acc, [&](int r, int i) { return s.kb[r] * tof(g.k[r][i]); }, [&](int i, int jj) { return s.dS[i][jj]; }, m0,
-          n0, lane);
+      warp_mma_t<false, true, K, kBV / 32, 16>(acc, in_tile(g.k), dSv, m0, n0, lane);
       float* dUg = a.dU + rec * (kC * V);
 #pragma unroll
       for (int nt = 0; nt < kBV / 16; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
           const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
-          const float2 uv = make_float2(g.dU0[r][jj] + acc[nt][e], g.dU0[r][jj + 1] + acc[nt][e + 1]);
-          s.dUt[r][jj] = uv.x, s.dUt[r][jj + 1] = uv.y;
+          const float2 uv =
+              make_float2(fmaf(s.kb[r], acc[nt][e], g.dU0[r][jj]), fmaf(s.kb[r], acc[nt][e + 1], g.dU0[r][jj + 1]));
+          store_split2(&s.dUb[0][0][0], &s.dUb[1][0][0], r * kLB + jj, -uv.x, -uv.y);
           *reinterpret_cast<float2*>(dUg + r * V + j0 + jj) = uv;
         }
+    }
+    for (int e = tid; e < kC * kBV / 2; e += kThreads) {  // diag(qg) dO, split
+      const int r = e / (kBV / 2), jj = 2 * (e % (kBV / 2));
+      store_split2(&s.Ob[0][0][0], &s.Ob[1][0][0], r * kLB + jj, s.qg[r] * tof(g.dO[r][jj]),
+                   s.qg[r] * tof(g.dO[r][jj + 1]));
     }
     if (c > 0)
       cp_async_wait<1>();  // W landed (the next stage may still be in flight)
     else
       cp_async_wait_all();
-    __syncthreads();  // dUt, W
-    {  // dS_start = e_n dS + scale (Gamma Q^)^T dO - W^T dU (tensor cores, fp32 accumulation): keys 16 (w % MT) ..
+    __syncthreads();  // dUb, Ob, W
+    {  // dS_start = e_n dS + Q^T (diag(qg) dO) - W^T dU (tensor cores, fp32 accumulation): keys 16 (w % MT) ..
       const float en = expf(gl);
       float acc[NT][4] = {};
       const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
-      warp_mma<false, kEx, kC>(
-          acc, [&](int i, int r) { return s.qg[r] * tof(g.q[r][i]); }, [&](int r, int jj) { return tof(g.dO[r][jj]); },
-          m0, n0, lane);
-      warp_mma<false, false, kC>(
-          acc, [&](int i, int r) { return -s.W[r][i]; }, [&](int r, int jj) { return s.dUt[r][jj]; }, m0, n0, lane);
+      warp_mma_t<true, true, kC, NT / 2, 16>(acc, in_tile(g.q), Ov, m0, n0, lane);
+      warp_mma_t<true, true, kC, NT / 2, 16>(acc, Wv, dUv, m0, n0, lane);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll

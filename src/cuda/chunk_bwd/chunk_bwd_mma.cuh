@@ -28,34 +28,6 @@ __device__ __forceinline__ Split2 split_pair(float x0, float x1) {
   return s;
 }
 
-// One warp: d[nt] (the 16 x 8 tile at rows m0, columns n0 + 8 nt; lane (g, t) = (lane / 4, lane % 4) holds
-// (g, 2t..2t+1) and (g + 8, 2t..2t+1)) += sum_{k < KD} a(m0 + r, k) b(k, n0 + 8 nt + c), the operands read as floats
-// through the accessors a(row, k) and b(k, col); each A fragment serves all NT tiles. AEX / BEX: the operand's
-// values are bf16 already. Fixed order (k ascending; within a step lo*hi, hi*lo, then hi*hi): deterministic.
-template <bool AEX, bool BEX, int KD, int NT, class FA, class FB>
-__device__ __forceinline__ void warp_mma(float (&d)[NT][4], FA a, FB b, int m0, int n0, int lane) {
-  const int g = lane >> 2, t2 = 2 * (lane & 3);
-#pragma unroll 2
-  for (int k0 = 0; k0 < KD; k0 += 16) {
-    uint32_t ah[4], al[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {  // a[q]: rows g (+8 for q odd), columns 2t (+8 for q >= 2)
-      const int row = m0 + g + 8 * (q & 1), col = k0 + t2 + 8 * (q >> 1);
-      const Split2 s = split_pair<AEX>(a(row, col), a(row, col + 1));
-      ah[q] = s.hi, al[q] = s.lo;
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int col = n0 + 8 * nt + g;
-      const Split2 b0 = split_pair<BEX>(b(k0 + t2, col), b(k0 + t2 + 1, col));
-      const Split2 b1 = split_pair<BEX>(b(k0 + t2 + 8, col), b(k0 + t2 + 9, col));
-      if constexpr (!AEX) mma_m16n8k16<true>(d[nt], al, b0.hi, b1.hi);
-      if constexpr (!BEX) mma_m16n8k16<true>(d[nt], ah, b0.lo, b1.lo);
-      mma_m16n8k16<true>(d[nt], ah, b0.hi, b1.hi);
-    }
-  }
-}
-
 // ---- operands as 16-bit tiles in shared memory, fragments by ldmatrix ------------------------------------------
 // A tile holds a matrix M row-major at p[r * ld + c], ld = 8 (mod 64) elements: the eight 16-byte rows of an
 // ldmatrix 8x8 read then fall in eight distinct bank quads (conflict-free), and every row start is 16-byte aligned.
