@@ -588,8 +588,8 @@ struct alignas(16) GradSmem {
   // fp32 [64][65] (R0), (dL_b (.) D + its transpose) diag(rk) (R1); then Z = dD (.) D as fp32 [64][65] (R0).
   __nv_bfloat16 R0[2][kC][LC], R1[2][kC][LC];
   float gam[kC], rq[kC], rk[kC], b[kC], eg[kC], kb[kC], dgam[kC], dbeta[kC], tau[kC];
-  float part[5][2][kC];  // per-row partial sums of the two key / value halves: gq, tau, kd, v.(A^T dU), dL.E
-  float red[kThreads];
+  float part[5][2][kC];      // per-row partial sums of the two key / value halves: gq, tau, kd, v.(A^T dU), dL.E
+  float red[kThreads / 32];  // <S0, dS>_F per warp
 };
 
 template <class E, int K, int V>
@@ -619,23 +619,31 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
   copy_rows<E, V>(s.v, static_cast<const E*>(a.v) + cp.b * a.v_sb + h * a.v_sh, a.v_st, cp.t0, nv, 0, tid);
   copy_rows<E, V>(s.dO, static_cast<const E*>(a.d_o) + cp.b * a.do_sb + h * a.do_sh, a.do_st, cp.t0, nv, 0, tid);
   cp_async_commit();
-  {  // U, dU and A of the record, split once
+  {  // U, dU and A of the record, split once; every load is issued before the first store (one round trip)
+    constexpr int NU = kC * V / 4 / kThreads, NA = kC * kC / 4 / kThreads;
     const float4* Ug = reinterpret_cast<const float4*>(a.U + cp.rec * (kC * V));
     const float4* dUg = reinterpret_cast<const float4*>(a.dU + cp.rec * (kC * V));
     const float4* Ag = reinterpret_cast<const float4*>(a.A + cp.rec * (kC * kC));
-    for (int e = tid; e < kC * V / 4; e += kThreads) {
-      const int o = (e / (V / 4)) * LF + 4 * (e % (V / 4));
-      const float4 u = Ug[e], du = dUg[e];
-      store_split2(&s.F1[0][0][0], &s.F1[1][0][0], o, u.x, u.y);
-      store_split2(&s.F1[0][0][0], &s.F1[1][0][0], o + 2, u.z, u.w);
-      store_split2(&s.F2[0][0][0], &s.F2[1][0][0], o, du.x, du.y);
-      store_split2(&s.F2[0][0][0], &s.F2[1][0][0], o + 2, du.z, du.w);
+    float4 u[NU], du[NU], x[NA];
+#pragma unroll
+    for (int l = 0; l < NU; ++l) u[l] = Ug[tid + l * kThreads], du[l] = dUg[tid + l * kThreads];
+#pragma unroll
+    for (int l = 0; l < NA; ++l) x[l] = Ag[tid + l * kThreads];
+    const auto put4 = [&](__nv_bfloat16(&t)[2][kC][LF], int o, const float4& v) {
+      store_split2(&t[0][0][0], &t[1][0][0], o, v.x, v.y);
+      store_split2(&t[0][0][0], &t[1][0][0], o + 2, v.z, v.w);
+    };
+#pragma unroll
+    for (int l = 0; l < NU; ++l) {
+      const int e = tid + l * kThreads, o = (e / (V / 4)) * LF + 4 * (e % (V / 4));
+      put4(s.F1, o, u[l]);
+      put4(s.F2, o, du[l]);
     }
-    for (int e = tid; e < kC * kC / 4; e += kThreads) {
-      const int o = (e / (kC / 4)) * LC + 4 * (e % (kC / 4));
-      const float4 x = Ag[e];
-      store_split2(&s.A[0][0][0], &s.A[1][0][0], o, x.x, x.y);
-      store_split2(&s.A[0][0][0], &s.A[1][0][0], o + 2, x.z, x.w);
+#pragma unroll
+    for (int l = 0; l < NA; ++l) {
+      const int e = tid + l * kThreads, o = (e / (kC / 4)) * LC + 4 * (e % (kC / 4));
+      store_split2(&s.A[0][0][0], &s.A[1][0][0], o, x[l].x, x[l].y);
+      store_split2(&s.A[0][0][0], &s.A[1][0][0], o + 2, x[l].z, x[l].w);
     }
     if (tid < kC) {
       const float* rows = a.rows + cp.rec * kRowRec;
@@ -747,7 +755,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
   };
   put_rows(0, hw, gq);
   put_rows(1, hw, tp);
-  s.red[tid] = s0ds;
+  s0ds = lane_sum<1, 32>(s0ds);
+  if (lane == 0) s.red[warp] = s0ds;
 #pragma unroll
   for (int ti = 0; ti < NK; ++ti)  // dW into F1 (U is consumed)
 #pragma unroll
@@ -895,7 +904,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
     // dgamma_{n-1} += sum tau) enter dg_r as the exclusive prefix sum_{j < r} tau_j: the same sum without the O(1)
     // cancellation of tau_{n-1} (which would swamp a tiny dg under a strong decay, g = -30).
     float sd = 0.f, pre = 0.f;
-    for (int i = 0; i < kThreads; ++i) sd += s.red[i];
+    for (int i = 0; i < kThreads / 32; ++i) sd += s.red[i];
     for (int i = 0; i < nv; ++i) {
       const float tv = s.tau[i];
       s.tau[i] = pre;
