@@ -1,7 +1,7 @@
 // Host emulation of the CUDA features the chunk_bwd kernels use: one std::thread per CUDA thread, blocks one at a
 // time, __syncthreads as a std::barrier (threads that return drop out of it), __shfl_xor_sync as a block-wide
 // exchange (every shuffle in these kernels is reached by all live threads of the block), mma.sync m16n8k16 (bf16,
-// fp32 accumulation) as an exchange of the fragments within the warp, mma16_f32 in fp32, cp.async as a plain copy
+// fp32 accumulation) and ldmatrix as exchanges within the warp, mma16_f32 in fp32, cp.async as a plain copy
 // (gen.py points the kernels' calls of mma_m16n8k16<true> and cp_async* at the emu_* functions here). It checks
 // the kernels' index math, barriers and numerics against the CPU oracle on a machine without a GPU; it says nothing
 // about warp-level timing, races between barriers or the device's shared-memory limit.
@@ -95,6 +95,29 @@ inline void emu_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
     d[e] = acc;
   }
   g_wbar[w]->arrive_and_wait();
+}
+// ldmatrix .x4 (b16): lane l supplies the address of row l % 8 of matrix l / 8 (16 bytes); lane (g, t) = (l / 4,
+// l % 4) receives r[j] = matrix j's (row g, columns 2t, 2t + 1) or, transposed, (rows 2t, 2t + 1, column g), the
+// lower address in the low half. Every lane of the warp must call it.
+inline const void* g_ldsm[1024];
+template <bool TRANS>
+inline void emu_ldsm(uint32_t (&r)[4], const void* p) {
+  const unsigned t = threadIdx.x, w = t / 32, g = t % 32 / 4, tt = t % 4;
+  g_ldsm[t] = p;
+  g_wbar[w]->arrive_and_wait();
+  auto row = [&](unsigned l) { return static_cast<const uint16_t*>(g_ldsm[32 * w + l]); };
+  for (unsigned j = 0; j < 4; ++j) {
+    const uint16_t x0 = TRANS ? row(8 * j + 2 * tt)[g] : row(8 * j + g)[2 * tt];
+    const uint16_t x1 = TRANS ? row(8 * j + 2 * tt + 1)[g] : row(8 * j + g)[2 * tt + 1];
+    r[j] = uint32_t(x0) | uint32_t(x1) << 16;
+  }
+  g_wbar[w]->arrive_and_wait();
+}
+inline void emu_ldsm_x4(uint32_t (&r)[4], const void* p) {
+  emu_ldsm<false>(r, p);
+}
+inline void emu_ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  emu_ldsm<true>(r, p);
 }
 // d (16 x 16 as two m16n8 tiles) += X Y from shared memory (chunk_detail::mma16_f32, 3xTF32 there) in fp32.
 inline void emu_mma16_f32(float (&d)[2][4], const float* x, int ldx, const float* y, int ldy, int g, int t) {

@@ -1,6 +1,6 @@
 """Rewrites the CUDA chunk_bwd sources for the host emulation (emu.hpp): kernel launches `k<<<grid, block, smem,
 stream>>>(args)` become `emu_launch(k, grid, block, args)`, the dynamic shared memory becomes one host buffer and
-the tensor-core products and the cp.async copies (cuda/common/ptx.cuh) become emu_*.
+the tensor-core products, ldmatrix and the cp.async copies (cuda/common/ptx.cuh) become emu_*.
 Usage: gen.py <repo root> <output dir>."""
 import os
 import sys
@@ -49,6 +49,7 @@ for name, out in (("chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk_bw
     s = s.replace('#include "cuda/chunk_bwd/chunk_bwd_mma.cuh"', '#include "chunk_bwd_mma.cuh"')
     for f, e in (("mma_m16n8k16<true>", "mma"), ("chunk_detail::mma16_f32", "mma16_f32"), ("cp_async<16>", "cp_async16"),
                  ("cp_async16_zfill", "cp_async16_zfill"), ("cp_async_commit", "cp_async_commit"),
-                 ("cp_async_wait_all", "cp_async_wait_all"), ("cp_async_wait<1>", "cp_async_wait_all")):
+                 ("cp_async_wait_all", "cp_async_wait_all"), ("cp_async_wait<1>", "cp_async_wait_all"),
+                 ("ldsm_x4_t", "ldsm_x4_t"), ("ldsm_x4", "ldsm_x4")):
         s = s.replace(f + "(", "emu_%s(" % e)
     open(os.path.join(dst, out), "w").write(rewrite_launches(s))

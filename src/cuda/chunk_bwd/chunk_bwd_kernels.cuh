@@ -118,17 +118,6 @@ __device__ __forceinline__ void resolve_gate(const ChunkBwdArgs& a, int h, int64
   *g = gv, *beta = bv;
 }
 
-// Rows [0, 64) of a [.., T, H, D] input at head hd of chunk cp into dst[64][LD] (zero past the chunk end).
-template <class E, int D, int LD>
-__device__ __forceinline__ void load_rows(E (*dst)[LD], const void* src, int64_t sb, int64_t st, int64_t sh, int hd,
-                                          const ChunkPos& cp, int tid) {
-  const E* p = static_cast<const E*>(src) + cp.b * sb + hd * sh;
-  for (int e = tid; e < kC * D; e += kThreads) {
-    const int r = e / D, i = e % D;
-    dst[r][i] = r < cp.nv ? p[(cp.t0 + r) * st + i] : zero_elem<E>();
-  }
-}
-
 // A warp's accumulator tiles (warp_mma at rows m0, columns n0 ..) times f into the row-major dst[.][ld].
 template <int NT>
 __device__ __forceinline__ void store_frags(float* dst, int ld, const float (&d)[NT][4], int m0, int n0, int lane,
@@ -141,22 +130,60 @@ __device__ __forceinline__ void store_frags(float* dst, int ld, const float (&d)
           make_float2(f * d[nt][e], f * d[nt][e + 1]);
 }
 
+// cp.async copies of a chunk's tiles (16 bytes a copy; rows and sources 16-byte aligned: dense inputs, gdn-math
+// workspace records): the fp32 tile src[r][0..COLS) (row stride ld) into dst, and COLS columns from col0 of the
+// 16-bit rows t0 .. t0 + 63 of an input (row stride st), zeros past row nv (nothing read there).
+template <int COLS, int LD>
+__device__ __forceinline__ void copy_f32_tile(float (*dst)[LD], const float* src, int64_t ld, int tid) {
+  for (int e = tid; e < kC * COLS / 4; e += kThreads) {
+    const int r = e / (COLS / 4), i = 4 * (e % (COLS / 4));
+    cp_async<16>(&dst[r][i], src + r * ld + i);
+  }
+}
+template <class E, int COLS, int LD>
+__device__ __forceinline__ void copy_rows(E (*dst)[LD], const E* src, int64_t st, int64_t t0, int nv, int col0,
+                                          int tid) {
+  for (int e = tid; e < kC * COLS / 8; e += kThreads) {
+    const int r = e / (COLS / 8), i = 8 * (e % (COLS / 8));
+    const bool ok = r < nv;
+    cp_async16_zfill(&dst[r][i], src + (ok ? (t0 + r) * st + col0 + i : 0), ok);
+  }
+}
+// The four rows of chunk record rec (gamma, rho_q, rho_k, beta: 64 floats each) into dst.
+__device__ __forceinline__ void copy_record_rows(float (*dst)[kC], const float* rows, int64_t rec, int tid) {
+  if (tid < 4 * kC / 4) cp_async<16>(&dst[tid / (kC / 4)][4 * (tid % (kC / 4))], rows + rec * kRowRec + 4 * tid);
+}
+
 // ---- pass 1: prep (grid (slots, Hv)) -------------------------------------------------------------------------
 template <class E, int K, int V>
-struct PrepSmem {
-  E q[kC][K + 2], k[kC][K + 2];  // raw rows (+2: consecutive rows fall in different banks)
-  E v[kC][V + 2], dO[kC][V + 2];
-  float L[kC][kC + 1], A[kC][kC + 1], P[kC][kC + 1];
+struct alignas(16) PrepSmem {
+  static constexpr int LK = tile_ld(K), LV = tile_ld(V), LC = tile_ld(kC);
+  E q[kC][LK], k[kC][LK];  // raw rows, zero past the chunk end (ldmatrix tiles)
+  E v[kC][LV], dO[kC][LV];
+  __nv_bfloat16 P[2][kC][LC];   // P (hi, lo)
+  __nv_bfloat16 Aw[2][kC][LC];  // A diag(b e^gamma rho_k) (hi, lo)
+  __nv_bfloat16 Ab[2][kC][LC];  // A diag(b) (hi, lo)
+  float L[kC][kC + 1], A[kC][kC + 1];
   static constexpr int kLT = 24;  // 16 x 16 scratch blocks: conflict-free as the B operand of mma16_f32
   float T[3][16][kLT];            // T_ij of the blocked inverse, one per warp
   float g[kC], gam[kC], rq[kC], rk[kC], b[kC], wk[kC];
 };
 
+// The operand views of shared-memory tiles: a split pair [2][rows][LD] (hi, lo), a 16-bit input tile [rows][LD].
+template <int R, int LD>
+__device__ __forceinline__ SplitTile split_tile(const __nv_bfloat16 (&t)[2][R][LD]) {
+  return SplitTile{&t[0][0][0], &t[1][0][0], LD};
+}
+template <class E, int N, int LD>
+__device__ __forceinline__ InTile<E> in_tile(const E (&t)[N][LD]) {
+  return InTile<E>{&t[0][0], LD};
+}
+
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const ChunkBwdArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<PrepSmem<E, K, V>*>(smem_raw);
-  constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;  // q, k, v, dO rows are exact bf16 operands
+  using Sm = PrepSmem<E, K, V>;
+  auto& s = *reinterpret_cast<Sm*>(smem_raw);
   const int64_t slot = blockIdx.x;
   const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int64_t n, c, sb, st, len;
@@ -164,15 +191,21 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
   seq_range(a, n, &sb, &st, &len);
   ChunkPos cp{sb, st + kC * c, slot * a.Hv + h, int(len - kC * c < kC ? len - kC * c : kC)};
 
-  load_rows<E, K, K + 2>(s.q, a.q, a.q_sb, a.q_st, a.q_sh, hk, cp, tid);
-  load_rows<E, K, K + 2>(s.k, a.k, a.k_sb, a.k_st, a.k_sh, hk, cp, tid);
-  load_rows<E, V, V + 2>(s.v, a.v, a.v_sb, a.v_st, a.v_sh, h, cp, tid);
-  load_rows<E, V, V + 2>(s.dO, a.d_o, a.do_sb, a.do_st, a.do_sh, h, cp, tid);
+  const E* qg = static_cast<const E*>(a.q) + cp.b * a.q_sb + hk * a.q_sh;
+  const E* kg = static_cast<const E*>(a.k) + cp.b * a.k_sb + hk * a.k_sh;
+  const E* vg = static_cast<const E*>(a.v) + cp.b * a.v_sb + h * a.v_sh;
+  const E* dog = static_cast<const E*>(a.d_o) + cp.b * a.do_sb + h * a.do_sh;
+  copy_rows<E, K>(s.q, qg, a.q_st, cp.t0, cp.nv, 0, tid);
+  copy_rows<E, K>(s.k, kg, a.k_st, cp.t0, cp.nv, 0, tid);
+  copy_rows<E, V>(s.v, vg, a.v_st, cp.t0, cp.nv, 0, tid);
+  copy_rows<E, V>(s.dO, dog, a.do_st, cp.t0, cp.nv, 0, tid);
+  cp_async_commit();
   if (tid < kC) {
     float gv = 0.f, bv = 0.f;
     if (tid < cp.nv) resolve_gate(a, h, cp.b, cp.t0 + tid, &gv, &bv);
     s.g[tid] = gv, s.b[tid] = bv;
   }
+  cp_async_wait_all();
   __syncthreads();
   {  // rho = 1 / sqrt(|x|^2 + 1e-6) per row (gdn-math §1.4), four threads per row; 0 on padding rows
     const int r = tid >> 2, p = tid & 3;
@@ -200,23 +233,27 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
   {
     float qk[4][4] = {}, kk[4][4] = {};
     const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
-    const auto kt = [&](int i, int c2) { return tof(s.k[c2][i]); };
-    warp_mma<kEx, kEx, K>(
-        qk, [&](int r, int i) { return tof(s.q[r][i]); }, kt, m0, n0, lane);
-    warp_mma<kEx, kEx, K>(
-        kk, [&](int r, int i) { return tof(s.k[r][i]); }, kt, m0, n0, lane);
+    warp_mma_t<false, false, K, 2, 16>(qk, in_tile(s.q), in_tile(s.k), m0, n0, lane);
+    warp_mma_t<false, false, K, 2, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
-        float l = 0.f, pv = 0.f;
-        if (c2 <= r) {
-          const float D = expf(s.gam[r] - s.gam[c2]);
-          pv = s.rq[r] * s.rk[c2] * qk[nt][e] * D;
-          if (c2 < r) l = s.b[r] * s.rk[r] * s.rk[c2] * kk[nt][e] * D;
+      for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
+        const int r = frag_row(m0, lane, e);
+        float pv[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int c2 = frag_col(n0, nt, lane, e + u);
+          float l = 0.f;
+          pv[u] = 0.f;
+          if (c2 <= r) {
+            const float D = expf(s.gam[r] - s.gam[c2]);
+            pv[u] = s.rq[r] * s.rk[c2] * qk[nt][e + u] * D;
+            if (c2 < r) l = s.b[r] * s.rk[r] * s.rk[c2] * kk[nt][e + u] * D;
+          }
+          s.L[r][c2] = l;
         }
-        s.L[r][c2] = l, s.P[r][c2] = pv;
+        store_split2(&s.P[0][0][0], &s.P[1][0][0], r * Sm::LC + frag_col(n0, nt, lane, e), pv[0], pv[1]);
       }
   }
   __syncthreads();
@@ -241,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
 #pragma unroll
         for (int e = 0; e < 4; ++e) s.T[warp][frag_row(0, lane, e)][frag_col(0, nt, lane, e)] = acc[nt][e];
       __syncwarp();
-      chunk_detail::mma16_f32(o, &s.A[16 * bi][16 * bi], kC + 1, &s.T[warp][0][0], PrepSmem<E, K, V>::kLT, g, t);
+      chunk_detail::mma16_f32(o, &s.A[16 * bi][16 * bi], kC + 1, &s.T[warp][0][0], Sm::kLT, g, t);
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -255,75 +292,76 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
   }
   float* Ag = a.A + cp.rec * (kC * kC);
   for (int e = tid; e < kC * kC; e += kThreads) Ag[e] = s.A[e >> 6][e & 63];
-  // On the tensor cores (warp w: rows 16 (w % 4), the column half w / 4), the fp32 left operands split:
+  // The scaled left operands, split once: A diag(b e^gamma rho_k) and A diag(b)
+  for (int e = tid; e < kC * kC / 2; e += kThreads) {
+    const int r = e / (kC / 2), s2 = 2 * (e % (kC / 2)), o = r * Sm::LC + s2;
+    store_split2(&s.Aw[0][0][0], &s.Aw[1][0][0], o, s.A[r][s2] * s.wk[s2], s.A[r][s2 + 1] * s.wk[s2 + 1]);
+    store_split2(&s.Ab[0][0][0], &s.Ab[1][0][0], o, s.A[r][s2] * s.b[s2], s.A[r][s2 + 1] * s.b[s2 + 1]);
+  }
+  __syncthreads();
+  // On the tensor cores (warp w: rows 16 (w % 4), the column half w / 4):
   //   W = (A diag(b e^gamma rho_k)) K,  U0 = (A diag(b)) V,  dU = scale P^T dO
   const int m0 = 16 * (warp & 3);
   {
     constexpr int NT = K / 16;
     float acc[NT][4] = {};
     const int n0 = (K / 2) * (warp >> 2);
-    warp_mma<false, kEx, kC>(
-        acc, [&](int r, int s2) { return s.A[r][s2] * s.wk[s2]; }, [&](int s2, int i) { return tof(s.k[s2][i]); }, m0,
-        n0, lane);
-    store_frags(a.W + cp.rec * (kC * K), K, acc, m0, n0, lane, 1.f);
+    warp_mma_t<false, true, kC, NT / 2, 16>(acc, split_tile(s.Aw), in_tile(s.k), m0, n0, lane);
+    // W is only a GEMM operand of the chains: stored as its bf16 split, hi [64][K] then lo [64][K]
+    auto* Wg = reinterpret_cast<__nv_bfloat16*>(a.W + cp.rec * (kC * K));
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2)
+        store_split2(Wg, Wg + kC * K, frag_row(m0, lane, e) * K + frag_col(n0, nt, lane, e), acc[nt][e],
+                     acc[nt][e + 1]);
   }
   {
     constexpr int NT = V / 16;
     float u0[NT][4] = {}, du[NT][4] = {};
     const int n0 = (V / 2) * (warp >> 2);
-    warp_mma<false, kEx, kC>(
-        u0, [&](int r, int s2) { return s.A[r][s2] * s.b[s2]; }, [&](int s2, int j) { return tof(s.v[s2][j]); }, m0, n0,
-        lane);
-    warp_mma<false, kEx, kC>(
-        du, [&](int r, int r2) { return s.P[r2][r]; }, [&](int r2, int j) { return tof(s.dO[r2][j]); }, m0, n0, lane);
+    warp_mma_t<false, true, kC, NT / 2, 16>(u0, split_tile(s.Ab), in_tile(s.v), m0, n0, lane);
+    warp_mma_t<true, true, kC, NT / 2, 16>(du, split_tile(s.P), in_tile(s.dO), m0, n0, lane);
     store_frags(a.U + cp.rec * (kC * V), V, u0, m0, n0, lane, 1.f);
     store_frags(a.dU + cp.rec * (kC * V), V, du, m0, n0, lane, a.scale);
   }
 }
 
-// ---- passes 2 and 3: the chains (grid (N, Hv, V / 64)) -------------------------------------------------------
-// The chunk products run on the tensor cores (warp_mma, split operands: fp32-accurate); the state and its gradient
-// stay fp32 in shared memory and every update accumulates in fp32 (gdn-math §10.1). The fp32 tiles have a row
-// stride of 64 + 4 (K + 4) floats, so a fragment's 32 reads (rows 2t, 2t + 1, 2t + 8, .. and columns g) fall in
-// 32 different banks.
-constexpr int kLS = kBV + 4;  // row stride of the state-column tiles
+// ---- passes 2 and 3: the chains (grid (N, Hv, V / 32)) -------------------------------------------------------
+// The chunk products run on the tensor cores from ldmatrix tiles (warp_mma_t): the raw k, q, dO rows as stored, W
+// as the bf16 hi / lo pair prep stores, and per step the running state (or its gradient) and U (dU) split once.
+// The state and its gradient stay fp32 in shared memory and every update accumulates in fp32 (gdn-math §10.1).
+constexpr int kLS = kBV + 4;       // row stride of the fp32 state-column tiles
+constexpr int kLB = tile_ld(kBV);  // row stride of the 16-bit state-column tiles
 
-// cp.async copies of a chunk's tiles (16 bytes a copy; rows and sources 16-byte aligned: dense inputs, gdn-math
-// workspace records): the fp32 tile src[r][0..COLS) (row stride ld) into dst, and COLS columns from col0 of the
-// 16-bit rows t0 .. t0 + 63 of an input (row stride st), zeros past row nv (nothing read there).
-template <int COLS, int LD>
-__device__ __forceinline__ void copy_f32_tile(float (*dst)[LD], const float* src, int64_t ld, int tid) {
-  for (int e = tid; e < kC * COLS / 4; e += kThreads) {
-    const int r = e / (COLS / 4), i = 4 * (e % (COLS / 4));
-    cp_async<16>(&dst[r][i], src + r * ld + i);
-  }
+// W's record as prep stores it: hi [64][K], then lo [64][K] (bf16), both into tiles [2][64][K + 8].
+template <int K>
+__device__ __forceinline__ void copy_w(__nv_bfloat16 (&dst)[2][kC][tile_ld(K)], const float* rec, int tid) {
+  const auto* w = reinterpret_cast<const __nv_bfloat16*>(rec);
+  copy_rows<__nv_bfloat16, K>(dst[0], w, K, 0, kC, 0, tid);
+  copy_rows<__nv_bfloat16, K>(dst[1], w + kC * K, K, 0, kC, 0, tid);
 }
-template <class E, int COLS, int LD>
-__device__ __forceinline__ void copy_rows(E (*dst)[LD], const E* src, int64_t st, int64_t t0, int nv, int col0,
-                                          int tid) {
-  for (int e = tid; e < kC * COLS / 8; e += kThreads) {
-    const int r = e / (COLS / 8), i = 8 * (e % (COLS / 8));
-    const bool ok = r < nv;
-    cp_async16_zfill(&dst[r][i], src + (ok ? (t0 + r) * st + col0 + i : 0), ok);
+// A fp32 state tile [K][kLS] split into the tile pair dst [2][K][kLB].
+template <int K>
+__device__ __forceinline__ void split_state(__nv_bfloat16 (&dst)[2][K][kLB], const float (&src)[K][kLS], int tid) {
+  for (int e = tid; e < K * kBV / 2; e += kThreads) {
+    const int i = e / (kBV / 2), jj = 2 * (e % (kBV / 2));
+    store_split2(&dst[0][0][0], &dst[1][0][0], i * kLB + jj, src[i][jj], src[i][jj + 1]);
   }
-}
-// The four rows of chunk record rec (gamma, rho_q, rho_k, beta: 64 floats each) into dst.
-__device__ __forceinline__ void copy_record_rows(float (*dst)[kC], const float* rows, int64_t rec, int tid) {
-  if (tid < 4 * kC / 4)
-    cp_async<16>(&dst[tid / (kC / 4)][4 * (tid % (kC / 4))], rows + rec * kRowRec + 4 * tid);
 }
 
 // The state pass keeps two stages of chunk inputs: chunk c + 1's land by cp.async while chunk c is computed, so the
 // serial step waits on no global load.
 template <class E, int K>
 struct alignas(16) StateSmem {
-  float S[K][kLS];    // the running state's kBV columns
-  float Ut[kC][kLS];  // U of the chunk, these columns
+  float S[K][kLS];               // the running state's kBV columns
+  __nv_bfloat16 Sb[2][K][kLB];   // S split (hi, lo)
+  __nv_bfloat16 Ub[2][kC][kLB];  // diag(kb) U of the chunk, these columns, split
   struct Stage {
-    float W[kC][K + 4];  // W of the chunk
-    float U0[kC][kLS];   // U0, these columns
-    E k[kC][K + 8];      // raw key rows, zero past the chunk end
-    float rows[4][kC];   // the record's gamma, rho_q, rho_k, beta
+    __nv_bfloat16 W[2][kC][tile_ld(K)];  // W of the chunk (hi, lo)
+    float U0[kC][kLS];                   // U0, these columns
+    E k[kC][tile_ld(K)];                 // raw key rows, zero past the chunk end
+    float rows[4][kC];                   // the record's gamma, rho_q, rho_k, beta
   } st[2];
   float kb[kC];  // rho_k e^{gamma_{n-1} - gamma}: Kbar = diag(kb) K (0 past the chunk end)
 };
@@ -335,7 +373,7 @@ __device__ __forceinline__ void state_prefetch(const ChunkBwdArgs& a, typename S
                                                int tid) {
   const int64_t t0 = t0s + kC * c, rec = slot_of(a, n, t0s, c) * a.Hv + h;
   const int nv = int(len - kC * c < kC ? len - kC * c : kC);
-  copy_f32_tile<K>(g.W, a.W + rec * (kC * K), K, tid);
+  copy_w<K>(g.W, a.W + rec * (kC * K), tid);
   copy_f32_tile<kBV>(g.U0, a.U + rec * (kC * V) + j0, V, tid);
   copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + (h / a.group) * a.k_sh, a.k_st, t0, nv, 0, tid);
   copy_record_rows(g.rows, a.rows, rec, tid);
@@ -346,7 +384,8 @@ template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const ChunkBwdArgs a) {
   // The K x kBV state update: K / 16 row tiles (MT) of 16 keys; each takes 128 / K warps, NT column tiles apiece.
   constexpr int MT = K / 16, NT = kBV * MT / 64;
-  static_assert(kThreads == 256 && MT * (8 / MT) == 8 && 8 * NT * (8 / MT) == kBV, "8 warps cover the state");
+  static_assert(kThreads == 256 && MT * (8 / MT) == 8 && 8 * NT * (8 / MT) == kBV && NT % 2 == 0,
+                "8 warps cover the state");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<StateSmem<E, K>*>(smem_raw);
   const int64_t n = blockIdx.x;
@@ -355,6 +394,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
   int64_t sb, st, len;
   seq_range(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
+  const SplitTile Sv = split_tile(s.Sb), Uv = split_tile(s.Ub);
   for (int e = tid; e < K * kBV; e += kThreads) {  // S = h0 (or 0)
     const int i = e / kBV, jj = e % kBV;
     s.S[i][jj] = a.h0 ? a.h0[n * a.h0_sn + h * a.h0_sh + state_off(a.state_vmajor, a.h0_sr, i, j0 + jj)] : 0.f;
@@ -365,9 +405,11 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
-    __syncthreads();  // stage c & 1 landed (every thread's copies); S complete; the other stage, Ut, kb free
+    __syncthreads();  // stage c & 1 landed (every thread's copies); S complete; the other stage, Ub, kb free
     if (c + 1 < nch) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, tid);
-    // S0 as bf16 (pass 4 uses it only as a GEMM operand, gdn-math §10.2), two columns a store
+    // S0 as bf16 (pass 4 uses it only as a GEMM operand, gdn-math §10.2): the hi part of the split, two columns a
+    // store
+    split_state<K>(s.Sb, s.S, tid);
     __nv_bfloat16* S0g = reinterpret_cast<__nv_bfloat16*>(a.S0) + rec * (K * V);
     for (int e = tid; e < K * kBV / 2; e += kThreads) {
       const int i = 2 * e / kBV, jj = 2 * e % kBV;
@@ -375,11 +417,11 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
     }
     const float gl = g.rows[0][nv - 1];
     if (tid < kC) s.kb[tid] = tid < nv ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
-    {  // U = U0 - W S0 (tensor cores): warp w, rows 16 (w % 4), columns kBV / 2 (w / 4) .. + kBV / 2
+    __syncthreads();  // Sb, kb
+    {                 // U = U0 - W S0 (tensor cores): warp w, rows 16 (w % 4), columns kBV / 2 (w / 4) .. + kBV / 2
       float acc[kBV / 16][4] = {};
       const int m0 = 16 * (warp & 3), n0 = (kBV / 2) * (warp >> 2);
-      warp_mma<false, false, K>(
-          acc, [&](int r, int i) { return g.W[r][i]; }, [&](int i, int jj) { return s.S[i][jj]; }, m0, n0, lane);
+      warp_mma_t<false, true, K, kBV / 32, 16>(acc, split_tile(g.W), Sv, m0, n0, lane);
       float* Ug = a.U + rec * (kC * V);
 #pragma unroll
       for (int nt = 0; nt < kBV / 16; ++nt)
@@ -387,18 +429,16 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
         for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
           const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
           const float2 uv = make_float2(g.U0[r][jj] - acc[nt][e], g.U0[r][jj + 1] - acc[nt][e + 1]);
-          s.Ut[r][jj] = uv.x, s.Ut[r][jj + 1] = uv.y;
+          store_split2(&s.Ub[0][0][0], &s.Ub[1][0][0], r * kLB + jj, s.kb[r] * uv.x, s.kb[r] * uv.y);
           *reinterpret_cast<float2*>(Ug + r * V + j0 + jj) = uv;
         }
     }
     __syncthreads();
-    {  // S <- e_n S + Kbar^T U (tensor cores, fp32 accumulation): warp w, keys 16 (w % MT), columns NC (w / MT) ..
+    {  // S <- e_n S + K^T (diag(kb) U) (tensor cores, fp32 accumulation): warp w, keys 16 (w % MT), columns ..
       const float en = expf(gl);
       float acc[NT][4] = {};
       const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
-      warp_mma<false, false, kC>(
-          acc, [&](int i, int r) { return s.kb[r] * tof(g.k[r][i]); }, [&](int r, int jj) { return s.Ut[r][jj]; }, m0,
-          n0, lane);
+      warp_mma_t<true, true, kC, NT / 2, 16>(acc, in_tile(g.k), Uv, m0, n0, lane);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -414,15 +454,17 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
 // computed; W (one buffer, read only in the second product) lands while the first product runs.
 template <class E, int K>
 struct alignas(16) DStateSmem {
-  float dS[K][kLS];      // gradient w.r.t. the running chunk-end state, kBV columns
-  float dUt[kC][kLS];    // dU of the chunk, these columns
-  float W[kC][K + 4];    // W of the chunk
-  float kb[kC], qg[kC];  // Kbar = diag(kb) K, scale Gamma Q^ = diag(qg) Q (0 past the chunk end)
+  float dS[K][kLS];                    // gradient w.r.t. the running chunk-end state, kBV columns
+  __nv_bfloat16 dSb[2][K][kLB];        // dS split
+  __nv_bfloat16 dUb[2][kC][kLB];       // -dU of the chunk, these columns, split
+  __nv_bfloat16 Ob[2][kC][kLB];        // diag(qg) dO, these columns, split
+  __nv_bfloat16 W[2][kC][tile_ld(K)];  // W of the chunk (hi, lo)
+  float kb[kC], qg[kC];                // Kbar = diag(kb) K, scale Gamma Q^ = diag(qg) Q (0 past the chunk end)
   struct Stage {
-    float dU0[kC][kLS];            // scale P^T dO, these columns
-    E k[kC][K + 8], q[kC][K + 8];  // raw rows, zero past the chunk end
-    E dO[kC][kBV + 8];             // dO, these columns
-    float rows[4][kC];             // the record's gamma, rho_q, rho_k, beta
+    float dU0[kC][kLS];                      // scale P^T dO, these columns
+    E k[kC][tile_ld(K)], q[kC][tile_ld(K)];  // raw rows, zero past the chunk end
+    E dO[kC][kLB];                           // dO, these columns
+    float rows[4][kC];                       // the record's gamma, rho_q, rho_k, beta
   } st[2];
 };
 
@@ -442,8 +484,7 @@ __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename 
 
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const ChunkBwdArgs a) {
-  constexpr int MT = K / 16, NT = kBV * MT / 64;          // the state's tiles, as in the state pass
-  constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;  // dO rows are exact bf16 operands
+  constexpr int MT = K / 16, NT = kBV * MT / 64;  // the state's tiles, as in the state pass
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<DStateSmem<E, K>*>(smem_raw);
   const int64_t n = blockIdx.x;
@@ -452,6 +493,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
   int64_t sb, st, len;
   seq_range(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
+  const SplitTile dSv = split_tile(s.dSb), dUv = split_tile(s.dUb), Ov = split_tile(s.Ob), Wv = split_tile(s.W);
   for (int e = tid; e < K * kBV; e += kThreads) {  // dS = dht (or 0)
     const int i = e / kBV, jj = e % kBV;
     s.dS[i][jj] = a.dht ? a.dht[n * a.dht_sn + h * a.dht_sh + state_off(a.state_vmajor, a.dht_sr, i, j0 + jj)] : 0.f;
@@ -462,50 +504,53 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
-    __syncthreads();  // stage c & 1 landed (every thread's copies); dS complete; W, dUt, kb, qg, the other stage free
-    copy_f32_tile<K>(s.W, a.W + rec * (kC * K), K, tid);
+    __syncthreads();  // stage c & 1 landed (every thread's copies); dS complete; W, dUb, Ob, kb, qg, the other stage
+                      // free
+    copy_w<K>(s.W, a.W + rec * (kC * K), tid);
     cp_async_commit();
     if (c > 0) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, tid);
     float* dSg = a.dS + rec * (K * V);
     for (int e = tid; e < K * kBV; e += kThreads) dSg[(e / kBV) * V + j0 + e % kBV] = s.dS[e / kBV][e % kBV];
+    split_state<K>(s.dSb, s.dS, tid);
     const float gl = g.rows[0][nv - 1];
     if (tid < kC) {
       const bool valid = tid < nv;
       s.kb[tid] = valid ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
       s.qg[tid] = valid ? a.scale * g.rows[1][tid] * expf(g.rows[0][tid]) : 0.f;
     }
-    __syncthreads();  // kb, qg
-    {                 // dU = scale P^T dO + Kbar dS (tensor cores): warp w, rows 16 (w % 4), column half w / 4
+    __syncthreads();  // dSb, kb, qg
+    {                 // dU = scale P^T dO + diag(kb) K dS (tensor cores): warp w, rows 16 (w % 4), column half w / 4
       float acc[kBV / 16][4] = {};
       const int m0 = 16 * (warp & 3), n0 = (kBV / 2) * (warp >> 2);
-      warp_mma<false, false, K>(
-          acc, [&](int r, int i) { return s.kb[r] * tof(g.k[r][i]); }, [&](int i, int jj) { return s.dS[i][jj]; }, m0,
-          n0, lane);
+      warp_mma_t<false, true, K, kBV / 32, 16>(acc, in_tile(g.k), dSv, m0, n0, lane);
       float* dUg = a.dU + rec * (kC * V);
 #pragma unroll
       for (int nt = 0; nt < kBV / 16; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
           const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
-          const float2 uv = make_float2(g.dU0[r][jj] + acc[nt][e], g.dU0[r][jj + 1] + acc[nt][e + 1]);
-          s.dUt[r][jj] = uv.x, s.dUt[r][jj + 1] = uv.y;
+          const float2 uv =
+              make_float2(fmaf(s.kb[r], acc[nt][e], g.dU0[r][jj]), fmaf(s.kb[r], acc[nt][e + 1], g.dU0[r][jj + 1]));
+          store_split2(&s.dUb[0][0][0], &s.dUb[1][0][0], r * kLB + jj, -uv.x, -uv.y);
           *reinterpret_cast<float2*>(dUg + r * V + j0 + jj) = uv;
         }
+    }
+    for (int e = tid; e < kC * kBV / 2; e += kThreads) {  // diag(qg) dO, split
+      const int r = e / (kBV / 2), jj = 2 * (e % (kBV / 2));
+      store_split2(&s.Ob[0][0][0], &s.Ob[1][0][0], r * kLB + jj, s.qg[r] * tof(g.dO[r][jj]),
+                   s.qg[r] * tof(g.dO[r][jj + 1]));
     }
     if (c > 0)
       cp_async_wait<1>();  // W landed (the next stage may still be in flight)
     else
       cp_async_wait_all();
-    __syncthreads();  // dUt, W
-    {  // dS_start = e_n dS + scale (Gamma Q^)^T dO - W^T dU (tensor cores, fp32 accumulation): keys 16 (w % MT) ..
+    __syncthreads();  // dUb, Ob, W
+    {  // dS_start = e_n dS + Q^T (diag(qg) dO) - W^T dU (tensor cores, fp32 accumulation): keys 16 (w % MT) ..
       const float en = expf(gl);
       float acc[NT][4] = {};
       const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
-      warp_mma<false, kEx, kC>(
-          acc, [&](int i, int r) { return s.qg[r] * tof(g.q[r][i]); }, [&](int r, int jj) { return tof(g.dO[r][jj]); },
-          m0, n0, lane);
-      warp_mma<false, false, kC>(
-          acc, [&](int i, int r) { return -s.W[r][i]; }, [&](int r, int jj) { return s.dUt[r][jj]; }, m0, n0, lane);
+      warp_mma_t<true, true, kC, NT / 2, 16>(acc, in_tile(g.q), Ov, m0, n0, lane);
+      warp_mma_t<true, true, kC, NT / 2, 16>(acc, Wv, dUv, m0, n0, lane);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -525,312 +570,332 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
 }
 
 // ---- pass 4: grads (grid (slots, Hv)): gdn-math §7.3 for one chunk -------------------------------------------
-// Thread (r, p) = (tid / 4, tid % 4) owns row r, key columns i = p + 4 m of dq and dk (registers); the four
-// threads of a row are adjacent lanes, so row dot products reduce with two shuffles. Every sum has a fixed order.
+// Warp w owns rows m0 = 16 (w % 4) and, of every 32 keys, the 16 at 16 (w / 4): dq and dk stay in its accumulator
+// fragments (tile 2 j + u: keys 32 j + 16 (w / 4) + 8 u ..) from the first product to the store. Every GEMM operand
+// is a 16-bit shared-memory tile read by ldmatrix: the inputs as stored, the fp32 ones split once into bf16 hi / lo
+// with their scale factors applied (SplitTile). Row sums reduce over the 4 lanes of a row by shuffles, then over
+// the two key halves in order through part[][2][]: every sum has a fixed order.
 template <class E, int K, int V>
-struct GradSmem {
-  static constexpr int LDF = (K > V ? K : V) + 1;
-  E q[kC][K + 2], k[kC][K + 2];
-  E v[kC][V + 2], dO[kC][V + 2];
-  float F1[kC][LDF];  // U, then dW = -dU S0^T, then dL (.) E as [64][65]
-  float F2[kC][LDF];  // dU (complete: scale P^T dO + Kbar dS), then the dL part of dK
-  float A[kC][kC + 1];
-  float X[kC][kC + 1];  // dP (.) D, then (with Y) A^T dW, then dA, then dL_b (.) D
-  float Y[kC][kC + 1];  // S0 / dS key tiles, then A^T dA
-  float Z[kC][kC + 1];  // dP (.) P + dL_b (.) E  (= dD (.) D)
-  float Pt[5][kC][17];  // the 64 x 16 product tiles of the state-term loop
+struct alignas(16) GradSmem {
+  static constexpr int LK = tile_ld(K), LV = tile_ld(V), LC = tile_ld(kC), LF = tile_ld(K > V ? K : V);
+  static constexpr int KT = 32;  // keys per S0 / dS tile of the state-term loop
+  E q[kC][LK], k[kC][LK];        // raw rows, zero past the chunk end
+  E v[kC][LV], dO[kC][LV];
+  __nv_bfloat16 F1[2][kC][LF];  // U (64 x V), then dW = -dU S0^T (64 x K)
+  __nv_bfloat16 F2[2][kC][LF];  // dU (complete: scale P^T dO + Kbar dS)
+  __nv_bfloat16 A[2][kC][LC];
+  // R0, R1: X diag(rk), diag(rq) X; then the S0 and dS key tiles; then dA (R0), A^T dA (R1); then dL_b (.) D as
+  // fp32 [64][65] (R0), (dL_b (.) D + its transpose) diag(rk) (R1); then Z = dD (.) D as fp32 [64][65] (R0).
+  __nv_bfloat16 R0[2][kC][LC], R1[2][kC][LC];
   float gam[kC], rq[kC], rk[kC], b[kC], eg[kC], kb[kC], dgam[kC], dbeta[kC], tau[kC];
-  float vdp[2][kC];  // v_r . (A^T dU)_r, the two value halves
-  float red[kThreads];
+  float part[5][2][kC];      // per-row partial sums of the two key / value halves: gq, tau, kd, v.(A^T dU), dL.E
+  float red[kThreads / 32];  // <S0, dS>_F per warp
 };
 
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const ChunkBwdArgs a) {
-  constexpr int KM = K / 4;  // key columns per thread
-  constexpr int KT = 16;     // keys per S0 / dS tile
-  constexpr int LT = V + 1;  // tile row stride
-  static_assert(2 * KT * LT <= kC * (kC + 1), "two key tiles fit in Y");
-  static_assert(sizeof(GradSmem<E, K, V>::Pt[0][0]) == (KT + 1) * sizeof(float), "Pt holds 64 x KT tiles");
+  using Sm = GradSmem<E, K, V>;
+  constexpr int LV = Sm::LV, LC = Sm::LC, LF = Sm::LF, KT = Sm::KT, NK = K / 16;
+  static_assert(3 * KT * LV * 2 <= 2 * sizeof(Sm::R0) && kC * (kC + 1) * 4 <= sizeof(Sm::R0), "R0, R1 hold the tiles");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<GradSmem<E, K, V>*>(smem_raw);
+  auto& s = *reinterpret_cast<Sm*>(smem_raw);
   const int64_t slot = blockIdx.x;
-  const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x, r = tid >> 2, p = tid & 3;
+  const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31, m0 = 16 * (warp & 3), hw = warp >> 2, g = lane >> 2, t = lane & 3;
   int64_t n, c, sb, st, len;
   if (!slot_chunk(a, slot, &n, &c)) return;
   seq_range(a, n, &sb, &st, &len);
   const ChunkPos cp{sb, st + kC * c, slot * a.Hv + h, int(len - kC * c < kC ? len - kC * c : kC)};
   const int nv = cp.nv;
   const float lam = a.scale;
+  __nv_bfloat16(&S0t)[KT][LV] = *reinterpret_cast<__nv_bfloat16(*)[KT][LV]>(&s.R0[0][0][0]);
+  __nv_bfloat16(&dSt)[2][KT][LV] = *reinterpret_cast<__nv_bfloat16(*)[2][KT][LV]>(&S0t[KT][0]);
+  float(&Xf)[kC][kC + 1] = *reinterpret_cast<float(*)[kC][kC + 1]>(&s.R0[0][0][0]);  // dL_b (.) D, then Z
+  const SplitTile F1 = split_tile(s.F1), F2 = split_tile(s.F2), At = split_tile(s.A), R0 = split_tile(s.R0),
+                  R1 = split_tile(s.R1);
 
-  load_rows<E, K, K + 2>(s.q, a.q, a.q_sb, a.q_st, a.q_sh, hk, cp, tid);
-  load_rows<E, K, K + 2>(s.k, a.k, a.k_sb, a.k_st, a.k_sh, hk, cp, tid);
-  load_rows<E, V, V + 2>(s.v, a.v, a.v_sb, a.v_st, a.v_sh, h, cp, tid);
-  load_rows<E, V, V + 2>(s.dO, a.d_o, a.do_sb, a.do_st, a.do_sh, h, cp, tid);
-  {
-    const float* Ug = a.U + cp.rec * (kC * V);
-    const float* dUg = a.dU + cp.rec * (kC * V);
-    for (int e = tid; e < kC * V; e += kThreads) s.F1[e / V][e % V] = Ug[e], s.F2[e / V][e % V] = dUg[e];
-    const float* Ag = a.A + cp.rec * (kC * kC);
-    for (int e = tid; e < kC * kC; e += kThreads) s.A[e >> 6][e & 63] = Ag[e];
+  copy_rows<E, K>(s.q, static_cast<const E*>(a.q) + cp.b * a.q_sb + hk * a.q_sh, a.q_st, cp.t0, nv, 0, tid);
+  copy_rows<E, K>(s.k, static_cast<const E*>(a.k) + cp.b * a.k_sb + hk * a.k_sh, a.k_st, cp.t0, nv, 0, tid);
+  copy_rows<E, V>(s.v, static_cast<const E*>(a.v) + cp.b * a.v_sb + h * a.v_sh, a.v_st, cp.t0, nv, 0, tid);
+  copy_rows<E, V>(s.dO, static_cast<const E*>(a.d_o) + cp.b * a.do_sb + h * a.do_sh, a.do_st, cp.t0, nv, 0, tid);
+  cp_async_commit();
+  {  // U, dU and A of the record, split once; every load is issued before the first store (one round trip)
+    constexpr int NU = kC * V / 4 / kThreads, NA = kC * kC / 4 / kThreads;
+    const float4* Ug = reinterpret_cast<const float4*>(a.U + cp.rec * (kC * V));
+    const float4* dUg = reinterpret_cast<const float4*>(a.dU + cp.rec * (kC * V));
+    const float4* Ag = reinterpret_cast<const float4*>(a.A + cp.rec * (kC * kC));
+    float4 u[NU], du[NU], x[NA];
+#pragma unroll
+    for (int l = 0; l < NU; ++l) u[l] = Ug[tid + l * kThreads], du[l] = dUg[tid + l * kThreads];
+#pragma unroll
+    for (int l = 0; l < NA; ++l) x[l] = Ag[tid + l * kThreads];
+    const auto put4 = [&](__nv_bfloat16(&t)[2][kC][LF], int o, const float4& v) {
+      store_split2(&t[0][0][0], &t[1][0][0], o, v.x, v.y);
+      store_split2(&t[0][0][0], &t[1][0][0], o + 2, v.z, v.w);
+    };
+#pragma unroll
+    for (int l = 0; l < NU; ++l) {
+      const int e = tid + l * kThreads, o = (e / (V / 4)) * LF + 4 * (e % (V / 4));
+      put4(s.F1, o, u[l]);
+      put4(s.F2, o, du[l]);
+    }
+#pragma unroll
+    for (int l = 0; l < NA; ++l) {
+      const int e = tid + l * kThreads, o = (e / (kC / 4)) * LC + 4 * (e % (kC / 4));
+      store_split2(&s.A[0][0][0], &s.A[1][0][0], o, x[l].x, x[l].y);
+      store_split2(&s.A[0][0][0], &s.A[1][0][0], o + 2, x[l].z, x[l].w);
+    }
     if (tid < kC) {
       const float* rows = a.rows + cp.rec * kRowRec;
       s.gam[tid] = rows[tid], s.rq[tid] = rows[kC + tid], s.rk[tid] = rows[2 * kC + tid], s.b[tid] = rows[3 * kC + tid];
-      s.dgam[tid] = 0.f, s.dbeta[tid] = 0.f;
     }
   }
+  cp_async_wait_all();
   __syncthreads();
   const float gl = s.gam[nv - 1];
   if (tid < kC) {
     s.eg[tid] = tid < nv ? expf(s.gam[tid]) : 0.f;
     s.kb[tid] = tid < nv ? expf(gl - s.gam[tid]) : 0.f;
   }
-  // (2) dP = scale Lower(dO U^T); X = dP (.) D; Z = dP (.) P. The 64 x 64 products here and below run on the tensor
-  // cores, warp w at rows m0 = 16 (w % 4), columns n0 = 32 (w / 4) .. + 32 (fp32 operands split).
-  const int warp = tid >> 5, lane = tid & 31, m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
-  constexpr bool kEx = std::is_same_v<E, __nv_bfloat16>;           // q, k, v, dO rows are exact bf16 operands
-  const auto kt = [&](int i, int c2) { return tof(s.k[c2][i]); };  // K^T (raw rows)
+  // (2) dP = scale Lower(dO U^T); X = dP (.) D; Z = dP (.) P (kept in registers: z, the tiles of (m0, 32 (w / 4)));
+  // X enters the products below as X diag(rk) (R0) and diag(rq) X (R1).
+  float z[4][4];
   {
     float dp[4][4] = {}, qk[4][4] = {};
-    warp_mma<kEx, false, V>(
-        dp, [&](int r2, int j) { return tof(s.dO[r2][j]); }, [&](int j, int c2) { return s.F1[c2][j]; }, m0, n0, lane);
-    warp_mma<kEx, kEx, K>(
-        qk, [&](int r2, int i) { return tof(s.q[r2][i]); }, kt, m0, n0, lane);
+    const int n0 = 32 * hw;
+    warp_mma_t<false, false, V, 2, 16>(dp, in_tile(s.dO), F1, m0, n0, lane);
+    warp_mma_t<false, false, K, 2, 16>(qk, in_tile(s.q), in_tile(s.k), m0, n0, lane);
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r2 = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
-        float x = 0.f, z = 0.f;
-        if (c2 <= r2) {
-          const float D = expf(s.gam[r2] - s.gam[c2]), d = lam * dp[nt][e];
-          x = d * D;
-          z = d * s.rq[r2] * s.rk[c2] * qk[nt][e] * D;
+      for (int e = 0; e < 4; e += 2) {
+        const int r2 = frag_row(m0, lane, e), c0 = frag_col(n0, nt, lane, e);
+        float xk[2], xq[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int c2 = c0 + u;
+          float x = 0.f, zz = 0.f;
+          if (c2 <= r2) {
+            const float D = expf(s.gam[r2] - s.gam[c2]), d = lam * dp[nt][e + u];
+            x = d * D;
+            zz = d * s.rq[r2] * s.rk[c2] * qk[nt][e + u] * D;
+          }
+          z[nt][e + u] = zz;
+          xk[u] = x * s.rk[c2], xq[u] = x * s.rq[r2];
         }
-        s.X[r2][c2] = x, s.Z[r2][c2] = z;
+        store_split2(&s.R0[0][0][0], &s.R0[1][0][0], r2 * LC + c0, xk[0], xk[1]);
+        store_split2(&s.R1[0][0][0], &s.R1[1][0][0], r2 * LC + c0, xq[0], xq[1]);
       }
   }
   __syncthreads();
-  float dq[KM], dk[KM];  // thread (r, p): row r, keys p + 4 m
-  // 16 keys at a time (S0 and dS tiles through Y), on the tensor cores:
-  //   dQ = (dP (.) D) K^ + scale Gamma dO S0^T, dgamma_r += q^_r . (the second term);
-  //   dK = (dP (.) D)^T Q^ + diag(kb) dKbar, dKbar = U dS^T, tau_r = Kbar_r . dKbar_r;  (1), (3), (4)
-  //   dW = -dU S0^T;  <S0, dS>_F
-  // Warp w computes the 16 x 8 tile (rows 16 (w % 4), keys 8 (w / 4) of the 16) of the five products into Pt;
-  // thread (r, p) then reads its row's keys p, p + 4, ... back.
-  float dw[KM];
-  float gq = 0.f, tp = 0.f, s0ds = 0.f;
-  float* t0s = &s.Y[0][0];
-  float* t1s = t0s + KT * LT;
-  const int mt0 = 16 * (warp & 3), nt0 = 8 * (warp >> 2);  // this warp's product tile
-  const __nv_bfloat16* S0g = reinterpret_cast<const __nv_bfloat16*>(a.S0) + cp.rec * (K * V);
-  const float* dSg = a.dS + cp.rec * (K * V);
-#pragma unroll  // dq[m], dk[m], dw[m] stay registers
-  for (int it = 0; it < K / KT; ++it) {
-    __syncthreads();  // the previous tile and products are consumed (at it = 0: X, Z are complete)
-    for (int e = tid; e < KT * V; e += kThreads) {
-      const int ii = e / V, j = e % V;
-      t0s[ii * LT + j] = __bfloat162float(S0g[(it * KT + ii) * V + j]);
-      t1s[ii * LT + j] = dSg[(it * KT + ii) * V + j];
-      s0ds = fmaf(t0s[ii * LT + j], t1s[ii * LT + j], s0ds);
-    }
-    __syncthreads();
-    {
-      const auto s0t = [&](int j, int i) { return t0s[i * LT + j]; };
-      const auto dst = [&](int j, int i) { return t1s[i * LT + j]; };
-      float xk[1][4] = {}, xq[1][4] = {}, pq[1][4] = {}, pk[1][4] = {}, pw[1][4] = {};
-      const int i0 = it * KT;
-      warp_mma<false, kEx, kC>(
-          xk, [&](int r2, int s2) { return s.X[r2][s2] * s.rk[s2]; },
-          [&](int s2, int i) { return tof(s.k[s2][i0 + i]); }, mt0, nt0, lane);
-      warp_mma<false, kEx, kC>(
-          xq, [&](int r2, int s2) { return s.X[s2][r2] * s.rq[s2]; },
-          [&](int s2, int i) { return tof(s.q[s2][i0 + i]); }, mt0, nt0, lane);
-      warp_mma<kEx, true, V>(  // S0 is bf16
-          pq, [&](int r2, int j) { return tof(s.dO[r2][j]); }, s0t, mt0, nt0, lane);
-      warp_mma<false, false, V>(
-          pk, [&](int r2, int j) { return s.F1[r2][j]; }, dst, mt0, nt0, lane);
-      warp_mma<false, true, V>(
-          pw, [&](int r2, int j) { return s.F2[r2][j]; }, s0t, mt0, nt0, lane);
+  // (1) dQ = (dP (.) D) K^ + scale Gamma dO S0^T, dK = (dP (.) D)^T Q^ + diag(kb) U dS^T + ...: the first terms here
+  float dq[NK][4] = {}, dk[NK][4] = {}, dw[NK][4];
+  warp_mma_t<false, true, kC, K / 32, 32>(dq, R0, in_tile(s.k), m0, 16 * hw, lane);
+  warp_mma_t<true, true, kC, K / 32, 32>(dk, R1, in_tile(s.q), m0, 16 * hw, lane);
+  __syncthreads();  // R0, R1 are free for the key tiles
+  // 32 keys at a time (S0 and dS tiles; the next tile's loads in flight during the products):
+  //   dQ += scale Gamma dO S0^T, dgamma_r += q^_r . (that term);  dK += diag(kb) dKbar, dKbar = U dS^T,
+  //   tau_r = Kbar_r . dKbar_r;  dW = -dU S0^T;  <S0, dS>_F   ((1), (3), (4))
+  float gq[2] = {0.f, 0.f}, tp[2] = {0.f, 0.f}, s0ds = 0.f;
+  {
+    const __nv_bfloat16* S0g = reinterpret_cast<const __nv_bfloat16*>(a.S0) + cp.rec * (K * V);
+    const float* dSg = a.dS + cp.rec * (K * V);
+    constexpr int NL = KT * V / 4 / kThreads;  // 4-element groups per thread and tile
+    float4 pd[NL];
+    uint2 ps[NL];
+    const auto fetch = [&](int it) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = frag_row(mt0, lane, e), col = frag_col(nt0, 0, lane, e);
-        s.Pt[0][row][col] = xk[0][e], s.Pt[1][row][col] = xq[0][e], s.Pt[2][row][col] = pq[0][e];
-        s.Pt[3][row][col] = pk[0][e], s.Pt[4][row][col] = pw[0][e];
+      for (int l = 0; l < NL; ++l) {
+        const int e = tid + l * kThreads, o = (it * KT + e / (V / 4)) * V + 4 * (e % (V / 4));
+        pd[l] = *reinterpret_cast<const float4*>(dSg + o);
+        ps[l] = *reinterpret_cast<const uint2*>(S0g + o);
       }
-    }
-    __syncthreads();
+    };
+    fetch(0);
 #pragma unroll
-    for (int mm = 0; mm < 4; ++mm) {
-      const int m = it * (KT / 4) + mm, i = p + 4 * m, ci = p + 4 * mm;
-      const float aq = s.Pt[2][r][ci], ak = s.Pt[3][r][ci], aw = s.Pt[4][r][ci];
-      const float qi = lam * s.eg[r] * aq;
-      dq[m] = s.Pt[0][r][ci] + qi;
-      dk[m] = s.Pt[1][r][ci];
-      gq = fmaf(s.rq[r] * tof(s.q[r][i]), qi, gq);
-      dk[m] = fmaf(s.kb[r], ak, dk[m]);
-      tp = fmaf(s.kb[r] * s.rk[r] * tof(s.k[r][i]), ak, tp);
-      dw[m] = -aw;
+    for (int it = 0; it < K / KT; ++it) {
+#pragma unroll
+      for (int l = 0; l < NL; ++l) {  // the tile into shared memory: S0 as is, dS split
+        const int e = tid + l * kThreads, r = e / (V / 4), j = 4 * (e % (V / 4));
+        const float2 s01 = chunk_detail::Elem<true>::unpack(ps[l].x), s23 = chunk_detail::Elem<true>::unpack(ps[l].y);
+        s0ds = fmaf(s01.x, pd[l].x, s0ds), s0ds = fmaf(s01.y, pd[l].y, s0ds);
+        s0ds = fmaf(s23.x, pd[l].z, s0ds), s0ds = fmaf(s23.y, pd[l].w, s0ds);
+        *reinterpret_cast<uint2*>(&S0t[r][j]) = ps[l];
+        store_split2(&dSt[0][0][0], &dSt[1][0][0], r * LV + j, pd[l].x, pd[l].y);
+        store_split2(&dSt[0][0][0], &dSt[1][0][0], r * LV + j + 2, pd[l].z, pd[l].w);
+      }
+      __syncthreads();
+      if (it + 1 < K / KT) fetch(it + 1);
+      float pq[2][4] = {}, pk[2][4] = {}, pw[2][4] = {};
+      const InTile<__nv_bfloat16> S0v{&S0t[0][0], LV};
+      const SplitTile dSv{&dSt[0][0][0], &dSt[1][0][0], LV};
+      warp_mma_t<false, false, V, 1, 16>(pq, in_tile(s.dO), S0v, m0, 16 * hw, lane);
+      warp_mma_t<false, false, V, 1, 16>(pk, F1, dSv, m0, 16 * hw, lane);
+      warp_mma_t<false, false, V, 1, 16>(pw, F2, S0v, m0, 16 * hw, lane);
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = frag_row(m0, lane, e), i = frag_col(KT * it + 16 * hw, u, lane, e), ti = 2 * it + u;
+          const float qi = lam * s.eg[row] * pq[u][e];
+          dq[ti][e] += qi;
+          gq[e >> 1] = fmaf(s.rq[row] * tof(s.q[row][i]), qi, gq[e >> 1]);
+          dk[ti][e] = fmaf(s.kb[row], pk[u][e], dk[ti][e]);
+          tp[e >> 1] = fmaf(s.kb[row] * s.rk[row] * tof(s.k[row][i]), pk[u][e], tp[e >> 1]);
+          dw[ti][e] = -pw[u][e];
+        }
+      __syncthreads();  // the tiles are consumed
     }
   }
-  gq = lane_sum<1, 4>(gq);
-  tp = lane_sum<1, 4>(tp);
-  if (p == 0) {  // dgamma_r -= tau_r is folded into the final sum (below)
-    s.dgam[r] += gq;
-    s.tau[r] = tp;
-  }
-  s.red[tid] = s0ds;
-  __syncthreads();  // every read of U (F1) is done
+  // A row's partial sum (rows g, g + 8 of the warp's tile: x[0], x[1]) over its 4 lanes, into part[q][half].
+  const auto put_rows = [&](int q, int half, float(&x)[2]) {
+    x[0] = lane_sum<1, 4>(x[0]);
+    x[1] = lane_sum<1, 4>(x[1]);
+    if (t == 0) s.part[q][half][m0 + g] = x[0], s.part[q][half][m0 + g + 8] = x[1];
+  };
+  put_rows(0, hw, gq);
+  put_rows(1, hw, tp);
+  s0ds = lane_sum<1, 32>(s0ds);
+  if (lane == 0) s.red[warp] = s0ds;
 #pragma unroll
-  for (int m = 0; m < KM; ++m) s.F1[r][p + 4 * m] = dw[m];
+  for (int ti = 0; ti < NK; ++ti)  // dW into F1 (U is consumed)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2)
+      store_split2(&s.F1[0][0][0], &s.F1[1][0][0],
+                   frag_row(m0, lane, e) * LF + frag_col(16 * hw, 0, lane, e) + 32 * (ti / 2) + 8 * (ti % 2), dw[ti][e],
+                   dw[ti][e + 1]);
   __syncthreads();
   // (5) A^T dW:  dK += diag(b Gamma) A^T dW;  dbeta_r, dgamma_r += (b_r) e^{gamma_r} k^_r . (A^T dW)_r
-  // A^T dW on the tensor cores (warp w: rows 16 (w % 4), the key half w / 4) into X and Y (both free here, one
-  // [64][K + 1] tile), then into the threads' registers.
-  float(*ATW)[K + 1] = reinterpret_cast<float(*)[K + 1]>(&s.X[0][0]);
-  using Sm = GradSmem<E, K, V>;
-  static_assert(offsetof(Sm, Y) == offsetof(Sm, X) + sizeof(s.X) && kC * (K + 1) <= 2 * kC * (kC + 1),
-                "A^T dW fits in X and Y");
   {
-    constexpr int NT = K / 16;
-    float acc[NT][4] = {};
-    const int n0k = (K / 2) * (warp >> 2);
-    warp_mma<false, false, kC>(
-        acc, [&](int r2, int s2) { return s.A[s2][r2]; }, [&](int s2, int i) { return s.F1[s2][i]; }, m0, n0k, lane);
+    float at[NK][4] = {}, kd[2] = {0.f, 0.f};
+    warp_mma_t<true, true, kC, K / 32, 32>(at, At, F1, m0, 16 * hw, lane);
+#pragma unroll
+    for (int ti = 0; ti < NK; ++ti)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = frag_row(m0, lane, e), i = frag_col(32 * (ti / 2) + 16 * hw, ti % 2, lane, e);
+        dk[ti][e] = fmaf(s.b[row] * s.eg[row], at[ti][e], dk[ti][e]);
+        kd[e >> 1] = fmaf(s.rk[row] * tof(s.k[row][i]), at[ti][e], kd[e >> 1]);
+      }
+    put_rows(2, hw, kd);
+  }
+  {  // A^T dU:  dV = diag(b) A^T dU;  dbeta_r += v_r . (A^T dU)_r (warp w: the value half w / 4)
+    constexpr int NT = V / 16;
+    float acc[NT][4] = {}, vp[2] = {0.f, 0.f};
+    const int n0v = (V / 2) * hw;
+    warp_mma_t<true, true, kC, NT / 2, 16>(acc, At, F2, m0, n0v, lane);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) ATW[frag_row(m0, lane, e)][frag_col(n0k, nt, lane, e)] = acc[nt][e];
+      for (int e = 0; e < 4; ++e) {
+        const int row = frag_row(m0, lane, e), j = frag_col(n0v, nt, lane, e);
+        vp[e >> 1] = fmaf(tof(s.v[row][j]), acc[nt][e], vp[e >> 1]);
+        if (row < nv)
+          store1(a.dv, DType(a.io_dtype), cp.b * a.dv_sb + (cp.t0 + row) * a.dv_st + h * a.dv_sh + j,
+                 s.b[row] * acc[nt][e]);
+      }
+    put_rows(3, hw, vp);
   }
-  __syncthreads();
-  {
-    float at[KM];
-#pragma unroll
-    for (int m = 0; m < KM; ++m) at[m] = ATW[r][p + 4 * m];
-    float kd = 0.f;
-    const float bg = s.b[r] * s.eg[r];
-#pragma unroll
-    for (int m = 0; m < KM; ++m) {
-      dk[m] = fmaf(bg, at[m], dk[m]);
-      kd = fmaf(s.rk[r] * tof(s.k[r][p + 4 * m]), at[m], kd);
-    }
-    kd = lane_sum<1, 4>(kd);
-    // A^T dU:  dV = diag(b) A^T dU;  dbeta_r += v_r . (A^T dU)_r. On the tensor cores (warp w: rows 16 (w % 4), the
-    // value half w / 4): dv straight from the fragments; v_r . (A^T dU)_r per half row (the tile's 4 lanes of a row),
-    // the two halves added in order after the barrier.
-    {
-      constexpr int NT = V / 16;
-      float acc[NT][4] = {};
-      const int n0v = (V / 2) * (warp >> 2);
-      warp_mma<false, false, kC>(
-          acc, [&](int r2, int s2) { return s.A[s2][r2]; }, [&](int s2, int j) { return s.F2[s2][j]; }, m0, n0v, lane);
-      float vp[2] = {0.f, 0.f};  // rows g and g + 8 of the tile
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = frag_row(m0, lane, e), j = frag_col(n0v, nt, lane, e);
-          vp[e >> 1] = fmaf(tof(s.v[row][j]), acc[nt][e], vp[e >> 1]);
-          if (row < nv)
-            store1(a.dv, DType(a.io_dtype), cp.b * a.dv_sb + (cp.t0 + row) * a.dv_st + h * a.dv_sh + j,
-                   s.b[row] * acc[nt][e]);
-        }
-      vp[0] = lane_sum<1, 4>(vp[0]);
-      vp[1] = lane_sum<1, 4>(vp[1]);
-      if ((lane & 3) == 0) s.vdp[warp >> 2][m0 + (lane >> 2)] = vp[0], s.vdp[warp >> 2][m0 + (lane >> 2) + 8] = vp[1];
-    }
-    if (p == 0) s.dgam[r] += bg * kd;
-    __syncthreads();  // A^T dW (in X, Y) is read; vdp complete
-    if (p == 0) s.dbeta[r] += s.eg[r] * kd + (s.vdp[0][r] + s.vdp[1][r]);
-  }
-  // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} (dW_r . k^_s), strictly lower (only that part reaches L)
+  // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} (dW_r . k^_s), strictly lower (only that part reaches L), into R0
   {
     float uv[4][4] = {}, wk[4][4] = {};
-    warp_mma<false, kEx, V>(
-        uv, [&](int r2, int j) { return s.F2[r2][j]; }, [&](int j, int c2) { return tof(s.v[c2][j]); }, m0, n0, lane);
-    warp_mma<false, kEx, K>(
-        wk, [&](int r2, int i) { return s.F1[r2][i]; }, kt, m0, n0, lane);
+    const int n0 = 32 * hw;
+    warp_mma_t<false, false, V, 2, 16>(uv, F2, in_tile(s.v), m0, n0, lane);
+    warp_mma_t<false, false, K, 2, 16>(wk, F1, in_tile(s.k), m0, n0, lane);
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r2 = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
-        s.X[r2][c2] = c2 < r2 ? s.b[c2] * (uv[nt][e] + s.eg[c2] * s.rk[c2] * wk[nt][e]) : 0.f;
+      for (int e = 0; e < 4; e += 2) {
+        const int r2 = frag_row(m0, lane, e), c0 = frag_col(n0, nt, lane, e);
+        float x[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int c2 = c0 + u;
+          x[u] = c2 < r2 ? s.b[c2] * (uv[nt][e + u] + s.eg[c2] * s.rk[c2] * wk[nt][e + u]) : 0.f;
+        }
+        store_split2(&s.R0[0][0][0], &s.R0[1][0][0], r2 * LC + c0, x[0], x[1]);
       }
   }
   __syncthreads();
-  {  // (6) Y = A^T dA (A^T is upper, dA strictly lower: the full product is the triangular sum)
+  {  // (6) Y = A^T dA (A^T is upper, dA strictly lower: the full product is the triangular sum), into R1
     float y[4][4] = {};
-    warp_mma<false, false, kC>(
-        y, [&](int r2, int a2) { return s.A[a2][r2]; }, [&](int a2, int c2) { return s.X[a2][c2]; }, m0, n0, lane);
+    const int n0 = 32 * hw;
+    warp_mma_t<true, true, kC, 2, 16>(y, At, R0, m0, n0, lane);
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s.Y[frag_row(m0, lane, e)][frag_col(n0, nt, lane, e)] = y[nt][e];
+      for (int e = 0; e < 4; e += 2)
+        store_split2(&s.R1[0][0][0], &s.R1[1][0][0], frag_row(m0, lane, e) * LC + frag_col(n0, nt, lane, e), y[nt][e],
+                     y[nt][e + 1]);
   }
   __syncthreads();
   // dL = StrictLower(-(A^T dA) A^T) (A^T upper: the full product Y A^T is the sum over c3 <= c2);
   // (7) dbeta_r += sum_s dL_rs E_rs, dL_b = diag(b) dL; (8) Z += dL_b (.) E
-  float(*T)[kC + 1] = reinterpret_cast<float(*)[kC + 1]>(&s.F1[0][0]);  // dL (.) E (dW is consumed)
   {
-    float ya[4][4] = {}, kk[4][4] = {};
-    warp_mma<false, false, kC>(
-        ya, [&](int r2, int c3) { return s.Y[r2][c3]; }, [&](int c3, int c2) { return s.A[c2][c3]; }, m0, n0, lane);
-    warp_mma<kEx, kEx, K>(
-        kk, [&](int r2, int i) { return tof(s.k[r2][i]); }, kt, m0, n0, lane);
+    float ya[4][4] = {}, kk[4][4] = {}, tb[2] = {0.f, 0.f};
+    const int n0 = 32 * hw;
+    warp_mma_t<false, false, kC, 2, 16>(ya, R1, At, m0, n0, lane);
+    warp_mma_t<false, false, K, 2, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r2 = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
-        float x = 0.f, t = 0.f;
+        float x = 0.f;
         if (c2 < r2) {
           const float dl = -ya[nt][e], D = expf(s.gam[r2] - s.gam[c2]);
           const float Ev = s.rk[r2] * s.rk[c2] * kk[nt][e] * D;
-          t = dl * Ev;
+          const float tt = dl * Ev;
           x = s.b[r2] * dl * D;
-          s.Z[r2][c2] += s.b[r2] * t;
+          z[nt][e] += s.b[r2] * tt;
+          tb[e >> 1] += tt;
         }
-        s.X[r2][c2] = x;
-        T[r2][c2] = t;
+        Xf[r2][c2] = x;  // R0: dA is consumed
       }
+    put_rows(4, hw, tb);
   }
   __syncthreads();
-  // (7) dK += (dL_b (.) D + (dL_b (.) D)^T) K^ on the tensor cores (warp w: rows 16 (w % 4), the key half w / 4),
-  // through F2 (dU is consumed) into the threads' registers;  (8) dgamma_r += rowsum(Z)_r - colsum(Z)_r
-  {
-    constexpr int NT = K / 16;
-    float acc[NT][4] = {};
-    const int n0k = (K / 2) * (warp >> 2);
-    warp_mma<false, kEx, kC>(
-        acc, [&](int r2, int s2) { return (s.X[r2][s2] + s.X[s2][r2]) * s.rk[s2]; },
-        [&](int s2, int i) { return tof(s.k[s2][i]); }, m0, n0k, lane);
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s.F2[frag_row(m0, lane, e)][frag_col(n0k, nt, lane, e)] = acc[nt][e];
+  for (int e = tid; e < kC * kC / 2; e += kThreads) {  // (dL_b (.) D + its transpose) diag(rk), into R1
+    const int r2 = e / (kC / 2), c2 = 2 * (e % (kC / 2));
+    store_split2(&s.R1[0][0][0], &s.R1[1][0][0], r2 * LC + c2, (Xf[r2][c2] + Xf[c2][r2]) * s.rk[c2],
+                 (Xf[r2][c2 + 1] + Xf[c2 + 1][r2]) * s.rk[c2 + 1]);
   }
   __syncthreads();
-#pragma unroll
-  for (int m = 0; m < KM; ++m) dk[m] += s.F2[r][p + 4 * m];
+  // (7) dK += (dL_b (.) D + (dL_b (.) D)^T) K^;  Z into R0 for (8) dgamma_r += rowsum(Z)_r - colsum(Z)_r
   {
-    float zr = 0.f, tb = 0.f;
-    for (int s2 = p; s2 < kC; s2 += 4) {
-      zr += s.Z[r][s2] - s.Z[s2][r];
-      tb += T[r][s2];
+    float acc[NK][4] = {};
+    warp_mma_t<false, true, kC, K / 32, 32>(acc, R1, in_tile(s.k), m0, 16 * hw, lane);
+#pragma unroll
+    for (int ti = 0; ti < NK; ++ti)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[ti][e] += acc[ti][e];
+  }
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) Xf[frag_row(m0, lane, e)][frag_col(32 * hw, nt, lane, e)] = z[nt][e];
+#pragma unroll
+  for (int ti = 0; ti < NK; ++ti)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int row = frag_row(m0, lane, e), i = frag_col(32 * (ti / 2) + 16 * hw, ti % 2, lane, e);
+      if (row < nv) {
+        const int64_t o = ((cp.b * a.T + cp.t0 + row) * a.Hv + h) * K + i;
+        *reinterpret_cast<float2*>(a.dqh + o) = make_float2(dq[ti][e], dq[ti][e + 1]);
+        *reinterpret_cast<float2*>(a.dkh + o) = make_float2(dk[ti][e], dk[ti][e + 1]);
+      }
     }
+  __syncthreads();
+  {  // per row r (4 threads): the row sums of the products and rowsum(Z) - colsum(Z)
+    const int r = tid >> 2, p = tid & 3;
+    float zr = 0.f;
+    for (int s2 = p; s2 < kC; s2 += 4) zr += Xf[r][s2] - Xf[s2][r];
     zr = lane_sum<1, 4>(zr);
-    tb = lane_sum<1, 4>(tb);
     if (p == 0) {
-      s.dgam[r] += zr;
-      s.dbeta[r] += tb;
-    }
-  }
-  if (r < nv) {
-    const int64_t row = (cp.b * a.T + cp.t0 + r) * a.Hv + h;
-#pragma unroll
-    for (int m = 0; m < KM; ++m) {
-      a.dqh[row * K + p + 4 * m] = dq[m];
-      a.dkh[row * K + p + 4 * m] = dk[m];
+      const float kd = s.part[2][0][r] + s.part[2][1][r];
+      s.dgam[r] = ((s.part[0][0][r] + s.part[0][1][r]) + s.b[r] * s.eg[r] * kd) + zr;
+      s.dbeta[r] = (s.eg[r] * kd + (s.part[3][0][r] + s.part[3][1][r])) + (s.part[4][0][r] + s.part[4][1][r]);
+      s.tau[r] = s.part[1][0][r] + s.part[1][1][r];
     }
   }
   __syncthreads();
@@ -839,11 +904,11 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
     // dgamma_{n-1} += sum tau) enter dg_r as the exclusive prefix sum_{j < r} tau_j: the same sum without the O(1)
     // cancellation of tau_{n-1} (which would swamp a tiny dg under a strong decay, g = -30).
     float sd = 0.f, pre = 0.f;
-    for (int i = 0; i < kThreads; ++i) sd += s.red[i];
+    for (int i = 0; i < kThreads / 32; ++i) sd += s.red[i];
     for (int i = 0; i < nv; ++i) {
-      const float t = s.tau[i];
+      const float tv = s.tau[i];
       s.tau[i] = pre;
-      pre += t;
+      pre += tv;
     }
     s.dgam[nv - 1] += expf(gl) * sd;
     float acc = 0.f;

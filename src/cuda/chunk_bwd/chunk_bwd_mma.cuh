@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
 
@@ -27,30 +28,88 @@ __device__ __forceinline__ Split2 split_pair(float x0, float x1) {
   return s;
 }
 
-// One warp: d[nt] (the 16 x 8 tile at rows m0, columns n0 + 8 nt; lane (g, t) = (lane / 4, lane % 4) holds
-// (g, 2t..2t+1) and (g + 8, 2t..2t+1)) += sum_{k < KD} a(m0 + r, k) b(k, n0 + 8 nt + c), the operands read as floats
-// through the accessors a(row, k) and b(k, col); each A fragment serves all NT tiles. AEX / BEX: the operand's
-// values are bf16 already. Fixed order (k ascending; within a step lo*hi, hi*lo, then hi*hi): deterministic.
-template <bool AEX, bool BEX, int KD, int NT, class FA, class FB>
-__device__ __forceinline__ void warp_mma(float (&d)[NT][4], FA a, FB b, int m0, int n0, int lane) {
-  const int g = lane >> 2, t2 = 2 * (lane & 3);
+// ---- operands as 16-bit tiles in shared memory, fragments by ldmatrix ------------------------------------------
+// A tile holds a matrix M row-major at p[r * ld + c], ld = 8 (mod 64) elements: the eight 16-byte rows of an
+// ldmatrix 8x8 read then fall in eight distinct bank quads (conflict-free), and every row start is 16-byte aligned.
+// An fp32 operand is materialized once (scale factors applied) as two bf16 tiles, hi and lo (SplitTile); a
+// 16-bit input is used as stored (InTile): bf16 is exact (no lo), f16 is split into bf16 hi + lo in registers
+// (exact: f16 has 11 significant bits).
+constexpr int tile_ld(int cols) {
+  return cols + 8;
+}
+struct SplitTile {
+  static constexpr bool kExact = false;
+  const __nv_bfloat16 *hi, *lo;
+  int ld;
+};
+template <class E>
+struct InTile {
+  static constexpr bool kExact = std::is_same_v<E, __nv_bfloat16>;
+  const E* p;
+  int ld;
+};
+
+// x = hi + lo into the two tiles at element offset o (two adjacent columns).
+__device__ __forceinline__ void store_split2(__nv_bfloat16* hi, __nv_bfloat16* lo, int o, float x0, float x1) {
+  const Split2 s = split_pair<false>(x0, x1);
+  *reinterpret_cast<uint32_t*>(hi + o) = s.hi;
+  *reinterpret_cast<uint32_t*>(lo + o) = s.lo;
+}
+
+// The four 8x8 matrices of a fragment at element offset o of the lane (the lane's row address, below), hi and lo.
+template <bool TRANS>
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void* p) {
+  if constexpr (TRANS)
+    ldsm_x4_t(r, p);
+  else
+    ldsm_x4(r, p);
+}
+template <bool TRANS>
+__device__ __forceinline__ void load_frag(const SplitTile& t, int o, uint32_t (&h)[4], uint32_t (&l)[4]) {
+  ldsm4<TRANS>(h, t.hi + o);
+  ldsm4<TRANS>(l, t.lo + o);
+}
+template <bool TRANS>
+__device__ __forceinline__ void load_frag(const InTile<__nv_bfloat16>& t, int o, uint32_t (&h)[4], uint32_t (&)[4]) {
+  ldsm4<TRANS>(h, t.p + o);
+}
+template <bool TRANS>
+__device__ __forceinline__ void load_frag(const InTile<__half>& t, int o, uint32_t (&h)[4], uint32_t (&l)[4]) {
+  ldsm4<TRANS>(h, t.p + o);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float2 x = chunk_detail::Elem<false>::unpack(h[q]);
+    const Split2 s = split_pair<false>(x.x, x.y);
+    h[q] = s.hi, l[q] = s.lo;
+  }
+}
+
+// One warp: d[2 j + u] (the 16 x 8 tile at rows m0, columns n0 + NS j + 8 u) += sum_{k < KD} A(m0 + r, k) B(k, c),
+// j < NP, with A(m, k) = a[m][k] (or a[k][m]: AKM) and B(k, n) = b[n][k] (or b[k][n]: BKN), fragments by
+// ldmatrix (.trans for AKM / BKN); each A fragment serves all 2 NP tiles. Fixed order (k ascending; within a
+// step lo*hi, hi*lo, then hi*hi; exact operands skip their lo): deterministic. Lane l addresses row l % 8 of
+// matrix l / 8; the matrices are a0..a3 (rows +8 for odd, k +8 for >= 2) and b0, b1 of tile u = 0, then of u = 1.
+template <bool AKM, bool BKN, int KD, int NP, int NS, class OA, class OB>
+__device__ __forceinline__ void warp_mma_t(float (&d)[2 * NP][4], const OA& a, const OB& b, int m0, int n0, int lane) {
+  const int l7 = lane & 7, l8 = 8 * ((lane >> 3) & 1), l16 = 8 * (lane >> 4);
+  const int ao = AKM ? (l7 + l16) * a.ld + m0 + l8 : (m0 + l7 + l8) * a.ld + l16;
+  const int bo = BKN ? (l7 + l8) * b.ld + n0 + l16 : (n0 + l7 + l16) * b.ld + l8;
+  const int astep = AKM ? 16 * a.ld : 16, bstep = BKN ? 16 * b.ld : 16, bj = BKN ? NS : NS * b.ld;
 #pragma unroll 2
   for (int k0 = 0; k0 < KD; k0 += 16) {
     uint32_t ah[4], al[4];
+    load_frag<AKM>(a, ao + (k0 / 16) * astep, ah, al);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {  // a[q]: rows g (+8 for q odd), columns 2t (+8 for q >= 2)
-      const int row = m0 + g + 8 * (q & 1), col = k0 + t2 + 8 * (q >> 1);
-      const Split2 s = split_pair<AEX>(a(row, col), a(row, col + 1));
-      ah[q] = s.hi, al[q] = s.lo;
-    }
+    for (int j = 0; j < NP; ++j) {
+      uint32_t bh[4], bl[4];
+      load_frag<BKN>(b, bo + (k0 / 16) * bstep + j * bj, bh, bl);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int col = n0 + 8 * nt + g;
-      const Split2 b0 = split_pair<BEX>(b(k0 + t2, col), b(k0 + t2 + 1, col));
-      const Split2 b1 = split_pair<BEX>(b(k0 + t2 + 8, col), b(k0 + t2 + 9, col));
-      if constexpr (!AEX) mma_m16n8k16<true>(d[nt], al, b0.hi, b1.hi);
-      if constexpr (!BEX) mma_m16n8k16<true>(d[nt], ah, b0.lo, b1.lo);
-      mma_m16n8k16<true>(d[nt], ah, b0.hi, b1.hi);
+      for (int u = 0; u < 2; ++u) {
+        float(&acc)[4] = d[2 * j + u];
+        if constexpr (!OA::kExact) mma_m16n8k16<true>(acc, al, bh[2 * u], bh[2 * u + 1]);
+        if constexpr (!OB::kExact) mma_m16n8k16<true>(acc, ah, bl[2 * u], bl[2 * u + 1]);
+        mma_m16n8k16<true>(acc, ah, bh[2 * u], bh[2 * u + 1]);
+      }
     }
   }
 }
