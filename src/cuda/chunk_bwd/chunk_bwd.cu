@@ -9,6 +9,7 @@
 
 #include "api/internal.hpp"
 #include "cuda/chunk_bwd/chunk_bwd.hpp"
+#include "cuda/chunk_fwd/chunk_fwd.hpp"
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/device_util.cuh"
 
@@ -226,16 +227,7 @@ ChunkBwdArgs make_args(const ChunkBwdParams& p, const SeqDims& d) {
   if (p.dh0.defined()) set3(p.dh0, &a.dh0, &a.dh0_sn, &a.dh0_sh, &a.dh0_sr);
   if (p.dA_log.defined()) a.dA_log = static_cast<float*>(p.dA_log.data), a.dalog_s = p.dA_log.strides[0];
   if (p.ddt_bias.defined()) a.ddt_bias = static_cast<float*>(p.ddt_bias.data), a.dddt_s = p.ddt_bias.strides[0];
-  a.B = d.B, a.T = d.T, a.N = d.N, a.Hqk = d.Hqk, a.Hv = d.Hv;
-  a.group = int32_t(d.group());
-  a.scale = d.scale;
-  a.l2norm = p.use_qk_l2norm_in_kernel;
-  a.gate_in_kernel = p.gate.use_gate_in_kernel;
-  a.beta_sigmoid = p.gate.use_beta_sigmoid_in_kernel;
-  a.beta_mult = p.gate.allow_neg_eigval ? 2.f : 1.f;
-  a.sp_beta = p.gate.softplus_beta;
-  a.sp_threshold = p.gate.softplus_threshold;
-  a.state_vmajor = p.state_layout == StateLayout::v_major;
+  set_chunk_common(a, p, d);
   a.nchunk_b = ceil_div(d.T, kChunk);
   a.slots = slots_of(d);
   return a;

@@ -40,52 +40,11 @@ __device__ __forceinline__ E zero_elem() {
   return E(0.f);
 }
 
-// Sequence n: batch entry, first token and length (cu_seqlens clamped to [0, T], pairwise non-decreasing, so no
-// value of it reads or writes out of bounds).
-__device__ __forceinline__ void seq_range(const ChunkBwdArgs& a, int64_t n, int64_t* b, int64_t* t0, int64_t* len) {
-  if (a.cu_seqlens == nullptr) {
-    *b = n, *t0 = 0, *len = a.T;
-    return;
-  }
-  int64_t s0 = load_index(a.cu_seqlens, a.cu_i64, n), s1 = load_index(a.cu_seqlens, a.cu_i64, n + 1);
-  s0 = s0 < 0 ? 0 : (s0 > a.T ? a.T : s0);
-  s1 = s1 < 0 ? 0 : (s1 > a.T ? a.T : s1);
-  *b = 0, *t0 = s0, *len = s1 > s0 ? s1 - s0 : 0;
-}
-
-// Workspace slot of chunk c of sequence n (first token t0): n ceil(T / 64) + c (fixed length), or
-// n + floor((t0 + 64 c) / 64) (varlen): distinct chunks get distinct slots, all < slots (chunk_fwd's map).
-__device__ __forceinline__ int64_t slot_of(const ChunkBwdArgs& a, int64_t n, int64_t t0, int64_t c) {
-  return a.cu_seqlens ? n + (t0 + kC * c) / kC : n * a.nchunk_b + c;
-}
-
-// The inverse: sequence n and chunk c of a slot (false: the slot holds no chunk). Varlen: binary search over the
-// slot of each sequence's first chunk, which increases with n.
-__device__ __forceinline__ bool slot_chunk(const ChunkBwdArgs& a, int64_t slot, int64_t* n, int64_t* c) {
-  if (a.cu_seqlens == nullptr) {
-    if (a.nchunk_b <= 0) return false;
-    *n = slot / a.nchunk_b, *c = slot % a.nchunk_b;
-    return *n < a.N;
-  }
-  auto first = [&](int64_t m) {
-    int64_t s0 = load_index(a.cu_seqlens, a.cu_i64, m);
-    s0 = s0 < 0 ? 0 : (s0 > a.T ? a.T : s0);
-    return m + s0 / kC;
-  };
-  if (a.N <= 0 || first(0) > slot) return false;
-  int64_t lo = 0, hi = a.N - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (first(mid) <= slot)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  int64_t b, t0, len;
-  seq_range(a, lo, &b, &t0, &len);
-  *n = lo, *c = slot - first(lo);
-  return *c >= 0 && *c * kC < len;
-}
+// Sequences and workspace slots as in the forward (chunk_fwd_common.cuh): the same clamped cu_seqlens and the same
+// slot map, so a slot names the same chunk in both.
+using chunk_detail::chunk_slot;
+using chunk_detail::seq_bounds;
+using chunk_detail::slot_chunk;
 
 // A chunk: batch entry, first token, valid rows.
 struct ChunkPos {
@@ -188,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
   const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int64_t n, c, sb, st, len;
   if (!slot_chunk(a, slot, &n, &c)) return;
-  seq_range(a, n, &sb, &st, &len);
+  seq_bounds(a, n, &sb, &st, &len);
   ChunkPos cp{sb, st + kC * c, slot * a.Hv + h, int(len - kC * c < kC ? len - kC * c : kC)};
 
   const E* qg = static_cast<const E*>(a.q) + cp.b * a.q_sb + hk * a.q_sh;
@@ -371,7 +330,7 @@ template <class E, int K, int V>
 __device__ __forceinline__ void state_prefetch(const ChunkBwdArgs& a, typename StateSmem<E, K>::Stage& g, int64_t n,
                                                int64_t sb, int64_t t0s, int64_t len, int64_t c, int h, int j0,
                                                int tid) {
-  const int64_t t0 = t0s + kC * c, rec = slot_of(a, n, t0s, c) * a.Hv + h;
+  const int64_t t0 = t0s + kC * c, rec = chunk_slot(a, n, t0s, c) * a.Hv + h;
   const int nv = int(len - kC * c < kC ? len - kC * c : kC);
   copy_w<K>(g.W, a.W + rec * (kC * K), tid);
   copy_f32_tile<kBV>(g.U0, a.U + rec * (kC * V) + j0, V, tid);
@@ -392,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
   const int h = blockIdx.y, j0 = blockIdx.z * kBV, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   int64_t sb, st, len;
-  seq_range(a, n, &sb, &st, &len);
+  seq_bounds(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
   const SplitTile Sv = split_tile(s.Sb), Uv = split_tile(s.Ub);
   for (int e = tid; e < K * kBV; e += kThreads) {  // S = h0 (or 0)
@@ -401,7 +360,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
   }
   if (nch > 0) state_prefetch<E, K, V>(a, s.st[0], n, sb, st, len, 0, h, j0, tid);
   for (int64_t c = 0; c < nch; ++c) {
-    const int64_t rec = slot_of(a, n, st, c) * a.Hv + h;
+    const int64_t rec = chunk_slot(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
@@ -472,7 +431,7 @@ template <class E, int K, int V>
 __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename DStateSmem<E, K>::Stage& g, int64_t n,
                                                 int64_t sb, int64_t t0s, int64_t len, int64_t c, int h, int j0,
                                                 int tid) {
-  const int64_t t0 = t0s + kC * c, rec = slot_of(a, n, t0s, c) * a.Hv + h;
+  const int64_t t0 = t0s + kC * c, rec = chunk_slot(a, n, t0s, c) * a.Hv + h;
   const int nv = int(len - kC * c < kC ? len - kC * c : kC), hk = h / a.group;
   copy_f32_tile<kBV>(g.dU0, a.dU + rec * (kC * V) + j0, V, tid);
   copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh, a.k_st, t0, nv, 0, tid);
@@ -491,7 +450,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
   const int h = blockIdx.y, j0 = blockIdx.z * kBV, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   int64_t sb, st, len;
-  seq_range(a, n, &sb, &st, &len);
+  seq_bounds(a, n, &sb, &st, &len);
   const int64_t nch = (len + kC - 1) / kC;
   const SplitTile dSv = split_tile(s.dSb), dUv = split_tile(s.dUb), Ov = split_tile(s.Ob), Wv = split_tile(s.W);
   for (int e = tid; e < K * kBV; e += kThreads) {  // dS = dht (or 0)
@@ -500,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
   }
   if (nch > 0) dstate_prefetch<E, K, V>(a, s.st[(nch - 1) & 1], n, sb, st, len, nch - 1, h, j0, tid);
   for (int64_t c = nch - 1; c >= 0; --c) {
-    const int64_t rec = slot_of(a, n, st, c) * a.Hv + h;
+    const int64_t rec = chunk_slot(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
@@ -604,7 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
   const int warp = tid >> 5, lane = tid & 31, m0 = 16 * (warp & 3), hw = warp >> 2, g = lane >> 2, t = lane & 3;
   int64_t n, c, sb, st, len;
   if (!slot_chunk(a, slot, &n, &c)) return;
-  seq_range(a, n, &sb, &st, &len);
+  seq_bounds(a, n, &sb, &st, &len);
   const ChunkPos cp{sb, st + kC * c, slot * a.Hv + h, int(len - kC * c < kC ? len - kC * c : kC)};
   const int nv = cp.nv;
   const float lam = a.scale;

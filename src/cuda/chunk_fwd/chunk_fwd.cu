@@ -211,16 +211,8 @@ ChunkKernelArgs make_args(const ChunkFwdParams& p, const ChunkDims& d) {
     a.num_ckpt = d.num_checkpoints;
   }
   if (p.cu_seqlens.defined()) a.cu_seqlens = p.cu_seqlens.data, a.cu_i64 = p.cu_seqlens.dtype == DType::i64;
-  a.B = d.B, a.T = d.T, a.N = d.N, a.Hqk = d.Hqk, a.Hv = d.Hv, a.V = d.V;
-  a.group = int32_t(d.group());
-  a.scale = d.scale;
-  a.l2norm = p.use_qk_l2norm_in_kernel;
-  a.gate_in_kernel = p.gate.use_gate_in_kernel;
-  a.beta_sigmoid = p.gate.use_beta_sigmoid_in_kernel;
-  a.beta_mult = p.gate.allow_neg_eigval ? 2.f : 1.f;
-  a.sp_beta = p.gate.softplus_beta;
-  a.sp_threshold = p.gate.softplus_threshold;
-  a.state_vmajor = p.state_layout == StateLayout::v_major;
+  set_chunk_common(a, p, d);
+  a.V = d.V;
   a.mode = kModeForward;
   return a;
 }

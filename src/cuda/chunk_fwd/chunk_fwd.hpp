@@ -128,6 +128,22 @@ struct ChunkKernelArgs {
   int64_t nchunk_b;    // ceil(T / 64): chunks per batch entry (fixed length)
 };
 
+// The fields the chunk kernels of both directions read alike (ChunkKernelArgs, ChunkBwdArgs): shapes, scale,
+// the in-kernel l2norm, the fused gate and the state layout, from the op's params and dims.
+template <class Args, class Params, class Dims>
+void set_chunk_common(Args& a, const Params& p, const Dims& d) {
+  a.B = d.B, a.T = d.T, a.N = d.N, a.Hqk = d.Hqk, a.Hv = d.Hv;
+  a.group = int32_t(d.group());
+  a.scale = d.scale;
+  a.l2norm = p.use_qk_l2norm_in_kernel;
+  a.gate_in_kernel = p.gate.use_gate_in_kernel;
+  a.beta_sigmoid = p.gate.use_beta_sigmoid_in_kernel;
+  a.beta_mult = p.gate.allow_neg_eigval ? 2.f : 1.f;
+  a.sp_beta = p.gate.softplus_beta;
+  a.sp_threshold = p.gate.softplus_threshold;
+  a.state_vmajor = p.state_layout == decltype(p.state_layout)::v_major;
+}
+
 // The kernels (chunk_fwd_intra.cuh, chunk_fwd_state.cuh), defined per dtype; each returns a cudaError_t as int.
 // The intra pass: grid (rec_slots, Hv). The mma.sync state pass (K or V = 64): grid (items, Hv, ceil(tiles / (V /
 // 64))), V / 64 value tiles per CTA; tiles = V / 64 (forward) or (K + V) / 64 (summary).

@@ -101,9 +101,10 @@ __device__ __forceinline__ float load_scalar(const void* p, int32_t dt, int64_t 
 }
 
 // Sequence n: batch entry, first token and length. cu_seqlens values are clamped to [0, T] and made
-// non-decreasing pairwise, so no value reads or writes out of bounds.
-__device__ __forceinline__ void seq_bounds(const ChunkKernelArgs& a, int64_t n, int64_t* bidx, int64_t* t0,
-                                           int64_t* len) {
+// non-decreasing pairwise, so no value reads or writes out of bounds. Args: ChunkKernelArgs or ChunkBwdArgs (the
+// backward reads the forward's layout: cu_seqlens, cu_i64, T, N, nchunk_b).
+template <class Args>
+__device__ __forceinline__ void seq_bounds(const Args& a, int64_t n, int64_t* bidx, int64_t* t0, int64_t* len) {
   if (a.cu_seqlens == nullptr) {
     *bidx = n;
     *t0 = 0;
@@ -129,14 +130,16 @@ __device__ __forceinline__ void seq_bounds(const ChunkKernelArgs& a, int64_t n, 
 // length (n = b); n + floor((t0 + 64 c) / 64) for varlen. Distinct chunks get distinct slots (for n < n' the
 // chunk starts s < s' give floor(s / 64) <= floor(s' / 64)), and every slot is < N + ceil(T / 64) = rec_slots
 // because t0 + 64 c <= T - 1 for the clamped bounds of seq_bounds.
-__device__ __forceinline__ int64_t chunk_slot(const ChunkKernelArgs& a, int64_t n, int64_t t0, int64_t c) {
+template <class Args>
+__device__ __forceinline__ int64_t chunk_slot(const Args& a, int64_t n, int64_t t0, int64_t c) {
   return a.cu_seqlens ? n + (t0 + kC * c) / kC : n * a.nchunk_b + c;
 }
 
 // The inverse of chunk_slot: the sequence n and chunk c of a slot (false: the slot holds no chunk). Varlen: the
 // first slot of sequence n, n + floor(t0_n / 64), increases with n, so a binary search finds n (a garbage
 // cu_seqlens table gives some in-bounds answer).
-__device__ __forceinline__ bool slot_chunk(const ChunkKernelArgs& a, int64_t slot, int64_t* n, int64_t* c) {
+template <class Args>
+__device__ __forceinline__ bool slot_chunk(const Args& a, int64_t slot, int64_t* n, int64_t* c) {
   if (a.cu_seqlens == nullptr) {
     if (a.nchunk_b <= 0) return false;
     *n = slot / a.nchunk_b;
