@@ -1,7 +1,8 @@
-// The public entry points of flashgdn.hpp: validate, then run on the backend of the tensors' device.
+// The public entry points of flashgdn.hpp, one generic body for every op (run_op, workspace_size_op,
+// plan_text_op; Backend<P> says what differs): validate once, then run on the backend of the tensors' device.
 //
 //   CPU tensors  -> flashgdn::cpu::<op>   (no workspace, no stream)
-//   CUDA tensors -> flashgdn::cuda::<op>  (caller's workspace and stream; launches only)
+//   CUDA tensors -> flashgdn::cuda::<op>  (the plan, built once per call; caller's workspace and stream; launches only)
 //
 // exec.check_indices on CUDA: the index tensors are copied to the host on the caller's stream (a sync, which is
 // why it is opt-in) and the call is validated once more as a host mirror, so CPU and CUDA share one set of value
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "api/internal.hpp"
+#include "api/op_table.hpp"
 #include "api/plan.hpp"
 #include "common/error.hpp"
 
@@ -105,14 +107,6 @@ class HostMirror {
   std::deque<std::vector<uint8_t>> bufs_;  // a deque keeps earlier buffers in place
 };
 
-// The host mirror marks every tensor as CPU memory; only the index tensors, repointed to host copies, are read.
-void mark_host(std::initializer_list<TensorView*> ts) {
-  for (TensorView* t : ts) {
-    t->device = DeviceType::cpu;
-    t->device_id = 0;
-  }
-}
-
 Status check_workspace(const char* op, size_t required, const void* ws, size_t ws_bytes) {
   if (required == 0) return Status::OK();
   if (!ws)
@@ -124,60 +118,28 @@ Status check_workspace(const char* op, size_t required, const void* ws, size_t w
   return Status::OK();
 }
 
-// exec.check_indices for CUDA tensors: validate a host mirror whose index tensors are host copies.
-Status check_device_indices(const ChunkFwdParams& p, void* stream) {
-  if (!p.exec.check_indices || !p.cu_seqlens.defined()) return Status::OK();
-  HostMirror mirror(static_cast<cudaStream_t>(stream));
-  ChunkFwdParams h = p;
-  FGDN_RETURN_IF_ERROR(mirror.copy("chunk_fwd", "cu_seqlens", &h.cu_seqlens));
-  mark_host({&h.q, &h.k, &h.v, &h.g, &h.beta, &h.A_log, &h.dt_bias, &h.initial_state, &h.cu_seqlens, &h.o,
-             &h.final_state, &h.state_checkpoints});
-  ChunkDims d;
-  return validate(h, &d);
-}
-
-Status check_device_indices(const ChunkBwdParams& p, void* stream) {
-  if (!p.exec.check_indices || !p.cu_seqlens.defined()) return Status::OK();
-  HostMirror mirror(static_cast<cudaStream_t>(stream));
-  ChunkBwdParams h = p;
-  FGDN_RETURN_IF_ERROR(mirror.copy("chunk_bwd", "cu_seqlens", &h.cu_seqlens));
-  mark_host({&h.q, &h.k, &h.v, &h.g, &h.beta, &h.A_log, &h.dt_bias, &h.initial_state, &h.cu_seqlens, &h.d_o, &h.d_ht,
-             &h.dq, &h.dk, &h.dv, &h.dg, &h.dbeta, &h.dh0, &h.dA_log, &h.ddt_bias});
-  SeqDims d;
-  return validate(h, &d);
-}
-
-Status check_device_indices(const RecurrentParams& p, void* stream) {
+// exec.check_indices for CUDA tensors: validate a host mirror of the call, whose index tensors (the table's index
+// dtype class: cu_seqlens, slot indices, num_accepted_tokens) are host copies and whose every tensor is marked CPU
+// memory (only the index tensors are read). A call without index tensors has no values to check.
+template <class P, class D>
+Status check_device_indices(const P& p, void* stream) {
   if (!p.exec.check_indices) return Status::OK();
+  bool any = false;
+  Op<P>::tensors([&](const TensorSpec& s, const TensorView& t) { any |= s.dtypes == DClass::index && t.defined(); }, p);
+  if (!any) return Status::OK();
   HostMirror mirror(static_cast<cudaStream_t>(stream));
-  RecurrentParams h = p;
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent", "cu_seqlens", &h.cu_seqlens));
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent", "state_indices", &h.state_indices));
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent", "num_accepted_tokens", &h.num_accepted_tokens));
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent", "intermediate_indices", &h.intermediate_indices));
-  mark_host({&h.q, &h.k, &h.v, &h.g, &h.beta, &h.A_log, &h.dt_bias, &h.cu_seqlens, &h.o, &h.state_pool,
-             &h.state_indices, &h.num_accepted_tokens, &h.intermediate_states, &h.intermediate_indices,
-             &h.initial_state, &h.final_state});
-  RecurrentDims d;
+  P h = p;
+  Status st;
+  Op<P>::tensors(
+      [&](const TensorSpec& s, TensorView& t) {
+        if (st.ok() && s.dtypes == DClass::index) st = mirror.copy(Op<P>::name, s.name, &t);
+        t.device = DeviceType::cpu;
+        t.device_id = 0;
+      },
+      h);
+  FGDN_RETURN_IF_ERROR(st);
+  D d;
   return validate(h, &d);
-}
-
-Status check_device_indices(const RecurrentCommitParams& p, void* stream) {
-  if (!p.exec.check_indices) return Status::OK();
-  HostMirror mirror(static_cast<cudaStream_t>(stream));
-  RecurrentCommitParams h = p;
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent_commit", "state_indices", &h.state_indices));
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent_commit", "num_accepted_tokens", &h.num_accepted_tokens));
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent_commit", "intermediate_indices", &h.intermediate_indices));
-  mark_host({&h.state_pool, &h.state_indices, &h.intermediate_states, &h.intermediate_indices, &h.num_accepted_tokens});
-  CommitDims d;
-  return validate(h, &d);
-}
-
-// mixer_decode's index tensors are recurrent's: check them through its recurrent view.
-Status check_device_indices(const MixerDecodeParams& p, void* stream) {
-  if (!p.exec.check_indices) return Status::OK();
-  return check_device_indices(mixer_recurrent_view(p), stream);
 }
 
 #endif  // FLASHGDN_WITH_CUDA
@@ -200,222 +162,242 @@ DeviceFacts device_facts(int32_t device_id, int32_t sm_count = 0) {
   return f;
 }
 
-const char* cpu_algo_name(const ExecOptions& e) {
-  return e.cpu_algo == CpuAlgo::chunked ? "chunked" : "recurrent";
+// The tensor that decides the call's device: the first present one in table order (validation's rule).
+template <class P>
+const TensorView& first_tensor(const P& p) {
+  const TensorView* first = nullptr;
+  Op<P>::tensors(
+      [&](const TensorSpec&, const TensorView& t) {
+        if (!first && t.defined()) first = &t;
+      },
+      p);
+  static const TensorView kAbsent;
+  return first ? *first : kAbsent;
+}
+
+// ---- what differs between the ops ---------------------------------------------------------------------------
+// Backend<P>: the Dims its validation resolves, its plan (NoPlan where the op has no choice to make), the workspace
+// the plan needs, and the two backends.
+struct NoPlan {};
+
+template <class P>
+struct Backend;
+
+template <>
+struct Backend<ChunkFwdParams> {
+  using Dims = ChunkDims;
+  using Plan = ChunkFwdPlan;
+  static Status plan(const ChunkFwdParams& p, const Dims& d, const DeviceFacts& f, Plan* pl) {
+    return plan_chunk_fwd(p, d, f, pl);
+  }
+  static size_t workspace(const ChunkFwdParams&, const Dims&, const Plan& pl) { return pl.workspace_bytes; }
+  static Status run_cpu(const ChunkFwdParams& p, const Dims& d) { return cpu::chunk_fwd(p, d); }
+#if FLASHGDN_WITH_CUDA
+  static Status run_cuda(const ChunkFwdParams& p, const Dims& d, const Plan& pl, void* ws, size_t n, void* s) {
+    return cuda::chunk_fwd(p, d, pl, ws, n, s);
+  }
+#endif
+};
+
+template <>
+struct Backend<ChunkBwdParams> {
+  using Dims = SeqDims;
+  using Plan = NoPlan;
+  static Status plan(const ChunkBwdParams&, const Dims&, const DeviceFacts&, Plan*) { return Status::OK(); }
+#if FLASHGDN_WITH_CUDA
+  static size_t workspace(const ChunkBwdParams& p, const Dims& d, const Plan&) {
+    return cuda::chunk_bwd_workspace_size(p, d);
+  }
+  static Status run_cuda(const ChunkBwdParams& p, const Dims& d, const Plan&, void* ws, size_t n, void* s) {
+    return cuda::chunk_bwd(p, d, ws, n, s);
+  }
+#endif
+  static Status run_cpu(const ChunkBwdParams& p, const Dims& d) {
+    return cpu::chunk_bwd(p, d);
+  }
+};
+
+template <>
+struct Backend<RecurrentParams> {
+  using Dims = RecurrentDims;
+  using Plan = RecurrentPlan;
+  static Status plan(const RecurrentParams& p, const Dims& d, const DeviceFacts& f, Plan* pl) {
+    return plan_recurrent(p, d, f, pl);
+  }
+  static size_t workspace(const RecurrentParams&, const Dims&, const Plan&) { return 0; }  // no kernel takes one
+  static Status run_cpu(const RecurrentParams& p, const Dims& d) { return cpu::recurrent(p, d); }
+#if FLASHGDN_WITH_CUDA
+  static Status run_cuda(const RecurrentParams& p, const Dims& d, const Plan& pl, void*, size_t, void* s) {
+    return cuda::recurrent(p, d, pl, s);
+  }
+#endif
+};
+
+// The ops with one kernel each and no workspace.
+#if FLASHGDN_WITH_CUDA
+#define FGDN_SIMPLE_CUDA(Params, op)                                                            \
+  static Status run_cuda(const Params& p, const Dims& d, const Plan&, void*, size_t, void* s) { \
+    return cuda::op(p, d, s);                                                                   \
+  }
+#else
+#define FGDN_SIMPLE_CUDA(Params, op)
+#endif
+#define FGDN_SIMPLE_OP(Params, DimsT, op)                                                              \
+  template <>                                                                                          \
+  struct Backend<Params> {                                                                             \
+    using Dims = DimsT;                                                                                \
+    using Plan = NoPlan;                                                                               \
+    static Status plan(const Params&, const Dims&, const DeviceFacts&, Plan*) { return Status::OK(); } \
+    static size_t workspace(const Params&, const Dims&, const Plan&) { return 0; }                     \
+    static Status run_cpu(const Params& p, const Dims& d) { return cpu::op(p, d); }                    \
+    FGDN_SIMPLE_CUDA(Params, op)                                                                       \
+  };
+FGDN_SIMPLE_OP(GatingParams, GatingDims, gating)
+FGDN_SIMPLE_OP(RecurrentCommitParams, CommitDims, recurrent_commit)
+FGDN_SIMPLE_OP(MixerDecodeParams, MixerDims, mixer_decode)
+#undef FGDN_SIMPLE_OP
+#undef FGDN_SIMPLE_CUDA
+
+// ---- the generic entry points ------------------------------------------------------------------------------
+
+// Where a call's workspace comes from: the caller's buffer, or a provider asked for the plan's size.
+struct WorkspaceSource {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  const WorkspaceProvider* provider = nullptr;
+};
+
+// Validate once, then run on the tensors' backend; on CUDA plan once, and the workspace check and the launch read
+// that plan.
+template <class P>
+Status run_op(const P& p, const WorkspaceSource& ws, void* stream) {
+  using B = Backend<P>;
+  const char* op = Op<P>::name;
+  return guarded(op, [&]() -> Status {
+    typename B::Dims d;
+    FGDN_RETURN_IF_ERROR(validate(p, &d));
+    const TensorView& dev = first_tensor(p);
+    if (dev.device == DeviceType::cpu) return B::run_cpu(p, d);
+#if FLASHGDN_WITH_CUDA
+    DeviceGuard guard(dev.device_id);
+    FGDN_RETURN_IF_ERROR(guard.status());
+    FGDN_RETURN_IF_ERROR((check_device_indices<P, typename B::Dims>(p, stream)));
+    typename B::Plan plan;
+    FGDN_RETURN_IF_ERROR(B::plan(p, d, device_facts(dev.device_id), &plan));
+    const size_t need = B::workspace(p, d, plan);
+    void* ptr = ws.ptr;
+    size_t bytes = ws.bytes;
+    if (ws.provider && need > 0) {
+      if (!ws.provider->alloc)
+        return FGDN_INVALID(op, ": workspace: expected a WorkspaceProvider with an alloc function, got null");
+      ptr = ws.provider->alloc(ws.provider->ctx, need);
+      bytes = ptr ? need : 0;
+    }
+    FGDN_RETURN_IF_ERROR(check_workspace(op, need, ptr, bytes));
+    return B::run_cuda(p, d, plan, ptr, bytes, stream);
+#else
+    (void)ws;
+    (void)stream;
+    return FGDN_ERROR(internal, op, ": a CUDA tensor passed validation in a CPU-only build");
+#endif
+  });
+}
+
+template <class P>
+Status workspace_size_op(const P& p, size_t* bytes) {
+  using B = Backend<P>;
+  const char* op = Op<P>::name;
+  return guarded(op, [&]() -> Status {
+    FGDN_RETURN_IF_ERROR(check_bytes_ptr(op, bytes));
+    typename B::Dims d;
+    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
+    const TensorView& dev = first_tensor(p);
+    if (dev.device == DeviceType::cpu) {
+      *bytes = 0;
+      return Status::OK();
+    }
+#if FLASHGDN_WITH_CUDA
+    DeviceGuard guard(dev.device_id);
+    FGDN_RETURN_IF_ERROR(guard.status());
+    typename B::Plan plan;  // the plan also rejects what the call would
+    FGDN_RETURN_IF_ERROR(B::plan(p, d, device_facts(dev.device_id), &plan));
+    *bytes = B::workspace(p, d, plan);
+    return Status::OK();
+#else
+    return FGDN_ERROR(internal, op, "_workspace_size: a CUDA tensor passed validation in a CPU-only build");
+#endif
+  });
+}
+
+template <class P>
+Status plan_text_op(const P& p, std::string* out, int32_t sm_count) {
+  using B = Backend<P>;
+  const char* op = Op<P>::name;
+  return guarded(op, [&]() -> Status {
+    if (!out) return FGDN_INVALID(op, "_plan: out: expected a non-null pointer, got null");
+    typename B::Dims d;
+    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
+    const TensorView& dev = first_tensor(p);
+    if (dev.device == DeviceType::cpu && sm_count <= 0) {
+      *out = detail::str_cat(op, " on the CPU backend: ", p.exec.cpu_fp64 ? "fp64" : "fp32", ", ",
+                             p.exec.cpu_algo == CpuAlgo::chunked ? "chunked" : "recurrent", " form, no workspace\n");
+      return Status::OK();
+    }
+    typename B::Plan plan;
+    FGDN_RETURN_IF_ERROR(B::plan(p, d, device_facts(dev.device_id, sm_count), &plan));
+    *out = describe(plan, d);
+    return Status::OK();
+  });
 }
 
 }  // namespace
 
-// ---- chunk_fwd -----------------------------------------------------------------------------------------------
-
 Status chunk_fwd_workspace_size(const ChunkFwdParams& p, size_t* bytes) {
-  return guarded("chunk_fwd_workspace_size", [&]() -> Status {
-    FGDN_RETURN_IF_ERROR(check_bytes_ptr("chunk_fwd", bytes));
-    ChunkDims d;
-    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
-    if (p.q.device == DeviceType::cpu) {
-      *bytes = 0;
-      return Status::OK();
-    }
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.q.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    ChunkFwdPlan plan;
-    FGDN_RETURN_IF_ERROR(plan_chunk_fwd(p, d, device_facts(p.q.device_id), &plan));
-    *bytes = plan.workspace_bytes;
-    return Status::OK();
-#else
-    return FGDN_ERROR(internal, "chunk_fwd_workspace_size: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
+  return workspace_size_op(p, bytes);
 }
-
 Status chunk_fwd_plan(const ChunkFwdParams& p, std::string* out, int32_t sm_count) {
-  return guarded("chunk_fwd_plan", [&]() -> Status {
-    if (!out) return FGDN_INVALID("chunk_fwd_plan: out: expected a non-null pointer, got null");
-    ChunkDims d;
-    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
-    if (p.q.device == DeviceType::cpu && sm_count <= 0) {
-      *out = detail::str_cat("chunk_fwd on the CPU backend: ", p.exec.cpu_fp64 ? "fp64" : "fp32", ", ",
-                             cpu_algo_name(p.exec), " form, no workspace\n");
-      return Status::OK();
-    }
-    ChunkFwdPlan plan;
-    FGDN_RETURN_IF_ERROR(plan_chunk_fwd(p, d, device_facts(p.q.device_id, sm_count), &plan));
-    *out = describe(plan, d);
-    return Status::OK();
-  });
+  return plan_text_op(p, out, sm_count);
 }
-
 Status chunk_fwd(const ChunkFwdParams& p, void* workspace, size_t workspace_bytes, void* stream) {
-  return guarded("chunk_fwd", [&]() -> Status {
-    ChunkDims d;
-    FGDN_RETURN_IF_ERROR(validate(p, &d));
-    if (p.q.device == DeviceType::cpu) return cpu::chunk_fwd(p, d);
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.q.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
-    ChunkFwdPlan plan;
-    FGDN_RETURN_IF_ERROR(plan_chunk_fwd(p, d, device_facts(p.q.device_id), &plan));
-    FGDN_RETURN_IF_ERROR(check_workspace("chunk_fwd", plan.workspace_bytes, workspace, workspace_bytes));
-    return cuda::chunk_fwd(p, d, plan, workspace, workspace_bytes, stream);
-#else
-    return FGDN_ERROR(internal, "chunk_fwd: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
+  return run_op(p, {workspace, workspace_bytes, nullptr}, stream);
 }
-
-// ---- chunk_bwd -----------------------------------------------------------------------------------------------
+Status chunk_fwd(const ChunkFwdParams& p, const WorkspaceProvider& workspace, void* stream) {
+  return run_op(p, {nullptr, 0, &workspace}, stream);
+}
 
 Status chunk_bwd_workspace_size(const ChunkBwdParams& p, size_t* bytes) {
-  return guarded("chunk_bwd_workspace_size", [&]() -> Status {
-    FGDN_RETURN_IF_ERROR(check_bytes_ptr("chunk_bwd", bytes));
-    SeqDims d;
-    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
-    if (p.q.device == DeviceType::cpu) {
-      *bytes = 0;
-      return Status::OK();
-    }
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.q.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    *bytes = cuda::chunk_bwd_workspace_size(p, d);
-    return Status::OK();
-#else
-    return FGDN_ERROR(internal, "chunk_bwd_workspace_size: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
+  return workspace_size_op(p, bytes);
 }
-
 Status chunk_bwd(const ChunkBwdParams& p, void* workspace, size_t workspace_bytes, void* stream) {
-  return guarded("chunk_bwd", [&]() -> Status {
-    SeqDims d;
-    FGDN_RETURN_IF_ERROR(validate(p, &d));
-    if (p.q.device == DeviceType::cpu) return cpu::chunk_bwd(p, d);
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.q.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
-    FGDN_RETURN_IF_ERROR(
-        check_workspace("chunk_bwd", cuda::chunk_bwd_workspace_size(p, d), workspace, workspace_bytes));
-    return cuda::chunk_bwd(p, d, workspace, workspace_bytes, stream);
-#else
-    return FGDN_ERROR(internal, "chunk_bwd: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
+  return run_op(p, {workspace, workspace_bytes, nullptr}, stream);
 }
-
-// ---- gating --------------------------------------------------------------------------------------------------
+Status chunk_bwd(const ChunkBwdParams& p, const WorkspaceProvider& workspace, void* stream) {
+  return run_op(p, {nullptr, 0, &workspace}, stream);
+}
 
 Status gating(const GatingParams& p, void* stream) {
-  return guarded("gating", [&]() -> Status {
-    GatingDims d;
-    FGDN_RETURN_IF_ERROR(validate(p, &d));
-    if (p.a.device == DeviceType::cpu) return cpu::gating(p, d);
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.a.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    return cuda::gating(p, d, stream);
-#else
-    return FGDN_ERROR(internal, "gating: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
+  return run_op(p, {}, stream);
 }
-
-// ---- recurrent -----------------------------------------------------------------------------------------------
 
 Status recurrent_workspace_size(const RecurrentParams& p, size_t* bytes) {
-  return guarded("recurrent_workspace_size", [&]() -> Status {
-    FGDN_RETURN_IF_ERROR(check_bytes_ptr("recurrent", bytes));
-    RecurrentDims d;
-    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
-    if (p.q.device == DeviceType::cpu) {
-      *bytes = 0;
-      return Status::OK();
-    }
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.q.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    RecurrentPlan plan;  // no kernel takes a workspace; the plan still rejects what the call would
-    FGDN_RETURN_IF_ERROR(plan_recurrent(p, d, device_facts(p.q.device_id), &plan));
-    *bytes = 0;
-    return Status::OK();
-#else
-    return FGDN_ERROR(internal, "recurrent_workspace_size: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
+  return workspace_size_op(p, bytes);
 }
-
 Status recurrent_plan(const RecurrentParams& p, std::string* out, int32_t sm_count) {
-  return guarded("recurrent_plan", [&]() -> Status {
-    if (!out) return FGDN_INVALID("recurrent_plan: out: expected a non-null pointer, got null");
-    RecurrentDims d;
-    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
-    if (p.q.device == DeviceType::cpu && sm_count <= 0) {
-      *out = detail::str_cat("recurrent on the CPU backend: ", p.exec.cpu_fp64 ? "fp64" : "fp32", ", ",
-                             cpu_algo_name(p.exec), " form, no workspace\n");
-      return Status::OK();
-    }
-    RecurrentPlan plan;
-    FGDN_RETURN_IF_ERROR(plan_recurrent(p, d, device_facts(p.q.device_id, sm_count), &plan));
-    *out = describe(plan, d);
-    return Status::OK();
-  });
+  return plan_text_op(p, out, sm_count);
 }
-
 Status recurrent(const RecurrentParams& p, void* workspace, size_t workspace_bytes, void* stream) {
-  return guarded("recurrent", [&]() -> Status {
-    RecurrentDims d;
-    FGDN_RETURN_IF_ERROR(validate(p, &d));
-    if (p.q.device == DeviceType::cpu) return cpu::recurrent(p, d);
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.q.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
-    RecurrentPlan plan;
-    FGDN_RETURN_IF_ERROR(plan_recurrent(p, d, device_facts(p.q.device_id), &plan));
-    return cuda::recurrent(p, d, plan, stream);
-#else
-    return FGDN_ERROR(internal, "recurrent: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
+  return run_op(p, {workspace, workspace_bytes, nullptr}, stream);
 }
-
-// ---- recurrent_commit ----------------------------------------------------------------------------------------
+Status recurrent(const RecurrentParams& p, const WorkspaceProvider& workspace, void* stream) {
+  return run_op(p, {nullptr, 0, &workspace}, stream);
+}
 
 Status recurrent_commit(const RecurrentCommitParams& p, void* stream) {
-  return guarded("recurrent_commit", [&]() -> Status {
-    CommitDims d;
-    FGDN_RETURN_IF_ERROR(validate(p, &d));
-    if (p.state_pool.device == DeviceType::cpu) return cpu::recurrent_commit(p, d);
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.state_pool.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
-    return cuda::recurrent_commit(p, d, stream);
-#else
-    return FGDN_ERROR(internal, "recurrent_commit: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
+  return run_op(p, {}, stream);
 }
 
-// ---- mixer_decode --------------------------------------------------------------------------------------------
-
 Status mixer_decode(const MixerDecodeParams& p, void* stream) {
-  return guarded("mixer_decode", [&]() -> Status {
-    MixerDims d;
-    FGDN_RETURN_IF_ERROR(validate(p, &d));
-    if (p.x.device == DeviceType::cpu) return cpu::mixer_decode(p, d);
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.x.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
-    return cuda::mixer_decode(p, d, stream);
-#else
-    return FGDN_ERROR(internal, "mixer_decode: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
+  return run_op(p, {}, stream);
 }
 
 }  // namespace flashgdn

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "api/internal.hpp"
+#include "api/op_table.hpp"
 #include "common/checked.hpp"
 #include "common/dtype.hpp"
 #include "common/error.hpp"
@@ -89,14 +90,35 @@ std::string dset_str(DSet s) {
 
 // ---- per-call context ----------------------------------------------------------------------------------------
 
-enum class Role { input, output, inout };
-
+// One tensor argument of a call, as the op table declares it (api/op_table.hpp).
 struct Arg {
   const char* name;
   const TensorView* t;
   Role role;
+  DClass dtypes;
   bool dense;  // on CUDA: stride-1 last dim, 16-byte aligned pointer and strides (vectorized loads)
 };
+
+// The tensor arguments of a call in table order.
+struct ArgList {
+  static constexpr size_t kMax = 24;
+  std::array<Arg, kMax> a{};
+  size_t n = 0;
+  const Arg* begin() const { return a.data(); }
+  const Arg* end() const { return a.data() + n; }
+};
+
+template <class P>
+ArgList args_of(const P& p) {
+  static_assert(Op<P>::num_tensors <= int(ArgList::kMax), "ArgList::kMax: an op with more tensors");
+  ArgList l;
+  Op<P>::tensors(
+      [&](const TensorSpec& s, const TensorView& t) {
+        l.a[l.n++] = {s.name, &t, s.role, s.dtypes, s.layout == Layout::dense};
+      },
+      p);
+  return l;
+}
 
 struct Ctx {
   const char* op;
@@ -105,6 +127,7 @@ struct Ctx {
   // fp64 storage is accepted by the CPU backend only.
   DSet floats() const { return cuda ? kFloat : kFloat | bit(DType::f64); }
   DSet f32() const { return cuda ? kF32 : kF32 | bit(DType::f64); }
+  DSet of(DClass k) const { return k == DClass::floats ? floats() : k == DClass::f32 ? f32() : kIndex; }
   // Says why float64 is missing from a float set.
   std::string cpu_note(DSet s) const { return cuda && (s & kF32) ? " (on CUDA)" : ""; }
 };
@@ -216,7 +239,7 @@ Status check_like(const Ctx& c, const char* name, const TensorView& t, const cha
 }
 
 // Per-tensor layout rules that need no shape context, then the device rule over the whole call.
-Status check_tensors(Ctx& c, std::initializer_list<Arg> args) {
+Status check_tensors(Ctx& c, const ArgList& args) {
   const Arg* first = nullptr;
   for (const Arg& a : args) {
     const TensorView& t = *a.t;
@@ -246,6 +269,7 @@ Status check_tensors(Ctx& c, std::initializer_list<Arg> args) {
   for (const Arg& a : args) {
     const TensorView& t = *a.t;
     if (!t.defined()) continue;
+    FGDN_RETURN_IF_ERROR(check_dtype(c, a.name, t, c.of(a.dtypes)));
     for (int i = 0; i < t.ndim; ++i)
       if (t.shape[i] < 0)
         return FGDN_INVALID(c.op, ": ", a.name, ": expected non-negative sizes, got shape ", shape_str(t));
@@ -279,7 +303,7 @@ Status check_tensors(Ctx& c, std::initializer_list<Arg> args) {
     if (__builtin_add_overflow(lo, uintptr_t(bytes), &hi))
       return FGDN_INVALID(c.op, ": ", a.name, ": expected the tensor's bytes inside the address space, got address ",
                           t.data, " with an extent of ", bytes, " bytes (the end wraps)");
-    if (a.role != Role::input && may_self_alias(t))
+    if (a.role != Role::in && may_self_alias(t))
       return FGDN_INVALID(c.op, ": ", a.name, ": expected output strides that map distinct indices to distinct ",
                           "addresses, got strides ", strides_str(t), " for shape ", shape_str(t));
     if (c.cuda && a.dense && t.ndim > 0) {
@@ -302,7 +326,7 @@ Status check_tensors(Ctx& c, std::initializer_list<Arg> args) {
 // Outputs may not overlap inputs or other outputs; an in-out tensor (the state pool) is exempt only against
 // itself. Inputs may share memory with each other (q and k can be one buffer). The test compares bounding byte
 // ranges, so two tensors interleaved in one allocation count as overlapping even when no element collides.
-Status check_overlaps(const Ctx& c, std::initializer_list<Arg> args) {
+Status check_overlaps(const Ctx& c, const ArgList& args) {
   std::vector<const Arg*> v;
   for (const Arg& a : args)
     if (a.t->defined()) v.push_back(&a);
@@ -310,10 +334,10 @@ Status check_overlaps(const Ctx& c, std::initializer_list<Arg> args) {
     for (size_t j = i + 1; j < v.size(); ++j) {
       const Arg* x = v[i];
       const Arg* y = v[j];
-      if (x->role == Role::input && y->role == Role::input) continue;
+      if (x->role == Role::in && y->role == Role::in) continue;
       Range rx = byte_range(*x->t), ry = byte_range(*y->t);
       if (rx.empty() || ry.empty() || rx.hi <= ry.lo || ry.hi <= rx.lo) continue;
-      if (x->role == Role::input) std::swap(x, y);  // name the written tensor first
+      if (x->role == Role::in) std::swap(x, y);  // name the written tensor first
       return FGDN_INVALID(c.op, ": ", x->name, ": expected no memory overlap with ", y->name,
                           " (outputs may not alias inputs or other outputs), got overlapping byte ranges");
     }
@@ -363,8 +387,7 @@ int64_t inner1(StateLayout l, int64_t K, int64_t V) {
 Status check_state(const Ctx& c, const char* name, const TensorView& t, StateLayout l, int64_t N, int64_t Hv, int64_t K,
                    int64_t V) {
   if (!t.defined()) return Status::OK();
-  FGDN_RETURN_IF_ERROR(check_shape(c, name, t, state_doc(l, 0), {N, Hv, inner0(l, K, V), inner1(l, K, V)}));
-  return check_dtype(c, name, t, c.f32());
+  return check_shape(c, name, t, state_doc(l, 0), {N, Hv, inner0(l, K, V), inner1(l, K, V)});
 }
 
 // On CUDA the kernels are instantiated for head dims 64 and 128 only.
@@ -442,25 +465,20 @@ Status check_seq(const Ctx& c, const SeqArgs& s, const GateOptions& gate, float 
     return FGDN_INVALID(c.op, ": v: expected Hv (v.shape[2]) a positive multiple of Hqk = ", Hqk,
                         " (each q/k head serves Hv / Hqk value heads), got Hv = ", Hv);
 
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "q", s.q, c.floats()));
   FGDN_RETURN_IF_ERROR(check_same_dtype(c, "k", s.k, "q", s.q));
   FGDN_RETURN_IF_ERROR(check_same_dtype(c, "v", s.v, "q", s.q));
 
   if (s.g.defined()) {
     FGDN_RETURN_IF_ERROR(check_shape(c, "g", s.g, "[B, T, Hv]", {B, T, Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "g", s.g, c.floats()));
   }
   if (s.beta.defined()) {
     FGDN_RETURN_IF_ERROR(check_shape(c, "beta", s.beta, "[B, T, Hv]", {B, T, Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "beta", s.beta, c.floats()));
   }
   if (s.A_log.defined()) {
     FGDN_RETURN_IF_ERROR(check_shape(c, "A_log", s.A_log, "[Hv]", {Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "A_log", s.A_log, c.floats()));
   }
   if (s.dt_bias.defined()) {
     FGDN_RETURN_IF_ERROR(check_shape(c, "dt_bias", s.dt_bias, "[Hv]", {Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "dt_bias", s.dt_bias, c.floats()));
   }
 
   // Gate options (gdn-math §4).
@@ -486,7 +504,6 @@ Status check_seq(const Ctx& c, const SeqArgs& s, const GateOptions& gate, float 
     FGDN_RETURN_IF_ERROR(check_ndim(c, "cu_seqlens", s.cu_seqlens, 1, "[N + 1]"));
     if (s.cu_seqlens.shape[0] < 1)
       return FGDN_INVALID(c.op, ": cu_seqlens: expected at least 1 entry [N + 1], got ", shape_str(s.cu_seqlens));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "cu_seqlens", s.cu_seqlens, kIndex));
     if (B != 1)
       return FGDN_INVALID(c.op, ": cu_seqlens: expected batch B == 1 with cu_seqlens (varlen packs the sequences ",
                           "on the token axis), got B = ", B);
@@ -544,18 +561,7 @@ bool row_lengths(const Ctx& c, const SeqDims& d, const TensorView& cu, std::vect
 
 Status validate(const ChunkFwdParams& p, ChunkDims* d) {
   Ctx c{"chunk_fwd"};
-  const std::initializer_list<Arg> args = {{"q", &p.q, Role::input, true},
-                                           {"k", &p.k, Role::input, true},
-                                           {"v", &p.v, Role::input, true},
-                                           {"g", &p.g, Role::input, false},
-                                           {"beta", &p.beta, Role::input, false},
-                                           {"A_log", &p.A_log, Role::input, false},
-                                           {"dt_bias", &p.dt_bias, Role::input, false},
-                                           {"initial_state", &p.initial_state, Role::input, true},
-                                           {"cu_seqlens", &p.cu_seqlens, Role::input, false},
-                                           {"o", &p.o, Role::output, true},
-                                           {"final_state", &p.final_state, Role::output, true},
-                                           {"state_checkpoints", &p.state_checkpoints, Role::output, true}};
+  const ArgList args = args_of(p);
   FGDN_RETURN_IF_ERROR(check_tensors(c, args));
   ChunkDims dims;
   FGDN_RETURN_IF_ERROR(check_seq(c, {p.q, p.k, p.v, p.g, p.beta, p.A_log, p.dt_bias, p.cu_seqlens}, p.gate, p.scale,
@@ -574,7 +580,6 @@ Status validate(const ChunkFwdParams& p, ChunkDims* d) {
     dims.num_checkpoints = s.shape[1];
     FGDN_RETURN_IF_ERROR(check_shape(c, "state_checkpoints", s, doc,
                                      {N, s.shape[1], Hv, inner0(p.state_layout, K, V), inner1(p.state_layout, K, V)}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "state_checkpoints", s, c.f32()));
     if (p.checkpoint_interval <= 0 || p.checkpoint_interval % p.chunk_size != 0)
       return FGDN_INVALID(c.op, ": checkpoint_interval: expected a positive multiple of chunk_size = ", p.chunk_size,
                           " (state_checkpoints is given), got ", p.checkpoint_interval);
@@ -594,25 +599,7 @@ Status validate(const ChunkFwdParams& p, ChunkDims* d) {
 
 Status validate(const ChunkBwdParams& p, SeqDims* d) {
   Ctx c{"chunk_bwd"};
-  const std::initializer_list<Arg> args = {{"q", &p.q, Role::input, true},
-                                           {"k", &p.k, Role::input, true},
-                                           {"v", &p.v, Role::input, true},
-                                           {"g", &p.g, Role::input, false},
-                                           {"beta", &p.beta, Role::input, false},
-                                           {"A_log", &p.A_log, Role::input, false},
-                                           {"dt_bias", &p.dt_bias, Role::input, false},
-                                           {"initial_state", &p.initial_state, Role::input, true},
-                                           {"cu_seqlens", &p.cu_seqlens, Role::input, false},
-                                           {"d_o", &p.d_o, Role::input, true},
-                                           {"d_ht", &p.d_ht, Role::input, true},
-                                           {"dq", &p.dq, Role::output, true},
-                                           {"dk", &p.dk, Role::output, true},
-                                           {"dv", &p.dv, Role::output, true},
-                                           {"dg", &p.dg, Role::output, false},
-                                           {"dbeta", &p.dbeta, Role::output, false},
-                                           {"dh0", &p.dh0, Role::output, true},
-                                           {"dA_log", &p.dA_log, Role::output, false},
-                                           {"ddt_bias", &p.ddt_bias, Role::output, false}};
+  const ArgList args = args_of(p);
   FGDN_RETURN_IF_ERROR(check_tensors(c, args));
   SeqDims dims;
   FGDN_RETURN_IF_ERROR(check_seq(c, {p.q, p.k, p.v, p.g, p.beta, p.A_log, p.dt_bias, p.cu_seqlens}, p.gate, p.scale,
@@ -632,11 +619,9 @@ Status validate(const ChunkBwdParams& p, SeqDims* d) {
   FGDN_RETURN_IF_ERROR(check_like(c, "dv", p.dv, "[B, T, Hv, V]", {B, T, Hv, V}, "v", p.v));
   if (p.dg.defined()) {
     FGDN_RETURN_IF_ERROR(check_shape(c, "dg", p.dg, "[B, T, Hv]", {B, T, Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "dg", p.dg, c.floats()));
   }
   if (p.dbeta.defined()) {
     FGDN_RETURN_IF_ERROR(check_shape(c, "dbeta", p.dbeta, "[B, T, Hv]", {B, T, Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "dbeta", p.dbeta, c.floats()));
   }
   FGDN_RETURN_IF_ERROR(check_state(c, "dh0", p.dh0, p.state_layout, N, Hv, K, V));
   using Named = std::pair<const char*, const TensorView*>;
@@ -646,7 +631,6 @@ Status validate(const ChunkBwdParams& p, SeqDims* d) {
       return FGDN_INVALID(c.op, ": ", name, ": expected absent without gate.use_gate_in_kernel (no gate parameters ",
                           "are used), got a tensor ", shape_str(*t));
     FGDN_RETURN_IF_ERROR(check_shape(c, name, *t, "[Hv]", {Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, name, *t, c.f32()));
   }
 
   FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
@@ -662,24 +646,16 @@ Status validate(const ChunkBwdParams& p, SeqDims* d) {
 
 Status validate(const GatingParams& p, GatingDims* d) {
   Ctx c{"gating"};
-  const std::initializer_list<Arg> args = {{"A_log", &p.A_log, Role::input, false},
-                                           {"a", &p.a, Role::input, false},
-                                           {"dt_bias", &p.dt_bias, Role::input, false},
-                                           {"b", &p.b, Role::input, false},
-                                           {"g", &p.g, Role::output, false},
-                                           {"beta", &p.beta, Role::output, false}};
+  const ArgList args = args_of(p);
   FGDN_RETURN_IF_ERROR(check_tensors(c, args));
   FGDN_RETURN_IF_ERROR(require(c, "a", p.a, "[..., Hv]"));
   if (p.a.ndim < 1) return FGDN_INVALID(c.op, ": a: expected at least 1 dim [..., Hv], got 0 dims []");
   const int64_t Hv = p.a.shape[p.a.ndim - 1];
   if (Hv <= 0) return FGDN_INVALID(c.op, ": a: expected Hv > 0 (the last dim), got shape ", shape_str(p.a));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "a", p.a, c.floats()));
   FGDN_RETURN_IF_ERROR(require(c, "A_log", p.A_log, "[Hv]"));
   FGDN_RETURN_IF_ERROR(check_shape(c, "A_log", p.A_log, "[Hv]", {Hv}));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "A_log", p.A_log, c.floats()));
   if (p.dt_bias.defined()) {
     FGDN_RETURN_IF_ERROR(check_shape(c, "dt_bias", p.dt_bias, "[Hv]", {Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "dt_bias", p.dt_bias, c.floats()));
   }
   // b, g and beta have the shape of a.
   auto same_shape_as_a = [&](const char* name, const TensorView& t) -> Status {
@@ -692,7 +668,6 @@ Status validate(const GatingParams& p, GatingDims* d) {
   };
   FGDN_RETURN_IF_ERROR(require(c, "g", p.g, "[..., Hv] (output)"));
   FGDN_RETURN_IF_ERROR(same_shape_as_a("g", p.g));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "g", p.g, c.f32()));
   if (p.b.defined() != p.beta.defined()) {
     if (p.b.defined())
       return FGDN_INVALID(c.op, ": beta: expected a tensor [..., Hv] (output) since b is given, got none (absent)");
@@ -701,9 +676,7 @@ Status validate(const GatingParams& p, GatingDims* d) {
   }
   if (p.b.defined()) {
     FGDN_RETURN_IF_ERROR(same_shape_as_a("b", p.b));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "b", p.b, c.floats()));
     FGDN_RETURN_IF_ERROR(same_shape_as_a("beta", p.beta));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "beta", p.beta, c.floats()));
   }
   FGDN_RETURN_IF_ERROR(check_softplus(c, p.gate));
   FGDN_RETURN_IF_ERROR(check_exec(c, p.exec));
@@ -769,22 +742,7 @@ Status check_recurrent_indices(const Ctx& c, const RecurrentParams& p, const Rec
 
 Status validate(const RecurrentParams& p, RecurrentDims* d) {
   Ctx c{"recurrent"};
-  const std::initializer_list<Arg> args = {{"q", &p.q, Role::input, true},
-                                           {"k", &p.k, Role::input, true},
-                                           {"v", &p.v, Role::input, true},
-                                           {"g", &p.g, Role::input, false},
-                                           {"beta", &p.beta, Role::input, false},
-                                           {"A_log", &p.A_log, Role::input, false},
-                                           {"dt_bias", &p.dt_bias, Role::input, false},
-                                           {"cu_seqlens", &p.cu_seqlens, Role::input, false},
-                                           {"state_indices", &p.state_indices, Role::input, false},
-                                           {"num_accepted_tokens", &p.num_accepted_tokens, Role::input, false},
-                                           {"intermediate_indices", &p.intermediate_indices, Role::input, false},
-                                           {"initial_state", &p.initial_state, Role::input, true},
-                                           {"o", &p.o, Role::output, true},
-                                           {"state_pool", &p.state_pool, Role::inout, true},
-                                           {"intermediate_states", &p.intermediate_states, Role::output, true},
-                                           {"final_state", &p.final_state, Role::output, true}};
+  const ArgList args = args_of(p);
   FGDN_RETURN_IF_ERROR(check_tensors(c, args));
   RecurrentDims dims;
   FGDN_RETURN_IF_ERROR(check_seq(c, {p.q, p.k, p.v, p.g, p.beta, p.A_log, p.dt_bias, p.cu_seqlens}, p.gate, p.scale,
@@ -800,7 +758,6 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
     dims.slots = pool.shape[0];
     FGDN_RETURN_IF_ERROR(
         check_shape(c, "state_pool", pool, state_doc(l, 1), {dims.slots, Hv, inner0(l, K, V), inner1(l, K, V)}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "state_pool", pool, c.floats()));
     FGDN_RETURN_IF_ERROR(require_absent(c, "initial_state", p.initial_state,
                                         "when state_pool is given (the pool holds the start states)"));
     FGDN_RETURN_IF_ERROR(require_absent(c, "final_state", p.final_state,
@@ -813,7 +770,6 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
       if (si.shape[0] != N)
         return FGDN_INVALID(c.op, ": state_indices: expected ", si.ndim == 1 ? "[N]" : "[N, T_max]", " with N = ", N,
                             " rows, got ", shape_str(si));
-      FGDN_RETURN_IF_ERROR(check_dtype(c, "state_indices", si, kIndex));
       if (si.ndim == 2) {
         dims.T_max = si.shape[1];
         if (dims.T_max < 1)
@@ -832,7 +788,6 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
         return FGDN_INVALID(c.op, ": num_accepted_tokens: expected only with 2-D state_indices [N, T_max] (it picks ",
                             "the start column), got state_indices ", si.defined() ? shape_str(si) : "absent");
       FGDN_RETURN_IF_ERROR(check_shape(c, "num_accepted_tokens", p.num_accepted_tokens, "[N]", {N}));
-      FGDN_RETURN_IF_ERROR(check_dtype(c, "num_accepted_tokens", p.num_accepted_tokens, kIndex));
     }
   } else {
     FGDN_RETURN_IF_ERROR(require_absent(c, "state_indices", p.state_indices, "without state_pool"));
@@ -848,13 +803,11 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
     dims.T_buf = is.shape[1];
     FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_states", is, state_doc(l, 3),
                                      {dims.n_buf, dims.T_buf, Hv, inner0(l, K, V), inner1(l, K, V)}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "intermediate_states", is, c.floats()));
     if (!dims.varlen && T > dims.T_buf)
       return FGDN_INVALID(c.op, ": intermediate_states: expected T_buf >= T = ", T,
                           " (the state after token t goes to entry t), got ", shape_str(is));
     if (p.intermediate_indices.defined()) {
       FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_indices", p.intermediate_indices, "[N]", {N}));
-      FGDN_RETURN_IF_ERROR(check_dtype(c, "intermediate_indices", p.intermediate_indices, kIndex));
     } else if (dims.n_buf < N) {
       return FGDN_INVALID(c.op, ": intermediate_states: expected at least N = ", N,
                           " rows N_buf (intermediate_indices is absent: row n uses entry n), got ", shape_str(is));
@@ -892,17 +845,12 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
 
 Status validate(const RecurrentCommitParams& p, CommitDims* d) {
   Ctx c{"recurrent_commit"};
-  const std::initializer_list<Arg> args = {{"state_indices", &p.state_indices, Role::input, false},
-                                           {"intermediate_states", &p.intermediate_states, Role::input, true},
-                                           {"intermediate_indices", &p.intermediate_indices, Role::input, false},
-                                           {"num_accepted_tokens", &p.num_accepted_tokens, Role::input, false},
-                                           {"state_pool", &p.state_pool, Role::inout, true}};
+  const ArgList args = args_of(p);
   FGDN_RETURN_IF_ERROR(check_tensors(c, args));
   FGDN_RETURN_IF_ERROR(check_exec(c, p.exec));
   // The layout of the pool is not a parameter here: pool and buffer just have to agree on their last dims.
   FGDN_RETURN_IF_ERROR(require(c, "state_pool", p.state_pool, "[slots, Hv, K, V] or [slots, Hv, V, K]"));
   FGDN_RETURN_IF_ERROR(check_ndim(c, "state_pool", p.state_pool, 4, "[slots, Hv, K, V] or [slots, Hv, V, K]"));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "state_pool", p.state_pool, c.floats()));
   CommitDims dims;
   dims.slots = p.state_pool.shape[0];
   dims.Hv = p.state_pool.shape[1];
@@ -918,19 +866,15 @@ Status validate(const RecurrentCommitParams& p, CommitDims* d) {
   dims.T_buf = is.shape[1];
   FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_states", is, "[N_buf, T_buf, <inner dims of state_pool>]",
                                    {dims.n_buf, dims.T_buf, dims.Hv, dims.K, dims.V}));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "intermediate_states", is, c.floats()));
 
   FGDN_RETURN_IF_ERROR(require(c, "state_indices", p.state_indices, "[N]"));
   FGDN_RETURN_IF_ERROR(check_ndim(c, "state_indices", p.state_indices, 1, "[N]"));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "state_indices", p.state_indices, kIndex));
   dims.N = p.state_indices.shape[0];
   const int64_t N = dims.N;
   FGDN_RETURN_IF_ERROR(require(c, "num_accepted_tokens", p.num_accepted_tokens, "[N]"));
   FGDN_RETURN_IF_ERROR(check_shape(c, "num_accepted_tokens", p.num_accepted_tokens, "[N]", {N}));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "num_accepted_tokens", p.num_accepted_tokens, kIndex));
   if (p.intermediate_indices.defined()) {
     FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_indices", p.intermediate_indices, "[N]", {N}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "intermediate_indices", p.intermediate_indices, kIndex));
   } else if (dims.n_buf < N) {
     return FGDN_INVALID(c.op, ": intermediate_states: expected at least N = ", N,
                         " rows N_buf (intermediate_indices is absent: row n uses entry n), got ", shape_str(is));
@@ -1027,31 +971,12 @@ RecurrentParams mixer_recurrent_view(const MixerDecodeParams& p) {
 
 Status validate(const MixerDecodeParams& p, MixerDims* d) {
   Ctx c{"mixer_decode"};
-  const std::initializer_list<Arg> args = {
-      {"x", &p.x, Role::input, true},  // the q, k, v views of the recurrence are dense rows of x
-      {"z", &p.z, Role::input, false},
-      {"a", &p.a, Role::input, false},
-      {"b", &p.b, Role::input, false},
-      {"A_log", &p.A_log, Role::input, false},
-      {"dt_bias", &p.dt_bias, Role::input, false},
-      {"conv_weight", &p.conv_weight, Role::input, false},
-      {"conv_bias", &p.conv_bias, Role::input, false},
-      {"norm_weight", &p.norm_weight, Role::input, false},
-      {"cu_seqlens", &p.cu_seqlens, Role::input, false},
-      {"state_indices", &p.state_indices, Role::input, false},
-      {"num_accepted_tokens", &p.num_accepted_tokens, Role::input, false},
-      {"intermediate_indices", &p.intermediate_indices, Role::input, false},
-      {"conv_state", &p.conv_state, Role::inout, false},
-      {"state_pool", &p.state_pool, Role::inout, true},
-      {"intermediate_states", &p.intermediate_states, Role::output, true},
-      {"intermediate_conv_windows", &p.intermediate_conv_windows, Role::output, false},
-      {"out", &p.out, Role::output, false}};
+  const ArgList args = args_of(p);
   FGDN_RETURN_IF_ERROR(check_tensors(c, args));
 
   // The channel split of x: C = 2 Hqk K + Hv V, with Hv and V from z.
   FGDN_RETURN_IF_ERROR(require(c, "x", p.x, "[B, T, C]"));
   FGDN_RETURN_IF_ERROR(check_ndim(c, "x", p.x, 3, "[B, T, C]"));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "x", p.x, c.floats()));
   const int64_t B = p.x.shape[0], T = p.x.shape[1], C = p.x.shape[2];
   FGDN_RETURN_IF_ERROR(require(c, "z", p.z, "[B, T, Hv, V]"));
   FGDN_RETURN_IF_ERROR(check_ndim(c, "z", p.z, 4, "[B, T, Hv, V]"));
@@ -1079,15 +1004,12 @@ Status validate(const MixerDecodeParams& p, MixerDims* d) {
   FGDN_RETURN_IF_ERROR(check_ndim(c, "conv_weight", p.conv_weight, 2, "[C, Kc]"));
   const int64_t Kc = p.conv_weight.shape[1];
   FGDN_RETURN_IF_ERROR(check_shape(c, "conv_weight", p.conv_weight, "[C, Kc]", {C, Kc}));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "conv_weight", p.conv_weight, c.floats()));
   if (Kc < 1 || Kc > 8) return FGDN_INVALID(c.op, ": conv_weight: expected Kc in [1, 8] taps, got Kc = ", Kc);
   if (p.conv_bias.defined()) {
     FGDN_RETURN_IF_ERROR(check_shape(c, "conv_bias", p.conv_bias, "[C]", {C}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "conv_bias", p.conv_bias, c.floats()));
   }
   FGDN_RETURN_IF_ERROR(require(c, "norm_weight", p.norm_weight, "[V]"));
   FGDN_RETURN_IF_ERROR(check_shape(c, "norm_weight", p.norm_weight, "[V]", {V}));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "norm_weight", p.norm_weight, c.floats()));
   if (!(p.norm_eps > 0.f) || !std::isfinite(p.norm_eps))
     return FGDN_INVALID(c.op, ": norm_eps: expected a finite value > 0, got ", p.norm_eps);
 
