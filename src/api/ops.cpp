@@ -1,5 +1,6 @@
-// The public entry points of flashgdn.hpp, one generic body for every op (run_op, workspace_size_op,
-// plan_text_op; Backend<P> says what differs): validate once, then run on the backend of the tensors' device.
+// The public entry points of flashgdn.hpp, one generic body for every op (run_op, workspace_size_op, plan_text_op;
+// Types<P> and the overload sets make_plan, workspace_of, run_cpu, run_cuda say what differs): validate once, then
+// run on the backend of the tensors' device.
 //
 //   CPU tensors  -> flashgdn::cpu::<op>   (no workspace, no stream)
 //   CUDA tensors -> flashgdn::cuda::<op>  (the plan, built once per call; caller's workspace and stream; launches only)
@@ -12,6 +13,7 @@
 #include <exception>
 #include <new>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "api/internal.hpp"
@@ -176,87 +178,77 @@ const TensorView& first_tensor(const P& p) {
 }
 
 // ---- what differs between the ops ---------------------------------------------------------------------------
-// Backend<P>: the Dims its validation resolves, its plan (NoPlan where the op has no choice to make), the workspace
-// the plan needs, and the two backends.
+// The Dims each op's validation resolves and its plan (NoPlan where the op has no kernel choice to make); the plan,
+// the workspace it needs, and the two backends as overload sets over the params type.
 struct NoPlan {};
 
 template <class P>
-struct Backend;
-
-template <>
-struct Backend<ChunkFwdParams> {
-  using Dims = ChunkDims;
-  using Plan = ChunkFwdPlan;
-  static Status plan(const ChunkFwdParams& p, const Dims& d, const DeviceFacts& f, Plan* pl) {
-    return plan_chunk_fwd(p, d, f, pl);
-  }
-  static size_t workspace(const ChunkFwdParams&, const Dims&, const Plan& pl) { return pl.workspace_bytes; }
-  static Status run_cpu(const ChunkFwdParams& p, const Dims& d) { return cpu::chunk_fwd(p, d); }
-#if FLASHGDN_WITH_CUDA
-  static Status run_cuda(const ChunkFwdParams& p, const Dims& d, const Plan& pl, void* ws, size_t n, void* s) {
-    return cuda::chunk_fwd(p, d, pl, ws, n, s);
-  }
-#endif
-};
-
-template <>
-struct Backend<ChunkBwdParams> {
-  using Dims = SeqDims;
-  using Plan = NoPlan;
-  static Status plan(const ChunkBwdParams&, const Dims&, const DeviceFacts&, Plan*) { return Status::OK(); }
-#if FLASHGDN_WITH_CUDA
-  static size_t workspace(const ChunkBwdParams& p, const Dims& d, const Plan&) {
-    return cuda::chunk_bwd_workspace_size(p, d);
-  }
-  static Status run_cuda(const ChunkBwdParams& p, const Dims& d, const Plan&, void* ws, size_t n, void* s) {
-    return cuda::chunk_bwd(p, d, ws, n, s);
-  }
-#endif
-  static Status run_cpu(const ChunkBwdParams& p, const Dims& d) {
-    return cpu::chunk_bwd(p, d);
-  }
-};
-
-template <>
-struct Backend<RecurrentParams> {
-  using Dims = RecurrentDims;
-  using Plan = RecurrentPlan;
-  static Status plan(const RecurrentParams& p, const Dims& d, const DeviceFacts& f, Plan* pl) {
-    return plan_recurrent(p, d, f, pl);
-  }
-  static size_t workspace(const RecurrentParams&, const Dims&, const Plan&) { return 0; }  // no kernel takes one
-  static Status run_cpu(const RecurrentParams& p, const Dims& d) { return cpu::recurrent(p, d); }
-#if FLASHGDN_WITH_CUDA
-  static Status run_cuda(const RecurrentParams& p, const Dims& d, const Plan& pl, void*, size_t, void* s) {
-    return cuda::recurrent(p, d, pl, s);
-  }
-#endif
-};
-
-// The ops with one kernel each and no workspace.
-#if FLASHGDN_WITH_CUDA
-#define FGDN_SIMPLE_CUDA(Params, op)                                                            \
-  static Status run_cuda(const Params& p, const Dims& d, const Plan&, void*, size_t, void* s) { \
-    return cuda::op(p, d, s);                                                                   \
-  }
-#else
-#define FGDN_SIMPLE_CUDA(Params, op)
-#endif
-#define FGDN_SIMPLE_OP(Params, DimsT, op)                                                              \
-  template <>                                                                                          \
-  struct Backend<Params> {                                                                             \
-    using Dims = DimsT;                                                                                \
-    using Plan = NoPlan;                                                                               \
-    static Status plan(const Params&, const Dims&, const DeviceFacts&, Plan*) { return Status::OK(); } \
-    static size_t workspace(const Params&, const Dims&, const Plan&) { return 0; }                     \
-    static Status run_cpu(const Params& p, const Dims& d) { return cpu::op(p, d); }                    \
-    FGDN_SIMPLE_CUDA(Params, op)                                                                       \
+struct Types;
+#define FGDN_TYPES(Params, DimsT, PlanT) \
+  template <>                            \
+  struct Types<Params> {                 \
+    using Dims = DimsT;                  \
+    using Plan = PlanT;                  \
   };
-FGDN_SIMPLE_OP(GatingParams, GatingDims, gating)
-FGDN_SIMPLE_OP(RecurrentCommitParams, CommitDims, recurrent_commit)
-FGDN_SIMPLE_OP(MixerDecodeParams, MixerDims, mixer_decode)
-#undef FGDN_SIMPLE_OP
-#undef FGDN_SIMPLE_CUDA
+FGDN_TYPES(ChunkFwdParams, ChunkDims, ChunkFwdPlan)
+FGDN_TYPES(ChunkBwdParams, SeqDims, NoPlan)
+FGDN_TYPES(GatingParams, GatingDims, NoPlan)
+FGDN_TYPES(RecurrentParams, RecurrentDims, RecurrentPlan)
+FGDN_TYPES(RecurrentCommitParams, CommitDims, NoPlan)
+FGDN_TYPES(MixerDecodeParams, MixerDims, NoPlan)
+#undef FGDN_TYPES
+
+Status make_plan(const ChunkFwdParams& p, const ChunkDims& d, const DeviceFacts& f, ChunkFwdPlan* pl) {
+  return plan_chunk_fwd(p, d, f, pl);
+}
+Status make_plan(const RecurrentParams& p, const RecurrentDims& d, const DeviceFacts& f, RecurrentPlan* pl) {
+  return plan_recurrent(p, d, f, pl);
+}
+template <class P, class D>
+Status make_plan(const P&, const D&, const DeviceFacts&, NoPlan*) {
+  return Status::OK();
+}
+
+// The cpu::<op> of every op.
+#define FGDN_RUN_CPU(stem, Params, TENSORS, SCALARS)              \
+  Status run_cpu(const Params& p, const Types<Params>::Dims& d) { \
+    return cpu::stem(p, d);                                       \
+  }
+FLASHGDN_OPS(FGDN_RUN_CPU)
+#undef FGDN_RUN_CPU
+
+#if FLASHGDN_WITH_CUDA
+size_t workspace_of(const ChunkFwdParams&, const ChunkDims&, const ChunkFwdPlan& pl) {
+  return pl.workspace_bytes;
+}
+size_t workspace_of(const ChunkBwdParams& p, const SeqDims& d, const NoPlan&) {
+  return cuda::chunk_bwd_workspace_size(p, d);
+}
+template <class P, class D, class Plan>
+size_t workspace_of(const P&, const D&, const Plan&) {
+  return 0;  // no kernel of the other ops takes a workspace
+}
+
+// cuda::<op> with the arguments it takes of (params, dims, plan, workspace, bytes, stream).
+template <class F, class P, class D, class Plan>
+Status call_cuda(F* f, const P& p, const D& d, const Plan& pl, void* ws, size_t n, void* s) {
+  if constexpr (std::is_invocable_v<F*, const P&, const D&, const Plan&, void*, size_t, void*>)
+    return f(p, d, pl, ws, n, s);
+  else if constexpr (std::is_invocable_v<F*, const P&, const D&, const Plan&, void*>)
+    return f(p, d, pl, s);
+  else if constexpr (std::is_invocable_v<F*, const P&, const D&, void*, size_t, void*>)
+    return f(p, d, ws, n, s);
+  else
+    return f(p, d, s);
+}
+#define FGDN_RUN_CUDA(stem, Params, TENSORS, SCALARS)                                                               \
+  Status run_cuda(const Params& p, const Types<Params>::Dims& d, const Types<Params>::Plan& pl, void* ws, size_t n, \
+                  void* s) {                                                                                        \
+    return call_cuda(&cuda::stem, p, d, pl, ws, n, s);                                                              \
+  }
+FLASHGDN_OPS(FGDN_RUN_CUDA)
+#undef FGDN_RUN_CUDA
+#endif
 
 // ---- the generic entry points ------------------------------------------------------------------------------
 
@@ -271,20 +263,20 @@ struct WorkspaceSource {
 // that plan.
 template <class P>
 Status run_op(const P& p, const WorkspaceSource& ws, void* stream) {
-  using B = Backend<P>;
+  using B = Types<P>;
   const char* op = Op<P>::name;
   return guarded(op, [&]() -> Status {
     typename B::Dims d;
     FGDN_RETURN_IF_ERROR(validate(p, &d));
     const TensorView& dev = first_tensor(p);
-    if (dev.device == DeviceType::cpu) return B::run_cpu(p, d);
+    if (dev.device == DeviceType::cpu) return run_cpu(p, d);
 #if FLASHGDN_WITH_CUDA
     DeviceGuard guard(dev.device_id);
     FGDN_RETURN_IF_ERROR(guard.status());
     FGDN_RETURN_IF_ERROR((check_device_indices<P, typename B::Dims>(p, stream)));
     typename B::Plan plan;
-    FGDN_RETURN_IF_ERROR(B::plan(p, d, device_facts(dev.device_id), &plan));
-    const size_t need = B::workspace(p, d, plan);
+    FGDN_RETURN_IF_ERROR(make_plan(p, d, device_facts(dev.device_id), &plan));
+    const size_t need = workspace_of(p, d, plan);
     void* ptr = ws.ptr;
     size_t bytes = ws.bytes;
     if (ws.provider && need > 0) {
@@ -294,7 +286,7 @@ Status run_op(const P& p, const WorkspaceSource& ws, void* stream) {
       bytes = ptr ? need : 0;
     }
     FGDN_RETURN_IF_ERROR(check_workspace(op, need, ptr, bytes));
-    return B::run_cuda(p, d, plan, ptr, bytes, stream);
+    return run_cuda(p, d, plan, ptr, bytes, stream);
 #else
     (void)ws;
     (void)stream;
@@ -305,7 +297,7 @@ Status run_op(const P& p, const WorkspaceSource& ws, void* stream) {
 
 template <class P>
 Status workspace_size_op(const P& p, size_t* bytes) {
-  using B = Backend<P>;
+  using B = Types<P>;
   const char* op = Op<P>::name;
   return guarded(op, [&]() -> Status {
     FGDN_RETURN_IF_ERROR(check_bytes_ptr(op, bytes));
@@ -320,8 +312,8 @@ Status workspace_size_op(const P& p, size_t* bytes) {
     DeviceGuard guard(dev.device_id);
     FGDN_RETURN_IF_ERROR(guard.status());
     typename B::Plan plan;  // the plan also rejects what the call would
-    FGDN_RETURN_IF_ERROR(B::plan(p, d, device_facts(dev.device_id), &plan));
-    *bytes = B::workspace(p, d, plan);
+    FGDN_RETURN_IF_ERROR(make_plan(p, d, device_facts(dev.device_id), &plan));
+    *bytes = workspace_of(p, d, plan);
     return Status::OK();
 #else
     return FGDN_ERROR(internal, op, "_workspace_size: a CUDA tensor passed validation in a CPU-only build");
@@ -331,7 +323,7 @@ Status workspace_size_op(const P& p, size_t* bytes) {
 
 template <class P>
 Status plan_text_op(const P& p, std::string* out, int32_t sm_count) {
-  using B = Backend<P>;
+  using B = Types<P>;
   const char* op = Op<P>::name;
   return guarded(op, [&]() -> Status {
     if (!out) return FGDN_INVALID(op, "_plan: out: expected a non-null pointer, got null");
@@ -344,7 +336,7 @@ Status plan_text_op(const P& p, std::string* out, int32_t sm_count) {
       return Status::OK();
     }
     typename B::Plan plan;
-    FGDN_RETURN_IF_ERROR(B::plan(p, d, device_facts(dev.device_id, sm_count), &plan));
+    FGDN_RETURN_IF_ERROR(make_plan(p, d, device_facts(dev.device_id, sm_count), &plan));
     *out = describe(plan, d);
     return Status::OK();
   });
@@ -352,52 +344,36 @@ Status plan_text_op(const P& p, std::string* out, int32_t sm_count) {
 
 }  // namespace
 
-Status chunk_fwd_workspace_size(const ChunkFwdParams& p, size_t* bytes) {
-  return workspace_size_op(p, bytes);
-}
+// The entry points of flashgdn.hpp.
+#define FGDN_WORKSPACE_OP(op, Params)                                                 \
+  Status op##_workspace_size(const Params& p, size_t* bytes) {                        \
+    return workspace_size_op(p, bytes);                                               \
+  }                                                                                   \
+  Status op(const Params& p, void* workspace, size_t workspace_bytes, void* stream) { \
+    return run_op(p, {workspace, workspace_bytes, nullptr}, stream);                  \
+  }                                                                                   \
+  Status op(const Params& p, const WorkspaceProvider& workspace, void* stream) {      \
+    return run_op(p, {nullptr, 0, &workspace}, stream);                               \
+  }
+FGDN_WORKSPACE_OP(chunk_fwd, ChunkFwdParams)
+FGDN_WORKSPACE_OP(chunk_bwd, ChunkBwdParams)
+FGDN_WORKSPACE_OP(recurrent, RecurrentParams)
+#undef FGDN_WORKSPACE_OP
+
+#define FGDN_STREAM_OP(op, Params)           \
+  Status op(const Params& p, void* stream) { \
+    return run_op(p, {}, stream);            \
+  }
+FGDN_STREAM_OP(gating, GatingParams)
+FGDN_STREAM_OP(recurrent_commit, RecurrentCommitParams)
+FGDN_STREAM_OP(mixer_decode, MixerDecodeParams)
+#undef FGDN_STREAM_OP
+
 Status chunk_fwd_plan(const ChunkFwdParams& p, std::string* out, int32_t sm_count) {
   return plan_text_op(p, out, sm_count);
 }
-Status chunk_fwd(const ChunkFwdParams& p, void* workspace, size_t workspace_bytes, void* stream) {
-  return run_op(p, {workspace, workspace_bytes, nullptr}, stream);
-}
-Status chunk_fwd(const ChunkFwdParams& p, const WorkspaceProvider& workspace, void* stream) {
-  return run_op(p, {nullptr, 0, &workspace}, stream);
-}
-
-Status chunk_bwd_workspace_size(const ChunkBwdParams& p, size_t* bytes) {
-  return workspace_size_op(p, bytes);
-}
-Status chunk_bwd(const ChunkBwdParams& p, void* workspace, size_t workspace_bytes, void* stream) {
-  return run_op(p, {workspace, workspace_bytes, nullptr}, stream);
-}
-Status chunk_bwd(const ChunkBwdParams& p, const WorkspaceProvider& workspace, void* stream) {
-  return run_op(p, {nullptr, 0, &workspace}, stream);
-}
-
-Status gating(const GatingParams& p, void* stream) {
-  return run_op(p, {}, stream);
-}
-
-Status recurrent_workspace_size(const RecurrentParams& p, size_t* bytes) {
-  return workspace_size_op(p, bytes);
-}
 Status recurrent_plan(const RecurrentParams& p, std::string* out, int32_t sm_count) {
   return plan_text_op(p, out, sm_count);
-}
-Status recurrent(const RecurrentParams& p, void* workspace, size_t workspace_bytes, void* stream) {
-  return run_op(p, {workspace, workspace_bytes, nullptr}, stream);
-}
-Status recurrent(const RecurrentParams& p, const WorkspaceProvider& workspace, void* stream) {
-  return run_op(p, {nullptr, 0, &workspace}, stream);
-}
-
-Status recurrent_commit(const RecurrentCommitParams& p, void* stream) {
-  return run_op(p, {}, stream);
-}
-
-Status mixer_decode(const MixerDecodeParams& p, void* stream) {
-  return run_op(p, {}, stream);
 }
 
 }  // namespace flashgdn

@@ -122,7 +122,11 @@ ArgList args_of(const P& p) {
 
 struct Ctx {
   const char* op;
+  ArgList args;       // the call's tensors, in table order
   bool cuda = false;  // the call's tensors live on a CUDA device
+
+  template <class P>
+  explicit Ctx(const P& p) : op(Op<P>::name), args(args_of(p)) {}
 
   // fp64 storage is accepted by the CPU backend only.
   DSet floats() const { return cuda ? kFloat : kFloat | bit(DType::f64); }
@@ -209,6 +213,12 @@ Status check_shape(const Ctx& c, const char* name, const TensorView& t, const ch
   return Status::OK();
 }
 
+// check_shape for a tensor that may be absent.
+Status check_shape_if(const Ctx& c, const char* name, const TensorView& t, const char* doc,
+                      std::initializer_list<int64_t> want) {
+  return t.defined() ? check_shape(c, name, t, doc, want) : Status::OK();
+}
+
 Status check_ndim(const Ctx& c, const char* name, const TensorView& t, int32_t ndim, const char* doc) {
   if (t.ndim != ndim)
     return FGDN_INVALID(c.op, ": ", name, ": expected ", ndim, " dims ", doc, ", got ", t.ndim, " dims ", shape_str(t));
@@ -239,7 +249,8 @@ Status check_like(const Ctx& c, const char* name, const TensorView& t, const cha
 }
 
 // Per-tensor layout rules that need no shape context, then the device rule over the whole call.
-Status check_tensors(Ctx& c, const ArgList& args) {
+Status check_tensors(Ctx& c) {
+  const ArgList& args = c.args;
   const Arg* first = nullptr;
   for (const Arg& a : args) {
     const TensorView& t = *a.t;
@@ -326,7 +337,8 @@ Status check_tensors(Ctx& c, const ArgList& args) {
 // Outputs may not overlap inputs or other outputs; an in-out tensor (the state pool) is exempt only against
 // itself. Inputs may share memory with each other (q and k can be one buffer). The test compares bounding byte
 // ranges, so two tensors interleaved in one allocation count as overlapping even when no element collides.
-Status check_overlaps(const Ctx& c, const ArgList& args) {
+Status check_overlaps(const Ctx& c) {
+  const ArgList& args = c.args;
   std::vector<const Arg*> v;
   for (const Arg& a : args)
     if (a.t->defined()) v.push_back(&a);
@@ -443,21 +455,20 @@ Status check_bounded_product(const Ctx& c, const char* name, const char* what, s
 
 // ---- the shared token-major part of chunk_fwd, chunk_bwd and recurrent ---------------------------------------
 
-struct SeqArgs {
-  const TensorView &q, &k, &v, &g, &beta, &A_log, &dt_bias, &cu_seqlens;
-};
-
-Status check_seq(const Ctx& c, const SeqArgs& s, const GateOptions& gate, float scale, StateLayout layout,
-                 const ExecOptions& exec, SeqDims* d) {
-  FGDN_RETURN_IF_ERROR(require(c, "q", s.q, "[B, T, Hqk, K]"));
-  FGDN_RETURN_IF_ERROR(require(c, "k", s.k, "[B, T, Hqk, K]"));
-  FGDN_RETURN_IF_ERROR(require(c, "v", s.v, "[B, T, Hv, V]"));
-  FGDN_RETURN_IF_ERROR(check_ndim(c, "q", s.q, 4, "[B, T, Hqk, K]"));
-  const int64_t B = s.q.shape[0], T = s.q.shape[1], Hqk = s.q.shape[2], K = s.q.shape[3];
-  FGDN_RETURN_IF_ERROR(check_shape(c, "k", s.k, "[B, T, Hqk, K]", {B, T, Hqk, K}));
-  FGDN_RETURN_IF_ERROR(check_ndim(c, "v", s.v, 4, "[B, T, Hv, V]"));
-  const int64_t Hv = s.v.shape[2], V = s.v.shape[3];
-  FGDN_RETURN_IF_ERROR(check_shape(c, "v", s.v, "[B, T, Hv, V]", {B, T, Hv, V}));
+// check_tensors, then the rules of the tensors and scalars chunk_fwd, chunk_bwd and recurrent share.
+template <class P>
+Status check_seq(Ctx& c, const P& p, SeqDims* d) {
+  FGDN_RETURN_IF_ERROR(check_tensors(c));
+  const GateOptions& gate = p.gate;
+  FGDN_RETURN_IF_ERROR(require(c, "q", p.q, "[B, T, Hqk, K]"));
+  FGDN_RETURN_IF_ERROR(require(c, "k", p.k, "[B, T, Hqk, K]"));
+  FGDN_RETURN_IF_ERROR(require(c, "v", p.v, "[B, T, Hv, V]"));
+  FGDN_RETURN_IF_ERROR(check_ndim(c, "q", p.q, 4, "[B, T, Hqk, K]"));
+  const int64_t B = p.q.shape[0], T = p.q.shape[1], Hqk = p.q.shape[2], K = p.q.shape[3];
+  FGDN_RETURN_IF_ERROR(check_shape(c, "k", p.k, "[B, T, Hqk, K]", {B, T, Hqk, K}));
+  FGDN_RETURN_IF_ERROR(check_ndim(c, "v", p.v, 4, "[B, T, Hv, V]"));
+  const int64_t Hv = p.v.shape[2], V = p.v.shape[3];
+  FGDN_RETURN_IF_ERROR(check_shape(c, "v", p.v, "[B, T, Hv, V]", {B, T, Hv, V}));
   if (K <= 0) return FGDN_INVALID(c.op, ": q: expected head dim K > 0 (q.shape[3]), got ", K);
   if (V <= 0) return FGDN_INVALID(c.op, ": v: expected head dim V > 0 (v.shape[3]), got ", V);
   if (Hqk <= 0) return FGDN_INVALID(c.op, ": q: expected Hqk > 0 heads (q.shape[2]), got ", Hqk);
@@ -465,56 +476,48 @@ Status check_seq(const Ctx& c, const SeqArgs& s, const GateOptions& gate, float 
     return FGDN_INVALID(c.op, ": v: expected Hv (v.shape[2]) a positive multiple of Hqk = ", Hqk,
                         " (each q/k head serves Hv / Hqk value heads), got Hv = ", Hv);
 
-  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "k", s.k, "q", s.q));
-  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "v", s.v, "q", s.q));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "k", p.k, "q", p.q));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "v", p.v, "q", p.q));
 
-  if (s.g.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "g", s.g, "[B, T, Hv]", {B, T, Hv}));
-  }
-  if (s.beta.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "beta", s.beta, "[B, T, Hv]", {B, T, Hv}));
-  }
-  if (s.A_log.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "A_log", s.A_log, "[Hv]", {Hv}));
-  }
-  if (s.dt_bias.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "dt_bias", s.dt_bias, "[Hv]", {Hv}));
-  }
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "g", p.g, "[B, T, Hv]", {B, T, Hv}));
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "beta", p.beta, "[B, T, Hv]", {B, T, Hv}));
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "A_log", p.A_log, "[Hv]", {Hv}));
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "dt_bias", p.dt_bias, "[Hv]", {Hv}));
 
   // Gate options (gdn-math §4).
   if (gate.use_gate_in_kernel) {
-    FGDN_RETURN_IF_ERROR(require(c, "A_log", s.A_log, "[Hv] (gate.use_gate_in_kernel is set)"));
-    FGDN_RETURN_IF_ERROR(require(c, "g", s.g, "[B, T, Hv] holding raw a (gate.use_gate_in_kernel is set)"));
+    FGDN_RETURN_IF_ERROR(require(c, "A_log", p.A_log, "[Hv] (gate.use_gate_in_kernel is set)"));
+    FGDN_RETURN_IF_ERROR(require(c, "g", p.g, "[B, T, Hv] holding raw a (gate.use_gate_in_kernel is set)"));
   }
   if (gate.use_beta_sigmoid_in_kernel)
     FGDN_RETURN_IF_ERROR(
-        require(c, "beta", s.beta, "[B, T, Hv] holding raw b (gate.use_beta_sigmoid_in_kernel is set)"));
+        require(c, "beta", p.beta, "[B, T, Hv] holding raw b (gate.use_beta_sigmoid_in_kernel is set)"));
   if (gate.allow_neg_eigval && !gate.use_beta_sigmoid_in_kernel)
     return FGDN_INVALID(c.op, ": gate.allow_neg_eigval: expected gate.use_beta_sigmoid_in_kernel to be set too ",
                         "(beta = 2 sigmoid(b) is formed in the kernel), got use_beta_sigmoid_in_kernel = false");
   FGDN_RETURN_IF_ERROR(check_softplus(c, gate));
 
-  if (!std::isfinite(scale)) return FGDN_INVALID(c.op, ": scale: expected a finite value (0: K^-1/2), got ", scale);
-  FGDN_RETURN_IF_ERROR(check_layout_enum(c, layout));
-  FGDN_RETURN_IF_ERROR(check_exec(c, exec));
+  if (!std::isfinite(p.scale)) return FGDN_INVALID(c.op, ": scale: expected a finite value (0: K^-1/2), got ", p.scale);
+  FGDN_RETURN_IF_ERROR(check_layout_enum(c, p.state_layout));
+  FGDN_RETURN_IF_ERROR(check_exec(c, p.exec));
 
   // Varlen: B == 1, N = cu_seqlens.size - 1.
   int64_t N = B;
-  if (s.cu_seqlens.defined()) {
-    FGDN_RETURN_IF_ERROR(check_ndim(c, "cu_seqlens", s.cu_seqlens, 1, "[N + 1]"));
-    if (s.cu_seqlens.shape[0] < 1)
-      return FGDN_INVALID(c.op, ": cu_seqlens: expected at least 1 entry [N + 1], got ", shape_str(s.cu_seqlens));
+  if (p.cu_seqlens.defined()) {
+    FGDN_RETURN_IF_ERROR(check_ndim(c, "cu_seqlens", p.cu_seqlens, 1, "[N + 1]"));
+    if (p.cu_seqlens.shape[0] < 1)
+      return FGDN_INVALID(c.op, ": cu_seqlens: expected at least 1 entry [N + 1], got ", shape_str(p.cu_seqlens));
     if (B != 1)
       return FGDN_INVALID(c.op, ": cu_seqlens: expected batch B == 1 with cu_seqlens (varlen packs the sequences ",
                           "on the token axis), got B = ", B);
-    N = s.cu_seqlens.shape[0] - 1;
+    N = p.cu_seqlens.shape[0] - 1;
   }
 
   // Bounds on the dims and on every product of them a backend forms, before any is formed: a tensor with a zero
   // dim has no elements whatever its other dims say, so the per-tensor element limit does not bound them.
   FGDN_RETURN_IF_ERROR(check_bounded_product(c, "v", "B * T * Hv token-head rows (int32 row indexing)",
                                              {B, T, std::max(Hv, Hqk)}, kInt32Max));
-  FGDN_RETURN_IF_ERROR(check_bounded_product(c, s.cu_seqlens.defined() ? "cu_seqlens" : "v",
+  FGDN_RETURN_IF_ERROR(check_bounded_product(c, p.cu_seqlens.defined() ? "cu_seqlens" : "v",
                                              "N * Hv (sequence, value head) pairs", {N, Hv}, kInt32Max));
   FGDN_RETURN_IF_ERROR(check_bounded_product(c, "v", "Hv value heads", {Hv}, kInt32Max));
   FGDN_RETURN_IF_ERROR(check_bounded_product(
@@ -529,8 +532,8 @@ Status check_seq(const Ctx& c, const SeqArgs& s, const GateOptions& gate, float 
   d->Hv = Hv;
   d->K = K;
   d->V = V;
-  d->varlen = s.cu_seqlens.defined();
-  d->scale = scale == 0.f ? float(1.0 / std::sqrt(double(K))) : scale;
+  d->varlen = p.cu_seqlens.defined();
+  d->scale = p.scale == 0.f ? float(1.0 / std::sqrt(double(K))) : p.scale;
   return Status::OK();
 }
 
@@ -555,17 +558,27 @@ bool row_lengths(const Ctx& c, const SeqDims& d, const TensorView& cu, std::vect
   return true;
 }
 
+// The last rules of chunk_fwd and chunk_bwd: no output overlaps another argument, and cu_seqlens in host memory
+// holds valid offsets. Then the resolved dims are the call's.
+template <class D>
+Status finish_chunked(const Ctx& c, const TensorView& cu, const D& dims, D* d) {
+  FGDN_RETURN_IF_ERROR(check_overlaps(c));
+  if (dims.varlen && readable(c, cu)) {
+    std::vector<int64_t> lens;
+    FGDN_RETURN_IF_ERROR(check_cu_values(c, cu, dims.T, &lens));
+  }
+  *d = dims;
+  return Status::OK();
+}
+
 }  // namespace
 
 // ---- chunk_fwd -----------------------------------------------------------------------------------------------
 
 Status validate(const ChunkFwdParams& p, ChunkDims* d) {
-  Ctx c{"chunk_fwd"};
-  const ArgList args = args_of(p);
-  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  Ctx c(p);
   ChunkDims dims;
-  FGDN_RETURN_IF_ERROR(check_seq(c, {p.q, p.k, p.v, p.g, p.beta, p.A_log, p.dt_bias, p.cu_seqlens}, p.gate, p.scale,
-                                 p.state_layout, p.exec, &dims));
+  FGDN_RETURN_IF_ERROR(check_seq(c, p, &dims));
   const int64_t B = dims.B, T = dims.T, N = dims.N, Hv = dims.Hv, K = dims.K, V = dims.V;
   FGDN_RETURN_IF_ERROR(check_chunk_size(c, p.chunk_size));
 
@@ -585,25 +598,15 @@ Status validate(const ChunkFwdParams& p, ChunkDims* d) {
                           " (state_checkpoints is given), got ", p.checkpoint_interval);
   }
 
-  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
-
-  if (dims.varlen && readable(c, p.cu_seqlens)) {
-    std::vector<int64_t> lens;
-    FGDN_RETURN_IF_ERROR(check_cu_values(c, p.cu_seqlens, T, &lens));
-  }
-  *d = dims;
-  return Status::OK();
+  return finish_chunked(c, p.cu_seqlens, dims, d);
 }
 
 // ---- chunk_bwd -----------------------------------------------------------------------------------------------
 
 Status validate(const ChunkBwdParams& p, SeqDims* d) {
-  Ctx c{"chunk_bwd"};
-  const ArgList args = args_of(p);
-  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  Ctx c(p);
   SeqDims dims;
-  FGDN_RETURN_IF_ERROR(check_seq(c, {p.q, p.k, p.v, p.g, p.beta, p.A_log, p.dt_bias, p.cu_seqlens}, p.gate, p.scale,
-                                 p.state_layout, p.exec, &dims));
+  FGDN_RETURN_IF_ERROR(check_seq(c, p, &dims));
   const int64_t B = dims.B, T = dims.T, N = dims.N, Hqk = dims.Hqk, Hv = dims.Hv, K = dims.K, V = dims.V;
   FGDN_RETURN_IF_ERROR(check_chunk_size(c, p.chunk_size));
   // The GQA reduction keeps dq and dk per value head before summing them over the group.
@@ -617,12 +620,8 @@ Status validate(const ChunkBwdParams& p, SeqDims* d) {
   FGDN_RETURN_IF_ERROR(check_like(c, "dq", p.dq, "[B, T, Hqk, K]", {B, T, Hqk, K}, "q", p.q));
   FGDN_RETURN_IF_ERROR(check_like(c, "dk", p.dk, "[B, T, Hqk, K]", {B, T, Hqk, K}, "k", p.k));
   FGDN_RETURN_IF_ERROR(check_like(c, "dv", p.dv, "[B, T, Hv, V]", {B, T, Hv, V}, "v", p.v));
-  if (p.dg.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "dg", p.dg, "[B, T, Hv]", {B, T, Hv}));
-  }
-  if (p.dbeta.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "dbeta", p.dbeta, "[B, T, Hv]", {B, T, Hv}));
-  }
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "dg", p.dg, "[B, T, Hv]", {B, T, Hv}));
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "dbeta", p.dbeta, "[B, T, Hv]", {B, T, Hv}));
   FGDN_RETURN_IF_ERROR(check_state(c, "dh0", p.dh0, p.state_layout, N, Hv, K, V));
   using Named = std::pair<const char*, const TensorView*>;
   for (auto [name, t] : std::initializer_list<Named>{{"dA_log", &p.dA_log}, {"ddt_bias", &p.ddt_bias}}) {
@@ -633,30 +632,21 @@ Status validate(const ChunkBwdParams& p, SeqDims* d) {
     FGDN_RETURN_IF_ERROR(check_shape(c, name, *t, "[Hv]", {Hv}));
   }
 
-  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
-  if (dims.varlen && readable(c, p.cu_seqlens)) {
-    std::vector<int64_t> lens;
-    FGDN_RETURN_IF_ERROR(check_cu_values(c, p.cu_seqlens, T, &lens));
-  }
-  *d = dims;
-  return Status::OK();
+  return finish_chunked(c, p.cu_seqlens, dims, d);
 }
 
 // ---- gating --------------------------------------------------------------------------------------------------
 
 Status validate(const GatingParams& p, GatingDims* d) {
-  Ctx c{"gating"};
-  const ArgList args = args_of(p);
-  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  Ctx c(p);
+  FGDN_RETURN_IF_ERROR(check_tensors(c));
   FGDN_RETURN_IF_ERROR(require(c, "a", p.a, "[..., Hv]"));
   if (p.a.ndim < 1) return FGDN_INVALID(c.op, ": a: expected at least 1 dim [..., Hv], got 0 dims []");
   const int64_t Hv = p.a.shape[p.a.ndim - 1];
   if (Hv <= 0) return FGDN_INVALID(c.op, ": a: expected Hv > 0 (the last dim), got shape ", shape_str(p.a));
   FGDN_RETURN_IF_ERROR(require(c, "A_log", p.A_log, "[Hv]"));
   FGDN_RETURN_IF_ERROR(check_shape(c, "A_log", p.A_log, "[Hv]", {Hv}));
-  if (p.dt_bias.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "dt_bias", p.dt_bias, "[Hv]", {Hv}));
-  }
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "dt_bias", p.dt_bias, "[Hv]", {Hv}));
   // b, g and beta have the shape of a.
   auto same_shape_as_a = [&](const char* name, const TensorView& t) -> Status {
     bool same = t.ndim == p.a.ndim;
@@ -680,7 +670,7 @@ Status validate(const GatingParams& p, GatingDims* d) {
   }
   FGDN_RETURN_IF_ERROR(check_softplus(c, p.gate));
   FGDN_RETURN_IF_ERROR(check_exec(c, p.exec));
-  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+  FGDN_RETURN_IF_ERROR(check_overlaps(c));
   d->Hv = Hv;
   d->rows = safe_numel(p.a) / Hv;
   return Status::OK();
@@ -741,12 +731,9 @@ Status check_recurrent_indices(const Ctx& c, const RecurrentParams& p, const Rec
 }  // namespace
 
 Status validate(const RecurrentParams& p, RecurrentDims* d) {
-  Ctx c{"recurrent"};
-  const ArgList args = args_of(p);
-  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  Ctx c(p);
   RecurrentDims dims;
-  FGDN_RETURN_IF_ERROR(check_seq(c, {p.q, p.k, p.v, p.g, p.beta, p.A_log, p.dt_bias, p.cu_seqlens}, p.gate, p.scale,
-                                 p.state_layout, p.exec, &dims));
+  FGDN_RETURN_IF_ERROR(check_seq(c, p, &dims));
   const int64_t B = dims.B, T = dims.T, N = dims.N, Hv = dims.Hv, K = dims.K, V = dims.V;
   const StateLayout l = p.state_layout;
 
@@ -817,7 +804,7 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
         require_absent(c, "intermediate_indices", p.intermediate_indices, "without intermediate_states"));
   }
 
-  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+  FGDN_RETURN_IF_ERROR(check_overlaps(c));
 
   // Values. cu_seqlens in host memory is always checked (cheap); the slot-like indices only with check_indices,
   // because out-of-range slots are legal at run time (they mark invalid rows).
@@ -844,9 +831,8 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
 // ---- recurrent_commit ----------------------------------------------------------------------------------------
 
 Status validate(const RecurrentCommitParams& p, CommitDims* d) {
-  Ctx c{"recurrent_commit"};
-  const ArgList args = args_of(p);
-  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  Ctx c(p);
+  FGDN_RETURN_IF_ERROR(check_tensors(c));
   FGDN_RETURN_IF_ERROR(check_exec(c, p.exec));
   // The layout of the pool is not a parameter here: pool and buffer just have to agree on their last dims.
   FGDN_RETURN_IF_ERROR(require(c, "state_pool", p.state_pool, "[slots, Hv, K, V] or [slots, Hv, V, K]"));
@@ -886,7 +872,7 @@ Status validate(const RecurrentCommitParams& p, CommitDims* d) {
   FGDN_RETURN_IF_ERROR(check_bounded_product(c, "state_pool", "elements of one head's state (the two inner dims)",
                                              {dims.K, dims.V}, kMaxStateElems));
   FGDN_RETURN_IF_ERROR(check_cuda_head_dims(c, "state_pool", dims.K, "state_pool", dims.V));
-  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+  FGDN_RETURN_IF_ERROR(check_overlaps(c));
 
   if (p.exec.check_indices && !c.cuda) {
     // Rows with an invalid slot or a count outside [1, T_buf] are skipped by contract (SGLang passes a <= 0
@@ -970,9 +956,8 @@ RecurrentParams mixer_recurrent_view(const MixerDecodeParams& p) {
 }
 
 Status validate(const MixerDecodeParams& p, MixerDims* d) {
-  Ctx c{"mixer_decode"};
-  const ArgList args = args_of(p);
-  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  Ctx c(p);
+  FGDN_RETURN_IF_ERROR(check_tensors(c));
 
   // The channel split of x: C = 2 Hqk K + Hv V, with Hv and V from z.
   FGDN_RETURN_IF_ERROR(require(c, "x", p.x, "[B, T, C]"));
@@ -1005,9 +990,7 @@ Status validate(const MixerDecodeParams& p, MixerDims* d) {
   const int64_t Kc = p.conv_weight.shape[1];
   FGDN_RETURN_IF_ERROR(check_shape(c, "conv_weight", p.conv_weight, "[C, Kc]", {C, Kc}));
   if (Kc < 1 || Kc > 8) return FGDN_INVALID(c.op, ": conv_weight: expected Kc in [1, 8] taps, got Kc = ", Kc);
-  if (p.conv_bias.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "conv_bias", p.conv_bias, "[C]", {C}));
-  }
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "conv_bias", p.conv_bias, "[C]", {C}));
   FGDN_RETURN_IF_ERROR(require(c, "norm_weight", p.norm_weight, "[V]"));
   FGDN_RETURN_IF_ERROR(check_shape(c, "norm_weight", p.norm_weight, "[V]", {V}));
   if (!(p.norm_eps > 0.f) || !std::isfinite(p.norm_eps))
@@ -1071,7 +1054,7 @@ Status validate(const MixerDecodeParams& p, MixerDims* d) {
     if (dims.N > 65535)
       return FGDN_ERROR(unsupported, c.op, ": x: expected at most 65535 rows on CUDA (grid y), got N = ", dims.N);
   }
-  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+  FGDN_RETURN_IF_ERROR(check_overlaps(c));
   dims.C = C;
   dims.Kc = Kc;
   dims.L = L;

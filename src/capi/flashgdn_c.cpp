@@ -44,42 +44,27 @@ int run_c(const char* op, F&& f) {
   }
 }
 
-// C scalar -> C++ scalar, chosen by the C++ field's type: flags are int32 (non-zero: true), enums are int32
-// (validation and the plans reject values outside the enum), options structs go field by field.
 template <class T>
-void from_c(const T& c, T* x) {
-  *x = c;
-}
-void from_c(int32_t c, bool* x) {
-  *x = c != 0;
-}
-template <class E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
-void from_c(int32_t c, E* x) {
-  *x = static_cast<E>(c);
-}
-template <class CO, class O, class = decltype(Options<O>{})>
-void from_c(const CO& c, O* x) {
-  Options<O>::scalars([](const char*, const auto& cv, auto& v) { from_c(cv, &v); }, c, *x);
+constexpr bool is_options = std::is_same_v<T, GateOptions> || std::is_same_v<T, ExecOptions>;
+
+// One scalar between its C and its C++ form, either way: flags are int32 in C (non-zero: true), enums are int32
+// (validation and the plans reject values outside the enum), options structs go field by field (Options<O>).
+template <class A, class B>
+void assign(const A& from, B* to) {
+  if constexpr (std::is_same_v<A, B>) {
+    *to = from;
+  } else if constexpr (is_options<B>) {
+    Options<B>::scalars([](const char*, const auto& f, auto& t) { assign(f, &t); }, from, *to);
+  } else if constexpr (is_options<A>) {
+    Options<A>::scalars([](const char*, auto& t, const auto& f) { assign(f, &t); }, *to, from);
+  } else if constexpr (std::is_same_v<B, bool>) {
+    *to = from != 0;
+  } else {
+    *to = static_cast<B>(from);
+  }
 }
 
-// C++ scalar -> C scalar: the C defaults of <op>_params_init are the C++ defaults.
-template <class T>
-void to_c(const T& x, T* c) {
-  *c = x;
-}
-void to_c(bool x, int32_t* c) {
-  *c = x ? 1 : 0;
-}
-template <class E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
-void to_c(E x, int32_t* c) {
-  *c = static_cast<int32_t>(x);
-}
-template <class O, class CO, class = decltype(Options<O>{})>
-void to_c(const O& x, CO* c) {
-  Options<O>::scalars([](const char*, auto& cv, const auto& v) { to_c(v, &cv); }, *c, x);
-}
-
-// The C params of op P -> P: every tensor through the one DLTensor reader, every scalar through from_c.
+// The C params of op P -> P: every tensor through the one DLTensor reader, every scalar through assign.
 template <class P, class C>
 Status convert(const C* c, P* p) {
   const char* op = Op<P>::name;
@@ -91,7 +76,7 @@ Status convert(const C* c, P* p) {
       },
       *c, *p);
   FGDN_RETURN_IF_ERROR(st);
-  Op<P>::scalars([](const char*, const auto& cv, auto& v) { from_c(cv, &v); }, *c, *p);
+  Op<P>::scalars([](const char*, const auto& cv, auto& v) { assign(cv, &v); }, *c, *p);
   return Status::OK();
 }
 
@@ -100,8 +85,8 @@ template <class P, class C>
 void init_params(C* c) {
   if (!c) return;
   std::memset(c, 0, sizeof(*c));
-  const P defaults;
-  Op<P>::scalars([](const char*, auto& cv, const auto& v) { to_c(v, &cv); }, *c, defaults);
+  const P defaults{};
+  Op<P>::scalars([](const char*, auto& cv, const auto& v) { assign(v, &cv); }, *c, defaults);
 }
 
 Status require_bytes(const char* op, const size_t* bytes) {
