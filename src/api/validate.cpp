@@ -732,10 +732,10 @@ Status check_recurrent_indices(const Ctx& c, const RecurrentParams& p, const Rec
 
 Status validate(const RecurrentParams& p, RecurrentDims* d) {
   Ctx c(p);
+  const StateLayout l = p.state_layout;
   RecurrentDims dims;
   FGDN_RETURN_IF_ERROR(check_seq(c, p, &dims));
   const int64_t B = dims.B, T = dims.T, N = dims.N, Hv = dims.Hv, K = dims.K, V = dims.V;
-  const StateLayout l = p.state_layout;
 
   FGDN_RETURN_IF_ERROR(check_like(c, "o", p.o, "[B, T, Hv, V]", {B, T, Hv, V}, "v", p.v));
 

@@ -118,55 +118,30 @@ extern "C" {
 FLASHGDN_OPS(FGDN_C_INIT)
 #undef FGDN_C_INIT
 
-int flashgdn_chunk_fwd_workspace_size(const flashgdn_chunk_fwd_params* c, size_t* bytes) {
-  return run_with<ChunkFwdParams>("chunk_fwd_workspace_size", c, [&](const ChunkFwdParams& p) -> Status {
-    FGDN_RETURN_IF_ERROR(require_bytes("chunk_fwd_workspace_size", bytes));
-    return chunk_fwd_workspace_size(p, bytes);
-  });
-}
+// The entry points: the C params converted, then the C++ entry point of the same name.
+#define FGDN_C_WORKSPACE_OP(op, Params)                                                                          \
+  int flashgdn_##op##_workspace_size(const flashgdn_##op##_params* c, size_t* bytes) {                           \
+    return run_with<Params>(#op "_workspace_size", c, [&](const Params& p) -> Status {                           \
+      FGDN_RETURN_IF_ERROR(require_bytes(#op "_workspace_size", bytes));                                         \
+      return op##_workspace_size(p, bytes);                                                                      \
+    });                                                                                                          \
+  }                                                                                                              \
+  int flashgdn_##op(const flashgdn_##op##_params* c, void* workspace, size_t workspace_bytes, void* stream) {    \
+    return run_with<Params>(#op, c, [&](const Params& p) { return op(p, workspace, workspace_bytes, stream); }); \
+  }
+FGDN_C_WORKSPACE_OP(chunk_fwd, ChunkFwdParams)
+FGDN_C_WORKSPACE_OP(chunk_bwd, ChunkBwdParams)
+FGDN_C_WORKSPACE_OP(recurrent, RecurrentParams)
+#undef FGDN_C_WORKSPACE_OP
 
-int flashgdn_chunk_fwd(const flashgdn_chunk_fwd_params* c, void* workspace, size_t workspace_bytes, void* stream) {
-  return run_with<ChunkFwdParams>(
-      "chunk_fwd", c, [&](const ChunkFwdParams& p) { return chunk_fwd(p, workspace, workspace_bytes, stream); });
-}
-
-int flashgdn_chunk_bwd_workspace_size(const flashgdn_chunk_bwd_params* c, size_t* bytes) {
-  return run_with<ChunkBwdParams>("chunk_bwd_workspace_size", c, [&](const ChunkBwdParams& p) -> Status {
-    FGDN_RETURN_IF_ERROR(require_bytes("chunk_bwd_workspace_size", bytes));
-    return chunk_bwd_workspace_size(p, bytes);
-  });
-}
-
-int flashgdn_chunk_bwd(const flashgdn_chunk_bwd_params* c, void* workspace, size_t workspace_bytes, void* stream) {
-  return run_with<ChunkBwdParams>(
-      "chunk_bwd", c, [&](const ChunkBwdParams& p) { return chunk_bwd(p, workspace, workspace_bytes, stream); });
-}
-
-int flashgdn_gating(const flashgdn_gating_params* c, void* stream) {
-  return run_with<GatingParams>("gating", c, [&](const GatingParams& p) { return gating(p, stream); });
-}
-
-int flashgdn_recurrent_workspace_size(const flashgdn_recurrent_params* c, size_t* bytes) {
-  return run_with<RecurrentParams>("recurrent_workspace_size", c, [&](const RecurrentParams& p) -> Status {
-    FGDN_RETURN_IF_ERROR(require_bytes("recurrent_workspace_size", bytes));
-    return recurrent_workspace_size(p, bytes);
-  });
-}
-
-int flashgdn_recurrent(const flashgdn_recurrent_params* c, void* workspace, size_t workspace_bytes, void* stream) {
-  return run_with<RecurrentParams>(
-      "recurrent", c, [&](const RecurrentParams& p) { return recurrent(p, workspace, workspace_bytes, stream); });
-}
-
-int flashgdn_recurrent_commit(const flashgdn_recurrent_commit_params* c, void* stream) {
-  return run_with<RecurrentCommitParams>("recurrent_commit", c,
-                                         [&](const RecurrentCommitParams& p) { return recurrent_commit(p, stream); });
-}
-
-int flashgdn_mixer_decode(const flashgdn_mixer_decode_params* c, void* stream) {
-  return run_with<MixerDecodeParams>("mixer_decode", c,
-                                     [&](const MixerDecodeParams& p) { return mixer_decode(p, stream); });
-}
+#define FGDN_C_STREAM_OP(op, Params)                                                 \
+  int flashgdn_##op(const flashgdn_##op##_params* c, void* stream) {                 \
+    return run_with<Params>(#op, c, [&](const Params& p) { return op(p, stream); }); \
+  }
+FGDN_C_STREAM_OP(gating, GatingParams)
+FGDN_C_STREAM_OP(recurrent_commit, RecurrentCommitParams)
+FGDN_C_STREAM_OP(mixer_decode, MixerDecodeParams)
+#undef FGDN_C_STREAM_OP
 
 const char* flashgdn_last_error(void) {
   return t_last_error.c_str();
