@@ -57,6 +57,15 @@ Status validate(const GatingParams& p, GatingDims* d);
 Status validate(const RecurrentParams& p, RecurrentDims* d);
 Status validate(const RecurrentCommitParams& p, CommitDims* d);
 Status validate(const MixerDecodeParams& p, MixerDims* d);
+// The index-value rules of validate alone, for a call that passed validate with its index tensors on a CUDA device:
+// `p` is its host mirror (ops.cpp, exec.check_indices), whose index tensors are host copies, and `d` its dims. So a
+// checked CUDA call is validated once and its values are read once.
+Status check_index_values(const ChunkFwdParams& p, const ChunkDims& d);
+Status check_index_values(const ChunkBwdParams& p, const SeqDims& d);
+Status check_index_values(const GatingParams& p, const GatingDims& d);
+Status check_index_values(const RecurrentParams& p, const RecurrentDims& d);
+Status check_index_values(const RecurrentCommitParams& p, const CommitDims& d);
+Status check_index_values(const MixerDecodeParams& p, const MixerDims& d);
 // The recurrence inside mixer_decode as a `recurrent` call: q, k, v are views of the conv input x (its shape
 // and placement; the values are the conv outputs), g and beta the raw a and b with the gate formed in the op,
 // o the output. Validation runs recurrent's rules through it and the CPU backend composes the op with it.

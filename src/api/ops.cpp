@@ -6,9 +6,9 @@
 //   CUDA tensors -> flashgdn::cuda::<op>  (the plan, built once per call; caller's workspace and stream; launches only)
 //
 // exec.check_indices on CUDA: the index tensors are copied to the host on the caller's stream (a sync, which is
-// why it is opt-in) and the call is validated once more as a host mirror, so CPU and CUDA share one set of value
-// checks (validate.cpp). No C++ exception leaves this file, and nothing here keeps state between calls, so any
-// number of threads may call at once.
+// why it is opt-in) and their values are checked by validation's value rules (check_index_values), so CPU and CUDA
+// share one set of value checks (validate.cpp) and a call is validated once. No C++ exception leaves this file, and
+// nothing here keeps state between calls, so any number of threads may call at once.
 #include <deque>
 #include <exception>
 #include <new>
@@ -120,11 +120,12 @@ Status check_workspace(const char* op, size_t required, const void* ws, size_t w
   return Status::OK();
 }
 
-// exec.check_indices for CUDA tensors: validate a host mirror of the call, whose index tensors (the table's index
-// dtype class: cu_seqlens, slot indices, num_accepted_tokens) are host copies and whose every tensor is marked CPU
-// memory (only the index tensors are read). A call without index tensors has no values to check.
+// exec.check_indices for CUDA tensors: check the index values of a host mirror of the validated call, whose index
+// tensors (the table's index dtype class: cu_seqlens, slot indices, num_accepted_tokens) are host copies and whose
+// every tensor is marked CPU memory (only the index tensors are read). A call without index tensors has no values to
+// check.
 template <class P, class D>
-Status check_device_indices(const P& p, void* stream) {
+Status check_device_indices(const P& p, const D& d, void* stream) {
   if (!p.exec.check_indices) return Status::OK();
   bool any = false;
   Op<P>::tensors([&](const TensorSpec& s, const TensorView& t) { any |= s.dtypes == DClass::index && t.defined(); }, p);
@@ -140,8 +141,7 @@ Status check_device_indices(const P& p, void* stream) {
       },
       h);
   FGDN_RETURN_IF_ERROR(st);
-  D d;
-  return validate(h, &d);
+  return check_index_values(h, d);
 }
 
 #endif  // FLASHGDN_WITH_CUDA
@@ -273,7 +273,7 @@ Status run_op(const P& p, const WorkspaceSource& ws, void* stream) {
 #if FLASHGDN_WITH_CUDA
     DeviceGuard guard(dev.device_id);
     FGDN_RETURN_IF_ERROR(guard.status());
-    FGDN_RETURN_IF_ERROR((check_device_indices<P, typename B::Dims>(p, stream)));
+    FGDN_RETURN_IF_ERROR(check_device_indices(p, d, stream));
     typename B::Plan plan;
     FGDN_RETURN_IF_ERROR(make_plan(p, d, device_facts(dev.device_id), &plan));
     const size_t need = workspace_of(p, d, plan);

@@ -5,7 +5,7 @@
 // Every failure is FGDN_INVALID("<op>: <argument>: expected <what>, got <what>") or, for a valid request this
 // build or device cannot run, FGDN_ERROR(unsupported, ...). Nothing here dereferences a non-index tensor, and
 // index tensors are read only when they are host memory (ops.cpp mirrors CUDA index tensors to the host for
-// exec.check_indices and validates the mirror).
+// exec.check_indices and checks the mirror with check_index_values, the value rules alone).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -412,11 +412,8 @@ Status check_cuda_head_dims(const Ctx& c, const char* k_name, int64_t K, const c
   return Status::OK();
 }
 
-// Index tensors are read here only when they are host memory (CPU tensors, or ops.cpp's host mirror).
-bool readable(const Ctx& c, const TensorView& t) {
-  return t.defined() && !c.cuda;
-}
-
+// Index tensors are read only by the *_values functions, which run on host memory: a CPU call's tensors, or the host
+// mirror of a CUDA call (ops.cpp, exec.check_indices).
 int64_t index_at(const TensorView& t, int64_t i) {
   return detail::load_index(t.data, t.dtype, i * t.strides[0]);
 }
@@ -543,19 +540,24 @@ Status check_chunk_size(const Ctx& c, int32_t chunk_size) {
   return Status::OK();
 }
 
-// Per-row token counts when they are readable: T for every row (fixed length) or from cu_seqlens.
-// Returns false when cu_seqlens lives on the device (values unknown), or when the rows are B fixed-length rows of
-// no token: they touch nothing, so there is nothing to check, and B (not bounded by any tensor's memory then)
-// must not size an allocation.
-bool row_lengths(const Ctx& c, const SeqDims& d, const TensorView& cu, std::vector<int64_t>* lens, Status* st) {
+// Per-row token counts: T for every row (fixed length) or from cu_seqlens (host memory).
+// Returns false when the rows are B fixed-length rows of no token: they touch nothing, so there is nothing to check,
+// and B (not bounded by any tensor's memory then) must not size an allocation.
+bool row_lengths(const SeqDims& d, const TensorView& cu, std::vector<int64_t>* lens, const Ctx& c, Status* st) {
   if (!d.varlen) {
     if (d.T == 0) return false;
     lens->assign(size_t(d.N), d.T);  // N = B <= B * T * Hv <= 2^31 - 1 rows of v
     return true;
   }
-  if (!readable(c, cu)) return false;
   *st = check_cu_values(c, cu, d.T, lens);
   return true;
+}
+
+// The index values of chunk_fwd and chunk_bwd: cu_seqlens holds valid offsets.
+Status chunked_values(const Ctx& c, const TensorView& cu, const SeqDims& d) {
+  if (!d.varlen) return Status::OK();
+  std::vector<int64_t> lens;
+  return check_cu_values(c, cu, d.T, &lens);
 }
 
 // The last rules of chunk_fwd and chunk_bwd: no output overlaps another argument, and cu_seqlens in host memory
@@ -563,10 +565,7 @@ bool row_lengths(const Ctx& c, const SeqDims& d, const TensorView& cu, std::vect
 template <class D>
 Status finish_chunked(const Ctx& c, const TensorView& cu, const D& dims, D* d) {
   FGDN_RETURN_IF_ERROR(check_overlaps(c));
-  if (dims.varlen && readable(c, cu)) {
-    std::vector<int64_t> lens;
-    FGDN_RETURN_IF_ERROR(check_cu_values(c, cu, dims.T, &lens));
-  }
+  if (!c.cuda) FGDN_RETURN_IF_ERROR(chunked_values(c, cu, dims));
   *d = dims;
   return Status::OK();
 }
@@ -728,6 +727,27 @@ Status check_recurrent_indices(const Ctx& c, const RecurrentParams& p, const Rec
   return Status::OK();
 }
 
+// The index values of recurrent (host memory). cu_seqlens is always checked (cheap); the slot-like indices only
+// with exec.check_indices, because out-of-range slots are legal at run time (they mark invalid rows).
+Status recurrent_values(const Ctx& c, const RecurrentParams& p, const RecurrentDims& d) {
+  std::vector<int64_t> lens;
+  Status st;
+  if (row_lengths(d, p.cu_seqlens, &lens, c, &st)) {
+    FGDN_RETURN_IF_ERROR(st);
+    for (int64_t n = 0; n < d.N; ++n) {
+      const int64_t len = lens[size_t(n)];
+      if (d.T_max > 0 && len > d.T_max)
+        return FGDN_INVALID(c.op, ": cu_seqlens: expected rows of at most T_max = ", d.T_max,
+                            " tokens (state_indices columns), got ", len, " tokens in row ", n);
+      if (p.intermediate_states.defined() && len > d.T_buf)
+        return FGDN_INVALID(c.op, ": cu_seqlens: expected rows of at most T_buf = ", d.T_buf,
+                            " tokens (intermediate_states entries), got ", len, " tokens in row ", n);
+    }
+    if (p.exec.check_indices) FGDN_RETURN_IF_ERROR(check_recurrent_indices(c, p, d, lens));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status validate(const RecurrentParams& p, RecurrentDims* d) {
@@ -806,29 +826,44 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
 
   FGDN_RETURN_IF_ERROR(check_overlaps(c));
 
-  // Values. cu_seqlens in host memory is always checked (cheap); the slot-like indices only with check_indices,
-  // because out-of-range slots are legal at run time (they mark invalid rows).
-  std::vector<int64_t> lens;
-  Status st;
-  if (row_lengths(c, dims, p.cu_seqlens, &lens, &st)) {
-    FGDN_RETURN_IF_ERROR(st);
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t len = lens[size_t(n)];
-      if (dims.T_max > 0 && len > dims.T_max)
-        return FGDN_INVALID(c.op, ": cu_seqlens: expected rows of at most T_max = ", dims.T_max,
-                            " tokens (state_indices columns), got ", len, " tokens in row ", n);
-      if (p.intermediate_states.defined() && len > dims.T_buf)
-        return FGDN_INVALID(c.op, ": cu_seqlens: expected rows of at most T_buf = ", dims.T_buf,
-                            " tokens (intermediate_states entries), got ", len, " tokens in row ", n);
-    }
-    const bool idx_readable = !c.cuda;
-    if (p.exec.check_indices && idx_readable) FGDN_RETURN_IF_ERROR(check_recurrent_indices(c, p, dims, lens));
-  }
+  if (!c.cuda) FGDN_RETURN_IF_ERROR(recurrent_values(c, p, dims));
   *d = dims;
   return Status::OK();
 }
 
 // ---- recurrent_commit ----------------------------------------------------------------------------------------
+
+namespace {
+
+// The index values of recurrent_commit (host memory), with exec.check_indices.
+Status commit_values(const Ctx& c, const RecurrentCommitParams& p, const CommitDims& d) {
+  if (!p.exec.check_indices) return Status::OK();
+  // Rows with an invalid slot or a count outside [1, T_buf] are skipped by contract (SGLang passes a <= 0
+  // to mean skip), so only slots past the pool, counts past the buffer and buffer rows past N_buf are errors.
+  std::unordered_map<int64_t, int64_t> owner;
+  for (int64_t n = 0; n < d.N; ++n) {
+    const int64_t slot = index_at(p.state_indices, n);
+    const int64_t a = index_at(p.num_accepted_tokens, n);
+    if (slot >= d.slots)
+      return FGDN_INVALID(c.op, ": state_indices: expected slots < state_pool.shape[0] = ", d.slots,
+                          " or an invalid-slot sentinel (exec.check_indices), got state_indices[", n, "] = ", slot);
+    if (a > d.T_buf)
+      return FGDN_INVALID(c.op, ": num_accepted_tokens: expected values <= T_buf = ", d.T_buf,
+                          " (exec.check_indices), got num_accepted_tokens[", n, "] = ", a);
+    const int64_t buf = p.intermediate_indices.defined() ? index_at(p.intermediate_indices, n) : n;
+    if (buf >= d.n_buf)
+      return FGDN_INVALID(c.op, ": intermediate_indices: expected values < intermediate_states.shape[0] = ", d.n_buf,
+                          " (exec.check_indices), got intermediate_indices[", n, "] = ", buf);
+    if (invalid_slot(slot, d.slots, p.null_slot_is_invalid) || a < 1) continue;
+    auto [it, fresh] = owner.emplace(slot, n);
+    if (!fresh)
+      return FGDN_INVALID(c.op, ": state_indices: expected distinct valid slots (duplicates race; ",
+                          "exec.check_indices), got slot ", slot, " for rows ", it->second, " and ", n);
+  }
+  return Status::OK();
+}
+
+}  // namespace
 
 Status validate(const RecurrentCommitParams& p, CommitDims* d) {
   Ctx c(p);
@@ -874,31 +909,7 @@ Status validate(const RecurrentCommitParams& p, CommitDims* d) {
   FGDN_RETURN_IF_ERROR(check_cuda_head_dims(c, "state_pool", dims.K, "state_pool", dims.V));
   FGDN_RETURN_IF_ERROR(check_overlaps(c));
 
-  if (p.exec.check_indices && !c.cuda) {
-    // Rows with an invalid slot or a count outside [1, T_buf] are skipped by contract (SGLang passes a <= 0
-    // to mean skip), so only slots past the pool, counts past the buffer and buffer rows past N_buf are errors.
-    std::unordered_map<int64_t, int64_t> owner;
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t slot = index_at(p.state_indices, n);
-      const int64_t a = index_at(p.num_accepted_tokens, n);
-      if (slot >= dims.slots)
-        return FGDN_INVALID(c.op, ": state_indices: expected slots < state_pool.shape[0] = ", dims.slots,
-                            " or an invalid-slot sentinel (exec.check_indices), got state_indices[", n, "] = ", slot);
-      if (a > dims.T_buf)
-        return FGDN_INVALID(c.op, ": num_accepted_tokens: expected values <= T_buf = ", dims.T_buf,
-                            " (exec.check_indices), got num_accepted_tokens[", n, "] = ", a);
-      const int64_t buf = p.intermediate_indices.defined() ? index_at(p.intermediate_indices, n) : n;
-      if (buf >= dims.n_buf)
-        return FGDN_INVALID(c.op,
-                            ": intermediate_indices: expected values < intermediate_states.shape[0] = ", dims.n_buf,
-                            " (exec.check_indices), got intermediate_indices[", n, "] = ", buf);
-      if (invalid_slot(slot, dims.slots, p.null_slot_is_invalid) || a < 1) continue;
-      auto [it, fresh] = owner.emplace(slot, n);
-      if (!fresh)
-        return FGDN_INVALID(c.op, ": state_indices: expected distinct valid slots (duplicates race; ",
-                            "exec.check_indices), got slot ", slot, " for rows ", it->second, " and ", n);
-    }
-  }
+  if (!c.cuda) FGDN_RETURN_IF_ERROR(commit_values(c, p, dims));
   *d = dims;
   return Status::OK();
 }
@@ -1060,6 +1071,27 @@ Status validate(const MixerDecodeParams& p, MixerDims* d) {
   dims.L = L;
   *d = dims;
   return Status::OK();
+}
+
+// ---- index values of a host mirror (ops.cpp, exec.check_indices on CUDA) ---------------------------------------
+
+Status check_index_values(const ChunkFwdParams& p, const ChunkDims& d) {
+  return chunked_values(Ctx(p), p.cu_seqlens, d);
+}
+Status check_index_values(const ChunkBwdParams& p, const SeqDims& d) {
+  return chunked_values(Ctx(p), p.cu_seqlens, d);
+}
+Status check_index_values(const GatingParams&, const GatingDims&) {
+  return Status::OK();  // no index tensor
+}
+Status check_index_values(const RecurrentParams& p, const RecurrentDims& d) {
+  return recurrent_values(Ctx(p), p, d);
+}
+Status check_index_values(const RecurrentCommitParams& p, const CommitDims& d) {
+  return commit_values(Ctx(p), p, d);
+}
+Status check_index_values(const MixerDecodeParams& p, const MixerDims& d) {
+  return check_index_values(mixer_recurrent_view(p), d);
 }
 
 }  // namespace flashgdn
