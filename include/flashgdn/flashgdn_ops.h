@@ -60,48 +60,51 @@
   T(A_log, in, floats, strided, "[Hv]; may be null (required with gate.use_gate_in_kernel)") \
   T(dt_bias, in, floats, strided, "[Hv]; may be null")
 
-/* ---- chunk_fwd: chunked prefill / inference forward (gdn-math 5, 6) ----------------------------------- */
-#define FLASHGDN_CHUNK_FWD_TENSORS(T)                                                                         \
+/* ... then the start state and the varlen offsets: the inputs of chunk_fwd and chunk_bwd. */
+#define FLASHGDN_SEQ_INPUT_TENSORS(T)                                                                         \
   FLASHGDN_QKV_GATE_TENSORS(T)                                                                                \
   T(initial_state, in, f32, dense, "[N, Hv, K, V] (k_major) or [N, Hv, V, K] (v_major); may be null (zeros)") \
-  T(cu_seqlens, in, index, strided, "[N + 1]; may be null (fixed length)")                                    \
-  T(o, out, floats, dense, "[B, T, Hv, V] dtype of v (varlen rows past cu_seqlens[N] unwritten)")             \
-  T(final_state, out, f32, dense, "[N, Hv, K, V] / [N, Hv, V, K]; may be null")                               \
-  /* State after every checkpoint_interval tokens of each sequence (prefix caching): entry c = state after    \
-     (c + 1) * interval tokens; entries past a sequence's length are not written. */                          \
+  T(cu_seqlens, in, index, strided, "[N + 1]; may be null (fixed length)")
+
+/* The scale and the in-kernel options of chunk_fwd, chunk_bwd and recurrent. */
+#define FLASHGDN_SEQ_SCALARS(S)                                                              \
+  S(float, float, scale, 0.0f, "0: K^-1/2")                                                  \
+  S(bool, int32_t, use_qk_l2norm_in_kernel, false, "q, k <- x / sqrt(sum x^2 + 1e-6), fp32") \
+  S(GateOptions, flashgdn_gate_options, gate, {}, "in-kernel gate and beta")                 \
+  S(StateLayout, int32_t, state_layout, StateLayout::k_major, "k_major [.., K, V] or v_major [.., V, K]")
+
+/* ---- chunk_fwd: chunked prefill / inference forward (gdn-math 5, 6) ----------------------------------- */
+#define FLASHGDN_CHUNK_FWD_TENSORS(T)                                                                      \
+  FLASHGDN_SEQ_INPUT_TENSORS(T)                                                                            \
+  T(o, out, floats, dense, "[B, T, Hv, V] dtype of v (varlen rows past cu_seqlens[N] unwritten)")          \
+  T(final_state, out, f32, dense, "[N, Hv, K, V] / [N, Hv, V, K]; may be null")                            \
+  /* State after every checkpoint_interval tokens of each sequence (prefix caching): entry c = state after \
+     (c + 1) * interval tokens; entries past a sequence's length are not written. */                       \
   T(state_checkpoints, out, f32, dense, "[N, C_max, Hv, K, V] / [N, C_max, Hv, V, K]; may be null")
 
 #define FLASHGDN_CHUNK_FWD_SCALARS(S)                                                                     \
   S(int64_t, int64_t, checkpoint_interval, 0, "a positive multiple of chunk_size with state_checkpoints") \
-  S(float, float, scale, 0.0f, "0: K^-1/2")                                                               \
-  S(bool, int32_t, use_qk_l2norm_in_kernel, false, "q, k <- x / sqrt(sum x^2 + 1e-6), fp32")              \
-  S(GateOptions, flashgdn_gate_options, gate, {}, "in-kernel gate and beta")                              \
-  S(StateLayout, int32_t, state_layout, StateLayout::k_major, "k_major [.., K, V] or v_major [.., V, K]") \
+  FLASHGDN_SEQ_SCALARS(S)                                                                                 \
   S(int32_t, int32_t, chunk_size, 64, "16, 32 or 64 (the CUDA kernels use 64)")                           \
   S(ExecOptions, flashgdn_exec_options, exec, {}, "how the call executes")
 
 /* ---- chunk_bwd: training backward (gdn-math 7) --------------------------------------------------------- */
-#define FLASHGDN_CHUNK_BWD_TENSORS(T)                                                    \
-  FLASHGDN_QKV_GATE_TENSORS(T)                                                           \
-  T(initial_state, in, f32, dense, "[N, Hv, K, V] / [N, Hv, V, K]; may be null (zeros)") \
-  T(cu_seqlens, in, index, strided, "[N + 1]; may be null (fixed length)")               \
-  T(d_o, in, floats, dense, "[B, T, Hv, V] dtype of v")                                  \
-  T(d_ht, in, f32, dense, "[N, Hv, K, V] / [N, Hv, V, K]; may be null (zero)")           \
-  T(dq, out, floats, dense, "[B, T, Hqk, K] dtype of q")                                 \
-  T(dk, out, floats, dense, "[B, T, Hqk, K] dtype of k")                                 \
-  T(dv, out, floats, dense, "[B, T, Hv, V] dtype of v")                                  \
-  T(dg, out, floats, strided, "[B, T, Hv]; may be null")                                 \
-  T(dbeta, out, floats, strided, "[B, T, Hv]; may be null")                              \
-  T(dh0, out, f32, dense, "like initial_state; may be null")                             \
-  T(dA_log, out, f32, strided, "[Hv]; may be null (only with gate.use_gate_in_kernel)")  \
+#define FLASHGDN_CHUNK_BWD_TENSORS(T)                                                   \
+  FLASHGDN_SEQ_INPUT_TENSORS(T)                                                         \
+  T(d_o, in, floats, dense, "[B, T, Hv, V] dtype of v")                                 \
+  T(d_ht, in, f32, dense, "[N, Hv, K, V] / [N, Hv, V, K]; may be null (zero)")          \
+  T(dq, out, floats, dense, "[B, T, Hqk, K] dtype of q")                                \
+  T(dk, out, floats, dense, "[B, T, Hqk, K] dtype of k")                                \
+  T(dv, out, floats, dense, "[B, T, Hv, V] dtype of v")                                 \
+  T(dg, out, floats, strided, "[B, T, Hv]; may be null")                                \
+  T(dbeta, out, floats, strided, "[B, T, Hv]; may be null")                             \
+  T(dh0, out, f32, dense, "like initial_state; may be null")                            \
+  T(dA_log, out, f32, strided, "[Hv]; may be null (only with gate.use_gate_in_kernel)") \
   T(ddt_bias, out, f32, strided, "[Hv]; may be null (only with gate.use_gate_in_kernel)")
 
-#define FLASHGDN_CHUNK_BWD_SCALARS(S)                                                                     \
-  S(float, float, scale, 0.0f, "0: K^-1/2")                                                               \
-  S(bool, int32_t, use_qk_l2norm_in_kernel, false, "as in the forward")                                   \
-  S(GateOptions, flashgdn_gate_options, gate, {}, "as in the forward")                                    \
-  S(StateLayout, int32_t, state_layout, StateLayout::k_major, "k_major [.., K, V] or v_major [.., V, K]") \
-  S(int32_t, int32_t, chunk_size, 64, "16, 32 or 64 (the CUDA kernels use 64)")                           \
+#define FLASHGDN_CHUNK_BWD_SCALARS(S)                                           \
+  FLASHGDN_SEQ_SCALARS(S)                                                       \
+  S(int32_t, int32_t, chunk_size, 64, "16, 32 or 64 (the CUDA kernels use 64)") \
   S(ExecOptions, flashgdn_exec_options, exec, {}, "how the call executes")
 
 /* ---- gating: g, beta from raw projections (gdn-math 4; vLLM fused_gdn_gating) ------------------------- */
@@ -130,13 +133,10 @@
   T(initial_state, in, f32, dense, "[N, Hv, K, V] / [N, Hv, V, K]; only without a pool; may be null (zeros)") \
   T(final_state, out, f32, dense, "[N, Hv, K, V] / [N, Hv, V, K]; only without a pool; may be null")
 
-#define FLASHGDN_RECURRENT_SCALARS(S)                                                                     \
-  S(bool, int32_t, commit, true, "write the pool (false: a verify that leaves it untouched)")             \
-  S(bool, int32_t, null_slot_is_invalid, false, "also treat slot 0 as invalid (vLLM NULL_BLOCK_ID)")      \
-  S(float, float, scale, 0.0f, "0: K^-1/2")                                                               \
-  S(bool, int32_t, use_qk_l2norm_in_kernel, false, "q, k <- x / sqrt(sum x^2 + 1e-6), fp32")              \
-  S(GateOptions, flashgdn_gate_options, gate, {}, "in-kernel gate and beta")                              \
-  S(StateLayout, int32_t, state_layout, StateLayout::k_major, "k_major [.., K, V] or v_major [.., V, K]") \
+#define FLASHGDN_RECURRENT_SCALARS(S)                                                                \
+  S(bool, int32_t, commit, true, "write the pool (false: a verify that leaves it untouched)")        \
+  S(bool, int32_t, null_slot_is_invalid, false, "also treat slot 0 as invalid (vLLM NULL_BLOCK_ID)") \
+  FLASHGDN_SEQ_SCALARS(S)                                                                            \
   S(ExecOptions, flashgdn_exec_options, exec, {}, "how the call executes")
 
 /* ---- recurrent_commit: the accepted intermediate state into the pool (gdn-math 8.2 B) ------------------ */

@@ -183,19 +183,27 @@ const TensorView& first_tensor(const P& p) {
 struct NoPlan {};
 
 template <class P>
+struct PlanOf {
+  using type = NoPlan;
+};
+template <>
+struct PlanOf<ChunkFwdParams> {
+  using type = ChunkFwdPlan;
+};
+template <>
+struct PlanOf<RecurrentParams> {
+  using type = RecurrentPlan;
+};
+
+template <class P>
 struct Types;
-#define FGDN_TYPES(Params, DimsT, PlanT) \
-  template <>                            \
-  struct Types<Params> {                 \
-    using Dims = DimsT;                  \
-    using Plan = PlanT;                  \
+#define FGDN_TYPES(stem, Params, DimsT) \
+  template <>                           \
+  struct Types<Params> {                \
+    using Dims = DimsT;                 \
+    using Plan = PlanOf<Params>::type;  \
   };
-FGDN_TYPES(ChunkFwdParams, ChunkDims, ChunkFwdPlan)
-FGDN_TYPES(ChunkBwdParams, SeqDims, NoPlan)
-FGDN_TYPES(GatingParams, GatingDims, NoPlan)
-FGDN_TYPES(RecurrentParams, RecurrentDims, RecurrentPlan)
-FGDN_TYPES(RecurrentCommitParams, CommitDims, NoPlan)
-FGDN_TYPES(MixerDecodeParams, MixerDims, NoPlan)
+FGDN_OP_DIMS(FGDN_TYPES)
 #undef FGDN_TYPES
 
 Status make_plan(const ChunkFwdParams& p, const ChunkDims& d, const DeviceFacts& f, ChunkFwdPlan* pl) {
@@ -210,11 +218,11 @@ Status make_plan(const P&, const D&, const DeviceFacts&, NoPlan*) {
 }
 
 // The cpu::<op> of every op.
-#define FGDN_RUN_CPU(stem, Params, TENSORS, SCALARS)              \
-  Status run_cpu(const Params& p, const Types<Params>::Dims& d) { \
-    return cpu::stem(p, d);                                       \
+#define FGDN_RUN_CPU(stem, Params, DimsT)           \
+  Status run_cpu(const Params& p, const DimsT& d) { \
+    return cpu::stem(p, d);                         \
   }
-FLASHGDN_OPS(FGDN_RUN_CPU)
+FGDN_OP_DIMS(FGDN_RUN_CPU)
 #undef FGDN_RUN_CPU
 
 #if FLASHGDN_WITH_CUDA
@@ -241,12 +249,11 @@ Status call_cuda(F* f, const P& p, const D& d, const Plan& pl, void* ws, size_t 
   else
     return f(p, d, s);
 }
-#define FGDN_RUN_CUDA(stem, Params, TENSORS, SCALARS)                                                               \
-  Status run_cuda(const Params& p, const Types<Params>::Dims& d, const Types<Params>::Plan& pl, void* ws, size_t n, \
-                  void* s) {                                                                                        \
-    return call_cuda(&cuda::stem, p, d, pl, ws, n, s);                                                              \
+#define FGDN_RUN_CUDA(stem, Params, DimsT)                                                                       \
+  Status run_cuda(const Params& p, const DimsT& d, const Types<Params>::Plan& pl, void* ws, size_t n, void* s) { \
+    return call_cuda(&cuda::stem, p, d, pl, ws, n, s);                                                           \
   }
-FLASHGDN_OPS(FGDN_RUN_CUDA)
+FGDN_OP_DIMS(FGDN_RUN_CUDA)
 #undef FGDN_RUN_CUDA
 #endif
 

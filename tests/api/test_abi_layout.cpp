@@ -1,139 +1,59 @@
-// The layout of the C ABI's structs on LP64 targets, checked at compile time. The structs are expanded from the op
-// table (flashgdn_ops.h), so an edit of the table that moved a field would silently break every compiled caller;
-// this list makes such a change (a new field is one) a deliberate one.
+// The layout of the C ABI's structs on LP64 targets against tests/api/abi_layout.txt, the layout compiled callers
+// were built against. The structs are expanded from the op table (flashgdn_ops.h), so an edit of the table that
+// moved a field would silently break every compiled caller; the golden file makes such a change (adding a field
+// is one) a deliberate one. The rows are expanded from the same table: "<struct> size <bytes>", then
+// "<struct>.<field> <offset>" for every field in order.
+#include <gtest/gtest.h>
+
 #include <cstddef>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "flashgdn/flashgdn.h"
 
-#if defined(__LP64__)
-#define FGDN_AT(S, f, off) static_assert(offsetof(S, f) == off, #S "." #f " moved");
-static_assert(sizeof(flashgdn_exec_options) == 24, "flashgdn_exec_options: size changed");
-FGDN_AT(flashgdn_exec_options, check_indices, 0)
-FGDN_AT(flashgdn_exec_options, cpu_fp64, 4)
-FGDN_AT(flashgdn_exec_options, cpu_algo, 8)
-FGDN_AT(flashgdn_exec_options, cpu_threads, 12)
-FGDN_AT(flashgdn_exec_options, recurrent_kernel, 16)
-FGDN_AT(flashgdn_exec_options, chunk_fwd_segments, 20)
-static_assert(sizeof(flashgdn_gate_options) == 20, "flashgdn_gate_options: size changed");
-FGDN_AT(flashgdn_gate_options, use_gate_in_kernel, 0)
-FGDN_AT(flashgdn_gate_options, use_beta_sigmoid_in_kernel, 4)
-FGDN_AT(flashgdn_gate_options, allow_neg_eigval, 8)
-FGDN_AT(flashgdn_gate_options, softplus_beta, 12)
-FGDN_AT(flashgdn_gate_options, softplus_threshold, 16)
-static_assert(sizeof(flashgdn_chunk_fwd_params) == 168, "flashgdn_chunk_fwd_params: size changed");
-FGDN_AT(flashgdn_chunk_fwd_params, q, 0)
-FGDN_AT(flashgdn_chunk_fwd_params, k, 8)
-FGDN_AT(flashgdn_chunk_fwd_params, v, 16)
-FGDN_AT(flashgdn_chunk_fwd_params, g, 24)
-FGDN_AT(flashgdn_chunk_fwd_params, beta, 32)
-FGDN_AT(flashgdn_chunk_fwd_params, A_log, 40)
-FGDN_AT(flashgdn_chunk_fwd_params, dt_bias, 48)
-FGDN_AT(flashgdn_chunk_fwd_params, initial_state, 56)
-FGDN_AT(flashgdn_chunk_fwd_params, cu_seqlens, 64)
-FGDN_AT(flashgdn_chunk_fwd_params, o, 72)
-FGDN_AT(flashgdn_chunk_fwd_params, final_state, 80)
-FGDN_AT(flashgdn_chunk_fwd_params, state_checkpoints, 88)
-FGDN_AT(flashgdn_chunk_fwd_params, checkpoint_interval, 96)
-FGDN_AT(flashgdn_chunk_fwd_params, scale, 104)
-FGDN_AT(flashgdn_chunk_fwd_params, use_qk_l2norm_in_kernel, 108)
-FGDN_AT(flashgdn_chunk_fwd_params, gate, 112)
-FGDN_AT(flashgdn_chunk_fwd_params, state_layout, 132)
-FGDN_AT(flashgdn_chunk_fwd_params, chunk_size, 136)
-FGDN_AT(flashgdn_chunk_fwd_params, exec, 140)
-static_assert(sizeof(flashgdn_chunk_bwd_params) == 216, "flashgdn_chunk_bwd_params: size changed");
-FGDN_AT(flashgdn_chunk_bwd_params, q, 0)
-FGDN_AT(flashgdn_chunk_bwd_params, k, 8)
-FGDN_AT(flashgdn_chunk_bwd_params, v, 16)
-FGDN_AT(flashgdn_chunk_bwd_params, g, 24)
-FGDN_AT(flashgdn_chunk_bwd_params, beta, 32)
-FGDN_AT(flashgdn_chunk_bwd_params, A_log, 40)
-FGDN_AT(flashgdn_chunk_bwd_params, dt_bias, 48)
-FGDN_AT(flashgdn_chunk_bwd_params, initial_state, 56)
-FGDN_AT(flashgdn_chunk_bwd_params, cu_seqlens, 64)
-FGDN_AT(flashgdn_chunk_bwd_params, d_o, 72)
-FGDN_AT(flashgdn_chunk_bwd_params, d_ht, 80)
-FGDN_AT(flashgdn_chunk_bwd_params, dq, 88)
-FGDN_AT(flashgdn_chunk_bwd_params, dk, 96)
-FGDN_AT(flashgdn_chunk_bwd_params, dv, 104)
-FGDN_AT(flashgdn_chunk_bwd_params, dg, 112)
-FGDN_AT(flashgdn_chunk_bwd_params, dbeta, 120)
-FGDN_AT(flashgdn_chunk_bwd_params, dh0, 128)
-FGDN_AT(flashgdn_chunk_bwd_params, dA_log, 136)
-FGDN_AT(flashgdn_chunk_bwd_params, ddt_bias, 144)
-FGDN_AT(flashgdn_chunk_bwd_params, scale, 152)
-FGDN_AT(flashgdn_chunk_bwd_params, use_qk_l2norm_in_kernel, 156)
-FGDN_AT(flashgdn_chunk_bwd_params, gate, 160)
-FGDN_AT(flashgdn_chunk_bwd_params, state_layout, 180)
-FGDN_AT(flashgdn_chunk_bwd_params, chunk_size, 184)
-FGDN_AT(flashgdn_chunk_bwd_params, exec, 188)
-static_assert(sizeof(flashgdn_gating_params) == 96, "flashgdn_gating_params: size changed");
-FGDN_AT(flashgdn_gating_params, A_log, 0)
-FGDN_AT(flashgdn_gating_params, a, 8)
-FGDN_AT(flashgdn_gating_params, dt_bias, 16)
-FGDN_AT(flashgdn_gating_params, b, 24)
-FGDN_AT(flashgdn_gating_params, g, 32)
-FGDN_AT(flashgdn_gating_params, beta, 40)
-FGDN_AT(flashgdn_gating_params, gate, 48)
-FGDN_AT(flashgdn_gating_params, exec, 68)
-static_assert(sizeof(flashgdn_recurrent_params) == 192, "flashgdn_recurrent_params: size changed");
-FGDN_AT(flashgdn_recurrent_params, q, 0)
-FGDN_AT(flashgdn_recurrent_params, k, 8)
-FGDN_AT(flashgdn_recurrent_params, v, 16)
-FGDN_AT(flashgdn_recurrent_params, g, 24)
-FGDN_AT(flashgdn_recurrent_params, beta, 32)
-FGDN_AT(flashgdn_recurrent_params, A_log, 40)
-FGDN_AT(flashgdn_recurrent_params, dt_bias, 48)
-FGDN_AT(flashgdn_recurrent_params, cu_seqlens, 56)
-FGDN_AT(flashgdn_recurrent_params, o, 64)
-FGDN_AT(flashgdn_recurrent_params, state_pool, 72)
-FGDN_AT(flashgdn_recurrent_params, state_indices, 80)
-FGDN_AT(flashgdn_recurrent_params, num_accepted_tokens, 88)
-FGDN_AT(flashgdn_recurrent_params, intermediate_states, 96)
-FGDN_AT(flashgdn_recurrent_params, intermediate_indices, 104)
-FGDN_AT(flashgdn_recurrent_params, initial_state, 112)
-FGDN_AT(flashgdn_recurrent_params, final_state, 120)
-FGDN_AT(flashgdn_recurrent_params, commit, 128)
-FGDN_AT(flashgdn_recurrent_params, null_slot_is_invalid, 132)
-FGDN_AT(flashgdn_recurrent_params, scale, 136)
-FGDN_AT(flashgdn_recurrent_params, use_qk_l2norm_in_kernel, 140)
-FGDN_AT(flashgdn_recurrent_params, gate, 144)
-FGDN_AT(flashgdn_recurrent_params, state_layout, 164)
-FGDN_AT(flashgdn_recurrent_params, exec, 168)
-static_assert(sizeof(flashgdn_recurrent_commit_params) == 72, "flashgdn_recurrent_commit_params: size changed");
-FGDN_AT(flashgdn_recurrent_commit_params, state_pool, 0)
-FGDN_AT(flashgdn_recurrent_commit_params, state_indices, 8)
-FGDN_AT(flashgdn_recurrent_commit_params, intermediate_states, 16)
-FGDN_AT(flashgdn_recurrent_commit_params, intermediate_indices, 24)
-FGDN_AT(flashgdn_recurrent_commit_params, num_accepted_tokens, 32)
-FGDN_AT(flashgdn_recurrent_commit_params, null_slot_is_invalid, 40)
-FGDN_AT(flashgdn_recurrent_commit_params, exec, 44)
-static_assert(sizeof(flashgdn_mixer_decode_params) == 224, "flashgdn_mixer_decode_params: size changed");
-FGDN_AT(flashgdn_mixer_decode_params, x, 0)
-FGDN_AT(flashgdn_mixer_decode_params, z, 8)
-FGDN_AT(flashgdn_mixer_decode_params, a, 16)
-FGDN_AT(flashgdn_mixer_decode_params, b, 24)
-FGDN_AT(flashgdn_mixer_decode_params, A_log, 32)
-FGDN_AT(flashgdn_mixer_decode_params, dt_bias, 40)
-FGDN_AT(flashgdn_mixer_decode_params, conv_weight, 48)
-FGDN_AT(flashgdn_mixer_decode_params, conv_bias, 56)
-FGDN_AT(flashgdn_mixer_decode_params, norm_weight, 64)
-FGDN_AT(flashgdn_mixer_decode_params, cu_seqlens, 72)
-FGDN_AT(flashgdn_mixer_decode_params, conv_state, 80)
-FGDN_AT(flashgdn_mixer_decode_params, state_pool, 88)
-FGDN_AT(flashgdn_mixer_decode_params, state_indices, 96)
-FGDN_AT(flashgdn_mixer_decode_params, num_accepted_tokens, 104)
-FGDN_AT(flashgdn_mixer_decode_params, intermediate_states, 112)
-FGDN_AT(flashgdn_mixer_decode_params, intermediate_conv_windows, 120)
-FGDN_AT(flashgdn_mixer_decode_params, intermediate_indices, 128)
-FGDN_AT(flashgdn_mixer_decode_params, out, 136)
-FGDN_AT(flashgdn_mixer_decode_params, num_k_heads, 144)
-FGDN_AT(flashgdn_mixer_decode_params, head_k_dim, 152)
-FGDN_AT(flashgdn_mixer_decode_params, commit, 160)
-FGDN_AT(flashgdn_mixer_decode_params, null_slot_is_invalid, 164)
-FGDN_AT(flashgdn_mixer_decode_params, scale, 168)
-FGDN_AT(flashgdn_mixer_decode_params, norm_eps, 172)
-FGDN_AT(flashgdn_mixer_decode_params, gate, 176)
-FGDN_AT(flashgdn_mixer_decode_params, state_layout, 196)
-FGDN_AT(flashgdn_mixer_decode_params, exec, 200)
-#undef FGDN_AT
+namespace {
+
+std::string expanded_layout() {
+  std::ostringstream out;
+  auto size = [&](const char* s, size_t bytes) { out << s << " size " << bytes << "\n"; };
+  auto field = [&](const char* s, const char* f, size_t off) { out << s << "." << f << " " << off << "\n"; };
+#define FGDN_SCALAR_ROW(type, c_type, name, init, doc) field(sname, #name, offsetof(S, name));
+#define FGDN_TENSOR_ROW(name, role, dtypes, layout, doc) field(sname, #name, offsetof(S, name));
+#define FGDN_OPTIONS_ROWS(Struct, FIELDS) \
+  {                                       \
+    using S = Struct;                     \
+    const char* sname = #Struct;          \
+    size(sname, sizeof(S));               \
+    FIELDS(FGDN_SCALAR_ROW)               \
+  }
+#define FGDN_OP_ROWS(stem, Params, TENSORS, SCALARS) \
+  {                                                  \
+    using S = flashgdn_##stem##_params;              \
+    const char* sname = "flashgdn_" #stem "_params"; \
+    size(sname, sizeof(S));                          \
+    TENSORS(FGDN_TENSOR_ROW)                         \
+    SCALARS(FGDN_SCALAR_ROW)                         \
+  }
+  FGDN_OPTIONS_ROWS(flashgdn_exec_options, FLASHGDN_EXEC_OPTIONS)
+  FGDN_OPTIONS_ROWS(flashgdn_gate_options, FLASHGDN_GATE_OPTIONS)
+  FLASHGDN_OPS(FGDN_OP_ROWS)
+#undef FGDN_OP_ROWS
+#undef FGDN_OPTIONS_ROWS
+#undef FGDN_TENSOR_ROW
+#undef FGDN_SCALAR_ROW
+  return out.str();
+}
+
+TEST(CApiLayout, MatchesTheGoldenLayout) {
+#if !defined(__LP64__)
+  GTEST_SKIP() << "the golden layout is the LP64 one";
 #endif
+  std::ifstream f(std::string(FLASHGDN_SOURCE_DIR) + "/tests/api/abi_layout.txt");
+  ASSERT_TRUE(f) << "tests/api/abi_layout.txt is missing";
+  std::stringstream golden;
+  golden << f.rdbuf();
+  EXPECT_EQ(expanded_layout(), golden.str());
+}
+
+}  // namespace
