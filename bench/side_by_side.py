@@ -208,8 +208,12 @@ class Bench:
         else:
             B, T, io = 1, sum(c["lens"]), dt[c["dtype"]]
         r = lambda *s: torch.randn(*s, device=DEV, generator=gen)  # noqa: E731
+        g = torch.nn.functional.logsigmoid(r(B, T, Hv))
+        if self.args.gates == "flashqla":  # FlashQLA's benchmark gates: logsigmoid(N(0, 1)) / 16, a quarter at 0
+            g = g / 16
+            g[:, :, ::4] = 0
         d = dict(q=r(B, T, Hqk, K).to(io), k=r(B, T, Hqk, K).to(io), v=r(B, T, Hv, V).to(io),
-                 g=torch.nn.functional.logsigmoid(r(B, T, Hv)), beta=torch.sigmoid(r(B, T, Hv)))
+                 g=g, beta=torch.sigmoid(r(B, T, Hv)))
         if c["kind"] in ("decode", "verify"):
             d["h0"] = (r(c["N"], Hv, K, V) * 0.1).to(dt[c["pool"]])
         else:
@@ -712,6 +716,9 @@ def main():
     ap.add_argument("--only", default="", help="run only cases whose name contains one of these comma-separated "
                     "substrings (\"overhead\" and \"first\" select the host-overhead and first-call runs)")
     ap.add_argument("--no-graph", action="store_true", help="eager timing only")
+    ap.add_argument("--gates", default="logsigmoid", choices=["logsigmoid", "flashqla"],
+                    help="g per token: logsigmoid(N(0, 1)) (fast decay), or FlashQLA's own benchmark gates "
+                         "(that divided by 16, every fourth value head at g = 0)")
     ap.add_argument("--no-first-call", action="store_true", help="skip the fresh-process first-call runs")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                     help="cpu: smoke-test the harness on the CPU backend with tiny shapes")

@@ -4,7 +4,7 @@ loss) for flashgdn and, when importable in this process, FlashQLA: eager step ti
 CUDA events) and the kernel time of one step (torch.profiler, CUDA kernels summed), gradients checked against
 each other. FLA 0.6 routes its chunk ops to FlashQLA when flash_qla is importable: run FLA in another process.
 
-    python3 bench/train_step.py [--out FILE.json] [--peer flashqla|fla|none] [--shapes 8k,32k,4x8k]
+    python3 bench/train_step.py [--out FILE.json] [--peer flashqla|fla|none] [--shapes 8k,32k,4x8k] [--kernels N]
 """
 
 import argparse
@@ -38,7 +38,7 @@ def step_fn(fn, xs, cu, do):
     return step
 
 
-def time_step(step):
+def time_step(step, top=0):
     for _ in range(3):
         step()
     torch.cuda.synchronize()
@@ -53,7 +53,10 @@ def time_step(step):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    kern = sum(e.device_time_total for e in prof.key_averages()) / 1e3
+    avgs = prof.key_averages()
+    kern = sum(e.device_time_total for e in avgs) / 1e3
+    for e in sorted(avgs, key=lambda e: -e.device_time_total)[:top]:  # where the step's kernel time goes
+        print(f"    {e.device_time_total / 1e3:8.3f} ms  {e.count:3d}x  {e.key[:110]}")
     return statistics.median(ts), kern
 
 
@@ -62,6 +65,7 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--peer", default="flashqla")
     ap.add_argument("--shapes", default="8k,32k,4x8k")
+    ap.add_argument("--kernels", type=int, default=0, metavar="N", help="print the N costliest kernels of a step")
     args = ap.parse_args()
     impls = {"flashgdn": lambda q, k, v, g, b, cu: flashgdn.chunk_gated_delta_rule(
         q, k, v, g, b, cu_seqlens=cu, output_final_state=True, use_qk_l2norm_in_kernel=True)}
@@ -94,7 +98,7 @@ def main():
                     ref, err = grads, 0.0
                 else:
                     err = max(((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(grads, ref))
-                ms, kern = time_step(step_fn(fn, xs, cu, do))
+                ms, kern = time_step(step_fn(fn, xs, cu, do), args.kernels)
                 rows.append(dict(shape=name, impl=impl, step_ms=ms, kernel_ms=kern, rel_err=err))
                 print(f"| {name} | {impl} | {ms:.3f} | {kern:.3f} | {err:.1e} |")
             except Exception as e:  # noqa: BLE001 - a failing peer is reported, never fatal

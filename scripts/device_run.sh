@@ -53,41 +53,67 @@ fi
 
 if has sanitize; then
   # compute-sanitizer over the whole GPU suite (the device-index fuzz CudaIndexFuzz.* included), one process per
-  # test suite so that a suite past its time limit costs only its own slot and the log names the test it was in.
+  # test so that a test past its time limit costs only its own slot and the table names it.
   #   SANITIZE_TOOLS   (default "memcheck racecheck"); one tool per device command keeps each under 10 minutes
   #   SANITIZE_FILTER  gtest filter (default: every test)
-  #   SANITIZE_BUDGET  seconds for all tools together (default 540): a suite gets what is left, at most
+  #   SANITIZE_BUDGET  seconds for all tools together (default 540): a test gets what is left, at most
   #   SANITIZE_SUITE_TIMEOUT (default 400)
+  #   SANITIZE_JOBS    tests under the tool at once (default 1)
   # $OUT/sanitize.md: per tool and suite the status, the sanitizer summary and the slowest tests.
   step compute-sanitizer
   san=$OUT/sanitize.md
-  echo "| tool | suite | rc | summary | slowest tests (ms under the tool) |" >"$san"
+  echo "| tool | suite | tests not clean | summary | slowest tests (ms under the tool) |" >"$san"
   echo "|---|---|---|---|---|" >>"$san"
   $B/flashgdn_gpu_tests --gtest_list_tests --gtest_filter="${SANITIZE_FILTER:-*}" |
     awk '/^[^ ]/{s=$1} /^  /{print s $1}' >"$LOG/sanitize_tests.txt"
   suites=$(sed 's/\..*//' "$LOG/sanitize_tests.txt" | uniq)
   t_start=$(date +%s)
+  # One test per process, SANITIZE_JOBS at a time (the tools are slow per test, not per GPU: racecheck of the
+  # whole suite takes longer than one device command in series), each under the time that is left of the budget.
+  run_one() {  # tool test -> its log; the exit status and wall time go in the log's last line
+    local left lim t0 rc
+    left=$(( ${SANITIZE_BUDGET:-540} - ($(date +%s) - t_start) ))
+    lim=$(( left < ${SANITIZE_SUITE_TIMEOUT:-400} ? left : ${SANITIZE_SUITE_TIMEOUT:-400} ))
+    if [ "$lim" -le 10 ]; then echo "@@ rc=notrun s=0" >"$LOG/san_$1_$2.log"; return; fi
+    t0=$(date +%s)
+    timeout "$lim" compute-sanitizer --tool "$1" --error-exitcode 9 $B/flashgdn_gpu_tests --gtest_filter="$2" \
+      >"$LOG/san_$1_$2.log" 2>&1
+    rc=$?
+    echo "@@ rc=$rc s=$(( $(date +%s) - t0 )) lim=$lim" >>"$LOG/san_$1_$2.log"
+  }
+  export -f run_one
+  export B LOG t_start SANITIZE_BUDGET SANITIZE_SUITE_TIMEOUT
+  export FLASHGDN_TEST_REPEATS=${FLASHGDN_TEST_REPEATS:-3}  # determinism loops: 3 launches under the tool
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+    sed "s/^/$tool /" "$LOG/sanitize_tests.txt"
+  done | xargs -P "${SANITIZE_JOBS:-1}" -L 1 bash -c 'run_one "$0" "$1"'
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     for suite in $suites; do
-      left=$(( ${SANITIZE_BUDGET:-540} - ($(date +%s) - t_start) ))
-      lim=$(( left < ${SANITIZE_SUITE_TIMEOUT:-400} ? left : ${SANITIZE_SUITE_TIMEOUT:-400} ))
-      log="$LOG/sanitize_${tool}_${suite}.log"
-      if [ "$lim" -le 10 ]; then
-        echo "| $tool | $suite | not run | time budget spent | |" >>"$san"
-        continue
-      fi
-      filt=$(grep "^${suite}\." "$LOG/sanitize_tests.txt" | paste -sd:)
-      t0=$(date +%s)
-      timeout "$lim" compute-sanitizer --tool "$tool" --error-exitcode 9 $B/flashgdn_gpu_tests \
-        --gtest_filter="$filt" >"$log" 2>&1
-      rc=$?
-      summ=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
-      [ $rc -eq 124 ] && summ="timed out after ${lim} s in $(grep -E '^\[ RUN' "$log" | tail -1 | awk '{print $4}')"
-      slow=$(grep -E '^\[       OK \]' "$log" | sed -E 's/.*OK \] ([^ ]+) \(([0-9]+) ms\)/\2 \1/' | sort -rn | head -3 |
-        awk '{printf "%s%s %s", (NR>1?", ":""), $2, $1}')
-      fails=$(grep -cE '^\[  FAILED  \] [A-Za-z].* \([0-9]+ ms\)$' "$log")
-      skips=$(grep -cE '^\[  SKIPPED \] [A-Za-z].* \([0-9]+ ms\)$' "$log")  # all skipped: no GPU was seen, nothing was checked
-      echo "| $tool | $suite | $rc | $summ; $(( $(date +%s) - t0 )) s; $fails failed, $skips skipped | $slow |" >>"$san"
+      tests=$(grep "^${suite}\." "$LOG/sanitize_tests.txt")
+      n=0 bad=0 notrun=0 timedout="" hazards=0 errors=0 fails=0 skips=0 secs=0 slow=""
+      for t in $tests; do
+        f="$LOG/san_${tool}_$t.log"
+        n=$((n + 1))
+        rc=$(sed -n 's/^@@ rc=\([^ ]*\).*/\1/p' "$f")
+        s=$(sed -n 's/^@@ rc=[^ ]* s=\([0-9]*\).*/\1/p' "$f")
+        secs=$((secs + ${s:-0}))
+        case "$rc" in
+          0) ;;
+          notrun) notrun=$((notrun + 1)) ;;
+          124) timedout="$timedout $t" ;;
+          *) bad=$((bad + 1)) ;;
+        esac
+        e=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$f" | tail -1)
+        h=$(sed -n 's/.*RACECHECK SUMMARY: \([0-9]*\) hazard.*/\1/p' "$f" | tail -1)
+        errors=$((errors + ${e:-0})) hazards=$((hazards + ${h:-0}))
+        fails=$((fails + $(grep -cE '^\[  FAILED  \] [A-Za-z].* \([0-9]+ ms\)$' "$f")))
+        skips=$((skips + $(grep -cE '^\[  SKIPPED \] [A-Za-z].* \([0-9]+ ms\)$' "$f")))
+        slow="$slow$(grep -E '^\[       OK \]' "$f" | sed -E 's/.*OK \] ([^ ]+) \(([0-9]+) ms\)/\2 \1/')"$'\n'
+      done
+      summ="$n tests, $((n - notrun)) run; $tool: $errors errors, $hazards hazards; $fails failed, $skips skipped"
+      [ -n "$timedout" ] && summ="$summ; timed out:$timedout"
+      slow=$(echo "$slow" | grep . | sort -rn | head -3 | awk '{printf "%s%s %s", (NR>1?", ":""), $2, $1}')
+      echo "| $tool | $suite | $bad | $summ; ${secs} s of test time | $slow |" >>"$san"
     done
   done
   cat "$san" | tee -a "$summary"

@@ -24,7 +24,9 @@ const char* state_pass_name(ChunkStatePass s) {
 // ceil((K + V) / V) CTAs per (item, head), each ~0.8 of a forward CTA's time per chunk (no q, no P U). In chunk-steps
 //   cost(P) = Ls waves(forward) + 0.8 Ls waves(summary) + 0.3 (P - 1) + 3   (the last two: the scan and launches),
 // Ls = ceil(chunks / P); the fastest P of 1..64 wins (bench/results: it picks the fastest measured P in every case).
-// Unsplit when the heads alone fill the SMs or the sequences are short (< 16 chunks).
+// Unsplit when the heads alone fill the SMs or the sequences are short (< 16 chunks). The summaries are priced at
+// their full length, the worst case: a summary shrinks to its decay window (docs/chunk_fwd.md) only where the
+// gates decay, and the gates are device data that a plan never reads.
 int64_t auto_segments(const ChunkDims& d, int64_t avg, int32_t sms, std::string* why) {
   const int64_t vt = d.V / kChunkFwdTile, kt = d.K / kChunkFwdTile;
   const int64_t base = d.N * d.Hv;
@@ -102,7 +104,8 @@ Status plan_chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const DeviceF
   if (pl.split) {
     pl.ws_items = off;
     pl.ws_seq_first = pl.ws_items + align_up(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem));
-    pl.ws_mn = pl.ws_seq_first + align_up(size_t(d.N) * sizeof(int32_t));
+    pl.ws_dec = pl.ws_seq_first + align_up(size_t(d.N) * sizeof(int32_t));
+    pl.ws_mn = pl.ws_dec + align_up(size_t(d.Hv) * size_t(pl.rec_slots) * sizeof(float));
     pl.workspace_bytes = pl.ws_mn + size_t(pl.cap) * size_t(d.Hv) * size_t(d.K) * size_t(d.K + d.V) * sizeof(float);
   }
   *out = std::move(pl);
@@ -125,15 +128,16 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
     s += str_cat("  segment split: ", pl.segments, " segments of ", pl.seg_chunks, " chunks per sequence, ", pl.cap,
                  " work items\n");
     s += str_cat("  state pass (", pass, ", ", pass_why, ") summaries: grid (", pl.cap, ", ", d.Hv, ", ",
-                 ceil_div(kt + vt, vt), ")\n");
+                 ceil_div(kt + vt, vt), "); a segment whose last chunks decay by e^", cuda::kDecayWindowLogTau,
+                 " (unit keys, beta in [0, 2]) runs only those, without M\n");
     s += str_cat("  scan of start states: grid (", d.N, ", ", d.Hv, ", ", d.V / 16, ")\n");
     s += str_cat("  state pass forward from the start states: grid (", pl.cap, ", ", d.Hv, ", 1)\n");
   }
   s += str_cat("  split: ", pl.why, "\n");
   s += str_cat("  workspace: ", pl.workspace_bytes, " bytes");
   if (pl.split)
-    s += str_cat(" (records ", pl.ws_items, ", items and sequence table ", pl.ws_mn - pl.ws_items, ", summaries ",
-                 pl.workspace_bytes - pl.ws_mn, ")");
+    s += str_cat(" (records ", pl.ws_items, ", items and sequence table ", pl.ws_dec - pl.ws_items, ", decay table ",
+                 pl.ws_mn - pl.ws_dec, ", summaries ", pl.workspace_bytes - pl.ws_mn, ")");
   s += "\n";
   return s;
 }

@@ -23,8 +23,9 @@ struct DeviceFacts {
 // ---- chunk_fwd ------------------------------------------------------------------------------------------------
 // Two passes (docs/chunk_fwd.md): the intra-chunk pass (one CTA per (chunk slot, value head): the inverse and P into
 // a workspace record) and the state pass (the chain over the chunks) on wgmma where K = V = 128, on mma.sync where
-// K or V is 64. With the segment split (gdn-math §6) the state pass runs three times: summaries [M | N] of every
-// segment, the scan of start states, the forward from each segment's start state.
+// K or V is 64. With the segment split (gdn-math §6) the state pass runs twice around a scan: summaries [M | N] of
+// every segment (only the decay window [0 | N] where the gates allow it, on the device), the scan of start states,
+// the forward from each segment's start state.
 enum class ChunkStatePass : int32_t { wgmma = 0, mma_sync = 1 };
 
 struct ChunkFwdPlan {
@@ -36,8 +37,8 @@ struct ChunkFwdPlan {
   int64_t segments = 1;    // P: segments of a typical sequence
   int64_t seg_chunks = 0;  // segment length in chunks (split)
   int64_t cap = 0;         // work items: an upper bound of the number of segments over all sequences (split)
-  // Workspace: [records] [items | seq_first | summaries (split)], each part 256-byte aligned.
-  size_t ws_rec = 0, ws_items = 0, ws_seq_first = 0, ws_mn = 0, workspace_bytes = 0;
+  // Workspace: [records] [items | seq_first | decay table | summaries (split)], each part 256-byte aligned.
+  size_t ws_rec = 0, ws_items = 0, ws_seq_first = 0, ws_dec = 0, ws_mn = 0, workspace_bytes = 0;
   std::string why;  // the split decision
 };
 

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -150,8 +152,96 @@ TEST(ChunkFwdPlan, WorkspaceLayout) {
   ASSERT_TRUE(pl.split);
   EXPECT_EQ(pl.ws_items, up256(size_t(2 * nch * 4 * cuda::kRecBytes)));
   EXPECT_EQ(pl.ws_seq_first, pl.ws_items + up256(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem)));
-  EXPECT_EQ(pl.ws_mn, pl.ws_seq_first + up256(2 * sizeof(int32_t)));
+  EXPECT_EQ(pl.ws_dec, pl.ws_seq_first + up256(2 * sizeof(int32_t)));
+  EXPECT_EQ(pl.ws_mn, pl.ws_dec + up256(size_t(4 * pl.rec_slots) * sizeof(float)));  // [Hv, rec_slots] log decays
   EXPECT_EQ(pl.workspace_bytes, pl.ws_mn + size_t(pl.cap) * 4 * 64 * (64 + 128) * sizeof(float));
+  EXPECT_NE(describe(pl, c.d).find("decay table"), std::string::npos) << describe(pl, c.d);
+}
+
+// ---- the decay window of a segment summary (cuda/chunk_fwd/chunk_fwd.hpp, docs/chunk_fwd.md "Decay window"): the
+// function the summary CTAs run on the device, here on the CPU ------------------------------------------------------
+constexpr float kTau = cuda::kDecayWindowLogTau;
+constexpr float kInf = cuda::kDecayUnbounded;
+
+int64_t window(const std::vector<float>& d, int64_t a, int64_t b) {
+  return cuda::decay_window_start(d.data(), a, b, kTau);
+}
+
+// The definition, one chunk at a time: the latest c with the fp32 sum d[b - 1] + ... + d[c] <= log tau, no chunk of
+// [c, b) unbounded.
+int64_t window_reference(const std::vector<float>& d, int64_t a, int64_t b) {
+  float s = 0.f;
+  for (int64_t c = b - 1; c >= a; --c) {
+    if (d[size_t(c)] == kInf) return -1;
+    s += d[size_t(c)];
+    if (s <= kTau) return c;
+  }
+  return -1;
+}
+
+TEST(ChunkFwdDecayWindow, FastDecayTakesTheLastChunk) {
+  // g ~ U(-1, 0): a chunk decays by ~e^-32, below tau = e^-21 on its own
+  const std::vector<float> d(64, -32.f);
+  EXPECT_EQ(window(d, 0, 64), 63);
+  EXPECT_EQ(window(d, 10, 11), 10);
+  EXPECT_EQ(window(d, 5, 5), -1);  // an empty segment has no window
+}
+
+TEST(ChunkFwdDecayWindow, NoDecayKeepsTheFullSummary) {
+  EXPECT_EQ(window(std::vector<float>(100, 0.f), 0, 100), -1);  // g = 0 heads
+  // FlashQLA's gates, logsigmoid(N(0, 1)) / 16: ~-3.2 per chunk, seven chunks reach e^-21
+  const std::vector<float> d(64, -3.2f);
+  EXPECT_EQ(window(d, 0, 64), 64 - 7);
+}
+
+TEST(ChunkFwdDecayWindow, ThresholdIsInclusiveAndStrict) {
+  // three chunks of a segment summing to just above log tau: no window (the full summary); just below: all three
+  EXPECT_EQ(window({-7.f, -7.f, -6.99f}, 0, 3), -1);
+  EXPECT_EQ(window({-7.f, -7.f, -7.01f}, 0, 3), 0);
+  EXPECT_EQ(window({-7.f, -7.f, -7.f}, 0, 3), 0);  // e^Gamma = tau exactly qualifies
+  EXPECT_EQ(window({-21.f}, 0, 1), 0);
+  EXPECT_EQ(window({std::nextafter(-21.f, 0.f)}, 0, 1), -1);
+  // one chunk just above, two below: the window is the last two chunks
+  EXPECT_EQ(window({-30.f, -20.99f}, 0, 2), 0);
+  EXPECT_EQ(window({-30.f, -20.99f, -21.01f}, 0, 3), 2);
+}
+
+TEST(ChunkFwdDecayWindow, UnboundedChunksStopTheWindow) {
+  // a chunk with a beta outside [0, 2] (or keys without l2norm) inside the would-be window: the full summary
+  EXPECT_EQ(window({-30.f, kInf, -10.f}, 0, 3), -1);
+  EXPECT_EQ(window({-30.f, -30.f, kInf}, 0, 3), -1);
+  // before the window it does not matter: the window never reaches it
+  EXPECT_EQ(window({kInf, -10.f, -30.f}, 0, 3), 2);
+  EXPECT_EQ(window({kInf, -11.f, -11.f}, 0, 3), 1);
+  // NaN gates: no window; -inf (a gate of -inf) drops everything before it
+  EXPECT_EQ(window({-30.f, std::nanf("")}, 0, 2), -1);
+  EXPECT_EQ(window({-1.f, -std::numeric_limits<float>::infinity(), -1.f}, 0, 3), 1);
+}
+
+TEST(ChunkFwdDecayWindow, PositiveGatesAreSummed) {
+  // g > 0 is legal data: the criterion is on the sum over the window, which need not fall monotonically
+  EXPECT_EQ(window({-40.f, 5.f, -25.f}, 0, 3), 2);
+  EXPECT_EQ(window({-40.f, 5.f, -20.f}, 0, 3), 0);
+  EXPECT_EQ(window({-10.f, 30.f, -20.f}, 0, 3), -1);
+  EXPECT_EQ(window({-40.f, 30.f, -20.f}, 0, 3), 0);  // the whole product decays by e^-30
+}
+
+// The eight-at-a-time loads give the reference's answer at every block boundary, for random segments inside a
+// longer table (the offset a > 0: a segment of a sequence).
+TEST(ChunkFwdDecayWindow, MatchesTheReference) {
+  Rng rng(17);
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int64_t n = 1 + int64_t(rng.uniform() * 40);
+    std::vector<float> d(static_cast<size_t>(n));
+    const double scale = std::pow(10.0, 2.0 * rng.uniform() - 1.0);  // ~0.1 .. 10 per chunk
+    for (auto& x : d) {
+      x = float(-scale * rng.uniform());
+      if (rng.uniform() < 0.03) x = kInf;
+      if (rng.uniform() < 0.03) x = float(2.0 * rng.uniform());
+    }
+    const int64_t a = int64_t(rng.uniform() * double(n)), b = a + int64_t(rng.uniform() * double(n - a + 1));
+    EXPECT_EQ(window(d, a, b), window_reference(d, a, b)) << "trial " << trial << " a " << a << " b " << b;
+  }
 }
 
 // The varlen work-item bound covers every sequence's segments, for lengths around the chunk and segment sizes.
@@ -170,6 +260,76 @@ TEST(ChunkFwdPlan, VarlenItemBoundCoversEverySegment) {
     for (int64_t l : s.seqlens) items += std::max<int64_t>(1, ((l + 63) / 64 + pl.seg_chunks - 1) / pl.seg_chunks);
     EXPECT_LE(items, pl.cap) << "trial " << trial;
   }
+}
+
+// The bound the windows rest on (gdn-math §1.3, §6.1), on the fp64 CPU recurrence: S(b) - N(c -> b) =
+// Phi(c -> b) S(c) has norm <= e^Gamma ||S(c)|| with unit keys and beta in [0, 2]; with betas past 2 (or keys longer
+// than 1) it does not hold, which is why such chunks end a window.
+struct SplitStates {
+  double dropped = 0, bound = 0;  // ||S(b) - N(c -> b)||_F, e^Gamma(c -> b) ||S(c)||_F
+};
+
+SplitStates split_states(const GdnInputs& in, bool l2norm, int64_t c, int64_t b) {
+  const int64_t H = in.v.shape[2], K = in.k.shape[3], V = in.v.shape[3];
+  // the state after tokens [t0, t1), from h0 (or zero)
+  const auto state = [&](int64_t t0, int64_t t1, bool from_h0) {
+    const auto slice = [&](const HostTensor& x) {
+      std::vector<int64_t> shp = x.shape;
+      shp[1] = t1 - t0;
+      HostTensor y(DType::f64, shp);
+      const int64_t row = x.numel() / x.shape[1];
+      for (int64_t i = 0; i < y.numel(); ++i) y.set(i, x.get(t0 * row + i));
+      return y;
+    };
+    HostTensor q = slice(in.q), k = slice(in.k), v = slice(in.v), g = slice(in.g), be = slice(in.beta);
+    HostTensor o(DType::f64, v.shape), hT(DType::f64, {1, H, K, V}), h0 = in.h0.cast(DType::f64);
+    ChunkFwdParams p;
+    p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = g.view(), p.beta = be.view(), p.o = o.view();
+    p.final_state = hT.view();
+    if (from_h0) p.initial_state = h0.view();
+    p.use_qk_l2norm_in_kernel = l2norm;
+    p.exec.cpu_fp64 = true;
+    p.exec.cpu_threads = 1;
+    const Status st = chunk_fwd(p);
+    EXPECT_TRUE(st.ok()) << st.message();
+    return hT;
+  };
+  const HostTensor Sc = state(0, c, true), Sb = state(0, b, true), N = state(c, b, false);
+  double gam = 0, d2 = 0, s2 = 0;
+  for (int64_t t = c; t < b; ++t) gam += in.g.get(t * H);  // head 0
+  for (int64_t i = 0; i < K * V; ++i) {                    // head 0
+    d2 += (Sb.get(i) - N.get(i)) * (Sb.get(i) - N.get(i));
+    s2 += Sc.get(i) * Sc.get(i);
+  }
+  return SplitStates{std::sqrt(d2), std::exp(gam) * std::sqrt(s2)};
+}
+
+TEST(ChunkFwdDecayWindow, DroppedStateWithinTheBound) {
+  GdnCase gc;
+  gc.B = 1, gc.T = 256, gc.Hqk = 1, gc.Hv = 1, gc.K = 32, gc.V = 16, gc.dtype = DType::f64, gc.g_scale = 0.2;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    gc.seed = seed;
+    GdnInputs in = make_inputs(gc);  // raw keys (l2norm in the op), beta = sigmoid(N(0, 1))
+    SplitStates s = split_states(in, true, 64, 256);
+    EXPECT_LE(s.dropped, s.bound * (1 + 1e-9)) << "seed " << seed;
+    EXPECT_GT(s.dropped, 1e-3 * s.bound) << "seed " << seed;    // the bound is not vacuous here
+    for (int64_t t = 64; t < 256; t += 5) in.beta.set(t, 2.0);  // beta = 2 allowed
+    s = split_states(in, true, 64, 256);
+    EXPECT_LE(s.dropped, s.bound * (1 + 1e-9)) << "seed " << seed << ", beta = 2";
+  }
+  // beta = 3 on the window's tokens (|1 - beta| = 2 along k): the dropped state grows past the bound
+  gc.seed = 9;
+  GdnInputs in = make_inputs(gc);
+  for (int64_t t = 64; t < 256; ++t) in.beta.set(t, 3.0);
+  SplitStates s = split_states(in, true, 64, 256);
+  EXPECT_GT(s.dropped, s.bound) << "beta = 3: the bound must fail";
+  // keys of norm 2 without l2norm (beta |k|^2 up to 4): the same
+  gc.l2norm = false;
+  in = make_inputs(gc);  // unit keys
+  for (int64_t i = 0; i < in.k.numel(); ++i) in.k.set(i, 2 * in.k.get(i));
+  for (int64_t t = 0; t < 256; ++t) in.beta.set(t, 1.0);
+  s = split_states(in, false, 64, 256);
+  EXPECT_GT(s.dropped, s.bound) << "|k| = 2: the bound must fail";
 }
 
 TEST(ChunkFwdPlan, UnsupportedShapesNamed) {

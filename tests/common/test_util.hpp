@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -76,6 +77,14 @@ struct Rng {
   double uniform(double a = 0.0, double b = 1.0) { return std::uniform_real_distribution<double>(a, b)(gen); }
   int64_t integer(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); }
 };
+
+// Repetitions of a determinism loop: n, or FLASHGDN_TEST_REPEATS when set (scripts/device_run.sh sets it under
+// compute-sanitizer, where one launch takes seconds and a repeat checks no code a first launch did not).
+inline int test_repeats(int n) {
+  const char* s = std::getenv("FLASHGDN_TEST_REPEATS");
+  const int r = s ? std::atoi(s) : 0;
+  return r > 0 && r < n ? r : n;
+}
 
 inline bool any_nonfinite(const HostTensor& t) {
   for (int64_t i = 0; i < t.numel(); ++i)

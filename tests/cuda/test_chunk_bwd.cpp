@@ -409,7 +409,7 @@ TEST(CudaChunkBwd, DeterministicAndGraphReplayEqualsEager) {
   ASSERT_TRUE(run.launch().ok());
   run.fetch();
   const Grads first = run.out;
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0, n = test_repeats(100); i < n; ++i) {
     run.poison();
     ASSERT_TRUE(run.launch().ok());
     run.fetch();

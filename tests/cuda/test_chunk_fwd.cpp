@@ -13,6 +13,11 @@
 
 #if FLASHGDN_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include <functional>
+
+#include "api/plan.hpp"
+#include "cuda/chunk_fwd/chunk_fwd.hpp"
 #endif
 
 namespace flashgdn::test {
@@ -425,6 +430,256 @@ TEST(CudaChunkFwd, SegmentSplitOnAndOff) {
   b.fetch();
   EXPECT_LE(rel_err(b.o, a.o), 5e-3);
   EXPECT_LE(rel_err(b.hT, a.hT), 5e-3);
+}
+
+// ---- the decay windows of the split's summaries (docs/chunk_fwd.md "Decay window") ----------------------------
+// A summary whose last chunks decay by e^Gamma <= tau (unit keys, beta in [0, 2]) runs only those chunks, from zero,
+// and stores M = 0. What that drops is <= tau ||S(c)||: no comparison with the oracle can see it, so the cases check
+// the device's decisions directly in the workspace besides o and hT against the oracle: the intra pass's decay table
+// (gamma_n per chunk, +inf where the bound does not hold) against the host's sums of g, and every summary's M: zero
+// exactly where cuda::decay_window_start over that table finds a window, else the exact M (nonzero, ||M||_2 <= e^Gamma
+// of the segment). Gate patterns per value head set where the windows start, the fallbacks, and the mixed cases.
+
+using GateFn = std::function<double(int64_t h, int64_t t, double g)>;  // token t of the packed rows, drawn g
+
+struct WindowStats {
+  int taken = 0, full = 0, taken_inside = 0;  // summaries with M dropped; exact; windows shorter than the segment
+};
+
+// Runs `gc` with the split forced to `segments`, gates remapped by `gate` and betas by `beta` (null: as drawn);
+// `slack` rows at the end are cut off the last sequence (cu_seqlens[N] < T: rows no sequence owns, unwritten).
+// Returns the window decisions; `host_table`: also compare the decay table with the host's sums (raw g and beta).
+WindowStats check_windows(GpuCase gc, int segments, const GateFn& gate, const GateFn& beta, int64_t slack = 0,
+                          bool host_table = true) {
+  WindowStats ws;
+  Inputs x = make_case_inputs(gc);
+  const int64_t Tt = gc.c.total_T(), Hv = gc.c.Hv, K = gc.c.K, V = gc.c.V;
+  const int64_t Bn = gc.c.seqlens.empty() ? gc.c.B : 1;
+  for (int64_t b = 0; b < Bn; ++b)
+    for (int64_t t = 0; t < Tt; ++t)
+      for (int64_t h = 0; h < Hv; ++h) {
+        const int64_t i = (b * Tt + t) * Hv + h;
+        if (gate) x.in.g.set(i, gate(h, t, x.in.g.get(i)));
+        if (beta) x.in.beta.set(i, beta(h, t, x.in.beta.get(i)));
+      }
+  if (slack > 0) {  // the last sequence loses its last `slack` rows to the slack past cu_seqlens[N]
+    const int64_t N = gc.c.N();
+    EXPECT_GE(gc.c.seqlens.back(), slack);
+    x.in.cu.set(N, x.in.cu.get(N) - double(slack));
+    gc.c.seqlens.back() -= slack;  // (the shapes come from x: T keeps the slack rows)
+  }
+  Result ref = run_oracle(gc, x);
+  Inputs xd = x;  // the device's copy: NaN in the slack rows (no kernel may read them)
+  for (HostTensor* t : {&xd.in.q, &xd.in.k, &xd.in.v, &xd.in.g, &xd.in.beta}) {
+    const int64_t row = t->numel() / Tt;
+    for (int64_t i = (Tt - slack) * row; i < Tt * row; ++i) t->set(i, std::nan(""));
+  }
+  GpuRun run(gc, xd);
+  run.p.exec.chunk_fwd_segments = segments;
+  run.poison();
+  const Status st = run.launch();
+  EXPECT_TRUE(st.ok()) << st.message();
+  if (!st.ok()) return ws;
+  run.fetch();
+  if (slack > 0) {  // slack rows stay poisoned (never written); then compare the sequences' rows only
+    const int64_t row = Hv * V, first = (Tt - slack) * row;
+    for (int64_t i = first; i < Tt * row; ++i) {
+      EXPECT_TRUE(std::isnan(run.o.get(i))) << gc.c.name << ": slack row element " << i << " written";
+      run.o.set(i, 0.0), ref.o.set(i, 0.0);
+    }
+  }
+  expect_close(gc, ref, run, 5e-3);
+
+  // the plan of the call (forced P: the layout does not depend on the SM count)
+  ChunkDims d;
+  d.B = Bn, d.T = Tt, d.N = gc.c.N(), d.Hqk = gc.c.Hqk, d.Hv = Hv, d.K = K, d.V = V;
+  d.varlen = !gc.c.seqlens.empty();
+  int sms = 0;
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  ChunkFwdPlan pl;
+  EXPECT_TRUE(plan_chunk_fwd(run.p, d, DeviceFacts{sms}, &pl).ok());
+  EXPECT_TRUE(pl.split) << pl.why;
+  if (!pl.split) return ws;
+  const auto* base = static_cast<const unsigned char*>(run.ws_ptr);
+  std::vector<float> dec(size_t(Hv * pl.rec_slots));
+  std::vector<cuda::ChunkWorkItem> items(size_t(pl.cap));
+  std::vector<float> mn(size_t(pl.cap * Hv * K * (K + V)));
+  EXPECT_EQ(cudaMemcpy(dec.data(), base + pl.ws_dec, dec.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(items.data(), base + pl.ws_items, items.size() * sizeof(items[0]), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(mn.data(), base + pl.ws_mn, mn.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+
+  const int64_t nchunk_b = (Tt + 63) / 64;
+  for (int64_t it = 0; it < pl.cap; ++it) {
+    const cuda::ChunkWorkItem w = items[size_t(it)];
+    if (w.n < 0 || w.seg == w.nseg - 1) continue;  // slack, or the last segment (no summary)
+    const int64_t t0 = d.varlen ? int64_t(x.in.cu.get(w.n)) : 0, b = d.varlen ? 0 : w.n;
+    const int64_t slot0 = d.varlen ? w.n + t0 / 64 : w.n * nchunk_b;
+    for (int64_t h = 0; h < Hv; ++h) {
+      const float* row = dec.data() + h * pl.rec_slots + slot0;
+      double seg_gamma = 0;     // the segment's decay (host)
+      bool seg_bounded = true;  // every transition of the segment a contraction times e^g
+      for (int64_t c = w.c_begin; c < w.c_end; ++c) {
+        double gs = 0;
+        bool bounded = gc.c.l2norm;
+        for (int64_t r = 0; r < 64; ++r) {  // summarized segments have full chunks
+          const int64_t i = (b * Tt + t0 + 64 * c + r) * Hv + h;
+          gs += x.in.g.get(i);
+          const double be = x.in.beta.get(i);
+          bounded = bounded && be >= 0 && be <= 2;
+        }
+        seg_gamma += gs;
+        seg_bounded = seg_bounded && bounded;
+        if (!host_table) {
+          EXPECT_TRUE(std::isfinite(row[c])) << gc.c.name << ": decay table item " << it << " head " << h;
+        } else if (!bounded) {
+          EXPECT_EQ(row[c], cuda::kDecayUnbounded) << gc.c.name << ": item " << it << " head " << h << " chunk " << c;
+        } else {
+          EXPECT_NEAR(row[c], gs, 1e-4 * (1 + std::fabs(gs))) << gc.c.name << ": item " << it << " head " << h;
+        }
+      }
+      const int64_t c = cuda::decay_window_start(row, w.c_begin, w.c_end, cuda::kDecayWindowLogTau);
+      const float* m = mn.data() + (it * Hv + h) * K * (K + V);
+      double mmax = 0;
+      for (int64_t i = 0; i < K; ++i)
+        for (int64_t j = 0; j < K; ++j) mmax = std::max(mmax, double(std::fabs(m[i * (K + V) + j])));
+      if (c >= 0) {
+        ++ws.taken;
+        ws.taken_inside += c > w.c_begin;
+        EXPECT_EQ(mmax, 0.0) << gc.c.name << ": item " << it << " head " << h << ": window at chunk " << c
+                             << " but M is not zero";
+      } else {
+        ++ws.full;
+        // the exact M = Phi of the segment: |M_ij| <= ||M||_2 <= e^Gamma (rounding of the 16-bit operands aside)
+        EXPECT_GT(mmax, 0.0) << gc.c.name << ": item " << it << " head " << h << ": full summary, M is zero";
+        if (host_table && seg_bounded)
+          EXPECT_LE(mmax, 1.05 * std::exp(seg_gamma) + 1e-30) << gc.c.name << ": item " << it;
+      }
+    }
+  }
+  std::printf("[chunk_fwd cuda windows] %-28s %d summaries without M (%d inside the segment), %d exact\n",
+              gc.c.name.c_str(), ws.taken, ws.taken_inside, ws.full);
+  return ws;
+}
+
+// FlashQLA's benchmark gates, logsigmoid(N(0, 1)) / 16 (~-0.05 per token): a window of ~7 chunks.
+double flashqla_gate(int64_t h, int64_t t) {
+  Rng rng(uint64_t(1000 * h + t) * 2654435761u + 1);
+  const double z = rng.normal();
+  return -std::log1p(std::exp(-z)) / 16;
+}
+
+// Benchmark-like gates g ~ U(-1, 0): every chunk decays by ~e^-32, so every summary is its last chunk from zero.
+TEST(CudaChunkFwd, DecayWindowFastDecay) {
+  REQUIRE_GPU();
+  for (auto kv : {std::pair<int64_t, int64_t>{128, 128}, {64, 128}, {128, 64}, {64, 64}}) {
+    GpuCase g = gcase("fast_decay_B2_k" + std::to_string(kv.first) + "v" + std::to_string(kv.second), 2, 64 * 16, 2, 4,
+                      kv.first, kv.second);
+    const WindowStats s = check_windows(g, 4, nullptr, nullptr);
+    EXPECT_EQ(s.taken, 2 * 3 * 4) << g.c.name;  // 2 sequences x 3 summarized segments x 4 heads
+    EXPECT_EQ(s.full, 0) << g.c.name;
+    EXPECT_EQ(s.taken_inside, 2 * 3 * 4) << g.c.name;  // one chunk of four
+  }
+  // the plan's own split (32 chunks, 4 heads on an H200: P = 16 segments of 2 chunks)
+  GpuCase g = gcase("fast_decay_auto_split", 1, 64 * 32, 2, 4, 128, 128);
+  const WindowStats s = check_windows(g, 0, nullptr, nullptr);
+  EXPECT_GT(s.taken, 0);
+  EXPECT_EQ(s.full, 0);
+}
+
+// Heads with g = 0 (FlashQLA's benchmark sets a quarter of them so), weak decay, FlashQLA's gates and fast decay in
+// one call: the windows differ per (segment, head), the g = 0 and weak heads keep the exact summary and carry the
+// state across the segments (the oracle sees any wrong drop there).
+TEST(CudaChunkFwd, DecayWindowMixedHeads) {
+  REQUIRE_GPU();
+  const GateFn gate = [](int64_t h, int64_t t, double g) {
+    switch (h % 4) {
+      case 0:
+        return 0.0;
+      case 1:
+        return flashqla_gate(h, t);
+      case 2:
+        return g;  // U(-1, 0)
+      default:
+        return -0.02 * (0.5 + 0.5 * g * g);  // weak: ~-1 per chunk, never a window in a 10-chunk segment
+    }
+  };
+  for (auto kv : {std::pair<int64_t, int64_t>{128, 128}, {64, 128}}) {
+    GpuCase g = gcase("mixed_heads_k" + std::to_string(kv.first), 1, 64 * 20, 2, 8, kv.first, kv.second);
+    const WindowStats s = check_windows(g, 2, gate, nullptr);  // 2 segments of 10 chunks
+    EXPECT_EQ(s.taken, 4) << g.c.name;                         // heads 1, 2, 5, 6
+    EXPECT_EQ(s.full, 4) << g.c.name;                          // heads 0, 3, 4, 7
+    EXPECT_EQ(s.taken_inside, 4) << g.c.name;
+  }
+}
+
+// Where the bound does not hold the summary stays exact: keys without the in-kernel l2norm (not known to be unit),
+// and betas outside [0, 2] inside the would-be window (one token is enough). Gates of -0.1 per token: a 4-chunk
+// segment decays by e^-25.6 (a window of the whole segment), 3 chunks only by e^-19.2.
+TEST(CudaChunkFwd, DecayWindowFallbacks) {
+  REQUIRE_GPU();
+  const GateFn tenth = [](int64_t, int64_t, double) { return -0.1; };
+  GpuCase g = gcase("window_l2norm_on", 1, 64 * 16, 2, 4, 128, 128);
+  WindowStats s = check_windows(g, 4, tenth, nullptr);
+  EXPECT_EQ(s.taken, 12) << "the same gates with l2norm: every segment has a window";
+  g.c.l2norm = false;  // unit keys from the generator, but the kernel cannot know it
+  g.c.name = "window_l2norm_off";
+  s = check_windows(g, 4, tenth, nullptr);
+  EXPECT_EQ(s.taken, 0);
+  EXPECT_EQ(s.full, 12);
+  // head 0: beta 2.5 in the last chunk of segment 0; head 1: beta -0.5 in the first chunk of segment 1 (inside its
+  // whole-segment window); head 2 (gates -0.4: one-chunk windows): beta 2.5 in the first chunk of segment 2, outside
+  // its window; head 3: beta = 2 exactly (allowed) on a few tokens of every chunk.
+  const GateFn gate = [](int64_t h, int64_t, double) { return h == 2 ? -0.4 : -0.1; };
+  const GateFn beta = [](int64_t h, int64_t t, double b) {
+    if (h == 0 && t == 64 * 3 + 5) return 2.5;
+    if (h == 1 && t == 64 * 4 + 7) return -0.5;
+    if (h == 2 && t == 64 * 8 + 1) return 2.5;
+    if (h == 3 && t % 64 == 9) return 2.0;
+    return b;
+  };
+  for (auto kv : {std::pair<int64_t, int64_t>{128, 128}, {64, 128}}) {
+    g = gcase("window_beta_range_k" + std::to_string(kv.first), 1, 64 * 16, 2, 4, kv.first, kv.second);
+    s = check_windows(g, 4, gate, beta);
+    EXPECT_EQ(s.full, 2) << g.c.name;    // (segment 0, head 0), (segment 1, head 1)
+    EXPECT_EQ(s.taken, 10) << g.c.name;  // the rest
+  }
+}
+
+// The threshold itself: 4 segments of 3 chunks, constant gates per head with chunk decays of -6.99 (three chunks:
+// e^-20.97, just above tau = e^-21: the exact summary must run, its M ~1e-9 is stored), -7.01 (e^-21.03: the
+// window is the whole segment), -21.05 (the last chunk) and -20.95 (the last two chunks).
+TEST(CudaChunkFwd, DecayWindowAtTheThreshold) {
+  REQUIRE_GPU();
+  const GateFn gate = [](int64_t h, int64_t, double) {
+    const double per_chunk[4] = {-6.99, -7.01, -21.05, -20.95};
+    return per_chunk[h % 4] / 64;
+  };
+  GpuCase g = gcase("window_threshold", 1, 64 * 12, 2, 4, 128, 128);
+  const WindowStats s = check_windows(g, 4, gate, nullptr);
+  EXPECT_EQ(s.full, 3);          // head 0
+  EXPECT_EQ(s.taken, 9);         // heads 1, 2, 3
+  EXPECT_EQ(s.taken_inside, 6);  // heads 2, 3
+}
+
+// Varlen with empty sequences (start, middle, end) and slack rows past cu_seqlens[N], mixed heads, the mma.sync
+// state pass (K = 64, V = 128: an M tile and a value tile share a CTA) and the wgmma one; and the fused gate with
+// beta = 2 sigmoid(b) (the range guaranteed: every chunk bounded).
+TEST(CudaChunkFwd, DecayWindowVarlenAndFusedGate) {
+  REQUIRE_GPU();
+  const GateFn gate = [](int64_t h, int64_t t, double g) { return h % 2 ? g : flashqla_gate(h, t) * (h % 4 == 0); };
+  for (auto kv : {std::pair<int64_t, int64_t>{64, 128}, {128, 128}}) {
+    GpuCase g = gcase("window_varlen_k" + std::to_string(kv.first), 1, 0, 2, 4, kv.first, kv.second);
+    g.c.seqlens = {0, 1300, 0, 64, 900, 1, 0, 700};
+    const WindowStats s = check_windows(g, 4, gate, nullptr, 100);  // the last sequence: 600 rows, 100 slack
+    EXPECT_GT(s.taken, 0) << g.c.name;
+    EXPECT_GT(s.full, 0) << g.c.name;
+  }
+  GpuCase g = gcase("window_fused_gate", 1, 64 * 16, 2, 4, 128, 128);
+  g.gate_in_kernel = g.beta_sigmoid = g.neg_eig = true;
+  const WindowStats s = check_windows(g, 4, nullptr, nullptr, 0, false);
+  EXPECT_EQ(s.taken + s.full, 12);
+  EXPECT_GT(s.taken, 0);
 }
 
 TEST(CudaChunkFwd, GraphCaptureReplayAndRepeatStability) {

@@ -6,7 +6,8 @@
 //   * direct: one CTA per (sequence, value head) walking all chunks;
 //   * segment split (gdn-math §6) when there are too few such CTAs for the SMs and the sequences are long:
 //       1. chunk_index_kernel  builds the (sequence, segment, chunk range) list on the device,
-//       2. the state pass in summary mode writes each segment's [M | N] (augmented state [I | 0]),
+//       2. the state pass in summary mode writes each segment's [M | N] (augmented state [I | 0]), or [0 | N] from
+//          the segment's decay window where the gates let it drop the incoming state (chunk_fwd.hpp),
 //       3. chunk_scan_kernel   S_start(j+1) = M_j S_start(j) + N_j  (fp32, exact, stored over N_j),
 //       4. the state pass in split mode runs every segment from its start state (outputs, final state).
 // docs/chunk_fwd.md has the design and the measured numbers.
@@ -249,6 +250,8 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan
   a.rec = base + pl.ws_rec;
   a.rec_slots = pl.rec_slots;
   a.nchunk_b = ceil_div(d.T, kChunk);
+  // the split's summaries shrink to their decay windows: the intra pass tabulates every chunk's log decay
+  if (pl.split) a.dec = reinterpret_cast<float*>(base + pl.ws_dec);
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_intra_bf16(a, d.K, stream)
                                                 : launch_chunk_intra_f16(a, d.K, stream)));
   if (!pl.split) {

@@ -5,6 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+
+#if defined(__CUDACC__)
+#define FLASHGDN_HOST_DEVICE __host__ __device__
+#else
+#define FLASHGDN_HOST_DEVICE
+#endif
 
 namespace flashgdn::cuda {
 
@@ -19,6 +26,37 @@ inline constexpr int64_t kRecHdrBytes = 1024;
 inline constexpr int64_t kRecBlockBytes = 1024;
 inline constexpr int64_t kRecABytes = 10 * kRecBlockBytes;
 inline constexpr int64_t kRecBytes = kRecHdrBytes + 2 * kRecABytes;
+
+// ---- the decay window of a segment summary (gdn-math §6.1; docs/chunk_fwd.md "Decay window") ----------------
+// Segment j covers chunks [a, b). For any chunk c in [a, b], S(b) = Phi(c -> b) S(c) + N(c -> b), with N(c -> b)
+// the state after chunks [c, b) from a zero state. With unit keys (in-kernel l2norm) and beta in [0, 2] every
+// transition e^g (I - beta k k^T) has spectral norm <= e^g, so ||Phi(c -> b) S(c)||_F <= e^Gamma ||S(c)||_F, Gamma the
+// sum of g over [c, b). Where e^Gamma <= tau the summary is [0 | N(c -> b)]: what it drops is at most
+// tau ||S(c)||_F, 2^-6 of the fp32 rounding (2^-24) of S(c) itself. tau = e^-21 (2^-30.3): the margin to 2^-30 covers
+// the fp32 rounding of the gate sums.
+inline constexpr float kDecayWindowLogTau = -21.f;
+// The per-chunk entry of the decay table for a chunk whose transitions are not known to be contractive (a beta
+// outside [0, 2], or keys without the in-kernel l2norm): no window reaches past it.
+inline constexpr float kDecayUnbounded = std::numeric_limits<float>::infinity();
+
+// The start of the decay window of a segment of chunks [a, b): the latest c in [a, b) with
+// d[b - 1] + d[b - 2] + ... + d[c] <= log_tau (summed in that order in fp32), d[n] the log decay gamma_n of chunk n
+// (kDecayUnbounded where unknown); -1 when there is none (the full [M | N] summary). Eight loads at a time, so that
+// they are in flight together on the device.
+FLASHGDN_HOST_DEVICE inline int64_t decay_window_start(const float* d, int64_t a, int64_t b, float log_tau) {
+  constexpr int R = 8;
+  float s = 0.f;
+  for (int64_t n = b; n > a; n -= R) {
+    float x[R];
+    for (int r = 0; r < R; ++r) x[r] = n - 1 - r >= a ? d[n - 1 - r] : 0.f;
+    for (int r = 0; r < R && n - 1 - r >= a; ++r) {
+      s += x[r];
+      if (s <= log_tau) return n - 1 - r;
+      if (!(s <= 3.40282347e38f)) return -1;  // +inf (an unbounded chunk) or NaN: no earlier start qualifies
+    }
+  }
+  return -1;
+}
 
 // One unit of work of the split path: chunks [c_begin, c_end) of sequence n, segment seg of nseg.
 struct ChunkWorkItem {
@@ -81,6 +119,9 @@ struct ChunkKernelArgs {
   const ChunkWorkItem* items;  // [items_cap] (split modes)
   int64_t items_cap;
   float* mn;  // [items_cap, Hv, K, K + V] segment summaries, then start states
+  // the log decay gamma_n of every chunk (kDecayUnbounded where the window bound does not hold), written by the
+  // intra pass and read by the summaries; null: no decay windows (unsplit)
+  float* dec;  // [Hv, rec_slots] may be null
   // the intra-chunk pass writes one record per (chunk slot, value head), the state pass reads it
   unsigned char* rec;  // [rec_slots, Hv, kRecBytes] (workspace); chunk c of sequence n is slot chunk_slot(n, c)
   int64_t rec_slots;   // B * ceil(T / 64) (fixed length) or N + ceil(T / 64) (varlen)

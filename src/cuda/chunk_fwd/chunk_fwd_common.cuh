@@ -206,10 +206,15 @@ struct StateRef {
 struct ChunkWork {
   int64_t n = 0, bidx = 0, t0 = 0, len = 0, c_begin = 0, c_end = 0;
   int seg = 0, nseg = 1;
+  // summary only: the segment's decay window starts at c_begin (chunk_fwd.hpp, decay_window_start), so its summary
+  // is [0 | N(c_begin -> c_end)]: the M tiles are zeros and the value tiles start from zero
+  bool drop_m = false;
 };
 
 // false: the CTA has no work (grid slack past the last segment, or the last segment's summary, never needed).
-__device__ __forceinline__ bool resolve_work(const ChunkKernelArgs& a, int64_t item, ChunkWork* w) {
+// Value head h: the summary's decay window is per (segment, head). Every thread of every CTA of the (item, head)
+// finds the same window (the same table, the same summation order), so no CTA or thread has to publish it.
+__device__ __forceinline__ bool resolve_work(const ChunkKernelArgs& a, int64_t item, int h, ChunkWork* w) {
   if (a.mode == kModeForward) {
     w->n = item;
     seq_bounds(a, w->n, &w->bidx, &w->t0, &w->len);
@@ -224,7 +229,19 @@ __device__ __forceinline__ bool resolve_work(const ChunkKernelArgs& a, int64_t i
   seq_bounds(a, w->n, &w->bidx, &w->t0, &w->len);
   w->c_begin = it.c_begin;
   w->c_end = it.c_end;
+  if (a.mode == kModeSummary && a.dec) {
+    // the chunks of a sequence have consecutive record slots (chunk_slot), so the table row of chunk c is d[c]
+    const float* d = a.dec + int64_t(h) * a.rec_slots + chunk_slot(a, w->n, w->t0, 0);
+    const int64_t c = decay_window_start(d, w->c_begin, w->c_end, kDecayWindowLogTau);
+    if (c >= 0) w->c_begin = c, w->drop_m = true;
+  }
   return true;
+}
+
+// Whether a summary CTA with value tiles [tile0, tile0 + per_cta) walks its chunks: not when the decay window drops
+// M and every tile of the CTA is an M tile (tiles [0, K / 64) come first); those CTAs only store zeros.
+__device__ __forceinline__ bool summary_walks(const ChunkWork& w, int tile0, int per_cta, int K) {
+  return !w.drop_m || tile0 + per_cta > K / kBV;
 }
 
 // Where the walk of item `item` starts (value columns of the forward modes): h0 for the first segment (null:

@@ -198,6 +198,15 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
 #pragma unroll
       for (int e = 0; e < 2; ++e) gate_beta(a, gh, g_raw[e], b_raw[e], 2 * lane + e < nvalid, &gv[e], &bv[e]);
       store_gamma_beta(gv, bv, lane, sm.gam, sm.beta);
+      if (a.dec) {
+        // the decay table of the split's summaries (chunk_fwd.hpp, decay_window_start): gamma_n where every
+        // transition of the chunk is a contraction times e^g (unit keys, beta in [0, 2]; padded rows have beta = 0),
+        // else unbounded. A NaN beta fails the range test.
+        const bool in_range = bv[0] >= 0.f && bv[0] <= 2.f && bv[1] >= 0.f && bv[1] <= 2.f;
+        const bool bounded = __all_sync(0xffffffffu, in_range) && a.l2norm;
+        __syncwarp();  // gamma of row 63 (lane 31) is in shared memory
+        if (lane == 0) a.dec[h * a.rec_slots + slot] = bounded ? sm.gam[kC - 1] : kDecayUnbounded;
+      }
       if (j + 1 < a.group) load_gb(h + 1);  // in flight during this head
     }
     __syncthreads();

@@ -64,7 +64,8 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
   const int hk = h / a.group;
 
   ChunkWork wk;
-  if (!resolve_work(a, item, &wk)) return;
+  if (!resolve_work(a, item, h, &wk)) return;
+  if (!summary_walks(wk, blockIdx.z * NH, NH, K)) wk.c_end = wk.c_begin;
   const int64_t n = wk.n, bidx = wk.bidx, t0 = wk.t0, len = wk.len, c_begin = wk.c_begin, c_end = wk.c_end;
   const bool summary = a.mode == kModeSummary;
   const bool has_output = !summary;
@@ -72,12 +73,14 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
   const bool active = tile < ntiles;             // a CTA's last half may have no tile (summary, odd count)
   const bool m_tile = summary && tile < K / 64;  // augmented columns of M: identity start, zero values
   const bool has_values = active && !m_tile;
+  // the tile runs the chain; an M tile of a decay window does not (M = 0: its zero start state is its result)
+  const bool computes = active && !(m_tile && wk.drop_m);
   const int vcol0 = summary ? (tile - K / 64) * kBV : tile * kBV;  // value column of this tile
 
   // ---- start state into registers (fp32) and shared memory (GEMM operand)
   const int rw = rg * (K / 4);  // first state row of this warp
   float sacc[MT][NT][4];
-  load_start_state(start_state(a, wk, item, h, K), m_tile, active, tile, vcol0, sacc, rw, cb, g8, t4);
+  load_start_state(start_state(a, wk, item, h, K), m_tile && !wk.drop_m, active, tile, vcol0, sacc, rw, cb, g8, t4);
   store_state_copy<P>(sm.s[hf], LDV, sacc, rw, cb, g8, t4);
 
   const E* qbase = static_cast<const E*>(a.q) + bidx * a.q_sb + hk * a.q_sh;
@@ -137,7 +140,7 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) oacc[nt][e] = 0.f;
-    if (active) {
+    if (computes) {
       float racc[NT][4];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -180,7 +183,7 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
     __syncthreads();  // B1: every row of R is written
 
     // ---- phase 2: U = (A diag(beta)) R for rows 16 rg.., columns cb.. (A causal: blocks kc <= rg)
-    if (active) {
+    if (computes) {
       float uacc[NT][4];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -226,7 +229,7 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
     }
     __syncthreads();  // B2: every row of U and diag(dk) U is written; every read of R is done
 
-    if (active) {
+    if (computes) {
       // ---- phase 3a: O += P U (causal; P and U as hi + lo), to global
       if (has_output) {
 #pragma unroll

@@ -138,13 +138,16 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   const int hk = h / a.group;
 
   ChunkWork wk;
-  if (!resolve_work(a, item, &wk)) return;
+  if (!resolve_work(a, item, h, &wk)) return;
+  if (!summary_walks(wk, blockIdx.z * 2, 2, K)) wk.c_end = wk.c_begin;
   const int64_t n = wk.n, bidx = wk.bidx, t0 = wk.t0, len = wk.len, c_begin = wk.c_begin, c_end = wk.c_end;
   constexpr bool summary = SUMMARY, has_output = !SUMMARY;
   const int ntiles = summary ? (K + static_cast<int>(a.V)) / 64 : static_cast<int>(a.V) / 64;
   const bool active = tile < ntiles;             // the last half may have no tile (summary, odd count)
   const bool m_tile = summary && tile < K / 64;  // augmented columns of M: identity start, zero values
   const bool has_values = active && !m_tile;
+  // the half runs the chain; an M tile of a decay window does not (M = 0: its zero start state is its result)
+  const bool computes = active && !(m_tile && wk.drop_m);
   const int vcol0 = summary ? (tile - K / 64) * kBV : tile * kBV;
   const int r0 = 16 * wi + g8, r1 = r0 + 8;  // chunk rows (phases 1-3a) and key offsets (state) of this thread
 
@@ -172,7 +175,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = 64 * mb + r0 + (e >> 1) * 8, j = cb + jn * 8 + 2 * t4 + (e & 1);
-          sacc[mb][jn][e] = start_value(src, m_tile, active, tile, vcol0, i, j);
+          sacc[mb][jn][e] = start_value(src, m_tile && !wk.drop_m, active, tile, vcol0, i, j);
         }
       uint32_t x[4][2];
       pack_acc<BF16>(sacc[mb], x);
@@ -248,7 +251,7 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
     auto release = [&]() { mbar::arrive(&sm.empty[bf]); };
     mbar::wait(&sm.full[bf], (i >> 1) & 1);
     wg::fence_async_smem();  // the landed tiles (generic proxy) before this thread's wgmma reads them (async proxy)
-    if (!active) {           // (the last half of an odd summary: loads and releases only; it reads no buffer)
+    if (!computes) {         // (the last half of an odd summary, M of a decay window: loads and releases, no reads)
       refill();
       release();
       continue;

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/gate.cuh"
 #include "cuda/common/ptx.cuh"
@@ -16,106 +17,99 @@
 namespace flashgdn::cuda {
 
 // ---- compile-time storage types ------------------------------------------------------------------------
+// Storage<T>: fp32 <-> one element of the storage type T (fp32, bf16, f16), and for the 16-bit types fp32 pairs
+// <-> one 32-bit word of two packed elements. Stores round to nearest even; loads widen exactly.
+template <class T>
+struct Storage;
+template <>
+struct Storage<float> {
+  __device__ __forceinline__ static float to(float v) { return v; }
+  __device__ __forceinline__ static float from(float x) { return x; }
+};
+template <>
+struct Storage<__nv_bfloat16> {
+  __device__ __forceinline__ static float to(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ __forceinline__ static __nv_bfloat16 from(float x) { return __float2bfloat16_rn(x); }
+  __device__ __forceinline__ static float2 to2(uint32_t w) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+  }
+  __device__ __forceinline__ static uint32_t from2(float a, float b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
+template <>
+struct Storage<__half> {
+  __device__ __forceinline__ static float to(__half v) { return __half2float(v); }
+  __device__ __forceinline__ static __half from(float x) { return __float2half_rn(x); }
+  __device__ __forceinline__ static float2 to2(uint32_t w) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&w));
+  }
+  __device__ __forceinline__ static uint32_t from2(float a, float b) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
+
 // A 4-element vector of a storage type: 16 bytes for fp32, 8 bytes for bf16/f16. Callers guarantee the
 // element offset is a multiple of 4 and the base 16-byte aligned (validated: last dim contiguous, other
 // strides multiples of 16 bytes).
 template <class T>
-__device__ __forceinline__ void load4(const T* p, float (&x)[4]);
+__device__ __forceinline__ void load4(const T* p, float (&x)[4]) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    const float2 a = Storage<T>::to2(v.x), b = Storage<T>::to2(v.y);
+    x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+  }
+}
 template <class T>
-__device__ __forceinline__ void store4(T* p, const float (&x)[4]);
-
-template <>
-__device__ __forceinline__ void load4<float>(const float* p, float (&x)[4]) {
-  float4 v = *reinterpret_cast<const float4*>(p);
-  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-}
-template <>
-__device__ __forceinline__ void store4<float>(float* p, const float (&x)[4]) {
-  *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
-}
-template <>
-__device__ __forceinline__ void load4<__nv_bfloat16>(const __nv_bfloat16* p, float (&x)[4]) {
-  uint2 v = *reinterpret_cast<const uint2*>(p);
-  float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
-  float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
-  x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
-}
-template <>
-__device__ __forceinline__ void store4<__nv_bfloat16>(__nv_bfloat16* p, const float (&x)[4]) {
-  __nv_bfloat162 a = __floats2bfloat162_rn(x[0], x[1]);
-  __nv_bfloat162 b = __floats2bfloat162_rn(x[2], x[3]);
-  uint2 v;
-  v.x = *reinterpret_cast<uint32_t*>(&a);
-  v.y = *reinterpret_cast<uint32_t*>(&b);
-  *reinterpret_cast<uint2*>(p) = v;
-}
-template <>
-__device__ __forceinline__ void load4<__half>(const __half* p, float (&x)[4]) {
-  uint2 v = *reinterpret_cast<const uint2*>(p);
-  float2 a = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
-  float2 b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
-  x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
-}
-template <>
-__device__ __forceinline__ void store4<__half>(__half* p, const float (&x)[4]) {
-  __half2 a = __floats2half2_rn(x[0], x[1]);
-  __half2 b = __floats2half2_rn(x[2], x[3]);
-  uint2 v;
-  v.x = *reinterpret_cast<uint32_t*>(&a);
-  v.y = *reinterpret_cast<uint32_t*>(&b);
-  *reinterpret_cast<uint2*>(p) = v;
+__device__ __forceinline__ void store4(T* p, const float (&x)[4]) {
+  if constexpr (std::is_same_v<T, float>)
+    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  else
+    *reinterpret_cast<uint2*>(p) = make_uint2(Storage<T>::from2(x[0], x[1]), Storage<T>::from2(x[2], x[3]));
 }
 
 // ---- runtime storage types (DType as int) ---------------------------------------------------------------
-// The branch is uniform across the CTA, so it costs one predicate per access.
-__device__ __forceinline__ float load1(const void* base, DType dt, int64_t off) {
+// f(std::type_identity<T>{}) with T the storage type of dt (bf16, f16, anything else fp32). The branch is
+// uniform across the CTA, so it costs one predicate per access.
+template <class F>
+__device__ __forceinline__ decltype(auto) with_storage(DType dt, F&& f) {
   switch (dt) {
     case DType::bf16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[off]);
+      return f(std::type_identity<__nv_bfloat16>{});
     case DType::f16:
-      return __half2float(static_cast<const __half*>(base)[off]);
+      return f(std::type_identity<__half>{});
     default:
-      return static_cast<const float*>(base)[off];
+      return f(std::type_identity<float>{});
   }
+}
+__device__ __forceinline__ float load1(const void* base, DType dt, int64_t off) {
+  return with_storage(dt, [&](auto t) {
+    using T = typename decltype(t)::type;
+    return Storage<T>::to(static_cast<const T*>(base)[off]);
+  });
 }
 __device__ __forceinline__ void store1(void* base, DType dt, int64_t off, float x) {
-  switch (dt) {
-    case DType::bf16:
-      static_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(x);
-      break;
-    case DType::f16:
-      static_cast<__half*>(base)[off] = __float2half_rn(x);
-      break;
-    default:
-      static_cast<float*>(base)[off] = x;
-      break;
-  }
+  with_storage(dt, [&](auto t) {
+    using T = typename decltype(t)::type;
+    static_cast<T*>(base)[off] = Storage<T>::from(x);
+  });
 }
 __device__ __forceinline__ void load4(const void* base, DType dt, int64_t off, float (&x)[4]) {
-  switch (dt) {
-    case DType::bf16:
-      load4(static_cast<const __nv_bfloat16*>(base) + off, x);
-      break;
-    case DType::f16:
-      load4(static_cast<const __half*>(base) + off, x);
-      break;
-    default:
-      load4(static_cast<const float*>(base) + off, x);
-      break;
-  }
+  with_storage(dt, [&](auto t) {
+    using T = typename decltype(t)::type;
+    load4(static_cast<const T*>(base) + off, x);
+  });
 }
 __device__ __forceinline__ void store4(void* base, DType dt, int64_t off, const float (&x)[4]) {
-  switch (dt) {
-    case DType::bf16:
-      store4(static_cast<__nv_bfloat16*>(base) + off, x);
-      break;
-    case DType::f16:
-      store4(static_cast<__half*>(base) + off, x);
-      break;
-    default:
-      store4(static_cast<float*>(base) + off, x);
-      break;
-  }
+  with_storage(dt, [&](auto t) {
+    using T = typename decltype(t)::type;
+    store4(static_cast<T*>(base) + off, x);
+  });
 }
 
 // Index tensors are i32 or i64.

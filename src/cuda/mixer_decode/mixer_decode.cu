@@ -22,8 +22,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
 #include "api/internal.hpp"
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/device_util.cuh"
@@ -94,20 +92,6 @@ __device__ __forceinline__ bool slot_ok(const MixerArgs& p, int64_t s) {
   return s >= 0 && s < p.slots && !(p.null_slot_invalid && s == 0);
 }
 
-template <class AT>
-__device__ __forceinline__ float to_f(AT v) {
-  if constexpr (std::is_same_v<AT, __nv_bfloat16>)
-    return __bfloat162float(v);
-  else
-    return __half2float(v);
-}
-template <class AT>
-__device__ __forceinline__ AT from_f(float v) {
-  if constexpr (std::is_same_v<AT, __nv_bfloat16>)
-    return __float2bfloat16_rn(v);
-  else
-    return __float2half_rn(v);
-}
 __device__ __forceinline__ float silu(float u) {
   return u / (1.f + expf(-u));
 }
@@ -138,6 +122,7 @@ __global__ void __launch_bounds__(kThreads) mixer_decode_kernel(const __grid_con
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int key = h / p.group;
   const bool qk_owner = h % p.group == 0;  // cluster rank 0 writes the shared q/k conv state
+  using Act = Storage<AT>;                 // fp32 <-> the activation dtype
 
   // Row range (cu_seqlens clamped to [0, T]) and slots; everything below depends on n only, so an early
   // return is uniform over the cluster.
@@ -161,7 +146,7 @@ __global__ void __launch_bounds__(kThreads) mixer_decode_kernel(const __grid_con
   AT* out = static_cast<AT*>(p.out);
   if (!valid) {  // zero outputs, nothing else
     for (int64_t t = 0; t < len; ++t)
-      if (tid < kD) out[bi * p.out_s[0] + (t0 + t) * p.out_s[1] + h * p.out_s[2] + tid * p.out_s[3]] = from_f<AT>(0.f);
+      if (tid < kD) out[bi * p.out_s[0] + (t0 + t) * p.out_s[1] + h * p.out_s[2] + tid * p.out_s[3]] = Act::from(0.f);
     return;
   }
   const bool conv_ok = slot_ok(p, conv_slot);
@@ -204,7 +189,7 @@ __global__ void __launch_bounds__(kThreads) mixer_decode_kernel(const __grid_con
     if (conv_ok) {
 #pragma unroll
       for (int j = 0; j < kMaxHist; ++j)
-        if (j < H) hist[c][j] = to_f(cs[conv_slot * p.cs_s[0] + ch[c] * p.cs_s[1] + (offset + j) * p.cs_s[2]]);
+        if (j < H) hist[c][j] = Act::to(cs[conv_slot * p.cs_s[0] + ch[c] * p.cs_s[1] + (offset + j) * p.cs_s[2]]);
     }
 #pragma unroll
     for (int j = 0; j < kMaxHist; ++j) hist0[c][j] = hist[c][j];
@@ -222,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) mixer_decode_kernel(const __grid_con
     for (int c = 0; c < 2; ++c) {
       y[c] = 0.f;
       if (c >= nch) continue;
-      const float xin = to_f(x[bi * p.x_s[0] + tok * p.x_s[1] + ch[c] * p.x_s[2]]);
+      const float xin = Act::to(x[bi * p.x_s[0] + tok * p.x_s[1] + ch[c] * p.x_s[2]]);
       float acc = bias[c];
 #pragma unroll
       for (int j = 0; j < kMaxHist; ++j)
@@ -230,14 +215,14 @@ __global__ void __launch_bounds__(kThreads) mixer_decode_kernel(const __grid_con
 #pragma unroll
       for (int j = 0; j <= kMaxHist; ++j)
         if (j == H) acc = fmaf(w[c][j], xin, acc);
-      y[c] = to_f(from_f<AT>(silu(acc)));
+      y[c] = Act::to(Act::from(silu(acc)));
 #pragma unroll
       for (int j = 0; j < kMaxHist; ++j)
         if (j < H) hist[c][j] = j + 1 < H ? hist[c][j + 1] : xin;
       if (iw && buf >= 0 && t < p.T_buf && (tid >= kD || qk_owner)) {  // the last Kc - 1 inputs after token t
 #pragma unroll
         for (int j = 0; j < kMaxHist; ++j)
-          if (j < H) iw[buf * p.iw_s[0] + t * p.iw_s[1] + ch[c] * p.iw_s[2] + j * p.iw_s[3]] = from_f<AT>(hist[c][j]);
+          if (j < H) iw[buf * p.iw_s[0] + t * p.iw_s[1] + ch[c] * p.iw_s[2] + j * p.iw_s[3]] = Act::from(hist[c][j]);
       }
     }
     if (tid < kD) {
@@ -331,16 +316,16 @@ __global__ void __launch_bounds__(kThreads) mixer_decode_kernel(const __grid_con
     // ---- gated RMSNorm over V (o rounded to the activation dtype first) ----
     float o = 0.f;
     if (tid < kD) {
-      o = to_f(from_f<AT>(os[tid]));
+      o = Act::to(Act::from(os[tid]));
       const float so = lane_sum<1, 32>(o * o);
       if (lane == 0) red_s[warp][3] = so;
     }
     __syncthreads();
     if (tid < kD) {
       const float rho = rsqrtf((red_s[0][3] + red_s[1][3] + red_s[2][3] + red_s[3][3]) / float(kD) + p.eps);
-      const float zz = to_f(z[bi * p.z_s[0] + tok * p.z_s[1] + h * p.z_s[2] + tid * p.z_s[3]]);
+      const float zz = Act::to(z[bi * p.z_s[0] + tok * p.z_s[1] + h * p.z_s[2] + tid * p.z_s[3]]);
       out[bi * p.out_s[0] + tok * p.out_s[1] + h * p.out_s[2] + tid * p.out_s[3]] =
-          from_f<AT>(o * rho * p.norm_w.at(tid) * silu(zz));
+          Act::from(o * rho * p.norm_w.at(tid) * silu(zz));
     }
   }
 
@@ -358,13 +343,13 @@ __global__ void __launch_bounds__(kThreads) mixer_decode_kernel(const __grid_con
     if (p.si_2d) {  // s'[i] = s[o + 1 + i] (i < Kc - 2), s'[Kc - 2 + t] = x_t
 #pragma unroll
       for (int j = 0; j + 1 < kMaxHist; ++j)
-        if (j + 1 < H) row[j * p.cs_s[2]] = from_f<AT>(hist0[c][j + 1]);
+        if (j + 1 < H) row[j * p.cs_s[2]] = Act::from(hist0[c][j + 1]);
       for (int64_t t = 0; t < len && H - 1 + t < p.L; ++t)
         row[(H - 1 + t) * p.cs_s[2]] = x[bi * p.x_s[0] + (t0 + t) * p.x_s[1] + ch[c] * p.x_s[2]];
     } else {  // the last Kc - 1 raw inputs
 #pragma unroll
       for (int j = 0; j < kMaxHist; ++j)
-        if (j < H) row[j * p.cs_s[2]] = from_f<AT>(hist[c][j]);
+        if (j < H) row[j * p.cs_s[2]] = Act::from(hist[c][j]);
     }
   }
 }
