@@ -5,8 +5,9 @@
 // State S is [K, V] per (sequence, value head), fp32. Value head h reads q/k head h / (Hv / Hqk).
 //
 // Conventions of this header:
-//   * Every op takes one params struct of TensorViews and scalars, and returns a Status.
-//   * A TensorView with ndim < 0 is absent; fields documented "may be absent" accept that.
+//   * Every op takes one params struct of TensorViews and scalars, and returns a Status. The fields are declared in
+//     the op table, flashgdn_ops.h, with their shapes, dtypes and defaults.
+//   * A TensorView with ndim < 0 is absent; fields documented "may be null" there accept that.
 //   * Strides are in elements (not bytes), int64, non-negative (a dim of size 1 may have any stride); no zero
 //     strides (broadcast) on dims of size > 1; an output may not overlap itself, another output or an input.
 //   * Tensors on the CPU run on the CPU backend; tensors on CUDA run on the GPU kernels. All tensors of one

@@ -563,5 +563,35 @@ TEST(CApi, MixerDecodeMatchesCppApi) {
   EXPECT_NE(std::string(flashgdn_last_error()).find("mixer_decode: x: expected C"), std::string::npos);
 }
 
+// A call given a WorkspaceProvider asks it for the plan's workspace only when that is not 0 bytes: a CPU call never
+// asks, and computes what the pointer form computes.
+TEST(CppApi, WorkspaceProviderIsNotAskedOnCpu) {
+  FwdCase c;
+  DLBuf o2("o2", DType::f32, {FwdCase::B, FwdCase::T, FwdCase::Hv, FwdCase::V});
+  DLBuf ht2("ht2", DType::f32, {FwdCase::B, FwdCase::Hv, FwdCase::K, FwdCase::V});
+  ASSERT_EQ(c.run(), FLASHGDN_OK) << flashgdn_last_error();
+  ChunkFwdParams p;
+  p.q = c.q.view();
+  p.k = c.k.view();
+  p.v = c.v.view();
+  p.g = c.g.view();
+  p.beta = c.beta.view();
+  p.initial_state = c.h0.view();
+  p.o = o2.view();
+  p.final_state = ht2.view();
+  int asked = 0;
+  WorkspaceProvider ws;
+  ws.ctx = &asked;
+  ws.alloc = [](void* ctx, size_t) -> void* {
+    ++*static_cast<int*>(ctx);
+    return nullptr;
+  };
+  const Status st = chunk_fwd(p, ws);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(asked, 0);
+  EXPECT_EQ(o2.mem, c.o.mem);
+  EXPECT_EQ(ht2.mem, c.ht.mem);
+}
+
 }  // namespace
 }  // namespace flashgdn::test
