@@ -1,8 +1,10 @@
 // flashgdn._C — the thin nanobind layer between Python and the C++ API (include/flashgdn/flashgdn.hpp).
 //
-// Every function takes its tensors positionally (None = absent) and fills one params struct; the Python package
-// (python/flashgdn/) allocates the outputs in the caller's framework, picks the stream and owns every default.
-// Tensors are read two ways:
+// Every op is one call_op: its arguments come positionally in the op table's order (include/flashgdn/flashgdn_ops.h,
+// through api/op_table.hpp): every tensor (None = absent), every scalar, then the stream and, for an op with a
+// workspace, the allocator; _C.signature(op) lists the names. The Python package (python/flashgdn/) allocates the
+// outputs in the caller's framework, picks the stream and owns every default. Tensors are found two ways, and every
+// one becomes a DLTensor read by the library's one reader (flashgdn/dlpack.hpp), the C ABI's:
 //   * torch.Tensor: through torch's DLPack C exchange API (about 0.1 us per tensor, no Python call), or, on a
 //     torch without it, through the tensor's C-implemented attributes (about 1 us); torch's __dlpack__ is a
 //     Python method and costs about 10 us;
@@ -14,8 +16,9 @@
 // framework), held until the call returns. Outputs and in-out tensors are never copied: a copy would lose the
 // write, so the library's validation rejects them with the argument's name.
 // Stream: an int handle from Python, or None = torch's current stream of the inputs' device (asked in C++).
-// Workspace: when the op needs scratch memory, `alloc(nbytes)` (a Python callable) returns a framework tensor
-// of at least that many bytes; it is held until the launch has been enqueued. Errors raise the exception class
+// Workspace: when the op's plan needs scratch memory, the op asks `alloc(nbytes)` (a Python callable, through a
+// WorkspaceProvider) for a framework tensor of at least that many bytes; it is held until the launch has been
+// enqueued. So an eager call validates and plans once. Errors raise the exception class
 // of the Status code with the library's message unchanged.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
