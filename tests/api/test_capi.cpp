@@ -570,15 +570,7 @@ TEST(CppApi, WorkspaceProviderIsNotAskedOnCpu) {
   DLBuf o2("o2", DType::f32, {FwdCase::B, FwdCase::T, FwdCase::Hv, FwdCase::V});
   DLBuf ht2("ht2", DType::f32, {FwdCase::B, FwdCase::Hv, FwdCase::K, FwdCase::V});
   ASSERT_EQ(c.run(), FLASHGDN_OK) << flashgdn_last_error();
-  ChunkFwdParams p;
-  p.q = c.q.view();
-  p.k = c.k.view();
-  p.v = c.v.view();
-  p.g = c.g.view();
-  p.beta = c.beta.view();
-  p.initial_state = c.h0.view();
-  p.o = o2.view();
-  p.final_state = ht2.view();
+  const ChunkFwdParams p = c.cpp_params(o2, ht2);
   int asked = 0;
   WorkspaceProvider ws;
   ws.ctx = &asked;
