@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "flashgdn/flashgdn_ops.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -45,142 +47,53 @@ typedef enum {
   FLASHGDN_RECURRENT_WY = 4
 } flashgdn_recurrent_kernel;
 
+/* The fields of every options and params struct are expanded from the op table, flashgdn_ops.h, where each one
+ * is declared once with its C type, default (the _params_init functions set it), shape and notes ("may be null":
+ * NULL is an absent tensor). The C++ structs of flashgdn.hpp come from the same table, field for field. */
+#define FLASHGDN_C_TENSOR_FIELD(name, role, dtypes, layout, doc) const DLTensor* name;
+#define FLASHGDN_C_SCALAR_FIELD(type, c_type, name, init, doc) c_type name;
+
 typedef struct {
-  int32_t check_indices;      /* validate device-resident indices on the host (syncs) */
-  int32_t cpu_fp64;           /* CPU backend computes in fp64 (the oracle) */
-  int32_t cpu_algo;           /* flashgdn_cpu_algo */
-  int32_t cpu_threads;        /* 0: all hardware threads */
-  int32_t recurrent_kernel;   /* flashgdn_recurrent_kernel: CUDA recurrent kernel override, 0 = auto */
-  int32_t chunk_fwd_segments; /* CUDA chunk_fwd segment split: 0 auto, 1 off, P > 1 about P per sequence */
+  FLASHGDN_EXEC_OPTIONS(FLASHGDN_C_SCALAR_FIELD)
 } flashgdn_exec_options;
 
 typedef struct {
-  int32_t use_gate_in_kernel;
-  int32_t use_beta_sigmoid_in_kernel;
-  int32_t allow_neg_eigval;
-  float softplus_beta;      /* default 1 */
-  float softplus_threshold; /* default 20 */
+  FLASHGDN_GATE_OPTIONS(FLASHGDN_C_SCALAR_FIELD)
 } flashgdn_gate_options;
 
 typedef struct {
-  const DLTensor* q;                 /* [B, T, Hqk, K] */
-  const DLTensor* k;                 /* [B, T, Hqk, K] */
-  const DLTensor* v;                 /* [B, T, Hv, V] */
-  const DLTensor* g;                 /* [B, T, Hv], may be NULL */
-  const DLTensor* beta;              /* [B, T, Hv], may be NULL */
-  const DLTensor* A_log;             /* [Hv], may be NULL */
-  const DLTensor* dt_bias;           /* [Hv], may be NULL */
-  const DLTensor* initial_state;     /* [N, Hv, K, V] / [N, Hv, V, K], may be NULL */
-  const DLTensor* cu_seqlens;        /* [N + 1], may be NULL */
-  const DLTensor* o;                 /* [B, T, Hv, V] out */
-  const DLTensor* final_state;       /* [N, Hv, K, V] / [N, Hv, V, K] f32 out, may be NULL */
-  const DLTensor* state_checkpoints; /* [N, C_max, Hv, K, V] / [.., V, K] f32 out, may be NULL */
-  int64_t checkpoint_interval;
-  float scale; /* 0: K^-1/2 */
-  int32_t use_qk_l2norm_in_kernel;
-  flashgdn_gate_options gate;
-  int32_t state_layout; /* flashgdn_state_layout */
-  int32_t chunk_size;   /* default 64 */
-  flashgdn_exec_options exec;
+  FLASHGDN_CHUNK_FWD_TENSORS(FLASHGDN_C_TENSOR_FIELD)
+  FLASHGDN_CHUNK_FWD_SCALARS(FLASHGDN_C_SCALAR_FIELD)
 } flashgdn_chunk_fwd_params;
 
 typedef struct {
-  const DLTensor *q, *k, *v, *g, *beta, *A_log, *dt_bias, *initial_state, *cu_seqlens;
-  const DLTensor* d_o;      /* [B, T, Hv, V] */
-  const DLTensor* d_ht;     /* [N, Hv, K, V] / [N, Hv, V, K], may be NULL */
-  const DLTensor* dq;       /* [B, T, Hqk, K] out */
-  const DLTensor* dk;       /* [B, T, Hqk, K] out */
-  const DLTensor* dv;       /* [B, T, Hv, V] out */
-  const DLTensor* dg;       /* [B, T, Hv] out, may be NULL */
-  const DLTensor* dbeta;    /* [B, T, Hv] out, may be NULL */
-  const DLTensor* dh0;      /* like initial_state, out, may be NULL */
-  const DLTensor* dA_log;   /* [Hv] out, may be NULL */
-  const DLTensor* ddt_bias; /* [Hv] out, may be NULL */
-  float scale;
-  int32_t use_qk_l2norm_in_kernel;
-  flashgdn_gate_options gate;
-  int32_t state_layout;
-  int32_t chunk_size;
-  flashgdn_exec_options exec;
+  FLASHGDN_CHUNK_BWD_TENSORS(FLASHGDN_C_TENSOR_FIELD)
+  FLASHGDN_CHUNK_BWD_SCALARS(FLASHGDN_C_SCALAR_FIELD)
 } flashgdn_chunk_bwd_params;
 
 typedef struct {
-  const DLTensor* A_log;   /* [Hv] */
-  const DLTensor* a;       /* [..., Hv] */
-  const DLTensor* dt_bias; /* [Hv], may be NULL */
-  const DLTensor* b;       /* [..., Hv], may be NULL */
-  const DLTensor* g;       /* [..., Hv] out */
-  const DLTensor* beta;    /* [..., Hv] out, may be NULL */
-  flashgdn_gate_options gate;
-  flashgdn_exec_options exec;
+  FLASHGDN_GATING_TENSORS(FLASHGDN_C_TENSOR_FIELD)
+  FLASHGDN_GATING_SCALARS(FLASHGDN_C_SCALAR_FIELD)
 } flashgdn_gating_params;
 
 typedef struct {
-  const DLTensor* q;                    /* [B, T, Hqk, K] */
-  const DLTensor* k;                    /* [B, T, Hqk, K] */
-  const DLTensor* v;                    /* [B, T, Hv, V] */
-  const DLTensor* g;                    /* [B, T, Hv], may be NULL */
-  const DLTensor* beta;                 /* [B, T, Hv], may be NULL */
-  const DLTensor* A_log;                /* [Hv], may be NULL */
-  const DLTensor* dt_bias;              /* [Hv], may be NULL */
-  const DLTensor* cu_seqlens;           /* [N + 1], may be NULL */
-  const DLTensor* o;                    /* [B, T, Hv, V] out */
-  const DLTensor* state_pool;           /* [slots, Hv, K, V] / [slots, Hv, V, K], may be NULL */
-  const DLTensor* state_indices;        /* [N] or [N, T_max], may be NULL */
-  const DLTensor* num_accepted_tokens;  /* [N], may be NULL */
-  const DLTensor* intermediate_states;  /* [N_buf, T_buf, Hv, K, V] / [.., V, K], may be NULL */
-  const DLTensor* intermediate_indices; /* [N], may be NULL */
-  const DLTensor* initial_state;        /* [N, Hv, K, V] / [N, Hv, V, K], may be NULL */
-  const DLTensor* final_state;          /* [N, Hv, K, V] / [N, Hv, V, K] out, may be NULL */
-  int32_t commit;                       /* default 1 */
-  int32_t null_slot_is_invalid;
-  float scale;
-  int32_t use_qk_l2norm_in_kernel;
-  flashgdn_gate_options gate;
-  int32_t state_layout;
-  flashgdn_exec_options exec;
+  FLASHGDN_RECURRENT_TENSORS(FLASHGDN_C_TENSOR_FIELD)
+  FLASHGDN_RECURRENT_SCALARS(FLASHGDN_C_SCALAR_FIELD)
 } flashgdn_recurrent_params;
 
 typedef struct {
-  const DLTensor* state_pool;           /* [slots, Hv, K, V] / [slots, Hv, V, K] */
-  const DLTensor* state_indices;        /* [N] */
-  const DLTensor* intermediate_states;  /* [N_buf, T_buf, Hv, K, V] / [.., V, K] */
-  const DLTensor* intermediate_indices; /* [N], may be NULL */
-  const DLTensor* num_accepted_tokens;  /* [N] */
-  int32_t null_slot_is_invalid;
-  flashgdn_exec_options exec;
+  FLASHGDN_RECURRENT_COMMIT_TENSORS(FLASHGDN_C_TENSOR_FIELD)
+  FLASHGDN_RECURRENT_COMMIT_SCALARS(FLASHGDN_C_SCALAR_FIELD)
 } flashgdn_recurrent_commit_params;
 
 /* The GDN mixer decode step in one launch (flashgdn.hpp, MixerDecodeParams, says exactly what it computes). */
 typedef struct {
-  const DLTensor* x;                         /* [B, T, C] mixed qkv before the conv, C = 2 Hqk K + Hv V */
-  const DLTensor* z;                         /* [B, T, Hv, V] */
-  const DLTensor* a;                         /* [B, T, Hv] raw */
-  const DLTensor* b;                         /* [B, T, Hv] raw */
-  const DLTensor* A_log;                     /* [Hv] */
-  const DLTensor* dt_bias;                   /* [Hv], may be NULL */
-  const DLTensor* conv_weight;               /* [C, Kc] */
-  const DLTensor* conv_bias;                 /* [C], may be NULL */
-  const DLTensor* norm_weight;               /* [V] */
-  const DLTensor* cu_seqlens;                /* [N + 1], may be NULL */
-  const DLTensor* conv_state;                /* [slots, C, L] in-out */
-  const DLTensor* state_pool;                /* [slots, Hv, K, V] / [slots, Hv, V, K] in-out */
-  const DLTensor* state_indices;             /* [N] or [N, T_max], may be NULL */
-  const DLTensor* num_accepted_tokens;       /* [N], may be NULL */
-  const DLTensor* intermediate_states;       /* [N_buf, T_buf, Hv, K, V] / [.., V, K] out, may be NULL */
-  const DLTensor* intermediate_conv_windows; /* [N_buf, T_buf, C, Kc - 1] out, may be NULL */
-  const DLTensor* intermediate_indices;      /* [N], may be NULL */
-  const DLTensor* out;                       /* [B, T, Hv, V] out */
-  int64_t num_k_heads;                       /* Hqk */
-  int64_t head_k_dim;                        /* K */
-  int32_t commit;                            /* default 1 */
-  int32_t null_slot_is_invalid;
-  float scale;    /* 0: K^-1/2 */
-  float norm_eps; /* default 1e-6 */
-  flashgdn_gate_options gate;
-  int32_t state_layout;
-  flashgdn_exec_options exec;
+  FLASHGDN_MIXER_DECODE_TENSORS(FLASHGDN_C_TENSOR_FIELD)
+  FLASHGDN_MIXER_DECODE_SCALARS(FLASHGDN_C_SCALAR_FIELD)
 } flashgdn_mixer_decode_params;
+
+#undef FLASHGDN_C_TENSOR_FIELD
+#undef FLASHGDN_C_SCALAR_FIELD
 
 /* Defaults: every tensor NULL, scale 0 (K^-1/2), softplus 1 / 20, chunk 64, commit 1, norm_eps 1e-6. */
 FLASHGDN_API void flashgdn_chunk_fwd_params_init(flashgdn_chunk_fwd_params* p);

@@ -5,8 +5,9 @@
 // State S is [K, V] per (sequence, value head), fp32. Value head h reads q/k head h / (Hv / Hqk).
 //
 // Conventions of this header:
-//   * Every op takes one params struct of TensorViews and scalars, and returns a Status.
-//   * A TensorView with ndim < 0 is absent; fields documented "may be absent" accept that.
+//   * Every op takes one params struct of TensorViews and scalars, and returns a Status. The fields are declared in
+//     the op table, flashgdn_ops.h, with their shapes, dtypes and defaults.
+//   * A TensorView with ndim < 0 is absent; fields documented "may be null" there accept that.
 //   * Strides are in elements (not bytes), int64, non-negative (a dim of size 1 may have any stride); no zero
 //     strides (broadcast) on dims of size > 1; an output may not overlap itself, another output or an input.
 //   * Tensors on the CPU run on the CPU backend; tensors on CUDA run on the GPU kernels. All tensors of one
@@ -21,6 +22,8 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+
+#include "flashgdn/flashgdn_ops.h"
 
 #if defined(_WIN32)
 #define FLASHGDN_CXX_API __declspec(dllexport)
@@ -107,59 +110,37 @@ enum class RecurrentKernel : int32_t {
 FLASHGDN_CXX_API const char* recurrent_kernel_name(RecurrentKernel k);                   // "auto", "persistent", ...
 FLASHGDN_CXX_API bool recurrent_kernel_from_name(const char* name, RecurrentKernel* k);  // false: no such kernel
 
-// How a call executes; the defaults suit production use.
+// The fields of every options and params struct below are expanded from the op table, flashgdn_ops.h: each field
+// with its type, default, shape and notes ("may be null": may be absent) is declared there, once.
+#define FLASHGDN_CXX_TENSOR_FIELD(name, role, dtypes, layout, doc) TensorView name;
+#define FLASHGDN_CXX_SCALAR_FIELD(type, c_type, name, init, doc) type name = init;
+
+// How a call executes; the defaults suit production use (FLASHGDN_EXEC_OPTIONS).
 struct ExecOptions {
-  // Validate device-resident index tensors (cu_seqlens, slot indices, num_accepted_tokens) on the host.
-  // For CUDA tensors this copies them to the host and synchronizes: off the hot path. Without it, kernels
-  // clamp every index so that no value reads or writes out of bounds (out-of-range rows are invalid rows).
-  bool check_indices = false;
-  // CPU backend: compute in fp64 (the test oracle) instead of fp32.
-  bool cpu_fp64 = false;
-  CpuAlgo cpu_algo = CpuAlgo::recurrent;
-  int32_t cpu_threads = 0;  // 0: all hardware threads
-  // Kernel overrides of the CUDA backend (tests and A/B benchmarks; the CPU backend ignores them). The defaults are
-  // the plan's choice.
-  RecurrentKernel recurrent_kernel = RecurrentKernel::auto_;  // recurrent
-  int32_t chunk_fwd_segments = 0;  // chunk_fwd segment split (gdn-math §6): 0 auto, 1 off, P > 1 about P per sequence
+  FLASHGDN_EXEC_OPTIONS(FLASHGDN_CXX_SCALAR_FIELD)
 };
 
 // Gate and beta as given, or raw projections turned into them inside the op (gdn-math §4):
 //   g = -exp(A_log) * softplus(a + dt_bias),  beta = sigmoid(b) (x2 with allow_neg_eigval).
 struct GateOptions {
-  bool use_gate_in_kernel = false;          // `g` holds raw `a`; A_log required, dt_bias may be absent
-  bool use_beta_sigmoid_in_kernel = false;  // `beta` holds raw `b`
-  bool allow_neg_eigval = false;            // beta = 2 sigmoid(b); needs use_beta_sigmoid_in_kernel
-  float softplus_beta = 1.0f;
-  float softplus_threshold = 20.0f;
+  FLASHGDN_GATE_OPTIONS(FLASHGDN_CXX_SCALAR_FIELD)
+};
+
+// Scratch memory on request, for callers that allocate it per call (the Python module): an op given a provider
+// validates and plans once, calls `alloc(ctx, bytes)` for the plan's workspace (never for 0 bytes, never for a CPU
+// call), then launches. `alloc` returns a device buffer of at least `bytes` bytes that stays valid until the launch
+// is enqueued, or null when it cannot (the call then fails with invalid_argument naming the workspace).
+struct WorkspaceProvider {
+  void* (*alloc)(void* ctx, size_t bytes) = nullptr;
+  void* ctx = nullptr;
 };
 
 // ---------------------------------------------------------------------------------------------------------
 // chunk_fwd: chunked prefill / inference forward (gdn-math §5, §6).
 // Fixed length: B sequences of T tokens. Varlen: B == 1 and cu_seqlens gives N sequences (length 0 allowed).
 struct ChunkFwdParams {
-  TensorView q;              // [B, T, Hqk, K]  f32/bf16/f16 (f64 on CPU)
-  TensorView k;              // [B, T, Hqk, K]  same dtype as q
-  TensorView v;              // [B, T, Hv, V]   same dtype as q
-  TensorView g;              // [B, T, Hv]      natural-log decay (or raw a); may be absent (g = 0)
-  TensorView beta;           // [B, T, Hv]      (or raw b); may be absent (beta = 1)
-  TensorView A_log;          // [Hv] may be absent (required with use_gate_in_kernel)
-  TensorView dt_bias;        // [Hv] may be absent
-  TensorView initial_state;  // [N, Hv, K, V] (k_major) or [N, Hv, V, K] (v_major); may be absent (zeros)
-  TensorView cu_seqlens;     // [N + 1] i32/i64; may be absent
-  TensorView o;              // [B, T, Hv, V]   output, dtype of v (varlen rows past cu_seqlens[N] unwritten)
-  TensorView final_state;    // [N, Hv, K, V] or [N, Hv, V, K] f32 output; may be absent
-  // State after every `checkpoint_interval` tokens of each sequence (prefix caching):
-  // [N, C_max, Hv, K, V] or [N, C_max, Hv, V, K] f32, entry c = state after (c + 1) * interval tokens;
-  // entries past a sequence's length are not written. May be absent.
-  TensorView state_checkpoints;
-  int64_t checkpoint_interval = 0;  // a positive multiple of chunk_size when state_checkpoints is given
-
-  float scale = 0.0f;                    // 0: K^-1/2
-  bool use_qk_l2norm_in_kernel = false;  // q, k <- x / sqrt(sum x^2 + 1e-6), fp32
-  GateOptions gate;
-  StateLayout state_layout = StateLayout::k_major;
-  int32_t chunk_size = 64;  // 16, 32 or 64 (the GPU kernels use 64)
-  ExecOptions exec;
+  FLASHGDN_CHUNK_FWD_TENSORS(FLASHGDN_CXX_TENSOR_FIELD)
+  FLASHGDN_CHUNK_FWD_SCALARS(FLASHGDN_CXX_SCALAR_FIELD)
 };
 
 FLASHGDN_CXX_API Status chunk_fwd_workspace_size(const ChunkFwdParams& p, size_t* bytes);
@@ -169,47 +150,27 @@ FLASHGDN_CXX_API Status chunk_fwd_workspace_size(const ChunkFwdParams& p, size_t
 FLASHGDN_CXX_API Status chunk_fwd_plan(const ChunkFwdParams& p, std::string* out, int32_t sm_count = 0);
 FLASHGDN_CXX_API Status chunk_fwd(const ChunkFwdParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
                                   void* stream = nullptr);
+FLASHGDN_CXX_API Status chunk_fwd(const ChunkFwdParams& p, const WorkspaceProvider& workspace, void* stream = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------
 // chunk_bwd: training backward (gdn-math §7). Inputs are the forward's; outputs are the gradients of the
 // inputs as given: with use_qk_l2norm_in_kernel dq/dk are w.r.t. the raw q/k, with use_gate_in_kernel dg is
 // w.r.t. raw a, with use_beta_sigmoid_in_kernel dbeta is w.r.t. raw b.
 struct ChunkBwdParams {
-  TensorView q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens;  // as in ChunkFwdParams
-  TensorView d_o;                                                          // [B, T, Hv, V]
-  TensorView d_ht;      // [N, Hv, K, V] / [N, Hv, V, K]; may be absent (zero)
-  TensorView dq;        // [B, T, Hqk, K] output
-  TensorView dk;        // [B, T, Hqk, K] output
-  TensorView dv;        // [B, T, Hv, V] output
-  TensorView dg;        // [B, T, Hv] output; may be absent
-  TensorView dbeta;     // [B, T, Hv] output; may be absent
-  TensorView dh0;       // like initial_state, f32 output; may be absent
-  TensorView dA_log;    // [Hv] f32 output; may be absent (only with use_gate_in_kernel)
-  TensorView ddt_bias;  // [Hv] f32 output; may be absent (only with use_gate_in_kernel)
-
-  float scale = 0.0f;
-  bool use_qk_l2norm_in_kernel = false;
-  GateOptions gate;
-  StateLayout state_layout = StateLayout::k_major;
-  int32_t chunk_size = 64;
-  ExecOptions exec;
+  FLASHGDN_CHUNK_BWD_TENSORS(FLASHGDN_CXX_TENSOR_FIELD)
+  FLASHGDN_CHUNK_BWD_SCALARS(FLASHGDN_CXX_SCALAR_FIELD)
 };
 
 FLASHGDN_CXX_API Status chunk_bwd_workspace_size(const ChunkBwdParams& p, size_t* bytes);
 FLASHGDN_CXX_API Status chunk_bwd(const ChunkBwdParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
                                   void* stream = nullptr);
+FLASHGDN_CXX_API Status chunk_bwd(const ChunkBwdParams& p, const WorkspaceProvider& workspace, void* stream = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------
 // gating: g, beta from raw projections (gdn-math §4; vLLM fused_gdn_gating).
 struct GatingParams {
-  TensorView A_log;    // [Hv]
-  TensorView a;        // [..., Hv]
-  TensorView dt_bias;  // [Hv]; may be absent
-  TensorView b;        // [..., Hv] same shape as a; may be absent
-  TensorView g;        // [..., Hv] output, f32 (f64 on CPU)
-  TensorView beta;     // [..., Hv] output; written when b is given; may be absent (then b must be too)
-  GateOptions gate;    // softplus_beta, softplus_threshold, allow_neg_eigval are read
-  ExecOptions exec;
+  FLASHGDN_GATING_TENSORS(FLASHGDN_CXX_TENSOR_FIELD)
+  FLASHGDN_GATING_SCALARS(FLASHGDN_CXX_SCALAR_FIELD)
 };
 
 FLASHGDN_CXX_API Status gating(const GatingParams& p, void* stream = nullptr);
@@ -233,31 +194,8 @@ FLASHGDN_CXX_API Status gating(const GatingParams& p, void* stream = nullptr);
 // state after token t goes to intermediate_states[intermediate_indices[n], t] (an invalid buffer index
 // skips the row's intermediate writes).
 struct RecurrentParams {
-  TensorView q;           // [B, T, Hqk, K]
-  TensorView k;           // [B, T, Hqk, K]
-  TensorView v;           // [B, T, Hv, V]
-  TensorView g;           // [B, T, Hv] (or raw a); may be absent (g = 0)
-  TensorView beta;        // [B, T, Hv] (or raw b); may be absent (beta = 1)
-  TensorView A_log;       // [Hv]; may be absent
-  TensorView dt_bias;     // [Hv]; may be absent
-  TensorView cu_seqlens;  // [N + 1]; may be absent
-  TensorView o;           // [B, T, Hv, V] output, dtype of v
-
-  TensorView state_pool;            // [slots, Hv, K, V] / [slots, Hv, V, K] f32/bf16/f16 in-out; may be absent
-  TensorView state_indices;         // [N] or [N, T_max] i32/i64; may be absent (row n uses slot n)
-  TensorView num_accepted_tokens;   // [N] i32/i64; may be absent; needs 2-D state_indices
-  TensorView intermediate_states;   // [N_buf, T_buf, Hv, K, V] / [.., V, K] f32/bf16/f16 output; may be absent
-  TensorView intermediate_indices;  // [N] i32/i64; may be absent (row n uses entry n)
-  TensorView initial_state;         // [N, Hv, K, V] / [N, Hv, V, K] f32; only without a pool; may be absent
-  TensorView final_state;           // [N, Hv, K, V] / [N, Hv, V, K] f32 output; only without a pool; may be absent
-
-  bool commit = true;
-  bool null_slot_is_invalid = false;  // also treat slot 0 as invalid (vLLM NULL_BLOCK_ID)
-  float scale = 0.0f;
-  bool use_qk_l2norm_in_kernel = false;
-  GateOptions gate;
-  StateLayout state_layout = StateLayout::k_major;
-  ExecOptions exec;
+  FLASHGDN_RECURRENT_TENSORS(FLASHGDN_CXX_TENSOR_FIELD)
+  FLASHGDN_RECURRENT_SCALARS(FLASHGDN_CXX_SCALAR_FIELD)
 };
 
 FLASHGDN_CXX_API Status recurrent_workspace_size(const RecurrentParams& p, size_t* bytes);
@@ -265,6 +203,7 @@ FLASHGDN_CXX_API Status recurrent_workspace_size(const RecurrentParams& p, size_
 FLASHGDN_CXX_API Status recurrent_plan(const RecurrentParams& p, std::string* out, int32_t sm_count = 0);
 FLASHGDN_CXX_API Status recurrent(const RecurrentParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
                                   void* stream = nullptr);
+FLASHGDN_CXX_API Status recurrent(const RecurrentParams& p, const WorkspaceProvider& workspace, void* stream = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------
 // recurrent_commit: after a no-commit verify (gdn-math §8.2 B), copy the accepted intermediate state into
@@ -272,13 +211,8 @@ FLASHGDN_CXX_API Status recurrent(const RecurrentParams& p, void* workspace = nu
 // for every n whose slot is valid and whose count is in [1, T_buf]; other rows are skipped. The pool and the
 // buffer share one state layout (the copy is layout-agnostic).
 struct RecurrentCommitParams {
-  TensorView state_pool;            // [slots, Hv, K, V] / [slots, Hv, V, K] in-out
-  TensorView state_indices;         // [N] i32/i64
-  TensorView intermediate_states;   // [N_buf, T_buf, Hv, K, V] / [.., V, K]
-  TensorView intermediate_indices;  // [N] i32/i64; may be absent (row n uses entry n)
-  TensorView num_accepted_tokens;   // [N] i32/i64
-  bool null_slot_is_invalid = false;
-  ExecOptions exec;
+  FLASHGDN_RECURRENT_COMMIT_TENSORS(FLASHGDN_CXX_TENSOR_FIELD)
+  FLASHGDN_RECURRENT_COMMIT_SCALARS(FLASHGDN_CXX_SCALAR_FIELD)
 };
 
 FLASHGDN_CXX_API Status recurrent_commit(const RecurrentCommitParams& p, void* stream = nullptr);
@@ -308,34 +242,8 @@ FLASHGDN_CXX_API Status recurrent_commit(const RecurrentCommitParams& p, void* s
 // pool nor the conv state (SGLang verify): the per-token states go to intermediate_states and the per-token
 // windows (the last Kc - 1 raw inputs after token t) to intermediate_conv_windows.
 struct MixerDecodeParams {
-  TensorView x;                          // [B, T, C] mixed qkv before the conv, f32/bf16/f16
-  TensorView z;                          // [B, T, Hv, V] output gate, dtype of x
-  TensorView a;                          // [B, T, Hv] decay input (raw)
-  TensorView b;                          // [B, T, Hv] beta input (raw)
-  TensorView A_log;                      // [Hv]
-  TensorView dt_bias;                    // [Hv]; may be absent
-  TensorView conv_weight;                // [C, Kc] depthwise taps; tap Kc - 1 multiplies the current input
-  TensorView conv_bias;                  // [C]; may be absent
-  TensorView norm_weight;                // [V] gated RMSNorm weight
-  TensorView cu_seqlens;                 // [N + 1] i32/i64; may be absent
-  TensorView conv_state;                 // [slots, C, L] in-out, dtype of x; L >= Kc - 1 (1-D), >= Kc - 2 + T_max (2-D)
-  TensorView state_pool;                 // [slots, Hv, K, V] / [slots, Hv, V, K] f32/bf16/f16 in-out
-  TensorView state_indices;              // [N] or [N, T_max] i32/i64; may be absent (row n uses slot n)
-  TensorView num_accepted_tokens;        // [N] i32/i64; may be absent; needs 2-D state_indices
-  TensorView intermediate_states;        // [N_buf, T_buf, Hv, K, V] / [.., V, K] output; may be absent
-  TensorView intermediate_conv_windows;  // [N_buf, T_buf, C, Kc - 1] output, dtype of x; may be absent
-  TensorView intermediate_indices;       // [N] i32/i64; may be absent (row n uses entry n)
-  TensorView out;                        // [B, T, Hv, V] output, dtype of x
-
-  int64_t num_k_heads = 0;  // Hqk
-  int64_t head_k_dim = 0;   // K
-  bool commit = true;
-  bool null_slot_is_invalid = false;  // also treat slot 0 as invalid (vLLM NULL_BLOCK_ID)
-  float scale = 0.0f;                 // 0: K^-1/2
-  float norm_eps = 1e-6f;
-  GateOptions gate;  // softplus_beta, softplus_threshold, allow_neg_eigval are read (a and b are always raw)
-  StateLayout state_layout = StateLayout::k_major;
-  ExecOptions exec;
+  FLASHGDN_MIXER_DECODE_TENSORS(FLASHGDN_CXX_TENSOR_FIELD)
+  FLASHGDN_MIXER_DECODE_SCALARS(FLASHGDN_CXX_SCALAR_FIELD)
 };
 
 FLASHGDN_CXX_API Status mixer_decode(const MixerDecodeParams& p, void* stream = nullptr);
@@ -343,5 +251,8 @@ FLASHGDN_CXX_API Status mixer_decode(const MixerDecodeParams& p, void* stream = 
 // Library facts.
 FLASHGDN_CXX_API const char* version();
 FLASHGDN_CXX_API bool cuda_available();  // built with CUDA and a device is visible
+
+#undef FLASHGDN_CXX_TENSOR_FIELD
+#undef FLASHGDN_CXX_SCALAR_FIELD
 
 }  // namespace flashgdn

@@ -3,18 +3,70 @@ torch.compile(fullgraph=True) traces through them, and autograd for both forward
 through chunk_bwd. The pool, commit and gating ops are inference-only: their entry points raise when asked for
 gradients.
 
+Each op's arguments are declared once, as its schema below (_Op): the registration, the binding of a call's
+arguments to their names (impl, fake, setup_context), the tensors saved for backward and the order of the
+gradients all come from it. The impls pass the arguments by name to the runners of _ops.py, whose parameters
+carry the same names.
+
 The public entry points call these ops when torch needs them (autograd, tracing); a plain eager call with no
 gradient goes straight to the runner, which skips the dispatcher's per-call cost.
 """
 
-from typing import List, Optional, Tuple
-
 import torch
-from torch import Tensor
 
 from . import _ops
 
 _LIB = "flashgdn"
+
+
+class _Op:
+    """One custom op's schema: "Type name, ..." in argument order, and what it returns."""
+
+    def __init__(self, name, args, returns):
+        self.qualname = f"{_LIB}::{name}"
+        self.schema = f"({args}) -> {returns}"
+        decls = [a.split() for a in args.split(",")]
+        self.names = [d[-1] for d in decls]
+        self.tensors = [d[-1] for d in decls if d[0].startswith("Tensor")]
+        self.mutates = tuple(d[-1] for d in decls if "!" in d[0])  # Tensor(a!): written in place
+
+    def bind(self, args, kwargs=None):
+        """The arguments of a call as {name: value}."""
+        a = dict(zip(self.names, args))
+        a.update(kwargs or {})
+        return a
+
+    def define(self, impl, fake):
+        """Registers impl(**arguments) as the op and fake(**arguments) as its fake-tensor implementation."""
+        op = torch.library.custom_op(self.qualname, lambda *args, **kw: impl(**self.bind(args, kw)),
+                                     mutates_args=self.mutates, schema=self.schema)
+        op.register_fake(lambda *args, **kw: fake(**self.bind(args, kw)))
+        return op
+
+
+_SEQ = ("Tensor q, Tensor k, Tensor v, Tensor? g, Tensor? beta, Tensor? A_log, Tensor? dt_bias, "
+        "Tensor? initial_state, Tensor? cu_seqlens")
+_GATE = "bool use_gate_in_kernel, bool use_beta_sigmoid_in_kernel, bool allow_neg_eigval"
+_SOFTPLUS = "float softplus_beta, float softplus_threshold"
+
+CHUNK_FWD = _Op("chunk_fwd", f"{_SEQ}, float scale, bool output_final_state, bool use_qk_l2norm_in_kernel, {_GATE}, "
+                f"bool state_v_first, SymInt chunk_size, {_SOFTPLUS}", "(Tensor, Tensor)")
+RECURRENT_FWD = _Op("recurrent_fwd", f"{_SEQ}, float scale, bool output_final_state, bool use_qk_l2norm_in_kernel, "
+                    f"{_GATE}, bool state_v_first, {_SOFTPLUS}", "(Tensor, Tensor)")
+CHUNK_BWD = _Op("chunk_bwd", f"{_SEQ}, Tensor d_o, Tensor? d_ht, float scale, bool use_qk_l2norm_in_kernel, {_GATE}, "
+                f"bool state_v_first, SymInt chunk_size, {_SOFTPLUS}", "Tensor[]")
+RECURRENT_POOL = _Op("recurrent_pool", "Tensor q, Tensor k, Tensor v, Tensor? g, Tensor? beta, Tensor? A_log, "
+                     "Tensor? dt_bias, Tensor(a7!) state_pool, Tensor? state_indices, Tensor? num_accepted_tokens, "
+                     "Tensor(a10!)? intermediate_states, Tensor? intermediate_indices, Tensor? cu_seqlens, "
+                     f"bool commit, bool null_slot_is_invalid, float scale, bool use_qk_l2norm_in_kernel, {_GATE}, "
+                     f"{_SOFTPLUS}, bool state_v_first", "Tensor")
+RECURRENT_COMMIT = _Op("recurrent_commit", "Tensor(a0!) state_pool, Tensor state_indices, Tensor intermediate_states, "
+                       "Tensor num_accepted_tokens, Tensor? intermediate_indices, bool null_slot_is_invalid", "()")
+GATING = _Op("gating", f"Tensor A_log, Tensor a, Tensor? b, Tensor? dt_bias, {_SOFTPLUS}, bool allow_neg_eigval",
+             "(Tensor, Tensor)")
+
+# chunk_bwd's outputs: the gradient of each of these forward inputs, in this order.
+_GRADS_OF = ("q", "k", "v", "g", "beta", "initial_state", "A_log", "dt_bias")
 
 
 def _empty0(like):
@@ -22,133 +74,19 @@ def _empty0(like):
     return like.new_empty((0,))
 
 
-# ---- chunk forward -----------------------------------------------------------------------------------------
-@torch.library.custom_op(f"{_LIB}::chunk_fwd", mutates_args=())
-def chunk_fwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional[Tensor],
-              A_log: Optional[Tensor], dt_bias: Optional[Tensor], initial_state: Optional[Tensor],
-              cu_seqlens: Optional[Tensor], scale: float, output_final_state: bool, use_qk_l2norm_in_kernel: bool,
-              use_gate_in_kernel: bool, use_beta_sigmoid_in_kernel: bool, allow_neg_eigval: bool,
-              state_v_first: bool, chunk_size: int, softplus_beta: float,
-              softplus_threshold: float) -> Tuple[Tensor, Tensor]:
-    o, ht = _ops.chunk_fwd(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
-                           cu_seqlens, use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel,
-                           allow_neg_eigval, state_v_first, chunk_size, softplus_beta, softplus_threshold,
-                           fw=_ops.framework_of(q))
-    return o, (ht if ht is not None else _empty0(q).float())
-
-
 def _state_dtype(q):
     return torch.float64 if q.dtype == torch.float64 else torch.float32
 
 
-@chunk_fwd.register_fake
-def _(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, scale, output_final_state,
-      use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first,
-      chunk_size, softplus_beta, softplus_threshold):
-    o = torch.empty_like(v, memory_format=torch.contiguous_format)
-    if not output_final_state:
-        return o, q.new_empty((0,), dtype=torch.float32)
-    n = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
-    shape = _ops.state_shape(n, v.shape[2], q.shape[3], v.shape[3], state_v_first)
-    return o, q.new_empty(shape, dtype=_state_dtype(q))
+# ---- the forwards: chunked and token-by-token (FLA fused_recurrent contract, no pool) ------------------------
+def _forward(runner):
+    def impl(**a):
+        o, ht = runner(**a, fw=_ops.framework_of(a["q"]))
+        return o, (ht if ht is not None else _empty0(a["q"]).float())
+    return impl
 
 
-# ---- chunk backward ----------------------------------------------------------------------------------------
-@torch.library.custom_op(f"{_LIB}::chunk_bwd", mutates_args=())
-def chunk_bwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional[Tensor],
-              A_log: Optional[Tensor], dt_bias: Optional[Tensor], initial_state: Optional[Tensor],
-              cu_seqlens: Optional[Tensor], d_o: Tensor, d_ht: Optional[Tensor], scale: float,
-              use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool, use_beta_sigmoid_in_kernel: bool,
-              allow_neg_eigval: bool, state_v_first: bool, chunk_size: int, softplus_beta: float,
-              softplus_threshold: float) -> List[Tensor]:
-    grads = _ops.chunk_bwd(q, k, v, g, beta, scale, initial_state, use_qk_l2norm_in_kernel, cu_seqlens,
-                           use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-                           state_v_first, chunk_size, d_o, d_ht, softplus_beta, softplus_threshold,
-                           fw=_ops.framework_of(q))
-    return [x if x is not None else _empty0(q) for x in grads]
-
-
-@chunk_bwd.register_fake
-def _(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, d_o, d_ht, scale, use_qk_l2norm_in_kernel,
-      use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, chunk_size, softplus_beta,
-      softplus_threshold):
-    sdt = _state_dtype(q)
-
-    def like(x, dtype=None, need=True):
-        if x is None or not need:
-            return q.new_empty((0,))
-        return x.new_empty(x.shape, dtype=dtype or x.dtype)
-
-    return [like(q), like(k), like(v), like(g), like(beta), like(initial_state, sdt),
-            like(A_log, sdt, use_gate_in_kernel), like(dt_bias, sdt, use_gate_in_kernel)]
-
-
-_FWD_TENSORS = 9  # q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens: the first arguments of both forwards
-
-
-def _save(ctx, inputs, flags, output_final_state):
-    ctx.save_for_backward(*inputs[:_FWD_TENSORS])
-    ctx.flags = flags  # chunk_bwd's scalars: scale, use_qk_l2norm_in_kernel, ..., softplus_threshold
-    ctx.output_final_state = output_final_state
-    ctx.num_args = len(inputs)
-
-
-def _setup_chunk(ctx, inputs, output):
-    (scale, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-     allow_neg_eigval, state_v_first, chunk_size, softplus_beta, softplus_threshold) = inputs[_FWD_TENSORS:]
-    _save(ctx, inputs, (scale, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-                        allow_neg_eigval, state_v_first, chunk_size, softplus_beta, softplus_threshold),
-          output_final_state)
-
-
-def _setup_recurrent(ctx, inputs, output):
-    # The token-by-token forward computes the chunked forward's function, so the chunk backward (at the default
-    # chunk size) is its exact gradient.
-    (scale, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-     allow_neg_eigval, state_v_first, softplus_beta, softplus_threshold) = inputs[_FWD_TENSORS:]
-    _save(ctx, inputs, (scale, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-                        allow_neg_eigval, state_v_first, 64, softplus_beta, softplus_threshold),
-          output_final_state)
-
-
-def _backward(ctx, d_o, d_ht):
-    q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens = ctx.saved_tensors
-    if not ctx.output_final_state:
-        d_ht = None
-    # Upstream gradients come as autograd makes them (expanded zero-stride ones from a .sum(), transposes): the
-    # extension reads any strides, copying where the kernels cannot take them.
-    grads = torch.ops.flashgdn.chunk_bwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, d_o, d_ht,
-                                         *ctx.flags)
-    inputs = (q, k, v, g, beta, initial_state, A_log, dt_bias)
-    outs = list(grads)
-    for i, (x, dx) in enumerate(zip(inputs, outs)):
-        outs[i] = None if x is None or dx.numel() == 0 and x.numel() != 0 else dx.to(x.dtype)
-    dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias = outs
-    return (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0, None) + (None,) * (ctx.num_args - _FWD_TENSORS)
-
-
-chunk_fwd.register_autograd(_backward, setup_context=_setup_chunk)
-
-
-# ---- recurrent (FLA fused_recurrent contract, no pool) -----------------------------------------------------
-@torch.library.custom_op(f"{_LIB}::recurrent_fwd", mutates_args=())
-def recurrent_fwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional[Tensor],
-                  A_log: Optional[Tensor], dt_bias: Optional[Tensor], initial_state: Optional[Tensor],
-                  cu_seqlens: Optional[Tensor], scale: float, output_final_state: bool,
-                  use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool, use_beta_sigmoid_in_kernel: bool,
-                  allow_neg_eigval: bool, state_v_first: bool, softplus_beta: float,
-                  softplus_threshold: float) -> Tuple[Tensor, Tensor]:
-    o, ht = _ops.recurrent(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
-                           cu_seqlens, use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel,
-                           allow_neg_eigval, state_v_first, softplus_beta, softplus_threshold,
-                           fw=_ops.framework_of(q))
-    return o, (ht if ht is not None else _empty0(q).float())
-
-
-@recurrent_fwd.register_fake
-def _(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, scale, output_final_state,
-      use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first,
-      softplus_beta, softplus_threshold):
+def _fake_forward(q, v, cu_seqlens, output_final_state, state_v_first, **_):
     o = torch.empty_like(v, memory_format=torch.contiguous_format)
     if not output_final_state:
         return o, q.new_empty((0,), dtype=torch.float32)
@@ -157,59 +95,87 @@ def _(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, scale, output
                           dtype=_state_dtype(q))
 
 
-recurrent_fwd.register_autograd(_backward, setup_context=_setup_recurrent)
+chunk_fwd = CHUNK_FWD.define(_forward(_ops.chunk_fwd), _fake_forward)
+recurrent_fwd = RECURRENT_FWD.define(_forward(_ops.recurrent), _fake_forward)
+
+
+# ---- chunk backward ----------------------------------------------------------------------------------------
+def _chunk_bwd(**a):
+    grads = _ops.chunk_bwd(**a, fw=_ops.framework_of(a["q"]))
+    return [x if x is not None else _empty0(a["q"]) for x in grads]
+
+
+def _fake_chunk_bwd(q, A_log, dt_bias, initial_state, use_gate_in_kernel, **a):
+    sdt = _state_dtype(q)
+
+    def like(x, dtype=None, need=True):
+        if x is None or not need:
+            return q.new_empty((0,))
+        return x.new_empty(x.shape, dtype=dtype or x.dtype)
+
+    return [like(q), like(a["k"]), like(a["v"]), like(a["g"]), like(a["beta"]), like(initial_state, sdt),
+            like(A_log, sdt, use_gate_in_kernel), like(dt_bias, sdt, use_gate_in_kernel)]
+
+
+chunk_bwd = CHUNK_BWD.define(_chunk_bwd, _fake_chunk_bwd)
+
+
+# ---- autograd of both forwards through chunk_bwd -------------------------------------------------------------
+def _setup_context(op):
+    def setup(ctx, inputs, output):
+        a = op.bind(inputs)
+        ctx.save_for_backward(*(a[n] for n in op.tensors))
+        ctx.inputs = op.tensors
+        ctx.names = op.names
+        # chunk_bwd's scalars from the forward's. The token-by-token forward computes the chunked forward's
+        # function, so the chunk backward (at the default chunk size) is its exact gradient.
+        ctx.scalars = {n: a[n] for n in CHUNK_BWD.names if n not in CHUNK_BWD.tensors and n in a}
+        ctx.scalars.setdefault("chunk_size", 64)
+        ctx.output_final_state = a["output_final_state"]
+    return setup
+
+
+def _backward(ctx, d_o, d_ht):
+    a = dict(zip(ctx.inputs, ctx.saved_tensors))
+    # Upstream gradients come as autograd makes them (expanded zero-stride ones from a .sum(), transposes): the
+    # extension reads any strides, copying where the kernels cannot take them.
+    a.update(ctx.scalars, d_o=d_o, d_ht=d_ht if ctx.output_final_state else None)
+    grads = torch.ops.flashgdn.chunk_bwd(*(a[n] for n in CHUNK_BWD.names))
+    by_input = {}
+    for name, dx in zip(_GRADS_OF, grads):
+        x = a[name]
+        # An absent input, or a gradient the kernel did not produce (an empty stand-in for a non-empty input): None.
+        by_input[name] = None if x is None or dx.numel() == 0 and x.numel() != 0 else dx.to(x.dtype)
+    return tuple(by_input.get(n) for n in ctx.names)
+
+
+chunk_fwd.register_autograd(_backward, setup_context=_setup_context(CHUNK_FWD))
+recurrent_fwd.register_autograd(_backward, setup_context=_setup_context(RECURRENT_FWD))
 
 
 # ---- state pool: decode / multi-token / verify, and the commit -------------------------------------------
-@torch.library.custom_op(f"{_LIB}::recurrent_pool", mutates_args=("state_pool", "intermediate_states"))
-def recurrent_pool(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional[Tensor],
-                   A_log: Optional[Tensor], dt_bias: Optional[Tensor], state_pool: Tensor,
-                   state_indices: Optional[Tensor], num_accepted_tokens: Optional[Tensor],
-                   intermediate_states: Optional[Tensor], intermediate_indices: Optional[Tensor],
-                   cu_seqlens: Optional[Tensor], commit: bool, null_slot_is_invalid: bool, scale: float,
-                   use_qk_l2norm_in_kernel: bool, use_gate_in_kernel: bool, use_beta_sigmoid_in_kernel: bool,
-                   allow_neg_eigval: bool, softplus_beta: float, softplus_threshold: float,
-                   state_v_first: bool) -> Tensor:
+def _recurrent_pool(use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, softplus_beta,
+                    softplus_threshold, **a):
     gate = _ops._gate(use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, softplus_beta,
                       softplus_threshold)
-    return _ops.recurrent_pool(q, k, v, g, beta, state_pool, state_indices, num_accepted_tokens,
-                               intermediate_states, intermediate_indices, cu_seqlens, commit, null_slot_is_invalid,
-                               scale, use_qk_l2norm_in_kernel, gate, state_v_first, fw=_ops.framework_of(q),
-                               A_log=A_log, dt_bias=dt_bias)
+    return _ops.recurrent_pool(**a, gate=gate, fw=_ops.framework_of(a["q"]))
 
 
-@recurrent_pool.register_fake
-def _(q, k, v, g, beta, A_log, dt_bias, state_pool, state_indices, num_accepted_tokens, intermediate_states,
-      intermediate_indices, cu_seqlens, commit, null_slot_is_invalid, scale, use_qk_l2norm_in_kernel,
-      use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, softplus_beta, softplus_threshold,
-      state_v_first):
-    return torch.empty_like(v, memory_format=torch.contiguous_format)
-
-
-@torch.library.custom_op(f"{_LIB}::recurrent_commit", mutates_args=("state_pool",))
-def recurrent_commit(state_pool: Tensor, state_indices: Tensor, intermediate_states: Tensor,
-                     num_accepted_tokens: Tensor, intermediate_indices: Optional[Tensor],
-                     null_slot_is_invalid: bool) -> None:
-    _ops.recurrent_commit(state_pool, state_indices, intermediate_states, num_accepted_tokens, intermediate_indices,
-                          null_slot_is_invalid, fw=_ops.framework_of(state_pool))
-
-
-@recurrent_commit.register_fake
-def _(state_pool, state_indices, intermediate_states, num_accepted_tokens, intermediate_indices,
-      null_slot_is_invalid):
-    return None
+recurrent_pool = RECURRENT_POOL.define(
+    _recurrent_pool, lambda v, **_: torch.empty_like(v, memory_format=torch.contiguous_format))
+recurrent_commit = RECURRENT_COMMIT.define(
+    lambda **a: _ops.recurrent_commit(**a, fw=_ops.framework_of(a["state_pool"])), lambda **_: None)
 
 
 # ---- gating ------------------------------------------------------------------------------------------------
-@torch.library.custom_op(f"{_LIB}::gating", mutates_args=())
-def gating(A_log: Tensor, a: Tensor, b: Optional[Tensor], dt_bias: Optional[Tensor], softplus_beta: float,
-           softplus_threshold: float, allow_neg_eigval: bool) -> Tuple[Tensor, Tensor]:
-    g, beta = _ops.gating(A_log, a, b, dt_bias, softplus_beta, softplus_threshold, allow_neg_eigval,
-                          fw=_ops.framework_of(a))
-    return g, (beta if beta is not None else _empty0(a))
+def _gating(**a):
+    g, beta = _ops.gating(**a, fw=_ops.framework_of(a["a"]))
+    return g, (beta if beta is not None else _empty0(a["a"]))
 
 
-@gating.register_fake
-def _(A_log, a, b, dt_bias, softplus_beta, softplus_threshold, allow_neg_eigval):
+def _fake_gating(A_log, a, b, **_):
     g = a.new_empty(a.shape, dtype=torch.float64 if a.dtype == torch.float64 else torch.float32)
     return g, (b.new_empty(b.shape) if b is not None else a.new_empty((0,)))
+
+
+gating = GATING.define(_gating, _fake_gating)

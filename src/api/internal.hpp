@@ -50,26 +50,35 @@ struct CommitDims {
   int64_t N = 0, slots = 0, n_buf = 0, T_buf = 0, Hv = 0, K = 0, V = 0;
 };
 
+// Every op with the Dims its validation resolves: X(stem, params type, dims type).
+#define FGDN_OP_DIMS(X)                                  \
+  X(chunk_fwd, ChunkFwdParams, ChunkDims)                \
+  X(chunk_bwd, ChunkBwdParams, SeqDims)                  \
+  X(gating, GatingParams, GatingDims)                    \
+  X(recurrent, RecurrentParams, RecurrentDims)           \
+  X(recurrent_commit, RecurrentCommitParams, CommitDims) \
+  X(mixer_decode, MixerDecodeParams, MixerDims)
+
 // Validation (src/api/validate.cpp). Every rule names the argument in its message.
-Status validate(const ChunkFwdParams& p, ChunkDims* d);
-Status validate(const ChunkBwdParams& p, SeqDims* d);
-Status validate(const GatingParams& p, GatingDims* d);
-Status validate(const RecurrentParams& p, RecurrentDims* d);
-Status validate(const RecurrentCommitParams& p, CommitDims* d);
-Status validate(const MixerDecodeParams& p, MixerDims* d);
+// check_index_values: the index-value rules of validate alone, for a call that passed validate with its index
+// tensors on a CUDA device: `p` is its host mirror (ops.cpp, exec.check_indices), whose index tensors are host
+// copies, and `d` its dims. So a checked CUDA call is validated once and its values are read once.
+#define FGDN_DECLARE_VALIDATION(stem, Params, Dims) \
+  Status validate(const Params& p, Dims* d);        \
+  Status check_index_values(const Params& p, const Dims& d);
+FGDN_OP_DIMS(FGDN_DECLARE_VALIDATION)
+#undef FGDN_DECLARE_VALIDATION
 // The recurrence inside mixer_decode as a `recurrent` call: q, k, v are views of the conv input x (its shape
 // and placement; the values are the conv outputs), g and beta the raw a and b with the gate formed in the op,
 // o the output. Validation runs recurrent's rules through it and the CPU backend composes the op with it.
 RecurrentParams mixer_recurrent_view(const MixerDecodeParams& p);
 
 namespace cpu {
-// CPU backend (src/cpu/). fp32 compute by default, fp64 with exec.cpu_fp64; recurrent or chunked form.
-Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d);
-Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d);
-Status gating(const GatingParams& p, const GatingDims& d);
-Status recurrent(const RecurrentParams& p, const RecurrentDims& d);
-Status recurrent_commit(const RecurrentCommitParams& p, const CommitDims& d);
-Status mixer_decode(const MixerDecodeParams& p, const MixerDims& d);
+// CPU backend (src/cpu/): cpu::<op>(params, dims). fp32 compute by default, fp64 with exec.cpu_fp64; recurrent or
+// chunked form.
+#define FGDN_DECLARE_CPU(stem, Params, Dims) Status stem(const Params& p, const Dims& d);
+FGDN_OP_DIMS(FGDN_DECLARE_CPU)
+#undef FGDN_DECLARE_CPU
 }  // namespace cpu
 
 struct ChunkFwdPlan;   // api/plan.hpp

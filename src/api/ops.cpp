@@ -1,19 +1,23 @@
-// The public entry points of flashgdn.hpp: validate, then run on the backend of the tensors' device.
+// The public entry points of flashgdn.hpp, one generic body for every op (run_op, workspace_size_op, plan_text_op;
+// Types<P> and the overload sets make_plan, workspace_of, run_cpu, run_cuda say what differs): validate once, then
+// run on the backend of the tensors' device.
 //
 //   CPU tensors  -> flashgdn::cpu::<op>   (no workspace, no stream)
-//   CUDA tensors -> flashgdn::cuda::<op>  (caller's workspace and stream; launches only)
+//   CUDA tensors -> flashgdn::cuda::<op>  (the plan, built once per call; caller's workspace and stream; launches only)
 //
 // exec.check_indices on CUDA: the index tensors are copied to the host on the caller's stream (a sync, which is
-// why it is opt-in) and the call is validated once more as a host mirror, so CPU and CUDA share one set of value
-// checks (validate.cpp). No C++ exception leaves this file, and nothing here keeps state between calls, so any
-// number of threads may call at once.
+// why it is opt-in) and their values are checked by validation's value rules (check_index_values), so CPU and CUDA
+// share one set of value checks (validate.cpp) and a call is validated once. No C++ exception leaves this file, and
+// nothing here keeps state between calls, so any number of threads may call at once.
 #include <deque>
 #include <exception>
 #include <new>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "api/internal.hpp"
+#include "api/op_table.hpp"
 #include "api/plan.hpp"
 #include "common/error.hpp"
 
@@ -105,14 +109,6 @@ class HostMirror {
   std::deque<std::vector<uint8_t>> bufs_;  // a deque keeps earlier buffers in place
 };
 
-// The host mirror marks every tensor as CPU memory; only the index tensors, repointed to host copies, are read.
-void mark_host(std::initializer_list<TensorView*> ts) {
-  for (TensorView* t : ts) {
-    t->device = DeviceType::cpu;
-    t->device_id = 0;
-  }
-}
-
 Status check_workspace(const char* op, size_t required, const void* ws, size_t ws_bytes) {
   if (required == 0) return Status::OK();
   if (!ws)
@@ -124,60 +120,28 @@ Status check_workspace(const char* op, size_t required, const void* ws, size_t w
   return Status::OK();
 }
 
-// exec.check_indices for CUDA tensors: validate a host mirror whose index tensors are host copies.
-Status check_device_indices(const ChunkFwdParams& p, void* stream) {
-  if (!p.exec.check_indices || !p.cu_seqlens.defined()) return Status::OK();
-  HostMirror mirror(static_cast<cudaStream_t>(stream));
-  ChunkFwdParams h = p;
-  FGDN_RETURN_IF_ERROR(mirror.copy("chunk_fwd", "cu_seqlens", &h.cu_seqlens));
-  mark_host({&h.q, &h.k, &h.v, &h.g, &h.beta, &h.A_log, &h.dt_bias, &h.initial_state, &h.cu_seqlens, &h.o,
-             &h.final_state, &h.state_checkpoints});
-  ChunkDims d;
-  return validate(h, &d);
-}
-
-Status check_device_indices(const ChunkBwdParams& p, void* stream) {
-  if (!p.exec.check_indices || !p.cu_seqlens.defined()) return Status::OK();
-  HostMirror mirror(static_cast<cudaStream_t>(stream));
-  ChunkBwdParams h = p;
-  FGDN_RETURN_IF_ERROR(mirror.copy("chunk_bwd", "cu_seqlens", &h.cu_seqlens));
-  mark_host({&h.q, &h.k, &h.v, &h.g, &h.beta, &h.A_log, &h.dt_bias, &h.initial_state, &h.cu_seqlens, &h.d_o, &h.d_ht,
-             &h.dq, &h.dk, &h.dv, &h.dg, &h.dbeta, &h.dh0, &h.dA_log, &h.ddt_bias});
-  SeqDims d;
-  return validate(h, &d);
-}
-
-Status check_device_indices(const RecurrentParams& p, void* stream) {
+// exec.check_indices for CUDA tensors: check the index values of a host mirror of the validated call, whose index
+// tensors (the table's index dtype class: cu_seqlens, slot indices, num_accepted_tokens) are host copies and whose
+// every tensor is marked CPU memory (only the index tensors are read). A call without index tensors has no values to
+// check.
+template <class P, class D>
+Status check_device_indices(const P& p, const D& d, void* stream) {
   if (!p.exec.check_indices) return Status::OK();
+  bool any = false;
+  Op<P>::tensors([&](const TensorSpec& s, const TensorView& t) { any |= s.dtypes == DClass::index && t.defined(); }, p);
+  if (!any) return Status::OK();
   HostMirror mirror(static_cast<cudaStream_t>(stream));
-  RecurrentParams h = p;
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent", "cu_seqlens", &h.cu_seqlens));
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent", "state_indices", &h.state_indices));
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent", "num_accepted_tokens", &h.num_accepted_tokens));
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent", "intermediate_indices", &h.intermediate_indices));
-  mark_host({&h.q, &h.k, &h.v, &h.g, &h.beta, &h.A_log, &h.dt_bias, &h.cu_seqlens, &h.o, &h.state_pool,
-             &h.state_indices, &h.num_accepted_tokens, &h.intermediate_states, &h.intermediate_indices,
-             &h.initial_state, &h.final_state});
-  RecurrentDims d;
-  return validate(h, &d);
-}
-
-Status check_device_indices(const RecurrentCommitParams& p, void* stream) {
-  if (!p.exec.check_indices) return Status::OK();
-  HostMirror mirror(static_cast<cudaStream_t>(stream));
-  RecurrentCommitParams h = p;
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent_commit", "state_indices", &h.state_indices));
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent_commit", "num_accepted_tokens", &h.num_accepted_tokens));
-  FGDN_RETURN_IF_ERROR(mirror.copy("recurrent_commit", "intermediate_indices", &h.intermediate_indices));
-  mark_host({&h.state_pool, &h.state_indices, &h.intermediate_states, &h.intermediate_indices, &h.num_accepted_tokens});
-  CommitDims d;
-  return validate(h, &d);
-}
-
-// mixer_decode's index tensors are recurrent's: check them through its recurrent view.
-Status check_device_indices(const MixerDecodeParams& p, void* stream) {
-  if (!p.exec.check_indices) return Status::OK();
-  return check_device_indices(mixer_recurrent_view(p), stream);
+  P h = p;
+  Status st;
+  Op<P>::tensors(
+      [&](const TensorSpec& s, TensorView& t) {
+        if (st.ok() && s.dtypes == DClass::index) st = mirror.copy(Op<P>::name, s.name, &t);
+        t.device = DeviceType::cpu;
+        t.device_id = 0;
+      },
+      h);
+  FGDN_RETURN_IF_ERROR(st);
+  return check_index_values(h, d);
 }
 
 #endif  // FLASHGDN_WITH_CUDA
@@ -200,222 +164,223 @@ DeviceFacts device_facts(int32_t device_id, int32_t sm_count = 0) {
   return f;
 }
 
-const char* cpu_algo_name(const ExecOptions& e) {
-  return e.cpu_algo == CpuAlgo::chunked ? "chunked" : "recurrent";
+// The tensor that decides the call's device: the first present one in table order (validation's rule).
+template <class P>
+const TensorView& first_tensor(const P& p) {
+  const TensorView* first = nullptr;
+  Op<P>::tensors(
+      [&](const TensorSpec&, const TensorView& t) {
+        if (!first && t.defined()) first = &t;
+      },
+      p);
+  static const TensorView kAbsent;
+  return first ? *first : kAbsent;
+}
+
+// ---- what differs between the ops ---------------------------------------------------------------------------
+// The Dims each op's validation resolves and its plan (NoPlan where the op has no kernel choice to make); the plan,
+// the workspace it needs, and the two backends as overload sets over the params type.
+struct NoPlan {};
+
+template <class P>
+struct PlanOf {
+  using type = NoPlan;
+};
+template <>
+struct PlanOf<ChunkFwdParams> {
+  using type = ChunkFwdPlan;
+};
+template <>
+struct PlanOf<RecurrentParams> {
+  using type = RecurrentPlan;
+};
+
+template <class P>
+struct Types;
+#define FGDN_TYPES(stem, Params, DimsT) \
+  template <>                           \
+  struct Types<Params> {                \
+    using Dims = DimsT;                 \
+    using Plan = PlanOf<Params>::type;  \
+  };
+FGDN_OP_DIMS(FGDN_TYPES)
+#undef FGDN_TYPES
+
+Status make_plan(const ChunkFwdParams& p, const ChunkDims& d, const DeviceFacts& f, ChunkFwdPlan* pl) {
+  return plan_chunk_fwd(p, d, f, pl);
+}
+Status make_plan(const RecurrentParams& p, const RecurrentDims& d, const DeviceFacts& f, RecurrentPlan* pl) {
+  return plan_recurrent(p, d, f, pl);
+}
+template <class P, class D>
+Status make_plan(const P&, const D&, const DeviceFacts&, NoPlan*) {
+  return Status::OK();
+}
+
+// The cpu::<op> of every op.
+#define FGDN_RUN_CPU(stem, Params, DimsT)           \
+  Status run_cpu(const Params& p, const DimsT& d) { \
+    return cpu::stem(p, d);                         \
+  }
+FGDN_OP_DIMS(FGDN_RUN_CPU)
+#undef FGDN_RUN_CPU
+
+#if FLASHGDN_WITH_CUDA
+size_t workspace_of(const ChunkFwdParams&, const ChunkDims&, const ChunkFwdPlan& pl) {
+  return pl.workspace_bytes;
+}
+size_t workspace_of(const ChunkBwdParams& p, const SeqDims& d, const NoPlan&) {
+  return cuda::chunk_bwd_workspace_size(p, d);
+}
+template <class P, class D, class Plan>
+size_t workspace_of(const P&, const D&, const Plan&) {
+  return 0;  // no kernel of the other ops takes a workspace
+}
+
+// cuda::<op> with the arguments it takes of (params, dims, plan, workspace, bytes, stream).
+template <class F, class P, class D, class Plan>
+Status call_cuda(F* f, const P& p, const D& d, const Plan& pl, void* ws, size_t n, void* s) {
+  if constexpr (std::is_invocable_v<F*, const P&, const D&, const Plan&, void*, size_t, void*>)
+    return f(p, d, pl, ws, n, s);
+  else if constexpr (std::is_invocable_v<F*, const P&, const D&, const Plan&, void*>)
+    return f(p, d, pl, s);
+  else if constexpr (std::is_invocable_v<F*, const P&, const D&, void*, size_t, void*>)
+    return f(p, d, ws, n, s);
+  else
+    return f(p, d, s);
+}
+#define FGDN_RUN_CUDA(stem, Params, DimsT)                                                                       \
+  Status run_cuda(const Params& p, const DimsT& d, const Types<Params>::Plan& pl, void* ws, size_t n, void* s) { \
+    return call_cuda(&cuda::stem, p, d, pl, ws, n, s);                                                           \
+  }
+FGDN_OP_DIMS(FGDN_RUN_CUDA)
+#undef FGDN_RUN_CUDA
+#endif
+
+// ---- the generic entry points ------------------------------------------------------------------------------
+
+// Where a call's workspace comes from: the caller's buffer, or a provider asked for the plan's size.
+struct WorkspaceSource {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  const WorkspaceProvider* provider = nullptr;
+};
+
+// Validate once, then run on the tensors' backend; on CUDA plan once, and the workspace check and the launch read
+// that plan.
+template <class P>
+Status run_op(const P& p, const WorkspaceSource& ws, void* stream) {
+  using B = Types<P>;
+  const char* op = Op<P>::name;
+  return guarded(op, [&]() -> Status {
+    typename B::Dims d;
+    FGDN_RETURN_IF_ERROR(validate(p, &d));
+    const TensorView& dev = first_tensor(p);
+    if (dev.device == DeviceType::cpu) return run_cpu(p, d);
+#if FLASHGDN_WITH_CUDA
+    DeviceGuard guard(dev.device_id);
+    FGDN_RETURN_IF_ERROR(guard.status());
+    FGDN_RETURN_IF_ERROR(check_device_indices(p, d, stream));
+    typename B::Plan plan;
+    FGDN_RETURN_IF_ERROR(make_plan(p, d, device_facts(dev.device_id), &plan));
+    const size_t need = workspace_of(p, d, plan);
+    void* ptr = ws.ptr;
+    size_t bytes = ws.bytes;
+    if (ws.provider && need > 0) {
+      if (!ws.provider->alloc)
+        return FGDN_INVALID(op, ": workspace: expected a WorkspaceProvider with an alloc function, got null");
+      ptr = ws.provider->alloc(ws.provider->ctx, need);
+      bytes = ptr ? need : 0;
+    }
+    FGDN_RETURN_IF_ERROR(check_workspace(op, need, ptr, bytes));
+    return run_cuda(p, d, plan, ptr, bytes, stream);
+#else
+    (void)ws;
+    (void)stream;
+    return FGDN_ERROR(internal, op, ": a CUDA tensor passed validation in a CPU-only build");
+#endif
+  });
+}
+
+template <class P>
+Status workspace_size_op(const P& p, size_t* bytes) {
+  using B = Types<P>;
+  const char* op = Op<P>::name;
+  return guarded(op, [&]() -> Status {
+    FGDN_RETURN_IF_ERROR(check_bytes_ptr(op, bytes));
+    typename B::Dims d;
+    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
+    const TensorView& dev = first_tensor(p);
+    if (dev.device == DeviceType::cpu) {
+      *bytes = 0;
+      return Status::OK();
+    }
+#if FLASHGDN_WITH_CUDA
+    DeviceGuard guard(dev.device_id);
+    FGDN_RETURN_IF_ERROR(guard.status());
+    typename B::Plan plan;  // the plan also rejects what the call would
+    FGDN_RETURN_IF_ERROR(make_plan(p, d, device_facts(dev.device_id), &plan));
+    *bytes = workspace_of(p, d, plan);
+    return Status::OK();
+#else
+    return FGDN_ERROR(internal, op, "_workspace_size: a CUDA tensor passed validation in a CPU-only build");
+#endif
+  });
+}
+
+template <class P>
+Status plan_text_op(const P& p, std::string* out, int32_t sm_count) {
+  using B = Types<P>;
+  const char* op = Op<P>::name;
+  return guarded(op, [&]() -> Status {
+    if (!out) return FGDN_INVALID(op, "_plan: out: expected a non-null pointer, got null");
+    typename B::Dims d;
+    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
+    const TensorView& dev = first_tensor(p);
+    if (dev.device == DeviceType::cpu && sm_count <= 0) {
+      *out = detail::str_cat(op, " on the CPU backend: ", p.exec.cpu_fp64 ? "fp64" : "fp32", ", ",
+                             p.exec.cpu_algo == CpuAlgo::chunked ? "chunked" : "recurrent", " form, no workspace\n");
+      return Status::OK();
+    }
+    typename B::Plan plan;
+    FGDN_RETURN_IF_ERROR(make_plan(p, d, device_facts(dev.device_id, sm_count), &plan));
+    *out = describe(plan, d);
+    return Status::OK();
+  });
 }
 
 }  // namespace
 
-// ---- chunk_fwd -----------------------------------------------------------------------------------------------
+// The entry points of flashgdn.hpp.
+#define FGDN_WORKSPACE_OP(op, Params)                                                 \
+  Status op##_workspace_size(const Params& p, size_t* bytes) {                        \
+    return workspace_size_op(p, bytes);                                               \
+  }                                                                                   \
+  Status op(const Params& p, void* workspace, size_t workspace_bytes, void* stream) { \
+    return run_op(p, {workspace, workspace_bytes, nullptr}, stream);                  \
+  }                                                                                   \
+  Status op(const Params& p, const WorkspaceProvider& workspace, void* stream) {      \
+    return run_op(p, {nullptr, 0, &workspace}, stream);                               \
+  }
+FGDN_WORKSPACE_OP(chunk_fwd, ChunkFwdParams)
+FGDN_WORKSPACE_OP(chunk_bwd, ChunkBwdParams)
+FGDN_WORKSPACE_OP(recurrent, RecurrentParams)
+#undef FGDN_WORKSPACE_OP
 
-Status chunk_fwd_workspace_size(const ChunkFwdParams& p, size_t* bytes) {
-  return guarded("chunk_fwd_workspace_size", [&]() -> Status {
-    FGDN_RETURN_IF_ERROR(check_bytes_ptr("chunk_fwd", bytes));
-    ChunkDims d;
-    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
-    if (p.q.device == DeviceType::cpu) {
-      *bytes = 0;
-      return Status::OK();
-    }
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.q.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    ChunkFwdPlan plan;
-    FGDN_RETURN_IF_ERROR(plan_chunk_fwd(p, d, device_facts(p.q.device_id), &plan));
-    *bytes = plan.workspace_bytes;
-    return Status::OK();
-#else
-    return FGDN_ERROR(internal, "chunk_fwd_workspace_size: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
-}
+#define FGDN_STREAM_OP(op, Params)           \
+  Status op(const Params& p, void* stream) { \
+    return run_op(p, {}, stream);            \
+  }
+FGDN_STREAM_OP(gating, GatingParams)
+FGDN_STREAM_OP(recurrent_commit, RecurrentCommitParams)
+FGDN_STREAM_OP(mixer_decode, MixerDecodeParams)
+#undef FGDN_STREAM_OP
 
 Status chunk_fwd_plan(const ChunkFwdParams& p, std::string* out, int32_t sm_count) {
-  return guarded("chunk_fwd_plan", [&]() -> Status {
-    if (!out) return FGDN_INVALID("chunk_fwd_plan: out: expected a non-null pointer, got null");
-    ChunkDims d;
-    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
-    if (p.q.device == DeviceType::cpu && sm_count <= 0) {
-      *out = detail::str_cat("chunk_fwd on the CPU backend: ", p.exec.cpu_fp64 ? "fp64" : "fp32", ", ",
-                             cpu_algo_name(p.exec), " form, no workspace\n");
-      return Status::OK();
-    }
-    ChunkFwdPlan plan;
-    FGDN_RETURN_IF_ERROR(plan_chunk_fwd(p, d, device_facts(p.q.device_id, sm_count), &plan));
-    *out = describe(plan, d);
-    return Status::OK();
-  });
+  return plan_text_op(p, out, sm_count);
 }
-
-Status chunk_fwd(const ChunkFwdParams& p, void* workspace, size_t workspace_bytes, void* stream) {
-  return guarded("chunk_fwd", [&]() -> Status {
-    ChunkDims d;
-    FGDN_RETURN_IF_ERROR(validate(p, &d));
-    if (p.q.device == DeviceType::cpu) return cpu::chunk_fwd(p, d);
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.q.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
-    ChunkFwdPlan plan;
-    FGDN_RETURN_IF_ERROR(plan_chunk_fwd(p, d, device_facts(p.q.device_id), &plan));
-    FGDN_RETURN_IF_ERROR(check_workspace("chunk_fwd", plan.workspace_bytes, workspace, workspace_bytes));
-    return cuda::chunk_fwd(p, d, plan, workspace, workspace_bytes, stream);
-#else
-    return FGDN_ERROR(internal, "chunk_fwd: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
-}
-
-// ---- chunk_bwd -----------------------------------------------------------------------------------------------
-
-Status chunk_bwd_workspace_size(const ChunkBwdParams& p, size_t* bytes) {
-  return guarded("chunk_bwd_workspace_size", [&]() -> Status {
-    FGDN_RETURN_IF_ERROR(check_bytes_ptr("chunk_bwd", bytes));
-    SeqDims d;
-    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
-    if (p.q.device == DeviceType::cpu) {
-      *bytes = 0;
-      return Status::OK();
-    }
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.q.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    *bytes = cuda::chunk_bwd_workspace_size(p, d);
-    return Status::OK();
-#else
-    return FGDN_ERROR(internal, "chunk_bwd_workspace_size: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
-}
-
-Status chunk_bwd(const ChunkBwdParams& p, void* workspace, size_t workspace_bytes, void* stream) {
-  return guarded("chunk_bwd", [&]() -> Status {
-    SeqDims d;
-    FGDN_RETURN_IF_ERROR(validate(p, &d));
-    if (p.q.device == DeviceType::cpu) return cpu::chunk_bwd(p, d);
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.q.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
-    FGDN_RETURN_IF_ERROR(
-        check_workspace("chunk_bwd", cuda::chunk_bwd_workspace_size(p, d), workspace, workspace_bytes));
-    return cuda::chunk_bwd(p, d, workspace, workspace_bytes, stream);
-#else
-    return FGDN_ERROR(internal, "chunk_bwd: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
-}
-
-// ---- gating --------------------------------------------------------------------------------------------------
-
-Status gating(const GatingParams& p, void* stream) {
-  return guarded("gating", [&]() -> Status {
-    GatingDims d;
-    FGDN_RETURN_IF_ERROR(validate(p, &d));
-    if (p.a.device == DeviceType::cpu) return cpu::gating(p, d);
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.a.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    return cuda::gating(p, d, stream);
-#else
-    return FGDN_ERROR(internal, "gating: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
-}
-
-// ---- recurrent -----------------------------------------------------------------------------------------------
-
-Status recurrent_workspace_size(const RecurrentParams& p, size_t* bytes) {
-  return guarded("recurrent_workspace_size", [&]() -> Status {
-    FGDN_RETURN_IF_ERROR(check_bytes_ptr("recurrent", bytes));
-    RecurrentDims d;
-    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
-    if (p.q.device == DeviceType::cpu) {
-      *bytes = 0;
-      return Status::OK();
-    }
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.q.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    RecurrentPlan plan;  // no kernel takes a workspace; the plan still rejects what the call would
-    FGDN_RETURN_IF_ERROR(plan_recurrent(p, d, device_facts(p.q.device_id), &plan));
-    *bytes = 0;
-    return Status::OK();
-#else
-    return FGDN_ERROR(internal, "recurrent_workspace_size: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
-}
-
 Status recurrent_plan(const RecurrentParams& p, std::string* out, int32_t sm_count) {
-  return guarded("recurrent_plan", [&]() -> Status {
-    if (!out) return FGDN_INVALID("recurrent_plan: out: expected a non-null pointer, got null");
-    RecurrentDims d;
-    FGDN_RETURN_IF_ERROR(validate(without_index_check(p), &d));
-    if (p.q.device == DeviceType::cpu && sm_count <= 0) {
-      *out = detail::str_cat("recurrent on the CPU backend: ", p.exec.cpu_fp64 ? "fp64" : "fp32", ", ",
-                             cpu_algo_name(p.exec), " form, no workspace\n");
-      return Status::OK();
-    }
-    RecurrentPlan plan;
-    FGDN_RETURN_IF_ERROR(plan_recurrent(p, d, device_facts(p.q.device_id, sm_count), &plan));
-    *out = describe(plan, d);
-    return Status::OK();
-  });
-}
-
-Status recurrent(const RecurrentParams& p, void* workspace, size_t workspace_bytes, void* stream) {
-  return guarded("recurrent", [&]() -> Status {
-    RecurrentDims d;
-    FGDN_RETURN_IF_ERROR(validate(p, &d));
-    if (p.q.device == DeviceType::cpu) return cpu::recurrent(p, d);
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.q.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
-    RecurrentPlan plan;
-    FGDN_RETURN_IF_ERROR(plan_recurrent(p, d, device_facts(p.q.device_id), &plan));
-    return cuda::recurrent(p, d, plan, stream);
-#else
-    return FGDN_ERROR(internal, "recurrent: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
-}
-
-// ---- recurrent_commit ----------------------------------------------------------------------------------------
-
-Status recurrent_commit(const RecurrentCommitParams& p, void* stream) {
-  return guarded("recurrent_commit", [&]() -> Status {
-    CommitDims d;
-    FGDN_RETURN_IF_ERROR(validate(p, &d));
-    if (p.state_pool.device == DeviceType::cpu) return cpu::recurrent_commit(p, d);
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.state_pool.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
-    return cuda::recurrent_commit(p, d, stream);
-#else
-    return FGDN_ERROR(internal, "recurrent_commit: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
-}
-
-// ---- mixer_decode --------------------------------------------------------------------------------------------
-
-Status mixer_decode(const MixerDecodeParams& p, void* stream) {
-  return guarded("mixer_decode", [&]() -> Status {
-    MixerDims d;
-    FGDN_RETURN_IF_ERROR(validate(p, &d));
-    if (p.x.device == DeviceType::cpu) return cpu::mixer_decode(p, d);
-#if FLASHGDN_WITH_CUDA
-    DeviceGuard guard(p.x.device_id);
-    FGDN_RETURN_IF_ERROR(guard.status());
-    FGDN_RETURN_IF_ERROR(check_device_indices(p, stream));
-    return cuda::mixer_decode(p, d, stream);
-#else
-    return FGDN_ERROR(internal, "mixer_decode: a CUDA tensor passed validation in a CPU-only build");
-#endif
-  });
+  return plan_text_op(p, out, sm_count);
 }
 
 }  // namespace flashgdn

@@ -195,20 +195,14 @@ bool pipe_supported(const RecurrentDims& d, const RecShape& r) {
 
 }  // namespace
 
+// Indexed by RecurrentKernel.
+constexpr const char* kRecurrentKernelNames[] = {"auto", "persistent", "direct", "direct_pipe", "wy"};
+static_assert(sizeof(kRecurrentKernelNames) / sizeof(kRecurrentKernelNames[0]) == size_t(RecurrentKernel::wy) + 1,
+              "one name per RecurrentKernel");
+
 const char* recurrent_kernel_name(RecurrentKernel k) {
-  switch (k) {
-    case RecurrentKernel::auto_:
-      return "auto";
-    case RecurrentKernel::persistent:
-      return "persistent";
-    case RecurrentKernel::direct:
-      return "direct";
-    case RecurrentKernel::direct_pipe:
-      return "direct_pipe";
-    case RecurrentKernel::wy:
-      return "wy";
-  }
-  return "unknown";
+  const auto i = static_cast<uint32_t>(k);
+  return i < sizeof(kRecurrentKernelNames) / sizeof(kRecurrentKernelNames[0]) ? kRecurrentKernelNames[i] : "unknown";
 }
 
 bool recurrent_kernel_from_name(const char* name, RecurrentKernel* k) {

@@ -6,40 +6,32 @@
 
 namespace flashgdn {
 
+namespace {
+
+// Name and size of each DType, indexed by its value.
+struct DTypeFacts {
+  const char* name;
+  int64_t size;
+};
+constexpr DTypeFacts kDTypes[] = {{"float32", 4}, {"float64", 8}, {"bfloat16", 2},
+                                  {"float16", 2}, {"int32", 4},   {"int64", 8}};
+static_assert(sizeof(kDTypes) / sizeof(kDTypes[0]) == size_t(DType::i64) + 1, "one entry per DType");
+
+const DTypeFacts* facts(DType dt) {
+  const auto i = static_cast<uint32_t>(dt);  // a value outside the enum (a caller's cast) is no entry
+  return i < sizeof(kDTypes) / sizeof(kDTypes[0]) ? &kDTypes[i] : nullptr;
+}
+
+}  // namespace
+
 const char* dtype_name(DType dt) {
-  switch (dt) {
-    case DType::f32:
-      return "float32";
-    case DType::f64:
-      return "float64";
-    case DType::bf16:
-      return "bfloat16";
-    case DType::f16:
-      return "float16";
-    case DType::i32:
-      return "int32";
-    case DType::i64:
-      return "int64";
-  }
-  return "unknown";
+  const DTypeFacts* f = facts(dt);
+  return f ? f->name : "unknown";
 }
 
 int64_t dtype_size(DType dt) {
-  switch (dt) {
-    case DType::f32:
-      return 4;
-    case DType::f64:
-      return 8;
-    case DType::bf16:
-      return 2;
-    case DType::f16:
-      return 2;
-    case DType::i32:
-      return 4;
-    case DType::i64:
-      return 8;
-  }
-  return 0;
+  const DTypeFacts* f = facts(dt);
+  return f ? f->size : 0;
 }
 
 // -1 when the shape has a negative size or its product does not fit in int64 (only an unvalidated view can).

@@ -5,7 +5,7 @@
 // Every failure is FGDN_INVALID("<op>: <argument>: expected <what>, got <what>") or, for a valid request this
 // build or device cannot run, FGDN_ERROR(unsupported, ...). Nothing here dereferences a non-index tensor, and
 // index tensors are read only when they are host memory (ops.cpp mirrors CUDA index tensors to the host for
-// exec.check_indices and validates the mirror).
+// exec.check_indices and checks the mirror with check_index_values, the value rules alone).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "api/internal.hpp"
+#include "api/op_table.hpp"
 #include "common/checked.hpp"
 #include "common/dtype.hpp"
 #include "common/error.hpp"
@@ -89,22 +90,48 @@ std::string dset_str(DSet s) {
 
 // ---- per-call context ----------------------------------------------------------------------------------------
 
-enum class Role { input, output, inout };
-
+// One tensor argument of a call, as the op table declares it (api/op_table.hpp).
 struct Arg {
   const char* name;
   const TensorView* t;
   Role role;
+  DClass dtypes;
   bool dense;  // on CUDA: stride-1 last dim, 16-byte aligned pointer and strides (vectorized loads)
 };
 
+// The tensor arguments of a call in table order.
+struct ArgList {
+  static constexpr size_t kMax = 24;
+  std::array<Arg, kMax> a{};
+  size_t n = 0;
+  const Arg* begin() const { return a.data(); }
+  const Arg* end() const { return a.data() + n; }
+};
+
+template <class P>
+ArgList args_of(const P& p) {
+  static_assert(Op<P>::num_tensors <= int(ArgList::kMax), "ArgList::kMax: an op with more tensors");
+  ArgList l;
+  Op<P>::tensors(
+      [&](const TensorSpec& s, const TensorView& t) {
+        l.a[l.n++] = {s.name, &t, s.role, s.dtypes, s.layout == Layout::dense};
+      },
+      p);
+  return l;
+}
+
 struct Ctx {
   const char* op;
+  ArgList args;       // the call's tensors, in table order
   bool cuda = false;  // the call's tensors live on a CUDA device
+
+  template <class P>
+  explicit Ctx(const P& p) : op(Op<P>::name), args(args_of(p)) {}
 
   // fp64 storage is accepted by the CPU backend only.
   DSet floats() const { return cuda ? kFloat : kFloat | bit(DType::f64); }
   DSet f32() const { return cuda ? kF32 : kF32 | bit(DType::f64); }
+  DSet of(DClass k) const { return k == DClass::floats ? floats() : k == DClass::f32 ? f32() : kIndex; }
   // Says why float64 is missing from a float set.
   std::string cpu_note(DSet s) const { return cuda && (s & kF32) ? " (on CUDA)" : ""; }
 };
@@ -186,6 +213,12 @@ Status check_shape(const Ctx& c, const char* name, const TensorView& t, const ch
   return Status::OK();
 }
 
+// check_shape for a tensor that may be absent.
+Status check_shape_if(const Ctx& c, const char* name, const TensorView& t, const char* doc,
+                      std::initializer_list<int64_t> want) {
+  return t.defined() ? check_shape(c, name, t, doc, want) : Status::OK();
+}
+
 Status check_ndim(const Ctx& c, const char* name, const TensorView& t, int32_t ndim, const char* doc) {
   if (t.ndim != ndim)
     return FGDN_INVALID(c.op, ": ", name, ": expected ", ndim, " dims ", doc, ", got ", t.ndim, " dims ", shape_str(t));
@@ -216,7 +249,8 @@ Status check_like(const Ctx& c, const char* name, const TensorView& t, const cha
 }
 
 // Per-tensor layout rules that need no shape context, then the device rule over the whole call.
-Status check_tensors(Ctx& c, std::initializer_list<Arg> args) {
+Status check_tensors(Ctx& c) {
+  const ArgList& args = c.args;
   const Arg* first = nullptr;
   for (const Arg& a : args) {
     const TensorView& t = *a.t;
@@ -246,6 +280,7 @@ Status check_tensors(Ctx& c, std::initializer_list<Arg> args) {
   for (const Arg& a : args) {
     const TensorView& t = *a.t;
     if (!t.defined()) continue;
+    FGDN_RETURN_IF_ERROR(check_dtype(c, a.name, t, c.of(a.dtypes)));
     for (int i = 0; i < t.ndim; ++i)
       if (t.shape[i] < 0)
         return FGDN_INVALID(c.op, ": ", a.name, ": expected non-negative sizes, got shape ", shape_str(t));
@@ -279,7 +314,7 @@ Status check_tensors(Ctx& c, std::initializer_list<Arg> args) {
     if (__builtin_add_overflow(lo, uintptr_t(bytes), &hi))
       return FGDN_INVALID(c.op, ": ", a.name, ": expected the tensor's bytes inside the address space, got address ",
                           t.data, " with an extent of ", bytes, " bytes (the end wraps)");
-    if (a.role != Role::input && may_self_alias(t))
+    if (a.role != Role::in && may_self_alias(t))
       return FGDN_INVALID(c.op, ": ", a.name, ": expected output strides that map distinct indices to distinct ",
                           "addresses, got strides ", strides_str(t), " for shape ", shape_str(t));
     if (c.cuda && a.dense && t.ndim > 0) {
@@ -302,7 +337,8 @@ Status check_tensors(Ctx& c, std::initializer_list<Arg> args) {
 // Outputs may not overlap inputs or other outputs; an in-out tensor (the state pool) is exempt only against
 // itself. Inputs may share memory with each other (q and k can be one buffer). The test compares bounding byte
 // ranges, so two tensors interleaved in one allocation count as overlapping even when no element collides.
-Status check_overlaps(const Ctx& c, std::initializer_list<Arg> args) {
+Status check_overlaps(const Ctx& c) {
+  const ArgList& args = c.args;
   std::vector<const Arg*> v;
   for (const Arg& a : args)
     if (a.t->defined()) v.push_back(&a);
@@ -310,10 +346,10 @@ Status check_overlaps(const Ctx& c, std::initializer_list<Arg> args) {
     for (size_t j = i + 1; j < v.size(); ++j) {
       const Arg* x = v[i];
       const Arg* y = v[j];
-      if (x->role == Role::input && y->role == Role::input) continue;
+      if (x->role == Role::in && y->role == Role::in) continue;
       Range rx = byte_range(*x->t), ry = byte_range(*y->t);
       if (rx.empty() || ry.empty() || rx.hi <= ry.lo || ry.hi <= rx.lo) continue;
-      if (x->role == Role::input) std::swap(x, y);  // name the written tensor first
+      if (x->role == Role::in) std::swap(x, y);  // name the written tensor first
       return FGDN_INVALID(c.op, ": ", x->name, ": expected no memory overlap with ", y->name,
                           " (outputs may not alias inputs or other outputs), got overlapping byte ranges");
     }
@@ -363,8 +399,7 @@ int64_t inner1(StateLayout l, int64_t K, int64_t V) {
 Status check_state(const Ctx& c, const char* name, const TensorView& t, StateLayout l, int64_t N, int64_t Hv, int64_t K,
                    int64_t V) {
   if (!t.defined()) return Status::OK();
-  FGDN_RETURN_IF_ERROR(check_shape(c, name, t, state_doc(l, 0), {N, Hv, inner0(l, K, V), inner1(l, K, V)}));
-  return check_dtype(c, name, t, c.f32());
+  return check_shape(c, name, t, state_doc(l, 0), {N, Hv, inner0(l, K, V), inner1(l, K, V)});
 }
 
 // On CUDA the kernels are instantiated for head dims 64 and 128 only.
@@ -377,11 +412,8 @@ Status check_cuda_head_dims(const Ctx& c, const char* k_name, int64_t K, const c
   return Status::OK();
 }
 
-// Index tensors are read here only when they are host memory (CPU tensors, or ops.cpp's host mirror).
-bool readable(const Ctx& c, const TensorView& t) {
-  return t.defined() && !c.cuda;
-}
-
+// Index tensors are read only by the *_values functions, which run on host memory: a CPU call's tensors, or the host
+// mirror of a CUDA call (ops.cpp, exec.check_indices).
 int64_t index_at(const TensorView& t, int64_t i) {
   return detail::load_index(t.data, t.dtype, i * t.strides[0]);
 }
@@ -420,21 +452,20 @@ Status check_bounded_product(const Ctx& c, const char* name, const char* what, s
 
 // ---- the shared token-major part of chunk_fwd, chunk_bwd and recurrent ---------------------------------------
 
-struct SeqArgs {
-  const TensorView &q, &k, &v, &g, &beta, &A_log, &dt_bias, &cu_seqlens;
-};
-
-Status check_seq(const Ctx& c, const SeqArgs& s, const GateOptions& gate, float scale, StateLayout layout,
-                 const ExecOptions& exec, SeqDims* d) {
-  FGDN_RETURN_IF_ERROR(require(c, "q", s.q, "[B, T, Hqk, K]"));
-  FGDN_RETURN_IF_ERROR(require(c, "k", s.k, "[B, T, Hqk, K]"));
-  FGDN_RETURN_IF_ERROR(require(c, "v", s.v, "[B, T, Hv, V]"));
-  FGDN_RETURN_IF_ERROR(check_ndim(c, "q", s.q, 4, "[B, T, Hqk, K]"));
-  const int64_t B = s.q.shape[0], T = s.q.shape[1], Hqk = s.q.shape[2], K = s.q.shape[3];
-  FGDN_RETURN_IF_ERROR(check_shape(c, "k", s.k, "[B, T, Hqk, K]", {B, T, Hqk, K}));
-  FGDN_RETURN_IF_ERROR(check_ndim(c, "v", s.v, 4, "[B, T, Hv, V]"));
-  const int64_t Hv = s.v.shape[2], V = s.v.shape[3];
-  FGDN_RETURN_IF_ERROR(check_shape(c, "v", s.v, "[B, T, Hv, V]", {B, T, Hv, V}));
+// check_tensors, then the rules of the tensors and scalars chunk_fwd, chunk_bwd and recurrent share.
+template <class P>
+Status check_seq(Ctx& c, const P& p, SeqDims* d) {
+  FGDN_RETURN_IF_ERROR(check_tensors(c));
+  const GateOptions& gate = p.gate;
+  FGDN_RETURN_IF_ERROR(require(c, "q", p.q, "[B, T, Hqk, K]"));
+  FGDN_RETURN_IF_ERROR(require(c, "k", p.k, "[B, T, Hqk, K]"));
+  FGDN_RETURN_IF_ERROR(require(c, "v", p.v, "[B, T, Hv, V]"));
+  FGDN_RETURN_IF_ERROR(check_ndim(c, "q", p.q, 4, "[B, T, Hqk, K]"));
+  const int64_t B = p.q.shape[0], T = p.q.shape[1], Hqk = p.q.shape[2], K = p.q.shape[3];
+  FGDN_RETURN_IF_ERROR(check_shape(c, "k", p.k, "[B, T, Hqk, K]", {B, T, Hqk, K}));
+  FGDN_RETURN_IF_ERROR(check_ndim(c, "v", p.v, 4, "[B, T, Hv, V]"));
+  const int64_t Hv = p.v.shape[2], V = p.v.shape[3];
+  FGDN_RETURN_IF_ERROR(check_shape(c, "v", p.v, "[B, T, Hv, V]", {B, T, Hv, V}));
   if (K <= 0) return FGDN_INVALID(c.op, ": q: expected head dim K > 0 (q.shape[3]), got ", K);
   if (V <= 0) return FGDN_INVALID(c.op, ": v: expected head dim V > 0 (v.shape[3]), got ", V);
   if (Hqk <= 0) return FGDN_INVALID(c.op, ": q: expected Hqk > 0 heads (q.shape[2]), got ", Hqk);
@@ -442,62 +473,48 @@ Status check_seq(const Ctx& c, const SeqArgs& s, const GateOptions& gate, float 
     return FGDN_INVALID(c.op, ": v: expected Hv (v.shape[2]) a positive multiple of Hqk = ", Hqk,
                         " (each q/k head serves Hv / Hqk value heads), got Hv = ", Hv);
 
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "q", s.q, c.floats()));
-  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "k", s.k, "q", s.q));
-  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "v", s.v, "q", s.q));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "k", p.k, "q", p.q));
+  FGDN_RETURN_IF_ERROR(check_same_dtype(c, "v", p.v, "q", p.q));
 
-  if (s.g.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "g", s.g, "[B, T, Hv]", {B, T, Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "g", s.g, c.floats()));
-  }
-  if (s.beta.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "beta", s.beta, "[B, T, Hv]", {B, T, Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "beta", s.beta, c.floats()));
-  }
-  if (s.A_log.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "A_log", s.A_log, "[Hv]", {Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "A_log", s.A_log, c.floats()));
-  }
-  if (s.dt_bias.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "dt_bias", s.dt_bias, "[Hv]", {Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "dt_bias", s.dt_bias, c.floats()));
-  }
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "g", p.g, "[B, T, Hv]", {B, T, Hv}));
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "beta", p.beta, "[B, T, Hv]", {B, T, Hv}));
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "A_log", p.A_log, "[Hv]", {Hv}));
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "dt_bias", p.dt_bias, "[Hv]", {Hv}));
 
   // Gate options (gdn-math §4).
   if (gate.use_gate_in_kernel) {
-    FGDN_RETURN_IF_ERROR(require(c, "A_log", s.A_log, "[Hv] (gate.use_gate_in_kernel is set)"));
-    FGDN_RETURN_IF_ERROR(require(c, "g", s.g, "[B, T, Hv] holding raw a (gate.use_gate_in_kernel is set)"));
+    FGDN_RETURN_IF_ERROR(require(c, "A_log", p.A_log, "[Hv] (gate.use_gate_in_kernel is set)"));
+    FGDN_RETURN_IF_ERROR(require(c, "g", p.g, "[B, T, Hv] holding raw a (gate.use_gate_in_kernel is set)"));
   }
   if (gate.use_beta_sigmoid_in_kernel)
     FGDN_RETURN_IF_ERROR(
-        require(c, "beta", s.beta, "[B, T, Hv] holding raw b (gate.use_beta_sigmoid_in_kernel is set)"));
+        require(c, "beta", p.beta, "[B, T, Hv] holding raw b (gate.use_beta_sigmoid_in_kernel is set)"));
   if (gate.allow_neg_eigval && !gate.use_beta_sigmoid_in_kernel)
     return FGDN_INVALID(c.op, ": gate.allow_neg_eigval: expected gate.use_beta_sigmoid_in_kernel to be set too ",
                         "(beta = 2 sigmoid(b) is formed in the kernel), got use_beta_sigmoid_in_kernel = false");
   FGDN_RETURN_IF_ERROR(check_softplus(c, gate));
 
-  if (!std::isfinite(scale)) return FGDN_INVALID(c.op, ": scale: expected a finite value (0: K^-1/2), got ", scale);
-  FGDN_RETURN_IF_ERROR(check_layout_enum(c, layout));
-  FGDN_RETURN_IF_ERROR(check_exec(c, exec));
+  if (!std::isfinite(p.scale)) return FGDN_INVALID(c.op, ": scale: expected a finite value (0: K^-1/2), got ", p.scale);
+  FGDN_RETURN_IF_ERROR(check_layout_enum(c, p.state_layout));
+  FGDN_RETURN_IF_ERROR(check_exec(c, p.exec));
 
   // Varlen: B == 1, N = cu_seqlens.size - 1.
   int64_t N = B;
-  if (s.cu_seqlens.defined()) {
-    FGDN_RETURN_IF_ERROR(check_ndim(c, "cu_seqlens", s.cu_seqlens, 1, "[N + 1]"));
-    if (s.cu_seqlens.shape[0] < 1)
-      return FGDN_INVALID(c.op, ": cu_seqlens: expected at least 1 entry [N + 1], got ", shape_str(s.cu_seqlens));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "cu_seqlens", s.cu_seqlens, kIndex));
+  if (p.cu_seqlens.defined()) {
+    FGDN_RETURN_IF_ERROR(check_ndim(c, "cu_seqlens", p.cu_seqlens, 1, "[N + 1]"));
+    if (p.cu_seqlens.shape[0] < 1)
+      return FGDN_INVALID(c.op, ": cu_seqlens: expected at least 1 entry [N + 1], got ", shape_str(p.cu_seqlens));
     if (B != 1)
       return FGDN_INVALID(c.op, ": cu_seqlens: expected batch B == 1 with cu_seqlens (varlen packs the sequences ",
                           "on the token axis), got B = ", B);
-    N = s.cu_seqlens.shape[0] - 1;
+    N = p.cu_seqlens.shape[0] - 1;
   }
 
   // Bounds on the dims and on every product of them a backend forms, before any is formed: a tensor with a zero
   // dim has no elements whatever its other dims say, so the per-tensor element limit does not bound them.
   FGDN_RETURN_IF_ERROR(check_bounded_product(c, "v", "B * T * Hv token-head rows (int32 row indexing)",
                                              {B, T, std::max(Hv, Hqk)}, kInt32Max));
-  FGDN_RETURN_IF_ERROR(check_bounded_product(c, s.cu_seqlens.defined() ? "cu_seqlens" : "v",
+  FGDN_RETURN_IF_ERROR(check_bounded_product(c, p.cu_seqlens.defined() ? "cu_seqlens" : "v",
                                              "N * Hv (sequence, value head) pairs", {N, Hv}, kInt32Max));
   FGDN_RETURN_IF_ERROR(check_bounded_product(c, "v", "Hv value heads", {Hv}, kInt32Max));
   FGDN_RETURN_IF_ERROR(check_bounded_product(
@@ -512,8 +529,8 @@ Status check_seq(const Ctx& c, const SeqArgs& s, const GateOptions& gate, float 
   d->Hv = Hv;
   d->K = K;
   d->V = V;
-  d->varlen = s.cu_seqlens.defined();
-  d->scale = scale == 0.f ? float(1.0 / std::sqrt(double(K))) : scale;
+  d->varlen = p.cu_seqlens.defined();
+  d->scale = p.scale == 0.f ? float(1.0 / std::sqrt(double(K))) : p.scale;
   return Status::OK();
 }
 
@@ -523,19 +540,34 @@ Status check_chunk_size(const Ctx& c, int32_t chunk_size) {
   return Status::OK();
 }
 
-// Per-row token counts when they are readable: T for every row (fixed length) or from cu_seqlens.
-// Returns false when cu_seqlens lives on the device (values unknown), or when the rows are B fixed-length rows of
-// no token: they touch nothing, so there is nothing to check, and B (not bounded by any tensor's memory then)
-// must not size an allocation.
-bool row_lengths(const Ctx& c, const SeqDims& d, const TensorView& cu, std::vector<int64_t>* lens, Status* st) {
+// Per-row token counts: T for every row (fixed length) or from cu_seqlens (host memory).
+// Returns false when the rows are B fixed-length rows of no token: they touch nothing, so there is nothing to check,
+// and B (not bounded by any tensor's memory then) must not size an allocation.
+bool row_lengths(const SeqDims& d, const TensorView& cu, std::vector<int64_t>* lens, const Ctx& c, Status* st) {
   if (!d.varlen) {
     if (d.T == 0) return false;
     lens->assign(size_t(d.N), d.T);  // N = B <= B * T * Hv <= 2^31 - 1 rows of v
     return true;
   }
-  if (!readable(c, cu)) return false;
   *st = check_cu_values(c, cu, d.T, lens);
   return true;
+}
+
+// The index values of chunk_fwd and chunk_bwd: cu_seqlens holds valid offsets.
+Status chunked_values(const Ctx& c, const TensorView& cu, const SeqDims& d) {
+  if (!d.varlen) return Status::OK();
+  std::vector<int64_t> lens;
+  return check_cu_values(c, cu, d.T, &lens);
+}
+
+// The last rules of chunk_fwd and chunk_bwd: no output overlaps another argument, and cu_seqlens in host memory
+// holds valid offsets. Then the resolved dims are the call's.
+template <class D>
+Status finish_chunked(const Ctx& c, const TensorView& cu, const D& dims, D* d) {
+  FGDN_RETURN_IF_ERROR(check_overlaps(c));
+  if (!c.cuda) FGDN_RETURN_IF_ERROR(chunked_values(c, cu, dims));
+  *d = dims;
+  return Status::OK();
 }
 
 }  // namespace
@@ -543,23 +575,9 @@ bool row_lengths(const Ctx& c, const SeqDims& d, const TensorView& cu, std::vect
 // ---- chunk_fwd -----------------------------------------------------------------------------------------------
 
 Status validate(const ChunkFwdParams& p, ChunkDims* d) {
-  Ctx c{"chunk_fwd"};
-  const std::initializer_list<Arg> args = {{"q", &p.q, Role::input, true},
-                                           {"k", &p.k, Role::input, true},
-                                           {"v", &p.v, Role::input, true},
-                                           {"g", &p.g, Role::input, false},
-                                           {"beta", &p.beta, Role::input, false},
-                                           {"A_log", &p.A_log, Role::input, false},
-                                           {"dt_bias", &p.dt_bias, Role::input, false},
-                                           {"initial_state", &p.initial_state, Role::input, true},
-                                           {"cu_seqlens", &p.cu_seqlens, Role::input, false},
-                                           {"o", &p.o, Role::output, true},
-                                           {"final_state", &p.final_state, Role::output, true},
-                                           {"state_checkpoints", &p.state_checkpoints, Role::output, true}};
-  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  Ctx c(p);
   ChunkDims dims;
-  FGDN_RETURN_IF_ERROR(check_seq(c, {p.q, p.k, p.v, p.g, p.beta, p.A_log, p.dt_bias, p.cu_seqlens}, p.gate, p.scale,
-                                 p.state_layout, p.exec, &dims));
+  FGDN_RETURN_IF_ERROR(check_seq(c, p, &dims));
   const int64_t B = dims.B, T = dims.T, N = dims.N, Hv = dims.Hv, K = dims.K, V = dims.V;
   FGDN_RETURN_IF_ERROR(check_chunk_size(c, p.chunk_size));
 
@@ -574,49 +592,20 @@ Status validate(const ChunkFwdParams& p, ChunkDims* d) {
     dims.num_checkpoints = s.shape[1];
     FGDN_RETURN_IF_ERROR(check_shape(c, "state_checkpoints", s, doc,
                                      {N, s.shape[1], Hv, inner0(p.state_layout, K, V), inner1(p.state_layout, K, V)}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "state_checkpoints", s, c.f32()));
     if (p.checkpoint_interval <= 0 || p.checkpoint_interval % p.chunk_size != 0)
       return FGDN_INVALID(c.op, ": checkpoint_interval: expected a positive multiple of chunk_size = ", p.chunk_size,
                           " (state_checkpoints is given), got ", p.checkpoint_interval);
   }
 
-  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
-
-  if (dims.varlen && readable(c, p.cu_seqlens)) {
-    std::vector<int64_t> lens;
-    FGDN_RETURN_IF_ERROR(check_cu_values(c, p.cu_seqlens, T, &lens));
-  }
-  *d = dims;
-  return Status::OK();
+  return finish_chunked(c, p.cu_seqlens, dims, d);
 }
 
 // ---- chunk_bwd -----------------------------------------------------------------------------------------------
 
 Status validate(const ChunkBwdParams& p, SeqDims* d) {
-  Ctx c{"chunk_bwd"};
-  const std::initializer_list<Arg> args = {{"q", &p.q, Role::input, true},
-                                           {"k", &p.k, Role::input, true},
-                                           {"v", &p.v, Role::input, true},
-                                           {"g", &p.g, Role::input, false},
-                                           {"beta", &p.beta, Role::input, false},
-                                           {"A_log", &p.A_log, Role::input, false},
-                                           {"dt_bias", &p.dt_bias, Role::input, false},
-                                           {"initial_state", &p.initial_state, Role::input, true},
-                                           {"cu_seqlens", &p.cu_seqlens, Role::input, false},
-                                           {"d_o", &p.d_o, Role::input, true},
-                                           {"d_ht", &p.d_ht, Role::input, true},
-                                           {"dq", &p.dq, Role::output, true},
-                                           {"dk", &p.dk, Role::output, true},
-                                           {"dv", &p.dv, Role::output, true},
-                                           {"dg", &p.dg, Role::output, false},
-                                           {"dbeta", &p.dbeta, Role::output, false},
-                                           {"dh0", &p.dh0, Role::output, true},
-                                           {"dA_log", &p.dA_log, Role::output, false},
-                                           {"ddt_bias", &p.ddt_bias, Role::output, false}};
-  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  Ctx c(p);
   SeqDims dims;
-  FGDN_RETURN_IF_ERROR(check_seq(c, {p.q, p.k, p.v, p.g, p.beta, p.A_log, p.dt_bias, p.cu_seqlens}, p.gate, p.scale,
-                                 p.state_layout, p.exec, &dims));
+  FGDN_RETURN_IF_ERROR(check_seq(c, p, &dims));
   const int64_t B = dims.B, T = dims.T, N = dims.N, Hqk = dims.Hqk, Hv = dims.Hv, K = dims.K, V = dims.V;
   FGDN_RETURN_IF_ERROR(check_chunk_size(c, p.chunk_size));
   // The GQA reduction keeps dq and dk per value head before summing them over the group.
@@ -630,14 +619,8 @@ Status validate(const ChunkBwdParams& p, SeqDims* d) {
   FGDN_RETURN_IF_ERROR(check_like(c, "dq", p.dq, "[B, T, Hqk, K]", {B, T, Hqk, K}, "q", p.q));
   FGDN_RETURN_IF_ERROR(check_like(c, "dk", p.dk, "[B, T, Hqk, K]", {B, T, Hqk, K}, "k", p.k));
   FGDN_RETURN_IF_ERROR(check_like(c, "dv", p.dv, "[B, T, Hv, V]", {B, T, Hv, V}, "v", p.v));
-  if (p.dg.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "dg", p.dg, "[B, T, Hv]", {B, T, Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "dg", p.dg, c.floats()));
-  }
-  if (p.dbeta.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "dbeta", p.dbeta, "[B, T, Hv]", {B, T, Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "dbeta", p.dbeta, c.floats()));
-  }
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "dg", p.dg, "[B, T, Hv]", {B, T, Hv}));
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "dbeta", p.dbeta, "[B, T, Hv]", {B, T, Hv}));
   FGDN_RETURN_IF_ERROR(check_state(c, "dh0", p.dh0, p.state_layout, N, Hv, K, V));
   using Named = std::pair<const char*, const TensorView*>;
   for (auto [name, t] : std::initializer_list<Named>{{"dA_log", &p.dA_log}, {"ddt_bias", &p.ddt_bias}}) {
@@ -646,41 +629,23 @@ Status validate(const ChunkBwdParams& p, SeqDims* d) {
       return FGDN_INVALID(c.op, ": ", name, ": expected absent without gate.use_gate_in_kernel (no gate parameters ",
                           "are used), got a tensor ", shape_str(*t));
     FGDN_RETURN_IF_ERROR(check_shape(c, name, *t, "[Hv]", {Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, name, *t, c.f32()));
   }
 
-  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
-  if (dims.varlen && readable(c, p.cu_seqlens)) {
-    std::vector<int64_t> lens;
-    FGDN_RETURN_IF_ERROR(check_cu_values(c, p.cu_seqlens, T, &lens));
-  }
-  *d = dims;
-  return Status::OK();
+  return finish_chunked(c, p.cu_seqlens, dims, d);
 }
 
 // ---- gating --------------------------------------------------------------------------------------------------
 
 Status validate(const GatingParams& p, GatingDims* d) {
-  Ctx c{"gating"};
-  const std::initializer_list<Arg> args = {{"A_log", &p.A_log, Role::input, false},
-                                           {"a", &p.a, Role::input, false},
-                                           {"dt_bias", &p.dt_bias, Role::input, false},
-                                           {"b", &p.b, Role::input, false},
-                                           {"g", &p.g, Role::output, false},
-                                           {"beta", &p.beta, Role::output, false}};
-  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  Ctx c(p);
+  FGDN_RETURN_IF_ERROR(check_tensors(c));
   FGDN_RETURN_IF_ERROR(require(c, "a", p.a, "[..., Hv]"));
   if (p.a.ndim < 1) return FGDN_INVALID(c.op, ": a: expected at least 1 dim [..., Hv], got 0 dims []");
   const int64_t Hv = p.a.shape[p.a.ndim - 1];
   if (Hv <= 0) return FGDN_INVALID(c.op, ": a: expected Hv > 0 (the last dim), got shape ", shape_str(p.a));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "a", p.a, c.floats()));
   FGDN_RETURN_IF_ERROR(require(c, "A_log", p.A_log, "[Hv]"));
   FGDN_RETURN_IF_ERROR(check_shape(c, "A_log", p.A_log, "[Hv]", {Hv}));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "A_log", p.A_log, c.floats()));
-  if (p.dt_bias.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "dt_bias", p.dt_bias, "[Hv]", {Hv}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "dt_bias", p.dt_bias, c.floats()));
-  }
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "dt_bias", p.dt_bias, "[Hv]", {Hv}));
   // b, g and beta have the shape of a.
   auto same_shape_as_a = [&](const char* name, const TensorView& t) -> Status {
     bool same = t.ndim == p.a.ndim;
@@ -692,7 +657,6 @@ Status validate(const GatingParams& p, GatingDims* d) {
   };
   FGDN_RETURN_IF_ERROR(require(c, "g", p.g, "[..., Hv] (output)"));
   FGDN_RETURN_IF_ERROR(same_shape_as_a("g", p.g));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "g", p.g, c.f32()));
   if (p.b.defined() != p.beta.defined()) {
     if (p.b.defined())
       return FGDN_INVALID(c.op, ": beta: expected a tensor [..., Hv] (output) since b is given, got none (absent)");
@@ -701,13 +665,11 @@ Status validate(const GatingParams& p, GatingDims* d) {
   }
   if (p.b.defined()) {
     FGDN_RETURN_IF_ERROR(same_shape_as_a("b", p.b));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "b", p.b, c.floats()));
     FGDN_RETURN_IF_ERROR(same_shape_as_a("beta", p.beta));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "beta", p.beta, c.floats()));
   }
   FGDN_RETURN_IF_ERROR(check_softplus(c, p.gate));
   FGDN_RETURN_IF_ERROR(check_exec(c, p.exec));
-  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+  FGDN_RETURN_IF_ERROR(check_overlaps(c));
   d->Hv = Hv;
   d->rows = safe_numel(p.a) / Hv;
   return Status::OK();
@@ -765,32 +727,35 @@ Status check_recurrent_indices(const Ctx& c, const RecurrentParams& p, const Rec
   return Status::OK();
 }
 
+// The index values of recurrent (host memory). cu_seqlens is always checked (cheap); the slot-like indices only
+// with exec.check_indices, because out-of-range slots are legal at run time (they mark invalid rows).
+Status recurrent_values(const Ctx& c, const RecurrentParams& p, const RecurrentDims& d) {
+  std::vector<int64_t> lens;
+  Status st;
+  if (row_lengths(d, p.cu_seqlens, &lens, c, &st)) {
+    FGDN_RETURN_IF_ERROR(st);
+    for (int64_t n = 0; n < d.N; ++n) {
+      const int64_t len = lens[size_t(n)];
+      if (d.T_max > 0 && len > d.T_max)
+        return FGDN_INVALID(c.op, ": cu_seqlens: expected rows of at most T_max = ", d.T_max,
+                            " tokens (state_indices columns), got ", len, " tokens in row ", n);
+      if (p.intermediate_states.defined() && len > d.T_buf)
+        return FGDN_INVALID(c.op, ": cu_seqlens: expected rows of at most T_buf = ", d.T_buf,
+                            " tokens (intermediate_states entries), got ", len, " tokens in row ", n);
+    }
+    if (p.exec.check_indices) FGDN_RETURN_IF_ERROR(check_recurrent_indices(c, p, d, lens));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status validate(const RecurrentParams& p, RecurrentDims* d) {
-  Ctx c{"recurrent"};
-  const std::initializer_list<Arg> args = {{"q", &p.q, Role::input, true},
-                                           {"k", &p.k, Role::input, true},
-                                           {"v", &p.v, Role::input, true},
-                                           {"g", &p.g, Role::input, false},
-                                           {"beta", &p.beta, Role::input, false},
-                                           {"A_log", &p.A_log, Role::input, false},
-                                           {"dt_bias", &p.dt_bias, Role::input, false},
-                                           {"cu_seqlens", &p.cu_seqlens, Role::input, false},
-                                           {"state_indices", &p.state_indices, Role::input, false},
-                                           {"num_accepted_tokens", &p.num_accepted_tokens, Role::input, false},
-                                           {"intermediate_indices", &p.intermediate_indices, Role::input, false},
-                                           {"initial_state", &p.initial_state, Role::input, true},
-                                           {"o", &p.o, Role::output, true},
-                                           {"state_pool", &p.state_pool, Role::inout, true},
-                                           {"intermediate_states", &p.intermediate_states, Role::output, true},
-                                           {"final_state", &p.final_state, Role::output, true}};
-  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
-  RecurrentDims dims;
-  FGDN_RETURN_IF_ERROR(check_seq(c, {p.q, p.k, p.v, p.g, p.beta, p.A_log, p.dt_bias, p.cu_seqlens}, p.gate, p.scale,
-                                 p.state_layout, p.exec, &dims));
-  const int64_t B = dims.B, T = dims.T, N = dims.N, Hv = dims.Hv, K = dims.K, V = dims.V;
+  Ctx c(p);
   const StateLayout l = p.state_layout;
+  RecurrentDims dims;
+  FGDN_RETURN_IF_ERROR(check_seq(c, p, &dims));
+  const int64_t B = dims.B, T = dims.T, N = dims.N, Hv = dims.Hv, K = dims.K, V = dims.V;
 
   FGDN_RETURN_IF_ERROR(check_like(c, "o", p.o, "[B, T, Hv, V]", {B, T, Hv, V}, "v", p.v));
 
@@ -800,7 +765,6 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
     dims.slots = pool.shape[0];
     FGDN_RETURN_IF_ERROR(
         check_shape(c, "state_pool", pool, state_doc(l, 1), {dims.slots, Hv, inner0(l, K, V), inner1(l, K, V)}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "state_pool", pool, c.floats()));
     FGDN_RETURN_IF_ERROR(require_absent(c, "initial_state", p.initial_state,
                                         "when state_pool is given (the pool holds the start states)"));
     FGDN_RETURN_IF_ERROR(require_absent(c, "final_state", p.final_state,
@@ -813,7 +777,6 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
       if (si.shape[0] != N)
         return FGDN_INVALID(c.op, ": state_indices: expected ", si.ndim == 1 ? "[N]" : "[N, T_max]", " with N = ", N,
                             " rows, got ", shape_str(si));
-      FGDN_RETURN_IF_ERROR(check_dtype(c, "state_indices", si, kIndex));
       if (si.ndim == 2) {
         dims.T_max = si.shape[1];
         if (dims.T_max < 1)
@@ -832,7 +795,6 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
         return FGDN_INVALID(c.op, ": num_accepted_tokens: expected only with 2-D state_indices [N, T_max] (it picks ",
                             "the start column), got state_indices ", si.defined() ? shape_str(si) : "absent");
       FGDN_RETURN_IF_ERROR(check_shape(c, "num_accepted_tokens", p.num_accepted_tokens, "[N]", {N}));
-      FGDN_RETURN_IF_ERROR(check_dtype(c, "num_accepted_tokens", p.num_accepted_tokens, kIndex));
     }
   } else {
     FGDN_RETURN_IF_ERROR(require_absent(c, "state_indices", p.state_indices, "without state_pool"));
@@ -848,13 +810,11 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
     dims.T_buf = is.shape[1];
     FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_states", is, state_doc(l, 3),
                                      {dims.n_buf, dims.T_buf, Hv, inner0(l, K, V), inner1(l, K, V)}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "intermediate_states", is, c.floats()));
     if (!dims.varlen && T > dims.T_buf)
       return FGDN_INVALID(c.op, ": intermediate_states: expected T_buf >= T = ", T,
                           " (the state after token t goes to entry t), got ", shape_str(is));
     if (p.intermediate_indices.defined()) {
       FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_indices", p.intermediate_indices, "[N]", {N}));
-      FGDN_RETURN_IF_ERROR(check_dtype(c, "intermediate_indices", p.intermediate_indices, kIndex));
     } else if (dims.n_buf < N) {
       return FGDN_INVALID(c.op, ": intermediate_states: expected at least N = ", N,
                           " rows N_buf (intermediate_indices is absent: row n uses entry n), got ", shape_str(is));
@@ -864,45 +824,54 @@ Status validate(const RecurrentParams& p, RecurrentDims* d) {
         require_absent(c, "intermediate_indices", p.intermediate_indices, "without intermediate_states"));
   }
 
-  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+  FGDN_RETURN_IF_ERROR(check_overlaps(c));
 
-  // Values. cu_seqlens in host memory is always checked (cheap); the slot-like indices only with check_indices,
-  // because out-of-range slots are legal at run time (they mark invalid rows).
-  std::vector<int64_t> lens;
-  Status st;
-  if (row_lengths(c, dims, p.cu_seqlens, &lens, &st)) {
-    FGDN_RETURN_IF_ERROR(st);
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t len = lens[size_t(n)];
-      if (dims.T_max > 0 && len > dims.T_max)
-        return FGDN_INVALID(c.op, ": cu_seqlens: expected rows of at most T_max = ", dims.T_max,
-                            " tokens (state_indices columns), got ", len, " tokens in row ", n);
-      if (p.intermediate_states.defined() && len > dims.T_buf)
-        return FGDN_INVALID(c.op, ": cu_seqlens: expected rows of at most T_buf = ", dims.T_buf,
-                            " tokens (intermediate_states entries), got ", len, " tokens in row ", n);
-    }
-    const bool idx_readable = !c.cuda;
-    if (p.exec.check_indices && idx_readable) FGDN_RETURN_IF_ERROR(check_recurrent_indices(c, p, dims, lens));
-  }
+  if (!c.cuda) FGDN_RETURN_IF_ERROR(recurrent_values(c, p, dims));
   *d = dims;
   return Status::OK();
 }
 
 // ---- recurrent_commit ----------------------------------------------------------------------------------------
 
+namespace {
+
+// The index values of recurrent_commit (host memory), with exec.check_indices.
+Status commit_values(const Ctx& c, const RecurrentCommitParams& p, const CommitDims& d) {
+  if (!p.exec.check_indices) return Status::OK();
+  // Rows with an invalid slot or a count outside [1, T_buf] are skipped by contract (SGLang passes a <= 0
+  // to mean skip), so only slots past the pool, counts past the buffer and buffer rows past N_buf are errors.
+  std::unordered_map<int64_t, int64_t> owner;
+  for (int64_t n = 0; n < d.N; ++n) {
+    const int64_t slot = index_at(p.state_indices, n);
+    const int64_t a = index_at(p.num_accepted_tokens, n);
+    if (slot >= d.slots)
+      return FGDN_INVALID(c.op, ": state_indices: expected slots < state_pool.shape[0] = ", d.slots,
+                          " or an invalid-slot sentinel (exec.check_indices), got state_indices[", n, "] = ", slot);
+    if (a > d.T_buf)
+      return FGDN_INVALID(c.op, ": num_accepted_tokens: expected values <= T_buf = ", d.T_buf,
+                          " (exec.check_indices), got num_accepted_tokens[", n, "] = ", a);
+    const int64_t buf = p.intermediate_indices.defined() ? index_at(p.intermediate_indices, n) : n;
+    if (buf >= d.n_buf)
+      return FGDN_INVALID(c.op, ": intermediate_indices: expected values < intermediate_states.shape[0] = ", d.n_buf,
+                          " (exec.check_indices), got intermediate_indices[", n, "] = ", buf);
+    if (invalid_slot(slot, d.slots, p.null_slot_is_invalid) || a < 1) continue;
+    auto [it, fresh] = owner.emplace(slot, n);
+    if (!fresh)
+      return FGDN_INVALID(c.op, ": state_indices: expected distinct valid slots (duplicates race; ",
+                          "exec.check_indices), got slot ", slot, " for rows ", it->second, " and ", n);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status validate(const RecurrentCommitParams& p, CommitDims* d) {
-  Ctx c{"recurrent_commit"};
-  const std::initializer_list<Arg> args = {{"state_indices", &p.state_indices, Role::input, false},
-                                           {"intermediate_states", &p.intermediate_states, Role::input, true},
-                                           {"intermediate_indices", &p.intermediate_indices, Role::input, false},
-                                           {"num_accepted_tokens", &p.num_accepted_tokens, Role::input, false},
-                                           {"state_pool", &p.state_pool, Role::inout, true}};
-  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  Ctx c(p);
+  FGDN_RETURN_IF_ERROR(check_tensors(c));
   FGDN_RETURN_IF_ERROR(check_exec(c, p.exec));
   // The layout of the pool is not a parameter here: pool and buffer just have to agree on their last dims.
   FGDN_RETURN_IF_ERROR(require(c, "state_pool", p.state_pool, "[slots, Hv, K, V] or [slots, Hv, V, K]"));
   FGDN_RETURN_IF_ERROR(check_ndim(c, "state_pool", p.state_pool, 4, "[slots, Hv, K, V] or [slots, Hv, V, K]"));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "state_pool", p.state_pool, c.floats()));
   CommitDims dims;
   dims.slots = p.state_pool.shape[0];
   dims.Hv = p.state_pool.shape[1];
@@ -918,19 +887,15 @@ Status validate(const RecurrentCommitParams& p, CommitDims* d) {
   dims.T_buf = is.shape[1];
   FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_states", is, "[N_buf, T_buf, <inner dims of state_pool>]",
                                    {dims.n_buf, dims.T_buf, dims.Hv, dims.K, dims.V}));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "intermediate_states", is, c.floats()));
 
   FGDN_RETURN_IF_ERROR(require(c, "state_indices", p.state_indices, "[N]"));
   FGDN_RETURN_IF_ERROR(check_ndim(c, "state_indices", p.state_indices, 1, "[N]"));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "state_indices", p.state_indices, kIndex));
   dims.N = p.state_indices.shape[0];
   const int64_t N = dims.N;
   FGDN_RETURN_IF_ERROR(require(c, "num_accepted_tokens", p.num_accepted_tokens, "[N]"));
   FGDN_RETURN_IF_ERROR(check_shape(c, "num_accepted_tokens", p.num_accepted_tokens, "[N]", {N}));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "num_accepted_tokens", p.num_accepted_tokens, kIndex));
   if (p.intermediate_indices.defined()) {
     FGDN_RETURN_IF_ERROR(check_shape(c, "intermediate_indices", p.intermediate_indices, "[N]", {N}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "intermediate_indices", p.intermediate_indices, kIndex));
   } else if (dims.n_buf < N) {
     return FGDN_INVALID(c.op, ": intermediate_states: expected at least N = ", N,
                         " rows N_buf (intermediate_indices is absent: row n uses entry n), got ", shape_str(is));
@@ -942,33 +907,9 @@ Status validate(const RecurrentCommitParams& p, CommitDims* d) {
   FGDN_RETURN_IF_ERROR(check_bounded_product(c, "state_pool", "elements of one head's state (the two inner dims)",
                                              {dims.K, dims.V}, kMaxStateElems));
   FGDN_RETURN_IF_ERROR(check_cuda_head_dims(c, "state_pool", dims.K, "state_pool", dims.V));
-  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+  FGDN_RETURN_IF_ERROR(check_overlaps(c));
 
-  if (p.exec.check_indices && !c.cuda) {
-    // Rows with an invalid slot or a count outside [1, T_buf] are skipped by contract (SGLang passes a <= 0
-    // to mean skip), so only slots past the pool, counts past the buffer and buffer rows past N_buf are errors.
-    std::unordered_map<int64_t, int64_t> owner;
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t slot = index_at(p.state_indices, n);
-      const int64_t a = index_at(p.num_accepted_tokens, n);
-      if (slot >= dims.slots)
-        return FGDN_INVALID(c.op, ": state_indices: expected slots < state_pool.shape[0] = ", dims.slots,
-                            " or an invalid-slot sentinel (exec.check_indices), got state_indices[", n, "] = ", slot);
-      if (a > dims.T_buf)
-        return FGDN_INVALID(c.op, ": num_accepted_tokens: expected values <= T_buf = ", dims.T_buf,
-                            " (exec.check_indices), got num_accepted_tokens[", n, "] = ", a);
-      const int64_t buf = p.intermediate_indices.defined() ? index_at(p.intermediate_indices, n) : n;
-      if (buf >= dims.n_buf)
-        return FGDN_INVALID(c.op,
-                            ": intermediate_indices: expected values < intermediate_states.shape[0] = ", dims.n_buf,
-                            " (exec.check_indices), got intermediate_indices[", n, "] = ", buf);
-      if (invalid_slot(slot, dims.slots, p.null_slot_is_invalid) || a < 1) continue;
-      auto [it, fresh] = owner.emplace(slot, n);
-      if (!fresh)
-        return FGDN_INVALID(c.op, ": state_indices: expected distinct valid slots (duplicates race; ",
-                            "exec.check_indices), got slot ", slot, " for rows ", it->second, " and ", n);
-    }
-  }
+  if (!c.cuda) FGDN_RETURN_IF_ERROR(commit_values(c, p, dims));
   *d = dims;
   return Status::OK();
 }
@@ -1026,32 +967,12 @@ RecurrentParams mixer_recurrent_view(const MixerDecodeParams& p) {
 }
 
 Status validate(const MixerDecodeParams& p, MixerDims* d) {
-  Ctx c{"mixer_decode"};
-  const std::initializer_list<Arg> args = {
-      {"x", &p.x, Role::input, true},  // the q, k, v views of the recurrence are dense rows of x
-      {"z", &p.z, Role::input, false},
-      {"a", &p.a, Role::input, false},
-      {"b", &p.b, Role::input, false},
-      {"A_log", &p.A_log, Role::input, false},
-      {"dt_bias", &p.dt_bias, Role::input, false},
-      {"conv_weight", &p.conv_weight, Role::input, false},
-      {"conv_bias", &p.conv_bias, Role::input, false},
-      {"norm_weight", &p.norm_weight, Role::input, false},
-      {"cu_seqlens", &p.cu_seqlens, Role::input, false},
-      {"state_indices", &p.state_indices, Role::input, false},
-      {"num_accepted_tokens", &p.num_accepted_tokens, Role::input, false},
-      {"intermediate_indices", &p.intermediate_indices, Role::input, false},
-      {"conv_state", &p.conv_state, Role::inout, false},
-      {"state_pool", &p.state_pool, Role::inout, true},
-      {"intermediate_states", &p.intermediate_states, Role::output, true},
-      {"intermediate_conv_windows", &p.intermediate_conv_windows, Role::output, false},
-      {"out", &p.out, Role::output, false}};
-  FGDN_RETURN_IF_ERROR(check_tensors(c, args));
+  Ctx c(p);
+  FGDN_RETURN_IF_ERROR(check_tensors(c));
 
   // The channel split of x: C = 2 Hqk K + Hv V, with Hv and V from z.
   FGDN_RETURN_IF_ERROR(require(c, "x", p.x, "[B, T, C]"));
   FGDN_RETURN_IF_ERROR(check_ndim(c, "x", p.x, 3, "[B, T, C]"));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "x", p.x, c.floats()));
   const int64_t B = p.x.shape[0], T = p.x.shape[1], C = p.x.shape[2];
   FGDN_RETURN_IF_ERROR(require(c, "z", p.z, "[B, T, Hv, V]"));
   FGDN_RETURN_IF_ERROR(check_ndim(c, "z", p.z, 4, "[B, T, Hv, V]"));
@@ -1079,15 +1000,10 @@ Status validate(const MixerDecodeParams& p, MixerDims* d) {
   FGDN_RETURN_IF_ERROR(check_ndim(c, "conv_weight", p.conv_weight, 2, "[C, Kc]"));
   const int64_t Kc = p.conv_weight.shape[1];
   FGDN_RETURN_IF_ERROR(check_shape(c, "conv_weight", p.conv_weight, "[C, Kc]", {C, Kc}));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "conv_weight", p.conv_weight, c.floats()));
   if (Kc < 1 || Kc > 8) return FGDN_INVALID(c.op, ": conv_weight: expected Kc in [1, 8] taps, got Kc = ", Kc);
-  if (p.conv_bias.defined()) {
-    FGDN_RETURN_IF_ERROR(check_shape(c, "conv_bias", p.conv_bias, "[C]", {C}));
-    FGDN_RETURN_IF_ERROR(check_dtype(c, "conv_bias", p.conv_bias, c.floats()));
-  }
+  FGDN_RETURN_IF_ERROR(check_shape_if(c, "conv_bias", p.conv_bias, "[C]", {C}));
   FGDN_RETURN_IF_ERROR(require(c, "norm_weight", p.norm_weight, "[V]"));
   FGDN_RETURN_IF_ERROR(check_shape(c, "norm_weight", p.norm_weight, "[V]", {V}));
-  FGDN_RETURN_IF_ERROR(check_dtype(c, "norm_weight", p.norm_weight, c.floats()));
   if (!(p.norm_eps > 0.f) || !std::isfinite(p.norm_eps))
     return FGDN_INVALID(c.op, ": norm_eps: expected a finite value > 0, got ", p.norm_eps);
 
@@ -1149,12 +1065,33 @@ Status validate(const MixerDecodeParams& p, MixerDims* d) {
     if (dims.N > 65535)
       return FGDN_ERROR(unsupported, c.op, ": x: expected at most 65535 rows on CUDA (grid y), got N = ", dims.N);
   }
-  FGDN_RETURN_IF_ERROR(check_overlaps(c, args));
+  FGDN_RETURN_IF_ERROR(check_overlaps(c));
   dims.C = C;
   dims.Kc = Kc;
   dims.L = L;
   *d = dims;
   return Status::OK();
+}
+
+// ---- index values of a host mirror (ops.cpp, exec.check_indices on CUDA) ---------------------------------------
+
+Status check_index_values(const ChunkFwdParams& p, const ChunkDims& d) {
+  return chunked_values(Ctx(p), p.cu_seqlens, d);
+}
+Status check_index_values(const ChunkBwdParams& p, const SeqDims& d) {
+  return chunked_values(Ctx(p), p.cu_seqlens, d);
+}
+Status check_index_values(const GatingParams&, const GatingDims&) {
+  return Status::OK();  // no index tensor
+}
+Status check_index_values(const RecurrentParams& p, const RecurrentDims& d) {
+  return recurrent_values(Ctx(p), p, d);
+}
+Status check_index_values(const RecurrentCommitParams& p, const CommitDims& d) {
+  return commit_values(Ctx(p), p, d);
+}
+Status check_index_values(const MixerDecodeParams& p, const MixerDims& d) {
+  return check_index_values(mixer_recurrent_view(p), d);
 }
 
 }  // namespace flashgdn

@@ -10,17 +10,25 @@
 
 namespace flashgdn::detail {
 
-inline float bf16_to_float(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
+// The bits of a float and back (std::bit_cast is C++20).
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bits_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
 
+inline float bf16_to_float(uint16_t h) {
+  return bits_float(uint32_t(h) << 16);
+}
+
 // Round to nearest even; NaN stays NaN.
 inline uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
+  uint32_t u = float_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1u);
   return uint16_t(u >> 16);
@@ -48,15 +56,12 @@ inline float f16_to_float(uint16_t h) {
   } else {
     u = sign | ((exp + 127 - 15) << 23) | (man << 13);
   }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return bits_float(u);
 }
 
 // Round to nearest even, with overflow to inf and gradual underflow.
 inline uint16_t float_to_f16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
+  const uint32_t u = float_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t au = u & 0x7fffffffu;
   if (au > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN

@@ -426,10 +426,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d) {
   // No token: the gradients that remain are dh0 = d_ht and the gate-parameter sums dA_log = ddt_bias = 0. With
   // none of them asked for, return before touching the N * Hv (sequence, head) pairs or the Hv heads.
   if (d.B * d.T == 0 && !p.dh0.defined() && !p.dA_log.defined() && !p.ddt_bias.defined()) return Status::OK();
-  if (p.exec.cpu_fp64)
-    run<double>(p, d);
-  else
-    run<float>(p, d);
+  with_compute_type(p.exec, [&](auto r) { run<decltype(r)>(p, d); });
   return Status::OK();
 }
 

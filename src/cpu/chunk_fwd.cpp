@@ -55,10 +55,7 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d) {
   // No token and no state to write (o, state_checkpoints empty; final_state absent): return before touching
   // the N * Hv (sequence, head) pairs, whose count an empty problem does not bound.
   if (d.B * d.T == 0 && !p.final_state.defined()) return Status::OK();
-  if (p.exec.cpu_fp64)
-    run<double>(p, d);
-  else
-    run<float>(p, d);
+  with_compute_type(p.exec, [&](auto r) { run<decltype(r)>(p, d); });
   return Status::OK();
 }
 

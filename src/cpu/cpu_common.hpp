@@ -119,6 +119,26 @@ R sigmoid(R x) {
   return R(1) / (R(1) + std::exp(-x));
 }
 
+// The in-kernel gate and beta from raw projections (gdn-math §4), given neg_exp_A = -exp(A_log):
+//   g = -exp(A_log) softplus_{beta, threshold}(a + dt_bias),  beta = c sigmoid(b), c = 2 with allow_neg_eigval.
+template <class R>
+R gate_from_raw(R a, R neg_exp_A, R dt_bias, const GateOptions& o) {
+  return neg_exp_A * softplus<R>(a + dt_bias, R(o.softplus_beta), R(o.softplus_threshold));
+}
+template <class R>
+R beta_from_raw(R b, const GateOptions& o) {
+  return (o.allow_neg_eigval ? R(2) : R(1)) * sigmoid(b);
+}
+
+// Runs body(R{}) with the compute type R of the call: double with exec.cpu_fp64 (the oracle), else float.
+template <class Body>
+void with_compute_type(const ExecOptions& e, Body&& body) {
+  if (e.cpu_fp64)
+    body(double{});
+  else
+    body(float{});
+}
+
 // Per-token g and beta of one value head from the params: as given, or from raw projections
 // (g = -exp(A_log) softplus(a + dt_bias), beta = c sigmoid(b)); absent g -> 0, absent beta -> 1.
 template <class R>
@@ -139,13 +159,13 @@ struct GateReader {
     if (!g.present) return R(0);
     const R x = g.get<R>(b, t, h);
     if (!opt.use_gate_in_kernel) return x;
-    return neg_exp_A * softplus<R>(x + dt_bias, R(opt.softplus_beta), R(opt.softplus_threshold));
+    return gate_from_raw<R>(x, neg_exp_A, dt_bias, opt);
   }
   R write_strength(int64_t b, int64_t t, int64_t h) const {
     if (!beta.present) return R(1);
     const R x = beta.get<R>(b, t, h);
     if (!opt.use_beta_sigmoid_in_kernel) return x;
-    return (opt.allow_neg_eigval ? R(2) : R(1)) * sigmoid(x);
+    return beta_from_raw<R>(x, opt);
   }
 };
 

@@ -18,20 +18,19 @@ int64_t row_offset(const TensorView& t, int64_t row, int64_t h) {
 
 template <class R>
 void run(const GatingParams& p, const GatingDims& d) {
-  const R sp_beta = R(p.gate.softplus_beta), thr = R(p.gate.softplus_threshold);
-  const R c = p.gate.allow_neg_eigval ? R(2) : R(1);
   const bool with_beta = p.beta.defined() && p.b.defined();
   parallel_for(d.Hv, p.exec.cpu_threads, [&](int64_t h) {
     // Upcast A_log and dt_bias before use (an fp16 A_log would otherwise give -inf for large values).
     const R neg_exp_A = -std::exp(Strided(p.A_log).get<R>(h));
     const R dtb = p.dt_bias.defined() ? Strided(p.dt_bias).get<R>(h) : R(0);
     for (int64_t r = 0; r < d.rows; ++r) {
-      const R x = R(detail::load_as_double(p.a.data, p.a.dtype, row_offset(p.a, r, h))) + dtb;
+      const R x = R(detail::load_as_double(p.a.data, p.a.dtype, row_offset(p.a, r, h)));
       detail::store_from_double(p.g.data, p.g.dtype, row_offset(p.g, r, h),
-                                double(neg_exp_A * softplus(x, sp_beta, thr)));
+                                double(gate_from_raw<R>(x, neg_exp_A, dtb, p.gate)));
       if (with_beta) {
         const R b = R(detail::load_as_double(p.b.data, p.b.dtype, row_offset(p.b, r, h)));
-        detail::store_from_double(p.beta.data, p.beta.dtype, row_offset(p.beta, r, h), double(c * sigmoid(b)));
+        detail::store_from_double(p.beta.data, p.beta.dtype, row_offset(p.beta, r, h),
+                                  double(beta_from_raw<R>(b, p.gate)));
       }
     }
   });
@@ -41,10 +40,7 @@ void run(const GatingParams& p, const GatingDims& d) {
 
 Status gating(const GatingParams& p, const GatingDims& d) {
   if (d.rows == 0) return Status::OK();  // an empty a: nothing to write, not even a loop over the Hv heads
-  if (p.exec.cpu_fp64)
-    run<double>(p, d);
-  else
-    run<float>(p, d);
+  with_compute_type(p.exec, [&](auto r) { run<decltype(r)>(p, d); });
   return Status::OK();
 }
 

@@ -88,10 +88,9 @@ Status recurrent(const RecurrentParams& p, const RecurrentDims& d) {
   const int64_t Hv = d.Hv;
   // No token and no final_state to write (without a pool): return before touching the N * Hv (row, head) pairs.
   if (d.B * d.T == 0 && (p.state_pool.defined() || !p.final_state.defined())) return Status::OK();
-  if (p.exec.cpu_fp64)
-    parallel_for(d.N * Hv, p.exec.cpu_threads, [&](int64_t it) { run_head<double>(p, d, it / Hv, it % Hv); });
-  else
-    parallel_for(d.N * Hv, p.exec.cpu_threads, [&](int64_t it) { run_head<float>(p, d, it / Hv, it % Hv); });
+  with_compute_type(p.exec, [&](auto r) {
+    parallel_for(d.N * Hv, p.exec.cpu_threads, [&](int64_t it) { run_head<decltype(r)>(p, d, it / Hv, it % Hv); });
+  });
   return Status::OK();
 }
 

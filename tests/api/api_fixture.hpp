@@ -196,8 +196,8 @@ struct FwdCase {
     p.final_state = &ht.t;
   }
   int run() { return flashgdn_chunk_fwd(&p, nullptr, 0, nullptr); }
-  // The same call through the C++ API on compact views of the same buffers, into `o2` / `ht2`.
-  Status run_cpp(DLBuf& o2, DLBuf& ht2) {
+  // The same call's C++ params on compact views of the same buffers, into `o2` / `ht2`.
+  ChunkFwdParams cpp_params(DLBuf& o2, DLBuf& ht2) {
     ChunkFwdParams c;
     c.q = q.view();
     c.k = k.view();
@@ -207,8 +207,10 @@ struct FwdCase {
     c.initial_state = h0.view();
     c.o = o2.view();
     c.final_state = ht2.view();
-    return chunk_fwd(c);
+    return c;
   }
+  // The same call through the C++ API, into `o2` / `ht2`.
+  Status run_cpp(DLBuf& o2, DLBuf& ht2) { return chunk_fwd(cpp_params(o2, ht2)); }
 };
 
 // chunk_bwd: the forward case plus d_o and the gradients.

@@ -8,9 +8,11 @@
 #include <deque>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "api_fixture.hpp"
+#include "flashgdn/dlpack.hpp"
 #include "mixer_test_util.hpp"
 
 namespace flashgdn::test {
@@ -130,11 +132,38 @@ TEST(CApi, WrongDtypeCodeRejected) {
 TEST(CApi, UnsupportedDeviceRejected) {
   FwdCase c;
   c.g.t.device = {kDLMetal, 0};
-  EXPECT_REJECTED(c.b, c.run(), kInvalid, "chunk_fwd: g:", "expected a device of kDLCPU, kDLCUDAHost or kDLCUDA",
+  EXPECT_REJECTED(c.b, c.run(), kInvalid,
+                  "chunk_fwd: g:", "expected a device of kDLCPU, kDLCUDAHost, kDLCUDA or kDLCUDAManaged",
                   "got kDLMetal (8)");
-  FwdCase c2;
-  c2.o.t.device = {kDLCUDAManaged, 0};
-  EXPECT_REJECTED(c2.b, c2.run(), kInvalid, "chunk_fwd: o:", "got kDLCUDAManaged");
+}
+
+// CUDA managed (unified) memory is device memory to the kernels: it runs on the CUDA backend, like kDLCUDA, in the
+// C ABI and the Python module alike (both read DLTensors through flashgdn::view_of_dlpack). Mixed with CPU tensors
+// it is a device mismatch.
+TEST(CApi, CudaManagedMemoryIsCudaMemory) {
+  FwdCase c;
+  c.o.t.device = {kDLCUDAManaged, 0};
+  EXPECT_REJECTED(c.b, c.run(), kInvalid, "chunk_fwd: o:", "expected the device of q (cpu)", "got cuda:0");
+
+  std::vector<int64_t> shape = {2, 3};
+  float x[6] = {};
+  DLTensor t{};
+  t.data = x;
+  t.ndim = 2;
+  t.shape = shape.data();
+  t.dtype = {kDLFloat, 32, 1};
+  flashgdn::TensorView v;
+  for (auto [type, want] : {std::pair{kDLCUDAManaged, flashgdn::DeviceType::cuda},
+                            {kDLCUDA, flashgdn::DeviceType::cuda},
+                            {kDLCUDAHost, flashgdn::DeviceType::cpu},
+                            {kDLCPU, flashgdn::DeviceType::cpu}}) {
+    t.device = {type, 3};
+    ASSERT_TRUE(flashgdn::view_of_dlpack(&t, "op", "t", &v).ok());
+    EXPECT_EQ(v.device, want) << type;
+    EXPECT_EQ(v.device_id, want == flashgdn::DeviceType::cuda ? 3 : 0) << type;
+    EXPECT_EQ(v.strides[0], 3);
+    EXPECT_EQ(v.strides[1], 1);
+  }
 }
 
 TEST(CApi, CudaHostMemoryRunsOnCpu) {
@@ -532,6 +561,28 @@ TEST(CApi, MixerDecodeMatchesCppApi) {
   p.num_k_heads = 1;  // C no longer splits into [q | k | v]
   EXPECT_EQ(flashgdn_mixer_decode(&p, nullptr), FLASHGDN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(flashgdn_last_error()).find("mixer_decode: x: expected C"), std::string::npos);
+}
+
+// A call given a WorkspaceProvider asks it for the plan's workspace only when that is not 0 bytes: a CPU call never
+// asks, and computes what the pointer form computes.
+TEST(CppApi, WorkspaceProviderIsNotAskedOnCpu) {
+  FwdCase c;
+  DLBuf o2("o2", DType::f32, {FwdCase::B, FwdCase::T, FwdCase::Hv, FwdCase::V});
+  DLBuf ht2("ht2", DType::f32, {FwdCase::B, FwdCase::Hv, FwdCase::K, FwdCase::V});
+  ASSERT_EQ(c.run(), FLASHGDN_OK) << flashgdn_last_error();
+  const ChunkFwdParams p = c.cpp_params(o2, ht2);
+  int asked = 0;
+  WorkspaceProvider ws;
+  ws.ctx = &asked;
+  ws.alloc = [](void* ctx, size_t) -> void* {
+    ++*static_cast<int*>(ctx);
+    return nullptr;
+  };
+  const Status st = chunk_fwd(p, ws);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(asked, 0);
+  EXPECT_EQ(o2.mem, c.o.mem);
+  EXPECT_EQ(ht2.mem, c.ht.mem);
 }
 
 }  // namespace
