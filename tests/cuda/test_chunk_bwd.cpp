@@ -27,7 +27,7 @@ namespace {
 struct BwdCase {
   GdnCase c;
   bool has_dht = true;
-  bool gate = false;           // use_gate_in_kernel + use_beta_sigmoid_in_kernel (g, beta hold raw a, b)
+  bool gate = false;  // use_gate_in_kernel + use_beta_sigmoid_in_kernel (g, beta hold raw a, b)
   bool neg_eig = false;
   int64_t slack = 0;  // varlen: extra rows past cu[N]
   int special = 0;    // 1: identical keys, beta = 1, g = 0; 2: g = -30
@@ -92,8 +92,7 @@ Problem make_problem(const BwdCase& bc) {
   for (int64_t i = 0; i < pr.d_o.numel(); ++i) pr.d_o.set(i, rng.normal());
   if (bc.has_dht) {
     pr.d_ht = state_of(c, DType::f32);
-    for (int64_t i = 0; i < pr.d_ht.numel(); ++i)
-      pr.d_ht.set(i, rng.normal());
+    for (int64_t i = 0; i < pr.d_ht.numel(); ++i) pr.d_ht.set(i, rng.normal());
   }
   pr.rows_used = (c.seqlens.empty() ? c.B : 1) * c.total_T();  // B * T rows (fixed length) or cu[N]
   if (bc.slack > 0) {
