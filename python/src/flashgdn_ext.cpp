@@ -56,6 +56,9 @@ PyObject* g_internal = nullptr;          // InternalError(RuntimeError)
     case StatusCode::cuda_error:
       cls = g_cuda_error;
       break;
+    case StatusCode::out_of_memory:  // a host allocation failed: Python's own class for it
+      cls = PyExc_MemoryError;
+      break;
     default:
       break;
   }
