@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/dtype.hpp"
+
 inline unsigned __cvta_generic_to_shared(const void*) {
   return 0;
 }
@@ -50,9 +52,7 @@ inline float __shfl_up_sync(unsigned, float x, int d) {
   return y;
 }
 inline float __uint_as_float(unsigned u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return flashgdn::detail::bits_float(u);
 }
 inline float rsqrtf(float x) {
   return 1.f / std::sqrt(x);
@@ -64,11 +64,8 @@ struct MmaFrag {
   uint32_t a[4], b[2];
 };
 inline MmaFrag g_mma[1024];
-inline float bf16_lo_hi(uint32_t u, int half) {
-  const uint32_t bits = half ? (u & 0xffff0000u) : (u << 16);
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+inline float bf16_lo_hi(uint32_t u, int half) {  // element `half` of a packed bf16 pair
+  return flashgdn::detail::bf16_to_float(uint16_t(half ? u >> 16 : u));
 }
 inline void emu_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const unsigned t = threadIdx.x, w = t / 32, lane = t % 32;
