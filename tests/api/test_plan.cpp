@@ -71,7 +71,8 @@ TEST(ChunkFwdPlan, StatePassByHeadDims) {
 }
 
 // The automatic segment count at the bench's prefill shapes on an H200 (132 SMs). bench/results (the segment-count
-// sweep): T = 32K, H = 16 is fastest at P = 8; T = 128K, H = 32 splits too; with N Hv >= SMs nothing splits.
+// sweep under logsigmoid and FlashQLA's gates): T = 32K is fastest at P = 8 with H = 16 and at P = 4 with
+// Hqk = 16 / Hv = 32 (one wave of forward CTAs); T = 128K, H = 32 splits too; with N Hv >= SMs nothing splits.
 TEST(ChunkFwdPlan, AutomaticSegmentSplit) {
   ChunkShape s;
   s.T = 32768, s.Hqk = s.Hv = 16;
@@ -81,6 +82,10 @@ TEST(ChunkFwdPlan, AutomaticSegmentSplit) {
   EXPECT_EQ(pl.segments, 8) << pl.why;
   EXPECT_EQ(pl.seg_chunks, 64);
   EXPECT_EQ(pl.cap, 8);
+
+  s.Hv = 32;
+  pl = chunk_plan(chunk_call(s));
+  EXPECT_EQ(pl.segments, 4) << pl.why;
 
   s.T = 131072, s.Hqk = s.Hv = 32;
   pl = chunk_plan(chunk_call(s));
