@@ -79,21 +79,19 @@ __global__ void __launch_bounds__(256) chunk_bwd_qk_kernel(const ChunkBwdArgs a)
   const int64_t bt = row / a.Hqk, b = bt / a.T, t = bt % a.T;
   const int hk = int(row % a.Hqk);
   const DType io = DType(a.io_dtype);
+  const bool cov = covered(a, t);  // slack rows: zero gradients; neither their scratch nor their inputs are read
 #pragma unroll
   for (int which = 0; which < 2; ++which) {
     const float* src = which == 0 ? a.dqh : a.dkh;
     float gx[PL];
 #pragma unroll
     for (int e = 0; e < PL; ++e) gx[e] = 0.f;
-    for (int h = hk * a.group; h < (hk + 1) * a.group; ++h) {  // value heads in order: deterministic
+    for (int h = hk * a.group; cov && h < (hk + 1) * a.group; ++h) {  // value heads in order: deterministic
       const float* p = src + (bt * a.Hv + h) * K;
 #pragma unroll
       for (int e = 0; e < PL; ++e) gx[e] += p[lane + 32 * e];
     }
-    if (!covered(a, t)) {  // slack rows: zero gradients, the inputs there are never read
-#pragma unroll
-      for (int e = 0; e < PL; ++e) gx[e] = 0.f;
-    } else if (a.l2norm) {  // dx = rho (dx^ - (dx^ . x^) x^), x^ = rho x, rho = (|x|^2 + 1e-6)^-1/2
+    if (cov && a.l2norm) {  // dx = rho (dx^ - (dx^ . x^) x^), x^ = rho x, rho = (|x|^2 + 1e-6)^-1/2
       const void* xs = which == 0 ? a.q : a.k;
       const int64_t off = which == 0 ? b * a.q_sb + t * a.q_st + hk * a.q_sh : b * a.k_sb + t * a.k_st + hk * a.k_sh;
       float x[PL], ss = 0.f, dot = 0.f;
@@ -262,8 +260,8 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, void* ws, size_t ws_
   a.dgh = reinterpret_cast<float*>(base + wl.dgh);
   a.dbh = reinterpret_cast<float*>(base + wl.dbh);
   const auto st = static_cast<cudaStream_t>(stream);
-  // Slack rows are never written by the chunk passes: their per-head scratch must read as zero.
-  if (d.varlen) FGDN_CUDA_CHECK(cudaMemsetAsync(base + wl.dqh, 0, wl.total - wl.dqh, st));
+  // Slack rows (varlen: outside [cu[0], cu[N])) are never written by the chunk passes, and the kernels below never
+  // read their scratch (covered()): no clearing pass over it.
   const bool bf16 = p.q.dtype == DType::bf16;
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)
                                                 : launch_chunk_bwd_passes_f16(a, d.K, d.V, stream)));
