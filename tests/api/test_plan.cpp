@@ -405,14 +405,10 @@ RecurrentPlan rec_plan(const RecShapeSpec& s, int32_t sms = kH200Sms) {
 // The bench's decode cases (Hqk = 16, Hv = 32, K = V = 128) on an H200.
 TEST(RecurrentPlan, SingleTokenDecode) {
   RecShapeSpec s;
-  RecurrentPlan pl = rec_plan(s);  // N = 1, fp32 pool: 32 heads x 8 tiles of 16 < 2 x 132: 8 columns
+  RecurrentPlan pl = rec_plan(s);  // N = 1: 32 heads, spread thin
   EXPECT_EQ(pl.kernel, RecurrentKernel::direct);
-  EXPECT_EQ(pl.bv, 8);
+  EXPECT_EQ(pl.bv, 16);
   EXPECT_TRUE(pl.single_token);
-  s.pool_dt = DType::bf16;  // 16-bit pools have no 8-column tile
-  EXPECT_EQ(rec_plan(s).bv, 16);
-  s.pool_dt = DType::f32, s.N = 4;  // 128 heads x 8 tiles of 16 >= 2 x 132
-  EXPECT_EQ(rec_plan(s).bv, 16);
   s.N = 8;  // 256 heads x 4 tiles of 32 >= 4 x 132, x 2 tiles of 64 < 8 x 132
   pl = rec_plan(s);
   EXPECT_EQ(pl.kernel, RecurrentKernel::direct);
