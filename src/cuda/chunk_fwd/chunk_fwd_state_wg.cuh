@@ -330,16 +330,20 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
         for (int jn = 0; jn < NJ; ++jn) o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
       }
     }
+    // wide: the operands of the next products that do not depend on the barriers (the record's fragments, K^T, from
+    // the chunk's landed tiles) are loaded before them, so their latency is under the barrier's wait
+    uint32_t af[wide ? 2 : 1][4][4];  // A diag(beta): hi, lo (wide); one part at a time (narrow)
+    if constexpr (wide) {
+      load_causal_frags(afr, wi, lane, af[0]);
+      load_causal_frags(afr + 32, wi, lane, af[1]);
+    }
     named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
 
-    // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta); U^T as hi + lo
+    // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta)
+    float u[NJ][4];  // written by the first wgmma (accumulate = 0)
     {
-      float u[NJ][4];  // written by the first wgmma (accumulate = 0)
       float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
       if constexpr (wide) {  // both parts in one group
-        uint32_t af[2][4][4];
-        load_causal_frags(afr, wi, lane, af[0]);
-        load_causal_frags(afr + 32, wi, lane, af[1]);
         wg::fence();
 #pragma unroll
         for (int part = 0; part < 2; ++part)
@@ -349,37 +353,50 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
         wg::commit();
         wg::wait0();
       } else {  // hi, then lo in a second group: 16 registers of fragments live (no spills at 128)
-        uint32_t af[4][4];
 #pragma unroll
         for (int part = 0; part < 2; ++part) {
-          load_causal_frags(afr + 32 * part, wi, lane, af);
+          load_causal_frags(afr + 32 * part, wi, lane, af[0]);
           wg::fence();
 #pragma unroll
-          for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(uv, af[kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
+          for (int kc = 0; kc < 4; ++kc)
+            wg::mma_rs<BF16, WN>(uv, af[0][kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
           wg::commit();
           wg::wait0();
         }
       }
-      // diag(dk) U (fp32 product) as hi + lo for the state update, over the dead S0^T (hi in key block 1, lo in key
-      // block 0; phase 1 was waited by every warp of this warpgroup before R^T's barrier); U_hi, U_lo for P U.
-      // diag(dk) U needs its lo part: with near-identical keys K^T diag(dk) U is a telescoping sum of U's rows, and
-      // 64 independent 16-bit roundings of the rows add up to ~1e-2 in the final state (measured on the H200,
-      // tests/cuda CudaChunkFwd.IdenticalKeysFullLastChunk; docs/chunk_fwd.md "Numerics").
+    }
+    // U_hi, U_lo (the B operand of P U) at U^T
+    auto store_ut = [&]() {
       uint32_t xh[NJ][2], xl[NJ][2];
-      if constexpr (has_output) {  // (the summary has no P U)
-        split_acc<BF16>(u, xh, xl);
-        store_transposed(uh_slice, xh, wi, lane);
-        store_transposed(ul_slice, xl, wi, lane);
-      }
-      const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
-#pragma unroll
-      for (int jn = 0; jn < NJ; ++jn) u[jn][0] *= dk0, u[jn][1] *= dk0, u[jn][2] *= dk1, u[jn][3] *= dk1;
       split_acc<BF16>(u, xh, xl);
+      store_transposed(uh_slice, xh, wi, lane);
+      store_transposed(ul_slice, xl, wi, lane);
+    };
+    // diag(dk) U (fp32 product) as hi + lo for the state update, over the dead S0^T (hi in key block 1, lo in key
+    // block 0; phase 1 was waited by every warp of this warpgroup before R^T's barrier). diag(dk) U needs its lo part:
+    // with near-identical keys K^T diag(dk) U is a telescoping sum of U's rows, and 64 independent 16-bit roundings of
+    // the rows add up to ~1e-2 in the final state (measured on the H200, tests/cuda
+    // CudaChunkFwd.IdenticalKeysFullLastChunk; docs/chunk_fwd.md "Numerics").
+    {
+      if constexpr (has_output && !wide) store_ut();  // (wide: under the update, phase 3)
+      const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
+      float du[NJ][4];
+#pragma unroll
+      for (int jn = 0; jn < NJ; ++jn)
+        du[jn][0] = u[jn][0] * dk0, du[jn][1] = u[jn][1] * dk0, du[jn][2] = u[jn][2] * dk1, du[jn][3] = u[jn][3] * dk1;
+      uint32_t xh[NJ][2], xl[NJ][2];
+      split_acc<BF16>(du, xh, xl);
       store_transposed(st_slice + 8192, xh, wi, lane);
       store_transposed(st_slice, xl, wi, lane);
       wg::fence_async_smem();
     }
-    named_barrier<128>(1 + wgi);  // U^T of this slice complete
+    uint32_t kt[wide ? 2 : 1][4][4];  // K^T of key blocks 0, 1 (wide); one block at a time (narrow)
+    if constexpr (wide) {
+      scale_state(sacc, hdr[192]);                         // S <- en S
+      load_kt_frags(sm.k[bf], r0 - g8, lane, kt[0]);       // keys 16 wi .. (block 0)
+      load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, kt[1]);  // keys 64 + 16 wi .. (block 1)
+    }
+    named_barrier<128>(1 + wgi);  // diag(dk) U^T of this slice complete (and U^T, narrow)
 
     // ---- phase 3: the state update S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (B = the hi
     // part at S0^T's key block 1, the lo part at key block 0) and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (P from
@@ -398,31 +415,30 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
         }
       }
     };
-    scale_state(sacc, hdr[192]);  // S <- en S
+    if constexpr (!wide) scale_state(sacc, hdr[192]);  // S <- en S
     float(&s0)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[0]);
     float(&s1)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[1]);
     if constexpr (wide) {
-      // the update (both key blocks) in one group, P U in a second one: the state's chain waits for the update
-      // only, and P U runs under the next chunk's S0^T stores
-      uint32_t f0[4][4], f1[4][4];
-      load_kt_frags(sm.k[bf], r0 - g8, lane, f0);       // keys 16 wi .. (block 0)
-      load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, f1);  // keys 64 + 16 wi .. (block 1)
-      uint32_t p0[4][4], p1[4][4];
-      if constexpr (has_output) {
-        load_causal_frags(pfr, wi, lane, p0);
-        load_causal_frags(pfr + 32, wi, lane, p1);
-      }
+      // the update (both key blocks) in one group; U^T is stored while it runs, then P U in a second group: the
+      // state's chain waits for the update only, and P U runs under the next chunk's S0^T stores
       wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s0, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s0, kt[0][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s0, f0[kc], wg::desc_at(st_lo, kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s0, kt[0][kc], wg::desc_at(st_lo, kc * 32), 1);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s1, f1[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s1, kt[1][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s1, f1[kc], wg::desc_at(st_lo, kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s1, kt[1][kc], wg::desc_at(st_lo, kc * 32), 1);
       wg::commit();
       if constexpr (has_output) {
+        store_ut();
+        wg::fence_async_smem();
+        named_barrier<128>(1 + wgi);  // U^T of this slice complete
+        uint32_t p0[4][4], p1[4][4];
+        load_causal_frags(pfr, wi, lane, p0);
+        load_causal_frags(pfr + 32, wi, lane, p1);
+        wg::fence();
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(ov, p0[kc], wg::desc_at(ut_lo, kc * 32), 1);
 #pragma unroll
@@ -440,7 +456,8 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
         wg::wait0();
     } else {
       // K^T of key block 0 with P_hi, then key block 1 with P_lo (16 registers of fragments per operand)
-      uint32_t f0[4][4], f1[4][4];
+      uint32_t(&f0)[4][4] = kt[0];
+      uint32_t f1[4][4];
       load_kt_frags(sm.k[bf], r0 - g8, lane, f0);  // keys 16 wi .. (block 0)
       wg::fence();
 #pragma unroll
