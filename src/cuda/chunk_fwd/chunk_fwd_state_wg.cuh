@@ -1,31 +1,28 @@
 // The state pass of the two-pass prefill on Hopper warpgroup MMA (wgmma), K = V = 128 (the default there):
 // the same chain and the same rounding points as chunk_fwd_state.cuh (gdn-math §5.3-§5.5, records from
-// chunk_fwd_intra.cuh), with every product on wgmma m64n32k16 and the 16-bit operands in the 128-byte-swizzled
-// K-major layout (cuda/common/wgmma.cuh), read once per warpgroup instead of once per warp.
+// chunk_fwd_intra.cuh), with every product on wgmma (m64n64k16, or m64n32k16 in the 32-column form) and the 16-bit
+// operands in the 128-byte-swizzled K-major layout (cuda/common/wgmma.cuh).
 //
-// One CTA (512 threads) owns (work item, value head) and both 64-column value halves hf. Warpgroup (hf, slice) owns
-// 32 value columns and runs the whole chain for them with no other warpgroup involved (only the double-buffered
-// q, k, v and record tiles are shared, through mbarriers, not a CTA barrier); its state, 128 keys x 32 columns in fp32,
-// is two m64n32 accumulators (key blocks) in registers for the whole walk. Per chunk:
+// One CTA owns (work item, value head) and both 64-column value halves hf. Warpgroup (hf, slice) owns WN = 64 value
+// columns (one warpgroup per half, 256 threads; WN = 32: two per half, 512 threads) and runs the whole chain for them
+// with no other warpgroup involved (only the double-buffered q, k, v and record tiles are shared, through mbarriers,
+// not a CTA barrier); its state, 128 keys x WN columns in fp32, is two m64 accumulators (key blocks) in registers for
+// the whole walk. Per chunk:
 //
-//   phase 1  K S0 and Q S0 (16 wgmma in two groups, A = k / q [token][key], B = S0^T [value][key] from shared
+//   phase 1  K S0 and Q S0 (8 wgmma each, two groups, A = k / q [token][key], B = S0^T [value][key] from shared
 //            memory); R = V - diag(ek) K S0 -> R^T (stmatrix.trans) while Q S0 runs, O = diag(eq) Q S0 kept in
 //            registers
 //   phase 2  U = (A diag(beta)) R, A diag(beta) hi + lo from the record's m16n8k16 fragments as register A operands
-//            (8 wgmma); U -> U^T_hi, U^T_lo, and (diag(dk) U)^T as hi + lo over the dead S0^T
+//            (8 wgmma); (diag(dk) U)^T as hi + lo over the dead S0^T
 //   phase 3  S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (16 wgmma, K^T by ldmatrix.trans
-//            of the swizzled k tile) and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from registers), O
-//            stored, S0^T for the next chunk
+//            of the swizzled k tile); U^T_hi, U^T_lo and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from
+//            registers), O stored; S0^T for the next chunk
 //
 // Synchronization per chunk: wait for the chunk's tiles (full), release them (empty, every thread after its own last
-// read), four named barriers per warpgroup (R^T, U^T complete; the update read; S0^T complete). The causal zero
-// blocks of A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block). Work per
-// chunk and CTA: 208 m64n32k16 = 13.6 MFLOP, ~3.4k cycles at the SM's dense rate.
-//
-// Cost (H200, B=8 T=4096 H=16, one CTA per SM, 64 chunks per CTA): 5.1 us per chunk against 6.3 for the mma.sync
-// state pass (chunk_fwd_state.cuh). ~10k cycles per chunk against ~3.4k of tensor work: latency-bound (phase
-// dependencies, the four warpgroups' coupling through the shared double buffer; docs/chunk_fwd.md).
-// compute-sanitizer racecheck: clean.
+// read), named barriers per warpgroup (R^T, diag(dk) U^T, U^T complete; the update read; S0^T complete). The causal
+// zero blocks of A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block).
+// Work per chunk and CTA: 104 m64n64k16 = 13.6 MFLOP, ~3.3k cycles at the SM's dense rate. The chain of one chunk
+// step and its cost: docs/chunk_fwd.md "State pass". compute-sanitizer racecheck: clean (the 32-column form).
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
