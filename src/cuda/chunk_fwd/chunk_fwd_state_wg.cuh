@@ -201,27 +201,65 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
   const E* vbase = static_cast<const E*>(a.v) + bidx * a.v_sb + h * a.v_sh + vcol0;
   E* obase = static_cast<E*>(a.o) + bidx * a.o_sb + h * a.o_sh + vcol0 + cb;
 
-  // Every load of chunk ck into buffer bf (rows past the sequence end zero-filled by the same copies).
+  // Every load of chunk ck into buffer bf (rows past the sequence end zero-filled by the same copies). The k and q
+  // vector kv of rows kr0 + (NTH / 16) p and the value vector vv of rows vr0 + (HTH / 8) p are this thread's for the
+  // whole walk, so a chunk's source addresses are its first row plus fixed steps (a 64-bit add per copy, no
+  // multiply); rows at or past nv read the chunk's first row (always valid) and land as zeros.
+  const int kr0 = tid >> 4, kv = tid & 15, vr0 = (tid & (HTH - 1)) >> 3, vv = tid & 7;
+  constexpr int kRecVec = static_cast<int>((has_output ? kRecBytes : kRecHdrBytes + kRecABytes) / 16);
+  const int64_t kstep = (NTH / 16) * a.k_st, qstep = (NTH / 16) * a.q_st, vstep = (HTH / 8) * a.v_st;
   auto issue = [&](int64_t ck, int bf) {
-    const int64_t nv = len - ck * kC, tok = t0 + ck * kC;
-    copy_record<NTH>(a, n, t0, ck, h, sm.rec[bf], has_output ? kRecBytes : kRecHdrBytes + kRecABytes, tid);
+    const int64_t tok = t0 + ck * kC;
+    const int nv = len - ck * kC < kC ? static_cast<int>(len - ck * kC) : kC;  // the chunk's valid rows
+    {  // the record's first kRecVec vectors (copy_record's copies with a trip count independent of tid: unrolled)
+      const uint4* src = reinterpret_cast<const uint4*>(a.rec + (chunk_slot(a, n, t0, ck) * a.Hv + h) * kRecBytes);
+      uint4* dst = reinterpret_cast<uint4*>(sm.rec[bf]);
+#pragma unroll
+      for (int p = 0; p < (kRecVec + NTH - 1) / NTH; ++p) {
+        const int i = tid + NTH * p;
+        if (kRecVec % NTH == 0 || i < kRecVec) cp_async<16>(dst + i, src + i);
+      }
+    }
+    if constexpr (!wide) {  // (128 registers: the per-copy address arithmetic keeps fewer values live)
+#pragma unroll
+      for (int p = 0; p < 1024 / NTH; ++p) {  // 64 rows x 16 vectors of 16 bytes per tile
+        const int i = tid + NTH * p, r = i >> 4, vc = i & 15;
+        const bool valid = r < nv;
+        const int64_t row = tok + (valid ? r : 0);
+        cp_async16_zfill(&sm.k[bf][vc >> 3][wg::swz(r, vc & 7)], kbase + row * a.k_st + vc * 8, valid);
+        if (has_output) cp_async16_zfill(&sm.q[bf][vc >> 3][wg::swz(r, vc & 7)], qbase + row * a.q_st + vc * 8, valid);
+      }
+      if (has_values) {
+#pragma unroll
+        for (int p = 0; p < 512 / HTH; ++p) {
+          const int r = vr0 + (HTH / 8) * p;
+          const bool valid = r < nv;
+          cp_async16_zfill(&sm.v[bf][hf][r * LDV + vv * 8], vbase + (tok + (valid ? r : 0)) * a.v_st + vv * 8, valid);
+        }
+      }
+      return;
+    }
+    const E* k0 = kbase + tok * a.k_st + kv * 8;  // row 0 of the chunk
+    const E* q0 = qbase + tok * a.q_st + kv * 8;
+    const E* kp = k0 + kr0 * a.k_st;
+    const E* qp = q0 + kr0 * a.q_st;
 #pragma unroll
     for (int p = 0; p < 1024 / NTH; ++p) {  // 64 rows x 16 vectors of 16 bytes per tile
-      const int i = tid + NTH * p, r = i >> 4, vv = i & 15;
-      unsigned char* dk = &sm.k[bf][vv >> 3][wg::swz(r, vv & 7)];
-      unsigned char* dq = &sm.q[bf][vv >> 3][wg::swz(r, vv & 7)];
-      const bool valid = r < nv;  // rows past the sequence end: zeros (row 0, always valid, as the unread source)
-      const int64_t row = tok + (valid ? r : 0);
-      cp_async16_zfill(dk, kbase + row * a.k_st + vv * 8, valid);
-      if (has_output) cp_async16_zfill(dq, qbase + row * a.q_st + vv * 8, valid);
+      const int r = kr0 + (NTH / 16) * p;
+      const bool valid = r < nv;
+      cp_async16_zfill(&sm.k[bf][kv >> 3][wg::swz(r, kv & 7)], valid ? kp : k0, valid);
+      if (has_output) cp_async16_zfill(&sm.q[bf][kv >> 3][wg::swz(r, kv & 7)], valid ? qp : q0, valid);
+      kp += kstep, qp += qstep;
     }
     if (has_values) {  // this half's value tile (64 rows x 8 vectors) over its HTH threads
-      const int ht = tid & (HTH - 1);
+      const E* v0 = vbase + tok * a.v_st + vv * 8;
+      const E* vp = v0 + vr0 * a.v_st;
 #pragma unroll
       for (int p = 0; p < 512 / HTH; ++p) {
-        const int r = (HTH * p + ht) >> 3, vec = ht & 7;
+        const int r = vr0 + (HTH / 8) * p;
         const bool valid = r < nv;
-        cp_async16_zfill(&sm.v[bf][hf][r * LDV + vec * 8], vbase + (tok + (valid ? r : 0)) * a.v_st + vec * 8, valid);
+        cp_async16_zfill(&sm.v[bf][hf][r * LDV + vv * 8], valid ? vp : v0, valid);
+        vp += vstep;
       }
     }
   };
