@@ -316,6 +316,17 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
     float d[NJ][4], o[NJ][4];  // written by the first wgmma of each (accumulate = 0)
     float(&dv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(d);
     float(&ov)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(o);
+    // this thread's values of the chunk (rows r0, r1; packed pairs, zero for the summary's M tiles)
+    uint32_t vr[NJ][2];
+    auto load_v = [&]() {
+      const uint16_t* vt = sm.v[bf][hf];
+#pragma unroll
+      for (int jn = 0; jn < NJ; ++jn) {
+        const int j = cb + 8 * jn + 2 * t4;
+        vr[jn][0] = has_values ? *reinterpret_cast<const uint32_t*>(&vt[r0 * LDV + j]) : 0u;
+        vr[jn][1] = has_values ? *reinterpret_cast<const uint32_t*>(&vt[r1 * LDV + j]) : 0u;
+      }
+    };
     {
       const uint32_t k_lo = k_lo0 + bf * (sizeof(sm.k[0]) >> 4), q_lo = q_lo0 + bf * (sizeof(sm.q[0]) >> 4);
       wg::fence();
@@ -334,8 +345,8 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
         wg::commit();
       }
       // wide: the loads of chunk c + 1 are issued while the tensor cores run phase 1 (with half as many threads each
-      // thread issues twice the copies; the issue slots are idle here)
-      if constexpr (wide) refill();
+      // thread issues twice the copies; the issue slots are idle here), and the values are read before the wait
+      if constexpr (wide) refill(), load_v();
       if constexpr (has_output)
         wg::wait1();  // K S0 done, Q S0 may still run
       else
@@ -344,16 +355,12 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
 
     // R = V - diag(ek) K S0 -> R^T;  O = diag(eq) Q S0
     {
-      const uint16_t* vt = sm.v[bf][hf];
+      if constexpr (!wide) load_v();
       const float ek0 = hdr[r0], ek1 = hdr[r1], eq0 = hdr[64 + r0], eq1 = hdr[64 + r1];
       uint32_t x[NJ][2];
 #pragma unroll
       for (int jn = 0; jn < NJ; ++jn) {
-        const int j = cb + 8 * jn + 2 * t4;
-        float2 v0 = make_float2(0.f, 0.f), v1 = v0;
-        if (has_values)  // M tiles of the summary: zero values
-          v0 = P::unpack(*reinterpret_cast<const uint32_t*>(&vt[r0 * LDV + j])),
-          v1 = P::unpack(*reinterpret_cast<const uint32_t*>(&vt[r1 * LDV + j]));
+        const float2 v0 = P::unpack(vr[jn][0]), v1 = P::unpack(vr[jn][1]);
         x[jn][0] = P::pack(v0.x - ek0 * d[jn][0], v0.y - ek0 * d[jn][1]);
         x[jn][1] = P::pack(v1.x - ek1 * d[jn][2], v1.y - ek1 * d[jn][3]);
       }
