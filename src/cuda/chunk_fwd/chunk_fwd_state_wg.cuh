@@ -434,7 +434,9 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
     }
     uint32_t kt[wide ? 2 : 1][4][4];  // K^T of key blocks 0, 1 (wide); one block at a time (narrow)
     if constexpr (wide) {
-      scale_state(sacc, hdr[192]);                         // S <- en S
+      // S <- en S. (Not under phase 1: ptxas then injects a wait for every product in flight there, C7517, as the
+      // state's registers are the update's accumulators.)
+      scale_state(sacc, hdr[192]);
       load_kt_frags(sm.k[bf], r0 - g8, lane, kt[0]);       // keys 16 wi .. (block 0)
       load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, kt[1]);  // keys 64 + 16 wi .. (block 1)
     }
