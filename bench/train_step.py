@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Training forward + backward of chunk_gated_delta_rule (bf16, K = V = 128, l2norm in kernel, final state in the
 loss) for flashgdn and, when importable in this process, FlashQLA: eager step time (median of 10 after warm-up,
-CUDA events) and the kernel time of one step (torch.profiler, CUDA kernels summed), gradients checked against
-each other. FLA 0.6 routes its chunk ops to FlashQLA when flash_qla is importable: run FLA in another process.
+CUDA events), the step replayed as one CUDA graph (median of 10; "n/a" where an implementation cannot be
+captured), the kernel time of one step (torch.profiler, CUDA kernels summed), TFLOP/s of the graph (or eager)
+time by gdn-math §9.2 / §9.3 (forward + backward count), the floor max(compulsory bytes / copy rate, FLOPs / bf16
+GEMM rate) with both rates measured in this run, and gradients checked against each other. Host overhead of an
+eager step = eager - graph. FLA 0.6 routes its chunk ops to FlashQLA when flash_qla is importable: run FLA in
+another process.
 
     python3 bench/train_step.py [--out FILE.json] [--peer flashqla|fla|none] [--shapes 8k,32k,4x8k] [--kernels N]
 """
@@ -38,18 +42,71 @@ def step_fn(fn, xs, cu, do):
     return step
 
 
+def median_ms(fn, reps=10):
+    ts = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(True), torch.cuda.Event(True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e))
+    return statistics.median(ts)
+
+
+def graph_ms(step):
+    """The whole fwd + bwd step captured once and replayed (None where capture fails)."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            step()  # warm-up on the capture stream (allocator pools, lazy init)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        graph.replay()
+        torch.cuda.synchronize()
+        return median_ms(graph.replay)
+    except Exception as e:  # noqa: BLE001 - a peer that cannot be captured is reported, never fatal
+        print(f"    graph capture failed: {type(e).__name__}: {str(e)[:100]}")
+        torch.cuda.synchronize()
+        return None
+
+
+def ceilings():
+    """Device copy (read + write) TB/s and bf16 GEMM 8192^3 TFLOP/s, measured here."""
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    b.copy_(a)
+    copy = 2 * a.numel() / (median_ms(lambda: b.copy_(a)) * 1e-3) / 1e12
+    x = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    x @ x
+    gemm = 2 * 8192 ** 3 / (median_ms(lambda: x @ x) * 1e-3) / 1e12
+    del a, b, x
+    torch.cuda.empty_cache()
+    return copy, gemm
+
+
+def cost(lens, hqk, hv, K=128, V=128, C=64):
+    """fwd + bwd FLOPs (gdn-math §9.2, §9.3) and compulsory bytes (bf16 q, k, v, o, do, dq, dk, dv; fp32 g, beta,
+    dg, dbeta; each read once per pass that needs it; the fp32 final state and its gradient)."""
+    T = sum(lens)
+    f_fwd = 6 * K * V + 2 * C * (3 * K + 2 * V) + C * C / 3
+    f_bwd = 16 * K * V + 2 * C * (9 * K + 5 * V) + 4 * C * C
+    flops = T * hv * (f_fwd + f_bwd)
+    qk = 2 * hqk * K * 2  # q, k in bf16
+    byts = T * (qk + hv * V * 2 + hv * 8 + hv * V * 2)  # forward: q, k, v, g, beta in; o out
+    byts += T * (qk + 2 * hv * V * 2 + hv * 8 + qk + hv * V * 2 + hv * 8)  # backward: q, k, v, do, g, beta; dq..dbeta
+    byts += 2 * len(lens) * hv * K * V * 4  # final state out, its gradient in
+    return flops, byts
+
+
 def time_step(step, top=0):
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    ts = []
-    for _ in range(10):
-        s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-        s.record()
-        step()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
+    eager = median_ms(step)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
@@ -57,7 +114,7 @@ def time_step(step, top=0):
     kern = sum(e.device_time_total for e in avgs) / 1e3
     for e in sorted(avgs, key=lambda e: -e.device_time_total)[:top]:  # where the step's kernel time goes
         print(f"    {e.device_time_total / 1e3:8.3f} ms  {e.count:3d}x  {e.key[:110]}")
-    return statistics.median(ts), kern
+    return eager, graph_ms(step), kern
 
 
 def main():
@@ -84,13 +141,18 @@ def main():
         except Exception as e:  # noqa: BLE001
             print(f"fla: not available ({type(e).__name__}: {e})")
     rows = []
-    print("| shape | impl | step ms (eager) | kernels ms | grad rel err vs flashgdn |")
-    print("|---|---|---|---|---|")
+    copy, gemm = ceilings()
+    print(f"ceilings: copy {copy:.2f} TB/s, bf16 GEMM {gemm:.0f} TFLOP/s")
+    print("| shape | impl | step ms (eager) | graph ms | kernels ms | host overhead ms | TFLOP/s | x floor "
+          "| flashgdn speedup vs this | grad rel err vs flashgdn |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.shapes.split(","):
         lens, hqk, hv = SHAPES[name]
         xs, cu = inputs(lens, hqk, hv)
         do = torch.randn(1, sum(lens), hv, 128, dtype=torch.bfloat16, device="cuda")
-        ref = None
+        ref, base = None, None
+        flops, byts = cost(lens, hqk, hv)
+        floor = max(byts / (copy * 1e12), flops / (gemm * 1e12)) * 1e3
         for impl, fn in impls.items():
             try:
                 grads = step_fn(fn, xs, cu, do)()
@@ -98,9 +160,15 @@ def main():
                     ref, err = grads, 0.0
                 else:
                     err = max(((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(grads, ref))
-                ms, kern = time_step(step_fn(fn, xs, cu, do), args.kernels)
-                rows.append(dict(shape=name, impl=impl, step_ms=ms, kernel_ms=kern, rel_err=err))
-                print(f"| {name} | {impl} | {ms:.3f} | {kern:.3f} | {err:.1e} |")
+                ms, gms, kern = time_step(step_fn(fn, xs, cu, do), args.kernels)
+                t = gms if gms is not None else ms
+                base = t if base is None else base
+                rows.append(dict(shape=name, impl=impl, step_ms=ms, graph_ms=gms, kernel_ms=kern, rel_err=err,
+                                 tflops=flops / (t * 1e-3) / 1e12, floor_ms=floor, copy_tbps=copy, gemm_tflops=gemm))
+                g_txt = f"{gms:.3f}" if gms is not None else "n/a"
+                h_txt = f"{ms - gms:.3f}" if gms is not None else "n/a"
+                print(f"| {name} | {impl} | {ms:.3f} | {g_txt} | {kern:.3f} | {h_txt} | {flops / (t * 1e-3) / 1e12:.1f} "
+                      f"| {t / floor:.2f} | {t / base:.2f}x | {err:.1e} |")
             except Exception as e:  # noqa: BLE001 - a failing peer is reported, never fatal
                 print(f"| {name} | {impl} | failed: {type(e).__name__}: {str(e)[:120]} | | |")
             torch.cuda.empty_cache()

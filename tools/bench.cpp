@@ -80,7 +80,8 @@ struct BenchOptions {
   std::vector<std::string> cases;
   std::string json_path;
   int reps = 20;
-  ExecOptions exec;  // kernel overrides for A/B runs (--recurrent-kernel, --chunk-segments)
+  ExecOptions exec;               // kernel overrides for A/B runs (--recurrent-kernel, --chunk-segments)
+  std::string gates = "uniform";  // the prefill's g per token (--gates)
 };
 
 #if FLASHGDN_WITH_CUDA
@@ -261,13 +262,28 @@ BenchResult bench_recurrent(const RecurrentShape& s, int reps, const ExecOptions
 }
 
 // ---- prefill cases -------------------------------------------------------------------------------------
+// The prefill's g per (token, value head), g of shape [1, T, Hv]: "uniform" U(-0.1, 0); "logsigmoid"
+// logsigmoid(N(0, 1)) (fast decay); "flashqla" FlashQLA's benchmark gates, logsigmoid(N(0, 1)) / 16 with every
+// fourth value head at g = 0 (no decay: the segment split's summaries then cover whole segments).
+void fill_gates(DeviceTensor& g, int64_t T, int64_t Hv, const std::string& gates) {
+  if (gates == "uniform") return fill_random(g, 24, -0.1, 0.0, true);
+  HostTensor h(DType::f32, {T * Hv});
+  test::Rng rng(24);
+  const double scale = gates == "flashqla" ? 1.0 / 16 : 1.0;
+  for (int64_t i = 0; i < T * Hv; ++i) {
+    const double x = rng.normal(), logsig = x < 0 ? x - std::log1p(std::exp(x)) : -std::log1p(std::exp(-x));
+    h.set(i, gates == "flashqla" && i % Hv % 4 == 0 ? 0.0 : scale * logsig);
+  }
+  cuda_check(cudaMemcpy(g.ptr, h.data(), g.bytes, cudaMemcpyHostToDevice), "fill_gates");
+}
+
 struct PrefillShape {
   std::vector<int64_t> lens;  // one entry: B = 1 fixed length; several: varlen
   int64_t Hqk = 16, Hv = 16;
   DType dtype = DType::bf16;
 };
 
-BenchResult bench_prefill(const PrefillShape& s, int reps, const ExecOptions& exec) {
+BenchResult bench_prefill(const PrefillShape& s, int reps, const ExecOptions& exec, const std::string& gates) {
   const int64_t K = 128, V = 128, C = 64, Hqk = s.Hqk, Hv = s.Hv;
   int64_t T = 0;
   for (auto l : s.lens) T += l;
@@ -277,7 +293,7 @@ BenchResult bench_prefill(const PrefillShape& s, int reps, const ExecOptions& ex
   DeviceTensor g(DType::f32, {1, T, Hv}), beta(DType::f32, {1, T, Hv}), o(s.dtype, {1, T, Hv, V});
   DeviceTensor ht(DType::f32, {N, Hv, K, V}), cu;
   fill_random(q, 21), fill_random(k, 22), fill_random(v, 23);
-  fill_random(g, 24, -0.1, 0.0, true), fill_random(beta, 25, 1.0, 0.0, true);
+  fill_gates(g, T, Hv, gates), fill_random(beta, 25, 1.0, 0.0, true);
   ChunkFwdParams p;
   p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = g.view(), p.beta = beta.view(), p.o = o.view();
   p.final_state = ht.view();
@@ -311,7 +327,7 @@ BenchResult bench_prefill(const PrefillShape& s, int reps, const ExecOptions& ex
   return res;
 }
 
-BenchResult run_case(const std::string& name, int reps, const ExecOptions& exec) {
+BenchResult run_case(const std::string& name, int reps, const ExecOptions& exec, const std::string& gates) {
   BenchResult r;
   auto rec = [&](int64_t N, int64_t T, DType pd, bool verify) {
     RecurrentShape s;
@@ -321,7 +337,7 @@ BenchResult run_case(const std::string& name, int reps, const ExecOptions& exec)
   auto pre = [&](std::vector<int64_t> lens, int64_t hqk, int64_t hv, DType dt) {
     PrefillShape s;
     s.lens = std::move(lens), s.Hqk = hqk, s.Hv = hv, s.dtype = dt;
-    return bench_prefill(s, std::max(3, reps / 4), exec);
+    return bench_prefill(s, std::max(3, reps / 4), exec, gates);
   };
   if (name == "decode_n1")
     r = rec(1, 1, DType::f32, false);
@@ -387,14 +403,15 @@ int run_bench(const BenchOptions& opt) {
   std::printf("measuring ceilings (2 GiB device copy, bf16 GEMM 8192^3)...\n");
   std::fflush(stdout);
   Ceilings ceil = measure_ceilings();
-  std::printf("copy %.2f TB/s, bf16 GEMM %.0f TFLOP/s\n\n", ceil.copy_tbps, ceil.gemm_tflops);
+  std::printf("copy %.2f TB/s, bf16 GEMM %.0f TFLOP/s; prefill gates %s\n\n", ceil.copy_tbps, ceil.gemm_tflops,
+              opt.gates.c_str());
   std::vector<BenchResult> results;
   for (size_t i = 0; i < names.size(); ++i) {
     std::printf("[%zu/%zu] %s ...\n", i + 1, names.size(), names[i].c_str());
     std::fflush(stdout);
     BenchResult r;
     try {
-      r = run_case(names[i], reps, opt.exec);
+      r = run_case(names[i], reps, opt.exec, opt.gates);
     } catch (const std::exception& e) {
       r.status = e.what();
     }
@@ -472,6 +489,11 @@ Command add_bench(CLI::App& app) {
                   "force the prefill's segment split: 1 off, P segments (exec.chunk_fwd_segments; 0 auto)")
       ->check(integer_in<int32_t>(0, 4096))
       ->type_name("P");
+  sub->add_option("--gates", opt->gates,
+                  "the prefill's g per token: uniform U(-0.1, 0), logsigmoid logsigmoid(N(0, 1)), flashqla "
+                  "logsigmoid(N(0, 1)) / 16 with every fourth value head at 0")
+      ->check(CLI::IsMember({"uniform", "logsigmoid", "flashqla"}))
+      ->capture_default_str();
   return {sub, [opt] { return run_bench(*opt); }};
 }
 

@@ -22,11 +22,17 @@ const char* state_pass_name(ChunkStatePass s) {
 // The segment count of the automatic split: a state-pass CTA (16 warps, ~218 KB of shared memory: one per SM) walks
 // the chunks of one (work item, value head) with all V / 64 value tiles; the summary mode has (K + V) / 64 tiles, so
 // ceil((K + V) / V) CTAs per (item, head), each ~0.8 of a forward CTA's time per chunk (no q, no P U). In chunk-steps
-//   cost(P) = Ls waves(forward) + 0.8 Ls waves(summary) + 0.3 (P - 1) + 3   (the last two: the scan and launches),
-// Ls = ceil(chunks / P); the fastest P of 1..64 wins (bench/results: it picks the fastest measured P in every case).
-// Unsplit when the heads alone fill the SMs or the sequences are short (< 16 chunks). The summaries are priced at
-// their full length, the worst case: a summary shrinks to its decay window (docs/chunk_fwd.md) only where the
-// gates decay, and the gates are device data that a plan never reads.
+//   cost(P) = Ls w + 20 (w - 1) + 0.8 Ls waves(ceil(x1 / 2)) + 0.3 (P - 1) + 3,   Ls = ceil(chunks / P),
+// w the forward's waves of CTAs, x1 the summary CTAs; the fastest P of 1..64 wins. The terms, fitted to the H200
+// sweep under two gate distributions (bench/results, `flashgdn bench --gates G --chunk-segments P`):
+// - a second wave of forward CTAs costs ~20 chunk-steps beyond its chunks (~0.1 ms measured at every shape);
+// - a summary runs its whole segment only where the gates do not decay (its decay window, docs/chunk_fwd.md,
+//   covers the rest in a chunk or two). The gates are device data that a plan never reads, so the model assumes
+//   half of the summaries run full length. Measured: the chosen P is the fastest at T = 32K H = 16 and
+//   Hqk = 16 / Hv = 32 under both logsigmoid gates and FlashQLA's (a quarter of the heads at g = 0); at T = 128K
+//   H = 32 under FlashQLA's gates it is 10% behind P = 8; where no head decays the model's P can be up to ~10%
+//   behind the best (P = 3 at Hv = 32, which prices every summary at full length).
+// Unsplit when the heads alone fill the SMs or the sequences are short (< 16 chunks).
 int64_t auto_segments(const ChunkDims& d, int64_t avg, int32_t sms, std::string* why) {
   const int64_t vt = d.V / kChunkFwdTile, kt = d.K / kChunkFwdTile;
   const int64_t base = d.N * d.Hv;
@@ -44,8 +50,9 @@ int64_t auto_segments(const ChunkDims& d, int64_t avg, int32_t sms, std::string*
   for (int cand = 1; cand <= 64; ++cand) {
     const int64_t ls = ceil_div(avg, cand), nseg = ceil_div(avg, ls);
     const int64_t x2 = d.N * nseg * d.Hv, x1 = d.N * (nseg - 1) * d.Hv * sum_ctas;
-    double cost = double(ls) * double(ceil_div(x2, sms));
-    if (nseg > 1) cost += double(ls) * 0.8 * double(ceil_div(x1, sms)) + 0.3 * double(nseg - 1) + 3.0;
+    const int64_t waves = ceil_div(x2, sms);
+    double cost = double(ls) * double(waves) + 20.0 * double(waves - 1);
+    if (nseg > 1) cost += double(ls) * 0.8 * double(ceil_div(ceil_div(x1, 2), sms)) + 0.3 * double(nseg - 1) + 3.0;
     if (cost < best - 1e-9) best = cost, P = nseg;
   }
   *why = detail::str_cat("cost model: ", base, " (sequence, head) chains on ", sms, " SMs, ~", avg,
@@ -177,12 +184,15 @@ int32_t wy_bv(const RecurrentDims& d, const RecShape& r, int32_t sms) {
 // The direct kernel's tile width (one CTA per tile, no persistence). Single-token, large batches (>= 2 waves of 4
 // CTAs per SM): 128 columns on a K-major 16-bit pool (the packed state, 4 CTAs/SM x 32 KB in flight), else 64 (twice
 // the state bytes in flight per CTA); then 32 once that gives >= 4 CTAs per SM; 16 spreads a small batch over more
-// SMs. (The 128- and 64-column tiles exist for one token only: T is the total token count.)
+// SMs, and 8 (fp32 states) where 16 would give fewer than 2 tiles per SM (N = 1: 512 CTAs, half the state vectors,
+// FMAs and shuffles per thread on the latency chain). (The 128-, 64- and 8-column tiles exist for one token only:
+// T is the total token count.)
 int32_t direct_bv(const RecurrentDims& d, const RecShape& r, int32_t sms) {
   const bool one = d.T <= 1;
   if (one && r.pool16 && r.kmajor && d.V % 128 == 0 && r.heads * (d.V / 128) >= 8 * int64_t(sms)) return 128;
   if (one && d.V % 64 == 0 && r.heads * (d.V / 64) >= 8 * int64_t(sms)) return 64;
   if (d.V % 32 == 0 && r.heads * (d.V / 32) >= 4 * int64_t(sms)) return 32;
+  if (one && !r.pool16 && r.heads * (d.V / 16) < 2 * int64_t(sms)) return 8;
   return 16;
 }
 

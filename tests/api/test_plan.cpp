@@ -71,7 +71,8 @@ TEST(ChunkFwdPlan, StatePassByHeadDims) {
 }
 
 // The automatic segment count at the bench's prefill shapes on an H200 (132 SMs). bench/results (the segment-count
-// sweep): T = 32K, H = 16 is fastest at P = 8; T = 128K, H = 32 splits too; with N Hv >= SMs nothing splits.
+// sweep under logsigmoid and FlashQLA's gates): T = 32K is fastest at P = 8 with H = 16 and at P = 4 with
+// Hqk = 16 / Hv = 32 (one wave of forward CTAs); T = 128K, H = 32 splits too; with N Hv >= SMs nothing splits.
 TEST(ChunkFwdPlan, AutomaticSegmentSplit) {
   ChunkShape s;
   s.T = 32768, s.Hqk = s.Hv = 16;
@@ -81,6 +82,10 @@ TEST(ChunkFwdPlan, AutomaticSegmentSplit) {
   EXPECT_EQ(pl.segments, 8) << pl.why;
   EXPECT_EQ(pl.seg_chunks, 64);
   EXPECT_EQ(pl.cap, 8);
+
+  s.Hv = 32;
+  pl = chunk_plan(chunk_call(s));
+  EXPECT_EQ(pl.segments, 4) << pl.why;
 
   s.T = 131072, s.Hqk = s.Hv = 32;
   pl = chunk_plan(chunk_call(s));
@@ -400,10 +405,14 @@ RecurrentPlan rec_plan(const RecShapeSpec& s, int32_t sms = kH200Sms) {
 // The bench's decode cases (Hqk = 16, Hv = 32, K = V = 128) on an H200.
 TEST(RecurrentPlan, SingleTokenDecode) {
   RecShapeSpec s;
-  RecurrentPlan pl = rec_plan(s);  // N = 1: 32 heads, spread thin
+  RecurrentPlan pl = rec_plan(s);  // N = 1, fp32 pool: 32 heads x 8 tiles of 16 < 2 x 132: 8 columns
   EXPECT_EQ(pl.kernel, RecurrentKernel::direct);
-  EXPECT_EQ(pl.bv, 16);
+  EXPECT_EQ(pl.bv, 8);
   EXPECT_TRUE(pl.single_token);
+  s.pool_dt = DType::bf16;  // 16-bit pools have no 8-column tile
+  EXPECT_EQ(rec_plan(s).bv, 16);
+  s.pool_dt = DType::f32, s.N = 4;  // 128 heads x 8 tiles of 16 >= 2 x 132
+  EXPECT_EQ(rec_plan(s).bv, 16);
   s.N = 8;  // 256 heads x 4 tiles of 32 >= 4 x 132, x 2 tiles of 64 < 8 x 132
   pl = rec_plan(s);
   EXPECT_EQ(pl.kernel, RecurrentKernel::direct);

@@ -9,9 +9,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
-#include "cuda/common/cuda_check.cuh"  // prepare_launch
+#include "cuda/common/cuda_check.cuh"   // prepare_launch
+#include "cuda/common/device_util.cuh"  // Storage
 #include "cuda/common/gate.cuh"
 #include "cuda/common/ptx.cuh"
 
@@ -20,31 +22,12 @@ namespace flashgdn::cuda::chunk_detail {
 constexpr int kC = 64;   // chunk size
 constexpr int kBV = 64;  // state columns per CTA
 
+// Elem<BF16>: the 16-bit I/O type of a chunk kernel and its packed pair conversions (Storage<T>, device_util.cuh).
 template <bool BF16>
-struct Elem;
-template <>
-struct Elem<true> {
-  using T = __nv_bfloat16;
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-  static __device__ __forceinline__ float2 unpack(uint32_t u) {
-    __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162*>(&u);
-    return __bfloat1622float2(v);
-  }
-};
-template <>
-struct Elem<false> {
-  using T = __half;
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-  static __device__ __forceinline__ float2 unpack(uint32_t u) {
-    __half2 v = *reinterpret_cast<__half2*>(&u);
-    return __half22float2(v);
-  }
+struct Elem {
+  using T = std::conditional_t<BF16, __nv_bfloat16, __half>;
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) { return Storage<T>::from2(lo, hi); }
+  static __device__ __forceinline__ float2 unpack(uint32_t u) { return Storage<T>::to2(u); }
 };
 
 // gamma = cumsum(g) over a chunk's 64 rows (lane holds rows 2 lane, 2 lane + 1 of g in gv, beta in bv; one warp, a
@@ -281,20 +264,26 @@ __device__ __forceinline__ float row_rnorm(const uint32_t* u) {
   return l2_rnorm(ss);
 }
 
-// A warp's start-state fragments (the layout of store_state: rows rw + 16 mt + g8 (+ 8), columns cb + 8 nt + 2 t4
-// (+ 1)) by start_value.
-template <int MT, int NT>
-__device__ __forceinline__ void load_start_state(const StateRef& src, bool m_tile, bool load, int tile, int vcol0,
-                                                 float (&s)[MT][NT][4], int rw, int cb, int g8, int t4) {
+// Visit a warp's state fragments f(mt, nt, e, i, j): element e of m16n8 tile (mt, nt) is state row
+// i = rw + 16 mt + g8 (+ 8), column j = cb + 8 nt + 2 t4 (+ 1) (the mma accumulator layout).
+template <int MT, int NT, class F>
+__device__ __forceinline__ void for_each_state_element(int rw, int cb, int g8, int t4, F&& f) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
-        s[mt][nt][e] = start_value(src, m_tile, load, tile, vcol0, i, j);
-      }
+      for (int e = 0; e < 4; ++e) f(mt, nt, e, rw + mt * 16 + g8 + (e >> 1) * 8, cb + nt * 8 + 2 * t4 + (e & 1));
+}
+
+// A warp's start-state fragments (the layout of store_state: rows rw + 16 mt + g8 (+ 8), columns cb + 8 nt + 2 t4
+// (+ 1)) by start_value.
+template <int MT, int NT>
+__device__ __forceinline__ void load_start_state(const StateRef& src, bool m_tile, bool load, int tile, int vcol0,
+                                                 float (&s)[MT][NT][4], int rw, int cb, int g8, int t4) {
+  for_each_state_element<MT, NT>(rw, cb, g8, t4, [&](int mt, int nt, int e, int i, int j) {
+    s[mt][nt][e] = start_value(src, m_tile, load, tile, vcol0, i, j);
+  });
 }
 
 // The 16-bit copy of a warp's state fragments (same layout) in a [K][ld] shared-memory tile: the GEMM operand of the
@@ -325,15 +314,8 @@ __device__ __forceinline__ StateRef end_state(const ChunkKernelArgs& a, const Ch
 template <int MT, int NT>
 __device__ __forceinline__ void store_state(const StateRef& dst, const float (&s)[MT][NT][4], int rw, int cb, int j0,
                                             int g8, int t4) {
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = rw + mt * 16 + g8 + (e >> 1) * 8, j = cb + nt * 8 + 2 * t4 + (e & 1);
-        dst.p[dst.off(i, j0 + j)] = s[mt][nt][e];
-      }
+  for_each_state_element<MT, NT>(
+      rw, cb, g8, t4, [&](int mt, int nt, int e, int i, int j) { dst.p[dst.off(i, j0 + j)] = s[mt][nt][e]; });
 }
 
 // The checkpoint after chunk c: the state after (c + 1) C tokens when that is a multiple of the interval (entries

@@ -325,4 +325,14 @@ int launch_chunk_state(const ChunkKernelArgs& a, int64_t items, int64_t tiles, v
   return static_cast<int>(cudaGetLastError());
 }
 
+// The mma.sync pass's shapes (K = V = 128 is the wgmma pass's, chunk_fwd_state_wg.cuh): K = 64, 128 x one 64-column
+// value tile per CTA (V = 64), K = 64 x two (V = 128).
+template <bool BF16>
+int launch_chunk_state_for(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream) {
+  if (a.V == 64)
+    return K == 64 ? launch_chunk_state<64, BF16, 1>(a, items, tiles, stream)
+                   : launch_chunk_state<128, BF16, 1>(a, items, tiles, stream);
+  return launch_chunk_state<64, BF16, 2>(a, items, tiles, stream);
+}
+
 }  // namespace flashgdn::cuda::chunk_detail

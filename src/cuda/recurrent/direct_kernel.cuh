@@ -551,14 +551,22 @@ cudaError_t launch_direct_grid(const RecurrentArgs& a, dim3 grid, cudaStream_t s
 }
 
 // One CTA per tile; T <= 1 takes the 64-register instantiation. BV = 64 exists for T <= 1 only (twice the state
-// bytes in flight per CTA for 16-bit pools); the dispatch never asks for it with more tokens.
+// bytes in flight per CTA for 16-bit pools), BV = 8 for fp32 states and T <= 1 only (a small batch over twice the
+// CTAs: half the state vectors and reductions per thread); the dispatch never asks for them otherwise.
 template <StateLayout L, class ST, int K, int BV>
 cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream) {
   const int64_t ntiles = a.N * a.Hv * (a.V / BV);
   if (ntiles == 0) return cudaSuccess;
   if (ntiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
   const dim3 grid{unsigned(ntiles)};
-  if constexpr (BV == 128) {  // 16-bit states, T = 1 only (packed: 64 registers of state per thread)
+  if constexpr (BV == 8) {  // fp32 states, T = 1 only (small batches: twice the CTAs of BV = 16)
+    if constexpr (sizeof(ST) == 4) {
+      if (a.T > 1) return cudaErrorInvalidConfiguration;
+      return launch_direct_grid<L, ST, K, BV, false>(a, grid, stream);
+    } else {
+      return cudaErrorInvalidConfiguration;
+    }
+  } else if constexpr (BV == 128) {  // 16-bit states, T = 1 only (packed: 64 registers of state per thread)
     if constexpr (sizeof(ST) == 2) {
       if (a.T > 1) return cudaErrorInvalidConfiguration;
       return launch_direct_grid<L, ST, K, BV, false>(a, grid, stream);
@@ -576,6 +584,8 @@ cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream)
 
 // One translation unit per (layout, storage type) instantiates every (K, BV): they compile in parallel.
 #define FGDN_INSTANTIATE_RECURRENT_DIRECT(L, ST)                                                    \
+  template cudaError_t launch_recurrent_direct<L, ST, 64, 8>(const RecurrentArgs&, cudaStream_t);   \
+  template cudaError_t launch_recurrent_direct<L, ST, 128, 8>(const RecurrentArgs&, cudaStream_t);  \
   template cudaError_t launch_recurrent_direct<L, ST, 64, 16>(const RecurrentArgs&, cudaStream_t);  \
   template cudaError_t launch_recurrent_direct<L, ST, 64, 32>(const RecurrentArgs&, cudaStream_t);  \
   template cudaError_t launch_recurrent_direct<L, ST, 128, 16>(const RecurrentArgs&, cudaStream_t); \

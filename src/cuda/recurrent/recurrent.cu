@@ -42,6 +42,8 @@ cudaError_t launch_k(const RecurrentArgs& a, const RecurrentPlan& pl, cudaStream
           return launch_recurrent_direct<L, ST, K, 64>(a, s);
         case 32:
           return launch_recurrent_direct<L, ST, K, 32>(a, s);
+        case 8:
+          return launch_recurrent_direct<L, ST, K, 8>(a, s);
         default:
           return launch_recurrent_direct<L, ST, K, 16>(a, s);
       }
