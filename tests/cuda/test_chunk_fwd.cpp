@@ -407,6 +407,23 @@ TEST(CudaChunkFwd, Checkpoints) {
   check(g);
 }
 
+// The wgmma state pass (K = V = 128: two warpgroups of 64 state columns each, the chunk loads double-buffered behind
+// mbarriers, the update and P U in separate wgmma groups) over a long chain: an odd chunk count per segment (both
+// buffers in both barrier phases), a partial last chunk, checkpoints every 5 chunks, unsplit and split (the summary
+// mode); then f16, a V-major state and the fused gate (fast decay: the summaries' decay windows).
+TEST(CudaChunkFwd, WgmmaStatePassLongChain) {
+  REQUIRE_GPU();
+  GpuCase g = gcase("wg_long_chain", 1, 64 * 45 + 17, 2, 4, 128, 128);
+  g.c.g_scale = 0.05;  // weak decay: the state carries across the whole chain and across the segments
+  g.ckpt_interval = 320;
+  for (int segs : {1, 3, 0}) check(g, segs);
+  g.c.name = "wg_long_chain_f16_vmajor_gate";
+  g.c.dtype = DType::f16;
+  g.c.layout = StateLayout::v_major;
+  g.gate_in_kernel = g.beta_sigmoid = true;
+  for (int segs : {1, 4}) check(g, segs);
+}
+
 // The exact segment split (gdn-math §6) against the oracle and against the unsplit kernel.
 TEST(CudaChunkFwd, SegmentSplitOnAndOff) {
   REQUIRE_GPU();

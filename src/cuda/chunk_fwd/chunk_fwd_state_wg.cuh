@@ -1,31 +1,28 @@
 // The state pass of the two-pass prefill on Hopper warpgroup MMA (wgmma), K = V = 128 (the default there):
 // the same chain and the same rounding points as chunk_fwd_state.cuh (gdn-math §5.3-§5.5, records from
-// chunk_fwd_intra.cuh), with every product on wgmma m64n32k16 and the 16-bit operands in the 128-byte-swizzled
-// K-major layout (cuda/common/wgmma.cuh), read once per warpgroup instead of once per warp.
+// chunk_fwd_intra.cuh), with every product on wgmma (m64n64k16, or m64n32k16 in the 32-column form) and the 16-bit
+// operands in the 128-byte-swizzled K-major layout (cuda/common/wgmma.cuh).
 //
-// One CTA (512 threads) owns (work item, value head) and both 64-column value halves hf. Warpgroup (hf, slice) owns
-// 32 value columns and runs the whole chain for them with no other warpgroup involved (only the double-buffered
-// q, k, v and record tiles are shared, through mbarriers, not a CTA barrier); its state, 128 keys x 32 columns in fp32,
-// is two m64n32 accumulators (key blocks) in registers for the whole walk. Per chunk:
+// One CTA owns (work item, value head) and both 64-column value halves hf. Warpgroup (hf, slice) owns WN = 64 value
+// columns (one warpgroup per half, 256 threads; WN = 32: two per half, 512 threads) and runs the whole chain for them
+// with no other warpgroup involved (only the double-buffered q, k, v and record tiles are shared, through mbarriers,
+// not a CTA barrier); its state, 128 keys x WN columns in fp32, is two m64 accumulators (key blocks) in registers for
+// the whole walk. Per chunk:
 //
-//   phase 1  K S0 and Q S0 (16 wgmma in two groups, A = k / q [token][key], B = S0^T [value][key] from shared
+//   phase 1  K S0 and Q S0 (8 wgmma each, two groups, A = k / q [token][key], B = S0^T [value][key] from shared
 //            memory); R = V - diag(ek) K S0 -> R^T (stmatrix.trans) while Q S0 runs, O = diag(eq) Q S0 kept in
 //            registers
 //   phase 2  U = (A diag(beta)) R, A diag(beta) hi + lo from the record's m16n8k16 fragments as register A operands
-//            (8 wgmma); U -> U^T_hi, U^T_lo, and (diag(dk) U)^T as hi + lo over the dead S0^T
+//            (8 wgmma); (diag(dk) U)^T as hi + lo over the dead S0^T
 //   phase 3  S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (16 wgmma, K^T by ldmatrix.trans
-//            of the swizzled k tile) and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from registers), O
-//            stored, S0^T for the next chunk
+//            of the swizzled k tile); U^T_hi, U^T_lo and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from
+//            registers), O stored; S0^T for the next chunk
 //
 // Synchronization per chunk: wait for the chunk's tiles (full), release them (empty, every thread after its own last
-// read), four named barriers per warpgroup (R^T, U^T complete; the update read; S0^T complete). The causal zero
-// blocks of A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block). Work per
-// chunk and CTA: 208 m64n32k16 = 13.6 MFLOP, ~3.4k cycles at the SM's dense rate.
-//
-// Cost (H200, B=8 T=4096 H=16, one CTA per SM, 64 chunks per CTA): 5.1 us per chunk against 6.3 for the mma.sync
-// state pass (chunk_fwd_state.cuh). ~10k cycles per chunk against ~3.4k of tensor work: latency-bound (phase
-// dependencies, the four warpgroups' coupling through the shared double buffer; docs/chunk_fwd.md).
-// compute-sanitizer racecheck: clean.
+// read), named barriers per warpgroup (R^T, diag(dk) U^T, U^T complete; the update read; S0^T complete). The causal
+// zero blocks of A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block).
+// Work per chunk and CTA: 104 m64n64k16 = 13.6 MFLOP, ~3.3k cycles at the SM's dense rate. The chain of one chunk
+// step and its cost: docs/chunk_fwd.md "State pass". compute-sanitizer racecheck: clean (the 32-column form).
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -85,11 +82,12 @@ __device__ __forceinline__ void pack_acc(const float (&d)[NJ][4], uint32_t (&x)[
 }
 
 // S <- en S on this thread's state fragments (both key blocks).
-__device__ __forceinline__ void scale_state(float (&sacc)[2][4][4], float en) {
+template <int NJ>
+__device__ __forceinline__ void scale_state(float (&sacc)[2][NJ][4], float en) {
 #pragma unroll
   for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
-    for (int jn = 0; jn < 4; ++jn)
+    for (int jn = 0; jn < NJ; ++jn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) sacc[mb][jn][e] *= en;
 }
@@ -116,13 +114,27 @@ __device__ __forceinline__ void load_kt_frags(const unsigned char (&kt)[2][8192]
   }
 }
 
+// The width of a warpgroup's column slice: 64 (two warpgroups, one per value half, 256 threads, up to 255 registers)
+// or 32 (four warpgroups, 512 threads, 128 registers). At 64 every operand that is shared by the columns (the k and
+// q tiles of phase 1, the record's fragments, K^T) is read by half as many warpgroups, the registers hold both parts
+// of A diag(beta) and both key blocks' K^T at once (phase 2 and the update each one wgmma group), and P U runs as a
+// group of its own behind the update, its wait after the next chunk's S0^T is stored.
+constexpr int kStateWgCols = 64;
+constexpr int state_wg_threads(int wn) {
+  return 128 * 2 * (kBV / wn);
+}
+
 // SUMMARY: the summary mode of the split (no q, no output, no P U); a template parameter so that no wgmma group
-// has a data-dependent branch (ptxas serializes wgmma around accumulator moves at branch joins).
-template <bool BF16, bool SUMMARY>
-__global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkKernelArgs a) {
+// has a data-dependent branch (ptxas serializes wgmma around accumulator moves at branch joins). WN: the state
+// columns of a warpgroup (kStateWgCols).
+template <bool BF16, bool SUMMARY, int WN = kStateWgCols>
+__global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_kernel(const ChunkKernelArgs a) {
   using E = typename Elem<BF16>::T;
   using P = Elem<BF16>;
   constexpr int K = 128, LDV = StateWgSmem::LDV;
+  constexpr int NJ = WN / 8, SLICES = kBV / WN, NTH = state_wg_threads(WN), HTH = NTH / 2;
+  // both parts of A diag(beta) (and of P) in registers at once: only where the registers allow it
+  constexpr bool wide = WN == 64;
   extern __shared__ unsigned char smem_raw[];
   // Aligned to 1024 bytes (the swizzle) by an offset from smem_raw, not by integer pointer arithmetic: the compiler
   // then still knows every access through `sm` is shared memory (LDS / STS, 32-bit addresses) instead of generic.
@@ -131,8 +143,9 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   // warpgroup wgi = (half hf, column slice), warp wi of it. wgi is broadcast from lane 0 so that the compiler sees a
   // warp-uniform value: the wgmma descriptors built from it then stay in uniform registers (no per-instruction R2UR)
-  const int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), hf = wgi >> 1, wi = w & 3;
-  const int cb = 32 * (wgi & 1);  // first column of this warpgroup's slice in the half
+  static_assert(SLICES == 1 || SLICES == 2, "one or two slices per value half");
+  const int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), hf = SLICES == 1 ? wgi : wgi >> 1, wi = w & 3;
+  const int cb = SLICES == 1 ? 0 : WN * (wgi & 1);  // first column of this warpgroup's slice in the half
   const int h = blockIdx.y, tile = blockIdx.z * 2 + hf;
   const int64_t item = blockIdx.x;
   const int hk = h / a.group;
@@ -165,19 +178,19 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
 
   // ---- start state: fp32 accumulators (key block mb: keys 64 mb + r0 (+ 8), columns cb + 8 jn + 2 t4 (+ 1)) and
   // the transposed 16-bit copy
-  float sacc[2][4][4];
+  float sacc[2][NJ][4];
   {
     const StateRef src = start_state(a, wk, item, h, K);
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
 #pragma unroll
-      for (int jn = 0; jn < 4; ++jn)
+      for (int jn = 0; jn < NJ; ++jn)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = 64 * mb + r0 + (e >> 1) * 8, j = cb + jn * 8 + 2 * t4 + (e & 1);
           sacc[mb][jn][e] = start_value(src, m_tile && !wk.drop_m, active, tile, vcol0, i, j);
         }
-      uint32_t x[4][2];
+      uint32_t x[NJ][2];
       pack_acc<BF16>(sacc[mb], x);
       store_transposed(st_slice + 8192 * mb, x, wi, lane);
     }
@@ -188,27 +201,65 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   const E* vbase = static_cast<const E*>(a.v) + bidx * a.v_sb + h * a.v_sh + vcol0;
   E* obase = static_cast<E*>(a.o) + bidx * a.o_sb + h * a.o_sh + vcol0 + cb;
 
-  // Every load of chunk ck into buffer bf (rows past the sequence end zero-filled by plain stores).
+  // Every load of chunk ck into buffer bf (rows past the sequence end zero-filled by the same copies). The k and q
+  // vector kv of rows kr0 + (NTH / 16) p and the value vector vv of rows vr0 + (HTH / 8) p are this thread's for the
+  // whole walk, so a chunk's source addresses are its first row plus fixed steps (a 64-bit add per copy, no
+  // multiply); rows at or past nv read the chunk's first row (always valid) and land as zeros.
+  const int kr0 = tid >> 4, kv = tid & 15, vr0 = (tid & (HTH - 1)) >> 3, vv = tid & 7;
+  constexpr int kRecVec = static_cast<int>((has_output ? kRecBytes : kRecHdrBytes + kRecABytes) / 16);
+  const int64_t kstep = (NTH / 16) * a.k_st, qstep = (NTH / 16) * a.q_st, vstep = (HTH / 8) * a.v_st;
   auto issue = [&](int64_t ck, int bf) {
-    const int64_t nv = len - ck * kC, tok = t0 + ck * kC;
-    copy_record<512>(a, n, t0, ck, h, sm.rec[bf], has_output ? kRecBytes : kRecHdrBytes + kRecABytes, tid);
+    const int64_t tok = t0 + ck * kC;
+    const int nv = len - ck * kC < kC ? static_cast<int>(len - ck * kC) : kC;  // the chunk's valid rows
+    {  // the record's first kRecVec vectors (copy_record's copies with a trip count independent of tid: unrolled)
+      const uint4* src = reinterpret_cast<const uint4*>(a.rec + (chunk_slot(a, n, t0, ck) * a.Hv + h) * kRecBytes);
+      uint4* dst = reinterpret_cast<uint4*>(sm.rec[bf]);
 #pragma unroll
-    for (int p = 0; p < 2; ++p) {  // 64 rows x 16 vectors of 16 bytes per tile
-      const int i = tid + 512 * p, r = i >> 4, vv = i & 15;
-      unsigned char* dk = &sm.k[bf][vv >> 3][wg::swz(r, vv & 7)];
-      unsigned char* dq = &sm.q[bf][vv >> 3][wg::swz(r, vv & 7)];
-      const bool valid = r < nv;  // rows past the sequence end: zeros (row 0, always valid, as the unread source)
-      const int64_t row = tok + (valid ? r : 0);
-      cp_async16_zfill(dk, kbase + row * a.k_st + vv * 8, valid);
-      if (has_output) cp_async16_zfill(dq, qbase + row * a.q_st + vv * 8, valid);
+      for (int p = 0; p < (kRecVec + NTH - 1) / NTH; ++p) {
+        const int i = tid + NTH * p;
+        if (kRecVec % NTH == 0 || i < kRecVec) cp_async<16>(dst + i, src + i);
+      }
     }
-    if (has_values) {  // this half's value tile over its 256 threads
-      const int ht = tid & 255;
+    if constexpr (!wide) {  // (128 registers: the per-copy address arithmetic keeps fewer values live)
 #pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        const int r = p * 32 + (ht >> 3), vec = ht & 7;
+      for (int p = 0; p < 1024 / NTH; ++p) {  // 64 rows x 16 vectors of 16 bytes per tile
+        const int i = tid + NTH * p, r = i >> 4, vc = i & 15;
         const bool valid = r < nv;
-        cp_async16_zfill(&sm.v[bf][hf][r * LDV + vec * 8], vbase + (tok + (valid ? r : 0)) * a.v_st + vec * 8, valid);
+        const int64_t row = tok + (valid ? r : 0);
+        cp_async16_zfill(&sm.k[bf][vc >> 3][wg::swz(r, vc & 7)], kbase + row * a.k_st + vc * 8, valid);
+        if (has_output) cp_async16_zfill(&sm.q[bf][vc >> 3][wg::swz(r, vc & 7)], qbase + row * a.q_st + vc * 8, valid);
+      }
+      if (has_values) {
+#pragma unroll
+        for (int p = 0; p < 512 / HTH; ++p) {
+          const int r = vr0 + (HTH / 8) * p;
+          const bool valid = r < nv;
+          cp_async16_zfill(&sm.v[bf][hf][r * LDV + vv * 8], vbase + (tok + (valid ? r : 0)) * a.v_st + vv * 8, valid);
+        }
+      }
+      return;
+    }
+    const E* k0 = kbase + tok * a.k_st + kv * 8;  // row 0 of the chunk
+    const E* q0 = qbase + tok * a.q_st + kv * 8;
+    const E* kp = k0 + kr0 * a.k_st;
+    const E* qp = q0 + kr0 * a.q_st;
+#pragma unroll
+    for (int p = 0; p < 1024 / NTH; ++p) {  // 64 rows x 16 vectors of 16 bytes per tile
+      const int r = kr0 + (NTH / 16) * p;
+      const bool valid = r < nv;
+      cp_async16_zfill(&sm.k[bf][kv >> 3][wg::swz(r, kv & 7)], valid ? kp : k0, valid);
+      if (has_output) cp_async16_zfill(&sm.q[bf][kv >> 3][wg::swz(r, kv & 7)], valid ? qp : q0, valid);
+      kp += kstep, qp += qstep;
+    }
+    if (has_values) {  // this half's value tile (64 rows x 8 vectors) over its HTH threads
+      const E* v0 = vbase + tok * a.v_st + vv * 8;
+      const E* vp = v0 + vr0 * a.v_st;
+#pragma unroll
+      for (int p = 0; p < 512 / HTH; ++p) {
+        const int r = vr0 + (HTH / 8) * p;
+        const bool valid = r < nv;
+        cp_async16_zfill(&sm.v[bf][hf][r * LDV + vv * 8], valid ? vp : v0, valid);
+        vp += vstep;
       }
     }
   };
@@ -216,13 +267,12 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
   // ---- the pipeline. Buffer bf = i & 1 holds the q, k, v and record tiles of chunk i = c - c_begin: every thread
   // copies its share (cp.async) and arrives on full[bf] when its copies have landed; every thread arrives on
   // empty[bf] after its last read of the chunk. A warpgroup waits for its chunk's data, and before refilling the other
-  // buffer for chunk i + 1 (at the top of chunk i), for the release of chunk i - 1 (its last user). No CTA-wide
-  // barrier: the warpgroups drift apart by up to a chunk, so one's tensor-core phases overlap another's epilogues
-  // instead of all four alternating in lockstep. Phase u of a barrier is awaited with parity u & 1 (buffer bf's u-th
-  // chunk).
+  // buffer for chunk i + 1 (in chunk i), for the release of chunk i - 1 (its last user). No CTA-wide barrier: the
+  // warpgroups drift apart by up to a chunk, so one's tensor-core phases overlap another's epilogues instead of all
+  // alternating in lockstep. Phase u of a barrier is awaited with parity u & 1 (buffer bf's u-th chunk).
   if (tid == 0) {
-    mbar::init(&sm.full[0], 512), mbar::init(&sm.full[1], 512);
-    mbar::init(&sm.empty[0], 512), mbar::init(&sm.empty[1], 512);
+    mbar::init(&sm.full[0], NTH), mbar::init(&sm.full[1], NTH);
+    mbar::init(&sm.empty[0], NTH), mbar::init(&sm.empty[1], NTH);
   }
   wg::fence_async_smem();  // the start state's S0^T (stmatrix) before the first wgmma read
   __syncthreads();         // the barriers are initialized; S0^T is complete
@@ -256,52 +306,61 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       release();
       continue;
     }
-    refill();  // at the top: the loads get the whole chunk to land (after phase 2: 5.14 us per chunk, 3: 6.01)
+    if constexpr (!wide) refill();  // at the top: the loads get the whole chunk to land
 
     const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
     const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
     const uint4* pfr = reinterpret_cast<const uint4*>(sm.rec[bf] + (kRecHdrBytes + kRecABytes) / 4);
 
-    // ---- phase 1: K S0 and Q S0 for this slice (64 x 32 each, over the 128 keys), one wgmma group
-    float d[4][4], o[4][4];  // written by the first wgmma of each (accumulate = 0)
-    float(&d16)[16] = reinterpret_cast<float(&)[16]>(d);
-    float(&o16)[16] = reinterpret_cast<float(&)[16]>(o);
+    // ---- phase 1: K S0 and Q S0 for this slice (64 x WN each, over the 128 keys), one wgmma group each
+    float d[NJ][4], o[NJ][4];  // written by the first wgmma of each (accumulate = 0)
+    float(&dv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(d);
+    float(&ov)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(o);
+    // this thread's values of the chunk (rows r0, r1; packed pairs, zero for the summary's M tiles)
+    uint32_t vr[NJ][2];
+    auto load_v = [&]() {
+      const uint16_t* vt = sm.v[bf][hf];
+#pragma unroll
+      for (int jn = 0; jn < NJ; ++jn) {
+        const int j = cb + 8 * jn + 2 * t4;
+        vr[jn][0] = has_values ? *reinterpret_cast<const uint32_t*>(&vt[r0 * LDV + j]) : 0u;
+        vr[jn][1] = has_values ? *reinterpret_cast<const uint32_t*>(&vt[r1 * LDV + j]) : 0u;
+      }
+    };
     {
       const uint32_t k_lo = k_lo0 + bf * (sizeof(sm.k[0]) >> 4), q_lo = q_lo0 + bf * (sizeof(sm.q[0]) >> 4);
       wg::fence();
 #pragma unroll
       for (int ks = 0; ks < K / 16; ++ks) {
         const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;  // key half, 16-key step inside the 128-byte row
-        wg::mma_ss_n32<BF16>(d16, wg::desc_at(k_lo, off), wg::desc_at(st_lo, off), ks > 0);
+        wg::mma_ss<BF16, WN>(dv, wg::desc_at(k_lo, off), wg::desc_at(st_lo, off), ks > 0);
       }
       wg::commit();  // K S0 in its own group: R's epilogue runs while Q S0 is in flight
       if constexpr (has_output) {
 #pragma unroll
         for (int ks = 0; ks < K / 16; ++ks) {
           const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;
-          wg::mma_ss_n32<BF16>(o16, wg::desc_at(q_lo, off), wg::desc_at(st_lo, off), ks > 0);
+          wg::mma_ss<BF16, WN>(ov, wg::desc_at(q_lo, off), wg::desc_at(st_lo, off), ks > 0);
         }
-      }
-      if constexpr (has_output) {
         wg::commit();
-        wg::wait1();  // K S0 done, Q S0 may still run
-      } else {
-        wg::wait0();
       }
+      // wide: the loads of chunk c + 1 are issued while the tensor cores run phase 1 (with half as many threads each
+      // thread issues twice the copies; the issue slots are idle here), and the values are read before the wait
+      if constexpr (wide) refill(), load_v();
+      if constexpr (has_output)
+        wg::wait1();  // K S0 done, Q S0 may still run
+      else
+        wg::wait0();
     }
 
     // R = V - diag(ek) K S0 -> R^T;  O = diag(eq) Q S0
     {
-      const uint16_t* vt = sm.v[bf][hf];
+      if constexpr (!wide) load_v();
       const float ek0 = hdr[r0], ek1 = hdr[r1], eq0 = hdr[64 + r0], eq1 = hdr[64 + r1];
-      uint32_t x[4][2];
+      uint32_t x[NJ][2];
 #pragma unroll
-      for (int jn = 0; jn < 4; ++jn) {
-        const int j = cb + 8 * jn + 2 * t4;
-        float2 v0 = make_float2(0.f, 0.f), v1 = v0;
-        if (has_values)  // M tiles of the summary: zero values
-          v0 = P::unpack(*reinterpret_cast<const uint32_t*>(&vt[r0 * LDV + j])),
-          v1 = P::unpack(*reinterpret_cast<const uint32_t*>(&vt[r1 * LDV + j]));
+      for (int jn = 0; jn < NJ; ++jn) {
+        const float2 v0 = P::unpack(vr[jn][0]), v1 = P::unpack(vr[jn][1]);
         x[jn][0] = P::pack(v0.x - ek0 * d[jn][0], v0.y - ek0 * d[jn][1]);
         x[jn][1] = P::pack(v1.x - ek1 * d[jn][2], v1.y - ek1 * d[jn][3]);
       }
@@ -310,112 +369,190 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
       if constexpr (has_output) {
         wg::wait0();  // Q S0
 #pragma unroll
-        for (int jn = 0; jn < 4; ++jn) o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
+        for (int jn = 0; jn < NJ; ++jn) o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
       }
+    }
+    // wide: the operands of the next products that do not depend on the barriers (the record's fragments, K^T, from
+    // the chunk's landed tiles) are loaded before them, so their latency is under the barrier's wait
+    uint32_t af[wide ? 2 : 1][4][4];  // A diag(beta): hi, lo (wide); one part at a time (narrow)
+    if constexpr (wide) {
+      load_causal_frags(afr, wi, lane, af[0]);
+      load_causal_frags(afr + 32, wi, lane, af[1]);
     }
     named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
 
-    // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta) (one group); U^T as hi + lo
+    // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta)
+    float u[NJ][4];  // written by the first wgmma (accumulate = 0)
     {
-      uint32_t af[4][4];  // hi, then lo in a second group: 16 registers of fragments live (no spills at 128)
-      float u[4][4];      // written by the first wgmma (accumulate = 0)
-      float(&u16)[16] = reinterpret_cast<float(&)[16]>(u);
-#pragma unroll
-      for (int part = 0; part < 2; ++part) {
-        load_causal_frags(afr + 32 * part, wi, lane, af);
+      float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
+      if constexpr (wide) {  // both parts in one group
         wg::fence();
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(u16, af[kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
+        for (int part = 0; part < 2; ++part)
+#pragma unroll
+          for (int kc = 0; kc < 4; ++kc)
+            wg::mma_rs<BF16, WN>(uv, af[part][kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
         wg::commit();
         wg::wait0();
-      }
-      // U_hi, U_lo for P U; diag(dk) U (fp32 product) as hi + lo for the state update, over the dead S0^T (hi in
-      // key block 1, lo in key block 0; phase 1 was waited by every warp of this warpgroup before R^T's barrier).
-      // diag(dk) U needs its lo part: with near-identical keys K^T diag(dk) U is a telescoping sum of U's rows, and
-      // 64 independent 16-bit roundings of the rows add up to ~1e-2 in the final state (measured on the H200,
-      // tests/cuda CudaChunkFwd.IdenticalKeysFullLastChunk; docs/chunk_fwd.md "Numerics").
-      uint32_t xh[4][2], xl[4][2];
-      if constexpr (has_output) {  // (the summary has no P U)
-        split_acc<BF16>(u, xh, xl);
-        store_transposed(uh_slice, xh, wi, lane);
-        store_transposed(ul_slice, xl, wi, lane);
-      }
-      const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
+      } else {  // hi, then lo in a second group: 16 registers of fragments live (no spills at 128)
 #pragma unroll
-      for (int jn = 0; jn < 4; ++jn) u[jn][0] *= dk0, u[jn][1] *= dk0, u[jn][2] *= dk1, u[jn][3] *= dk1;
+        for (int part = 0; part < 2; ++part) {
+          load_causal_frags(afr + 32 * part, wi, lane, af[0]);
+          wg::fence();
+#pragma unroll
+          for (int kc = 0; kc < 4; ++kc)
+            wg::mma_rs<BF16, WN>(uv, af[0][kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
+          wg::commit();
+          wg::wait0();
+        }
+      }
+    }
+    // U_hi, U_lo (the B operand of P U) at U^T
+    auto store_ut = [&]() {
+      uint32_t xh[NJ][2], xl[NJ][2];
       split_acc<BF16>(u, xh, xl);
+      store_transposed(uh_slice, xh, wi, lane);
+      store_transposed(ul_slice, xl, wi, lane);
+    };
+    // diag(dk) U (fp32 product) as hi + lo for the state update, over the dead S0^T (hi in key block 1, lo in key
+    // block 0; phase 1 was waited by every warp of this warpgroup before R^T's barrier). diag(dk) U needs its lo part:
+    // with near-identical keys K^T diag(dk) U is a telescoping sum of U's rows, and 64 independent 16-bit roundings of
+    // the rows add up to ~1e-2 in the final state (measured on the H200, tests/cuda
+    // CudaChunkFwd.IdenticalKeysFullLastChunk; docs/chunk_fwd.md "Numerics").
+    {
+      if constexpr (has_output && !wide) store_ut();  // (wide: under the update, phase 3)
+      const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
+      float du[NJ][4];
+#pragma unroll
+      for (int jn = 0; jn < NJ; ++jn)
+        du[jn][0] = u[jn][0] * dk0, du[jn][1] = u[jn][1] * dk0, du[jn][2] = u[jn][2] * dk1, du[jn][3] = u[jn][3] * dk1;
+      uint32_t xh[NJ][2], xl[NJ][2];
+      split_acc<BF16>(du, xh, xl);
       store_transposed(st_slice + 8192, xh, wi, lane);
       store_transposed(st_slice, xl, wi, lane);
       wg::fence_async_smem();
     }
-    named_barrier<128>(1 + wgi);  // U^T of this slice complete
+    uint32_t kt[wide ? 2 : 1][4][4];  // K^T of key blocks 0, 1 (wide); one block at a time (narrow)
+    if constexpr (wide) {
+      // S <- en S. (Not under phase 1: ptxas then injects a wait for every product in flight there, C7517, as the
+      // state's registers are the update's accumulators.)
+      scale_state(sacc, hdr[192]);
+      load_kt_frags(sm.k[bf], r0 - g8, lane, kt[0]);       // keys 16 wi .. (block 0)
+      load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, kt[1]);  // keys 64 + 16 wi .. (block 1)
+    }
+    named_barrier<128>(1 + wgi);  // diag(dk) U^T of this slice complete (and U^T, narrow)
 
-    // ---- phase 3: O += P_hi U_hi + P_lo U_hi + P_hi U_lo (P from registers) and the state update
-    // S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo (key block 0 in the same group, key block 1 in a second
-    // one; B = the hi part at S0^T's key block 1, the lo part at key block 0)
-    {
-      scale_state(sacc, hdr[192]);  // S <- en S
-      float(&s0)[16] = reinterpret_cast<float(&)[16]>(sacc[0]);
-      float(&s1)[16] = reinterpret_cast<float(&)[16]>(sacc[1]);
-      uint32_t f0[4][4], f1[4][4];
+    // ---- phase 3: the state update S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (B = the hi
+    // part at S0^T's key block 1, the lo part at key block 0) and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (P from
+    // registers)
+    auto store_o = [&]() {  // o of this chunk's valid rows
+      if constexpr (has_output) {
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int r = hr ? r1 : r0;
+          if (r < nvalid) {
+            E* orow = obase + (t0 + tok0 + r) * a.o_st;
+#pragma unroll
+            for (int jn = 0; jn < NJ; ++jn)
+              *reinterpret_cast<uint32_t*>(orow + jn * 8 + 2 * t4) = P::pack(o[jn][2 * hr], o[jn][2 * hr + 1]);
+          }
+        }
+      }
+    };
+    if constexpr (!wide) scale_state(sacc, hdr[192]);  // S <- en S
+    float(&s0)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[0]);
+    float(&s1)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[1]);
+    if constexpr (wide) {
+      // the update (both key blocks) in one group; U^T is stored while it runs, then P U in a second group: the
+      // state's chain waits for the update only, and P U runs under the next chunk's S0^T stores
+      wg::fence();
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s0, kt[0][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s0, kt[0][kc], wg::desc_at(st_lo, kc * 32), 1);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s1, kt[1][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s1, kt[1][kc], wg::desc_at(st_lo, kc * 32), 1);
+      wg::commit();
+      if constexpr (has_output) {
+        store_ut();
+        wg::fence_async_smem();
+        named_barrier<128>(1 + wgi);  // U^T of this slice complete
+        uint32_t p0[4][4], p1[4][4];
+        load_causal_frags(pfr, wi, lane, p0);
+        load_causal_frags(pfr + 32, wi, lane, p1);
+        wg::fence();
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(ov, p0[kc], wg::desc_at(ut_lo, kc * 32), 1);
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(ov, p0[kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(ov, p1[kc], wg::desc_at(ut_lo, kc * 32), 1);
+        wg::commit();
+      }
+      // this thread's last reads of buffer bf (K^T and P fragments into registers, the header) are behind it; the
+      // wgmma in flight read registers and the S0^T / U^T regions only
+      release();
+      if constexpr (has_output)
+        wg::wait1();  // the update
+      else
+        wg::wait0();
+    } else {
+      // K^T of key block 0 with P_hi, then key block 1 with P_lo (16 registers of fragments per operand)
+      uint32_t(&f0)[4][4] = kt[0];
+      uint32_t f1[4][4];
       load_kt_frags(sm.k[bf], r0 - g8, lane, f0);  // keys 16 wi .. (block 0)
       wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s0, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s0, f0[kc], wg::desc_at(st_lo, kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s0, f0[kc], wg::desc_at(st_lo, kc * 32), 1);
       if constexpr (has_output) {
         load_causal_frags(pfr, wi, lane, f1);
         wg::fence();
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(ut_lo, kc * 32), 1);
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(ov, f1[kc], wg::desc_at(ut_lo, kc * 32), 1);
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(ov, f1[kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
       }
       wg::commit();
       wg::wait0();
       load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, f0);  // keys 64 + 16 wi .. (block 1)
       wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s1, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(s1, f0[kc], wg::desc_at(st_lo, kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s1, f0[kc], wg::desc_at(st_lo, kc * 32), 1);
       if constexpr (has_output) {
         load_causal_frags(pfr + 32, wi, lane, f1);
         wg::fence();
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32<BF16>(o16, f1[kc], wg::desc_at(ut_lo, kc * 32), 1);
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(ov, f1[kc], wg::desc_at(ut_lo, kc * 32), 1);
       }
       wg::commit();
       wg::wait0();
+      release();  // this thread's last reads of buffer bf (K^T, P fragments, the header) are behind it
     }
-    release();  // this thread's last reads of buffer bf (K^T, P fragments, the header) are behind it
-    if constexpr (has_output) {
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int r = hr ? r1 : r0;
-        if (r < nvalid) {
-          E* orow = obase + (t0 + tok0 + r) * a.o_st;
-#pragma unroll
-          for (int jn = 0; jn < 4; ++jn)
-            *reinterpret_cast<uint32_t*>(orow + jn * 8 + 2 * t4) = P::pack(o[jn][2 * hr], o[jn][2 * hr + 1]);
-        }
-      }
-    }
+    if constexpr (!wide) store_o();  // (o dead before the S0^T stores: 128 registers)
     // the 16-bit copy for the next chunk's phase 1, over diag(dk) U^T (hi, lo): every warp of the warpgroup
     // must be past its wait of the update (one warp's wait does not cover the others' halves of the operation)
     named_barrier<128>(1 + wgi);
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
-      uint32_t x[4][2];
+      uint32_t x[NJ][2];
       pack_acc<BF16>(sacc[mb], x);
       store_transposed(st_slice + 8192 * mb, x, wi, lane);
     }
     wg::fence_async_smem();
     named_barrier<128>(1 + wgi);  // S0^T complete before the next chunk's phase 1 (no CTA-wide barrier orders it)
+    if constexpr (wide) {
+      if constexpr (has_output) wg::wait0();  // P U
+      store_o();
+    }
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb)  // key block mb: rows 64 mb + 16 wi ..
-      store_checkpoint(a, wk, c, h, vcol0, reinterpret_cast<const float(&)[1][4][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
+      store_checkpoint(a, wk, c, h, vcol0, reinterpret_cast<const float(&)[1][NJ][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
                        g8, t4);
   }
   cp_async_commit();    // (the copies are tracked by the barriers, not by groups: commit them to wait for them)
@@ -423,24 +560,26 @@ __global__ void __launch_bounds__(512, 1) chunk_fwd_state_wg_kernel(const ChunkK
 
   // ---- final state (a zero-length sequence stores its start state unchanged); summary columns from tile 0
   if (!active) return;
-  const StateRef dst = end_state(a, wk, item, h, K);
+  StateRef dst = end_state(a, wk, item, h, K);
+  if constexpr (summary) dst.vmajor = false;  // (the summaries [M | N] are K-major: one address form)
   if (dst.p) {
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb)
-      store_state(dst, reinterpret_cast<const float(&)[1][4][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
+      store_state(dst, reinterpret_cast<const float(&)[1][NJ][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
                   summary ? tile * kBV : vcol0, g8, t4);
   }
 }
 
 // grid = (items, Hv, ceil(tiles / 2)): both value halves of V = 128 per CTA.
-template <bool BF16, bool SUMMARY>
+template <bool BF16, bool SUMMARY, int WN = kStateWgCols>
 int launch_chunk_state_wg_mode(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
   const size_t smem = sizeof(StateWgSmem) + 1024;  // + alignment of the swizzled regions to 1024 bytes
   static std::atomic<uint64_t> done_mask{0};
-  if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16, SUMMARY>, smem, done_mask)) return e;
+  if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16, SUMMARY, WN>, smem, done_mask)) return e;
   if (items <= 0 || a.Hv <= 0 || tiles <= 0) return 0;
   const dim3 grid(static_cast<unsigned>(items), static_cast<unsigned>(a.Hv), static_cast<unsigned>((tiles + 1) / 2));
-  chunk_fwd_state_wg_kernel<BF16, SUMMARY><<<grid, 512, smem, static_cast<cudaStream_t>(stream)>>>(a);
+  chunk_fwd_state_wg_kernel<BF16, SUMMARY, WN>
+      <<<grid, state_wg_threads(WN), smem, static_cast<cudaStream_t>(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
 
