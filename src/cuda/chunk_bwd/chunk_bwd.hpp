@@ -7,6 +7,8 @@
 //             U = U0 - W S0;
 //   3. dstate (per sequence, value head, 32 columns; serial, reverse): the chunk-end state gradients dS,
 //             dU += Kbar dS, and dh0;
+//      (2 and 3 may each run as the segment split of gdn-math §6: summaries, a scan, all segments in parallel;
+//      ChainMode below, plan_chunk_bwd decides);
 //   4. grads  (every chunk and value head in parallel): dq, dk (per value head), dv, dbeta, dgamma -> dg (§7.3);
 //   5. small token kernels: the GQA sums and the l2norm chain (§7.5-7.6), the beta and gate chains (§7.7).
 // Every reduction runs in a fixed order: the gradients are bitwise reproducible.
