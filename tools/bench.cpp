@@ -52,13 +52,15 @@ const std::vector<CaseDef>& case_list() {
       {"prefill_varlen_64x512", "prefill bf16 varlen 64x512 Hqk=16 Hv=32"},
       {"prefill_fp16_t32k_h16", "prefill fp16 B=1 T=32768 Hqk=Hv=16"},
       {"prefill_fp16_t128k_h16", "prefill fp16 B=1 T=131072 Hqk=Hv=16"},
+      {"train_bwd_t32k_h16_32", "training backward (chunk_bwd) bf16 B=1 T=32768 Hqk=16 Hv=32"},
+      {"train_bwd_t32k_h4", "training backward (chunk_bwd) bf16 B=1 T=32768 Hqk=Hv=4"},
   };
   return cases;
 }
 
 // Case names and the groups that stand for several.
 bool is_group(const std::string& a) {
-  return a == "all" || a == "decode" || a == "prefill";
+  return a == "all" || a == "decode" || a == "prefill" || a == "train";
 }
 
 std::vector<std::string> expand_cases(const std::vector<std::string>& args) {
@@ -69,8 +71,10 @@ std::vector<std::string> expand_cases(const std::vector<std::string>& args) {
       continue;
     }
     for (auto& c : case_list()) {
-      const bool dec = c.name.rfind("prefill", 0) != 0;
-      if (a == "all" || (a == "decode") == dec) names.push_back(c.name);
+      const char* group = c.name.rfind("prefill", 0) == 0 ? "prefill"
+                          : c.name.rfind("train", 0) == 0 ? "train"
+                                                          : "decode";
+      if (a == "all" || a == group) names.push_back(c.name);
     }
   }
   return names;
@@ -80,7 +84,7 @@ struct BenchOptions {
   std::vector<std::string> cases;
   std::string json_path;
   int reps = 20;
-  ExecOptions exec;               // kernel overrides for A/B runs (--recurrent-kernel, --chunk-segments)
+  ExecOptions exec;  // kernel overrides for A/B runs (--recurrent-kernel, --chunk-segments, --chunk-bwd-segments)
   std::string gates = "uniform";  // the prefill's g per token (--gates)
 };
 
@@ -327,6 +331,41 @@ BenchResult bench_prefill(const PrefillShape& s, int reps, const ExecOptions& ex
   return res;
 }
 
+// ---- training backward cases (chunk_bwd alone: the forward is the prefill's) ---------------------------------
+BenchResult bench_train_bwd(int64_t T, int64_t Hqk, int64_t Hv, int reps, const ExecOptions& exec) {
+  const int64_t K = 128, V = 128, C = 64;
+  const DType dt = DType::bf16;
+  DeviceTensor q(dt, {1, T, Hqk, K}), k(dt, {1, T, Hqk, K}), v(dt, {1, T, Hv, V}), d_o(dt, {1, T, Hv, V});
+  DeviceTensor g(DType::f32, {1, T, Hv}), beta(DType::f32, {1, T, Hv});
+  DeviceTensor dq(dt, {1, T, Hqk, K}), dk(dt, {1, T, Hqk, K}), dv(dt, {1, T, Hv, V});
+  DeviceTensor dg(DType::f32, {1, T, Hv}), dbeta(DType::f32, {1, T, Hv});
+  fill_random(q, 31), fill_random(k, 32), fill_random(v, 33), fill_random(d_o, 34);
+  fill_random(g, 35, -0.1, 0.0, true), fill_random(beta, 36, 1.0, 0.0, true);
+  ChunkBwdParams p;
+  p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = g.view(), p.beta = beta.view(), p.d_o = d_o.view();
+  p.dq = dq.view(), p.dk = dk.view(), p.dv = dv.view(), p.dg = dg.view(), p.dbeta = dbeta.view();
+  p.use_qk_l2norm_in_kernel = true;
+  p.exec = exec;
+  size_t ws_bytes = 0;
+  check(chunk_bwd_workspace_size(p, &ws_bytes), "chunk_bwd_workspace_size");
+  DeviceTensor ws(DType::i32, {int64_t(ws_bytes / 4 + 1)});
+  BenchResult res;
+  res.ws_bytes = double(ws_bytes);
+  Status last;
+  res.ms = time_graph(
+      1, reps,
+      [&](int, cudaStream_t st) {
+        Status e = chunk_bwd(p, ws.ptr, ws_bytes, st);
+        if (!e.ok()) last = e;
+      },
+      &res.eager_ms);
+  if (!last.ok()) throw std::runtime_error(last.message());
+  // q, k, v, d_o in and dq, dk, dv out (bf16), g, beta in and dg, dbeta out (fp32); gdn-math §9.3's backward FLOPs
+  res.bytes = T * (4.0 * Hqk * K * 2 + 4.0 * Hv * V * 2 + Hv * 16.0);
+  res.flops = double(T) * Hv * (16.0 * K * V + 2.0 * C * (9 * K + 5 * V) + 4.0 * C * C);
+  return res;
+}
+
 BenchResult run_case(const std::string& name, int reps, const ExecOptions& exec, const std::string& gates) {
   BenchResult r;
   auto rec = [&](int64_t N, int64_t T, DType pd, bool verify) {
@@ -375,6 +414,10 @@ BenchResult run_case(const std::string& name, int reps, const ExecOptions& exec,
     r = pre({32768}, 16, 16, DType::f16);
   else if (name == "prefill_fp16_t128k_h16")
     r = pre({131072}, 16, 16, DType::f16);
+  else if (name == "train_bwd_t32k_h16_32")
+    r = bench_train_bwd(32768, 16, 32, std::max(3, reps / 4), exec);
+  else if (name == "train_bwd_t32k_h4")
+    r = bench_train_bwd(32768, 4, 4, std::max(3, reps / 4), exec);
   else
     throw std::runtime_error("unknown case " + name);
   return r;
@@ -450,7 +493,7 @@ Command add_bench(CLI::App& app) {
   auto opt = std::make_shared<BenchOptions>();
   CLI::App* sub = app.add_subcommand("bench", "run named GPU benchmark cases (a CUDA build and device)");
   std::string cases = "Cases:\n";
-  std::vector<std::string> choices = {"all", "decode", "prefill"};
+  std::vector<std::string> choices = {"all", "decode", "prefill", "train"};
   for (auto& c : case_list()) {
     cases += "  " + c.name + std::string(c.name.size() < 24 ? 24 - c.name.size() : 1, ' ') + c.what + "\n";
     choices.push_back(c.name);
@@ -458,7 +501,7 @@ Command add_bench(CLI::App& app) {
   sub->footer(
       "Prints ms per call (CUDA-graph replay, inputs rotated beyond L2), achieved TB/s and TFLOP/s, and the\n"
       "ratio to the floor max(bytes / copy rate, FLOPs / bf16 GEMM rate), with both ceilings measured in the\n"
-      "same run. Groups: all, decode (decode_*, mtp_*, verify_*), prefill (prefill_*).\n" +
+      "same run. Groups: all, decode (decode_*, mtp_*, verify_*), prefill (prefill_*), train (train_*).\n" +
       cases + "Exit code 3 without a CUDA build or device.");
   sub->add_option("cases", opt->cases, "cases or groups to run (listed below)")
       ->required()
@@ -494,6 +537,10 @@ Command add_bench(CLI::App& app) {
                   "logsigmoid(N(0, 1)) / 16 with every fourth value head at 0")
       ->check(CLI::IsMember({"uniform", "logsigmoid", "flashqla"}))
       ->capture_default_str();
+  sub->add_option("--chunk-bwd-segments", opt->exec.chunk_bwd_segments,
+                  "force the training backward's chain split: 1 off, P segments (exec.chunk_bwd_segments; 0 auto)")
+      ->check(integer_in<int32_t>(0, 4096))
+      ->type_name("P");
   return {sub, [opt] { return run_bench(*opt); }};
 }
 

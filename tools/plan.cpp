@@ -21,6 +21,7 @@ std::string plan_help() {
       "  Prints the CUDA plan of a call of that shape on a GPU of `sms` SMs (default 132).\n"
       "  chunk_fwd keys: B T Hqk Hv K V (defaults 1 32768 16 16 128 128), dtype=bf16|f16, seqs=N (varlen: N\n"
       "                  sequences of T / N tokens), segments=P (exec.chunk_fwd_segments), sms\n"
+      "  chunk_bwd keys: as chunk_fwd (Hv default 32), segments=P (exec.chunk_bwd_segments)\n"
       "  recurrent keys: N T Hqk Hv K V (defaults 1 1 16 32 128 128), pool=f32|bf16|f16|none, layout=k|v,\n"
       "                  verify=0|1 (bf16 intermediate states, no commit), kernel=auto|persistent|direct|\n"
       "                  direct_pipe|wy (exec.recurrent_kernel), sms\n");
@@ -74,21 +75,33 @@ int run_plan(const std::string& op, const std::vector<std::string>& params) {
   const int32_t sms = int32_t(num("sms", 132));
   std::string text;
   Status st;
-  if (op == "chunk_fwd") {
-    const int64_t B = num("B", 1), T = num("T", 32768), Hqk = num("Hqk", 16), Hv = num("Hv", Hqk);
+  if (op == "chunk_fwd" || op == "chunk_bwd") {
+    const bool bwd = op == "chunk_bwd";
+    const int64_t B = num("B", 1), T = num("T", 32768), Hqk = num("Hqk", 16), Hv = num("Hv", bwd ? 32 : Hqk);
     const int64_t K = num("K", 128), V = num("V", 128), seqs = num("seqs", 0);
     const DType dt = dtype_of(str("dtype", "bf16"));
-    ChunkFwdParams p;
     const int64_t Bv = seqs > 0 ? 1 : B;
-    p.q = shape(dt, {Bv, T, Hqk, K}), p.k = shape(dt, {Bv, T, Hqk, K});
-    p.v = shape(dt, {Bv, T, Hv, V}), p.o = shape(dt, {Bv, T, Hv, V});
     std::vector<int32_t> cu;
-    if (seqs > 0) {
+    if (seqs > 0)
       for (int64_t n = 0; n <= seqs; ++n) cu.push_back(int32_t(T * n / seqs));
-      p.cu_seqlens = make_tensor(cu.data(), DType::i32, {seqs + 1});
+    const TensorView cu_view = seqs > 0 ? make_tensor(cu.data(), DType::i32, {seqs + 1}) : TensorView();
+    const int32_t segments = int32_t(num("segments", 0));
+    if (!bwd) {
+      ChunkFwdParams p;
+      p.q = shape(dt, {Bv, T, Hqk, K}), p.k = shape(dt, {Bv, T, Hqk, K});
+      p.v = shape(dt, {Bv, T, Hv, V}), p.o = shape(dt, {Bv, T, Hv, V});
+      p.cu_seqlens = cu_view;
+      p.exec.chunk_fwd_segments = segments;
+      st = chunk_fwd_plan(p, &text, sms);
+    } else {
+      ChunkBwdParams p;
+      p.q = shape(dt, {Bv, T, Hqk, K}), p.k = shape(dt, {Bv, T, Hqk, K});
+      p.v = shape(dt, {Bv, T, Hv, V}), p.d_o = shape(dt, {Bv, T, Hv, V});
+      p.dq = shape(dt, {Bv, T, Hqk, K}), p.dk = shape(dt, {Bv, T, Hqk, K}), p.dv = shape(dt, {Bv, T, Hv, V});
+      p.cu_seqlens = cu_view;
+      p.exec.chunk_bwd_segments = segments;
+      st = chunk_bwd_plan(p, &text, sms);
     }
-    p.exec.chunk_fwd_segments = int32_t(num("segments", 0));
-    st = chunk_fwd_plan(p, &text, sms);
   } else {  // recurrent (CLI11 checked the name)
     const int64_t N = num("N", 1), T = num("T", 1), Hqk = num("Hqk", 16), Hv = num("Hv", 32);
     const int64_t K = num("K", 128), V = num("V", 128);
@@ -125,7 +138,7 @@ Command add_plan(CLI::App& app) {
   CLI::App* sub =
       app.add_subcommand("plan", "print the CUDA plan (kernels, tiles, grid, split, workspace, why) of a shape");
   sub->footer(plan_help());
-  sub->add_option("op", *op, "the op")->required()->check(CLI::IsMember({"chunk_fwd", "recurrent"}));
+  sub->add_option("op", *op, "the op")->required()->check(CLI::IsMember({"chunk_fwd", "chunk_bwd", "recurrent"}));
   sub->add_option("params", *params, "shape and options as key=value (listed below)")->type_name("KEY=VALUE");
   return {sub, [op, params] { return run_plan(*op, *params); }};
 }

@@ -162,6 +162,9 @@ struct ChunkBwdParams {
 };
 
 FLASHGDN_CXX_API Status chunk_bwd_workspace_size(const ChunkBwdParams& p, size_t* bytes);
+// The plan a chunk_bwd call runs (passes, grids, the chains' segment split) and why, as text; sm_count as for
+// chunk_fwd_plan.
+FLASHGDN_CXX_API Status chunk_bwd_plan(const ChunkBwdParams& p, std::string* out, int32_t sm_count = 0);
 FLASHGDN_CXX_API Status chunk_bwd(const ChunkBwdParams& p, void* workspace = nullptr, size_t workspace_bytes = 0,
                                   void* stream = nullptr);
 FLASHGDN_CXX_API Status chunk_bwd(const ChunkBwdParams& p, const WorkspaceProvider& workspace, void* stream = nullptr);

@@ -191,6 +191,10 @@ struct PlanOf<ChunkFwdParams> {
   using type = ChunkFwdPlan;
 };
 template <>
+struct PlanOf<ChunkBwdParams> {
+  using type = ChunkBwdPlan;
+};
+template <>
 struct PlanOf<RecurrentParams> {
   using type = RecurrentPlan;
 };
@@ -208,6 +212,9 @@ FGDN_OP_DIMS(FGDN_TYPES)
 
 Status make_plan(const ChunkFwdParams& p, const ChunkDims& d, const DeviceFacts& f, ChunkFwdPlan* pl) {
   return plan_chunk_fwd(p, d, f, pl);
+}
+Status make_plan(const ChunkBwdParams& p, const SeqDims& d, const DeviceFacts& f, ChunkBwdPlan* pl) {
+  return plan_chunk_bwd(p, d, f, pl);
 }
 Status make_plan(const RecurrentParams& p, const RecurrentDims& d, const DeviceFacts& f, RecurrentPlan* pl) {
   return plan_recurrent(p, d, f, pl);
@@ -229,8 +236,8 @@ FGDN_OP_DIMS(FGDN_RUN_CPU)
 size_t workspace_of(const ChunkFwdParams&, const ChunkDims&, const ChunkFwdPlan& pl) {
   return pl.workspace_bytes;
 }
-size_t workspace_of(const ChunkBwdParams& p, const SeqDims& d, const NoPlan&) {
-  return cuda::chunk_bwd_workspace_size(p, d);
+size_t workspace_of(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& pl) {
+  return cuda::chunk_bwd_workspace_size(p, d, pl);
 }
 template <class P, class D, class Plan>
 size_t workspace_of(const P&, const D&, const Plan&) {
@@ -377,6 +384,9 @@ FGDN_STREAM_OP(mixer_decode, MixerDecodeParams)
 #undef FGDN_STREAM_OP
 
 Status chunk_fwd_plan(const ChunkFwdParams& p, std::string* out, int32_t sm_count) {
+  return plan_text_op(p, out, sm_count);
+}
+Status chunk_bwd_plan(const ChunkBwdParams& p, std::string* out, int32_t sm_count) {
   return plan_text_op(p, out, sm_count);
 }
 Status recurrent_plan(const RecurrentParams& p, std::string* out, int32_t sm_count) {

@@ -2,6 +2,7 @@
 #include "api/plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
 
@@ -19,60 +20,109 @@ const char* state_pass_name(ChunkStatePass s) {
   return s == ChunkStatePass::wgmma ? "wgmma" : "mma.sync";
 }
 
-// The segment count of the automatic split: a state-pass CTA (16 warps, ~218 KB of shared memory: one per SM) walks
-// the chunks of one (work item, value head) with all V / 64 value tiles; the summary mode has (K + V) / 64 tiles, so
-// ceil((K + V) / V) CTAs per (item, head), each ~0.8 of a forward CTA's time per chunk (no q, no P U). In chunk-steps
-//   cost(P) = Ls w + 20 (w - 1) + 0.8 Ls waves(ceil(x1 / 2)) + 0.3 (P - 1) + 3,   Ls = ceil(chunks / P),
-// w the forward's waves of CTAs, x1 the summary CTAs; the fastest P of 1..64 wins. The terms, fitted to the H200
-// sweep under two gate distributions (bench/results, `flashgdn bench --gates G --chunk-segments P`):
-// - a second wave of forward CTAs costs ~20 chunk-steps beyond its chunks (~0.1 ms measured at every shape);
-// - a summary runs its whole segment only where the gates do not decay (its decay window, docs/chunk_fwd.md,
-//   covers the rest in a chunk or two). The gates are device data that a plan never reads, so the model assumes
-//   half of the summaries run full length. Measured: the chosen P is the fastest at T = 32K H = 16 and
-//   Hqk = 16 / Hv = 32 under both logsigmoid gates and FlashQLA's (a quarter of the heads at g = 0); at T = 128K
-//   H = 32 under FlashQLA's gates it is 10% behind P = 8; where no head decays the model's P can be up to ~10%
-//   behind the best (P = 3 at Hv = 32, which prices every summary at full length).
-// Unsplit when the heads alone fill the SMs or the sequences are short (< 16 chunks).
-int64_t auto_segments(const ChunkDims& d, int64_t avg, int32_t sms, std::string* why) {
-  const int64_t vt = d.V / kChunkFwdTile, kt = d.K / kChunkFwdTile;
-  const int64_t base = d.N * d.Hv;
+// The split's cost model, shared by both ops. Per segment `walk` CTAs walk its chunks (one CTA per SM) and, but for
+// a sequence's last, `sum` summary CTAs run ~`f` of a walking CTA's time per chunk, a fraction `full` of them over
+// the whole segment (the rest, cut short by a decay window, cost ~nothing). In chunk-steps
+//   cost(P) = Ls w + 20 (w - 1) + f Ls waves(full x summary CTAs) + 0.3 (P - 1) + 3,   Ls = ceil(chunks / P),
+// w the waves of walking CTAs; the cheapest P of 1..64 wins. A second wave of walking CTAs costs ~20 chunk-steps
+// beyond its chunks (~0.1 ms on the H200 prefill at every shape, bench/results: the segment sweep). Unsplit when
+// the unsplit CTAs (N walk) fill the SMs or the sequences are short (< 16 chunks). `what`: the unsplit CTAs' count
+// as a formula, `unit`: what they are.
+int64_t cheapest_segments(int64_t N, int64_t avg, int64_t walk, int64_t sum, double f, double full, int32_t sms,
+                          const char* what, const char* unit, std::string* why) {
+  const int64_t base = N * walk;
   if (base >= sms) {
-    *why = detail::str_cat("N Hv = ", base, " CTAs fill the ", sms, " SMs: no split");
+    *why = detail::str_cat(what, " = ", base, " CTAs fill the ", sms, " SMs: no split");
     return 1;
   }
   if (avg < 16) {
     *why = detail::str_cat("sequences of ~", avg, " chunks (< 16): no split");
     return 1;
   }
-  const int64_t sum_ctas = ceil_div(kt + vt, vt);
   double best = 1e30;
   int64_t P = 1;
   for (int cand = 1; cand <= 64; ++cand) {
     const int64_t ls = ceil_div(avg, cand), nseg = ceil_div(avg, ls);
-    const int64_t x2 = d.N * nseg * d.Hv, x1 = d.N * (nseg - 1) * d.Hv * sum_ctas;
-    const int64_t waves = ceil_div(x2, sms);
+    const int64_t waves = ceil_div(N * nseg * walk, sms);
     double cost = double(ls) * double(waves) + 20.0 * double(waves - 1);
-    if (nseg > 1) cost += double(ls) * 0.8 * double(ceil_div(ceil_div(x1, 2), sms)) + 0.3 * double(nseg - 1) + 3.0;
+    if (nseg > 1) {
+      const auto full_ctas = int64_t(std::ceil(full * double(N * (nseg - 1) * sum)));
+      cost += double(ls) * f * double(ceil_div(full_ctas, sms)) + 0.3 * double(nseg - 1) + 3.0;
+    }
     if (cost < best - 1e-9) best = cost, P = nseg;
   }
-  *why = detail::str_cat("cost model: ", base, " (sequence, head) chains on ", sms, " SMs, ~", avg,
-                         " chunks each: P = ", P, " (", best, " chunk-steps)");
+  *why = detail::str_cat("cost model: ", base, " ", unit, " on ", sms, " SMs, ~", avg, " chunks each: P = ", P, " (",
+                         best, " chunk-steps)", P == 1 ? ": no split" : "");
   return P;
+}
+
+// The segment count of the automatic split: a state-pass CTA (one per SM) walks the chunks of one (work item, value
+// head) with all V / 64 value tiles; the summary mode has (K + V) / 64 tiles, so ceil((K + V) / V) CTAs per (item,
+// head), each ~0.8 of a forward CTA's time per chunk (no q, no P U). A summary runs its whole segment only where the
+// gates do not decay (its decay window, docs/chunk_fwd.md, covers the rest in a chunk or two). The gates are device
+// data that a plan never reads, so the model assumes half of the summaries run full length. Fitted to the H200
+// sweep under two gate distributions (bench/results, `flashgdn bench --gates G --chunk-segments P`): the chosen P is
+// the fastest at T = 32K H = 16 and Hqk = 16 / Hv = 32 under both logsigmoid gates and FlashQLA's (a quarter of the
+// heads at g = 0); at T = 128K H = 32 under FlashQLA's gates it is 10% behind P = 8; where no head decays it can be
+// up to ~10% behind the best (P = 3 at Hv = 32, which prices every summary at full length).
+int64_t auto_segments(const ChunkDims& d, int64_t avg, int32_t sms, std::string* why) {
+  const int64_t vt = d.V / kChunkFwdTile, kt = d.K / kChunkFwdTile;
+  return cheapest_segments(d.N, avg, d.Hv, d.Hv * ceil_div(kt + vt, vt), 0.8, 0.5, sms, "N Hv",
+                           "(sequence, head) chains", why);
+}
+
+// What the chunk kernels of both directions take: chunk size 64, 16-bit q, k, v, K and V of 64 or 128, and a
+// segment override (exec.<op>_segments) of 0, 1 or P > 1.
+Status check_chunk_call(const char* op, int64_t chunk_size, DType dt, const SeqDims& d, int32_t segments) {
+  if (chunk_size != kChunkFwdChunk)
+    return FGDN_ERROR(unsupported, op, ": chunk_size: the CUDA kernels use 64, got ", chunk_size);
+  if (dt != DType::bf16 && dt != DType::f16)
+    return FGDN_ERROR(unsupported, op, ": q: the CUDA kernels take bf16 or f16 q, k, v, got ", dtype_name(dt));
+  if ((d.K != 64 && d.K != 128) || (d.V != 64 && d.V != 128))
+    return FGDN_ERROR(unsupported, op, ": K and V must be 64 or 128 on CUDA, got K=", d.K, " V=", d.V);
+  if (segments < 0)
+    return FGDN_INVALID(op, ": exec.", op, "_segments: expected 0 (auto), 1 (off) or P > 1, got ", segments);
+  return Status::OK();
+}
+
+// The segment count of a forced or automatic split, shared by both ops: `forced` is exec.<op>_segments (0 auto,
+// 1 off, P > 1), `avg` the chunks of a typical sequence; `autop` prices the automatic choice.
+template <class Auto>
+int64_t choose_segments(int32_t forced, const char* option, const SeqDims& d, int64_t avg, Auto autop,
+                        std::string* why) {
+  if (forced == 1) {
+    *why = detail::str_cat(option, " = 1: no split");
+    return 1;
+  }
+  if (d.N == 0 || avg < 2) {
+    *why = "one chunk per sequence: no split";
+    return 1;
+  }
+  if (forced > 1) {
+    *why = detail::str_cat(option, " = ", forced);
+    return forced;
+  }
+  return autop();
+}
+
+// The work list of a split into about P segments per sequence: segments of seg_chunks = ceil(avg / P) chunks, and
+// `cap`, an upper bound of the items over all sequences (the device builds the list, chunk_split.cuh).
+void segment_items(const SeqDims& d, int64_t P, int64_t avg, int64_t nch_total, int64_t* seg_chunks, int64_t* segments,
+                   int64_t* cap) {
+  *seg_chunks = ceil_div(avg, P);
+  *segments = ceil_div(avg, *seg_chunks);
+  if (d.varlen) {
+    // sum_n max(1, ceil(nch_n / Ls)) <= N + (sum_n nch_n) / Ls and sum_n nch_n <= ceil(T / C) + min(N, T).
+    *cap = d.N + (nch_total + std::min(d.N, d.T)) / *seg_chunks;
+  } else {
+    *cap = d.N * std::max<int64_t>(1, ceil_div(nch_total, *seg_chunks));
+  }
 }
 
 }  // namespace
 
 Status plan_chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const DeviceFacts& dev, ChunkFwdPlan* out) {
-  if (p.chunk_size != kChunkFwdChunk)
-    return FGDN_ERROR(unsupported, "chunk_fwd: chunk_size: the CUDA kernels use 64, got ", p.chunk_size);
-  if (p.q.dtype != DType::bf16 && p.q.dtype != DType::f16)
-    return FGDN_ERROR(unsupported, "chunk_fwd: q: the CUDA kernels take bf16 or f16 q, k, v, got ",
-                      dtype_name(p.q.dtype));
-  if ((d.K != 64 && d.K != 128) || (d.V != 64 && d.V != 128))
-    return FGDN_ERROR(unsupported, "chunk_fwd: K and V must be 64 or 128 on CUDA, got K=", d.K, " V=", d.V);
-  if (p.exec.chunk_fwd_segments < 0)
-    return FGDN_INVALID("chunk_fwd: exec.chunk_fwd_segments: expected 0 (auto), 1 (off) or P > 1, got ",
-                        p.exec.chunk_fwd_segments);
+  FGDN_RETURN_IF_ERROR(check_chunk_call("chunk_fwd", p.chunk_size, p.q.dtype, d, p.exec.chunk_fwd_segments));
   ChunkFwdPlan pl;
   pl.sms = std::max(dev.sms, 1);
   pl.state_pass = d.K == 128 && d.V == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync;
@@ -81,28 +131,13 @@ Status plan_chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const DeviceF
   const int64_t N = std::max<int64_t>(d.N, 1);
   const int64_t avg = d.varlen ? ceil_div(nch_total, N) : nch_total;  // chunks of a typical sequence
 
-  int64_t P = p.exec.chunk_fwd_segments;
-  pl.forced = P > 0;
-  if (P == 1) {
-    pl.why = "exec.chunk_fwd_segments = 1: no split";
-  } else if (d.N == 0 || avg < 2) {
-    P = 1;
-    pl.why = "one chunk per sequence: no split";
-  } else if (P > 1) {
-    pl.why = detail::str_cat("exec.chunk_fwd_segments = ", P);
-  } else {
-    P = auto_segments(d, avg, pl.sms, &pl.why);
-  }
+  pl.forced = p.exec.chunk_fwd_segments > 0;
+  const int64_t P = choose_segments(
+      p.exec.chunk_fwd_segments, "exec.chunk_fwd_segments", d, avg,
+      [&] { return auto_segments(d, avg, pl.sms, &pl.why); }, &pl.why);
   if (P > 1) {
     pl.split = true;
-    pl.seg_chunks = ceil_div(avg, P);
-    pl.segments = ceil_div(avg, pl.seg_chunks);
-    if (d.varlen) {
-      // sum_n max(1, ceil(nch_n / Ls)) <= N + (sum_n nch_n) / Ls and sum_n nch_n <= ceil(T / C) + min(N, T).
-      pl.cap = d.N + (nch_total + std::min(d.N, d.T)) / pl.seg_chunks;
-    } else {
-      pl.cap = d.N * std::max<int64_t>(1, ceil_div(nch_total, pl.seg_chunks));
-    }
+    segment_items(d, P, avg, nch_total, &pl.seg_chunks, &pl.segments, &pl.cap);
   }
 
   size_t off = align_up(size_t(pl.rec_slots) * size_t(d.Hv) * size_t(cuda::kRecBytes));
@@ -149,6 +184,68 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
   return s;
 }
 
+// ---- chunk_bwd ------------------------------------------------------------------------------------------------
+namespace {
+
+// The segment count of the backward's chains. A chain CTA (8 warps, ~174 / ~195 KB of shared memory: one per SM)
+// walks the chunks of one (item, value head, 32 state columns); its summaries have (K + V) / 32 column CTAs per
+// (item, head), each priced at 0.9 of a walking CTA per chunk (no stores; the reverse chain's M columns skip the Q
+// product), in cheapest_segments' model per chain; the same P serves both chains (their costs scale alike). At one
+// CTA per SM a split pays only where the unsplit CTAs leave SMs idle: N Hv V / 32 >= SMs is never split.
+int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, std::string* why) {
+  const int64_t cols = d.V / kChunkBwdChainCols, sum_cols = (d.K + d.V) / kChunkBwdChainCols;
+  return cheapest_segments(d.N, avg, d.Hv * cols, d.Hv * sum_cols, 0.9, 1.0, sms, "N Hv V / 32", "chain CTAs", why);
+}
+
+}  // namespace
+
+Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFacts& dev, ChunkBwdPlan* out) {
+  FGDN_RETURN_IF_ERROR(check_chunk_call("chunk_bwd", p.chunk_size, p.q.dtype, d, p.exec.chunk_bwd_segments));
+  ChunkBwdPlan pl;
+  pl.sms = std::max(dev.sms, 1);
+  const int64_t nch_total = ceil_div(d.T, kChunkFwdChunk);
+  const int64_t avg = d.varlen ? ceil_div(nch_total, std::max<int64_t>(d.N, 1)) : nch_total;
+  pl.forced = p.exec.chunk_bwd_segments > 0;
+  const int64_t P = choose_segments(
+      p.exec.chunk_bwd_segments, "exec.chunk_bwd_segments", d, avg,
+      [&] { return auto_bwd_segments(d, avg, pl.sms, &pl.why); }, &pl.why);
+  if (P > 1) {
+    pl.split = true;
+    segment_items(d, P, avg, nch_total, &pl.seg_chunks, &pl.segments, &pl.cap);
+    pl.ws_items = 0;
+    pl.ws_seq_first = align_up(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem));
+    pl.ws_mn = pl.ws_seq_first + align_up(size_t(d.N) * sizeof(int32_t));
+    pl.split_bytes = pl.ws_mn + size_t(pl.cap) * size_t(d.Hv) * size_t(d.K) * size_t(d.K + d.V) * sizeof(float);
+  }
+  *out = std::move(pl);
+  return Status::OK();
+}
+
+std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
+  using detail::str_cat;
+  const int64_t cols = d.V / kChunkBwdChainCols, sum_cols = (d.K + d.V) / kChunkBwdChainCols;
+  const int64_t slots = d.varlen ? d.N + ceil_div(d.T, kChunkFwdChunk) : d.B * ceil_div(d.T, kChunkFwdChunk);
+  std::string s = str_cat("chunk_bwd on CUDA, ", pl.sms, " SMs: N = ", d.N, " sequences, T = ", d.T, ", Hqk = ", d.Hqk,
+                          ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, d.varlen ? " (varlen)" : "", "\n");
+  s += str_cat("  prep and grads passes: grid (", slots, ", ", d.Hv, "), one record per (chunk slot, value head)\n");
+  if (!pl.split) {
+    s += str_cat("  state and dstate chains: grid (", d.N, ", ", d.Hv, ", ", cols, "), every chunk of a sequence\n");
+  } else {
+    s += str_cat("  segment split: ", pl.segments, " segments of ", pl.seg_chunks, " chunks per sequence, ", pl.cap,
+                 " work items\n");
+    s += str_cat("  per chain (state forward, dstate reverse): summaries grid (", pl.cap, ", ", d.Hv, ", ", sum_cols,
+                 "), scan grid (", d.N, ", ", d.Hv, ", ", d.V / 16, "), segments from their boundary states grid (",
+                 pl.cap, ", ", d.Hv, ", ", cols, ")\n");
+  }
+  s += str_cat("  split: ", pl.why, "\n");
+  s += str_cat("  workspace: the records and scratch (chunk_bwd_workspace_size)");
+  if (pl.split)
+    s += str_cat(" + ", pl.split_bytes, " bytes of the split (items and sequence table ", pl.ws_mn, ", summaries ",
+                 pl.split_bytes - pl.ws_mn, ")");
+  s += "\n";
+  return s;
+}
+
 // ---- recurrent ------------------------------------------------------------------------------------------------
 namespace {
 
@@ -184,12 +281,15 @@ int32_t wy_bv(const RecurrentDims& d, const RecShape& r, int32_t sms) {
 // The direct kernel's tile width (one CTA per tile, no persistence). Single-token, large batches (>= 2 waves of 4
 // CTAs per SM): 128 columns on a K-major 16-bit pool (the packed state, 4 CTAs/SM x 32 KB in flight), else 64 (twice
 // the state bytes in flight per CTA); then 32 once that gives >= 4 CTAs per SM; 16 spreads a small batch over more
-// SMs. (The 128- and 64-column tiles exist for one token only: T is the total token count.)
+// SMs, and 8 (fp32 states) where 16 would give fewer than 2 tiles per SM (N = 1: 512 CTAs, half the state vectors,
+// FMAs and shuffles per thread on the latency chain). (The 128-, 64- and 8-column tiles exist for one token only:
+// T is the total token count.)
 int32_t direct_bv(const RecurrentDims& d, const RecShape& r, int32_t sms) {
   const bool one = d.T <= 1;
   if (one && r.pool16 && r.kmajor && d.V % 128 == 0 && r.heads * (d.V / 128) >= 8 * int64_t(sms)) return 128;
   if (one && d.V % 64 == 0 && r.heads * (d.V / 64) >= 8 * int64_t(sms)) return 64;
   if (d.V % 32 == 0 && r.heads * (d.V / 32) >= 4 * int64_t(sms)) return 32;
+  if (one && !r.pool16 && r.heads * (d.V / 16) < 2 * int64_t(sms)) return 8;
   return 16;
 }
 

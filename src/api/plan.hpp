@@ -3,9 +3,10 @@
 // A plan is a pure function of the validated params and the device facts (the SM count), so it is unit-tested on
 // the CPU (tests/api/test_plan.cpp) and printed by <op>_plan (flashgdn.hpp). Each call builds its plan once
 // (ops.cpp): the workspace check and the launch read the same plan, and a workspace query builds the same plan from
-// the same params. Kernel overrides come from ExecOptions (recurrent_kernel, chunk_fwd_segments); a forced kernel
+// the same params. Kernel overrides come from ExecOptions (recurrent_kernel, chunk_fwd_segments,
+// chunk_bwd_segments); a forced kernel
 // that cannot take the call's shape is rejected here, with the kernel's requirement in the message.
-// gating and recurrent_commit have one kernel each and no choice to plan; chunk_bwd's CUDA plan goes here too.
+// gating and recurrent_commit have one kernel each and no choice to plan.
 #pragma once
 
 #include <cstddef>
@@ -47,6 +48,29 @@ inline constexpr int64_t kChunkFwdTile = 64;   // state columns per value tile
 
 Status plan_chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const DeviceFacts& dev, ChunkFwdPlan* out);
 std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d);
+
+// ---- chunk_bwd ------------------------------------------------------------------------------------------------
+// The passes of docs/chunk_bwd.md. The two chains (the state pass forward over the chunks, the state-gradient pass
+// in reverse) walk one CTA per (sequence, value head, 32 state columns); with the segment split (gdn-math §6) each
+// runs three times: summaries [M | N] of its segments, the scan of the segment boundary states, every segment from
+// its boundary state.
+struct ChunkBwdPlan {
+  int32_t sms = 0;
+  bool split = false;
+  bool forced = false;     // exec.chunk_bwd_segments decided the split
+  int64_t segments = 1;    // P: segments of a typical sequence
+  int64_t seg_chunks = 0;  // segment length in chunks (split)
+  int64_t cap = 0;         // work items: an upper bound of the number of segments over all sequences (split)
+  // The split's workspace, after the records and scratch (cuda::chunk_bwd_workspace_size adds them):
+  // [items | seq_first | summaries], offsets from its start, each part 256-byte aligned.
+  size_t ws_items = 0, ws_seq_first = 0, ws_mn = 0, split_bytes = 0;
+  std::string why;  // the split decision
+};
+
+inline constexpr int64_t kChunkBwdChainCols = 32;  // state columns per chain CTA
+
+Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFacts& dev, ChunkBwdPlan* out);
+std::string describe(const ChunkBwdPlan& pl, const SeqDims& d);
 
 // ---- recurrent ------------------------------------------------------------------------------------------------
 struct RecurrentPlan {

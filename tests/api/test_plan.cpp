@@ -53,11 +53,17 @@ ChunkCall chunk_call(const ChunkShape& s) {
   return c;
 }
 
-ChunkFwdPlan chunk_plan(const ChunkCall& c, int32_t sms = kH200Sms) {
-  ChunkFwdPlan pl;
-  const Status st = plan_chunk_fwd(c.p, c.d, DeviceFacts{sms}, &pl);
+// A plan of `make_plan` (plan_chunk_fwd, plan_chunk_bwd) that must succeed.
+template <class Plan, class Call, class Make>
+Plan planned(Make make_plan, const Call& c, int32_t sms) {
+  Plan pl;
+  const Status st = make_plan(c.p, c.d, DeviceFacts{sms}, &pl);
   EXPECT_TRUE(st.ok()) << st.message();
   return pl;
+}
+
+ChunkFwdPlan chunk_plan(const ChunkCall& c, int32_t sms = kH200Sms) {
+  return planned<ChunkFwdPlan>(plan_chunk_fwd, c, sms);
 }
 
 TEST(ChunkFwdPlan, StatePassByHeadDims) {
@@ -250,21 +256,30 @@ TEST(ChunkFwdDecayWindow, MatchesTheReference) {
 }
 
 // The varlen work-item bound covers every sequence's segments, for lengths around the chunk and segment sizes.
-TEST(ChunkFwdPlan, VarlenItemBoundCoversEverySegment) {
-  Rng rng(5);
+// Varlen: the plan's item bound covers every segment the device's list builds (max(1, ceil(chunks / Ls)) per
+// sequence: an empty or short sequence takes one item). `plan_of(shape, P)` is the op's plan with P forced.
+template <class PlanOf>
+void expect_item_bound(uint64_t seed, PlanOf plan_of) {
+  Rng rng(seed);
   for (int trial = 0; trial < 50; ++trial) {
     ChunkShape s;
     s.Hqk = s.Hv = 2;
     const int n = 1 + int(rng.uniform() * 12);
-    for (int i = 0; i < n; ++i) s.seqlens.push_back(int64_t(rng.uniform() * 3000));
-    ChunkCall c = chunk_call(s);
-    c.p.exec.chunk_fwd_segments = 2 + trial % 7;
-    const ChunkFwdPlan pl = chunk_plan(c);
+    for (int i = 0; i < n; ++i) s.seqlens.push_back(trial % 5 == 0 && i % 3 == 1 ? 0 : int64_t(rng.uniform() * 3000));
+    const auto pl = plan_of(s, 2 + trial % 9);
     if (!pl.split) continue;
     int64_t items = 0;
     for (int64_t l : s.seqlens) items += std::max<int64_t>(1, ((l + 63) / 64 + pl.seg_chunks - 1) / pl.seg_chunks);
     EXPECT_LE(items, pl.cap) << "trial " << trial;
   }
+}
+
+TEST(ChunkFwdPlan, VarlenItemBoundCoversEverySegment) {
+  expect_item_bound(5, [](const ChunkShape& s, int32_t P) {
+    ChunkCall c = chunk_call(s);
+    c.p.exec.chunk_fwd_segments = P;
+    return chunk_plan(c);
+  });
 }
 
 // The bound the windows rest on (gdn-math §1.3, §6.1), on the fp64 CPU recurrence: S(b) - N(c -> b) =
@@ -529,6 +544,114 @@ TEST(RecurrentPlan, UnsupportedHeadDims) {
 }
 
 // ---- the printable plans through the public API (host tensors: validated as by the call) ------------------------
+// ---- chunk_bwd --------------------------------------------------------------------------------------------------
+struct BwdCall {
+  ChunkBwdParams p;
+  SeqDims d;
+};
+
+BwdCall bwd_call(const ChunkShape& s) {
+  const ChunkCall f = chunk_call(s);
+  BwdCall c;
+  c.p.q = f.p.q, c.p.k = f.p.k, c.p.v = f.p.v, c.p.d_o = f.p.v;
+  c.p.dq = f.p.q, c.p.dk = f.p.k, c.p.dv = f.p.v, c.p.cu_seqlens = f.p.cu_seqlens;
+  c.d = f.d;
+  return c;
+}
+
+ChunkBwdPlan bwd_plan(const BwdCall& c, int32_t sms = kH200Sms) {
+  return planned<ChunkBwdPlan>(plan_chunk_bwd, c, sms);
+}
+
+// The chains run N Hv V / 32 CTAs at one per SM: the training shapes of issue 14 (Hv = 32, V = 128: 128 CTAs on
+// 132 SMs; 4 x 64 heads: 1024) are not split, since a split adds summary CTAs to a machine already full; few heads on
+// long sequences are, into more segments the more SMs sit idle.
+TEST(ChunkBwdPlan, AutomaticSegmentSplit) {
+  ChunkShape s;
+  s.T = 32768, s.Hqk = 16, s.Hv = 32;
+  ChunkBwdPlan pl = bwd_plan(bwd_call(s));
+  EXPECT_FALSE(pl.split) << pl.why;
+  EXPECT_NE(pl.why.find("P = 1 "), std::string::npos) << pl.why;
+  s.B = 4, s.T = 8192, s.Hv = 64;
+  pl = bwd_plan(bwd_call(s));
+  EXPECT_FALSE(pl.split) << pl.why;
+  EXPECT_NE(pl.why.find("fill"), std::string::npos) << pl.why;
+  s.B = 1, s.T = 32768;
+
+  s.Hqk = s.Hv = 4;  // 16 chain CTAs
+  pl = bwd_plan(bwd_call(s));
+  EXPECT_TRUE(pl.split) << pl.why;
+  EXPECT_FALSE(pl.forced);
+  EXPECT_GE(pl.segments, 4) << pl.why;
+  EXPECT_EQ(pl.seg_chunks, (512 + pl.segments - 1) / pl.segments);
+  EXPECT_EQ(pl.cap, pl.segments);
+  EXPECT_NE(pl.why.find("cost model"), std::string::npos) << pl.why;
+
+  s.T = 900;  // 15 chunks: too short to split
+  EXPECT_FALSE(bwd_plan(bwd_call(s)).split);
+
+  s.T = 32768, s.Hqk = s.Hv = 8;  // more SMs, more segments
+  EXPECT_GT(bwd_plan(bwd_call(s), 264).segments, bwd_plan(bwd_call(s), 66).segments);
+  // K = V = 64: half the CTAs of V = 128
+  s.Hqk = s.Hv = 32, s.K = s.V = 64;  // 64 CTAs on 132 SMs
+  pl = bwd_plan(bwd_call(s));
+  EXPECT_TRUE(pl.split) << pl.why;
+}
+
+TEST(ChunkBwdPlan, SegmentOverrideAndWorkspace) {
+  ChunkShape s;
+  s.B = 2, s.T = 1000, s.Hqk = 2, s.Hv = 4, s.K = 64, s.V = 128;
+  BwdCall c = bwd_call(s);
+  c.p.exec.chunk_bwd_segments = 1;
+  ChunkBwdPlan pl = bwd_plan(c);
+  EXPECT_FALSE(pl.split);
+  EXPECT_TRUE(pl.forced);
+  EXPECT_EQ(pl.split_bytes, 0u);
+  c.p.exec.chunk_bwd_segments = 3;  // 16 chunks: segments of 6, 6, 4
+  pl = bwd_plan(c);
+  ASSERT_TRUE(pl.split);
+  EXPECT_TRUE(pl.forced);
+  EXPECT_EQ(pl.seg_chunks, 6);
+  EXPECT_EQ(pl.segments, 3);
+  EXPECT_EQ(pl.cap, 6);  // 2 sequences x 3
+  EXPECT_EQ(pl.ws_items, 0u);
+  EXPECT_EQ(pl.ws_seq_first, up256(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem)));
+  EXPECT_EQ(pl.ws_mn, pl.ws_seq_first + up256(2 * sizeof(int32_t)));
+  EXPECT_EQ(pl.split_bytes, pl.ws_mn + size_t(pl.cap) * 4 * 64 * (64 + 128) * sizeof(float));
+  const std::string text = describe(pl, c.d);
+  EXPECT_NE(text.find("segment split: 3 segments of 6 chunks"), std::string::npos) << text;
+  EXPECT_NE(text.find("exec.chunk_bwd_segments = 3"), std::string::npos) << text;
+  // The forward's override does not reach the backward, nor the other way round.
+  c.p.exec.chunk_bwd_segments = 0;
+  const ChunkBwdPlan automatic = bwd_plan(c);
+  EXPECT_FALSE(automatic.forced);
+  c.p.exec.chunk_fwd_segments = 7;
+  EXPECT_EQ(bwd_plan(c).segments, automatic.segments);
+  // One chunk per sequence: nothing to split.
+  ChunkShape one;
+  one.T = 64;
+  c = bwd_call(one);
+  c.p.exec.chunk_bwd_segments = 4;
+  EXPECT_FALSE(bwd_plan(c).split);
+  c.p.exec.chunk_bwd_segments = -1;
+  ChunkBwdPlan bad;
+  Status st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
+  EXPECT_EQ(st.code(), StatusCode::invalid_argument);
+  EXPECT_NE(st.message().find("exec.chunk_bwd_segments"), std::string::npos) << st.message();
+  c.p.exec.chunk_bwd_segments = 0;
+  c.p.chunk_size = 32;
+  st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
+  EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();
+}
+
+TEST(ChunkBwdPlan, VarlenItemBoundCoversEverySegment) {
+  expect_item_bound(15, [](const ChunkShape& s, int32_t P) {
+    BwdCall c = bwd_call(s);
+    c.p.exec.chunk_bwd_segments = P;
+    return bwd_plan(c);
+  });
+}
+
 TEST(PlanText, PublicApiPrintsThePlan) {
   GdnCase gc;
   gc.B = 1, gc.T = 300, gc.Hqk = 2, gc.Hv = 4, gc.K = 128, gc.V = 128, gc.dtype = DType::bf16;
@@ -550,6 +673,20 @@ TEST(PlanText, PublicApiPrintsThePlan) {
   EXPECT_EQ(chunk_fwd_plan(p, nullptr).code(), StatusCode::invalid_argument);
   p.chunk_size = 32;  // valid on the CPU, not on the GPU kernels
   EXPECT_EQ(chunk_fwd_plan(p, &text, kH200Sms).code(), StatusCode::unsupported);
+
+  ChunkBwdParams b;
+  HostTensor dq(DType::bf16, in.q.shape), dk(DType::bf16, in.k.shape), dv(DType::bf16, in.v.shape),
+      d_o(DType::bf16, in.v.shape);
+  b.q = in.q.view(), b.k = in.k.view(), b.v = in.v.view(), b.g = in.g.view(), b.beta = in.beta.view();
+  b.d_o = d_o.view(), b.dq = dq.view(), b.dk = dk.view(), b.dv = dv.view();
+  ASSERT_TRUE(chunk_bwd_plan(b, &text).ok());
+  EXPECT_NE(text.find("CPU backend"), std::string::npos) << text;
+  ASSERT_TRUE(chunk_bwd_plan(b, &text, kH200Sms).ok());
+  EXPECT_NE(text.find("state and dstate chains: grid (1, 4, 4)"), std::string::npos) << text;
+  b.exec.chunk_bwd_segments = 2;
+  ASSERT_TRUE(chunk_bwd_plan(b, &text, kH200Sms).ok());
+  EXPECT_NE(text.find("segment split: 2 segments of 3 chunks"), std::string::npos) << text;
+  EXPECT_NE(text.find("summaries grid (2, 4, 8)"), std::string::npos) << text;
 
   RecurrentParams r;
   HostTensor ro(DType::bf16, in.v.shape);

@@ -4,7 +4,8 @@
 // dv, dh0 and <= 2e-2 for dg, dbeta, dA_log, ddt_bias; the worst (sequence or token, head) block is printed and
 // bounded by twice that. Cases: gdn-math §10.4, varlen with empty sequences and NaN-filled slack rows (their
 // gradients must be exactly zero), GQA 1/2/4, K, V in {64, 128}, both layouts, the l2norm and gate chains, and
-// bitwise determinism, eager and CUDA-graph replay.
+// bitwise determinism, eager and CUDA-graph replay; the chains' segment split forced (P = 1 and P > 1) and chosen
+// by the plan.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,8 +30,9 @@ struct BwdCase {
   bool has_dht = true;
   bool gate = false;  // use_gate_in_kernel + use_beta_sigmoid_in_kernel (g, beta hold raw a, b)
   bool neg_eig = false;
-  int64_t slack = 0;  // varlen: extra rows past cu[N]
-  int special = 0;    // 1: identical keys, beta = 1, g = 0; 2: g = -30
+  int64_t slack = 0;     // varlen: extra rows past cu[N]
+  int special = 0;       // 1: identical keys, beta = 1, g = 0; 2: g = -30
+  int32_t segments = 0;  // exec.chunk_bwd_segments: 0 the plan's choice, 1 unsplit, P > 1 the chains' split
 };
 
 BwdCase bcase(const std::string& name, int64_t B, int64_t T, int64_t Hqk, int64_t Hv, int64_t K, int64_t V) {
@@ -128,6 +130,7 @@ void set_options(const BwdCase& bc, ChunkBwdParams* p) {
   p->gate.use_gate_in_kernel = bc.gate;
   p->gate.use_beta_sigmoid_in_kernel = bc.gate;
   p->gate.allow_neg_eigval = bc.neg_eig;
+  p->exec.chunk_bwd_segments = bc.segments;  // the CPU backend ignores it
 }
 
 // The oracle: the public API on CPU tensors in fp64, inputs cast from the device's values.
@@ -303,16 +306,21 @@ void expect_close(const BwdCase& bc, const Problem& pr, const Grads& ref, const 
   std::printf("[chunk_bwd cuda] %-30s rel/worst:%s\n", c.name.c_str(), line.c_str());
 }
 
+// The GPU's gradients of one case (outputs poisoned first).
+Grads run_gpu(const BwdCase& bc, const Problem& pr) {
+  GpuRun run(bc, pr);
+  run.poison();
+  const Status st = run.launch();
+  EXPECT_TRUE(st.ok()) << st.message();
+  run.fetch();
+  return run.out;
+}
+
 void check(const BwdCase& bc) {
   SCOPED_TRACE(bc.c.name);
   const Problem pr = make_problem(bc);
   const Grads ref = run_oracle(bc, pr);
-  GpuRun run(bc, pr);
-  run.poison();
-  const Status st = run.launch();
-  ASSERT_TRUE(st.ok()) << st.message();
-  run.fetch();
-  expect_close(bc, pr, ref, run.out);
+  expect_close(bc, pr, ref, run_gpu(bc, pr));
 }
 
 bool same_bits(const Grads& a, const Grads& b) {
@@ -395,13 +403,88 @@ TEST(CudaChunkBwd, StrongDecayAndIdenticalKeys) {
   check(b);
 }
 
-// Bitwise determinism over repeated runs, and a CUDA graph of the call replays to the eager result.
-TEST(CudaChunkBwd, DeterministicAndGraphReplayEqualsEager) {
+// The chains' segment split (gdn-math §6), forced through exec.chunk_bwd_segments: against the oracle, and against
+// the unsplit chains (P = 1) of the same inputs, which it equals up to fp32 rounding (the summaries' products and
+// the scan re-associate the chain's sums): dh0 within 1e-3, dg and dbeta within 2e-3, the 16-bit dq, dk, dv within
+// a few of their roundings (4e-3).
+void check_split(BwdCase b, std::initializer_list<int32_t> Ps) {
+  SCOPED_TRACE(b.c.name);
+  const Problem pr = make_problem(b);
+  const Grads ref = run_oracle(b, pr);
+  b.segments = 1;
+  const Grads whole = run_gpu(b, pr);
+  const std::string name = b.c.name;
+  for (int32_t P : Ps) {
+    b.segments = P;
+    b.c.name = name + "_P" + std::to_string(P);
+    const Grads got = run_gpu(b, pr);
+    expect_close(b, pr, ref, got);
+    const double tol16 = 4e-3;
+    EXPECT_LE(rel_err(got.dq, whole.dq), tol16) << b.c.name << " dq vs P = 1";
+    EXPECT_LE(rel_err(got.dk, whole.dk), tol16) << b.c.name << " dk vs P = 1";
+    EXPECT_LE(rel_err(got.dv, whole.dv), tol16) << b.c.name << " dv vs P = 1";
+    EXPECT_LE(rel_err(got.dh0, whole.dh0), 1e-3) << b.c.name << " dh0 vs P = 1";
+    EXPECT_LE(rel_err(got.dg, whole.dg), 2e-3) << b.c.name << " dg vs P = 1";
+    EXPECT_LE(rel_err(got.dbeta, whole.dbeta), 2e-3) << b.c.name << " dbeta vs P = 1";
+  }
+}
+
+TEST(CudaChunkBwd, SegmentSplitFixedLength) {
   REQUIRE_GPU();
-  BwdCase b = bcase("determinism_varlen_gqa_gate", 1, 0, 2, 8, 128, 128);
-  b.c.seqlens = {300, 0, 65, 129};
+  // 16 chunks: P = 2 (8 + 8), 3 (6 + 6 + 4), 7 (3 x 5 + 1), 16 (one chunk a segment)
+  check_split(bcase("split_k128v128", 1, 1000, 2, 4, 128, 128), {2, 3, 7, 16});
+  for (auto [K, V] : {std::pair<int64_t, int64_t>{64, 64}, {64, 128}, {128, 64}})
+    for (StateLayout lay : {StateLayout::k_major, StateLayout::v_major}) {
+      BwdCase b = bcase(
+          "split_k" + std::to_string(K) + "v" + std::to_string(V) + (lay == StateLayout::v_major ? "_vmajor" : ""), 2,
+          333, 1, 4, K, V);  // GQA 4, a partial last chunk, two batch entries
+      b.c.layout = lay;
+      check_split(b, {3});
+    }
+}
+
+TEST(CudaChunkBwd, SegmentSplitVarlenAndOptions) {
+  REQUIRE_GPU();
+  // segment boundaries inside sequences, empty sequences, sequences shorter than a segment, slack rows
+  BwdCase b = bcase("split_varlen_slack", 1, 0, 2, 4, 128, 128);
+  b.c.seqlens = {700, 0, 40, 1, 333, 64, 0};
   b.slack = 5;
+  check_split(b, {2, 4, 11});
+  b = bcase("split_varlen_gate_k64v128_vmajor", 1, 0, 1, 2, 64, 128);
+  b.c.seqlens = {0, 500, 129, 0};
+  b.slack = 2;
   b.gate = true;
+  b.c.layout = StateLayout::v_major;
+  check_split(b, {3});
+  b = bcase("split_no_h0_no_dht", 1, 640, 2, 4, 128, 64);
+  b.c.has_h0 = false;
+  b.has_dht = false;
+  check_split(b, {4});
+  b = bcase("split_h0_no_dht_f16", 1, 640, 2, 4, 128, 128);
+  b.has_dht = false;
+  b.c.dtype = DType::f16;
+  check_split(b, {5});
+  b = bcase("split_g_minus_30", 1, 640, 2, 4, 128, 128);
+  b.special = 2;
+  check_split(b, {4});
+}
+
+// The plan's own choice splits a long sequence with few heads (2 chain CTAs on the SMs).
+TEST(CudaChunkBwd, SegmentSplitChosenByThePlan) {
+  REQUIRE_GPU();
+  BwdCase b = bcase("split_auto_t4096_hv1", 1, 4096, 1, 1, 64, 64);
+  const Problem pr = make_problem(b);
+  GpuRun run(b, pr);
+  std::string text;
+  ASSERT_TRUE(chunk_bwd_plan(run.p, &text).ok());
+  EXPECT_NE(text.find("segment split"), std::string::npos) << text;
+  check(b);
+}
+
+// Bitwise determinism over repeated runs, and a CUDA graph of the call replays to the eager result; unsplit and with
+// the chains' segment split.
+void check_deterministic(const BwdCase& b) {
+  SCOPED_TRACE(b.c.name);
   const Problem pr = make_problem(b);
   GpuRun run(b, pr);
   run.poison();
@@ -436,6 +519,18 @@ TEST(CudaChunkBwd, DeterministicAndGraphReplayEqualsEager) {
   cudaStreamDestroy(s);
   const Grads ref = run_oracle(b, pr);
   expect_close(b, pr, ref, first);
+}
+
+TEST(CudaChunkBwd, DeterministicAndGraphReplayEqualsEager) {
+  REQUIRE_GPU();
+  BwdCase b = bcase("determinism_varlen_gqa_gate", 1, 0, 2, 8, 128, 128);
+  b.c.seqlens = {300, 0, 65, 129};
+  b.slack = 5;
+  b.gate = true;
+  check_deterministic(b);
+  b.c.name = "determinism_varlen_gqa_gate_split3";
+  b.segments = 3;
+  check_deterministic(b);
 }
 
 #else

@@ -40,13 +40,15 @@ def rewrite_launches(s):
 
 
 root, dst = sys.argv[1], sys.argv[2]
-src = os.path.join(root, "src/cuda/chunk_bwd")
-for name, out in (("chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk_bwd_mma.cuh", "chunk_bwd_mma.cuh"),
-                  ("chunk_bwd.cu", "chunk_bwd_host.inc")):
+src = os.path.join(root, "src/cuda")
+for name, out in (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"),
+                  ("chunk_bwd/chunk_bwd_mma.cuh", "chunk_bwd_mma.cuh"), ("chunk_bwd/chunk_bwd.cu", "chunk_bwd_host.inc"),
+                  ("chunk_fwd/chunk_split.cuh", "chunk_split.cuh")):
     s = open(os.path.join(src, name)).read()
     s = s.replace("extern __shared__ __align__(16) unsigned char smem_raw[];", "unsigned char* smem_raw = g_smem;")
     s = s.replace('#include "cuda/chunk_bwd/chunk_bwd_kernels.cuh"', '#include "chunk_bwd_kernels.cuh"')
     s = s.replace('#include "cuda/chunk_bwd/chunk_bwd_mma.cuh"', '#include "chunk_bwd_mma.cuh"')
+    s = s.replace('#include "cuda/chunk_fwd/chunk_split.cuh"', '#include "chunk_split.cuh"')
     for f, e in (("mma_m16n8k16<true>", "mma"), ("chunk_detail::mma16_f32", "mma16_f32"), ("cp_async<16>", "cp_async16"),
                  ("cp_async16_zfill", "cp_async16_zfill"), ("cp_async_commit", "cp_async_commit"),
                  ("cp_async_wait_all", "cp_async_wait_all"), ("cp_async_wait<1>", "cp_async_wait_all"),

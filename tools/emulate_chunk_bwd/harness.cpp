@@ -1,6 +1,6 @@
 // The CUDA chunk_bwd (src/cuda/chunk_bwd/) run in the host emulation of emu.hpp against the CPU oracle (fp64
 // recurrence through the public API), on fresh random inputs with NaN outputs and NaN slack rows. Prints the
-// relative error of every gradient. Usage: harness <case 0-6> (run.sh builds and runs all).
+// relative error of every gradient. Usage: harness <case 0-9> (run.sh builds and runs all).
 #include "emu.hpp"
 
 // The kernels see the emulation above.
@@ -13,6 +13,7 @@ int launch_chunk_bwd_passes_f16(const ChunkBwdArgs& a, int64_t K, int64_t V, voi
   return bwd_detail::launch_passes_for<__half>(a, K, V, s);
 }
 }  // namespace flashgdn::cuda
+#include "api/plan.hpp"
 #include "chunk_bwd_host.inc"
 #include "test_util.hpp"
 using namespace flashgdn;
@@ -78,6 +79,39 @@ int main(int argc, char** argv) {
     c.T = 100;
     c.Hqk = 1;
     c.Hv = 2;
+  }
+  // Cases 7-9 force the chains' segment split (exec.chunk_bwd_segments): summaries, both scans, every segment
+  // from its boundary state.
+  int32_t segments = 0;
+  bool no_split = false;
+  if (which == 7) {  // one chunk a segment, the last one partial; GQA 2
+    c.B = 2;
+    c.T = 200;
+    c.Hqk = 1;
+    c.Hv = 2;
+    segments = 4;
+  }
+  if (which == 8) {  // varlen: boundaries inside sequences, an empty one, one shorter than a segment, slack rows
+    c.seqlens = {200, 0, 40, 150};
+    slack = 3;
+    c.K = 128;
+    c.V = 64;
+    c.Hqk = 1;
+    c.Hv = 2;
+    c.layout = StateLayout::v_major;
+    gate = true;
+    segments = 2;
+  }
+  if (which == 9) {  // two segments of three chunks, no h0, no dht, f16
+    c.T = 330;
+    c.K = 128;
+    c.V = 128;
+    c.Hqk = 1;
+    c.Hv = 1;
+    c.has_h0 = false;
+    dht = false;
+    c.dtype = DType::f16;
+    segments = 2;
   }
   GdnInputs in = make_inputs(c);
   if (which == 6) {
@@ -157,9 +191,18 @@ int main(int argc, char** argv) {
       printf("validate: %s\n", s.message());
       return;
     }
-    size_t ws = cuda::chunk_bwd_workspace_size(p, d);
+    p.exec.chunk_bwd_segments = segments;
+    ChunkBwdPlan pl;
+    s = plan_chunk_bwd(p, d, DeviceFacts{132}, &pl);
+    if (!s.ok()) {
+      printf("plan: %s\n", s.message());
+      return;
+    }
+    printf("%s", describe(pl, d).c_str());
+    if (segments > 1 && !pl.split) printf("case %d: the split was not taken  FAIL\n", which), no_split = true;
+    size_t ws = cuda::chunk_bwd_workspace_size(p, d, pl);
     std::vector<unsigned char> w(ws, 0xff);
-    s = cuda::chunk_bwd(p, d, w.data(), ws, nullptr);
+    s = cuda::chunk_bwd(p, d, pl, w.data(), ws, nullptr);
     if (!s.ok()) printf("emu: %s\n", s.message());
   };
   std::vector<HostTensor> ref, got;
@@ -187,5 +230,5 @@ int main(int argc, char** argv) {
     fails += !(e <= tol[i]);
     printf("case %d %-8s rel %.3e%s\n", which, names[i], e, e <= tol[i] ? "" : "  FAIL");
   }
-  return fails ? 1 : 0;
+  return fails || no_split ? 1 : 0;
 }

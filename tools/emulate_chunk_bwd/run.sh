@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Host emulation of the CUDA chunk_bwd kernels against the CPU oracle (no GPU needed; nvcc's headers are).
-# Usage: bash tools/emulate_chunk_bwd/run.sh [build dir with a CPU libflashgdn_static.a, default build-cpu]
+# Usage: bash tools/emulate_chunk_bwd/run.sh [build dir with a CPU libflashgdn_static.a, default build-cpu] [cases]
+# (cases: numbers 0-9, default all; 7-9 force the chains' segment split)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 lib="${1:-$root/build-cpu}/libflashgdn_static.a"
+shift || true
+cases="${*:-0 1 2 3 4 5 6 7 8 9}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 out="$(mktemp -d)"
 python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"
@@ -11,6 +14,6 @@ g++ -std=c++20 -O1 -w -DFLASHGDN_WITH_CUDA=1 -I"$cuda/include" -I"$root/include"
   -I"$root/tests/common" -I"$out" -I"$root/tools/emulate_chunk_bwd" "$root/tools/emulate_chunk_bwd/harness.cpp" \
   "$lib" -lpthread -o "$out/harness"
 status=0
-for c in 0 1 2 3 4 5 6; do "$out/harness" "$c" || status=1; done
+for c in $cases; do "$out/harness" "$c" || status=1; done
 rm -rf "$out"
 exit $status

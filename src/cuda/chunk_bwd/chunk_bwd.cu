@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "api/internal.hpp"
+#include "api/plan.hpp"
 #include "cuda/chunk_bwd/chunk_bwd.hpp"
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
 #include "cuda/common/cuda_check.cuh"
@@ -233,21 +234,27 @@ ChunkBwdArgs make_args(const ChunkBwdParams& p, const SeqDims& d) {
 
 }  // namespace
 
-size_t chunk_bwd_workspace_size(const ChunkBwdParams& p, const SeqDims& d) {
-  return ws_layout(d).total;
+// The records and scratch, then the chains' segment split (plan_chunk_bwd: items, sequence table, summaries).
+size_t chunk_bwd_workspace_size(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& pl) {
+  return ws_layout(d).total + (pl.split ? pl.split_bytes : 0);
 }
 
-Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, void* ws, size_t ws_bytes, void* stream) {
-  if (p.chunk_size != kChunk)
-    return FGDN_ERROR(unsupported, "chunk_bwd: chunk_size: the CUDA kernels use 64, got ", p.chunk_size);
-  if (p.q.dtype != DType::bf16 && p.q.dtype != DType::f16)
-    return FGDN_ERROR(unsupported, "chunk_bwd: q: the CUDA kernels take bf16 or f16 q, k, v, got ",
-                      dtype_name(p.q.dtype));
+Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& pl, void* ws, size_t ws_bytes,
+                 void* stream) {
   const WsLayout wl = ws_layout(d);
-  if (wl.total > 0 && (ws == nullptr || ws_bytes < wl.total))
-    return FGDN_INVALID("chunk_bwd: workspace: expected at least ", wl.total, " bytes, got ", ws_bytes);
+  const size_t need = chunk_bwd_workspace_size(p, d, pl);
+  if (need > 0 && (ws == nullptr || ws_bytes < need))
+    return FGDN_INVALID("chunk_bwd: workspace: expected at least ", need, " bytes, got ", ws_bytes);
   ChunkBwdArgs a = make_args(p, d);
   auto* base = static_cast<unsigned char*>(ws);
+  if (pl.split) {  // the split's part follows the records and scratch (wl.total is 256-byte aligned)
+    unsigned char* sp = base + wl.total;
+    a.items = reinterpret_cast<const ChunkWorkItem*>(sp + pl.ws_items);
+    a.seq_first = reinterpret_cast<int32_t*>(sp + pl.ws_seq_first);
+    a.mn = reinterpret_cast<float*>(sp + pl.ws_mn);
+    a.items_cap = pl.cap;
+    a.seg_chunks = pl.seg_chunks;
+  }
   a.rows = reinterpret_cast<float*>(base + wl.rows);
   a.A = reinterpret_cast<float*>(base + wl.A);
   a.W = reinterpret_cast<float*>(base + wl.W);

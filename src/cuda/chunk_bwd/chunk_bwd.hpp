@@ -7,12 +7,16 @@
 //             U = U0 - W S0;
 //   3. dstate (per sequence, value head, 32 columns; serial, reverse): the chunk-end state gradients dS,
 //             dU += Kbar dS, and dh0;
+//      (2 and 3 may each run as the segment split of gdn-math §6: summaries, a scan, all segments in parallel;
+//      ChainMode below, plan_chunk_bwd decides);
 //   4. grads  (every chunk and value head in parallel): dq, dk (per value head), dv, dbeta, dgamma -> dg (§7.3);
 //   5. small token kernels: the GQA sums and the l2norm chain (§7.5-7.6), the beta and gate chains (§7.7).
 // Every reduction runs in a fixed order: the gradients are bitwise reproducible.
 #pragma once
 
 #include <cstdint>
+
+#include "cuda/chunk_fwd/chunk_fwd.hpp"
 
 namespace flashgdn::cuda {
 
@@ -89,7 +93,20 @@ struct ChunkBwdArgs {
   float* dkh;    // [B * T * Hv, K]      dk per value head
   float* dgh;    // [B * T * Hv]         dg w.r.t. the resolved g
   float* dbh;    // [B * T * Hv]         dbeta w.r.t. the resolved beta
+
+  // ---- the chains' segment split (gdn-math §6; workspace after the above, plan_chunk_bwd): null / 0 unsplit
+  int32_t chain_mode;          // ChainMode of the chain launch at hand
+  const ChunkWorkItem* items;  // [items_cap] segments (chunk_index_kernel)
+  int32_t* seq_first;          // [N] each sequence's first item
+  int64_t items_cap;
+  int64_t seg_chunks;  // chunks per segment
+  float* mn;           // [items_cap, Hv, K, K + V] summaries [M | N], then the scan's states (each chain in turn)
 };
+
+// How a chain kernel (passes 2, 3) walks: every chunk of a sequence (grid (N, Hv, V / 32)); one segment from its
+// start state (grid (items_cap, Hv, V / 32)); or a segment's summary [M | N] from the augmented start [I | 0]
+// without the inhomogeneous terms in the M columns (grid (items_cap, Hv, (K + V) / 32)).
+enum ChainMode : int32_t { kChainWhole = 0, kChainSplit = 1, kChainSummary = 2 };
 
 // The chunk passes, per 16-bit input type (chunk_bwd_{bf16,f16}.cu). Return a cudaError_t as int.
 // K, V in {64, 128}.

@@ -19,6 +19,7 @@
 
 #include "cuda/chunk_bwd/chunk_bwd.hpp"
 #include "cuda/chunk_bwd/chunk_bwd_mma.cuh"
+#include "cuda/chunk_fwd/chunk_split.cuh"
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/device_util.cuh"
 
@@ -309,6 +310,64 @@ __device__ __forceinline__ void split_state(__nv_bfloat16 (&dst)[2][K][kLB], con
   }
 }
 
+// The chunk range of one chain CTA (ChainMode): a sequence's chunks [c_begin, c_end) and the CTA's kBV state
+// columns, j0 within V, or within the M part of a summary (`hom`: the columns of I_K, no inhomogeneous terms).
+struct ChainWork {
+  int64_t item = 0, n = 0, sb = 0, st = 0, len = 0, c_begin = 0, c_end = 0;
+  int seg = 0, nseg = 1, j0 = 0;
+  bool hom = false;
+};
+
+// false: no work (grid slack past the last segment, or a summary no scan reads: the forward chain's last segment,
+// the reverse chain's first).
+template <int K>
+__device__ __forceinline__ bool chain_work(const ChunkBwdArgs& a, bool reverse, ChainWork* w) {
+  w->item = blockIdx.x;
+  w->j0 = int(blockIdx.z) * kBV;
+  if (a.chain_mode == kChainWhole) {
+    w->n = blockIdx.x;
+    seq_bounds(a, w->n, &w->sb, &w->st, &w->len);
+    w->c_end = (w->len + kC - 1) / kC;
+    return true;
+  }
+  const ChunkWorkItem it = a.items[blockIdx.x];
+  if (it.n < 0) return false;
+  if (a.chain_mode == kChainSummary) {
+    if (it.seg == (reverse ? 0 : it.nseg - 1)) return false;
+    w->hom = w->j0 < K;
+    if (!w->hom) w->j0 -= K;
+  }
+  w->n = it.n, w->seg = it.seg, w->nseg = it.nseg, w->c_begin = it.c_begin, w->c_end = it.c_end;
+  seq_bounds(a, w->n, &w->sb, &w->st, &w->len);
+  return true;
+}
+
+// Item `item`'s [M | N] (row stride K + V) and the offset of the CTA's columns in it.
+template <int K, int V>
+__device__ __forceinline__ float* chain_mn(const ChunkBwdArgs& a, int64_t item, int h) {
+  return a.mn + (item * a.Hv + h) * int64_t(K) * (K + V);
+}
+
+// The start of a chain CTA's walk, element (i, jj) of its columns: the summary's [I | 0]; the scan's state in the N
+// part of the neighbouring item (split, not the sequence's first segment in walk order); else `edge` (h0 or dht,
+// null: zeros).
+template <int K, int V>
+__device__ __forceinline__ float chain_start(const ChunkBwdArgs& a, const ChainWork& w, bool reverse, int h,
+                                             const float* edge, int64_t sn, int64_t sh, int64_t sr, int i, int jj) {
+  if (a.chain_mode == kChainSummary) return w.hom && i == w.j0 + jj ? 1.f : 0.f;
+  if (a.chain_mode == kChainSplit && w.seg != (reverse ? w.nseg - 1 : 0))
+    return chain_mn<K, V>(a, reverse ? w.item + 1 : w.item - 1, h)[i * (K + V) + K + w.j0 + jj];
+  return edge ? edge[w.n * sn + h * sh + state_off(a.state_vmajor, sr, i, w.j0 + jj)] : 0.f;
+}
+
+// A summary CTA's result: its state columns into the item's [M | N].
+template <int K, int V>
+__device__ __forceinline__ void store_summary(const ChunkBwdArgs& a, const ChainWork& w, int h,
+                                              const float (&S)[K][kBV + 4], int tid) {
+  float* dst = chain_mn<K, V>(a, w.item, h) + (w.hom ? 0 : K) + w.j0;
+  for (int e = tid; e < K * kBV; e += kThreads) dst[(e / kBV) * (K + V) + e % kBV] = S[e / kBV][e % kBV];
+}
+
 // The state pass keeps two stages of chunk inputs: chunk c + 1's land by cp.async while chunk c is computed, so the
 // serial step waits on no global load.
 template <class E, int K>
@@ -328,12 +387,12 @@ struct alignas(16) StateSmem {
 // Issue the cp.async copies of chunk c's inputs (sequence n: batch sb, first token t0s, length len) into stage g.
 template <class E, int K, int V>
 __device__ __forceinline__ void state_prefetch(const ChunkBwdArgs& a, typename StateSmem<E, K>::Stage& g, int64_t n,
-                                               int64_t sb, int64_t t0s, int64_t len, int64_t c, int h, int j0,
+                                               int64_t sb, int64_t t0s, int64_t len, int64_t c, int h, int j0, bool hom,
                                                int tid) {
   const int64_t t0 = t0s + kC * c, rec = chunk_slot(a, n, t0s, c) * a.Hv + h;
   const int nv = int(len - kC * c < kC ? len - kC * c : kC);
   copy_w<K>(g.W, a.W + rec * (kC * K), tid);
-  copy_f32_tile<kBV>(g.U0, a.U + rec * (kC * V) + j0, V, tid);
+  if (!hom) copy_f32_tile<kBV>(g.U0, a.U + rec * (kC * V) + j0, V, tid);  // M columns: U0 = 0
   copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + (h / a.group) * a.k_sh, a.k_st, t0, nv, 0, tid);
   copy_record_rows(g.rows, a.rows, rec, tid);
   cp_async_commit();
@@ -347,30 +406,30 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
                 "8 warps cover the state");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<StateSmem<E, K>*>(smem_raw);
-  const int64_t n = blockIdx.x;
-  const int h = blockIdx.y, j0 = blockIdx.z * kBV, tid = threadIdx.x;
+  const int h = blockIdx.y, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
-  int64_t sb, st, len;
-  seq_bounds(a, n, &sb, &st, &len);
-  const int64_t nch = (len + kC - 1) / kC;
+  ChainWork w;
+  if (!chain_work<K>(a, false, &w)) return;
+  const int64_t n = w.n, sb = w.sb, st = w.st, len = w.len;
+  const int j0 = w.j0;
+  const bool sum = a.chain_mode == kChainSummary;  // a summary stores only its end state
   const SplitTile Sv = split_tile(s.Sb), Uv = split_tile(s.Ub);
-  for (int e = tid; e < K * kBV; e += kThreads) {  // S = h0 (or 0)
-    const int i = e / kBV, jj = e % kBV;
-    s.S[i][jj] = a.h0 ? a.h0[n * a.h0_sn + h * a.h0_sh + state_off(a.state_vmajor, a.h0_sr, i, j0 + jj)] : 0.f;
-  }
-  if (nch > 0) state_prefetch<E, K, V>(a, s.st[0], n, sb, st, len, 0, h, j0, tid);
-  for (int64_t c = 0; c < nch; ++c) {
+  for (int e = tid; e < K * kBV; e += kThreads)  // S = h0 (or 0), the scan's start state, or [I | 0]
+    s.S[e / kBV][e % kBV] = chain_start<K, V>(a, w, false, h, a.h0, a.h0_sn, a.h0_sh, a.h0_sr, e / kBV, e % kBV);
+  if (w.c_begin < w.c_end)
+    state_prefetch<E, K, V>(a, s.st[w.c_begin & 1], n, sb, st, len, w.c_begin, h, j0, w.hom, tid);
+  for (int64_t c = w.c_begin; c < w.c_end; ++c) {
     const int64_t rec = chunk_slot(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
     __syncthreads();  // stage c & 1 landed (every thread's copies); S complete; the other stage, Ub, kb free
-    if (c + 1 < nch) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, tid);
+    if (c + 1 < w.c_end) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, w.hom, tid);
     // S0 as bf16 (pass 4 uses it only as a GEMM operand, gdn-math §10.2): the hi part of the split, two columns a
     // store
     split_state<K>(s.Sb, s.S, tid);
     __nv_bfloat16* S0g = reinterpret_cast<__nv_bfloat16*>(a.S0) + rec * (K * V);
-    for (int e = tid; e < K * kBV / 2; e += kThreads) {
+    for (int e = tid; e < K * kBV / 2 && !sum; e += kThreads) {
       const int i = 2 * e / kBV, jj = 2 * e % kBV;
       *reinterpret_cast<__nv_bfloat162*>(S0g + i * V + j0 + jj) = __floats2bfloat162_rn(s.S[i][jj], s.S[i][jj + 1]);
     }
@@ -387,9 +446,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
           const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
-          const float2 uv = make_float2(g.U0[r][jj] - acc[nt][e], g.U0[r][jj + 1] - acc[nt][e + 1]);
+          const float2 u0 = w.hom ? make_float2(0.f, 0.f) : make_float2(g.U0[r][jj], g.U0[r][jj + 1]);
+          const float2 uv = make_float2(u0.x - acc[nt][e], u0.y - acc[nt][e + 1]);
           store_split2(&s.Ub[0][0][0], &s.Ub[1][0][0], r * kLB + jj, s.kb[r] * uv.x, s.kb[r] * uv.y);
-          *reinterpret_cast<float2*>(Ug + r * V + j0 + jj) = uv;
+          if (!sum) *reinterpret_cast<float2*>(Ug + r * V + j0 + jj) = uv;
         }
     }
     __syncthreads();
@@ -406,6 +466,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
           sv = fmaf(en, sv, acc[nt][e]);
         }
     }
+  }
+  if (sum) {
+    __syncthreads();  // the last update of S
+    store_summary<K, V>(a, w, h, s.S, tid);
   }
 }
 
@@ -430,13 +494,15 @@ struct alignas(16) DStateSmem {
 template <class E, int K, int V>
 __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename DStateSmem<E, K>::Stage& g, int64_t n,
                                                 int64_t sb, int64_t t0s, int64_t len, int64_t c, int h, int j0,
-                                                int tid) {
+                                                bool hom, int tid) {
   const int64_t t0 = t0s + kC * c, rec = chunk_slot(a, n, t0s, c) * a.Hv + h;
   const int nv = int(len - kC * c < kC ? len - kC * c : kC), hk = h / a.group;
-  copy_f32_tile<kBV>(g.dU0, a.dU + rec * (kC * V) + j0, V, tid);
   copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh, a.k_st, t0, nv, 0, tid);
-  copy_rows<E, K>(g.q, static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh, a.q_st, t0, nv, 0, tid);
-  copy_rows<E, kBV>(g.dO, static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh, a.do_st, t0, nv, j0, tid);
+  if (!hom) {  // M columns: dU0 = 0 and dO = 0
+    copy_f32_tile<kBV>(g.dU0, a.dU + rec * (kC * V) + j0, V, tid);
+    copy_rows<E, K>(g.q, static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh, a.q_st, t0, nv, 0, tid);
+    copy_rows<E, kBV>(g.dO, static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh, a.do_st, t0, nv, j0, tid);
+  }
   copy_record_rows(g.rows, a.rows, rec, tid);
   cp_async_commit();
 }
@@ -446,19 +512,19 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
   constexpr int MT = K / 16, NT = kBV * MT / 64;  // the state's tiles, as in the state pass
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<DStateSmem<E, K>*>(smem_raw);
-  const int64_t n = blockIdx.x;
-  const int h = blockIdx.y, j0 = blockIdx.z * kBV, tid = threadIdx.x;
+  const int h = blockIdx.y, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
-  int64_t sb, st, len;
-  seq_bounds(a, n, &sb, &st, &len);
-  const int64_t nch = (len + kC - 1) / kC;
+  ChainWork w;
+  if (!chain_work<K>(a, true, &w)) return;
+  const int64_t n = w.n, sb = w.sb, st = w.st, len = w.len;
+  const int j0 = w.j0;
+  const bool sum = a.chain_mode == kChainSummary;  // a summary stores only its end state
   const SplitTile dSv = split_tile(s.dSb), dUv = split_tile(s.dUb), Ov = split_tile(s.Ob), Wv = split_tile(s.W);
-  for (int e = tid; e < K * kBV; e += kThreads) {  // dS = dht (or 0)
-    const int i = e / kBV, jj = e % kBV;
-    s.dS[i][jj] = a.dht ? a.dht[n * a.dht_sn + h * a.dht_sh + state_off(a.state_vmajor, a.dht_sr, i, j0 + jj)] : 0.f;
-  }
-  if (nch > 0) dstate_prefetch<E, K, V>(a, s.st[(nch - 1) & 1], n, sb, st, len, nch - 1, h, j0, tid);
-  for (int64_t c = nch - 1; c >= 0; --c) {
+  for (int e = tid; e < K * kBV; e += kThreads)  // dS = dht (or 0), the scan's end gradient, or [I | 0]
+    s.dS[e / kBV][e % kBV] = chain_start<K, V>(a, w, true, h, a.dht, a.dht_sn, a.dht_sh, a.dht_sr, e / kBV, e % kBV);
+  if (w.c_begin < w.c_end)
+    dstate_prefetch<E, K, V>(a, s.st[(w.c_end - 1) & 1], n, sb, st, len, w.c_end - 1, h, j0, w.hom, tid);
+  for (int64_t c = w.c_end - 1; c >= w.c_begin; --c) {
     const int64_t rec = chunk_slot(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
@@ -467,9 +533,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
                       // free
     copy_w<K>(s.W, a.W + rec * (kC * K), tid);
     cp_async_commit();
-    if (c > 0) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, tid);
+    if (c > w.c_begin) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, w.hom, tid);
     float* dSg = a.dS + rec * (K * V);
-    for (int e = tid; e < K * kBV; e += kThreads) dSg[(e / kBV) * V + j0 + e % kBV] = s.dS[e / kBV][e % kBV];
+    for (int e = tid; e < K * kBV && !sum; e += kThreads) dSg[(e / kBV) * V + j0 + e % kBV] = s.dS[e / kBV][e % kBV];
     split_state<K>(s.dSb, s.dS, tid);
     const float gl = g.rows[0][nv - 1];
     if (tid < kC) {
@@ -488,18 +554,18 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
           const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
-          const float2 uv =
-              make_float2(fmaf(s.kb[r], acc[nt][e], g.dU0[r][jj]), fmaf(s.kb[r], acc[nt][e + 1], g.dU0[r][jj + 1]));
+          const float2 u0 = w.hom ? make_float2(0.f, 0.f) : make_float2(g.dU0[r][jj], g.dU0[r][jj + 1]);
+          const float2 uv = make_float2(fmaf(s.kb[r], acc[nt][e], u0.x), fmaf(s.kb[r], acc[nt][e + 1], u0.y));
           store_split2(&s.dUb[0][0][0], &s.dUb[1][0][0], r * kLB + jj, -uv.x, -uv.y);
-          *reinterpret_cast<float2*>(dUg + r * V + j0 + jj) = uv;
+          if (!sum) *reinterpret_cast<float2*>(dUg + r * V + j0 + jj) = uv;
         }
     }
-    for (int e = tid; e < kC * kBV / 2; e += kThreads) {  // diag(qg) dO, split
+    for (int e = tid; e < kC * kBV / 2 && !w.hom; e += kThreads) {  // diag(qg) dO, split (M columns: dO = 0)
       const int r = e / (kBV / 2), jj = 2 * (e % (kBV / 2));
       store_split2(&s.Ob[0][0][0], &s.Ob[1][0][0], r * kLB + jj, s.qg[r] * tof(g.dO[r][jj]),
                    s.qg[r] * tof(g.dO[r][jj + 1]));
     }
-    if (c > 0)
+    if (c > w.c_begin)
       cp_async_wait<1>();  // W landed (the next stage may still be in flight)
     else
       cp_async_wait_all();
@@ -508,7 +574,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
       const float en = expf(gl);
       float acc[NT][4] = {};
       const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
-      warp_mma_t<true, true, kC, NT / 2, 16>(acc, in_tile(g.q), Ov, m0, n0, lane);
+      if (!w.hom) warp_mma_t<true, true, kC, NT / 2, 16>(acc, in_tile(g.q), Ov, m0, n0, lane);
       warp_mma_t<true, true, kC, NT / 2, 16>(acc, Wv, dUv, m0, n0, lane);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -519,7 +585,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
         }
     }
   }
-  if (a.dh0) {  // dh0 = dS_start of the first chunk (dht, or 0, for an empty sequence)
+  if (sum) {
+    __syncthreads();  // the last update of dS
+    store_summary<K, V>(a, w, h, s.dS, tid);
+  } else if (a.dh0 && w.seg == 0) {  // dh0 = dS_start of the first chunk (dht, or 0, for an empty sequence)
     __syncthreads();
     for (int e = tid; e < K * kBV; e += kThreads) {
       const int i = e / kBV, jj = e % kBV;
@@ -891,15 +960,54 @@ int launch_one(Kernel kernel, dim3 grid, size_t smem, std::atomic<uint64_t>& don
   return static_cast<int>(cudaGetLastError());
 }
 
+// Passes 2 and 3. Unsplit: one CTA per (sequence, value head, kBV columns) walks every chunk. Split (gdn-math §6,
+// a.items set): the work list of segments; per chain the summaries [M | N] (augmented columns, (K + V) / kBV CTAs per
+// item and head), the scan of the segment boundary states (forward: start states from h0; reverse: end gradients
+// from dht), then every segment from its boundary state, all in parallel.
+template <class E, int K, int V>
+int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStream_t st) {
+  ChunkBwdArgs a = a0;
+  auto state = chunk_bwd_state_kernel<E, K, V>;
+  auto dstate = chunk_bwd_dstate_kernel<E, K, V>;
+  const size_t ss = sizeof(StateSmem<E, K>), ds = sizeof(DStateSmem<E, K>);
+  if (a.items == nullptr) {
+    a.chain_mode = kChainWhole;
+    const dim3 seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
+    int e = launch_one(state, seqs, ss, done[0], st, a);
+    return e == 0 ? launch_one(dstate, seqs, ds, done[1], st, a) : e;
+  }
+  ChunkKernelArgs sc{};  // the scan's fields
+  sc.items = a.items, sc.items_cap = a.items_cap, sc.mn = a.mn, sc.N = a.N, sc.Hv = a.Hv, sc.V = V;
+  sc.state_vmajor = a.state_vmajor;
+  int e = static_cast<int>(launch_chunk_index(a.cu_seqlens, a.cu_i64, a.N, a.T, a.seg_chunks,
+                                              const_cast<ChunkWorkItem*>(a.items), a.items_cap, a.seq_first, st));
+  const dim3 items(unsigned(a.items_cap), unsigned(a.Hv), unsigned(V / kBV));
+  const dim3 sums(unsigned(a.items_cap), unsigned(a.Hv), unsigned((K + V) / kBV));
+  for (int dir = 0; dir < 2 && e == 0; ++dir) {
+    auto kern = dir == 0 ? state : dstate;
+    const size_t smem = dir == 0 ? ss : ds;
+    a.chain_mode = kChainSummary;
+    e = launch_one(kern, sums, smem, done[dir], st, a);
+    if (dir == 0)
+      sc.h0 = a.h0, sc.h0_sn = a.h0_sn, sc.h0_sh = a.h0_sh, sc.h0_sr = a.h0_sr;
+    else
+      sc.h0 = a.dht, sc.h0_sn = a.dht_sn, sc.h0_sh = a.dht_sh, sc.h0_sr = a.dht_sr;
+    if (e == 0) e = static_cast<int>(launch_chunk_scan(sc, a.seq_first, K, dir == 1, st));
+    a.chain_mode = kChainSplit;
+    if (e == 0) e = launch_one(kern, items, smem, done[dir], st, a);
+  }
+  return e;
+}
+
 template <class E, int K, int V>
 int launch_passes(const ChunkBwdArgs& a, void* stream) {
   static std::atomic<uint64_t> done[4];
   const auto st = static_cast<cudaStream_t>(stream);
   const dim3 chunks(unsigned(a.slots), unsigned(a.Hv)), seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
   int e = launch_one(chunk_bwd_prep_kernel<E, K, V>, chunks, sizeof(PrepSmem<E, K, V>), done[0], st, a);
-  if (e == 0 && a.slots > 0)
-    e = launch_one(chunk_bwd_state_kernel<E, K, V>, seqs, sizeof(StateSmem<E, K>), done[1], st, a);
-  if (e == 0) e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[2], st, a);
+  if (e == 0 && a.slots > 0) e = launch_chains<E, K, V>(a, done + 1, st);
+  if (e == 0 && a.slots == 0)  // no chunk at all: only dh0 = dht (or 0), from the unsplit reverse chain
+    e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[2], st, a);
   if (e == 0) e = launch_one(chunk_bwd_grads_kernel<E, K, V>, chunks, sizeof(GradSmem<E, K, V>), done[3], st, a);
   return e;
 }
