@@ -281,15 +281,12 @@ int32_t wy_bv(const RecurrentDims& d, const RecShape& r, int32_t sms) {
 // The direct kernel's tile width (one CTA per tile, no persistence). Single-token, large batches (>= 2 waves of 4
 // CTAs per SM): 128 columns on a K-major 16-bit pool (the packed state, 4 CTAs/SM x 32 KB in flight), else 64 (twice
 // the state bytes in flight per CTA); then 32 once that gives >= 4 CTAs per SM; 16 spreads a small batch over more
-// SMs, and 8 (fp32 states) where 16 would give fewer than 2 tiles per SM (N = 1: 512 CTAs, half the state vectors,
-// FMAs and shuffles per thread on the latency chain). (The 128-, 64- and 8-column tiles exist for one token only:
-// T is the total token count.)
+// SMs. (The 128- and 64-column tiles exist for one token only: T is the total token count.)
 int32_t direct_bv(const RecurrentDims& d, const RecShape& r, int32_t sms) {
   const bool one = d.T <= 1;
   if (one && r.pool16 && r.kmajor && d.V % 128 == 0 && r.heads * (d.V / 128) >= 8 * int64_t(sms)) return 128;
   if (one && d.V % 64 == 0 && r.heads * (d.V / 64) >= 8 * int64_t(sms)) return 64;
   if (d.V % 32 == 0 && r.heads * (d.V / 32) >= 4 * int64_t(sms)) return 32;
-  if (one && !r.pool16 && r.heads * (d.V / 16) < 2 * int64_t(sms)) return 8;
   return 16;
 }
 
