@@ -11,6 +11,6 @@ g++ -std=c++20 -O1 -w -DFLASHGDN_WITH_CUDA=1 -I"$cuda/include" -I"$root/include"
   -I"$root/tests/common" -I"$out" -I"$root/tools/emulate_chunk_bwd" "$root/tools/emulate_chunk_bwd/harness.cpp" \
   "$lib" -lpthread -o "$out/harness"
 status=0
-for c in 0 1 2 3 4 5 6; do "$out/harness" "$c" || status=1; done
+for c in 0 1 2 3 4 5 6 7; do "$out/harness" "$c" || status=1; done
 rm -rf "$out"
 exit $status
