@@ -31,7 +31,7 @@ struct BwdCase {
   bool gate = false;  // use_gate_in_kernel + use_beta_sigmoid_in_kernel (g, beta hold raw a, b)
   bool neg_eig = false;
   int64_t slack = 0;     // varlen: extra rows past cu[N]
-  int special = 0;       // 1: identical keys, beta = 1, g = 0; 2: g = -30
+  int special = 0;       // 1: identical keys, beta = 1, g = 0; 2: g = -30; 3: nearly parallel keys, beta = 1, g = 0
   int32_t segments = 0;  // exec.chunk_bwd_segments: 0 the plan's choice, 1 unsplit, P > 1 the chains' split
 };
 
@@ -79,6 +79,11 @@ Problem make_problem(const BwdCase& bc) {
     in.g.fill(0.0);
   } else if (bc.special == 2) {
     in.g.fill(-30.0);
+  } else if (bc.special == 3) {  // k_r = k_0 + 0.1 k_r: correlation ~0.99, where bf16 operands would be amplified
+    for (int64_t row = 1; row < in.k.numel() / K; ++row)
+      for (int64_t i = 0; i < K; ++i) in.k.set(row * K + i, in.k.get(i) + 0.1 * in.k.get(row * K + i));
+    in.beta.fill(1.0);
+    in.g.fill(0.0);
   }
   if (bc.gate) {
     for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, rng.normal());
@@ -400,6 +405,9 @@ TEST(CudaChunkBwd, StrongDecayAndIdenticalKeys) {
   check(b);
   b = bcase("identical_keys_partial_chunk", 1, 100, 1, 2, 64, 64);
   b.special = 1;
+  check(b);
+  b = bcase("near_parallel_keys", 1, 200, 2, 4, 128, 128);
+  b.special = 3;
   check(b);
 }
 

@@ -100,10 +100,10 @@ __device__ __forceinline__ void copy_f32_tile(float (*dst)[LD], const float* src
     cp_async<16>(&dst[r][i], src + r * ld + i);
   }
 }
-template <class E, int COLS, int LD>
+template <class E, int COLS, int NTH = kThreads, int LD>
 __device__ __forceinline__ void copy_rows(E (*dst)[LD], const E* src, int64_t st, int64_t t0, int nv, int col0,
                                           int tid) {
-  for (int e = tid; e < kC * COLS / 8; e += kThreads) {
+  for (int e = tid; e < kC * COLS / 8; e += NTH) {
     const int r = e / (COLS / 8), i = 8 * (e % (COLS / 8));
     const bool ok = r < nv;
     cp_async16_zfill(&dst[r][i], src + (ok ? (t0 + r) * st + col0 + i : 0), ok);
@@ -115,19 +115,37 @@ __device__ __forceinline__ void copy_record_rows(float (*dst)[kC], const float* 
 }
 
 // ---- pass 1: prep (grid (slots, Hv)) -------------------------------------------------------------------------
+// Dead tiles are reused so that two CTAs fit an SM (<= 113 KiB at K = V = 128): q is dead after Q K^T, P (with dU
+// computed right after it) before the inversion, L after it. P is one bf16 tile (a GEMM operand that gdn-math §10.2
+// allows in bf16; dU = P^T dO sums it against dO, no cancellation to amplify its rounding); the scaled A tiles stay
+// split (U0 and W feed the chains, and their rounding would grow in the cancelling sums of pass 4 when keys are
+// nearly parallel).
 template <class E, int K, int V>
 struct alignas(16) PrepSmem {
   static constexpr int LK = tile_ld(K), LV = tile_ld(V), LC = tile_ld(kC);
-  E q[kC][LK], k[kC][LK];  // raw rows, zero past the chunk end (ldmatrix tiles)
-  E v[kC][LV], dO[kC][LV];
-  __nv_bfloat16 P[2][kC][LC];   // P (hi, lo)
-  __nv_bfloat16 Aw[2][kC][LC];  // A diag(b e^gamma rho_k) (hi, lo)
-  __nv_bfloat16 Ab[2][kC][LC];  // A diag(b) (hi, lo)
-  float L[kC][kC + 1], A[kC][kC + 1];
   static constexpr int kLT = 24;  // 16 x 16 scratch blocks: conflict-free as the B operand of mma16_f32
-  float T[3][16][kLT];            // T_ij of the blocked inverse, one per warp
+  union {
+    E q[kC][LK];  // raw rows, zero past the chunk end (ldmatrix tiles)
+    struct {
+      __nv_bfloat16 P[kC][LC];  // P, bf16
+      float T[3][16][kLT];      // T_ij of the blocked inverse, one per warp
+    } pt;
+    __nv_bfloat16 Abl[kC][LC];  // A diag(b), lo
+  } u1;
+  union {
+    float L[kC][kC + 1];
+    struct {
+      __nv_bfloat16 Awh[kC][LC];  // A diag(b e^gamma rho_k), hi
+      __nv_bfloat16 Abh[kC][LC];  // A diag(b), hi
+    } ab;
+  } u2;
+  __nv_bfloat16 Awl[kC][LC];  // A diag(b e^gamma rho_k), lo
+  E k[kC][LK], v[kC][LV], dO[kC][LV];
+  float A[kC][kC + 1];
   float g[kC], gam[kC], rq[kC], rk[kC], b[kC], wk[kC];
 };
+// Two CTAs of 256 threads per SM: 2 (smem + 1 KiB reserved) <= 228 KiB, <= 128 registers (__launch_bounds__).
+static_assert(sizeof(PrepSmem<__nv_bfloat16, 128, 128>) + 1024 <= 228 * 1024 / 2, "prep: two CTAs per SM");
 
 // The operand views of shared-memory tiles: a split pair [2][rows][LD] (hi, lo), a 16-bit input tile [rows][LD].
 template <int R, int LD>
@@ -140,7 +158,7 @@ __device__ __forceinline__ InTile<E> in_tile(const E (&t)[N][LD]) {
 }
 
 template <class E, int K, int V>
-__global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const ChunkBwdArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const ChunkBwdArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   using Sm = PrepSmem<E, K, V>;
   auto& s = *reinterpret_cast<Sm*>(smem_raw);
@@ -155,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
   const E* kg = static_cast<const E*>(a.k) + cp.b * a.k_sb + hk * a.k_sh;
   const E* vg = static_cast<const E*>(a.v) + cp.b * a.v_sb + h * a.v_sh;
   const E* dog = static_cast<const E*>(a.d_o) + cp.b * a.do_sb + h * a.do_sh;
-  copy_rows<E, K>(s.q, qg, a.q_st, cp.t0, cp.nv, 0, tid);
+  copy_rows<E, K>(s.u1.q, qg, a.q_st, cp.t0, cp.nv, 0, tid);
   copy_rows<E, K>(s.k, kg, a.k_st, cp.t0, cp.nv, 0, tid);
   copy_rows<E, V>(s.v, vg, a.v_st, cp.t0, cp.nv, 0, tid);
   copy_rows<E, V>(s.dO, dog, a.do_st, cp.t0, cp.nv, 0, tid);
@@ -171,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
     const int r = tid >> 2, p = tid & 3;
     float sq = 0.f, sk = 0.f;
     for (int i = p; i < K; i += 4) {
-      const float x = tof(s.q[r][i]), y = tof(s.k[r][i]);
+      const float x = tof(s.u1.q[r][i]), y = tof(s.k[r][i]);
       sq = fmaf(x, x, sq), sk = fmaf(y, y, sk);
     }
     sq = lane_sum<1, 4>(sq);
@@ -193,8 +211,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
   {
     float qk[4][4] = {}, kk[4][4] = {};
     const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
-    warp_mma_t<false, false, K, 2, 16>(qk, in_tile(s.q), in_tile(s.k), m0, n0, lane);
+    warp_mma_t<false, false, K, 2, 16>(qk, in_tile(s.u1.q), in_tile(s.k), m0, n0, lane);
     warp_mma_t<false, false, K, 2, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
+    __syncthreads();  // q is consumed: P takes its place
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -211,17 +230,25 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
             pv[u] = s.rq[r] * s.rk[c2] * qk[nt][e + u] * D;
             if (c2 < r) l = s.b[r] * s.rk[r] * s.rk[c2] * kk[nt][e + u] * D;
           }
-          s.L[r][c2] = l;
+          s.u2.L[r][c2] = l;
         }
-        store_split2(&s.P[0][0][0], &s.P[1][0][0], r * Sm::LC + frag_col(n0, nt, lane, e), pv[0], pv[1]);
+        store_bf2(&s.u1.pt.P[0][0], r * Sm::LC + frag_col(n0, nt, lane, e), pv[0], pv[1]);
       }
   }
   __syncthreads();
+  const int m0 = 16 * (warp & 3);
+  {  // dU = scale P^T dO (tensor cores; warp w: rows 16 (w % 4), the column half w / 4): P is then dead
+    constexpr int NT = V / 16;
+    float du[NT][4] = {};
+    const int n0 = (V / 2) * (warp >> 2);
+    warp_mma_t<true, true, kC, NT / 2, 16>(du, in_tile(s.u1.pt.P), in_tile(s.dO), m0, n0, lane);
+    store_frags(a.dU + cp.rec * (kC * V), V, du, m0, n0, lane, a.scale);
+  }
   // A = (I + L)^-1 (gdn-math §5.7), blocked: the 16 x 16 diagonal blocks by substitution (warp w < 4: block w), the
   // blocks above them zero (warps 4-7), then the blocks below by block distance d = 1, 2, 3 (warp w: A_{w+d, w}):
   //   A_ij = -A_ii T_ij,  T_ij = sum_{m=j}^{i-1} L_im A_mj   (16 x 16 products in 3xTF32: fp32-accurate)
   if (warp < 4) {
-    chunk_detail::diag_inverse16(&s.L[0][0], &s.A[0][0], kC + 1, 16 * warp, lane);
+    chunk_detail::diag_inverse16(&s.u2.L[0][0], &s.A[0][0], kC + 1, 16 * warp, lane);
   } else {
     for (int e = tid - 128; e < kC * kC; e += kThreads - 128)
       if ((e & 63) / 16 > (e >> 6) / 16) s.A[e >> 6][e & 63] = 0.f;
@@ -232,13 +259,13 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
       const int bi = warp + d, bj = warp, g = lane >> 2, t = lane & 3;
       float acc[2][4] = {}, o[2][4] = {};
       for (int m = bj; m < bi; ++m)
-        chunk_detail::mma16_f32(acc, &s.L[16 * bi][16 * m], kC + 1, &s.A[16 * m][16 * bj], kC + 1, g, t);
+        chunk_detail::mma16_f32(acc, &s.u2.L[16 * bi][16 * m], kC + 1, &s.A[16 * m][16 * bj], kC + 1, g, t);
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s.T[warp][frag_row(0, lane, e)][frag_col(0, nt, lane, e)] = acc[nt][e];
+        for (int e = 0; e < 4; ++e) s.u1.pt.T[warp][frag_row(0, lane, e)][frag_col(0, nt, lane, e)] = acc[nt][e];
       __syncwarp();
-      chunk_detail::mma16_f32(o, &s.A[16 * bi][16 * bi], kC + 1, &s.T[warp][0][0], Sm::kLT, g, t);
+      chunk_detail::mma16_f32(o, &s.A[16 * bi][16 * bi], kC + 1, &s.u1.pt.T[warp][0][0], Sm::kLT, g, t);
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -250,23 +277,24 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
   if (tid < kC) {
     rows[tid] = s.gam[tid], rows[kC + tid] = s.rq[tid], rows[2 * kC + tid] = s.rk[tid], rows[3 * kC + tid] = s.b[tid];
   }
-  float* Ag = a.A + cp.rec * (kC * kC);
-  for (int e = tid; e < kC * kC; e += kThreads) Ag[e] = s.A[e >> 6][e & 63];
-  // The scaled left operands, split once: A diag(b e^gamma rho_k) and A diag(b)
+  // A is only a GEMM operand of pass 4: stored as its bf16 split, hi [64][64] then lo. The scaled left operands,
+  // split once (into the places of L, P and T, all consumed): A diag(b e^gamma rho_k) and A diag(b).
+  auto* Ag = reinterpret_cast<__nv_bfloat16*>(a.A + cp.rec * (kC * kC));
   for (int e = tid; e < kC * kC / 2; e += kThreads) {
     const int r = e / (kC / 2), s2 = 2 * (e % (kC / 2)), o = r * Sm::LC + s2;
-    store_split2(&s.Aw[0][0][0], &s.Aw[1][0][0], o, s.A[r][s2] * s.wk[s2], s.A[r][s2 + 1] * s.wk[s2 + 1]);
-    store_split2(&s.Ab[0][0][0], &s.Ab[1][0][0], o, s.A[r][s2] * s.b[s2], s.A[r][s2 + 1] * s.b[s2 + 1]);
+    store_split2(Ag, Ag + kC * kC, r * kC + s2, s.A[r][s2], s.A[r][s2 + 1]);
+    store_split2(&s.u2.ab.Awh[0][0], &s.Awl[0][0], o, s.A[r][s2] * s.wk[s2], s.A[r][s2 + 1] * s.wk[s2 + 1]);
+    store_split2(&s.u2.ab.Abh[0][0], &s.u1.Abl[0][0], o, s.A[r][s2] * s.b[s2], s.A[r][s2 + 1] * s.b[s2 + 1]);
   }
   __syncthreads();
   // On the tensor cores (warp w: rows 16 (w % 4), the column half w / 4):
-  //   W = (A diag(b e^gamma rho_k)) K,  U0 = (A diag(b)) V,  dU = scale P^T dO
-  const int m0 = 16 * (warp & 3);
+  //   W = (A diag(b e^gamma rho_k)) K,  U0 = (A diag(b)) V
   {
     constexpr int NT = K / 16;
     float acc[NT][4] = {};
     const int n0 = (K / 2) * (warp >> 2);
-    warp_mma_t<false, true, kC, NT / 2, 16>(acc, split_tile(s.Aw), in_tile(s.k), m0, n0, lane);
+    const SplitTile Aw{&s.u2.ab.Awh[0][0], &s.Awl[0][0], Sm::LC};
+    warp_mma_t<false, true, kC, NT / 2, 16>(acc, Aw, in_tile(s.k), m0, n0, lane);
     // W is only a GEMM operand of the chains: stored as its bf16 split, hi [64][K] then lo [64][K]
     auto* Wg = reinterpret_cast<__nv_bfloat16*>(a.W + cp.rec * (kC * K));
 #pragma unroll
@@ -278,12 +306,11 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_prep_kernel(const Chunk
   }
   {
     constexpr int NT = V / 16;
-    float u0[NT][4] = {}, du[NT][4] = {};
+    float u0[NT][4] = {};
     const int n0 = (V / 2) * (warp >> 2);
-    warp_mma_t<false, true, kC, NT / 2, 16>(u0, split_tile(s.Ab), in_tile(s.v), m0, n0, lane);
-    warp_mma_t<true, true, kC, NT / 2, 16>(du, split_tile(s.P), in_tile(s.dO), m0, n0, lane);
+    const SplitTile Ab{&s.u2.ab.Abh[0][0], &s.u1.Abl[0][0], Sm::LC};
+    warp_mma_t<false, true, kC, NT / 2, 16>(u0, Ab, in_tile(s.v), m0, n0, lane);
     store_frags(a.U + cp.rec * (kC * V), V, u0, m0, n0, lane, 1.f);
-    store_frags(a.dU + cp.rec * (kC * V), V, du, m0, n0, lane, a.scale);
   }
 }
 
@@ -598,80 +625,92 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
 }
 
 // ---- pass 4: grads (grid (slots, Hv)): gdn-math §7.3 for one chunk -------------------------------------------
-// Warp w owns rows m0 = 16 (w % 4) and, of every 32 keys, the 16 at 16 (w / 4): dq and dk stay in its accumulator
-// fragments (tile 2 j + u: keys 32 j + 16 (w / 4) + 8 u ..) from the first product to the store. Every GEMM operand
-// is a 16-bit shared-memory tile read by ldmatrix: the inputs as stored, the fp32 ones split once into bf16 hi / lo
-// with their scale factors applied (SplitTile). Row sums reduce over the 4 lanes of a row by shuffles, then over
-// the two key halves in order through part[][2][]: every sum has a fixed order.
+// kGradThreads / 32 warps in NQ = kGradThreads / 128 column groups: 16 warps (NQ = 4) spread a chunk thin, so that
+// the warps' load and MMA latencies overlap; 8 warps (NQ = 2, 256 threads) reuse each A fragment over twice the
+// columns (less shared-memory traffic) at 247 registers. Warp w owns rows m0 = 16 (w % 4) and, of every KS = 16 NQ
+// keys, the 16 at 16 (w / 4): dq and dk stay in its accumulator fragments (tile 2 j + u: keys KS j + 16 (w / 4) +
+// 8 u ..) from the first product to the store; a 64-column product gives it the 64 / NQ columns at (64 / NQ)(w / 4),
+// a V-column one the V / NQ at (V / NQ)(w / 4). Every GEMM operand is a 16-bit
+// shared-memory tile read by ldmatrix: the inputs as stored, the fp32 ones split once into bf16 hi / lo with their
+// scale factors applied (SplitTile). Row sums reduce over the 4 lanes of a row by shuffles, then
+// over the NQ column groups in order through part[][NQ][]: every sum has a fixed order.
+constexpr int kGradThreads = 512;  // 256 or 512
+constexpr int kGradNQ = kGradThreads / 128;
 template <class E, int K, int V>
 struct alignas(16) GradSmem {
   static constexpr int LK = tile_ld(K), LV = tile_ld(V), LC = tile_ld(kC), LF = tile_ld(K > V ? K : V);
-  static constexpr int KT = 32;  // keys per S0 / dS tile of the state-term loop
-  E q[kC][LK], k[kC][LK];        // raw rows, zero past the chunk end
+  static constexpr int KT = 16 * kGradNQ;                     // keys per S0 / dS tile of the state-term loop
+  static constexpr int kRR = 4 * kC * LC, kKS = 3 * KT * LV;  // R0 + R1; the S0 and dS key tiles
+  static constexpr int kR = kRR > kKS ? kRR : kKS;
+  E q[kC][LK], k[kC][LK];  // raw rows, zero past the chunk end
   E v[kC][LV], dO[kC][LV];
   __nv_bfloat16 F1[2][kC][LF];  // U (64 x V), then dW = -dU S0^T (64 x K)
   __nv_bfloat16 F2[2][kC][LF];  // dU (complete: scale P^T dO + Kbar dS)
-  __nv_bfloat16 A[2][kC][LC];
-  // R0, R1: X diag(rk), diag(rq) X; then the S0 and dS key tiles; then dA (R0), A^T dA (R1); then dL_b (.) D as
-  // fp32 [64][65] (R0), (dL_b (.) D + its transpose) diag(rk) (R1); then Z = dD (.) D as fp32 [64][65] (R0).
-  __nv_bfloat16 R0[2][kC][LC], R1[2][kC][LC];
+  __nv_bfloat16 A[2][kC][LC];   // A, split as its record holds it
+  // R: the tile pairs R0, R1 ([2][64][LC] each): X diag(rk), diag(rq) X; then the S0 and dS key tiles (S0 [KT][LV],
+  // dS [2][KT][LV]); then dA (R0), A^T dA (R1); then dL_b (.) D as fp32 [64][65] (R0), (dL_b (.) D + its
+  // transpose) diag(rk) (R1); then Z = dD (.) D as fp32 [64][65] (R0).
+  __nv_bfloat16 R[kR];
   float gam[kC], rq[kC], rk[kC], b[kC], eg[kC], kb[kC], dgam[kC], dbeta[kC], tau[kC];
-  float part[5][2][kC];      // per-row partial sums of the two key / value halves: gq, tau, kd, v.(A^T dU), dL.E
-  float red[kThreads / 32];  // <S0, dS>_F per warp
+  float part[5][kGradNQ][kC];    // per-row partial sums of the column groups: gq, tau, kd, v.(A^T dU), dL.E
+  float red[kGradThreads / 32];  // <S0, dS>_F per warp
 };
 
+static_assert(sizeof(GradSmem<__nv_bfloat16, 128, 128>) <= 227 * 1024, "grads: one CTA's shared memory");
+
 template <class E, int K, int V>
-__global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const ChunkBwdArgs a) {
+__global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const ChunkBwdArgs a) {
   using Sm = GradSmem<E, K, V>;
-  constexpr int LV = Sm::LV, LC = Sm::LC, LF = Sm::LF, KT = Sm::KT, NK = K / 16;
-  static_assert(3 * KT * LV * 2 <= 2 * sizeof(Sm::R0) && kC * (kC + 1) * 4 <= sizeof(Sm::R0), "R0, R1 hold the tiles");
+  constexpr int LV = Sm::LV, LC = Sm::LC, LF = Sm::LF, NTH = kGradThreads, NQ = kGradNQ;
+  // KS: the key stride of a warp's dq / dk tiles (and the keys per S0 / dS tile); NK: its tiles; CW, NW: the columns
+  // and the column-tile pairs of a 64-column product per warp
+  constexpr int KS = Sm::KT, KT = Sm::KT, NK = 2 * K / KS, CW = kC / NQ, NW = CW / 16;
+  static_assert(NTH == 256 || NTH == 512, "8 or 16 warps");
+  static_assert(kC * (kC + 1) * 4 <= 2 * kC * LC * 2 && K % KT == 0, "R0 holds an fp32 64 x 64 tile");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<Sm*>(smem_raw);
   const int64_t slot = blockIdx.x;
   const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31, m0 = 16 * (warp & 3), hw = warp >> 2, g = lane >> 2, t = lane & 3;
+  const int warp = tid >> 5, lane = tid & 31, m0 = 16 * (warp & 3), qd = warp >> 2, g = lane >> 2, t = lane & 3;
   int64_t n, c, sb, st, len;
   if (!slot_chunk(a, slot, &n, &c)) return;
   seq_bounds(a, n, &sb, &st, &len);
   const ChunkPos cp{sb, st + kC * c, slot * a.Hv + h, int(len - kC * c < kC ? len - kC * c : kC)};
   const int nv = cp.nv;
   const float lam = a.scale;
-  __nv_bfloat16(&S0t)[KT][LV] = *reinterpret_cast<__nv_bfloat16(*)[KT][LV]>(&s.R0[0][0][0]);
+  using Pair = __nv_bfloat16[2][kC][LC];
+  Pair& sR0 = *reinterpret_cast<Pair*>(&s.R[0]);
+  Pair& sR1 = *reinterpret_cast<Pair*>(&s.R[2 * kC * LC]);
+  __nv_bfloat16(&S0t)[KT][LV] = *reinterpret_cast<__nv_bfloat16(*)[KT][LV]>(&s.R[0]);
   __nv_bfloat16(&dSt)[2][KT][LV] = *reinterpret_cast<__nv_bfloat16(*)[2][KT][LV]>(&S0t[KT][0]);
-  float(&Xf)[kC][kC + 1] = *reinterpret_cast<float(*)[kC][kC + 1]>(&s.R0[0][0][0]);  // dL_b (.) D, then Z
-  const SplitTile F1 = split_tile(s.F1), F2 = split_tile(s.F2), At = split_tile(s.A), R0 = split_tile(s.R0),
-                  R1 = split_tile(s.R1);
+  float(&Xf)[kC][kC + 1] = *reinterpret_cast<float(*)[kC][kC + 1]>(&s.R[0]);  // dL_b (.) D, then Z
+  const SplitTile F1 = split_tile(s.F1), F2 = split_tile(s.F2), At = split_tile(s.A), R0 = split_tile(sR0),
+                  R1 = split_tile(sR1);
 
-  copy_rows<E, K>(s.q, static_cast<const E*>(a.q) + cp.b * a.q_sb + hk * a.q_sh, a.q_st, cp.t0, nv, 0, tid);
-  copy_rows<E, K>(s.k, static_cast<const E*>(a.k) + cp.b * a.k_sb + hk * a.k_sh, a.k_st, cp.t0, nv, 0, tid);
-  copy_rows<E, V>(s.v, static_cast<const E*>(a.v) + cp.b * a.v_sb + h * a.v_sh, a.v_st, cp.t0, nv, 0, tid);
-  copy_rows<E, V>(s.dO, static_cast<const E*>(a.d_o) + cp.b * a.do_sb + h * a.do_sh, a.do_st, cp.t0, nv, 0, tid);
+  copy_rows<E, K, NTH>(s.q, static_cast<const E*>(a.q) + cp.b * a.q_sb + hk * a.q_sh, a.q_st, cp.t0, nv, 0, tid);
+  copy_rows<E, K, NTH>(s.k, static_cast<const E*>(a.k) + cp.b * a.k_sb + hk * a.k_sh, a.k_st, cp.t0, nv, 0, tid);
+  copy_rows<E, V, NTH>(s.v, static_cast<const E*>(a.v) + cp.b * a.v_sb + h * a.v_sh, a.v_st, cp.t0, nv, 0, tid);
+  copy_rows<E, V, NTH>(s.dO, static_cast<const E*>(a.d_o) + cp.b * a.do_sb + h * a.do_sh, a.do_st, cp.t0, nv, 0, tid);
+  {  // A as its record holds it: bf16 hi [64][64], then lo
+    const auto* Ag = reinterpret_cast<const __nv_bfloat16*>(a.A + cp.rec * (kC * kC));
+    copy_rows<__nv_bfloat16, kC, NTH>(s.A[0], Ag, kC, 0, kC, 0, tid);
+    copy_rows<__nv_bfloat16, kC, NTH>(s.A[1], Ag + kC * kC, kC, 0, kC, 0, tid);
+  }
   cp_async_commit();
-  {  // U, dU and A of the record, split once; every load is issued before the first store (one round trip)
-    constexpr int NU = kC * V / 4 / kThreads, NA = kC * kC / 4 / kThreads;
+  {  // U and dU of the record, split once; every load is issued before the first store (one round trip)
+    constexpr int NU = kC * V / 4 / NTH;
     const float4* Ug = reinterpret_cast<const float4*>(a.U + cp.rec * (kC * V));
     const float4* dUg = reinterpret_cast<const float4*>(a.dU + cp.rec * (kC * V));
-    const float4* Ag = reinterpret_cast<const float4*>(a.A + cp.rec * (kC * kC));
-    float4 u[NU], du[NU], x[NA];
+    float4 u[NU], du[NU];
 #pragma unroll
-    for (int l = 0; l < NU; ++l) u[l] = Ug[tid + l * kThreads], du[l] = dUg[tid + l * kThreads];
-#pragma unroll
-    for (int l = 0; l < NA; ++l) x[l] = Ag[tid + l * kThreads];
-    const auto put4 = [&](__nv_bfloat16(&t)[2][kC][LF], int o, const float4& v) {
-      store_split2(&t[0][0][0], &t[1][0][0], o, v.x, v.y);
-      store_split2(&t[0][0][0], &t[1][0][0], o + 2, v.z, v.w);
-    };
+    for (int l = 0; l < NU; ++l) u[l] = Ug[tid + l * NTH], du[l] = dUg[tid + l * NTH];
 #pragma unroll
     for (int l = 0; l < NU; ++l) {
-      const int e = tid + l * kThreads, o = (e / (V / 4)) * LF + 4 * (e % (V / 4));
-      put4(s.F1, o, u[l]);
-      put4(s.F2, o, du[l]);
-    }
-#pragma unroll
-    for (int l = 0; l < NA; ++l) {
-      const int e = tid + l * kThreads, o = (e / (kC / 4)) * LC + 4 * (e % (kC / 4));
-      store_split2(&s.A[0][0][0], &s.A[1][0][0], o, x[l].x, x[l].y);
-      store_split2(&s.A[0][0][0], &s.A[1][0][0], o + 2, x[l].z, x[l].w);
+      const int e = tid + l * NTH, o = (e / (V / 4)) * LF + 4 * (e % (V / 4));
+      store_split2(&s.F1[0][0][0], &s.F1[1][0][0], o, u[l].x, u[l].y);
+      store_split2(&s.F1[0][0][0], &s.F1[1][0][0], o + 2, u[l].z, u[l].w);
+      store_split2(&s.F2[0][0][0], &s.F2[1][0][0], o, du[l].x, du[l].y);
+      store_split2(&s.F2[0][0][0], &s.F2[1][0][0], o + 2, du[l].z, du[l].w);
     }
     if (tid < kC) {
       const float* rows = a.rows + cp.rec * kRowRec;
@@ -685,16 +724,16 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
     s.eg[tid] = tid < nv ? expf(s.gam[tid]) : 0.f;
     s.kb[tid] = tid < nv ? expf(gl - s.gam[tid]) : 0.f;
   }
-  // (2) dP = scale Lower(dO U^T); X = dP (.) D; Z = dP (.) P (kept in registers: z, the tiles of (m0, 32 (w / 4)));
+  // (2) dP = scale Lower(dO U^T); X = dP (.) D; Z = dP (.) P (kept in registers: z, the tiles of (m0, CW (w / 4)));
   // X enters the products below as X diag(rk) (R0) and diag(rq) X (R1).
-  float z[4][4];
+  float z[2 * NW][4];
   {
-    float dp[4][4] = {}, qk[4][4] = {};
-    const int n0 = 32 * hw;
-    warp_mma_t<false, false, V, 2, 16>(dp, in_tile(s.dO), F1, m0, n0, lane);
-    warp_mma_t<false, false, K, 2, 16>(qk, in_tile(s.q), in_tile(s.k), m0, n0, lane);
+    float dp[2 * NW][4] = {}, qk[2 * NW][4] = {};
+    const int n0 = CW * qd;
+    warp_mma_t<false, false, V, NW, 16>(dp, in_tile(s.dO), F1, m0, n0, lane);
+    warp_mma_t<false, false, K, NW, 16>(qk, in_tile(s.q), in_tile(s.k), m0, n0, lane);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < 2 * NW; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r2 = frag_row(m0, lane, e), c0 = frag_col(n0, nt, lane, e);
@@ -711,30 +750,30 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
           z[nt][e + u] = zz;
           xk[u] = x * s.rk[c2], xq[u] = x * s.rq[r2];
         }
-        store_split2(&s.R0[0][0][0], &s.R0[1][0][0], r2 * LC + c0, xk[0], xk[1]);
-        store_split2(&s.R1[0][0][0], &s.R1[1][0][0], r2 * LC + c0, xq[0], xq[1]);
+        store_split2(&sR0[0][0][0], &sR0[1][0][0], r2 * LC + c0, xk[0], xk[1]);
+        store_split2(&sR1[0][0][0], &sR1[1][0][0], r2 * LC + c0, xq[0], xq[1]);
       }
   }
   __syncthreads();
   // (1) dQ = (dP (.) D) K^ + scale Gamma dO S0^T, dK = (dP (.) D)^T Q^ + diag(kb) U dS^T + ...: the first terms here
   float dq[NK][4] = {}, dk[NK][4] = {}, dw[NK][4];
-  warp_mma_t<false, true, kC, K / 32, 32>(dq, R0, in_tile(s.k), m0, 16 * hw, lane);
-  warp_mma_t<true, true, kC, K / 32, 32>(dk, R1, in_tile(s.q), m0, 16 * hw, lane);
+  warp_mma_t<false, true, kC, K / KS, KS>(dq, R0, in_tile(s.k), m0, 16 * qd, lane);
+  warp_mma_t<true, true, kC, K / KS, KS>(dk, R1, in_tile(s.q), m0, 16 * qd, lane);
   __syncthreads();  // R0, R1 are free for the key tiles
-  // 32 keys at a time (S0 and dS tiles; the next tile's loads in flight during the products):
+  // KT keys at a time (S0 and dS tiles; the next tile's loads in flight during the products):
   //   dQ += scale Gamma dO S0^T, dgamma_r += q^_r . (that term);  dK += diag(kb) dKbar, dKbar = U dS^T,
   //   tau_r = Kbar_r . dKbar_r;  dW = -dU S0^T;  <S0, dS>_F   ((1), (3), (4))
   float gq[2] = {0.f, 0.f}, tp[2] = {0.f, 0.f}, s0ds = 0.f;
   {
     const __nv_bfloat16* S0g = reinterpret_cast<const __nv_bfloat16*>(a.S0) + cp.rec * (K * V);
     const float* dSg = a.dS + cp.rec * (K * V);
-    constexpr int NL = KT * V / 4 / kThreads;  // 4-element groups per thread and tile
+    constexpr int NL = KT * V / 4 / NTH;  // 4-element groups per thread and tile
     float4 pd[NL];
     uint2 ps[NL];
     const auto fetch = [&](int it) {
 #pragma unroll
       for (int l = 0; l < NL; ++l) {
-        const int e = tid + l * kThreads, o = (it * KT + e / (V / 4)) * V + 4 * (e % (V / 4));
+        const int e = tid + l * NTH, o = (it * KT + e / (V / 4)) * V + 4 * (e % (V / 4));
         pd[l] = *reinterpret_cast<const float4*>(dSg + o);
         ps[l] = *reinterpret_cast<const uint2*>(S0g + o);
       }
@@ -744,7 +783,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
     for (int it = 0; it < K / KT; ++it) {
 #pragma unroll
       for (int l = 0; l < NL; ++l) {  // the tile into shared memory: S0 as is, dS split
-        const int e = tid + l * kThreads, r = e / (V / 4), j = 4 * (e % (V / 4));
+        const int e = tid + l * NTH, r = e / (V / 4), j = 4 * (e % (V / 4));
         const float2 s01 = chunk_detail::Elem<true>::unpack(ps[l].x), s23 = chunk_detail::Elem<true>::unpack(ps[l].y);
         s0ds = fmaf(s01.x, pd[l].x, s0ds), s0ds = fmaf(s01.y, pd[l].y, s0ds);
         s0ds = fmaf(s23.x, pd[l].z, s0ds), s0ds = fmaf(s23.y, pd[l].w, s0ds);
@@ -757,14 +796,14 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
       float pq[2][4] = {}, pk[2][4] = {}, pw[2][4] = {};
       const InTile<__nv_bfloat16> S0v{&S0t[0][0], LV};
       const SplitTile dSv{&dSt[0][0][0], &dSt[1][0][0], LV};
-      warp_mma_t<false, false, V, 1, 16>(pq, in_tile(s.dO), S0v, m0, 16 * hw, lane);
-      warp_mma_t<false, false, V, 1, 16>(pk, F1, dSv, m0, 16 * hw, lane);
-      warp_mma_t<false, false, V, 1, 16>(pw, F2, S0v, m0, 16 * hw, lane);
+      warp_mma_t<false, false, V, 1, 16>(pq, in_tile(s.dO), S0v, m0, 16 * qd, lane);
+      warp_mma_t<false, false, V, 1, 16>(pk, F1, dSv, m0, 16 * qd, lane);
+      warp_mma_t<false, false, V, 1, 16>(pw, F2, S0v, m0, 16 * qd, lane);
 #pragma unroll
       for (int u = 0; u < 2; ++u)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int row = frag_row(m0, lane, e), i = frag_col(KT * it + 16 * hw, u, lane, e), ti = 2 * it + u;
+          const int row = frag_row(m0, lane, e), i = frag_col(KT * it + 16 * qd, u, lane, e), ti = 2 * it + u;
           const float qi = lam * s.eg[row] * pq[u][e];
           dq[ti][e] += qi;
           gq[e >> 1] = fmaf(s.rq[row] * tof(s.q[row][i]), qi, gq[e >> 1]);
@@ -781,8 +820,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
     x[1] = lane_sum<1, 4>(x[1]);
     if (t == 0) s.part[q][half][m0 + g] = x[0], s.part[q][half][m0 + g + 8] = x[1];
   };
-  put_rows(0, hw, gq);
-  put_rows(1, hw, tp);
+  put_rows(0, qd, gq);
+  put_rows(1, qd, tp);
   s0ds = lane_sum<1, 32>(s0ds);
   if (lane == 0) s.red[warp] = s0ds;
 #pragma unroll
@@ -790,27 +829,27 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
 #pragma unroll
     for (int e = 0; e < 4; e += 2)
       store_split2(&s.F1[0][0][0], &s.F1[1][0][0],
-                   frag_row(m0, lane, e) * LF + frag_col(16 * hw, 0, lane, e) + 32 * (ti / 2) + 8 * (ti % 2), dw[ti][e],
+                   frag_row(m0, lane, e) * LF + frag_col(16 * qd, 0, lane, e) + KS * (ti / 2) + 8 * (ti % 2), dw[ti][e],
                    dw[ti][e + 1]);
   __syncthreads();
   // (5) A^T dW:  dK += diag(b Gamma) A^T dW;  dbeta_r, dgamma_r += (b_r) e^{gamma_r} k^_r . (A^T dW)_r
   {
     float at[NK][4] = {}, kd[2] = {0.f, 0.f};
-    warp_mma_t<true, true, kC, K / 32, 32>(at, At, F1, m0, 16 * hw, lane);
+    warp_mma_t<true, true, kC, K / KS, KS>(at, At, F1, m0, 16 * qd, lane);
 #pragma unroll
     for (int ti = 0; ti < NK; ++ti)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = frag_row(m0, lane, e), i = frag_col(32 * (ti / 2) + 16 * hw, ti % 2, lane, e);
+        const int row = frag_row(m0, lane, e), i = frag_col(KS * (ti / 2) + 16 * qd, ti % 2, lane, e);
         dk[ti][e] = fmaf(s.b[row] * s.eg[row], at[ti][e], dk[ti][e]);
         kd[e >> 1] = fmaf(s.rk[row] * tof(s.k[row][i]), at[ti][e], kd[e >> 1]);
       }
-    put_rows(2, hw, kd);
+    put_rows(2, qd, kd);
   }
-  {  // A^T dU:  dV = diag(b) A^T dU;  dbeta_r += v_r . (A^T dU)_r (warp w: the value half w / 4)
-    constexpr int NT = V / 16;
+  {  // A^T dU:  dV = diag(b) A^T dU;  dbeta_r += v_r . (A^T dU)_r (warp w: the value columns of group w / 4)
+    constexpr int NT = V / (8 * NQ);
     float acc[NT][4] = {}, vp[2] = {0.f, 0.f};
-    const int n0v = (V / 2) * hw;
+    const int n0v = (V / NQ) * qd;
     warp_mma_t<true, true, kC, NT / 2, 16>(acc, At, F2, m0, n0v, lane);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -822,16 +861,16 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
           store1(a.dv, DType(a.io_dtype), cp.b * a.dv_sb + (cp.t0 + row) * a.dv_st + h * a.dv_sh + j,
                  s.b[row] * acc[nt][e]);
       }
-    put_rows(3, hw, vp);
+    put_rows(3, qd, vp);
   }
   // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} (dW_r . k^_s), strictly lower (only that part reaches L), into R0
   {
-    float uv[4][4] = {}, wk[4][4] = {};
-    const int n0 = 32 * hw;
-    warp_mma_t<false, false, V, 2, 16>(uv, F2, in_tile(s.v), m0, n0, lane);
-    warp_mma_t<false, false, K, 2, 16>(wk, F1, in_tile(s.k), m0, n0, lane);
+    float uv[2 * NW][4] = {}, wk[2 * NW][4] = {};
+    const int n0 = CW * qd;
+    warp_mma_t<false, false, V, NW, 16>(uv, F2, in_tile(s.v), m0, n0, lane);
+    warp_mma_t<false, false, K, NW, 16>(wk, F1, in_tile(s.k), m0, n0, lane);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < 2 * NW; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r2 = frag_row(m0, lane, e), c0 = frag_col(n0, nt, lane, e);
@@ -841,31 +880,31 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
           const int c2 = c0 + u;
           x[u] = c2 < r2 ? s.b[c2] * (uv[nt][e + u] + s.eg[c2] * s.rk[c2] * wk[nt][e + u]) : 0.f;
         }
-        store_split2(&s.R0[0][0][0], &s.R0[1][0][0], r2 * LC + c0, x[0], x[1]);
+        store_split2(&sR0[0][0][0], &sR0[1][0][0], r2 * LC + c0, x[0], x[1]);
       }
   }
   __syncthreads();
   {  // (6) Y = A^T dA (A^T is upper, dA strictly lower: the full product is the triangular sum), into R1
-    float y[4][4] = {};
-    const int n0 = 32 * hw;
-    warp_mma_t<true, true, kC, 2, 16>(y, At, R0, m0, n0, lane);
+    float y[2 * NW][4] = {};
+    const int n0 = CW * qd;
+    warp_mma_t<true, true, kC, NW, 16>(y, At, R0, m0, n0, lane);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < 2 * NW; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; e += 2)
-        store_split2(&s.R1[0][0][0], &s.R1[1][0][0], frag_row(m0, lane, e) * LC + frag_col(n0, nt, lane, e), y[nt][e],
+        store_split2(&sR1[0][0][0], &sR1[1][0][0], frag_row(m0, lane, e) * LC + frag_col(n0, nt, lane, e), y[nt][e],
                      y[nt][e + 1]);
   }
   __syncthreads();
   // dL = StrictLower(-(A^T dA) A^T) (A^T upper: the full product Y A^T is the sum over c3 <= c2);
   // (7) dbeta_r += sum_s dL_rs E_rs, dL_b = diag(b) dL; (8) Z += dL_b (.) E
   {
-    float ya[4][4] = {}, kk[4][4] = {}, tb[2] = {0.f, 0.f};
-    const int n0 = 32 * hw;
-    warp_mma_t<false, false, kC, 2, 16>(ya, R1, At, m0, n0, lane);
-    warp_mma_t<false, false, K, 2, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
+    float ya[2 * NW][4] = {}, kk[2 * NW][4] = {}, tb[2] = {0.f, 0.f};
+    const int n0 = CW * qd;
+    warp_mma_t<false, false, kC, NW, 16>(ya, R1, At, m0, n0, lane);
+    warp_mma_t<false, false, K, NW, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < 2 * NW; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r2 = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
@@ -880,33 +919,33 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
         }
         Xf[r2][c2] = x;  // R0: dA is consumed
       }
-    put_rows(4, hw, tb);
+    put_rows(4, qd, tb);
   }
   __syncthreads();
-  for (int e = tid; e < kC * kC / 2; e += kThreads) {  // (dL_b (.) D + its transpose) diag(rk), into R1
+  for (int e = tid; e < kC * kC / 2; e += NTH) {  // (dL_b (.) D + its transpose) diag(rk), into R1
     const int r2 = e / (kC / 2), c2 = 2 * (e % (kC / 2));
-    store_split2(&s.R1[0][0][0], &s.R1[1][0][0], r2 * LC + c2, (Xf[r2][c2] + Xf[c2][r2]) * s.rk[c2],
+    store_split2(&sR1[0][0][0], &sR1[1][0][0], r2 * LC + c2, (Xf[r2][c2] + Xf[c2][r2]) * s.rk[c2],
                  (Xf[r2][c2 + 1] + Xf[c2 + 1][r2]) * s.rk[c2 + 1]);
   }
   __syncthreads();
   // (7) dK += (dL_b (.) D + (dL_b (.) D)^T) K^;  Z into R0 for (8) dgamma_r += rowsum(Z)_r - colsum(Z)_r
   {
     float acc[NK][4] = {};
-    warp_mma_t<false, true, kC, K / 32, 32>(acc, R1, in_tile(s.k), m0, 16 * hw, lane);
+    warp_mma_t<false, true, kC, K / KS, KS>(acc, R1, in_tile(s.k), m0, 16 * qd, lane);
 #pragma unroll
     for (int ti = 0; ti < NK; ++ti)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dk[ti][e] += acc[ti][e];
   }
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+  for (int nt = 0; nt < 2 * NW; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) Xf[frag_row(m0, lane, e)][frag_col(32 * hw, nt, lane, e)] = z[nt][e];
+    for (int e = 0; e < 4; ++e) Xf[frag_row(m0, lane, e)][frag_col(CW * qd, nt, lane, e)] = z[nt][e];
 #pragma unroll
   for (int ti = 0; ti < NK; ++ti)
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {
-      const int row = frag_row(m0, lane, e), i = frag_col(32 * (ti / 2) + 16 * hw, ti % 2, lane, e);
+      const int row = frag_row(m0, lane, e), i = frag_col(KS * (ti / 2) + 16 * qd, ti % 2, lane, e);
       if (row < nv) {
         const int64_t o = ((cp.b * a.T + cp.t0 + row) * a.Hv + h) * K + i;
         *reinterpret_cast<float2*>(a.dqh + o) = make_float2(dq[ti][e], dq[ti][e + 1]);
@@ -914,16 +953,22 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
       }
     }
   __syncthreads();
-  {  // per row r (4 threads): the row sums of the products and rowsum(Z) - colsum(Z)
-    const int r = tid >> 2, p = tid & 3;
+  {  // per row r (TPR threads): the row sums of the products and rowsum(Z) - colsum(Z)
+    constexpr int TPR = NTH / kC;
+    const int r = tid / TPR, p = tid % TPR;
     float zr = 0.f;
-    for (int s2 = p; s2 < kC; s2 += 4) zr += Xf[r][s2] - Xf[s2][r];
-    zr = lane_sum<1, 4>(zr);
+    for (int s2 = p; s2 < kC; s2 += TPR) zr += Xf[r][s2] - Xf[s2][r];
+    zr = lane_sum<1, TPR>(zr);
     if (p == 0) {
-      const float kd = s.part[2][0][r] + s.part[2][1][r];
-      s.dgam[r] = ((s.part[0][0][r] + s.part[0][1][r]) + s.b[r] * s.eg[r] * kd) + zr;
-      s.dbeta[r] = (s.eg[r] * kd + (s.part[3][0][r] + s.part[3][1][r])) + (s.part[4][0][r] + s.part[4][1][r]);
-      s.tau[r] = s.part[1][0][r] + s.part[1][1][r];
+      const auto sum = [&](int q) {  // over the column groups, in order
+        float x = s.part[q][0][r];
+        for (int j = 1; j < NQ; ++j) x += s.part[q][j][r];
+        return x;
+      };
+      const float kd = sum(2);
+      s.dgam[r] = (sum(0) + s.b[r] * s.eg[r] * kd) + zr;
+      s.dbeta[r] = (s.eg[r] * kd + sum(3)) + sum(4);
+      s.tau[r] = sum(1);
     }
   }
   __syncthreads();
@@ -932,7 +977,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
     // dgamma_{n-1} += sum tau) enter dg_r as the exclusive prefix sum_{j < r} tau_j: the same sum without the O(1)
     // cancellation of tau_{n-1} (which would swamp a tiny dg under a strong decay, g = -30).
     float sd = 0.f, pre = 0.f;
-    for (int i = 0; i < kThreads / 32; ++i) sd += s.red[i];
+    for (int i = 0; i < NTH / 32; ++i) sd += s.red[i];
     for (int i = 0; i < nv; ++i) {
       const float tv = s.tau[i];
       s.tau[i] = pre;
@@ -952,11 +997,11 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_grads_kernel(const Chun
 // ---- launch ----------------------------------------------------------------------------------------------------
 template <class Kernel>
 int launch_one(Kernel kernel, dim3 grid, size_t smem, std::atomic<uint64_t>& done, cudaStream_t st,
-               const ChunkBwdArgs& a) {
+               const ChunkBwdArgs& a, int threads = kThreads) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return 0;
   const int e = prepare_launch(kernel, smem, done);
   if (e != 0) return e;
-  kernel<<<grid, kThreads, smem, st>>>(a);
+  kernel<<<grid, threads, smem, st>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -1008,7 +1053,8 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
   if (e == 0 && a.slots > 0) e = launch_chains<E, K, V>(a, done + 1, st);
   if (e == 0 && a.slots == 0)  // no chunk at all: only dh0 = dht (or 0), from the unsplit reverse chain
     e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[2], st, a);
-  if (e == 0) e = launch_one(chunk_bwd_grads_kernel<E, K, V>, chunks, sizeof(GradSmem<E, K, V>), done[3], st, a);
+  if (e == 0)
+    e = launch_one(chunk_bwd_grads_kernel<E, K, V>, chunks, sizeof(GradSmem<E, K, V>), done[3], st, a, kGradThreads);
   return e;
 }
 

@@ -56,6 +56,12 @@ __device__ __forceinline__ void store_split2(__nv_bfloat16* hi, __nv_bfloat16* l
   *reinterpret_cast<uint32_t*>(lo + o) = s.lo;
 }
 
+// x rounded to bf16 into the tile at element offset o (two adjacent columns): an operand that gdn-math §10.2
+// allows in bf16 (P in prep), used as an exact tile.
+__device__ __forceinline__ void store_bf2(__nv_bfloat16* t, int o, float x0, float x1) {
+  *reinterpret_cast<uint32_t*>(t + o) = chunk_detail::Elem<true>::pack(x0, x1);
+}
+
 // The four 8x8 matrices of a fragment at element offset o of the lane (the lane's row address, below), hi and lo.
 template <bool TRANS>
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void* p) {
@@ -95,7 +101,9 @@ __device__ __forceinline__ void warp_mma_t(float (&d)[2 * NP][4], const OA& a, c
   const int ao = AKM ? (l7 + l16) * a.ld + m0 + l8 : (m0 + l7 + l8) * a.ld + l16;
   const int bo = BKN ? (l7 + l8) * b.ld + n0 + l16 : (n0 + l7 + l16) * b.ld + l8;
   const int astep = AKM ? 16 * a.ld : 16, bstep = BKN ? 16 * b.ld : 16, bj = BKN ? NS : NS * b.ld;
-#pragma unroll 2
+  // An f16 operand is split in registers (twice the fragment registers): one k step at a time
+  constexpr int kUnroll = std::is_same_v<OA, InTile<__half>> || std::is_same_v<OB, InTile<__half>> ? 1 : 2;
+#pragma unroll(kUnroll)
   for (int k0 = 0; k0 < KD; k0 += 16) {
     uint32_t ah[4], al[4];
     load_frag<AKM>(a, ao + (k0 / 16) * astep, ah, al);
