@@ -295,4 +295,47 @@ std::string describe(const RecurrentPlan& pl, const RecurrentDims& d) {
   return s;
 }
 
+// ---- mixer_decode ---------------------------------------------------------------------------------------------
+// The V split: the state of a (row, value head) over `split` CTAs of 128 / split columns, all in one cluster with
+// the key head's other value heads, so group * split <= 8. The widest split that fits wins: a quarter head holds
+// 32 state values a thread (80 registers, 6 CTAs of 128 threads per SM) against 64 (128 registers, 4 CTAs) for a
+// half and one 256-thread CTA per SM for the whole head, so more state bytes are in flight per SM at large N, and
+// N = 1 spreads over 4 times more SMs; what it costs is the q/k conv and l2norm recomputed by every CTA (256
+// channels against the 32-64 v channels and 16-32 KB of fp32 state it owns) and one cluster barrier per token.
+Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const DeviceFacts& dev, MixerDecodePlan* out) {
+  const int64_t group = d.Hqk > 0 ? d.Hv / d.Hqk : 1;
+  const int32_t s = p.exec.mixer_split;
+  if (s != 0 && s != 1 && s != 2 && s != 4)
+    return FGDN_INVALID("mixer_decode: exec.mixer_split: expected 0 (auto), 1, 2 or 4, got ", s);
+  if (s > 0 && group * s > kMixerMaxCluster)
+    return FGDN_ERROR(unsupported, "mixer_decode: exec.mixer_split: expected (Hv / Hqk) * split <= ", kMixerMaxCluster,
+                      " (one thread block cluster), got Hv / Hqk = ", group, ", split = ", s);
+  MixerDecodePlan pl;
+  pl.sms = std::max(dev.sms, 1);
+  pl.forced = s > 0;
+  if (pl.forced) {
+    pl.split = s;
+    pl.why = detail::str_cat("exec.mixer_split = ", s);
+  } else {
+    pl.split = group * 4 <= kMixerMaxCluster ? 4 : group * 2 <= kMixerMaxCluster ? 2 : 1;
+    pl.why = detail::str_cat("the widest split with (Hv / Hqk) * split = ", group, " * ", pl.split,
+                             " <= ", kMixerMaxCluster, " CTAs per cluster");
+  }
+  *out = std::move(pl);
+  return Status::OK();
+}
+
+std::string describe(const MixerDecodePlan& pl, const MixerDims& d) {
+  using detail::str_cat;
+  const int64_t group = d.Hqk > 0 ? d.Hv / d.Hqk : 1;
+  const int threads = pl.split == 1 ? 256 : 128;
+  std::string s = str_cat("mixer_decode on CUDA, ", pl.sms, " SMs: N = ", d.N, " rows, T = ", d.T, ", Hqk = ", d.Hqk,
+                          ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, ", Kc = ", d.Kc, "\n");
+  s += str_cat("  fused kernel: grid (", d.Hv * pl.split, ", ", d.N, "), ", threads, " threads, clusters of ",
+               group * pl.split, " CTAs (", group, " value heads x ", pl.split, ")\n");
+  s += str_cat("  V split: ", pl.split, " CTAs per (row, value head), ", d.V / pl.split, " state columns each (",
+               pl.why, ")\n");
+  return s;
+}
+
 }  // namespace flashgdn
