@@ -315,7 +315,7 @@ def main():
             best = min((v for k, v in t.items() if not k.startswith("fused")), default=nan)
             print(f"| {N} | {pool_name} | {tf:.2f} | {tbps:.2f} | {100 * tbps / bw:.0f}% | {row['floor_us']:.2f} | "
                   f"{t.get('flashgdn', nan):.2f} | {t.get('fla', nan):.2f} | {best / tf:.2f}x | {check_text(res)} |")
-            for sp in splits:
+            for sp in splits if timing else []:
                 ts = t.get(f"fused_s{sp}", nan)
                 print(f"|   | split {sp} | {ts:.2f} | {by / (ts * 1e-6) / 1e12:.2f} | | | | | {best / ts:.2f}x | |")
             del lay
