@@ -240,12 +240,11 @@ __global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
   const auto writer = [&](int c) { return c >= 2 * kD || (qk_owner && (c % kD) / kBV == r); };
   const int H = p.Kc - 1;
   const AT* cs = static_cast<const AT*>(p.conv_state);
-  // The windows, taps and bias of the thread's channels into shared memory: the windows (from HBM) of all the
-  // thread's channels in flight together where the registers allow (K-major; V-major holds more addresses and
-  // goes a channel at a time), then the taps and bias (shared by every row: L2) a channel at a time, which keeps
-  // the registers under the launch bound.
-  constexpr int kWinUnroll = KMAJOR ? C::kConvIters : 1;
-#pragma unroll kWinUnroll
+  // The windows, taps and bias of the thread's channels into shared memory. K-major: all the loads of all the
+  // thread's channels in flight together; V-major holds more registers at this point and goes a channel at a time
+  // (the launch bound without spills).
+  constexpr int kInitUnroll = KMAJOR ? C::kConvIters : 1;
+#pragma unroll kInitUnroll
   for (int i = 0; i < C::kConvIters; ++i) {
     const int c = tid + kT * i;
     if (c >= kNC) break;
@@ -258,7 +257,7 @@ __global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
       hist[j][c] = v;
     }
   }
-#pragma unroll 1
+#pragma unroll kInitUnroll
   for (int i = 0; i < C::kConvIters; ++i) {
     const int c = tid + kT * i;
     if (c >= kNC) break;
