@@ -297,11 +297,12 @@ std::string describe(const RecurrentPlan& pl, const RecurrentDims& d) {
 
 // ---- mixer_decode ---------------------------------------------------------------------------------------------
 // The V split: the state of a (row, value head) over `split` CTAs of 128 / split columns, all in one cluster with
-// the key head's other value heads, so group * split <= 8. The widest split that fits wins: a quarter head holds
-// 32 state values a thread (80 registers, 6 CTAs of 128 threads per SM) against 64 (128 registers, 4 CTAs) for a
-// half and one 256-thread CTA per SM for the whole head, so more state bytes are in flight per SM at large N, and
-// N = 1 spreads over 4 times more SMs; what it costs is the q/k conv and l2norm recomputed by every CTA (256
-// channels against the 32-64 v channels and 16-32 KB of fp32 state it owns) and one cluster barrier per token.
+// the key head's other value heads, so group * split <= 8. CTA shapes (docs/mixer_decode.md): a quarter head holds
+// 32 state values a thread (80 registers, 6 CTAs of 128 threads per SM: 96 KB of fp32 state per SM), a half 64
+// (128 registers, 4 CTAs: 128 KB), the whole head one 256-thread CTA per SM (64 KB). Large batches (>= 2 waves of
+// 4 half-head CTAs per SM) are memory-bound: halves, for the most state bytes in flight per SM and half the
+// q/k conv and l2norm that every CTA recomputes. Smaller ones are latency-bound: the widest split that fits,
+// which spreads the heads over the most SMs with the least state per CTA (N = 1, Hv = 32: 128 CTAs).
 Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const DeviceFacts& dev, MixerDecodePlan* out) {
   const int64_t group = d.Hqk > 0 ? d.Hv / d.Hqk : 1;
   const int32_t s = p.exec.mixer_split;
@@ -317,9 +318,17 @@ Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const D
     pl.split = s;
     pl.why = detail::str_cat("exec.mixer_split = ", s);
   } else {
-    pl.split = group * 4 <= kMixerMaxCluster ? 4 : group * 2 <= kMixerMaxCluster ? 2 : 1;
-    pl.why = detail::str_cat("the widest split with (Hv / Hqk) * split = ", group, " * ", pl.split,
-                             " <= ", kMixerMaxCluster, " CTAs per cluster");
+    const int32_t widest = group * 4 <= kMixerMaxCluster ? 4 : group * 2 <= kMixerMaxCluster ? 2 : 1;
+    const int64_t halves = d.N * d.Hv * 2;
+    if (widest >= 2 && halves >= 2 * 4 * int64_t(pl.sms)) {
+      pl.split = 2;
+      pl.why = detail::str_cat("N Hv 2 = ", halves, " half-head CTAs >= 2 waves of 4 per SM: memory-bound, halves");
+    } else {
+      pl.split = widest;
+      pl.why = detail::str_cat("the widest split that fits a cluster of ", kMixerMaxCluster,
+                               " CTAs: (Hv / Hqk) * split = ", group, " * ", widest,
+                               widest >= 2 ? " (fewer than 2 waves of half-head CTAs)" : "");
+    }
   }
   *out = std::move(pl);
   return Status::OK();

@@ -531,18 +531,27 @@ MixerDims mixer_dims(int64_t Hqk, int64_t Hv, int64_t N) {
   return d;
 }
 
-TEST(PlanMixerDecode, WidestSplitThatFitsOneCluster) {
+TEST(PlanMixerDecode, SplitByClusterAndBatch) {
   MixerDecodeParams p;
-  // value heads per key head -> split: group * split <= 8
-  const std::vector<std::pair<int64_t, int32_t>> want = {{1, 4}, {2, 4}, {3, 2}, {4, 2}, {5, 1}, {8, 1}};
-  for (const auto& [group, split] : want)
-    for (int64_t N : {1, 8, 64, 256}) {
-      MixerDecodePlan pl;
-      ASSERT_TRUE(plan_mixer_decode(p, mixer_dims(4, 4 * group, N), DeviceFacts{kH200Sms}, &pl).ok());
-      EXPECT_EQ(pl.split, split) << "group " << group << " N " << N;
-      EXPECT_FALSE(pl.forced);
-      EXPECT_LE(group * pl.split, kMixerMaxCluster);
-    }
+  // (value heads per key head, N) -> split, Hqk = 16 on 132 SMs: group * split <= 8; halves once N Hv 2 >= 2 * 4 *
+  // 132 = 1056 half-head CTAs, else the widest that fits.
+  struct Want {
+    int64_t group, N;
+    int32_t split;
+  };
+  const std::vector<Want> want = {{1, 1, 4},   {1, 32, 4}, {1, 33, 2},  {2, 1, 4},  {2, 8, 4},   {2, 16, 4},
+                                  {2, 17, 2},  {2, 64, 2}, {2, 256, 2}, {3, 1, 2},  {3, 256, 2}, {4, 1, 2},
+                                  {4, 256, 2}, {5, 1, 1},  {8, 1, 1},   {8, 256, 1}};
+  for (const Want& w : want) {
+    MixerDecodePlan pl;
+    ASSERT_TRUE(plan_mixer_decode(p, mixer_dims(16, 16 * w.group, w.N), DeviceFacts{kH200Sms}, &pl).ok());
+    EXPECT_EQ(pl.split, w.split) << "group " << w.group << " N " << w.N << ": " << pl.why;
+    EXPECT_FALSE(pl.forced);
+    EXPECT_LE(w.group * pl.split, kMixerMaxCluster);
+  }
+  MixerDecodePlan pl;  // fewer SMs: the same batch is large sooner
+  ASSERT_TRUE(plan_mixer_decode(p, mixer_dims(16, 32, 8), DeviceFacts{16}, &pl).ok());
+  EXPECT_EQ(pl.split, 2) << pl.why;
 }
 
 TEST(PlanMixerDecode, ForcedSplitIsHonouredOrRejected) {
