@@ -21,6 +21,7 @@ from HBM), median of 30 replays per call, CUDA events. Reports us per layer, the
 bandwidth measured in the run, and its byte floor.
 
     python3 bench/mixer_decode.py [--out FILE.json] [--ns 1,8,64,256] [--pool fp32,bf16] [--check-only]
+                                  [--splits 1,2,4]   # also the fused op with exec.mixer_split forced (fused_sS)
     python3 bench/mixer_decode.py --device cpu   # the check alone on the CPU backend (fused, flashgdn chains)
 """
 
@@ -129,7 +130,11 @@ class Layer:
         # FLA's causal_conv1d_update keeps the window transformers' way, [N, C, Kc] with column 0 unread
         self.fla_window = torch.zeros(N, C, KC, dtype=torch.bfloat16, **d)
 
-    def fused(self, r):
+    def fused(self, r, split=0):
+        with flashgdn.exec_options(mixer_split=split):
+            self.fused_call(r)
+
+    def fused_call(self, r):
         flashgdn.mixer_decode(self.x[r], self.z[r], self.a[r], self.b[r], conv_weight=self.w, conv_state=self.conv,
                               state_pool=self.pool, A_log=self.A_log, dt_bias=self.dt_bias, norm_weight=self.norm_w,
                               num_k_heads=HQK, head_k_dim=K, state_indices=self.idx[r], null_slot_is_invalid=True,
@@ -263,7 +268,9 @@ def main():
     ap.add_argument("--pool", default="fp32,bf16")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--check-only", action="store_true", help="the check alone, no timing (always so on cpu)")
+    ap.add_argument("--splits", default="", help="exec.mixer_split values (1, 2, 4) to run besides the plan's choice")
     args = ap.parse_args()
+    splits = [int(v) for v in args.splits.split(",") if v]
     dev = args.device
     timing = dev == "cuda" and not args.check_only
     ns = [int(n) for n in (args.ns or ("1,8,64,256" if dev == "cuda" else "1,8")).split(",")]
@@ -283,6 +290,8 @@ def main():
             R = max(1, -(-2 * L2 // (N * sb))) if timing else 1
             lay = Layer(N, pdt, R, dev)
             chains = {"fused": lay.fused, "flashgdn": lay.unfused_flashgdn}
+            for sp in splits:
+                chains[f"fused_s{sp}"] = lambda r, lay=lay, sp=sp: lay.fused(r, sp)
             if fla is not None:
                 chains["fla"] = lambda r, lay=lay: lay.unfused_fla(r, fla)
             res = check(lay, chains)
@@ -303,9 +312,12 @@ def main():
             row = dict(N=N, pool=pool_name, us=t, bytes=by, TBps=tbps, copy_TBps=bw, floor_us=by / (bw * 1e12) * 1e6,
                        check=res, rotations=R)
             rows.append(row)
-            best = min((v for k, v in t.items() if k != "fused"), default=nan)
+            best = min((v for k, v in t.items() if not k.startswith("fused")), default=nan)
             print(f"| {N} | {pool_name} | {tf:.2f} | {tbps:.2f} | {100 * tbps / bw:.0f}% | {row['floor_us']:.2f} | "
                   f"{t.get('flashgdn', nan):.2f} | {t.get('fla', nan):.2f} | {best / tf:.2f}x | {check_text(res)} |")
+            for sp in splits if timing else []:
+                ts = t.get(f"fused_s{sp}", nan)
+                print(f"|   | split {sp} | {ts:.2f} | {by / (ts * 1e-6) / 1e12:.2f} | | | | | {best / ts:.2f}x | |")
             del lay
             if dev == "cuda":
                 torch.cuda.empty_cache()

@@ -163,9 +163,10 @@ if has python; then
 fi
 
 if has mixer; then
+  # the plan's V split, then each split forced (MIXER_SPLITS= for the plan's alone)
   step mixer decode benchmark
-  (cd /tmp && PYTHONPATH=/tmp/fla PYTHONUNBUFFERED=1 timeout ${MIXER_TIMEOUT:-240} python3 "$OLDPWD/bench/mixer_decode.py" \
-    --out "$LOG/mixer.json" >"$LOG/mixer.log" 2>&1)
+  (cd /tmp && PYTHONPATH=/tmp/fla PYTHONUNBUFFERED=1 timeout ${MIXER_TIMEOUT:-360} python3 "$OLDPWD/bench/mixer_decode.py" \
+    --splits "${MIXER_SPLITS-1,2,4}" --out "$LOG/mixer.json" >"$LOG/mixer.log" 2>&1)
   echo "mixer rc=$?" | tee -a "$summary"
   grep -E "^copy|^\|" "$LOG/mixer.log" >>"$summary"
 fi

@@ -24,7 +24,9 @@ std::string plan_help() {
       "  chunk_bwd keys: as chunk_fwd (Hv default 32), segments=P (exec.chunk_bwd_segments)\n"
       "  recurrent keys: N T Hqk Hv K V (defaults 1 1 16 32 128 128), pool=f32|bf16|f16|none, layout=k|v,\n"
       "                  verify=0|1 (bf16 intermediate states, no commit), kernel=auto|persistent|direct|\n"
-      "                  direct_pipe|wy (exec.recurrent_kernel), sms\n");
+      "                  direct_pipe|wy (exec.recurrent_kernel), sms\n"
+      "  mixer_decode keys: N T Hqk Hv (defaults 1 1 16 32; K = V = 128, Kc = 4, bf16 activations),\n"
+      "                  pool=f32|bf16, layout=k|v, split=0|1|2|4 (exec.mixer_split), sms\n");
 }
 
 DType dtype_of(const std::string& s) {
@@ -102,6 +104,26 @@ int run_plan(const std::string& op, const std::vector<std::string>& params) {
       p.exec.chunk_bwd_segments = segments;
       st = chunk_bwd_plan(p, &text, sms);
     }
+  } else if (op == "mixer_decode") {
+    const int64_t N = num("N", 1), T = num("T", 1), Hqk = num("Hqk", 16), Hv = num("Hv", 32);
+    const int64_t K = 128, V = 128, Kc = 4, C = 2 * Hqk * K + Hv * V;
+    const bool vmaj = str("layout", "k") == "v";
+    const DType pool = dtype_of(str("pool", "f32"));
+    MixerDecodeParams p;
+    p.x = shape(DType::bf16, {N, T, C}), p.z = shape(DType::bf16, {N, T, Hv, V});
+    p.a = shape(DType::bf16, {N, T, Hv}), p.b = shape(DType::bf16, {N, T, Hv});
+    p.A_log = shape(DType::f32, {Hv}), p.dt_bias = shape(DType::f32, {Hv});
+    p.conv_weight = shape(DType::bf16, {C, Kc}), p.norm_weight = shape(DType::f32, {V});
+    p.conv_state = shape(DType::bf16, {N, C, Kc - 1});
+    p.state_layout = vmaj ? StateLayout::v_major : StateLayout::k_major;
+    p.state_pool = vmaj ? shape(pool, {N, Hv, V, K}) : shape(pool, {N, Hv, K, V});
+    std::vector<int32_t> idx;
+    for (int64_t n = 0; n < N; ++n) idx.push_back(int32_t(n));
+    p.state_indices = make_tensor(idx.data(), DType::i32, {N});
+    p.out = shape(DType::bf16, {N, T, Hv, V});
+    p.num_k_heads = Hqk, p.head_k_dim = K;
+    p.exec.mixer_split = int32_t(num("split", 0));
+    st = mixer_decode_plan(p, &text, sms);
   } else {  // recurrent (CLI11 checked the name)
     const int64_t N = num("N", 1), T = num("T", 1), Hqk = num("Hqk", 16), Hv = num("Hv", 32);
     const int64_t K = num("K", 128), V = num("V", 128);
@@ -138,7 +160,9 @@ Command add_plan(CLI::App& app) {
   CLI::App* sub =
       app.add_subcommand("plan", "print the CUDA plan (kernels, tiles, grid, split, workspace, why) of a shape");
   sub->footer(plan_help());
-  sub->add_option("op", *op, "the op")->required()->check(CLI::IsMember({"chunk_fwd", "chunk_bwd", "recurrent"}));
+  sub->add_option("op", *op, "the op")
+      ->required()
+      ->check(CLI::IsMember({"chunk_fwd", "chunk_bwd", "recurrent", "mixer_decode"}));
   sub->add_option("params", *params, "shape and options as key=value (listed below)")->type_name("KEY=VALUE");
   return {sub, [op, params] { return run_plan(*op, *params); }};
 }

@@ -249,6 +249,8 @@ struct MixerDecodeParams {
   FLASHGDN_MIXER_DECODE_SCALARS(FLASHGDN_CXX_SCALAR_FIELD)
 };
 
+// The plan a mixer_decode call runs (V split, grid, clusters) and why, as text; sm_count as for chunk_fwd_plan.
+FLASHGDN_CXX_API Status mixer_decode_plan(const MixerDecodeParams& p, std::string* out, int32_t sm_count = 0);
 FLASHGDN_CXX_API Status mixer_decode(const MixerDecodeParams& p, void* stream = nullptr);
 
 // Library facts.

@@ -41,7 +41,8 @@
   S(int32_t, int32_t, chunk_fwd_segments, 0,                                                                      \
     "CUDA chunk_fwd segment split (gdn-math 6): 0 auto, 1 off, P > 1 about P per sequence")                       \
   S(int32_t, int32_t, chunk_bwd_segments, 0,                                                                      \
-    "CUDA chunk_bwd chains' segment split (gdn-math 6): 0 auto, 1 off, P > 1 about P per sequence")
+    "CUDA chunk_bwd chains' segment split (gdn-math 6): 0 auto, 1 off, P > 1 about P per sequence")               \
+  S(int32_t, int32_t, mixer_split, 0, "CUDA mixer_decode CTAs per (row, value head): 0 auto, 1, 2 or 4")
 
 /* Gate and beta as given, or raw projections turned into them inside the op (gdn-math 4):
  *   g = -exp(A_log) * softplus(a + dt_bias),  beta = sigmoid(b) (x2 with allow_neg_eigval). */

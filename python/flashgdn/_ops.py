@@ -10,21 +10,24 @@ import contextvars
 from . import _C
 from ._frameworks import framework_of
 
-# ExecOptions of the calls in the current context (thread or asyncio task): (check_indices, cpu_fp64, cpu_algo,
-# cpu_threads), or None for the library defaults. Set with exec_options(); a context variable, so one thread's block
-# does not change another thread's calls.
+# ExecOptions of the calls in the current context (thread or asyncio task): the leading fields of ExecOptions in
+# table order (check_indices, cpu_fp64, cpu_algo, cpu_threads, recurrent_kernel, chunk_fwd_segments, mixer_split),
+# or None for the library defaults. Set with exec_options(); a context variable, so one thread's block does not
+# change another thread's calls.
 _EXEC = contextvars.ContextVar("flashgdn_exec_options", default=None)
 _CPU_ALGOS = {"recurrent": 0, "chunked": 1}
 
 
 @contextlib.contextmanager
-def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_threads=0):
+def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_threads=0, mixer_split=0):
     """Execution options of the calls inside the block (ExecOptions in flashgdn.hpp).
 
     check_indices validates device index tensors on the host (synchronizes: tests and debugging only);
-    cpu_fp64 makes the CPU backend compute in fp64 (the test oracle); cpu_algo is "recurrent" or "chunked".
+    cpu_fp64 makes the CPU backend compute in fp64 (the test oracle); cpu_algo is "recurrent" or "chunked";
+    mixer_split forces the CUDA mixer_decode V split (1, 2 or 4 CTAs per value head; 0: the plan's choice).
     """
-    token = _EXEC.set((bool(check_indices), bool(cpu_fp64), _CPU_ALGOS[cpu_algo], int(cpu_threads)))
+    token = _EXEC.set((bool(check_indices), bool(cpu_fp64), _CPU_ALGOS[cpu_algo], int(cpu_threads), 0, 0,
+                       int(mixer_split)))
     try:
         yield
     finally:

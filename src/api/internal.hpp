@@ -81,15 +81,16 @@ FGDN_OP_DIMS(FGDN_DECLARE_CPU)
 #undef FGDN_DECLARE_CPU
 }  // namespace cpu
 
-struct ChunkFwdPlan;   // api/plan.hpp
-struct ChunkBwdPlan;   // api/plan.hpp
-struct RecurrentPlan;  // api/plan.hpp
+struct ChunkFwdPlan;     // api/plan.hpp
+struct ChunkBwdPlan;     // api/plan.hpp
+struct RecurrentPlan;    // api/plan.hpp
+struct MixerDecodePlan;  // api/plan.hpp
 
 #if FLASHGDN_WITH_CUDA
 namespace cuda {
-// CUDA backend (src/cuda/<op>/). Launches only: no allocation, no host synchronization. chunk_fwd, chunk_bwd and
-// recurrent run the plan the API layer built (plan_chunk_fwd / plan_chunk_bwd / plan_recurrent: its workspace is
-// what the call was given).
+// CUDA backend (src/cuda/<op>/). Launches only: no allocation, no host synchronization. chunk_fwd, chunk_bwd,
+// recurrent and mixer_decode run the plan the API layer built (plan_chunk_fwd / plan_chunk_bwd / plan_recurrent /
+// plan_mixer_decode; the chunk ops' workspace is what the call was given).
 Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan& plan, void* ws, size_t ws_bytes,
                  void* stream);
 size_t chunk_bwd_workspace_size(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& plan);
@@ -98,7 +99,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
 Status recurrent(const RecurrentParams& p, const RecurrentDims& d, const RecurrentPlan& plan, void* stream);
 Status recurrent_commit(const RecurrentCommitParams& p, const CommitDims& d, void* stream);
 Status gating(const GatingParams& p, const GatingDims& d, void* stream);
-Status mixer_decode(const MixerDecodeParams& p, const MixerDims& d, void* stream);
+Status mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const MixerDecodePlan& plan, void* stream);
 bool device_present();
 int device_sm_count(int dev);  // cached per device (device.cu)
 }  // namespace cuda

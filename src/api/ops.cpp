@@ -198,6 +198,10 @@ template <>
 struct PlanOf<RecurrentParams> {
   using type = RecurrentPlan;
 };
+template <>
+struct PlanOf<MixerDecodeParams> {
+  using type = MixerDecodePlan;
+};
 
 template <class P>
 struct Types;
@@ -218,6 +222,9 @@ Status make_plan(const ChunkBwdParams& p, const SeqDims& d, const DeviceFacts& f
 }
 Status make_plan(const RecurrentParams& p, const RecurrentDims& d, const DeviceFacts& f, RecurrentPlan* pl) {
   return plan_recurrent(p, d, f, pl);
+}
+Status make_plan(const MixerDecodeParams& p, const MixerDims& d, const DeviceFacts& f, MixerDecodePlan* pl) {
+  return plan_mixer_decode(p, d, f, pl);
 }
 template <class P, class D>
 Status make_plan(const P&, const D&, const DeviceFacts&, NoPlan*) {
@@ -390,6 +397,9 @@ Status chunk_bwd_plan(const ChunkBwdParams& p, std::string* out, int32_t sm_coun
   return plan_text_op(p, out, sm_count);
 }
 Status recurrent_plan(const RecurrentParams& p, std::string* out, int32_t sm_count) {
+  return plan_text_op(p, out, sm_count);
+}
+Status mixer_decode_plan(const MixerDecodeParams& p, std::string* out, int32_t sm_count) {
   return plan_text_op(p, out, sm_count);
 }
 

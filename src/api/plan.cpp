@@ -399,4 +399,56 @@ std::string describe(const RecurrentPlan& pl, const RecurrentDims& d) {
   return s;
 }
 
+// ---- mixer_decode ---------------------------------------------------------------------------------------------
+// The V split: the state of a (row, value head) over `split` CTAs of 128 / split columns, all in one cluster with
+// the key head's other value heads, so group * split <= 8. CTA shapes (docs/mixer_decode.md): a quarter head holds
+// 32 state values a thread (80 registers, 6 CTAs of 128 threads per SM: 96 KB of fp32 state per SM), a half 64
+// (128 registers, 4 CTAs: 128 KB), the whole head one 256-thread CTA per SM (64 KB). Large batches (>= 2 waves of
+// 4 half-head CTAs per SM) are memory-bound: halves, for the most state bytes in flight per SM and half the
+// q/k conv and l2norm that every CTA recomputes. Smaller ones are latency-bound: the widest split that fits,
+// which spreads the heads over the most SMs with the least state per CTA (N = 1, Hv = 32: 128 CTAs).
+Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const DeviceFacts& dev, MixerDecodePlan* out) {
+  const int64_t group = d.Hqk > 0 ? d.Hv / d.Hqk : 1;
+  const int32_t s = p.exec.mixer_split;
+  if (s != 0 && s != 1 && s != 2 && s != 4)
+    return FGDN_INVALID("mixer_decode: exec.mixer_split: expected 0 (auto), 1, 2 or 4, got ", s);
+  if (s > 0 && group * s > kMixerMaxCluster)
+    return FGDN_ERROR(unsupported, "mixer_decode: exec.mixer_split: expected (Hv / Hqk) * split <= ", kMixerMaxCluster,
+                      " (one thread block cluster), got Hv / Hqk = ", group, ", split = ", s);
+  MixerDecodePlan pl;
+  pl.sms = std::max(dev.sms, 1);
+  pl.forced = s > 0;
+  if (pl.forced) {
+    pl.split = s;
+    pl.why = detail::str_cat("exec.mixer_split = ", s);
+  } else {
+    const int32_t widest = group * 4 <= kMixerMaxCluster ? 4 : group * 2 <= kMixerMaxCluster ? 2 : 1;
+    const int64_t halves = d.N * d.Hv * 2;
+    if (widest >= 2 && halves >= 2 * 4 * int64_t(pl.sms)) {
+      pl.split = 2;
+      pl.why = detail::str_cat("N Hv 2 = ", halves, " half-head CTAs >= 2 waves of 4 per SM: memory-bound, halves");
+    } else {
+      pl.split = widest;
+      pl.why = detail::str_cat("the widest split that fits a cluster of ", kMixerMaxCluster,
+                               " CTAs: (Hv / Hqk) * split = ", group, " * ", widest,
+                               widest >= 2 ? " (fewer than 2 waves of half-head CTAs)" : "");
+    }
+  }
+  *out = std::move(pl);
+  return Status::OK();
+}
+
+std::string describe(const MixerDecodePlan& pl, const MixerDims& d) {
+  using detail::str_cat;
+  const int64_t group = d.Hqk > 0 ? d.Hv / d.Hqk : 1;
+  const int threads = pl.split == 1 ? 256 : 128;
+  std::string s = str_cat("mixer_decode on CUDA, ", pl.sms, " SMs: N = ", d.N, " rows, T = ", d.T, ", Hqk = ", d.Hqk,
+                          ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, ", Kc = ", d.Kc, "\n");
+  s += str_cat("  fused kernel: grid (", d.Hv * pl.split, ", ", d.N, "), ", threads, " threads, clusters of ",
+               group * pl.split, " CTAs (", group, " value heads x ", pl.split, ")\n");
+  s += str_cat("  V split: ", pl.split, " CTAs per (row, value head), ", d.V / pl.split, " state columns each (",
+               pl.why, ")\n");
+  return s;
+}
+
 }  // namespace flashgdn

@@ -3,10 +3,10 @@
 // A plan is a pure function of the validated params and the device facts (the SM count), so it is unit-tested on
 // the CPU (tests/api/test_plan.cpp) and printed by <op>_plan (flashgdn.hpp). Each call builds its plan once
 // (ops.cpp): the workspace check and the launch read the same plan, and a workspace query builds the same plan from
-// the same params. Kernel overrides come from ExecOptions (recurrent_kernel, chunk_fwd_segments,
-// chunk_bwd_segments); a forced kernel
-// that cannot take the call's shape is rejected here, with the kernel's requirement in the message.
-// gating and recurrent_commit have one kernel each and no choice to plan.
+// the same params. Kernel overrides come from ExecOptions (recurrent_kernel, chunk_fwd_segments, chunk_bwd_segments,
+// mixer_split); a forced kernel that cannot take the call's shape is rejected here, with the kernel's requirement in
+// the message. gating and recurrent_commit have one kernel each and no choice to plan; mixer_decode's plan is its V
+// split (exec.mixer_split overrides it).
 #pragma once
 
 #include <cstddef>
@@ -88,5 +88,20 @@ inline constexpr int kPipeThreads = 128;
 
 Status plan_recurrent(const RecurrentParams& p, const RecurrentDims& d, const DeviceFacts& dev, RecurrentPlan* out);
 std::string describe(const RecurrentPlan& pl, const RecurrentDims& d);
+
+// ---- mixer_decode ---------------------------------------------------------------------------------------------
+// One kernel (docs/mixer_decode.md): the V columns of each value head split over `split` CTAs (1, 2 or 4) of one
+// thread block cluster with the other value heads of its key head, so group * split <= 8 (the portable cluster).
+struct MixerDecodePlan {
+  int32_t sms = 0;
+  int32_t split = 1;    // CTAs per (row, value head), each 128 / split state columns
+  bool forced = false;  // exec.mixer_split decided it
+  std::string why;
+};
+
+inline constexpr int32_t kMixerMaxCluster = 8;  // CTAs of one cluster: (Hv / Hqk) * split
+
+Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const DeviceFacts& dev, MixerDecodePlan* out);
+std::string describe(const MixerDecodePlan& pl, const MixerDims& d);
 
 }  // namespace flashgdn

@@ -12,6 +12,7 @@
 
 #include "api/plan.hpp"
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
+#include "mixer_test_util.hpp"
 #include "test_util.hpp"
 
 namespace flashgdn::test {
@@ -543,6 +544,60 @@ TEST(RecurrentPlan, UnsupportedHeadDims) {
   EXPECT_NE(st.message().find("K = 96"), std::string::npos) << st.message();
 }
 
+// ---- mixer_decode -----------------------------------------------------------------------------------------------
+MixerDims mixer_dims(int64_t Hqk, int64_t Hv, int64_t N) {
+  MixerDims d;
+  d.N = N, d.T = 1, d.Hqk = Hqk, d.Hv = Hv, d.K = 128, d.V = 128, d.Kc = 4, d.C = 2 * Hqk * 128 + Hv * 128;
+  return d;
+}
+
+TEST(PlanMixerDecode, SplitByClusterAndBatch) {
+  MixerDecodeParams p;
+  // (value heads per key head, N) -> split, Hqk = 16 on 132 SMs: group * split <= 8; halves once N Hv 2 >= 2 * 4 *
+  // 132 = 1056 half-head CTAs, else the widest that fits.
+  struct Want {
+    int64_t group, N;
+    int32_t split;
+  };
+  const std::vector<Want> want = {{1, 1, 4},   {1, 32, 4}, {1, 33, 2},  {2, 1, 4},  {2, 8, 4},   {2, 16, 4},
+                                  {2, 17, 2},  {2, 64, 2}, {2, 256, 2}, {3, 1, 2},  {3, 256, 2}, {4, 1, 2},
+                                  {4, 256, 2}, {5, 1, 1},  {8, 1, 1},   {8, 256, 1}};
+  for (const Want& w : want) {
+    MixerDecodePlan pl;
+    ASSERT_TRUE(plan_mixer_decode(p, mixer_dims(16, 16 * w.group, w.N), DeviceFacts{kH200Sms}, &pl).ok());
+    EXPECT_EQ(pl.split, w.split) << "group " << w.group << " N " << w.N << ": " << pl.why;
+    EXPECT_FALSE(pl.forced);
+    EXPECT_LE(w.group * pl.split, kMixerMaxCluster);
+  }
+  MixerDecodePlan pl;  // fewer SMs: the same batch is large sooner
+  ASSERT_TRUE(plan_mixer_decode(p, mixer_dims(16, 32, 8), DeviceFacts{16}, &pl).ok());
+  EXPECT_EQ(pl.split, 2) << pl.why;
+}
+
+TEST(PlanMixerDecode, ForcedSplitIsHonouredOrRejected) {
+  MixerDecodeParams p;
+  const MixerDims d = mixer_dims(16, 32, 256);  // Qwen3-Next: 2 value heads per key head
+  for (int32_t s : {1, 2, 4}) {
+    p.exec.mixer_split = s;
+    MixerDecodePlan pl;
+    ASSERT_TRUE(plan_mixer_decode(p, d, DeviceFacts{kH200Sms}, &pl).ok());
+    EXPECT_EQ(pl.split, s);
+    EXPECT_TRUE(pl.forced);
+    EXPECT_NE(describe(pl, d).find("exec.mixer_split = " + std::to_string(s)), std::string::npos);
+  }
+  MixerDecodePlan pl;
+  for (int32_t s : {-1, 3, 8}) {
+    p.exec.mixer_split = s;
+    const Status st = plan_mixer_decode(p, d, DeviceFacts{kH200Sms}, &pl);
+    EXPECT_EQ(st.code(), StatusCode::invalid_argument) << s;
+    EXPECT_NE(st.message().find("exec.mixer_split"), std::string::npos) << st.message();
+  }
+  p.exec.mixer_split = 4;  // 4 value heads per key head x 4 = 16 CTAs: more than one portable cluster
+  const Status st = plan_mixer_decode(p, mixer_dims(8, 32, 1), DeviceFacts{kH200Sms}, &pl);
+  EXPECT_EQ(st.code(), StatusCode::unsupported);
+  EXPECT_NE(st.message().find("Hv / Hqk = 4, split = 4"), std::string::npos) << st.message();
+}
+
 // ---- the printable plans through the public API (host tensors: validated as by the call) ------------------------
 // ---- chunk_bwd --------------------------------------------------------------------------------------------------
 struct BwdCall {
@@ -697,6 +752,18 @@ TEST(PlanText, PublicApiPrintsThePlan) {
   r.exec.recurrent_kernel = RecurrentKernel::wy;
   const Status st = recurrent_plan(r, &text, kH200Sms);
   EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();
+
+  MixerCase mc;
+  mc.Hqk = 2, mc.Hv = 6, mc.K = 128, mc.V = 128, mc.act = DType::bf16, mc.pool = DType::f32;
+  MixerTensors mt = make_mixer(mc);
+  MixerDecodeParams mp = mixer_params(mc, mt);
+  ASSERT_TRUE(mixer_decode_plan(mp, &text).ok());
+  EXPECT_NE(text.find("CPU backend"), std::string::npos) << text;
+  ASSERT_TRUE(mixer_decode_plan(mp, &text, kH200Sms).ok());
+  EXPECT_NE(text.find("V split: 2 CTAs"), std::string::npos) << text;  // 3 value heads per key head
+  EXPECT_NE(text.find("clusters of 6 CTAs"), std::string::npos) << text;
+  mp.exec.mixer_split = 4;
+  EXPECT_EQ(mixer_decode_plan(mp, &text, kH200Sms).code(), StatusCode::unsupported);
 }
 
 }  // namespace

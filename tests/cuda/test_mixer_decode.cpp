@@ -1,8 +1,10 @@
 // CUDA mixer_decode (one fused launch) against the CPU op in fp64 (itself checked against the independent
 // token-by-token reference in tests/cpu/test_mixer_decode.cpp) on the same inputs: decode, multi-token,
 // speculative 2-D slots with num_accepted_tokens, no-commit with intermediate states and conv windows,
-// sentinels, varlen with empty rows, GQA ratios 1-4, both layouts, fp32 and bf16 pools, bf16 and f16
-// activations; CUDA-graph replay equal to eager; bitwise-identical repeats. Outputs are poisoned with NaN.
+// sentinels, varlen with empty rows, GQA ratios 1-8, both layouts, fp32 and bf16 pools, bf16 and f16
+// activations, every V split the kernel has (exec.mixer_split 1, 2, 4: 1, 2 or 4 CTAs per value head, the gated
+// RMSNorm's sum over V across the cluster); CUDA-graph replay equal to eager; bitwise-identical repeats. Outputs
+// are poisoned with NaN.
 //
 // Tolerances (relative Frobenius error, gdn-math §10.3): out 5e-3 (bf16 I/O: y and o are rounded to bf16 on
 // both sides, so a value on a rounding boundary can land one bf16 ulp apart), fp32 state 2e-3, bf16 state 1e-2;
@@ -77,10 +79,12 @@ MixerCase gpu_case(int64_t Hqk, int64_t Hv) {
   return c;
 }
 
-void check_against_cpu(const MixerCase& c) {
+// split: exec.mixer_split (0: the plan's choice).
+void check_against_cpu(const MixerCase& c, int32_t split = 0) {
   MixerTensors gpu = make_mixer(c), cpu = make_mixer(c);
   {
     DevCase d(c, gpu);
+    d.p.exec.mixer_split = split;
     const Status st = mixer_decode(d.p);
     ASSERT_TRUE(st.ok()) << st.message();
 #if FLASHGDN_WITH_CUDA
@@ -149,13 +153,76 @@ TEST(CudaMixerDecode, NoCommitIntermediates) {
   check_against_cpu(b);
 }
 
-TEST(CudaMixerDecode, GraphReplayEqualsEagerAndRepeatsAreBitwise) {
+// Every split with every feature that touches the split: the column ranges of the state, v, z, out and the
+// norm weight, the per-token states, the q/k conv state written by one CTA of the cluster, the cross-CTA norm.
+TEST(CudaMixerDecode, EverySplitFactor) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (int32_t split : {1, 2, 4}) {
+    SCOPED_TRACE(testing::Message() << "split " << split);
+    for (StateLayout l : {StateLayout::k_major, StateLayout::v_major})
+      for (DType pool : {DType::f32, DType::bf16}) {
+        MixerCase c = gpu_case(2, 4);
+        c.layout = l, c.pool = pool, c.B = 5, c.seed = uint64_t(40 + split);
+        SCOPED_TRACE(testing::Message() << "layout " << int(l) << " pool " << dtype_name(pool));
+        check_against_cpu(c, split);
+        MixerCase s = c;  // vLLM speculative: 2-D slots, num_accepted_tokens, the conv window at an offset
+        s.spec = 3, s.T = 4;
+        check_against_cpu(s, split);
+      }
+    MixerCase v = gpu_case(2, 4);  // varlen with empty rows, several tokens a row
+    v.lens = {3, 0, 1, 2, 0};
+    check_against_cpu(v, split);
+    MixerCase nc = gpu_case(2, 4);  // SGLang verify: intermediates, no commit
+    nc.T = 3, nc.B = 4, nc.commit = false, nc.intermediates = true;
+    check_against_cpu(nc, split);
+    for (int64_t r : {1, 2, 3, 4, 8}) {  // every GQA ratio whose cluster (r * split CTAs) fits 8
+      if (r * split > 8) continue;
+      MixerCase g = gpu_case(2, 2 * r);
+      g.Kc = r == 3 ? 2 : 4, g.act = r == 4 ? DType::f16 : DType::bf16, g.bias = r != 2, g.seed = uint64_t(60 + r);
+      SCOPED_TRACE(testing::Message() << "r " << r);
+      check_against_cpu(g, split);
+    }
+  }
+  MixerCase c = gpu_case(2, 16);  // 8 value heads per key head: a split of 2 needs a 16-CTA cluster
+  MixerTensors m = make_mixer(c);
+  DevCase d(c, m);
+  d.p.exec.mixer_split = 2;
+  EXPECT_EQ(mixer_decode(d.p).code(), StatusCode::unsupported);
+}
+
+TEST(CudaMixerDecode, SplitsAgreeWithEachOther) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  // The splits sum over K in different orders: equal to within fp32 rounding, not bitwise.
+  MixerCase c = gpu_case(16, 32);
+  c.B = 3, c.T = 2;
+  std::vector<MixerTensors> res;
+  for (int32_t split : {1, 2, 4}) {
+    res.push_back(make_mixer(c));
+    DevCase d(c, res.back());
+    d.p.exec.mixer_split = split;
+    ASSERT_TRUE(mixer_decode(d.p).ok());
+#if FLASHGDN_WITH_CUDA
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+#endif
+    d.back();
+  }
+  for (size_t i = 1; i < res.size(); ++i) {
+    EXPECT_LE(rel_err(res[i].out, res[0].out), 5e-3);
+    EXPECT_LE(rel_err(res[i].pool, res[0].pool), 1e-5);
+    EXPECT_TRUE(res[i].conv_state.bit_equal(res[0].conv_state));
+  }
+}
+
+class CudaMixerDecodeSplit : public testing::TestWithParam<int32_t> {};
+
+TEST_P(CudaMixerDecodeSplit, GraphReplayEqualsEagerAndRepeatsAreBitwise) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
 #if FLASHGDN_WITH_CUDA
   MixerCase c = gpu_case(16, 32);
   c.B = 8, c.commit = false, c.intermediates = true;  // no in-place update: every launch computes the same
   MixerTensors m = make_mixer(c);
   DevCase d(c, m);
+  d.p.exec.mixer_split = GetParam();
   ASSERT_TRUE(mixer_decode(d.p).ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   d.back();
@@ -183,6 +250,7 @@ TEST(CudaMixerDecode, GraphReplayEqualsEagerAndRepeatsAreBitwise) {
   cudaStreamDestroy(s);
 #endif
 }
+INSTANTIATE_TEST_SUITE_P(Splits, CudaMixerDecodeSplit, testing::Values(0, 1, 2, 4));
 
 TEST(CudaMixerDecode, UnsupportedShapesAreRejected) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";

@@ -93,11 +93,19 @@ def test_mixer_decode_matches_transformers_cpu(r):
 
 @pytest.mark.skipif(not cuda_ok(), reason="needs a CUDA GPU and flashgdn built with CUDA")
 @pytest.mark.parametrize("v_major", [False, True])
-def test_mixer_decode_matches_transformers_cuda(v_major):
-    for step, got, want, conv, conv_want, st, st_want in run("cuda", torch.bfloat16, 2, v_major=v_major):
-        assert rel(got, want) < 2e-2, step
-        assert torch.equal(conv, conv_want), step
-        assert rel(st, st_want) < 1e-2, step
+@pytest.mark.parametrize("split", [0, 1, 2, 4])  # exec.mixer_split: the plan's choice, then each V split forced
+def test_mixer_decode_matches_transformers_cuda(v_major, split):
+    with flashgdn.exec_options(mixer_split=split):
+        for step, got, want, conv, conv_want, st, st_want in run("cuda", torch.bfloat16, 2, v_major=v_major):
+            assert rel(got, want) < 2e-2, step
+            assert torch.equal(conv, conv_want), step
+            assert rel(st, st_want) < 1e-2, step
+
+
+@pytest.mark.skipif(not cuda_ok(), reason="needs a CUDA GPU and flashgdn built with CUDA")
+def test_mixer_decode_split_too_wide_for_a_cluster_is_rejected():
+    with flashgdn.exec_options(mixer_split=4), pytest.raises(flashgdn.UnsupportedError, match="exec.mixer_split"):
+        next(run("cuda", torch.bfloat16, 3))  # 3 value heads per key head x 4 CTAs > 8
 
 
 def test_mixer_decode_sentinel_row_writes_nothing():

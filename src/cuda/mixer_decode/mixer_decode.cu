@@ -1,10 +1,16 @@
 // cuda::mixer_decode: the Gated DeltaNet mixer step (flashgdn.hpp, MixerDecodeParams) in one launch.
 //
-// Grid: x = value head h, y = row n; one CTA of 256 threads per (n, h) owns the whole 128 x 128 fp32 state
-// of the head in registers (64 values a thread) for all of the row's tokens, so the gated RMSNorm over V
-// needs no second pass. The Hv / Hqk value heads of one key head form a thread block cluster: each of them
-// recomputes the key head's q and k conv (384 channels a CTA: cheap), and the cluster barrier orders every
-// CTA's read of the shared q/k conv window before rank 0 rewrites it in place (the v channels are private).
+// Grid: x = (value head h, split rank r), y = row n. The V columns of a head are split over SPLIT CTAs
+// (MixerDecodePlan::split, api/plan.cpp: 1, 2 or 4); CTA (n, h, r) owns columns [r BV, (r + 1) BV) of the head's
+// 128 x 128 fp32 state (BV = 128 / SPLIT) in registers for all of the row's tokens. The reductions of the
+// recurrence run over K, which every CTA holds whole, so they stay inside the CTA; only the gated RMSNorm's sum of
+// o^2 over V crosses CTAs, through distributed shared memory.
+//
+// The SPLIT CTAs of each of the Hv / Hqk value heads of one key head form one thread block cluster
+// (group SPLIT CTAs, rank (h mod group) SPLIT + r). Every CTA recomputes the key head's q and k conv (256 of its
+// 256 + BV channels: cheap) and the l2norms, and its own BV v channels. The cluster barrier orders every CTA's
+// read of the shared q/k conv window before its one writer rewrites it in place: q/k channel i is written by the
+// group's first value head, split rank i / BV; each v channel and each output by the CTA that owns its column.
 //
 // Per token t of the row (fp32 math; y, o and out rounded to the activation dtype as the engines do):
 //   y      = silu(bias + sum_j W[:, j] w_j)             conv over the window of the last Kc raw inputs
@@ -14,26 +20,30 @@
 //   u  = beta (v - alpha kS)                            (2a) on S~ = alpha S
 //   o  = alpha qS + (q^ . k^) u                         = S_t^T q^, the post-update read
 //   S  = alpha S + k^ u^T                               (2b)
-//   out = o rsqrt(mean(o^2) + eps) w silu(z)
-// State registers: thread (warp w, lane l) holds rows r = w + 8 m (m < 16) and columns 4 l .. 4 l + 3 of the
-// stored [128, 128] tile. K-major ([K, V]) rows are key indices: the reductions over K run over m, then over
-// the 8 warps through shared memory. V-major ([V, K]) rows are value indices: they run over the lanes
-// (shuffles). Sums run in a fixed order: bitwise reproducible.
+//   out = o rsqrt(mean(o^2) + eps) w silu(z)           mean over all 128 columns: the cluster's 4 partial sums
+// State registers (Cfg): a thread holds kRows 4-vectors of the stored tile, row row0 + rstep m, 4 columns from col.
+// K-major ([K, V]) rows are key indices, BV / 4 threads per row: the reductions over K run over m, the lanes of
+// one column group (shuffles), then the warps through shared memory. V-major ([V, K]) rows are value indices, one
+// warp per row: they run over the lanes (shuffles). The state loads are issued first, so their latency overlaps
+// the conv. Every sum runs in a fixed order (the norm's four 32-column partials in column order, whatever SPLIT):
+// bitwise reproducible.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "api/internal.hpp"
+#include "api/plan.hpp"
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/device_util.cuh"
+
+#include <cooperative_groups.h>
 
 namespace flashgdn::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kD = 128;             // K = V = 128
-constexpr int kRows = kD / kWarps;  // state rows per thread
-constexpr int kMaxHist = 7;         // Kc - 1 <= 7 (Kc <= 8, validated)
+namespace cg = cooperative_groups;
+
+constexpr int kD = 128;      // K = V = 128
+constexpr int kMaxHist = 7;  // Kc - 1 <= 7 (Kc <= 8, validated)
 
 struct Index {
   const void* data = nullptr;  // may be null (absent)
@@ -103,25 +113,82 @@ __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
-template <class ST>
-__device__ __forceinline__ void store_state(ST* base, int64_t row_stride, const float (&S)[kRows][4]) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll
-  for (int m = 0; m < kRows; ++m) store4(base + (warp + kWarps * m) * row_stride + 4 * lane, S[m]);
+// The CTA shape of a split: 256 threads for the whole head (64 state values a thread), 128 for a half or a
+// quarter (64 or 32), so that the split CTAs fit several to an SM (launch bounds, MinBlocks: at most 128
+// registers for a half, 80 for a quarter; no spills).
+template <int SPLIT>
+struct Cfg {
+  static constexpr int kThreads = SPLIT == 1 ? 256 : 128;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kBV = kD / SPLIT;    // value columns of the CTA
+  static constexpr int kNC = 2 * kD + kBV;  // conv channels of the CTA: q, k, its v columns
+  static constexpr int kConvIters = (kNC + kThreads - 1) / kThreads;
+  static constexpr int kRows = kD * kBV / (4 * kThreads);  // state 4-vectors a thread
+  static constexpr int kTPR = kBV / 4;                     // K-major: threads per stored row
+  static constexpr int kRPW = 32 / kTPR;                   // K-major: rows per warp and pass
+  static constexpr int kMinBlocks = SPLIT == 1 ? 1 : SPLIT == 2 ? 4 : 6;
+  static_assert(kBV % 32 == 0 && kD * kBV % (4 * kThreads) == 0, "tile shape");
+};
+
+// Where a thread's state vectors lie in the stored [128, 128] tile: element (row0 + rstep m) row_stride + col.
+template <int SPLIT, bool KMAJOR>
+struct TileMap {
+  int row0, rstep, col;
+  __device__ explicit TileMap(int c0) {
+    using C = Cfg<SPLIT>;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if constexpr (KMAJOR) {
+      row0 = warp * C::kRPW + lane / C::kTPR, rstep = C::kWarps * C::kRPW, col = c0 + 4 * (lane % C::kTPR);
+    } else {
+      row0 = c0 + warp, rstep = C::kWarps, col = 4 * lane;
+    }
+  }
+};
+
+// x, hidden from the optimizer: the 16-byte state addresses are rebuilt at each use by a pointer walk instead of
+// being kept in 2 registers each for the whole kernel.
+__device__ __forceinline__ int64_t opaque(int64_t x) {
+  asm volatile("mov.b64 %0, %0;" : "+l"(x));
+  return x;
 }
 
-template <class AT, class ST, bool KMAJOR>
-__global__ void __launch_bounds__(kThreads) mixer_decode_kernel(const __grid_constant__ MixerArgs p) {
-  __shared__ float qs[kD], ks[kD], vs[kD], os[kD];
-  __shared__ __align__(16) float red_k[kWarps][kD];  // K-major: per-warp partials of S^T k^ and S^T q^
-  __shared__ __align__(16) float red_q[kWarps][kD];
-  __shared__ float red_s[4][4];  // per-warp sums: |q|^2, |k|^2, q.k (warps 0-3), |o|^2
-  __shared__ float gates[2];     // alpha, beta
+template <int SPLIT, bool KMAJOR, class ST>
+__device__ __forceinline__ void load_state(const ST* base, int64_t row_stride, const TileMap<SPLIT, KMAJOR>& tm,
+                                           float (&S)[Cfg<SPLIT>::kRows][4]) {
+  const ST* ptr = base + int64_t(tm.row0) * row_stride + tm.col;
+  const int64_t step = opaque(int64_t(tm.rstep) * row_stride);
+#pragma unroll
+  for (int m = 0; m < Cfg<SPLIT>::kRows; ++m) load4(ptr + m * step, S[m]);
+}
+template <int SPLIT, bool KMAJOR, class ST>
+__device__ __forceinline__ void store_state(ST* base, int64_t row_stride, const TileMap<SPLIT, KMAJOR>& tm,
+                                            const float (&S)[Cfg<SPLIT>::kRows][4]) {
+  ST* ptr = base + int64_t(tm.row0) * row_stride + tm.col;
+  const int64_t step = opaque(int64_t(tm.rstep) * row_stride);
+#pragma unroll
+  for (int m = 0; m < Cfg<SPLIT>::kRows; ++m) store4(ptr + m * step, S[m]);
+}
 
-  const int h = blockIdx.x, n = blockIdx.y;
+template <class AT, class ST, bool KMAJOR, int SPLIT>
+__global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
+    mixer_decode_kernel(const __grid_constant__ MixerArgs p) {
+  using C = Cfg<SPLIT>;
+  constexpr int kBV = C::kBV, kNC = C::kNC, kW = C::kWarps, kR = C::kRows, kT = C::kThreads;
+  __shared__ float ys[kNC];                  // the token's conv outputs: q [0, 128), k [128, 256), the CTA's v
+  __shared__ float hist[kMaxHist][kNC];      // per channel the window's Kc - 1 raw inputs, oldest first
+  __shared__ float taps[kMaxHist + 1][kNC];  // conv weights, tap 0 on the oldest input, tap Kc - 1 on x_t
+  __shared__ float cbias[kNC];               // conv bias (0 when absent)
+  __shared__ float os[kBV];                  // o of the CTA's columns
+  __shared__ __align__(16) float red_k[KMAJOR ? kW : 1][kBV];  // K-major: per-warp partials of S^T k^, S^T q^
+  __shared__ __align__(16) float red_q[KMAJOR ? kW : 1][kBV];
+  __shared__ float part[2][4];  // sum of o^2 over each 32 columns, by token parity; the cluster peers read it
+  __shared__ float gates[2];    // alpha, beta
+
+  const int h = blockIdx.x / SPLIT, r = blockIdx.x % SPLIT, n = blockIdx.y;
+  const int c0 = r * kBV;  // the CTA's first value column
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int key = h / p.group;
-  const bool qk_owner = h % p.group == 0;  // cluster rank 0 writes the shared q/k conv state
+  const bool qk_owner = h % p.group == 0;  // the group's first value head writes the shared q/k conv state
   using Act = Storage<AT>;                 // fp32 <-> the activation dtype
 
   // Row range (cu_seqlens clamped to [0, T]) and slots; everything below depends on n only, so an early
@@ -146,7 +213,8 @@ __global__ void __launch_bounds__(kThreads) mixer_decode_kernel(const __grid_con
   AT* out = static_cast<AT*>(p.out);
   if (!valid) {  // zero outputs, nothing else
     for (int64_t t = 0; t < len; ++t)
-      if (tid < kD) out[bi * p.out_s[0] + (t0 + t) * p.out_s[1] + h * p.out_s[2] + tid * p.out_s[3]] = Act::from(0.f);
+      if (tid < kBV)
+        out[bi * p.out_s[0] + (t0 + t) * p.out_s[1] + h * p.out_s[2] + (c0 + tid) * p.out_s[3]] = Act::from(0.f);
     return;
   }
   const bool conv_ok = slot_ok(p, conv_slot);
@@ -157,44 +225,51 @@ __global__ void __launch_bounds__(kThreads) mixer_decode_kernel(const __grid_con
     if (buf < 0 || buf >= p.n_buf) buf = -1;  // an invalid buffer index skips the intermediate writes
   }
 
-  // Start state: every load issued before any use.
-  float S[kRows][4];
-  {
-    const ST* base = static_cast<const ST*>(p.pool) + start * p.pool_s[0] + h * p.pool_s[1] + 4 * lane;
-#pragma unroll
-    for (int m = 0; m < kRows; ++m) load4(base + (warp + kWarps * m) * p.pool_s[2], S[m]);
-  }
+  // Start state: every load issued before any use, before the conv's loads.
+  const TileMap<SPLIT, KMAJOR> tm(c0);
+  float S[kR][4];
+  load_state(static_cast<const ST*>(p.pool) + start * p.pool_s[0] + h * p.pool_s[1], p.pool_s[2], tm, S);
 
-  // Conv channels of this thread: threads 0-127 own q and k channel tid of the key head, 128-255 v channel
-  // tid - 128 of the value head. hist holds the window's Kc - 1 raw inputs, oldest first.
-  const int nch = tid < kD ? 2 : 1;
-  int64_t ch[2];
-  ch[0] = tid < kD ? int64_t(key) * kD + tid : 2 * int64_t(p.Hqk) * kD + int64_t(h) * kD + (tid - kD);
-  ch[1] = int64_t(p.Hqk) * kD + int64_t(key) * kD + tid;
+  // Conv channels: CTA channel c < 128 is q channel c of the key head, c < 256 k channel c - 128, then the v
+  // channels of the CTA's columns; thread tid owns c = tid + kT i. gch: the channel in x, W and the conv state.
+  const auto gch = [&](int c) -> int64_t {
+    if (c < kD) return int64_t(key) * kD + c;
+    if (c < 2 * kD) return int64_t(p.Hqk + key) * kD + (c - kD);
+    return 2 * int64_t(p.Hqk) * kD + int64_t(h) * kD + c0 + (c - 2 * kD);
+  };
+  const auto writer = [&](int c) { return c >= 2 * kD || (qk_owner && (c % kD) / kBV == r); };
   const int H = p.Kc - 1;
-  float w[2][kMaxHist + 1], hist[2][kMaxHist], hist0[2][kMaxHist], bias[2];
   const AT* cs = static_cast<const AT*>(p.conv_state);
+  // The windows, taps and bias of the thread's channels into shared memory. K-major: all the loads of all the
+  // thread's channels in flight together; V-major holds more registers at this point and goes a channel at a time
+  // (the launch bound without spills).
+  constexpr int kInitUnroll = KMAJOR ? C::kConvIters : 1;
+#pragma unroll kInitUnroll
+  for (int i = 0; i < C::kConvIters; ++i) {
+    const int c = tid + kT * i;
+    if (c >= kNC) break;
+    const AT* row = cs + (conv_ok ? conv_slot : 0) * p.cs_s[0] + gch(c) * p.cs_s[1];
 #pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    bias[c] = 0.f;
-#pragma unroll
-    for (int j = 0; j <= kMaxHist; ++j) w[c][j] = 0.f;
-#pragma unroll
-    for (int j = 0; j < kMaxHist; ++j) hist[c][j] = 0.f;
-    if (c >= nch) continue;
-    if (p.conv_bias.data) bias[c] = p.conv_bias.at(ch[c]);
-#pragma unroll
-    for (int j = 0; j <= kMaxHist; ++j)
-      if (j < p.Kc) w[c][j] = load1(p.conv_w, p.conv_w_dt, ch[c] * p.conv_w_s[0] + j * p.conv_w_s[1]);
-    if (conv_ok) {
-#pragma unroll
-      for (int j = 0; j < kMaxHist; ++j)
-        if (j < H) hist[c][j] = Act::to(cs[conv_slot * p.cs_s[0] + ch[c] * p.cs_s[1] + (offset + j) * p.cs_s[2]]);
+    for (int j = 0; j < kMaxHist; ++j) {
+      if (j >= H) break;
+      float v = 0.f;  // an invalid conv slot (2-D indices, column 0) starts from a zero window
+      if (conv_ok) v = Act::to(row[(offset + j) * p.cs_s[2]]);
+      hist[j][c] = v;
     }
-#pragma unroll
-    for (int j = 0; j < kMaxHist; ++j) hist0[c][j] = hist[c][j];
   }
-  cluster_arrive();  // this CTA has read its conv windows
+#pragma unroll kInitUnroll
+  for (int i = 0; i < C::kConvIters; ++i) {
+    const int c = tid + kT * i;
+    if (c >= kNC) break;
+    const int64_t g = gch(c);
+#pragma unroll
+    for (int j = 0; j <= kMaxHist; ++j) {
+      if (j >= p.Kc) break;
+      taps[j][c] = load1(p.conv_w, p.conv_w_dt, g * p.conv_w_s[0] + j * p.conv_w_s[1]);
+    }
+    cbias[c] = p.conv_bias.data ? p.conv_bias.at(g) : 0.f;
+  }
+  if constexpr (SPLIT == 1) cluster_arrive();  // this CTA has read its conv windows
 
   const AT* x = static_cast<const AT*>(p.x);
   const AT* z = static_cast<const AT*>(p.z);
@@ -202,100 +277,108 @@ __global__ void __launch_bounds__(kThreads) mixer_decode_kernel(const __grid_con
   for (int64_t t = 0; t < len; ++t) {
     const int64_t tok = t0 + t;
     // ---- conv + SiLU, window shift ----
-    float y[2];
+    // The token's inputs of the thread's channels first, all in flight together, parked in ys[c] (this thread's
+    // own entries, which the conv below overwrites with y).
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      y[c] = 0.f;
-      if (c >= nch) continue;
-      const float xin = Act::to(x[bi * p.x_s[0] + tok * p.x_s[1] + ch[c] * p.x_s[2]]);
-      float acc = bias[c];
-#pragma unroll
-      for (int j = 0; j < kMaxHist; ++j)
-        if (j < H) acc = fmaf(w[c][j], hist[c][j], acc);
-#pragma unroll
-      for (int j = 0; j <= kMaxHist; ++j)
-        if (j == H) acc = fmaf(w[c][j], xin, acc);
-      y[c] = Act::to(Act::from(silu(acc)));
-#pragma unroll
-      for (int j = 0; j < kMaxHist; ++j)
-        if (j < H) hist[c][j] = j + 1 < H ? hist[c][j + 1] : xin;
-      if (iw && buf >= 0 && t < p.T_buf && (tid >= kD || qk_owner)) {  // the last Kc - 1 inputs after token t
-#pragma unroll
-        for (int j = 0; j < kMaxHist; ++j)
-          if (j < H) iw[buf * p.iw_s[0] + t * p.iw_s[1] + ch[c] * p.iw_s[2] + j * p.iw_s[3]] = Act::from(hist[c][j]);
-      }
+    for (int i = 0; i < C::kConvIters; ++i) {
+      const int c = tid + kT * i;
+      if (c < kNC) ys[c] = Act::to(x[bi * p.x_s[0] + tok * p.x_s[1] + gch(c) * p.x_s[2]]);
     }
-    if (tid < kD) {
-      qs[tid] = y[0];
-      ks[tid] = y[1];
-    } else {
-      vs[tid - kD] = y[0];
-    }
-    if (tid < kD) {
-      const float sq = lane_sum<1, 32>(y[0] * y[0]), sk = lane_sum<1, 32>(y[1] * y[1]);
-      const float sqk = lane_sum<1, 32>(y[0] * y[1]);
-      if (lane == 0) red_s[warp][0] = sq, red_s[warp][1] = sk, red_s[warp][2] = sqk;
-    }
-    if (tid == kD) {  // the gates of (token, head), fp32
+    if (tid == kT - 1) {  // the gates of (token, head), fp32, their loads beside the x loads
       const int64_t ai = bi * p.a_s[0] + tok * p.a_s[1] + h * p.a_s[2];
       const int64_t bj = bi * p.b_s[0] + tok * p.b_s[1] + h * p.b_s[2];
       const float bias_h = p.dt_bias.data ? p.dt_bias.at(h) : 0.f;
       gates[0] = expf(gate_from_raw(load1(p.a, p.a_dt, ai), p.A_log.at(h), bias_h, p.sp_beta, p.sp_thr));
       gates[1] = beta_from_raw(load1(p.b, p.b_dt, bj), p.allow_neg);
     }
+#pragma unroll 1
+    for (int i = 0; i < C::kConvIters; ++i) {
+      const int c = tid + kT * i;
+      if (c >= kNC) break;
+      const float xin = ys[c];
+      float acc = cbias[c];
+#pragma unroll
+      for (int j = 0; j < kMaxHist; ++j)
+        if (j < H) acc = fmaf(taps[j][c], hist[j][c], acc);
+      acc = fmaf(taps[H][c], xin, acc);
+      ys[c] = Act::to(Act::from(silu(acc)));
+#pragma unroll
+      for (int j = 0; j < kMaxHist; ++j)
+        if (j < H) hist[j][c] = j + 1 < H ? hist[j + 1][c] : xin;
+      if (iw && buf >= 0 && t < p.T_buf && writer(c)) {  // the last Kc - 1 inputs after token t
+        const int64_t g = gch(c);
+#pragma unroll
+        for (int j = 0; j < kMaxHist; ++j)
+          if (j < H) iw[buf * p.iw_s[0] + t * p.iw_s[1] + g * p.iw_s[2] + j * p.iw_s[3]] = Act::from(hist[j][c]);
+      }
+    }
     __syncthreads();
-    const float ssq = red_s[0][0] + red_s[1][0] + red_s[2][0] + red_s[3][0];
-    const float ssk = red_s[0][1] + red_s[1][1] + red_s[2][1] + red_s[3][1];
-    const float sqk = red_s[0][2] + red_s[1][2] + red_s[2][2] + red_s[3][2];
+    // l2norms, every warp for itself (no barrier): |q|^2, |k|^2 and q.k over the lanes' 4-element slices.
+    float ssq = 0.f, ssk = 0.f, sqk = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float qv = ys[4 * lane + e], kv = ys[kD + 4 * lane + e];
+      ssq = fmaf(qv, qv, ssq), ssk = fmaf(kv, kv, ssk), sqk = fmaf(qv, kv, sqk);
+    }
+    ssq = lane_sum<1, 32>(ssq), ssk = lane_sum<1, 32>(ssk), sqk = lane_sum<1, 32>(sqk);
     const float rq = p.scale * rsqrtf(ssq + 1e-6f), rk = rsqrtf(ssk + 1e-6f);
     const float qk = sqk * rq * rk;  // q^ . k^
     const float alpha = gates[0], beta = gates[1];
+    const float* vs = ys + 2 * kD;  // v of the CTA's columns
 
     // ---- recurrence ----
     if constexpr (KMAJOR) {
+      const int cl = tm.col - c0;  // the thread's first column within the CTA's
       float pk[4] = {0.f, 0.f, 0.f, 0.f}, pq[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int m = 0; m < kRows; ++m) {
-        const float kr = ks[warp + kWarps * m] * rk, qr = qs[warp + kWarps * m] * rq;
+      for (int m = 0; m < kR; ++m) {
+        const int i = tm.row0 + tm.rstep * m;
+        const float kr = ys[kD + i] * rk, qr = ys[i] * rq;
 #pragma unroll
         for (int e = 0; e < 4; ++e) pk[e] = fmaf(S[m][e], kr, pk[e]), pq[e] = fmaf(S[m][e], qr, pq[e]);
       }
-      *reinterpret_cast<float4*>(&red_k[warp][4 * lane]) = make_float4(pk[0], pk[1], pk[2], pk[3]);
-      *reinterpret_cast<float4*>(&red_q[warp][4 * lane]) = make_float4(pq[0], pq[1], pq[2], pq[3]);
+      if constexpr (C::kRPW > 1) {  // the rows of the warp's column group
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pk[e] = lane_sum<C::kTPR, 32>(pk[e]), pq[e] = lane_sum<C::kTPR, 32>(pq[e]);
+      }
+      if (lane < C::kTPR) {
+        *reinterpret_cast<float4*>(&red_k[warp][cl]) = make_float4(pk[0], pk[1], pk[2], pk[3]);
+        *reinterpret_cast<float4*>(&red_q[warp][cl]) = make_float4(pq[0], pq[1], pq[2], pq[3]);
+      }
       __syncthreads();
       float u[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) pk[e] = pq[e] = 0.f;
-#pragma unroll
-      for (int r = 0; r < kWarps; ++r) {
-        const float4 a4 = *reinterpret_cast<const float4*>(&red_k[r][4 * lane]);
-        const float4 b4 = *reinterpret_cast<const float4*>(&red_q[r][4 * lane]);
+#pragma unroll 1  // a warp's partials at a time: 8 registers of loads, not 8 kW
+      for (int w = 0; w < kW; ++w) {
+        const float4 a4 = *reinterpret_cast<const float4*>(&red_k[w][cl]);
+        const float4 b4 = *reinterpret_cast<const float4*>(&red_q[w][cl]);
         pk[0] += a4.x, pk[1] += a4.y, pk[2] += a4.z, pk[3] += a4.w;
         pq[0] += b4.x, pq[1] += b4.y, pq[2] += b4.z, pq[3] += b4.w;
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        u[e] = beta * (vs[4 * lane + e] - alpha * pk[e]);  // u = beta (v - alpha S^T k^)
-        if (warp == 0) os[4 * lane + e] = fmaf(alpha, pq[e], qk * u[e]);
+        u[e] = beta * (vs[cl + e] - alpha * pk[e]);  // u = beta (v - alpha S^T k^)
+        if (warp == 0 && lane < C::kTPR) os[cl + e] = fmaf(alpha, pq[e], qk * u[e]);
       }
 #pragma unroll
-      for (int m = 0; m < kRows; ++m) {
-        const float kr = ks[warp + kWarps * m] * rk;
+      for (int m = 0; m < kR; ++m) {
+        const float kr = ys[kD + tm.row0 + tm.rstep * m] * rk;
 #pragma unroll
         for (int e = 0; e < 4; ++e) S[m][e] = fmaf(alpha, S[m][e], kr * u[e]);  // S = alpha S + k^ u^T
       }
     } else {
       float kr[4], qr[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) kr[e] = ks[4 * lane + e] * rk, qr[e] = qs[4 * lane + e] * rq;
+      for (int e = 0; e < 4; ++e) kr[e] = ys[kD + 4 * lane + e] * rk, qr[e] = ys[4 * lane + e] * rq;
 #pragma unroll
-      for (int m = 0; m < kRows; ++m) {  // row j = warp + 8 m of M = S^T
+      for (int m = 0; m < kR; ++m) {  // row j = warp + kW m (of the CTA's) of M = S^T
         float dk = 0.f, dq = 0.f;
 #pragma unroll
         for (int e = 0; e < 4; ++e) dk = fmaf(S[m][e], kr[e], dk), dq = fmaf(S[m][e], qr[e], dq);
         dk = lane_sum<1, 32>(dk);
         dq = lane_sum<1, 32>(dq);
-        const int j = warp + kWarps * m;
+        const int j = warp + kW * m;
         const float u = beta * (vs[j] - alpha * dk);
         if (lane == 0) os[j] = fmaf(alpha, dq, qk * u);
 #pragma unroll
@@ -306,50 +389,80 @@ __global__ void __launch_bounds__(kThreads) mixer_decode_kernel(const __grid_con
     // ---- per-token state writes ----
     if (p.si_2d && p.commit && t < p.T_max) {
       const int64_t st = p.si.at(n, t);
-      if (slot_ok(p, st)) store_state(static_cast<ST*>(p.pool) + st * p.pool_s[0] + h * p.pool_s[1], p.pool_s[2], S);
+      if (slot_ok(p, st))
+        store_state(static_cast<ST*>(p.pool) + st * p.pool_s[0] + h * p.pool_s[1], p.pool_s[2], tm, S);
     }
     if (p.inter && buf >= 0 && t < p.T_buf)
       store_state(static_cast<ST*>(p.inter) + buf * p.inter_s[0] + t * p.inter_s[1] + h * p.inter_s[2], p.inter_s[3],
-                  S);
+                  tm, S);
     __syncthreads();
 
     // ---- gated RMSNorm over V (o rounded to the activation dtype first) ----
     float o = 0.f;
-    if (tid < kD) {
+    if (tid < kBV) {
       o = Act::to(Act::from(os[tid]));
       const float so = lane_sum<1, 32>(o * o);
-      if (lane == 0) red_s[warp][3] = so;
+      if (lane == 0) part[t & 1][warp] = so;
     }
-    __syncthreads();
-    if (tid < kD) {
-      const float rho = rsqrtf((red_s[0][3] + red_s[1][3] + red_s[2][3] + red_s[3][3]) / float(kD) + p.eps);
-      const float zz = Act::to(z[bi * p.z_s[0] + tok * p.z_s[1] + h * p.z_s[2] + tid * p.z_s[3]]);
-      out[bi * p.out_s[0] + tok * p.out_s[1] + h * p.out_s[2] + tid * p.out_s[3]] =
-          Act::from(o * rho * p.norm_w.at(tid) * silu(zz));
+    float sso;  // sum of o^2 over all 128 columns: the four 32-column partials in column order
+    if constexpr (SPLIT == 1) {
+      __syncthreads();
+      sso = part[t & 1][0] + part[t & 1][1] + part[t & 1][2] + part[t & 1][3];
+    } else {
+      // Peers' partials through distributed shared memory. A peer rewrites part[t & 1] two tokens later, after
+      // the next token's barrier, which this CTA reaches only after these reads: double buffering suffices.
+      cluster_arrive();
+      cluster_wait();
+      sso = 0.f;
+      if (tid < kBV) {
+        cg::cluster_group cluster = cg::this_cluster();
+        const unsigned rank0 = unsigned(h % p.group) * SPLIT;
+#pragma unroll
+        for (int j = 0; j < SPLIT; ++j) {
+          const float* peer = cluster.map_shared_rank(&part[t & 1][0], rank0 + j);
+#pragma unroll
+          for (int w = 0; w < kBV / 32; ++w) sso = j == 0 && w == 0 ? peer[w] : sso + peer[w];
+        }
+      }
+    }
+    if (tid < kBV) {
+      const float rho = rsqrtf(sso / float(kD) + p.eps);
+      const float zz = Act::to(z[bi * p.z_s[0] + tok * p.z_s[1] + h * p.z_s[2] + (c0 + tid) * p.z_s[3]]);
+      out[bi * p.out_s[0] + tok * p.out_s[1] + h * p.out_s[2] + (c0 + tid) * p.out_s[3]] =
+          Act::from(o * rho * p.norm_w.at(c0 + tid) * silu(zz));
     }
   }
+  if constexpr (SPLIT > 1) cluster_arrive();  // this CTA's reads of its peers' shared memory are done
 
   if (p.commit && !p.si_2d)
-    store_state(static_cast<ST*>(p.pool) + start * p.pool_s[0] + h * p.pool_s[1], p.pool_s[2], S);
+    store_state(static_cast<ST*>(p.pool) + start * p.pool_s[0] + h * p.pool_s[1], p.pool_s[2], tm, S);
 
-  // ---- conv state: after every CTA of the cluster has read the shared q/k window ----
+  // ---- conv state: after every CTA of the cluster has read the shared q/k window (and, split, before any CTA
+  // exits while a peer may still read its shared memory) ----
   cluster_wait();
   if (!p.commit || !conv_ok || H == 0) return;
   AT* csw = static_cast<AT*>(p.conv_state);
-#pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    if (c >= nch || (tid < kD && !qk_owner)) continue;
-    AT* row = csw + conv_slot * p.cs_s[0] + ch[c] * p.cs_s[1];
-    if (p.si_2d) {  // s'[i] = s[o + 1 + i] (i < Kc - 2), s'[Kc - 2 + t] = x_t
+#pragma unroll 1
+  for (int i = 0; i < C::kConvIters; ++i) {
+    const int c = tid + kT * i;
+    if (c >= kNC) break;
+    if (!writer(c)) continue;
+    const int64_t g = gch(c);
+    AT* row = csw + conv_slot * p.cs_s[0] + g * p.cs_s[1];
+    if (p.si_2d) {  // s'[i] = s[o + 1 + i] (i < Kc - 2), s'[Kc - 2 + t] = x_t; only this thread writes the row
+      AT h0[kMaxHist];
 #pragma unroll
       for (int j = 0; j + 1 < kMaxHist; ++j)
-        if (j + 1 < H) row[j * p.cs_s[2]] = Act::from(hist0[c][j + 1]);
+        if (j + 1 < H) h0[j] = row[(offset + 1 + j) * p.cs_s[2]];
+#pragma unroll
+      for (int j = 0; j + 1 < kMaxHist; ++j)
+        if (j + 1 < H) row[j * p.cs_s[2]] = h0[j];
       for (int64_t t = 0; t < len && H - 1 + t < p.L; ++t)
-        row[(H - 1 + t) * p.cs_s[2]] = x[bi * p.x_s[0] + (t0 + t) * p.x_s[1] + ch[c] * p.x_s[2]];
+        row[(H - 1 + t) * p.cs_s[2]] = x[bi * p.x_s[0] + (t0 + t) * p.x_s[1] + g * p.x_s[2]];
     } else {  // the last Kc - 1 raw inputs
 #pragma unroll
       for (int j = 0; j < kMaxHist; ++j)
-        if (j < H) row[j * p.cs_s[2]] = Act::from(hist[c][j]);
+        if (j < H) row[j * p.cs_s[2]] = Act::from(hist[j][c]);
     }
   }
 }
@@ -370,34 +483,52 @@ Vec make_vec(const TensorView& t) {
   return r;
 }
 
-template <class AT, class ST, bool KMAJOR>
+// Grid (Hv SPLIT, N), clusters of group SPLIT CTAs along x: the split CTAs of the key head's value heads.
+template <class AT, class ST, bool KMAJOR, int SPLIT>
 Status launch(const MixerArgs& args, int64_t Hv, int64_t N, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(Hv), unsigned(N), 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.gridDim = dim3(unsigned(Hv * SPLIT), unsigned(N), 1);
+  cfg.blockDim = dim3(Cfg<SPLIT>::kThreads, 1, 1);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(args.group);
+  attr[0].val.clusterDim.x = unsigned(args.group * SPLIT);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  FGDN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, mixer_decode_kernel<AT, ST, KMAJOR>, args));
+  FGDN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, mixer_decode_kernel<AT, ST, KMAJOR, SPLIT>, args));
   return Status::OK();
 }
 
+template <class AT, class ST, bool KMAJOR>
+Status dispatch_split(const MixerArgs& args, int split, int64_t Hv, int64_t N, cudaStream_t s) {
+  switch (split) {
+    case 1:
+      return launch<AT, ST, KMAJOR, 1>(args, Hv, N, s);
+    case 2:
+      return launch<AT, ST, KMAJOR, 2>(args, Hv, N, s);
+    case 4:
+      return launch<AT, ST, KMAJOR, 4>(args, Hv, N, s);
+    default:
+      return FGDN_ERROR(internal, "mixer_decode: plan split ", split, " (expected 1, 2 or 4)");
+  }
+}
+
 template <class AT>
-Status dispatch_state(const MixerArgs& args, const MixerDecodeParams& p, int64_t Hv, int64_t N, cudaStream_t s) {
+Status dispatch_state(const MixerArgs& args, const MixerDecodeParams& p, int split, int64_t Hv, int64_t N,
+                      cudaStream_t s) {
   const bool km = p.state_layout == StateLayout::k_major;
   if (p.state_pool.dtype == DType::bf16)
-    return km ? launch<AT, __nv_bfloat16, true>(args, Hv, N, s) : launch<AT, __nv_bfloat16, false>(args, Hv, N, s);
-  return km ? launch<AT, float, true>(args, Hv, N, s) : launch<AT, float, false>(args, Hv, N, s);
+    return km ? dispatch_split<AT, __nv_bfloat16, true>(args, split, Hv, N, s)
+              : dispatch_split<AT, __nv_bfloat16, false>(args, split, Hv, N, s);
+  return km ? dispatch_split<AT, float, true>(args, split, Hv, N, s)
+            : dispatch_split<AT, float, false>(args, split, Hv, N, s);
 }
 
 }  // namespace
 
-Status mixer_decode(const MixerDecodeParams& p, const MixerDims& d, void* stream) {
+Status mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const MixerDecodePlan& plan, void* stream) {
   if (d.N == 0 || d.T == 0) return Status::OK();
   MixerArgs a = {};
   a.x = p.x.data;
@@ -438,8 +569,8 @@ Status mixer_decode(const MixerDecodeParams& p, const MixerDims& d, void* stream
   a.scale = d.scale, a.eps = p.norm_eps, a.sp_beta = p.gate.softplus_beta, a.sp_thr = p.gate.softplus_threshold;
   a.allow_neg = p.gate.allow_neg_eigval, a.commit = p.commit, a.null_slot_invalid = p.null_slot_is_invalid;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (p.x.dtype == DType::bf16) return dispatch_state<__nv_bfloat16>(a, p, d.Hv, d.N, s);
-  return dispatch_state<__half>(a, p, d.Hv, d.N, s);
+  if (p.x.dtype == DType::bf16) return dispatch_state<__nv_bfloat16>(a, p, plan.split, d.Hv, d.N, s);
+  return dispatch_state<__half>(a, p, plan.split, d.Hv, d.N, s);
 }
 
 }  // namespace flashgdn::cuda
