@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench_report.hpp"
@@ -200,6 +201,36 @@ Ceilings measure_ceilings() {
   return c;
 }
 
+// One call of an op with its workspace, timed over `rotations` input sets (`set(r)` selects set r before its
+// launch; graph replay and eager); a failed call throws.
+template <class Params, class Set>
+BenchResult time_op(const Params& p, int rotations, int reps, Set set) {
+  const auto ws_size = [&](size_t* b) {
+    if constexpr (std::is_same_v<Params, ChunkFwdParams>) return chunk_fwd_workspace_size(p, b);
+    if constexpr (std::is_same_v<Params, ChunkBwdParams>) return chunk_bwd_workspace_size(p, b);
+    if constexpr (std::is_same_v<Params, RecurrentParams>) return recurrent_workspace_size(p, b);
+  };
+  size_t ws_bytes = 0;
+  check(ws_size(&ws_bytes), "workspace_size");
+  DeviceTensor ws(DType::i32, {int64_t(ws_bytes / 4 + 1)});
+  BenchResult res;
+  res.ws_bytes = double(ws_bytes);
+  Status last;
+  res.ms = time_graph(
+      rotations, reps,
+      [&](int r, cudaStream_t st) {
+        set(r);
+        Status e;
+        if constexpr (std::is_same_v<Params, ChunkFwdParams>) e = chunk_fwd(p, ws.ptr, ws_bytes, st);
+        if constexpr (std::is_same_v<Params, ChunkBwdParams>) e = chunk_bwd(p, ws.ptr, ws_bytes, st);
+        if constexpr (std::is_same_v<Params, RecurrentParams>) e = recurrent(p, ws.ptr, ws_bytes, st);
+        if (!e.ok()) last = e;
+      },
+      &res.eager_ms);
+  if (!last.ok()) throw std::runtime_error(last.message());
+  return res;
+}
+
 // ---- recurrent cases -----------------------------------------------------------------------------------
 struct RecurrentShape {
   int64_t N = 1, T = 1;
@@ -242,21 +273,7 @@ BenchResult bench_recurrent(const RecurrentShape& s, int reps, const ExecOptions
     if (s.verify) p.intermediate_states = slice(inter, r, N);
   };
   set(0);
-  size_t ws_bytes = 0;
-  check(recurrent_workspace_size(p, &ws_bytes), "recurrent_workspace_size");
-  DeviceTensor ws(DType::i32, {int64_t(ws_bytes / 4 + 1)});
-  BenchResult res;
-  res.ws_bytes = double(ws_bytes);
-  Status last;
-  res.ms = time_graph(
-      R, reps,
-      [&](int r, cudaStream_t st) {
-        set(r);
-        Status e = recurrent(p, ws.ptr, ws_bytes, st);
-        if (!e.ok()) last = e;
-      },
-      &res.eager_ms);
-  if (!last.ok()) throw std::runtime_error(last.message());
+  BenchResult res = time_op(p, R, reps, set);
   const double psz = double(dtype_size(s.pool_dtype));
   res.bytes = N * state_bytes * psz * (s.verify ? 1 : 2)                    // pool read (+ write when committing)
               + (s.verify ? N * T * state_bytes * 2.0 : 0.0)                // bf16 intermediate states
@@ -311,20 +328,7 @@ BenchResult bench_prefill(const PrefillShape& s, int reps, const ExecOptions& ex
     cu = DeviceTensor(hcu);
     p.cu_seqlens = cu.view();
   }
-  size_t ws_bytes = 0;
-  check(chunk_fwd_workspace_size(p, &ws_bytes), "chunk_fwd_workspace_size");
-  DeviceTensor ws(DType::i32, {int64_t(ws_bytes / 4 + 1)});
-  BenchResult res;
-  res.ws_bytes = double(ws_bytes);
-  Status last;
-  res.ms = time_graph(
-      1, reps,
-      [&](int, cudaStream_t st) {
-        Status e = chunk_fwd(p, ws.ptr, ws_bytes, st);
-        if (!e.ok()) last = e;
-      },
-      &res.eager_ms);
-  if (!last.ok()) throw std::runtime_error(last.message());
+  BenchResult res = time_op(p, 1, reps, [](int) {});
   const double es = double(dtype_size(s.dtype));
   res.bytes = T * (2.0 * Hqk * K * es + 2.0 * Hv * V * es + Hv * 8.0) + N * Hv * K * V * 4.0;
   res.flops = double(T) * Hv * (6.0 * K * V + 2.0 * C * (3 * K + 2 * V) + C * C / 3.0);
@@ -346,20 +350,7 @@ BenchResult bench_train_bwd(int64_t T, int64_t Hqk, int64_t Hv, int reps, const 
   p.dq = dq.view(), p.dk = dk.view(), p.dv = dv.view(), p.dg = dg.view(), p.dbeta = dbeta.view();
   p.use_qk_l2norm_in_kernel = true;
   p.exec = exec;
-  size_t ws_bytes = 0;
-  check(chunk_bwd_workspace_size(p, &ws_bytes), "chunk_bwd_workspace_size");
-  DeviceTensor ws(DType::i32, {int64_t(ws_bytes / 4 + 1)});
-  BenchResult res;
-  res.ws_bytes = double(ws_bytes);
-  Status last;
-  res.ms = time_graph(
-      1, reps,
-      [&](int, cudaStream_t st) {
-        Status e = chunk_bwd(p, ws.ptr, ws_bytes, st);
-        if (!e.ok()) last = e;
-      },
-      &res.eager_ms);
-  if (!last.ok()) throw std::runtime_error(last.message());
+  BenchResult res = time_op(p, 1, reps, [](int) {});
   // q, k, v, d_o in and dq, dk, dv out (bf16), g, beta in and dg, dbeta out (fp32); gdn-math §9.3's backward FLOPs
   res.bytes = T * (4.0 * Hqk * K * 2 + 4.0 * Hv * V * 2 + Hv * 16.0);
   res.flops = double(T) * Hv * (16.0 * K * V + 2.0 * C * (9 * K + 5 * V) + 4.0 * C * C);

@@ -85,37 +85,34 @@ Status check_chunk_call(const char* op, int64_t chunk_size, DType dt, const SeqD
   return Status::OK();
 }
 
-// The segment count of a forced or automatic split, shared by both ops: `forced` is exec.<op>_segments (0 auto,
-// 1 off, P > 1), `avg` the chunks of a typical sequence; `autop` prices the automatic choice.
-template <class Auto>
-int64_t choose_segments(int32_t forced, const char* option, const SeqDims& d, int64_t avg, Auto autop,
-                        std::string* why) {
+// The split of a plan (ChunkFwdPlan, ChunkBwdPlan), shared by both ops: `forced` is exec.<op>_segments (0 auto, 1
+// off, P > 1), `avg` the chunks of a typical sequence, `autop()` the automatic choice. A split has segments of
+// seg_chunks = ceil(avg / P) chunks and `cap`, an upper bound of the work items over all sequences (the device
+// builds the list, chunk_split.cuh).
+template <class Plan, class Auto>
+void plan_segments(Plan* pl, int32_t forced, const char* option, const SeqDims& d, int64_t avg, int64_t nch_total,
+                   Auto autop) {
+  pl->forced = forced > 0;
+  int64_t P = forced;
   if (forced == 1) {
-    *why = detail::str_cat(option, " = 1: no split");
-    return 1;
+    pl->why = detail::str_cat(option, " = 1: no split");
+  } else if (d.N == 0 || avg < 2) {
+    P = 1;
+    pl->why = "one chunk per sequence: no split";
+  } else if (forced > 1) {
+    pl->why = detail::str_cat(option, " = ", forced);
+  } else {
+    P = autop();
   }
-  if (d.N == 0 || avg < 2) {
-    *why = "one chunk per sequence: no split";
-    return 1;
-  }
-  if (forced > 1) {
-    *why = detail::str_cat(option, " = ", forced);
-    return forced;
-  }
-  return autop();
-}
-
-// The work list of a split into about P segments per sequence: segments of seg_chunks = ceil(avg / P) chunks, and
-// `cap`, an upper bound of the items over all sequences (the device builds the list, chunk_split.cuh).
-void segment_items(const SeqDims& d, int64_t P, int64_t avg, int64_t nch_total, int64_t* seg_chunks, int64_t* segments,
-                   int64_t* cap) {
-  *seg_chunks = ceil_div(avg, P);
-  *segments = ceil_div(avg, *seg_chunks);
+  if (P <= 1) return;
+  pl->split = true;
+  pl->seg_chunks = ceil_div(avg, P);
+  pl->segments = ceil_div(avg, pl->seg_chunks);
   if (d.varlen) {
     // sum_n max(1, ceil(nch_n / Ls)) <= N + (sum_n nch_n) / Ls and sum_n nch_n <= ceil(T / C) + min(N, T).
-    *cap = d.N + (nch_total + std::min(d.N, d.T)) / *seg_chunks;
+    pl->cap = d.N + (nch_total + std::min(d.N, d.T)) / pl->seg_chunks;
   } else {
-    *cap = d.N * std::max<int64_t>(1, ceil_div(nch_total, *seg_chunks));
+    pl->cap = d.N * std::max<int64_t>(1, ceil_div(nch_total, pl->seg_chunks));
   }
 }
 
@@ -131,14 +128,8 @@ Status plan_chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const DeviceF
   const int64_t N = std::max<int64_t>(d.N, 1);
   const int64_t avg = d.varlen ? ceil_div(nch_total, N) : nch_total;  // chunks of a typical sequence
 
-  pl.forced = p.exec.chunk_fwd_segments > 0;
-  const int64_t P = choose_segments(
-      p.exec.chunk_fwd_segments, "exec.chunk_fwd_segments", d, avg,
-      [&] { return auto_segments(d, avg, pl.sms, &pl.why); }, &pl.why);
-  if (P > 1) {
-    pl.split = true;
-    segment_items(d, P, avg, nch_total, &pl.seg_chunks, &pl.segments, &pl.cap);
-  }
+  plan_segments(&pl, p.exec.chunk_fwd_segments, "exec.chunk_fwd_segments", d, avg, nch_total,
+                [&] { return auto_segments(d, avg, pl.sms, &pl.why); });
 
   size_t off = align_up(size_t(pl.rec_slots) * size_t(d.Hv) * size_t(cuda::kRecBytes));
   pl.ws_rec = 0;
@@ -205,13 +196,9 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   pl.sms = std::max(dev.sms, 1);
   const int64_t nch_total = ceil_div(d.T, kChunkFwdChunk);
   const int64_t avg = d.varlen ? ceil_div(nch_total, std::max<int64_t>(d.N, 1)) : nch_total;
-  pl.forced = p.exec.chunk_bwd_segments > 0;
-  const int64_t P = choose_segments(
-      p.exec.chunk_bwd_segments, "exec.chunk_bwd_segments", d, avg,
-      [&] { return auto_bwd_segments(d, avg, pl.sms, &pl.why); }, &pl.why);
-  if (P > 1) {
-    pl.split = true;
-    segment_items(d, P, avg, nch_total, &pl.seg_chunks, &pl.segments, &pl.cap);
+  plan_segments(&pl, p.exec.chunk_bwd_segments, "exec.chunk_bwd_segments", d, avg, nch_total,
+                [&] { return auto_bwd_segments(d, avg, pl.sms, &pl.why); });
+  if (pl.split) {
     pl.ws_items = 0;
     pl.ws_seq_first = align_up(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem));
     pl.ws_mn = pl.ws_seq_first + align_up(size_t(d.N) * sizeof(int32_t));

@@ -114,6 +114,22 @@ TEST(ChunkFwdPlan, AutomaticSegmentSplit) {
   EXPECT_GT(chunk_plan(chunk_call(s), 264).segments, chunk_plan(chunk_call(s), 66).segments);
 }
 
+// The override's edges: one chunk per sequence is never split, whatever is asked; a negative count is rejected,
+// naming the option. `make_call(shape)` builds the op's call, `seg(call)` is its override field.
+template <class Plan, class MakeCall, class Make, class Seg>
+void expect_override_edges(MakeCall make_call, Make make_plan, Seg seg, const char* option) {
+  ChunkShape one;
+  one.T = 64;
+  auto c = make_call(one);
+  seg(c) = 4;
+  EXPECT_FALSE(planned<Plan>(make_plan, c, kH200Sms).split);
+  seg(c) = -2;
+  Plan bad;
+  const Status st = make_plan(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
+  EXPECT_EQ(st.code(), StatusCode::invalid_argument);
+  EXPECT_NE(st.message().find(option), std::string::npos) << st.message();
+}
+
 TEST(ChunkFwdPlan, SegmentOverride) {
   ChunkShape s;
   s.T = 32768, s.Hqk = s.Hv = 16;
@@ -133,17 +149,9 @@ TEST(ChunkFwdPlan, SegmentOverride) {
   c = chunk_call(big);
   c.p.exec.chunk_fwd_segments = 3;
   EXPECT_TRUE(chunk_plan(c).split);
-  // One chunk per sequence: nothing to split, whatever is asked.
-  ChunkShape one;
-  one.T = 64;
-  c = chunk_call(one);
-  c.p.exec.chunk_fwd_segments = 4;
-  EXPECT_FALSE(chunk_plan(c).split);
-  c.p.exec.chunk_fwd_segments = -2;
-  ChunkFwdPlan bad;
-  const Status st = plan_chunk_fwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
-  EXPECT_EQ(st.code(), StatusCode::invalid_argument);
-  EXPECT_NE(st.message().find("exec.chunk_fwd_segments"), std::string::npos) << st.message();
+  expect_override_edges<ChunkFwdPlan>(
+      chunk_call, plan_chunk_fwd, [](ChunkCall& x) -> int32_t& { return x.p.exec.chunk_fwd_segments; },
+      "exec.chunk_fwd_segments");
 }
 
 size_t up256(size_t x) {
@@ -682,20 +690,12 @@ TEST(ChunkBwdPlan, SegmentOverrideAndWorkspace) {
   EXPECT_FALSE(automatic.forced);
   c.p.exec.chunk_fwd_segments = 7;
   EXPECT_EQ(bwd_plan(c).segments, automatic.segments);
-  // One chunk per sequence: nothing to split.
-  ChunkShape one;
-  one.T = 64;
-  c = bwd_call(one);
-  c.p.exec.chunk_bwd_segments = 4;
-  EXPECT_FALSE(bwd_plan(c).split);
-  c.p.exec.chunk_bwd_segments = -1;
-  ChunkBwdPlan bad;
-  Status st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
-  EXPECT_EQ(st.code(), StatusCode::invalid_argument);
-  EXPECT_NE(st.message().find("exec.chunk_bwd_segments"), std::string::npos) << st.message();
-  c.p.exec.chunk_bwd_segments = 0;
+  expect_override_edges<ChunkBwdPlan>(
+      bwd_call, plan_chunk_bwd, [](BwdCall& x) -> int32_t& { return x.p.exec.chunk_bwd_segments; },
+      "exec.chunk_bwd_segments");
   c.p.chunk_size = 32;
-  st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
+  ChunkBwdPlan bad;
+  const Status st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
   EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();
 }
 

@@ -30,9 +30,10 @@ struct BwdCase {
   bool has_dht = true;
   bool gate = false;  // use_gate_in_kernel + use_beta_sigmoid_in_kernel (g, beta hold raw a, b)
   bool neg_eig = false;
-  int64_t slack = 0;     // varlen: extra rows past cu[N]
-  int special = 0;       // 1: identical keys, beta = 1, g = 0; 2: g = -30; 3: nearly parallel keys, beta = 1, g = 0
-  int32_t segments = 0;  // exec.chunk_bwd_segments: 0 the plan's choice, 1 unsplit, P > 1 the chains' split
+  int64_t slack = 0;        // varlen: extra rows past cu[N]
+  int special = 0;          // 1: identical keys, beta = 1, g = 0; 2: g = -30; 3: nearly parallel keys, beta = 1, g = 0
+  int32_t segments = 0;     // exec.chunk_bwd_segments: 0 the plan's choice, 1 unsplit, P > 1 the chains' split
+  double gate_decay = 1.0;  // the fused gate's e^{A_log} scaled by it
 };
 
 BwdCase bcase(const std::string& name, int64_t B, int64_t T, int64_t Hqk, int64_t Hv, int64_t K, int64_t V) {
@@ -91,7 +92,7 @@ Problem make_problem(const BwdCase& bc) {
     pr.A_log = HostTensor(DType::f32, {c.Hv});
     pr.dt_bias = HostTensor(DType::f32, {c.Hv});
     for (int64_t h = 0; h < c.Hv; ++h) {
-      pr.A_log.set(h, std::log(rng.uniform(0.5, 4.5)));
+      pr.A_log.set(h, std::log(rng.uniform(0.5, 4.5) * bc.gate_decay));
       pr.dt_bias.set(h, 0.5 * rng.normal());
     }
   }
@@ -414,9 +415,14 @@ TEST(CudaChunkBwd, StrongDecayAndIdenticalKeys) {
 // The chains' segment split (gdn-math §6), forced through exec.chunk_bwd_segments: against the oracle, and against
 // the unsplit chains (P = 1) of the same inputs, which it equals up to fp32 rounding (the summaries' products and
 // the scan re-associate the chain's sums): dh0 within 1e-3, dg and dbeta within 2e-3, the 16-bit dq, dk, dv within
-// a few of their roundings (4e-3).
+// a few of their roundings (4e-3). The gates decay weakly (g ~ -0.02 U(0, 1): ~e^-0.6 a chunk; the fused gate's
+// e^{A_log} / 100) so that every chunk after a segment boundary depends on the boundary state (under g ~ -U(0, 1)
+// a chunk decays by ~e^-32 and a wrong boundary state would only show past a partial chunk); g = -30 cases keep
+// theirs.
 void check_split(BwdCase b, std::initializer_list<int32_t> Ps) {
   SCOPED_TRACE(b.c.name);
+  if (b.special == 0) b.c.g_scale = 0.02;
+  b.gate_decay = 0.01;
   const Problem pr = make_problem(b);
   const Grads ref = run_oracle(b, pr);
   b.segments = 1;

@@ -81,7 +81,9 @@ int main(int argc, char** argv) {
     c.Hv = 2;
   }
   // Cases 7-9 force the chains' segment split (exec.chunk_bwd_segments): summaries, both scans, every segment
-  // from its boundary state.
+  // from its boundary state. Their gates decay weakly (g ~ -0.02 U(0, 1), a chunk ~e^-0.6; the fused gate's
+  // e^{A_log} / 100), so that a segment's boundary state matters to every chunk after it (under g ~ -U(0, 1) a
+  // chunk decays by ~e^-32 and a wrong boundary state would only show past partial chunks).
   int32_t segments = 0;
   bool no_split = false;
   if (which == 7) {  // one chunk a segment, the last one partial; GQA 2
@@ -102,7 +104,7 @@ int main(int argc, char** argv) {
     gate = true;
     segments = 2;
   }
-  if (which == 9) {  // two segments of three chunks, no h0, no dht, f16
+  if (which == 9) {  // three segments of two chunks, no h0, no dht (the scans start from zero), f16
     c.T = 330;
     c.K = 128;
     c.V = 128;
@@ -111,7 +113,7 @@ int main(int argc, char** argv) {
     c.has_h0 = false;
     dht = false;
     c.dtype = DType::f16;
-    segments = 2;
+    segments = 3;
   }
   if (which == 10) {
     c.T = 128;
@@ -120,6 +122,7 @@ int main(int argc, char** argv) {
     c.Hqk = 1;
     c.Hv = 2;
   }
+  if (segments > 1) c.g_scale = 0.02;
   GdnInputs in = make_inputs(c);
   if (which == 10) {  // nearly parallel keys (correlation ~0.99): the cancelling sums of pass 4 at their worst
     for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
@@ -144,7 +147,7 @@ int main(int argc, char** argv) {
     alog = HostTensor(DType::f32, {c.Hv});
     dtb = HostTensor(DType::f32, {c.Hv});
     for (int64_t h = 0; h < c.Hv; ++h) {
-      alog.set(h, std::log(rng.uniform(0.5, 4.5)));
+      alog.set(h, std::log(rng.uniform(0.5, 4.5) * (segments > 1 ? 0.01 : 1.0)));
       dtb.set(h, 0.5 * rng.normal());
     }
   }
