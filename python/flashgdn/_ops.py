@@ -19,15 +19,19 @@ _CPU_ALGOS = {"recurrent": 0, "chunked": 1}
 
 
 @contextlib.contextmanager
-def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_threads=0, mixer_split=0):
+def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_threads=0, chunk_fwd_segments=0,
+                 chunk_bwd_segments=0, mixer_split=0):
     """Execution options of the calls inside the block (ExecOptions in flashgdn.hpp).
 
     check_indices validates device index tensors on the host (synchronizes: tests and debugging only);
     cpu_fp64 makes the CPU backend compute in fp64 (the test oracle); cpu_algo is "recurrent" or "chunked";
-    mixer_split forces the CUDA mixer_decode V split (1, 2 or 4 CTAs per value head; 0: the plan's choice).
+    chunk_fwd_segments / chunk_bwd_segments force the CUDA prefill's / training backward's segment split (1 off,
+    P > 1 about P segments per sequence; 0: the plan's choice); mixer_split forces the CUDA mixer_decode V split
+    (1, 2 or 4 CTAs per value head; 0: the plan's choice).
     """
-    token = _EXEC.set((bool(check_indices), bool(cpu_fp64), _CPU_ALGOS[cpu_algo], int(cpu_threads), 0, 0,
-                       int(mixer_split)))
+    # The fields of FLASHGDN_EXEC_OPTIONS in table order (flashgdn_ops.h); recurrent_kernel stays auto (0).
+    token = _EXEC.set((bool(check_indices), bool(cpu_fp64), _CPU_ALGOS[cpu_algo], int(cpu_threads), 0,
+                       int(chunk_fwd_segments), int(chunk_bwd_segments), int(mixer_split)))
     try:
         yield
     finally:

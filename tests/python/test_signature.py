@@ -103,3 +103,24 @@ def test_commit_gating_mixer_argument_order(recorded):
     _ops.mixer_decode(*t[:17], 2, 8, False, True, 0.5, 1e-5, None, True, out=t[17])
     check(recorded, "mixer_decode", dict(zip(names, t[:17]), out=t[17], num_k_heads=2, head_k_dim=8, commit=False,
                                           null_slot_is_invalid=True, scale=0.5, state_v_first=True))
+
+
+def test_exec_options_tuple_follows_the_table():
+    """exec_options builds the ExecOptions tuple the extension reads in FLASHGDN_EXEC_OPTIONS order: each keyword
+    lands at its field's position (the table is read from the header, so a new field shows up here)."""
+    import inspect
+    import pathlib
+    import re
+
+    header = pathlib.Path(__file__).resolve().parents[2] / "include" / "flashgdn" / "flashgdn_ops.h"
+    text = header.read_text()
+    block = text[text.index("#define FLASHGDN_EXEC_OPTIONS"):text.index("#define FLASHGDN_GATE_OPTIONS")]
+    fields = re.findall(r"S\(\s*\w+,\s*\w+,\s*(\w+),", block)
+    assert fields[:4] == ["check_indices", "cpu_fp64", "cpu_algo", "cpu_threads"], fields
+    params = [p for p in inspect.signature(_ops.exec_options.__wrapped__).parameters]
+    ints = {name: 10 + i for i, name in enumerate(params) if name not in ("check_indices", "cpu_fp64", "cpu_algo")}
+    with _ops.exec_options(**ints):
+        got = _ops._EXEC.get()
+    assert len(got) == len(fields), (got, fields)
+    for name, value in ints.items():
+        assert got[fields.index(name)] == value, (name, got, fields)
