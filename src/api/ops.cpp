@@ -182,26 +182,14 @@ const TensorView& first_tensor(const P& p) {
 // the workspace it needs, and the two backends as overload sets over the params type.
 struct NoPlan {};
 
+// The plan type of an op's params.
 template <class P>
-struct PlanOf {
-  using type = NoPlan;
-};
-template <>
-struct PlanOf<ChunkFwdParams> {
-  using type = ChunkFwdPlan;
-};
-template <>
-struct PlanOf<ChunkBwdParams> {
-  using type = ChunkBwdPlan;
-};
-template <>
-struct PlanOf<RecurrentParams> {
-  using type = RecurrentPlan;
-};
-template <>
-struct PlanOf<MixerDecodeParams> {
-  using type = MixerDecodePlan;
-};
+using PlanOf = std::conditional_t<
+    std::is_same_v<P, ChunkFwdParams>, ChunkFwdPlan,
+    std::conditional_t<
+        std::is_same_v<P, ChunkBwdParams>, ChunkBwdPlan,
+        std::conditional_t<std::is_same_v<P, RecurrentParams>, RecurrentPlan,
+                           std::conditional_t<std::is_same_v<P, MixerDecodeParams>, MixerDecodePlan, NoPlan>>>>;
 
 template <class P>
 struct Types;
@@ -209,7 +197,7 @@ struct Types;
   template <>                           \
   struct Types<Params> {                \
     using Dims = DimsT;                 \
-    using Plan = PlanOf<Params>::type;  \
+    using Plan = PlanOf<Params>;        \
   };
 FGDN_OP_DIMS(FGDN_TYPES)
 #undef FGDN_TYPES

@@ -26,30 +26,50 @@ struct Storage<float> {
   __device__ __forceinline__ static float to(float v) { return v; }
   __device__ __forceinline__ static float from(float x) { return x; }
 };
-template <>
-struct Storage<__nv_bfloat16> {
-  __device__ __forceinline__ static float to(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ __forceinline__ static __nv_bfloat16 from(float x) { return __float2bfloat16_rn(x); }
-  __device__ __forceinline__ static float2 to2(uint32_t w) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+// The 16-bit types' conversions under one name per direction (overloads), for Storage16.
+__device__ __forceinline__ float widen16(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float widen16(__half v) {
+  return __half2float(v);
+}
+__device__ __forceinline__ float2 widen16(__nv_bfloat162 v) {
+  return __bfloat1622float2(v);
+}
+__device__ __forceinline__ float2 widen16(__half2 v) {
+  return __half22float2(v);
+}
+__device__ __forceinline__ void narrow16(float x, __nv_bfloat16* y) {
+  *y = __float2bfloat16_rn(x);
+}
+__device__ __forceinline__ void narrow16(float x, __half* y) {
+  *y = __float2half_rn(x);
+}
+__device__ __forceinline__ void narrow16(float a, float b, __nv_bfloat162* y) {
+  *y = __floats2bfloat162_rn(a, b);
+}
+__device__ __forceinline__ void narrow16(float a, float b, __half2* y) {
+  *y = __floats2half2_rn(a, b);
+}
+template <class T, class T2>
+struct Storage16 {
+  __device__ __forceinline__ static float to(T v) { return widen16(v); }
+  __device__ __forceinline__ static T from(float x) {
+    T y;
+    narrow16(x, &y);
+    return y;
   }
+  __device__ __forceinline__ static float2 to2(uint32_t w) { return widen16(*reinterpret_cast<const T2*>(&w)); }
   __device__ __forceinline__ static uint32_t from2(float a, float b) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    T2 h;
+    narrow16(a, b, &h);
     return *reinterpret_cast<const uint32_t*>(&h);
   }
 };
 template <>
-struct Storage<__half> {
-  __device__ __forceinline__ static float to(__half v) { return __half2float(v); }
-  __device__ __forceinline__ static __half from(float x) { return __float2half_rn(x); }
-  __device__ __forceinline__ static float2 to2(uint32_t w) {
-    return __half22float2(*reinterpret_cast<const __half2*>(&w));
-  }
-  __device__ __forceinline__ static uint32_t from2(float a, float b) {
-    const __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-};
+struct Storage<__nv_bfloat16> : Storage16<__nv_bfloat16, __nv_bfloat162> {};
+template <>
+struct Storage<__half> : Storage16<__half, __half2> {};
 
 // A 4-element vector of a storage type: 16 bytes for fp32, 8 bytes for bf16/f16. Callers guarantee the
 // element offset is a multiple of 4 and the base 16-byte aligned (validated: last dim contiguous, other
