@@ -1,12 +1,12 @@
 // The state pass of the two-pass prefill on Hopper warpgroup MMA (wgmma), K = V = 128 (the default there):
 // the same chain and the same rounding points as chunk_fwd_state.cuh (gdn-math §5.3-§5.5, records from
-// chunk_fwd_intra.cuh), with every product on wgmma (m64n64k16, or m64n32k16 in the 32-column form) and the 16-bit
-// operands in the 128-byte-swizzled K-major layout (cuda/common/wgmma.cuh).
+// chunk_fwd_intra.cuh), with every product on wgmma (m64n64k16) and the 16-bit operands
+// in the 128-byte-swizzled K-major layout (cuda/common/wgmma.cuh).
 //
-// One CTA owns (work item, value head) and both 64-column value halves hf. Warpgroup (hf, slice) owns WN = 64 value
-// columns (one warpgroup per half, 256 threads; WN = 32: two per half, 512 threads) and runs the whole chain for them
+// One CTA owns (work item, value head) and both 64-column value halves hf. Warpgroup hf owns its 64 value columns
+// (one warpgroup per half, 256 threads) and runs the whole chain for them
 // with no other warpgroup involved (only the double-buffered q, k, v and record tiles are shared, through mbarriers,
-// not a CTA barrier); its state, 128 keys x WN columns in fp32, is two m64 accumulators (key blocks) in registers for
+// not a CTA barrier); its state, 128 keys x 64 columns in fp32, is two m64 accumulators (key blocks) in registers for
 // the whole walk. Per chunk:
 //
 //   phase 1  K S0 and Q S0 (8 wgmma each, two groups, A = k / q [token][key], B = S0^T [value][key] from shared
@@ -114,38 +114,30 @@ __device__ __forceinline__ void load_kt_frags(const unsigned char (&kt)[2][8192]
   }
 }
 
-// The width of a warpgroup's column slice: 64 (two warpgroups, one per value half, 256 threads, up to 255 registers)
-// or 32 (four warpgroups, 512 threads, 128 registers). At 64 every operand that is shared by the columns (the k and
-// q tiles of phase 1, the record's fragments, K^T) is read by half as many warpgroups, the registers hold both parts
-// of A diag(beta) and both key blocks' K^T at once (phase 2 and the update each one wgmma group), and P U runs as a
-// group of its own behind the update, its wait after the next chunk's S0^T is stored.
-constexpr int kStateWgCols = 64;
-constexpr int state_wg_threads(int wn) {
-  return 128 * 2 * (kBV / wn);
-}
+// Two warpgroups, one per 64-column value half, 256 threads, up to 255 registers: every operand shared by the
+// columns (the k and q tiles of phase 1, the record's fragments, K^T) is read by two warpgroups, the registers hold
+// both parts of A diag(beta) and both key blocks' K^T at once (phase 2 and the update each one wgmma group), and
+// P U runs as a group of its own behind the update, its wait after the next chunk's S0^T is stored.
+constexpr int kStateWgThreads = 256;
 
 // SUMMARY: the summary mode of the split (no q, no output, no P U); a template parameter so that no wgmma group
-// has a data-dependent branch (ptxas serializes wgmma around accumulator moves at branch joins). WN: the state
-// columns of a warpgroup (kStateWgCols).
-template <bool BF16, bool SUMMARY, int WN = kStateWgCols>
-__global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_kernel(const ChunkKernelArgs a) {
+// has a data-dependent branch (ptxas serializes wgmma around accumulator moves at branch joins).
+template <bool BF16, bool SUMMARY>
+__global__ void __launch_bounds__(kStateWgThreads, 1) chunk_fwd_state_wg_kernel(const ChunkKernelArgs a) {
   using E = typename Elem<BF16>::T;
   using P = Elem<BF16>;
   constexpr int K = 128, LDV = StateWgSmem::LDV;
-  constexpr int NJ = WN / 8, SLICES = kBV / WN, NTH = state_wg_threads(WN), HTH = NTH / 2;
-  // both parts of A diag(beta) (and of P) in registers at once: only where the registers allow it
-  constexpr bool wide = WN == 64;
+  constexpr int NJ = kBV / 8, NTH = kStateWgThreads, HTH = NTH / 2;
   extern __shared__ unsigned char smem_raw[];
   // Aligned to 1024 bytes (the swizzle) by an offset from smem_raw, not by integer pointer arithmetic: the compiler
   // then still knows every access through `sm` is shared memory (LDS / STS, 32-bit addresses) instead of generic.
   StateWgSmem& sm = *reinterpret_cast<StateWgSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
 
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
-  // warpgroup wgi = (half hf, column slice), warp wi of it. wgi is broadcast from lane 0 so that the compiler sees a
+  // warpgroup wgi = value half hf, warp wi of it. wgi is broadcast from lane 0 so that the compiler sees a
   // warp-uniform value: the wgmma descriptors built from it then stay in uniform registers (no per-instruction R2UR)
-  static_assert(SLICES == 1 || SLICES == 2, "one or two slices per value half");
-  const int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), hf = SLICES == 1 ? wgi : wgi >> 1, wi = w & 3;
-  const int cb = SLICES == 1 ? 0 : WN * (wgi & 1);  // first column of this warpgroup's slice in the half
+  const int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), hf = wgi, wi = w & 3;
+  const int cb = 0;  // first column of this warpgroup's columns in its half
   const int h = blockIdx.y, tile = blockIdx.z * 2 + hf;
   const int64_t item = blockIdx.x;
   const int hk = h / a.group;
@@ -220,25 +212,6 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
         if (kRecVec % NTH == 0 || i < kRecVec) cp_async<16>(dst + i, src + i);
       }
     }
-    if constexpr (!wide) {  // (128 registers: the per-copy address arithmetic keeps fewer values live)
-#pragma unroll
-      for (int p = 0; p < 1024 / NTH; ++p) {  // 64 rows x 16 vectors of 16 bytes per tile
-        const int i = tid + NTH * p, r = i >> 4, vc = i & 15;
-        const bool valid = r < nv;
-        const int64_t row = tok + (valid ? r : 0);
-        cp_async16_zfill(&sm.k[bf][vc >> 3][wg::swz(r, vc & 7)], kbase + row * a.k_st + vc * 8, valid);
-        if (has_output) cp_async16_zfill(&sm.q[bf][vc >> 3][wg::swz(r, vc & 7)], qbase + row * a.q_st + vc * 8, valid);
-      }
-      if (has_values) {
-#pragma unroll
-        for (int p = 0; p < 512 / HTH; ++p) {
-          const int r = vr0 + (HTH / 8) * p;
-          const bool valid = r < nv;
-          cp_async16_zfill(&sm.v[bf][hf][r * LDV + vv * 8], vbase + (tok + (valid ? r : 0)) * a.v_st + vv * 8, valid);
-        }
-      }
-      return;
-    }
     const E* k0 = kbase + tok * a.k_st + kv * 8;  // row 0 of the chunk
     const E* q0 = qbase + tok * a.q_st + kv * 8;
     const E* kp = k0 + kr0 * a.k_st;
@@ -306,13 +279,12 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
       release();
       continue;
     }
-    if constexpr (!wide) refill();  // at the top: the loads get the whole chunk to land
 
     const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
     const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
     const uint4* pfr = reinterpret_cast<const uint4*>(sm.rec[bf] + (kRecHdrBytes + kRecABytes) / 4);
 
-    // ---- phase 1: K S0 and Q S0 for this slice (64 x WN each, over the 128 keys), one wgmma group each
+    // ---- phase 1: K S0 and Q S0 for this half (64 x 64 each, over the 128 keys), one wgmma group each
     float d[NJ][4], o[NJ][4];  // written by the first wgmma of each (accumulate = 0)
     float(&dv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(d);
     float(&ov)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(o);
@@ -333,20 +305,20 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
 #pragma unroll
       for (int ks = 0; ks < K / 16; ++ks) {
         const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;  // key half, 16-key step inside the 128-byte row
-        wg::mma_ss<BF16, WN>(dv, wg::desc_at(k_lo, off), wg::desc_at(st_lo, off), ks > 0);
+        wg::mma_ss_n64<BF16>(dv, wg::desc_at(k_lo, off), wg::desc_at(st_lo, off), ks > 0);
       }
       wg::commit();  // K S0 in its own group: R's epilogue runs while Q S0 is in flight
       if constexpr (has_output) {
 #pragma unroll
         for (int ks = 0; ks < K / 16; ++ks) {
           const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;
-          wg::mma_ss<BF16, WN>(ov, wg::desc_at(q_lo, off), wg::desc_at(st_lo, off), ks > 0);
+          wg::mma_ss_n64<BF16>(ov, wg::desc_at(q_lo, off), wg::desc_at(st_lo, off), ks > 0);
         }
         wg::commit();
       }
-      // wide: the loads of chunk c + 1 are issued while the tensor cores run phase 1 (with half as many threads each
-      // thread issues twice the copies; the issue slots are idle here), and the values are read before the wait
-      if constexpr (wide) refill(), load_v();
+      // the loads of chunk c + 1 are issued while the tensor cores run phase 1 (the issue slots are idle here), and
+      // the values are read before the wait
+      refill(), load_v();
       if constexpr (has_output)
         wg::wait1();  // K S0 done, Q S0 may still run
       else
@@ -355,7 +327,6 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
 
     // R = V - diag(ek) K S0 -> R^T;  O = diag(eq) Q S0
     {
-      if constexpr (!wide) load_v();
       const float ek0 = hdr[r0], ek1 = hdr[r1], eq0 = hdr[64 + r0], eq1 = hdr[64 + r1];
       uint32_t x[NJ][2];
 #pragma unroll
@@ -372,40 +343,26 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
         for (int jn = 0; jn < NJ; ++jn) o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
       }
     }
-    // wide: the operands of the next products that do not depend on the barriers (the record's fragments, K^T, from
+    // the operands of the next products that do not depend on the barriers (the record's fragments, K^T, from
     // the chunk's landed tiles) are loaded before them, so their latency is under the barrier's wait
-    uint32_t af[wide ? 2 : 1][4][4];  // A diag(beta): hi, lo (wide); one part at a time (narrow)
-    if constexpr (wide) {
-      load_causal_frags(afr, wi, lane, af[0]);
-      load_causal_frags(afr + 32, wi, lane, af[1]);
-    }
+    uint32_t af[2][4][4];  // A diag(beta): hi, lo
+    load_causal_frags(afr, wi, lane, af[0]);
+    load_causal_frags(afr + 32, wi, lane, af[1]);
     named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
 
     // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta)
     float u[NJ][4];  // written by the first wgmma (accumulate = 0)
     {
       float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
-      if constexpr (wide) {  // both parts in one group
-        wg::fence();
+      // both parts in one group
+      wg::fence();
 #pragma unroll
-        for (int part = 0; part < 2; ++part)
+      for (int part = 0; part < 2; ++part)
 #pragma unroll
-          for (int kc = 0; kc < 4; ++kc)
-            wg::mma_rs<BF16, WN>(uv, af[part][kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
-        wg::commit();
-        wg::wait0();
-      } else {  // hi, then lo in a second group: 16 registers of fragments live (no spills at 128)
-#pragma unroll
-        for (int part = 0; part < 2; ++part) {
-          load_causal_frags(afr + 32 * part, wi, lane, af[0]);
-          wg::fence();
-#pragma unroll
-          for (int kc = 0; kc < 4; ++kc)
-            wg::mma_rs<BF16, WN>(uv, af[0][kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
-          wg::commit();
-          wg::wait0();
-        }
-      }
+        for (int kc = 0; kc < 4; ++kc)
+          wg::mma_rs_n64<BF16>(uv, af[part][kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
+      wg::commit();
+      wg::wait0();
     }
     // U_hi, U_lo (the B operand of P U) at U^T
     auto store_ut = [&]() {
@@ -420,7 +377,6 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
     // the rows add up to ~1e-2 in the final state (measured on the H200, tests/cuda
     // CudaChunkFwd.IdenticalKeysFullLastChunk; docs/chunk_fwd.md "Numerics").
     {
-      if constexpr (has_output && !wide) store_ut();  // (wide: under the update, phase 3)
       const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
       float du[NJ][4];
 #pragma unroll
@@ -432,15 +388,13 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
       store_transposed(st_slice, xl, wi, lane);
       wg::fence_async_smem();
     }
-    uint32_t kt[wide ? 2 : 1][4][4];  // K^T of key blocks 0, 1 (wide); one block at a time (narrow)
-    if constexpr (wide) {
-      // S <- en S. (Not under phase 1: ptxas then injects a wait for every product in flight there, C7517, as the
-      // state's registers are the update's accumulators.)
-      scale_state(sacc, hdr[192]);
-      load_kt_frags(sm.k[bf], r0 - g8, lane, kt[0]);       // keys 16 wi .. (block 0)
-      load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, kt[1]);  // keys 64 + 16 wi .. (block 1)
-    }
-    named_barrier<128>(1 + wgi);  // diag(dk) U^T of this slice complete (and U^T, narrow)
+    uint32_t kt[2][4][4];  // K^T of key blocks 0, 1
+    // S <- en S. (Not under phase 1: ptxas then injects a wait for every product in flight there, C7517, as the
+    // state's registers are the update's accumulators.)
+    scale_state(sacc, hdr[192]);
+    load_kt_frags(sm.k[bf], r0 - g8, lane, kt[0]);       // keys 16 wi .. (block 0)
+    load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, kt[1]);  // keys 64 + 16 wi .. (block 1)
+    named_barrier<128>(1 + wgi);                         // diag(dk) U^T of this half complete
 
     // ---- phase 3: the state update S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (B = the hi
     // part at S0^T's key block 1, the lo part at key block 0) and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (P from
@@ -459,82 +413,43 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
         }
       }
     };
-    if constexpr (!wide) scale_state(sacc, hdr[192]);  // S <- en S
     float(&s0)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[0]);
     float(&s1)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[1]);
-    if constexpr (wide) {
-      // the update (both key blocks) in one group; U^T is stored while it runs, then P U in a second group: the
-      // state's chain waits for the update only, and P U runs under the next chunk's S0^T stores
+    // the update (both key blocks) in one group; U^T is stored while it runs, then P U in a second group: the
+    // state's chain waits for the update only, and P U runs under the next chunk's S0^T stores
+    wg::fence();
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s0, kt[0][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s0, kt[0][kc], wg::desc_at(st_lo, kc * 32), 1);
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s1, kt[1][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s1, kt[1][kc], wg::desc_at(st_lo, kc * 32), 1);
+    wg::commit();
+    if constexpr (has_output) {
+      store_ut();
+      wg::fence_async_smem();
+      named_barrier<128>(1 + wgi);  // U^T of this slice complete
+      uint32_t p0[4][4], p1[4][4];
+      load_causal_frags(pfr, wi, lane, p0);
+      load_causal_frags(pfr + 32, wi, lane, p1);
       wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s0, kt[0][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p0[kc], wg::desc_at(ut_lo, kc * 32), 1);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s0, kt[0][kc], wg::desc_at(st_lo, kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p0[kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s1, kt[1][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
-#pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s1, kt[1][kc], wg::desc_at(st_lo, kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p1[kc], wg::desc_at(ut_lo, kc * 32), 1);
       wg::commit();
-      if constexpr (has_output) {
-        store_ut();
-        wg::fence_async_smem();
-        named_barrier<128>(1 + wgi);  // U^T of this slice complete
-        uint32_t p0[4][4], p1[4][4];
-        load_causal_frags(pfr, wi, lane, p0);
-        load_causal_frags(pfr + 32, wi, lane, p1);
-        wg::fence();
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(ov, p0[kc], wg::desc_at(ut_lo, kc * 32), 1);
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(ov, p0[kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(ov, p1[kc], wg::desc_at(ut_lo, kc * 32), 1);
-        wg::commit();
-      }
-      // this thread's last reads of buffer bf (K^T and P fragments into registers, the header) are behind it; the
-      // wgmma in flight read registers and the S0^T / U^T regions only
-      release();
-      if constexpr (has_output)
-        wg::wait1();  // the update
-      else
-        wg::wait0();
-    } else {
-      // K^T of key block 0 with P_hi, then key block 1 with P_lo (16 registers of fragments per operand)
-      uint32_t(&f0)[4][4] = kt[0];
-      uint32_t f1[4][4];
-      load_kt_frags(sm.k[bf], r0 - g8, lane, f0);  // keys 16 wi .. (block 0)
-      wg::fence();
-#pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s0, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
-#pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s0, f0[kc], wg::desc_at(st_lo, kc * 32), 1);
-      if constexpr (has_output) {
-        load_causal_frags(pfr, wi, lane, f1);
-        wg::fence();
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(ov, f1[kc], wg::desc_at(ut_lo, kc * 32), 1);
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(ov, f1[kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
-      }
-      wg::commit();
-      wg::wait0();
-      load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, f0);  // keys 64 + 16 wi .. (block 1)
-      wg::fence();
-#pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s1, f0[kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
-#pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(s1, f0[kc], wg::desc_at(st_lo, kc * 32), 1);
-      if constexpr (has_output) {
-        load_causal_frags(pfr + 32, wi, lane, f1);
-        wg::fence();
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs<BF16, WN>(ov, f1[kc], wg::desc_at(ut_lo, kc * 32), 1);
-      }
-      wg::commit();
-      wg::wait0();
-      release();  // this thread's last reads of buffer bf (K^T, P fragments, the header) are behind it
     }
-    if constexpr (!wide) store_o();  // (o dead before the S0^T stores: 128 registers)
+    // this thread's last reads of buffer bf (K^T and P fragments into registers, the header) are behind it; the
+    // wgmma in flight read registers and the S0^T / U^T regions only
+    release();
+    if constexpr (has_output)
+      wg::wait1();  // the update
+    else
+      wg::wait0();
     // the 16-bit copy for the next chunk's phase 1, over diag(dk) U^T (hi, lo): every warp of the warpgroup
     // must be past its wait of the update (one warp's wait does not cover the others' halves of the operation)
     named_barrier<128>(1 + wgi);
@@ -546,10 +461,8 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
     }
     wg::fence_async_smem();
     named_barrier<128>(1 + wgi);  // S0^T complete before the next chunk's phase 1 (no CTA-wide barrier orders it)
-    if constexpr (wide) {
-      if constexpr (has_output) wg::wait0();  // P U
-      store_o();
-    }
+    if constexpr (has_output) wg::wait0();  // P U
+    store_o();
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb)  // key block mb: rows 64 mb + 16 wi ..
       store_checkpoint(a, wk, c, h, vcol0, reinterpret_cast<const float(&)[1][NJ][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
@@ -571,15 +484,14 @@ __global__ void __launch_bounds__(state_wg_threads(WN), 1) chunk_fwd_state_wg_ke
 }
 
 // grid = (items, Hv, ceil(tiles / 2)): both value halves of V = 128 per CTA.
-template <bool BF16, bool SUMMARY, int WN = kStateWgCols>
+template <bool BF16, bool SUMMARY>
 int launch_chunk_state_wg_mode(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
   const size_t smem = sizeof(StateWgSmem) + 1024;  // + alignment of the swizzled regions to 1024 bytes
   static std::atomic<uint64_t> done_mask{0};
-  if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16, SUMMARY, WN>, smem, done_mask)) return e;
+  if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16, SUMMARY>, smem, done_mask)) return e;
   if (items <= 0 || a.Hv <= 0 || tiles <= 0) return 0;
   const dim3 grid(static_cast<unsigned>(items), static_cast<unsigned>(a.Hv), static_cast<unsigned>((tiles + 1) / 2));
-  chunk_fwd_state_wg_kernel<BF16, SUMMARY, WN>
-      <<<grid, state_wg_threads(WN), smem, static_cast<cudaStream_t>(stream)>>>(a);
+  chunk_fwd_state_wg_kernel<BF16, SUMMARY><<<grid, kStateWgThreads, smem, static_cast<cudaStream_t>(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -1,5 +1,5 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) building blocks: the 128-byte-swizzled K-major shared-memory layout and its
-// descriptor, m64n32k16 and m64n64k16 with f32 accumulation (A from shared memory or from registers), and
+// descriptor, m64n64k16 with f32 accumulation (A from shared memory or from registers), and
 // stmatrix.trans, which stores accumulator fragments transposed into that layout. The GPU suite's K = V = 128 chunk_fwd
 // cases check the layouts, descriptors and register forms end to end against the fp64 oracle.
 #pragma once
@@ -64,52 +64,6 @@ __device__ __forceinline__ void wait1() {
   asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
 }
 
-#define FGDN_WG_D16                                                                                           \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-#define FGDN_WG_D16_STR "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-
-// d (+)= A B, m64n32k16, A [64][16] and B^T [32][16] from shared memory (K-major descriptors). The accumulator of
-// warp w of the warpgroup: d[4 jn + e] is row 16 w + lane / 4 + 8 (e / 2), column 8 jn + 2 (lane % 4) + e % 2.
-// accumulate = 0 overwrites d: a fresh accumulator needs no zeroing instructions, which would otherwise sit inside
-// a wgmma group and make ptxas serialize it.
-template <bool BF16>
-__device__ __forceinline__ void mma_ss_n32(float (&d)[16], uint64_t da, uint64_t db, int accumulate) {
-  if constexpr (BF16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FGDN_WG_D16_STR ", %16, %17, p, 1, 1, 0, 0;\n}\n"
-        : FGDN_WG_D16
-        : "l"(da), "l"(db), "r"(accumulate));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " FGDN_WG_D16_STR ", %16, %17, p, 1, 1, 0, 0;\n}\n"
-        : FGDN_WG_D16
-        : "l"(da), "l"(db), "r"(accumulate));
-  }
-}
-
-// d (+)= A B, m64n32k16, A from registers (mma.m16n8k16 A fragments of the warp's 16 rows), B^T from shared memory.
-template <bool BF16>
-__device__ __forceinline__ void mma_rs_n32(float (&d)[16], const uint32_t (&a)[4], uint64_t db, int accumulate) {
-  if constexpr (BF16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FGDN_WG_D16_STR
-        ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-        : FGDN_WG_D16
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " FGDN_WG_D16_STR
-        ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-        : FGDN_WG_D16
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
-  }
-}
-
 #define FGDN_WG_D32                                                                                           \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
       "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
@@ -119,8 +73,10 @@ __device__ __forceinline__ void mma_rs_n32(float (&d)[16], const uint32_t (&a)[4
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31}"
 
-// m64n64k16 with A from shared memory: the accumulator layout of mma_ss_n32 over 8 column groups (d[4 jn + e],
-// jn = 0..7), B^T [64][16].
+// d (+)= A B, m64n64k16, A [64][16] and B^T [64][16] from shared memory (K-major descriptors). The accumulator of
+// warp w of the warpgroup: d[4 jn + e] is row 16 w + lane / 4 + 8 (e / 2), column 8 jn + 2 (lane % 4) + e % 2
+// (jn = 0..7). accumulate = 0 overwrites d: a fresh accumulator needs no zeroing instructions, which would otherwise
+// sit inside a wgmma group and make ptxas serialize it.
 template <bool BF16>
 __device__ __forceinline__ void mma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
   if constexpr (BF16) {
@@ -138,7 +94,7 @@ __device__ __forceinline__ void mma_ss_n64(float (&d)[32], uint64_t da, uint64_t
   }
 }
 
-// m64n64k16 with A from registers (as mma_rs_n32).
+// d (+)= A B, m64n64k16, A from registers (mma.m16n8k16 A fragments of the warp's 16 rows), B^T from shared memory.
 template <bool BF16>
 __device__ __forceinline__ void mma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int accumulate) {
   if constexpr (BF16) {
@@ -158,29 +114,8 @@ __device__ __forceinline__ void mma_rs_n64(float (&d)[32], const uint32_t (&a)[4
   }
 }
 
-#undef FGDN_WG_D16
-#undef FGDN_WG_D16_STR
 #undef FGDN_WG_D32
 #undef FGDN_WG_D32_STR
-
-// The same products for N = 32 or 64 columns (d: N / 2 accumulators per thread), for kernels templated on the
-// width of a warpgroup's tile.
-template <bool BF16, int N>
-__device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int accumulate) {
-  static_assert(N == 32 || N == 64, "wgmma width 32 or 64");
-  if constexpr (N == 32)
-    mma_ss_n32<BF16>(d, da, db, accumulate);
-  else
-    mma_ss_n64<BF16>(d, da, db, accumulate);
-}
-template <bool BF16, int N>
-__device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int accumulate) {
-  static_assert(N == 32 || N == 64, "wgmma width 32 or 64");
-  if constexpr (N == 32)
-    mma_rs_n32<BF16>(d, a, db, accumulate);
-  else
-    mma_rs_n64<BF16>(d, a, db, accumulate);
-}
 
 // stmatrix x4 .trans: four 8x8 16-bit matrices held as ldmatrix / mma-accumulator fragments (register i: row
 // lane / 4, columns 2 (lane % 4), + 1 of matrix i) are stored transposed; lane l supplies the address of stored row
