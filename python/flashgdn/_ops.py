@@ -16,6 +16,7 @@ from ._frameworks import framework_of
 # change another thread's calls.
 _EXEC = contextvars.ContextVar("flashgdn_exec_options", default=None)
 _CPU_ALGOS = {"recurrent": 0, "chunked": 1}
+_EXEC_FIELDS = tuple(_C.options_fields("exec"))  # the order the extension reads an ExecOptions tuple in
 
 
 @contextlib.contextmanager
@@ -29,9 +30,10 @@ def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_
     P > 1 about P segments per sequence; 0: the plan's choice); mixer_split forces the CUDA mixer_decode V split
     (1, 2 or 4 CTAs per value head; 0: the plan's choice).
     """
-    # The fields of FLASHGDN_EXEC_OPTIONS in table order (flashgdn_ops.h); recurrent_kernel stays auto (0).
-    token = _EXEC.set((bool(check_indices), bool(cpu_fp64), _CPU_ALGOS[cpu_algo], int(cpu_threads), 0,
-                       int(chunk_fwd_segments), int(chunk_bwd_segments), int(mixer_split)))
+    given = dict(check_indices=bool(check_indices), cpu_fp64=bool(cpu_fp64), cpu_algo=_CPU_ALGOS[cpu_algo],
+                 cpu_threads=int(cpu_threads), chunk_fwd_segments=int(chunk_fwd_segments),
+                 chunk_bwd_segments=int(chunk_bwd_segments), mixer_split=int(mixer_split))
+    token = _EXEC.set(tuple(given.get(name, 0) for name in _EXEC_FIELDS))  # fields not named here: 0 (auto)
     try:
         yield
     finally:

@@ -425,6 +425,15 @@ nb::list signature(bool with_workspace) {
   return names;
 }
 
+// The field names of an options struct in the order read_scalar reads its tuple.
+template <class O>
+nb::list options_fields() {
+  nb::list names;
+  O o;
+  Options<O>::scalars([&](const char* name, const auto&) { names.append(name); }, o);
+  return names;
+}
+
 // Host cost of reading one call's tensors (bench/side_by_side.py reports it next to the full eager call).
 int64_t probe_views(nb::args tensors) {
   Keep keep;
@@ -484,6 +493,11 @@ NB_MODULE(_C, m) {
     if (op == "recurrent_commit") return signature<RecurrentCommitParams>(false);
     if (op == "mixer_decode") return signature<MixerDecodeParams>(false);
     throw nb::value_error(("signature: no op " + op).c_str());
+  });
+  m.def("options_fields", [](const std::string& which) -> nb::list {
+    if (which == "exec") return options_fields<ExecOptions>();
+    if (which == "gate") return options_fields<GateOptions>();
+    throw nb::value_error(("options_fields: no options struct " + which).c_str());
   });
   m.def("probe_views", &probe_views);
 }
