@@ -392,8 +392,10 @@ std::string describe(const RecurrentPlan& pl, const RecurrentDims& d) {
 // 32 state values a thread (80 registers, 6 CTAs of 128 threads per SM: 96 KB of fp32 state per SM), a half 64
 // (128 registers, 4 CTAs: 128 KB), the whole head one 256-thread CTA per SM (64 KB). Large batches (>= 2 waves of
 // 4 half-head CTAs per SM) are memory-bound: halves, for the most state bytes in flight per SM and half the
-// q/k conv and l2norm that every CTA recomputes. Smaller ones are latency-bound: the widest split that fits,
-// which spreads the heads over the most SMs with the least state per CTA (N = 1, Hv = 32: 128 CTAs).
+// q/k conv and l2norm that every CTA recomputes. Smaller ones are latency-bound: one CTA per head, which skips the
+// per-token cluster exchange (H200, Hqk = 16, Hv = 32, fp32 pool: N = 1 10.3 us against 12.0 / 11.9 for halves /
+// quarters, N = 8 23.2 against 28.4 / 28.8, N = 16 43.0 against 44.6 / 45.4; N = 32 and up halves win). Quarters
+// never win; they stay for exec.mixer_split.
 Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const DeviceFacts& dev, MixerDecodePlan* out) {
   const int64_t group = d.Hqk > 0 ? d.Hv / d.Hqk : 1;
   const int32_t s = p.exec.mixer_split;
@@ -409,16 +411,17 @@ Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const D
     pl.split = s;
     pl.why = detail::str_cat("exec.mixer_split = ", s);
   } else {
-    const int32_t widest = group * 4 <= kMixerMaxCluster ? 4 : group * 2 <= kMixerMaxCluster ? 2 : 1;
     const int64_t halves = d.N * d.Hv * 2;
-    if (widest >= 2 && halves >= 2 * 4 * int64_t(pl.sms)) {
+    if (group * 2 <= kMixerMaxCluster && halves >= 2 * 4 * int64_t(pl.sms)) {
       pl.split = 2;
       pl.why = detail::str_cat("N Hv 2 = ", halves, " half-head CTAs >= 2 waves of 4 per SM: memory-bound, halves");
     } else {
-      pl.split = widest;
-      pl.why = detail::str_cat("the widest split that fits a cluster of ", kMixerMaxCluster,
-                               " CTAs: (Hv / Hqk) * split = ", group, " * ", widest,
-                               widest >= 2 ? " (fewer than 2 waves of half-head CTAs)" : "");
+      pl.split = 1;
+      pl.why = group * 2 <= kMixerMaxCluster
+                   ? detail::str_cat("N Hv 2 = ", halves, " half-head CTAs < 2 waves of 4 per SM: latency-bound, ",
+                                     "one CTA per head")
+                   : detail::str_cat("(Hv / Hqk) * 2 = ", group * 2, " CTAs would exceed a cluster of ",
+                                     kMixerMaxCluster, ": one CTA per head");
     }
   }
   *out = std::move(pl);

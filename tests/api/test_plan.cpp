@@ -562,14 +562,14 @@ MixerDims mixer_dims(int64_t Hqk, int64_t Hv, int64_t N) {
 TEST(PlanMixerDecode, SplitByClusterAndBatch) {
   MixerDecodeParams p;
   // (value heads per key head, N) -> split, Hqk = 16 on 132 SMs: group * split <= 8; halves once N Hv 2 >= 2 * 4 *
-  // 132 = 1056 half-head CTAs, else the widest that fits.
+  // 132 = 1056 half-head CTAs, else one CTA per head.
   struct Want {
     int64_t group, N;
     int32_t split;
   };
-  const std::vector<Want> want = {{1, 1, 4},   {1, 32, 4}, {1, 33, 2},  {2, 1, 4},  {2, 8, 4},   {2, 16, 4},
-                                  {2, 17, 2},  {2, 64, 2}, {2, 256, 2}, {3, 1, 2},  {3, 256, 2}, {4, 1, 2},
-                                  {4, 256, 2}, {5, 1, 1},  {8, 1, 1},   {8, 256, 1}};
+  const std::vector<Want> want = {{1, 1, 1},   {1, 32, 1}, {1, 33, 2},  {2, 1, 1}, {2, 8, 1},   {2, 16, 1},
+                                  {2, 17, 2},  {2, 64, 2}, {2, 256, 2}, {3, 1, 1}, {3, 256, 2}, {4, 1, 1},
+                                  {4, 256, 2}, {5, 1, 1},  {5, 256, 1}, {8, 1, 1}, {8, 256, 1}};
   for (const Want& w : want) {
     MixerDecodePlan pl;
     ASSERT_TRUE(plan_mixer_decode(p, mixer_dims(16, 16 * w.group, w.N), DeviceFacts{kH200Sms}, &pl).ok());
