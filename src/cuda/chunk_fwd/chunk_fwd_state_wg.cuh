@@ -18,30 +18,39 @@
 //            of the swizzled k tile); U^T_hi, U^T_lo and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from
 //            registers), O stored; S0^T for the next chunk
 //
-// Synchronization per chunk: wait for the chunk's tiles (full), release them (empty, every thread after its own last
-// read), named barriers per warpgroup (R^T, diag(dk) U^T, U^T complete; the update read; S0^T complete). The causal
-// zero blocks of A diag(beta) and P are multiplied as zeros (a warpgroup instruction cannot skip one warp's block).
-// Work per chunk and CTA: 104 m64n64k16 = 13.6 MFLOP, ~3.3k cycles at the SM's dense rate. The chain of one chunk
-// step and its cost: docs/chunk_fwd.md "State pass". compute-sanitizer racecheck: clean (the 32-column form).
+// Loads: thread 0 copies a chunk's q, k, v tiles and record by TMA (every thread by cp.async where the chunk ends
+// inside the tensor, whose rows past the end must land as zeros). Synchronization per chunk: wait for the chunk's
+// tiles (full), release them (empty, every thread after its own last read), named barriers per warpgroup (R^T, diag(dk)
+// U^T, U^T complete; the update read; S0^T complete). The causal zero blocks of A diag(beta) and P are multiplied as
+// zeros (a warpgroup instruction cannot skip one warp's block). Work per chunk and CTA: 104 m64n64k16 = 13.6 MFLOP,
+// ~3.3k cycles at the SM's dense rate. The chain of one chunk step and its cost: docs/chunk_fwd.md "State pass".
+// compute-sanitizer racecheck: clean (the 32-column form).
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
 #include "cuda/common/mbarrier.cuh"
+#include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
 
 namespace flashgdn::cuda::chunk_detail {
 
 struct StateWgSmem {
-  static constexpr int LDV = kBV + 8;  // padded value rows: conflict-free 4-byte reads in the accumulator layout
-  unsigned char q[2][2][8192];         // [buffer][key half][64 tokens x 64 keys], swizzled
-  unsigned char k[2][2][8192];         // [buffer][key half][64 tokens x 64 keys], swizzled
-  unsigned char st[2][2][8192];        // [value half][key half][64 values x 64 keys]: S0^T (16-bit, gdn-math §10.2)
-  unsigned char rt[2][8192];           // [value half][64 values x 64 tokens]: R^T
-  unsigned char ut[2][2][8192];        // [value half][hi, lo][64 values x 64 tokens]: U^T
-  uint32_t rec[2][kRecBytes / 4];      // [buffer] the chunk's record (header | A diag(beta) | P)
-  uint16_t v[2][2][kC * LDV];          // [buffer][value half][token][64] value tile
-  uint64_t full[2];                    // [buffer] its tiles landed: 512 arrivals (one per thread, cp.async-triggered)
-  uint64_t empty[2];                   // [buffer] every thread is done reading it: 512 arrivals
+  unsigned char q[2][2][8192];     // [buffer][key half][64 tokens x 64 keys], swizzled
+  unsigned char k[2][2][8192];     // [buffer][key half][64 tokens x 64 keys], swizzled
+  unsigned char v[2][2][8192];     // [buffer][value half][64 tokens x 64 values], swizzled
+  unsigned char st[2][2][8192];    // [value half][key half][64 values x 64 keys]: S0^T (16-bit, gdn-math §10.2)
+  unsigned char rt[2][8192];       // [value half][64 values x 64 tokens]: R^T
+  unsigned char ut[2][2][8192];    // [value half][hi, lo][64 values x 64 tokens]: U^T
+  uint32_t rec[2][kRecBytes / 4];  // [buffer] the chunk's record (header | A diag(beta) | P)
+  uint64_t full[2];                // [buffer] its tiles landed: one arrival per thread (+ the TMA bytes)
+  uint64_t empty[2];               // [buffer] every thread is done reading it: one arrival per thread
+};
+
+// The tensor maps of the q, k and v tiles (boxes of 64 tokens x 64 elements of one head, 128-byte swizzle: the
+// layout of the shared-memory tiles above). on = 0: the host could not encode them; every chunk copies by cp.async.
+struct StateWgMaps {
+  CUtensorMap q, k, v;
+  int32_t on;
 };
 
 // Store a warp's 16-row block of an accumulator of NJ 8-column groups (rows 16 wi .., packed 16-bit pairs: x[jn][0]
@@ -123,10 +132,11 @@ constexpr int kStateWgThreads = 256;
 // SUMMARY: the summary mode of the split (no q, no output, no P U); a template parameter so that no wgmma group
 // has a data-dependent branch (ptxas serializes wgmma around accumulator moves at branch joins).
 template <bool BF16, bool SUMMARY>
-__global__ void __launch_bounds__(kStateWgThreads, 1) chunk_fwd_state_wg_kernel(const ChunkKernelArgs a) {
+__global__ void __launch_bounds__(kStateWgThreads, 1)
+    chunk_fwd_state_wg_kernel(const ChunkKernelArgs a, const __grid_constant__ StateWgMaps maps) {
   using E = typename Elem<BF16>::T;
   using P = Elem<BF16>;
-  constexpr int K = 128, LDV = StateWgSmem::LDV;
+  constexpr int K = 128;
   constexpr int NJ = kBV / 8, NTH = kStateWgThreads, HTH = NTH / 2;
   extern __shared__ unsigned char smem_raw[];
   // Aligned to 1024 bytes (the swizzle) by an offset from smem_raw, not by integer pointer arithmetic: the compiler
@@ -193,18 +203,53 @@ __global__ void __launch_bounds__(kStateWgThreads, 1) chunk_fwd_state_wg_kernel(
   const E* vbase = static_cast<const E*>(a.v) + bidx * a.v_sb + h * a.v_sh + vcol0;
   E* obase = static_cast<E*>(a.o) + bidx * a.o_sb + h * a.o_sh + vcol0 + cb;
 
-  // Every load of chunk ck into buffer bf (rows past the sequence end zero-filled by the same copies). The k and q
-  // vector kv of rows kr0 + (NTH / 16) p and the value vector vv of rows vr0 + (HTH / 8) p are this thread's for the
-  // whole walk, so a chunk's source addresses are its first row plus fixed steps (a 64-bit add per copy, no
+  // Every load of chunk ck into buffer bf, by one of two paths; both land the same tiles and complete full[bf] with
+  // one arrival per thread. TMA (a chunk of 64 valid rows, or one that ends at the tensor's end, past which the
+  // copies read zeros): thread 0 issues the record as one bulk copy and the q, k, v tiles as boxes of the tensor maps,
+  // the other threads only arrive. cp.async (a chunk that ends inside the tensor: the next sequence's or slack rows
+  // follow, which must land as zeros): every thread copies its share and arrives when its copies have landed. The k
+  // and q vector kv of rows kr0 + (NTH / 16) p and the value vector vv of rows vr0 + (HTH / 8) p are this thread's
+  // for the whole walk, so a chunk's source addresses are its first row plus fixed steps (a 64-bit add per copy, no
   // multiply); rows at or past nv read the chunk's first row (always valid) and land as zeros.
   const int kr0 = tid >> 4, kv = tid & 15, vr0 = (tid & (HTH - 1)) >> 3, vv = tid & 7;
   constexpr int kRecVec = static_cast<int>((has_output ? kRecBytes : kRecHdrBytes + kRecABytes) / 16);
   const int64_t kstep = (NTH / 16) * a.k_st, qstep = (NTH / 16) * a.q_st, vstep = (HTH / 8) * a.v_st;
-  auto issue = [&](int64_t ck, int bf) {
+  // chunks [c_begin, tma_end) go by TMA: the full ones, and a partial last one where the sequence ends the tensor
+  const int64_t tma_end = !maps.on ? 0 : t0 + len == a.T ? c_end : len / kC;
+  auto issue_tma = [&](int64_t ck, int bf) {
+    const int64_t tok = t0 + ck * kC;
+    const unsigned char* rsrc = a.rec + (chunk_slot(a, n, t0, ck) * a.Hv + h) * kRecBytes;
+    if (tid == 0) {
+      bool half_values[2];  // has_values of each half: thread 0 copies both halves' value tiles
+      int half_vcol[2];
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        const int t = blockIdx.z * 2 + x;
+        half_values[x] = t < ntiles && !(summary && t < K / 64);
+        half_vcol[x] = summary ? (t - K / 64) * kBV : t * kBV;
+      }
+      const uint32_t bytes = 16 * kRecVec + 8192 * ((has_output ? 4 : 2) + half_values[0] + half_values[1]);
+      tma::arrive_expect_tx(&sm.full[bf], bytes);
+      tma::load_bulk(sm.rec[bf], rsrc, 16 * kRecVec, &sm.full[bf]);
+      const int r = static_cast<int>(tok), b = static_cast<int>(bidx);
+#pragma unroll
+      for (int kh = 0; kh < 2; ++kh) {
+        tma::load_4d(sm.k[bf][kh], &maps.k, 64 * kh, r, hk, b, &sm.full[bf]);
+        if (has_output) tma::load_4d(sm.q[bf][kh], &maps.q, 64 * kh, r, hk, b, &sm.full[bf]);
+      }
+#pragma unroll
+      for (int x = 0; x < 2; ++x)
+        if (half_values[x]) tma::load_4d(sm.v[bf][x], &maps.v, half_vcol[x], r, h, b, &sm.full[bf]);
+    } else {
+      mbar::arrive(&sm.full[bf]);
+    }
+  };
+  auto issue_copy = [&](int64_t ck, int bf) {
     const int64_t tok = t0 + ck * kC;
     const int nv = len - ck * kC < kC ? static_cast<int>(len - ck * kC) : kC;  // the chunk's valid rows
+    const unsigned char* rsrc = a.rec + (chunk_slot(a, n, t0, ck) * a.Hv + h) * kRecBytes;
     {  // the record's first kRecVec vectors (copy_record's copies with a trip count independent of tid: unrolled)
-      const uint4* src = reinterpret_cast<const uint4*>(a.rec + (chunk_slot(a, n, t0, ck) * a.Hv + h) * kRecBytes);
+      const uint4* src = reinterpret_cast<const uint4*>(rsrc);
       uint4* dst = reinterpret_cast<uint4*>(sm.rec[bf]);
 #pragma unroll
       for (int p = 0; p < (kRecVec + NTH - 1) / NTH; ++p) {
@@ -231,11 +276,14 @@ __global__ void __launch_bounds__(kStateWgThreads, 1) chunk_fwd_state_wg_kernel(
       for (int p = 0; p < 512 / HTH; ++p) {
         const int r = vr0 + (HTH / 8) * p;
         const bool valid = r < nv;
-        cp_async16_zfill(&sm.v[bf][hf][r * LDV + vv * 8], valid ? vp : v0, valid);
+        cp_async16_zfill(&sm.v[bf][hf][wg::swz(r, vv)], valid ? vp : v0, valid);
         vp += vstep;
       }
     }
+    mbar::arrive_cp_async(&sm.full[bf]);
   };
+
+  auto issue = [&](int64_t ck, int bf) { ck < tma_end ? issue_tma(ck, bf) : issue_copy(ck, bf); };
 
   // ---- the pipeline. Buffer bf = i & 1 holds the q, k, v and record tiles of chunk i = c - c_begin: every thread
   // copies its share (cp.async) and arrives on full[bf] when its copies have landed; every thread arrives on
@@ -249,22 +297,25 @@ __global__ void __launch_bounds__(kStateWgThreads, 1) chunk_fwd_state_wg_kernel(
   }
   wg::fence_async_smem();  // the start state's S0^T (stmatrix) before the first wgmma read
   __syncthreads();         // the barriers are initialized; S0^T is complete
-  if (c_begin < c_end) {
-    issue(c_begin, 0);
-    mbar::arrive_cp_async(&sm.full[0]);
-  }
+  if (c_begin < c_end) issue(c_begin, 0);
 
   for (int64_t c = c_begin; c < c_end; ++c) {
     const int i = static_cast<int>(c - c_begin), bf = i & 1;
     const int64_t tok0 = c * kC;
     const int64_t nvalid = (len - tok0) < kC ? (len - tok0) : kC;
-    // fill buffer bf ^ 1 with chunk c + 1 once every warp has released chunk c - 1 (a fill per thread and chunk: the
-    // full barrier counts every thread's arrival)
-    auto refill = [&]() {
-      if (c + 1 < c_end) {
+    // fill buffer bf ^ 1 with chunk c + 1 once every warp has released chunk c - 1 (its last user). By TMA: thread 0
+    // waits for the release and copies, under phase 1's products; by cp.async (rare: a chunk that ends inside the
+    // tensor) every thread, at the top of the chunk, where fewer registers are live than under phase 1.
+    auto refill_tma = [&]() {
+      if (c + 1 < c_end && c + 1 < tma_end) {
+        if (i > 0 && tid == 0) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
+        issue_tma(c + 1, bf ^ 1);
+      }
+    };
+    auto refill_copy = [&]() {
+      if (c + 1 < c_end && c + 1 >= tma_end) {
         if (i > 0) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
-        issue(c + 1, bf ^ 1);
-        mbar::arrive_cp_async(&sm.full[bf ^ 1]);
+        issue_copy(c + 1, bf ^ 1);
       }
     };
     // this thread is done reading buffer bf (its wgmma reads included: waited). Every thread releases its own reads:
@@ -273,9 +324,13 @@ __global__ void __launch_bounds__(kStateWgThreads, 1) chunk_fwd_state_wg_kernel(
     // (46 per run); the per-thread arrivals cost nothing measurable (4.79 vs 4.78 us per chunk, H200).
     auto release = [&]() { mbar::arrive(&sm.empty[bf]); };
     mbar::wait(&sm.full[bf], (i >> 1) & 1);
-    wg::fence_async_smem();  // the landed tiles (generic proxy) before this thread's wgmma reads them (async proxy)
-    if (!computes) {         // (the last half of an odd summary, M of a decay window: loads and releases, no reads)
-      refill();
+    // tiles landed by cp.async (generic proxy) before this thread's wgmma reads them (async proxy); TMA tiles need
+    // no fence (both proxies async, the barrier's completion makes them visible), and the fence would wait for this
+    // thread's o stores of the previous chunk (its MEMBAR)
+    if (c >= tma_end) wg::fence_async_smem();
+    refill_copy();
+    if (!computes) {  // (the last half of an odd summary, M of a decay window: loads and releases, no reads)
+      refill_tma();
       release();
       continue;
     }
@@ -290,13 +345,14 @@ __global__ void __launch_bounds__(kStateWgThreads, 1) chunk_fwd_state_wg_kernel(
     float(&ov)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(o);
     // this thread's values of the chunk (rows r0, r1; packed pairs, zero for the summary's M tiles)
     uint32_t vr[NJ][2];
-    auto load_v = [&]() {
-      const uint16_t* vt = sm.v[bf][hf];
+    auto load_v = [&]() {  // ldmatrix of the swizzled tile: matrices (rows 16 wi (+ 8), columns 8 jn (+ 8))
+      const unsigned char* vt = sm.v[bf][hf];
+      const int row = 16 * wi + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
-      for (int jn = 0; jn < NJ; ++jn) {
-        const int j = cb + 8 * jn + 2 * t4;
-        vr[jn][0] = has_values ? *reinterpret_cast<const uint32_t*>(&vt[r0 * LDV + j]) : 0u;
-        vr[jn][1] = has_values ? *reinterpret_cast<const uint32_t*>(&vt[r1 * LDV + j]) : 0u;
+      for (int jp = 0; jp < NJ / 2; ++jp) {
+        uint32_t f[4] = {0u, 0u, 0u, 0u};
+        if (has_values) ldsm_x4(f, vt + wg::swz(row, 2 * jp + (lane >> 4)));
+        vr[2 * jp][0] = f[0], vr[2 * jp][1] = f[1], vr[2 * jp + 1][0] = f[2], vr[2 * jp + 1][1] = f[3];
       }
     };
     {
@@ -318,7 +374,7 @@ __global__ void __launch_bounds__(kStateWgThreads, 1) chunk_fwd_state_wg_kernel(
       }
       // the loads of chunk c + 1 are issued while the tensor cores run phase 1 (the issue slots are idle here), and
       // the values are read before the wait
-      refill(), load_v();
+      refill_tma(), load_v();
       if constexpr (has_output)
         wg::wait1();  // K S0 done, Q S0 may still run
       else
@@ -490,8 +546,13 @@ int launch_chunk_state_wg_mode(const ChunkKernelArgs& a, int64_t items, int64_t 
   static std::atomic<uint64_t> done_mask{0};
   if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16, SUMMARY>, smem, done_mask)) return e;
   if (items <= 0 || a.Hv <= 0 || tiles <= 0) return 0;
+  StateWgMaps maps{};
+  const uint32_t box[4] = {64, 64, 1, 1};  // 64 elements (128 bytes) x 64 tokens of one head
+  maps.on = tma::encode_4d_b16(&maps.q, a.q, {128, a.T, a.Hqk, a.B}, {a.q_st, a.q_sh, a.q_sb}, box) &&
+            tma::encode_4d_b16(&maps.k, a.k, {128, a.T, a.Hqk, a.B}, {a.k_st, a.k_sh, a.k_sb}, box) &&
+            tma::encode_4d_b16(&maps.v, a.v, {a.V, a.T, a.Hv, a.B}, {a.v_st, a.v_sh, a.v_sb}, box);
   const dim3 grid(static_cast<unsigned>(items), static_cast<unsigned>(a.Hv), static_cast<unsigned>((tiles + 1) / 2));
-  chunk_fwd_state_wg_kernel<BF16, SUMMARY><<<grid, kStateWgThreads, smem, static_cast<cudaStream_t>(stream)>>>(a);
+  chunk_fwd_state_wg_kernel<BF16, SUMMARY><<<grid, kStateWgThreads, smem, static_cast<cudaStream_t>(stream)>>>(a, maps);
   return static_cast<int>(cudaGetLastError());
 }
 
