@@ -132,6 +132,48 @@ __device__ __forceinline__ void store4(void* base, DType dt, int64_t off, const 
   });
 }
 
+// ---- the bits first, the conversion at use -------------------------------------------------------------
+// A load whose widening sits inside the dtype branch waits for its data before the branch joins, so the next load
+// issues a round trip later. Latency-bound kernels (decode at small N) load the bits of every operand first and
+// widen them after their last load is issued.
+// 4 consecutive elements: fp32 in x..w; bf16 / f16 as two packed pairs in x, y (z = w = 0).
+__device__ __forceinline__ uint4 load4_bits(const void* base, DType dt, int64_t off) {
+  const bool b16 = dt == DType::bf16 || dt == DType::f16;
+  const unsigned char* p = static_cast<const unsigned char*>(base) + off * (b16 ? 2 : 4);
+  const uint2 lo = *reinterpret_cast<const uint2*>(p);
+  uint2 hi = make_uint2(0u, 0u);
+  if (!b16) hi = *reinterpret_cast<const uint2*>(p + 8);
+  return make_uint4(lo.x, lo.y, hi.x, hi.y);
+}
+__device__ __forceinline__ void from_bits4(DType dt, uint4 w, float (&x)[4]) {
+  with_storage(dt, [&](auto t) {
+    using T = typename decltype(t)::type;
+    if constexpr (std::is_same_v<T, float>) {
+      x[0] = __uint_as_float(w.x), x[1] = __uint_as_float(w.y), x[2] = __uint_as_float(w.z);
+      x[3] = __uint_as_float(w.w);
+    } else {
+      const float2 a = Storage<T>::to2(w.x), b = Storage<T>::to2(w.y);
+      x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+    }
+  });
+}
+// One element: fp32 bits, or the 16-bit element in the low half.
+__device__ __forceinline__ uint32_t load1_bits(const void* base, DType dt, int64_t off) {
+  if (dt == DType::bf16 || dt == DType::f16) return static_cast<const uint16_t*>(base)[off];
+  return static_cast<const uint32_t*>(base)[off];
+}
+__device__ __forceinline__ float from_bits1(DType dt, uint32_t w) {
+  return with_storage(dt, [&](auto t) {
+    using T = typename decltype(t)::type;
+    if constexpr (std::is_same_v<T, float>) {
+      return __uint_as_float(w);
+    } else {
+      const uint16_t b = static_cast<uint16_t>(w);
+      return Storage<T>::to(*reinterpret_cast<const T*>(&b));
+    }
+  });
+}
+
 // Index tensors are i32 or i64.
 __device__ __forceinline__ int64_t load_index(const void* base, bool i64, int64_t off) {
   return i64 ? static_cast<const int64_t*>(base)[off] : int64_t(static_cast<const int32_t*>(base)[off]);

@@ -183,6 +183,16 @@ struct TokLoads {
   float g, be;       // raw gate / beta (before gate_in_kernel / beta_sigmoid)
   int64_t wslot;     // protocol A: pool slot the state after this token goes to (-1: none)
 };
+// The same token's loads as bits (load4_bits / load1_bits), widened into TokLoads only after the state's loads are
+// issued: every load of the row then goes out in one round trip after the slot.
+template <int VN, bool KMAJ>
+struct TokBits {
+  uint4 q, k;
+  uint4 v4[KMAJ ? VN / 4 : 1];  // K-major: 4 consecutive columns per vector
+  uint32_t v1[KMAJ ? 1 : VN];   // V-major: one element per row
+  uint32_t g, be;
+  int64_t wslot;
+};
 
 }  // namespace direct
 
@@ -215,6 +225,7 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   constexpr bool kmaj = G::kmaj;
   constexpr int E = G::E, TPR = G::TPR, RPP = G::RPP, P = G::P, VN = G::VN, NW = direct::kWarps;
   using Tok = direct::TokLoads<VN>;
+  using Bits = direct::TokBits<VN, kmaj>;
 
   __shared__ __align__(16) float s_qk[NW][2][K];       // per warp: [0] q' = scale q^, [1] k^ (current token)
   __shared__ __align__(16) float s_red[2][NW][2][BV];  // K-major cross-warp partial sums, by token parity
@@ -248,25 +259,24 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   }
   if (a.inter && a.inter_indices) ib = load_index(a.inter_indices, a.ii_i64, n * a.ii_s);
 
-  // ---- one token's raw loads (row-relative token tr) ----
-  auto load_tok = [&](int64_t tr, Tok& x) {
+  // ---- one token's loads (row-relative token tr), as bits ----
+  auto load_tok = [&](int64_t tr, Bits& x) {
     const int64_t t = bos + tr;
+    x.q = x.k = make_uint4(0u, 0u, 0u, 0u);
     if (4 * lane < K) {
-      load4(a.q, a.qk_dtype, b * a.q_s[0] + t * a.q_s[1] + hq * a.q_s[2] + 4 * lane, x.q);
-      load4(a.k, a.qk_dtype, b * a.k_s[0] + t * a.k_s[1] + hq * a.k_s[2] + 4 * lane, x.k);
-    } else {
-      x.q[0] = x.q[1] = x.q[2] = x.q[3] = 0.f;
-      x.k[0] = x.k[1] = x.k[2] = x.k[3] = 0.f;
+      x.q = load4_bits(a.q, a.qk_dtype, b * a.q_s[0] + t * a.q_s[1] + hq * a.q_s[2] + 4 * lane);
+      x.k = load4_bits(a.k, a.qk_dtype, b * a.k_s[0] + t * a.k_s[1] + hq * a.k_s[2] + 4 * lane);
     }
     const int64_t v_off = b * a.v_s[0] + t * a.v_s[1] + h * a.v_s[2] + j0;
     if constexpr (kmaj) {
-      direct::load_n<E>(a.v, a.v_dtype, v_off + E * c, x.v);  // columns j0 + E c + e
+#pragma unroll
+      for (int m = 0; m < VN / 4; ++m) x.v4[m] = load4_bits(a.v, a.v_dtype, v_off + E * c + 4 * m);  // j0 + E c + ..
     } else {
 #pragma unroll
-      for (int p = 0; p < P; ++p) x.v[p] = load1(a.v, a.v_dtype, v_off + r0 + p * RPP);  // rows j0 + r0 + p RPP
+      for (int p = 0; p < P; ++p) x.v1[p] = load1_bits(a.v, a.v_dtype, v_off + r0 + p * RPP);  // rows j0 + r0 + p RPP
     }
-    x.g = a.g ? load1(a.g, a.g_dtype, b * a.g_s[0] + t * a.g_s[1] + h * a.g_s[2]) : 0.f;
-    x.be = a.beta ? load1(a.beta, a.beta_dtype, b * a.beta_s[0] + t * a.beta_s[1] + h * a.beta_s[2]) : 1.f;
+    x.g = a.g ? load1_bits(a.g, a.g_dtype, b * a.g_s[0] + t * a.g_s[1] + h * a.g_s[2]) : 0u;
+    x.be = a.beta ? load1_bits(a.beta, a.beta_dtype, b * a.beta_s[0] + t * a.beta_s[1] + h * a.beta_s[2]) : 0u;
     // Protocol A: the state after token tr goes to slot [n, tr] when that slot is valid (and tr < T_max).
     x.wslot = -1;
     if (has_pool && a.commit && a.T_max > 0 && tr < a.T_max) {
@@ -274,10 +284,28 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
       x.wslot = direct::slot_ok(s, a.slots, a.null_slot_is_invalid) ? s : -1;
     }
   };
+  auto widen = [&](const Bits& x, Tok& y) {
+    from_bits4(a.qk_dtype, x.q, y.q);
+    from_bits4(a.qk_dtype, x.k, y.k);
+    if constexpr (kmaj) {
+#pragma unroll
+      for (int m = 0; m < VN / 4; ++m) {
+        float f[4];
+        from_bits4(a.v_dtype, x.v4[m], f);
+        y.v[4 * m] = f[0], y.v[4 * m + 1] = f[1], y.v[4 * m + 2] = f[2], y.v[4 * m + 3] = f[3];
+      }
+    } else {
+#pragma unroll
+      for (int p = 0; p < P; ++p) y.v[p] = from_bits1(a.v_dtype, x.v1[p]);
+    }
+    y.g = a.g ? from_bits1(a.g_dtype, x.g) : 0.f;
+    y.be = a.beta ? from_bits1(a.beta_dtype, x.be) : 1.f;
+    y.wslot = x.wslot;
+  };
 
   // The first token's activations do not depend on the slot: request them before the slot-dependent loads.
-  Tok cur;
-  if (len > 0) load_tok(0, cur);
+  Bits cur_bits;
+  if (len > 0) load_tok(0, cur_bits);
 
   // ---- the row's start slot and validity (gdn-math §8.1, §8.2) ----
   int64_t slot = -1;
@@ -390,8 +418,10 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
 #pragma unroll 1
   for (int64_t tr = 0; tr < ntok; ++tr) {
     // The next token's loads fly during this token's math (registers stay in registers across tokens).
-    Tok nxt;
+    Bits nxt;
     if (MULTI && tr + 1 < ntok) load_tok(tr + 1, nxt);
+    Tok cur;
+    widen(cur_bits, cur);
 
     // ---- token staging, redundantly per warp (no barrier): q' = scale q^, k^, q'.k^, alpha, beta ----
     float rq, rk;
@@ -523,7 +553,7 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
         for (int p = 0; p < P; ++p) direct::store16(dst + tile_off(p, a.pool_s[2]), s[p]);
       }
     }
-    if constexpr (MULTI) cur = nxt;
+    if constexpr (MULTI) cur_bits = nxt;
   }
 
   // ---- final state: pool[slot] (1-D slots, commit) or final_state[n] (no pool) ----
