@@ -562,11 +562,13 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
                   using IT = typename decltype(it)::type;
                   wy::store_rows<IT, P>(static_cast<IT*>(a.inter) + ib + tr * a.inter_s[1], a.inter_s[3], s, odd());
                 });
-              const int64_t ws = s_ws[tb + t];
-              if (ws >= 0)  // protocol A
-                wy::store_rows<ST, P>(
-                    static_cast<ST*>(a.pool) + ws * a.pool_s[0] + r.h * a.pool_s[1] + tile_off(r, 0, a.pool_s[2]),
-                    a.pool_s[2], s, odd());
+              if (a.commit && a.T_max > 0) {  // protocol A (a uniform test: no slot load per token otherwise)
+                const int64_t ws = s_ws[tb + t];
+                if (ws >= 0)
+                  wy::store_rows<ST, P>(
+                      static_cast<ST*>(a.pool) + ws * a.pool_s[0] + r.h * a.pool_s[1] + tile_off(r, 0, a.pool_s[2]),
+                      a.pool_s[2], s, odd());
+              }
             }
           } else {
             const float dl = s_d[tb + tc - 1];  // e^{gamma_last}
