@@ -23,12 +23,14 @@
 //      loads. Barrier.
 //   2. token dots (per warp, its tokens): k_t.k_s and q'_t.k_s for all s (lane slices, one 32-value
 //      reduce-scatter), scaled into A[t][s], B[t][s]; per-token decay scalars.
-//      State reduction: sum over the thread's rows of S0 k_t, S0 q'_t, kGroup tokens at a time, reduce-scatter
-//      over the NL lanes that share the columns, per-warp partials to shared memory. Barrier.
+//      State reduction: sum over the thread's rows of S0 k_t, S0 q'_t, GR tokens at a time, reduce-scatter
+//      over the NL lanes that share the columns, per-warp partials to shared memory. Barrier. Both reduce-scatters
+//      are presorted (wy::rs_sum: operands loaded permuted, no selects).
 //   3. columns (warp 0, lane = column): sum the 4 warp partials, forward substitution for u, u and the state
 //      weights (u, or the closed-form e^{gamma_C - gamma_t} u) to shared memory. Barrier. Then o by every warp for
 //      a quarter of the tokens.
-//   4. state (every thread, its own rows): walk or closed form from k_t and the weights (shared).
+//   4. state (every thread, its own rows): walk or closed form from k_t and the weights (shared); the walk's
+//      per-token states go out as 16-byte stores (wy::store_rows).
 // Three barriers per chunk of 8 tokens (plus one before re-staging a next chunk); sums in a fixed order: bitwise
 // reproducible. A tile is owned by one CTA and read whole before its first store (protocol A is safe, §8.2).
 // V-major states are not covered (the reduction over K would be across lanes): recurrent.cu / wy_launch.cu
