@@ -595,6 +595,54 @@ TEST(CudaRecurrent, EveryKernelForced) {
     }
 }
 
+// The wy kernel's state stores (16-byte vectors; 16-bit rows traded between the lanes of a pair) on each of its tile
+// geometries (K = 128 at 32 and 16 columns per tile, K = 64 at 32), every storage dtype: intermediate states
+// without commit (protocol B, one row with an invalid buffer), protocol A with intermediate states (the pool slot of
+// token t holds the intermediate entry of token t bit for bit: both are the same fp32 state rounded once) and the
+// 1-D final commit.
+TEST(CudaRecurrent, WyStoresEveryTileAndDtype) {
+  FGDN_SKIP_WITHOUT_GPU();
+  struct Tile {
+    int64_t K, V, N, Hv;
+    const char* plan;  // the plan's tile, so that each geometry is reached
+  };
+  for (const Tile& g : {Tile{128, 128, 10, 8, "wy, 32 state columns"}, Tile{128, 64, 3, 4, "wy, 16 state columns"},
+                        Tile{64, 128, 3, 4, "wy, 32 state columns"}})
+    for (DType dt : {DType::f32, DType::bf16, DType::f16})
+      for (int proto = 0; proto < 3; ++proto) {
+        Spec s;
+        s.K = g.K, s.V = g.V, s.N = g.N, s.Hv = g.Hv, s.Hqk = g.Hv / 2, s.T = 12, s.act_dt = DType::bf16;
+        s.kernel = RecurrentKernel::wy;
+        if (proto == 0) s.inter = true, s.inter_dt = dt, s.commit = false, s.buf_set = {{1, 0, -1}};
+        if (proto == 1) s.inter = true, s.inter_dt = dt, s.pool_dt = dt, s.T_max = s.T, s.nacc = true;
+        if (proto == 2) s.pool_dt = dt;
+        SCOPED_TRACE(std::string(g.plan) + " K " + std::to_string(g.K) + " V " + std::to_string(g.V) + " dtype " +
+                     name_of(dt) + " case " + std::to_string(proto));
+        Inputs in = make(s);
+        OracleOut ref = run_oracle(s, in);
+        auto dev = prepare_device(s, in);
+        std::string plan;
+        ASSERT_TRUE(recurrent_plan(dev->p, &plan).ok());
+        EXPECT_NE(plan.find(g.plan), std::string::npos) << plan;
+        const Status st = recurrent(dev->p);
+        ASSERT_TRUE(st.ok()) << st.message();
+        device_sync();
+        download_outputs(*dev);
+        expect_match(s, in, dev->out, ref);
+        if (proto != 1) continue;
+        const int64_t per = in.pool.numel() / in.pool.shape[0];  // elements of a slot = of an entry's token
+        for (int64_t n = 0; n < s.N; ++n)
+          for (int64_t t = 0; t < s.T; ++t) {
+            const int64_t sl = int64_t(in.si.get(n * s.T_max + t)), b = int64_t(in.ii.get(n));
+            ASSERT_EQ(std::memcmp(dev->out.pool.bytes.data() + sl * per * dtype_size(dt),
+                                  dev->out.inter.bytes.data() + (b * s.T + t) * per * dtype_size(dt),
+                                  size_t(per * dtype_size(dt))),
+                      0)
+                << "row " << n << " token " << t << ": pool slot != intermediate entry";
+          }
+      }
+}
+
 TEST(CudaRecurrent, NoCommitLeavesPoolUntouched) {
   FGDN_SKIP_WITHOUT_GPU();
   Spec s;

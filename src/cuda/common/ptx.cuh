@@ -1,6 +1,6 @@
 // The PTX building blocks every kernel shares (sm_80+ / sm_90a): shared-memory addresses, cp.async copies and
-// their groups, named barriers, ldmatrix, mma.sync m16n8k16 (16-bit operands) and the 3xTF32 m16n8k8 product.
-// wgmma.cuh (Hopper warpgroup MMA) and mbarrier.cuh build on these.
+// their groups, 16-byte global stores, named barriers, ldmatrix, mma.sync m16n8k16 (16-bit operands) and the 3xTF32
+// m16n8k8 product. wgmma.cuh (Hopper warpgroup MMA) and mbarrier.cuh build on these.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,6 +40,12 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 __device__ __forceinline__ void cp_async_wait_all() {
   cp_async_wait<0>();
+}
+
+// One 16-byte global store of four 32-bit words (st.global.v4: the compiler may split a vector store through a
+// cast pointer into narrower ones).
+__device__ __forceinline__ void st_global_v4(void* p, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(x), "r"(y), "r"(z), "r"(w));
 }
 
 // Named barrier `id` (1-15; 0 is __syncthreads) over COUNT threads, a multiple of 32: ordering inside a group of

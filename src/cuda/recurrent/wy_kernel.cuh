@@ -23,12 +23,14 @@
 //      loads. Barrier.
 //   2. token dots (per warp, its tokens): k_t.k_s and q'_t.k_s for all s (lane slices, one 32-value
 //      reduce-scatter), scaled into A[t][s], B[t][s]; per-token decay scalars.
-//      State reduction: sum over the thread's rows of S0 k_t, S0 q'_t, kGroup tokens at a time, reduce-scatter
-//      over the NL lanes that share the columns, per-warp partials to shared memory. Barrier.
+//      State reduction: sum over the thread's rows of S0 k_t, S0 q'_t, GR tokens at a time, reduce-scatter
+//      over the NL lanes that share the columns, per-warp partials to shared memory. Barrier. Both reduce-scatters
+//      are presorted (wy::rs_sum: operands loaded permuted, no selects).
 //   3. columns (warp 0, lane = column): sum the 4 warp partials, forward substitution for u, u and the state
 //      weights (u, or the closed-form e^{gamma_C - gamma_t} u) to shared memory. Barrier. Then o by every warp for
 //      a quarter of the tokens.
-//   4. state (every thread, its own rows): walk or closed form from k_t and the weights (shared).
+//   4. state (every thread, its own rows): walk or closed form from k_t and the weights (shared); the walk's
+//      per-token states go out as 16-byte stores (wy::store_rows).
 // Three barriers per chunk of 8 tokens (plus one before re-staging a next chunk); sums in a fixed order: bitwise
 // reproducible. A tile is owned by one CTA and read whole before its first store (protocol A is safe, §8.2).
 // V-major states are not covered (the reduction over K would be across lanes): recurrent.cu / wy_launch.cu
@@ -70,6 +72,18 @@ __device__ __forceinline__ bool slot_ok(int64_t s, int64_t slots, bool null_inva
   return s >= 0 && s < slots && !(null_invalid && s == 0);
 }
 
+// Register pressure (128 per thread): what is derived from an opaque copy is recomputed where it is used instead of
+// being hoisted out of the tile loop and kept live (or spilled) through the staging, the kernel's register peak.
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(x));
+  return x;
+}
+__device__ __forceinline__ int32_t grid_ctas() {  // gridDim.x, read where it is used
+  int32_t g;
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(g));
+  return g;
+}
+
 // P contiguous floats of shared memory (16-byte aligned).
 template <int P>
 __device__ __forceinline__ void ld_rows(const float* p, float (&x)[P]) {
@@ -82,21 +96,56 @@ __device__ __forceinline__ void ld_rows(const float* p, float (&x)[P]) {
 
 // Reduce-scatter over the lanes that differ in the lane bits [LO, 32): on entry x[0, H) are a lane's partial
 // sums; on exit lane l holds in x[0, M / NL) the full sums of the flat indices (l / LO) M / NL + m (NL = 32 / LO).
-// Each step halves the vector: the lane with the step bit set keeps the upper half. H / 2 shuffles per step.
-template <int H, int MASK, int LO, int M>
+// Each step halves the vector: the lane with the step bit set keeps the upper half, H / 2 shuffles per step.
+// Presorted flat bits (PRE): the caller loaded its operands so that the lane's x[f] holds the flat index
+// f ^ (its own kept index & PRE); at a step on such a bit every lane keeps x[0, H / 2) and sends x[H / 2, H), with
+// the same operands in the same order as the selecting step (bitwise equal) and no selects.
+template <int H, int MASK, int LO, int PRE, int M>
 __device__ __forceinline__ void rs_sum(float (&x)[M], int lane) {
   if constexpr (MASK >= LO && H >= 2) {
-    const bool up = (lane & MASK) != 0;
+    if constexpr ((PRE & (H / 2)) != 0) {
 #pragma unroll
-    for (int m = 0; m < H / 2; ++m) {
-      const float send = up ? x[m] : x[m + H / 2];
-      const float keep = up ? x[m + H / 2] : x[m];
-      x[m] = keep + __shfl_xor_sync(0xffffffffu, send, MASK);
+      for (int m = 0; m < H / 2; ++m) x[m] = x[m] + __shfl_xor_sync(0xffffffffu, x[m + H / 2], MASK);
+    } else {
+      const bool up = (lane & MASK) != 0;
+#pragma unroll
+      for (int m = 0; m < H / 2; ++m) {
+        const float send = up ? x[m] : x[m + H / 2];
+        const float keep = up ? x[m + H / 2] : x[m];
+        x[m] = keep + __shfl_xor_sync(0xffffffffu, send, MASK);
+      }
     }
-    rs_sum<H / 2, MASK / 2, LO>(x, lane);
+    rs_sum<H / 2, MASK / 2, LO, PRE>(x, lane);
   }
 }
 
+// The thread's state (rows i0 .. i0 + P - 1, columns 4c .. 4c + 3 of the tile, fp32) to a K-major state of storage
+// type T in 16-byte stores, each element rounded once from fp32 (the cvt of store4). fp32: one store per row.
+// 16-bit: the lanes c and c ^ 1 (same rows, adjacent 4-column groups) trade half rows so that each stores 8
+// contiguous elements of one row: of the rows (m, m + 1) the even lane stores row m, the odd lane row m + 1, both at
+// columns 8 (c / 2) .. + 7; one shuffle per 32-bit word, the lane sends the half row its partner stores:
+//   even lane: row m     = {own x_m, partner's x_m}              sends its x_{m + 1}
+//   odd lane:  row m + 1 = {partner's x_{m + 1}, own x_{m + 1}}  sends its x_m
+// dst: the thread's element (i0, 4c); rs: the row stride in elements. Every lane of the warp calls it.
+template <class T, int P>
+__device__ __forceinline__ void store_rows(T* dst, int64_t rs, const float (&s)[P][4], bool odd) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      st_global_v4(dst + p * rs, __float_as_uint(s[p][0]), __float_as_uint(s[p][1]), __float_as_uint(s[p][2]),
+                   __float_as_uint(s[p][3]));
+  } else {
+    dst += odd ? rs - 4 : 0;  // the odd lane's element (i0 + 1, 4c - 4)
+#pragma unroll
+    for (int m = 0; m < P; m += 2) {
+      const uint32_t x0 = Storage<T>::from2(s[m][0], s[m][1]), x1 = Storage<T>::from2(s[m][2], s[m][3]);
+      const uint32_t y0 = Storage<T>::from2(s[m + 1][0], s[m + 1][1]), y1 = Storage<T>::from2(s[m + 1][2], s[m + 1][3]);
+      const uint32_t z0 = __shfl_xor_sync(0xffffffffu, odd ? x0 : y0, 1);
+      const uint32_t z1 = __shfl_xor_sync(0xffffffffu, odd ? x1 : y1, 1);
+      st_global_v4(dst + m * rs, odd ? z0 : x0, odd ? z1 : x1, odd ? y0 : z0, odd ? y1 : z1);
+    }
+  }
+}
 // One token's raw activations for the staging warp (lane slice of q and k, scalars).
 struct TokRaw {
   float q[4], k[4];
@@ -152,6 +201,8 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
   const int c = tid % TPR;  // column group: columns j0 + 4c .. + 3
   const int i0 = (tid / TPR) * P;
   const int rk = lane / TPR;  // rank among the NL lanes that share c (reduce-scatter)
+  // store_rows' lane parity (c & 1 = tid & 1): derived where it is used (registers)
+  auto odd = [&] { return (wy::opaque(tid) & 1) != 0; };
   const int nvt = a.V / BV;
   const int32_t ntiles = int32_t(a.N * a.Hv * nvt);  // < 2^31 (the launcher checks)
 
@@ -289,23 +340,28 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
     // token dots, per chunk: lane slices of k_t, q'_t against every k_s of the chunk, one reduce-scatter
     for (int t = warp; t < tsc; t += NW) {
       const int ch = t / C, tl = t % C;
+      // Lane l ends with flat index f = l / (16 / C) = [kind = f / C][s = f % C]; the 16 / C lanes holding the
+      // same f finish their sum with a butterfly over the low lane bits. Presorted (wy::rs_sum): x[kind][s] of
+      // the lane holds [kind ^ (f / C)][s ^ (f % C)], loaded from the permuted rows of s_tok.
+      constexpr int LO = 16 / C;
+      const int fx = lane / LO;
       float x[2 * C];
+      const char* tk = reinterpret_cast<const char*>(&s_tok[0][0][0]);
+      const uint32_t ko = uint32_t((SC + ch * C) * K + 4 * lane) * 4u;  // byte offset of s_tok[1][ch C][4 lane]
       float4 kt = make_float4(0.f, 0.f, 0.f, 0.f), qt = kt;
       if (4 * lane < K) {
-        kt = *reinterpret_cast<const float4*>(&s_tok[1][t][4 * lane]);
-        qt = *reinterpret_cast<const float4*>(&s_tok[0][t][4 * lane]);
+        kt = *reinterpret_cast<const float4*>(&s_tok[1 ^ (fx / C)][t][4 * lane]);  // k_t (q'_t where fx / C = 1)
+        qt = *reinterpret_cast<const float4*>(&s_tok[fx / C][t][4 * lane]);
       }
 #pragma unroll
       for (int sx = 0; sx < C; ++sx) {
         float4 ks = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (4 * lane < K) ks = *reinterpret_cast<const float4*>(&s_tok[1][ch * C + sx][4 * lane]);
+        if (4 * lane < K)  // &s_tok[1][ch C + (sx ^ fx % C)][4 lane]: the row's low bits are bits of the offset
+          ks = *reinterpret_cast<const float4*>(tk + ((ko | uint32_t(sx * K * 4)) ^ uint32_t(fx % C * K * 4)));
         x[sx] = fmaf(kt.x, ks.x, fmaf(kt.y, ks.y, fmaf(kt.z, ks.z, kt.w * ks.w)));
         x[C + sx] = fmaf(qt.x, ks.x, fmaf(qt.y, ks.y, fmaf(qt.z, ks.z, qt.w * ks.w)));
       }
-      // Lane l ends with flat index f = l / (16 / C) = [kind = f / C][s = f % C]; the 16 / C lanes holding the
-      // same f finish their sum with a butterfly over the low lane bits.
-      constexpr int LO = 16 / C;
-      wy::rs_sum<2 * C, 16, LO>(x, lane);
+      wy::rs_sum<2 * C, 16, LO, 2 * C - 1>(x, lane);
       if constexpr (LO > 1) x[0] = lane_sum<1, LO>(x[0]);
       const int f = lane / LO, sx = f % C;
       // gamma_t - gamma_s within the chunk
@@ -320,11 +376,12 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
   };
   // v_t of the superchunk for this tile's columns: one 4-vector per thread (SC x BV / 4 <= 128)
   auto stage_v = [&](const WyRow& r, int32_t sc0, int tsc) {
-    if (tid < tsc * TPR) {
-      const int64_t tok = r.bos + sc0 + tid / TPR;
+    const int x = wy::opaque(tid);
+    if (x < tsc * TPR) {
+      const int64_t tok = r.bos + sc0 + x / TPR;
       float vv[4];
-      load4(a.v, a.v_dtype, r.b * a.v_s[0] + tok * a.v_s[1] + r.h * a.v_s[2] + r.j0 + 4 * (tid % TPR), vv);
-      *reinterpret_cast<float4*>(&s_v[tid / TPR][4 * (tid % TPR)]) = make_float4(vv[0], vv[1], vv[2], vv[3]);
+      load4(a.v, a.v_dtype, r.b * a.v_s[0] + tok * a.v_s[1] + r.h * a.v_s[2] + r.j0 + 4 * (x % TPR), vv);
+      *reinterpret_cast<float4*>(&s_v[x / TPR][4 * (x % TPR)]) = make_float4(vv[0], vv[1], vv[2], vv[3]);
     }
   };
 
@@ -338,8 +395,8 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
   // at N = 256 slower grouped (2.23 ms) than ungrouped (1.55 ms), where neighbouring V-tiles run side by side.
   const bool grouped = nvt > 1 && nrows >= int32_t(gridDim.x) && a.inter == nullptr && !(a.commit && a.T_max > 0);
   auto next_tile = [&](int32_t t) -> int32_t {  // no overflow: ntiles + grid nvt < 2^31 (launcher)
-    if (!grouped) return t + int32_t(gridDim.x);
-    return t % nvt != nvt - 1 ? t + 1 : (t / nvt + int32_t(gridDim.x)) * nvt;
+    if (!grouped) return t + wy::grid_ctas();
+    return t % nvt != nvt - 1 ? t + 1 : (t / nvt + wy::grid_ctas()) * nvt;
   };
   int cur = 0;  // s_row[cur]: this tile's row (with its tile index)
   {
@@ -357,23 +414,14 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
     const WyRow& r = s_row[cur];
     const int32_t nxt = next_tile(r.tile);
     const bool has_next = nxt < ntiles;
+    // The next tile's index loads: issued once this tile's tokens are staged (not live through the staging, the
+    // register peak), used after the first chunk's barrier.
     WyIdx xn;
-    if (has_next) xn = issue(nxt);
     const bool run = r.valid && r.len > 0;
     // The row's token data are already staged when this is a later V-tile of a row of <= SC tokens.
     const bool reuse = grouped && r.tile % nvt != 0 && r.len <= SC;
 
-    // ---- this tile's state: stage -> registers (each thread reads back only its own vectors) ----
-    float s[P][4];
-    cp_async_wait<0>();
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      if (!r.load) {
-        s[p][0] = s[p][1] = s[p][2] = s[p][3] = 0.f;
-      } else {
-        load4(&s_stage[p][tid][0], s[p]);
-      }
-    }
+    cp_async_wait<0>();           // this tile's state is in the stage (run: r.load)
     auto prefetch_next = [&]() {  // after s[] is consumed from the stage (same thread, same vectors)
       if (has_next) {
         const WyRow rn = resolve(nxt, xn);
@@ -384,6 +432,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
     };
 
     if (!run) {  // an empty row touches nothing
+      if (has_next) xn = issue(nxt);
       prefetch_next();
       if (r.len > 0) {  // invalid row: exact zeros to its outputs, nothing else written
         const float z[4] = {0.f, 0.f, 0.f, 0.f};
@@ -393,29 +442,42 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
         }
       }
     } else {
+      // ---- this tile's state: stage -> registers (each thread reads back only its own vectors) ----
+      float s[P][4];
+#pragma unroll
+      for (int p = 0; p < P; ++p) load4(&s_stage[p][tid][0], s[p]);
 #pragma unroll 1
       for (int32_t sc0 = 0; sc0 < r.len; sc0 += SC) {
         const int tsc = int(r.len - sc0 < SC ? r.len - sc0 : SC);
         if (sc0 > 0) __syncthreads();  // every warp is done with the previous superchunk's shared data
         stage_v(r, sc0, tsc);
         if (sc0 > 0 || !reuse) stage_tokens(r, sc0, tsc);  // ends with a barrier
+        if (sc0 == 0 && has_next) xn = issue(nxt);
 #pragma unroll 1
         for (int ch = 0; ch < NCH && ch * C < tsc; ++ch) {
           const int tc = tsc - ch * C < C ? tsc - ch * C : C;
           const int tb = ch * C;        // the chunk's first token in the superchunk
           if (ch > 0) __syncthreads();  // the previous chunk's column phase is done with s_red
 
-// ---- S0^T k_t and S0^T q'_t over the thread's rows, GR tokens at a time ----
+          // ---- S0^T k_t and S0^T q'_t over the thread's rows, GR tokens at a time ----
+          // The kind (k, q') and token of the flat index rk KEEP ([kind][g][e] of 2 x GR x 4 accumulators) this
+          // lane keeps in the reduce-scatter: the presorted bits of wy::rs_sum, as a byte offset into s_tok. The kind
+          // and the token's low bits are bits of the offset of [kind][tok][i0] (tok = tb + t0 + g, tb + t0 a
+          // multiple of GR), so (offset | slot) ^ sw is one LOP3 per slot.
+          const int rkx = wy::opaque(rk);
+          const uint32_t sw = uint32_t((rkx * G::KEEP) / (4 * GR) * SC * K + (rkx * G::KEEP / 4) % GR * K) * 4u;
 #pragma unroll 1
           for (int t0 = 0; t0 < tc; t0 += GR) {
             float acc[M];
 #pragma unroll
             for (int m = 0; m < M; ++m) acc[m] = 0.f;
 #pragma unroll
-            for (int g = 0; g < GR; ++g) {
+            for (int g = 0; g < GR; ++g) {  // presorted: slot [kind][g] holds [kind][g] ^ (rk KEEP)
               float kr[P], qr[P];
-              wy::ld_rows<P>(&s_tok[1][tb + t0 + g][i0], kr);
-              wy::ld_rows<P>(&s_tok[0][tb + t0 + g][i0], qr);
+              const uint32_t o = uint32_t((tb + t0) * K + i0) * 4u;  // [0][tb + t0][i0]
+              const char* tk = reinterpret_cast<const char*>(&s_tok[0][0][0]);
+              wy::ld_rows<P>(reinterpret_cast<const float*>(tk + ((o | uint32_t((SC + g) * K * 4)) ^ sw)), kr);
+              wy::ld_rows<P>(reinterpret_cast<const float*>(tk + ((o | uint32_t(g * K * 4)) ^ sw)), qr);
 #pragma unroll
               for (int p = 0; p < P; ++p)
 #pragma unroll
@@ -424,8 +486,8 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
                   acc[(GR + g) * 4 + e] = fmaf(s[p][e], qr[p], acc[(GR + g) * 4 + e]);
                 }
             }
-            wy::rs_sum<M, 16, TPR>(acc, lane);  // over the NL lanes with this column group
-            const int f = rk * G::KEEP;         // flat index [kind][g][e] of acc[0]
+            wy::rs_sum<M, 16, TPR, (M - 1) & ~3>(acc, lane);  // over the NL lanes with this column group
+            const int f = rk * G::KEEP;                       // flat index [kind][g][e] of acc[0]
             float* dst = &s_red[warp][f / (GR * 4)][t0 + (f / 4) % GR][4 * c + f % 4];
             if constexpr (G::KEEP == 4)
               *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
@@ -483,6 +545,8 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
 
           // ---- state: walk (per-token stores) or closed form ----
           if (r.walk) {
+            // the thread's element of the row's intermediate entry, token 0
+            const int64_t ib = r.ibuf * a.inter_s[0] + r.h * a.inter_s[2] + tile_off(r, 0, a.inter_s[3]);
 #pragma unroll 1
             for (int t = 0; t < tc; ++t) {
               float kr[P];
@@ -495,16 +559,17 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s[p][e] = fmaf(kr[p], uu[e], al * s[p][e]);  // S = alpha S + k u^T
               const int64_t tr = sc0 + tb + t;                                           // row-relative token
-              if (r.ibuf >= 0 && tr < a.T_buf) {
-                const int64_t base = r.ibuf * a.inter_s[0] + tr * a.inter_s[1] + r.h * a.inter_s[2];
-#pragma unroll
-                for (int p = 0; p < P; ++p) store4(a.inter, a.inter_dtype, base + tile_off(r, p, a.inter_s[3]), s[p]);
-              }
-              const int64_t ws = s_ws[tb + t];
-              if (ws >= 0) {
-                ST* dst = static_cast<ST*>(a.pool) + ws * a.pool_s[0] + r.h * a.pool_s[1];
-#pragma unroll
-                for (int p = 0; p < P; ++p) store4(dst + tile_off(r, p, a.pool_s[2]), s[p]);
+              if (r.ibuf >= 0 && tr < a.T_buf)
+                with_storage(a.inter_dtype, [&](auto it) {  // typed 16-byte stores
+                  using IT = typename decltype(it)::type;
+                  wy::store_rows<IT, P>(static_cast<IT*>(a.inter) + ib + tr * a.inter_s[1], a.inter_s[3], s, odd());
+                });
+              if (a.commit && a.T_max > 0) {  // protocol A (a uniform test: no slot load per token otherwise)
+                const int64_t ws = s_ws[tb + t];
+                if (ws >= 0)
+                  wy::store_rows<ST, P>(
+                      static_cast<ST*>(a.pool) + ws * a.pool_s[0] + r.h * a.pool_s[1] + tile_off(r, 0, a.pool_s[2]),
+                      a.pool_s[2], s, odd());
               }
             }
           } else {
@@ -529,11 +594,10 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
       }
 
       // ---- final state: pool[slot] (1-D slots, commit) ----
-      if (a.commit && a.T_max == 0) {
-        ST* dst = static_cast<ST*>(a.pool) + r.slot * a.pool_s[0] + r.h * a.pool_s[1];
-#pragma unroll
-        for (int p = 0; p < P; ++p) store4(dst + tile_off(r, p, a.pool_s[2]), s[p]);
-      }
+      if (a.commit && a.T_max == 0)
+        wy::store_rows<ST, P>(
+            static_cast<ST*>(a.pool) + r.slot * a.pool_s[0] + r.h * a.pool_s[1] + tile_off(r, 0, a.pool_s[2]),
+            a.pool_s[2], s, odd());
     }
     if (!has_next) break;
     __syncthreads();  // the next tile re-stages the shared token data and reads its row
