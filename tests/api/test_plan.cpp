@@ -760,7 +760,10 @@ TEST(PlanText, PublicApiPrintsThePlan) {
   ASSERT_TRUE(mixer_decode_plan(mp, &text).ok());
   EXPECT_NE(text.find("CPU backend"), std::string::npos) << text;
   ASSERT_TRUE(mixer_decode_plan(mp, &text, kH200Sms).ok());
-  EXPECT_NE(text.find("V split: 2 CTAs"), std::string::npos) << text;  // 3 value heads per key head
+  EXPECT_NE(text.find("V split: 1 CTAs"), std::string::npos) << text;     // N = 3: latency-bound, one CTA per head
+  EXPECT_NE(text.find("clusters of 3 CTAs"), std::string::npos) << text;  // 3 value heads per key head
+  mp.exec.mixer_split = 2;
+  ASSERT_TRUE(mixer_decode_plan(mp, &text, kH200Sms).ok());
   EXPECT_NE(text.find("clusters of 6 CTAs"), std::string::npos) << text;
   mp.exec.mixer_split = 4;
   EXPECT_EQ(mixer_decode_plan(mp, &text, kH200Sms).code(), StatusCode::unsupported);
