@@ -57,7 +57,6 @@ struct Vec {                   // a [n] parameter vector of runtime dtype
   DType dt = DType::f32;
   int64_t s = 0;
   __device__ float at(int64_t i) const { return load1(data, dt, i * s); }
-  __device__ uint32_t bits(int64_t i) const { return load1_bits(data, dt, i * s); }  // widen with from_bits1(dt, ..)
 };
 
 struct MixerArgs {
@@ -263,15 +262,11 @@ __global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
     const int c = tid + kT * i;
     if (c >= kNC) break;
     const int64_t g = gch(c);
-    with_storage(p.conv_w_dt, [&](auto t) {  // one dtype branch around the channel's taps: their loads fly together
-      using T = typename decltype(t)::type;
-      const T* w = static_cast<const T*>(p.conv_w) + g * p.conv_w_s[0];
 #pragma unroll
-      for (int j = 0; j <= kMaxHist; ++j) {
-        if (j >= p.Kc) break;
-        taps[j][c] = Storage<T>::to(w[j * p.conv_w_s[1]]);
-      }
-    });
+    for (int j = 0; j <= kMaxHist; ++j) {
+      if (j >= p.Kc) break;
+      taps[j][c] = load1(p.conv_w, p.conv_w_dt, g * p.conv_w_s[0] + j * p.conv_w_s[1]);
+    }
     cbias[c] = p.conv_bias.data ? p.conv_bias.at(g) : 0.f;
   }
   if constexpr (SPLIT == 1) cluster_arrive();  // this CTA has read its conv windows
@@ -292,12 +287,9 @@ __global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
     if (tid == kT - 1) {  // the gates of (token, head), fp32, their loads beside the x loads
       const int64_t ai = bi * p.a_s[0] + tok * p.a_s[1] + h * p.a_s[2];
       const int64_t bj = bi * p.b_s[0] + tok * p.b_s[1] + h * p.b_s[2];
-      // every load's bits first: a widening inside its dtype branch would make the next load wait a round trip
-      const uint32_t ra = load1_bits(p.a, p.a_dt, ai), rb = load1_bits(p.b, p.b_dt, bj), rl = p.A_log.bits(h);
-      const uint32_t rd = p.dt_bias.data ? p.dt_bias.bits(h) : 0u;
-      const float bias_h = p.dt_bias.data ? from_bits1(p.dt_bias.dt, rd) : 0.f;
-      gates[0] = expf(gate_from_raw(from_bits1(p.a_dt, ra), from_bits1(p.A_log.dt, rl), bias_h, p.sp_beta, p.sp_thr));
-      gates[1] = beta_from_raw(from_bits1(p.b_dt, rb), p.allow_neg);
+      const float bias_h = p.dt_bias.data ? p.dt_bias.at(h) : 0.f;
+      gates[0] = expf(gate_from_raw(load1(p.a, p.a_dt, ai), p.A_log.at(h), bias_h, p.sp_beta, p.sp_thr));
+      gates[1] = beta_from_raw(load1(p.b, p.b_dt, bj), p.allow_neg);
     }
 #pragma unroll 1
     for (int i = 0; i < C::kConvIters; ++i) {
