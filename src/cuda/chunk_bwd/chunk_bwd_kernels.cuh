@@ -980,12 +980,14 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns, one 32-bit store (dv is dense, of type E)
           const int row = frag_row(m0, lane, e), j = frag_col(n0v, nt, lane, e);
           vp[e >> 1] = fmaf(tof(s.v[row][j]), acc[nt][e], vp[e >> 1]);
-          if (row < cur.cp.nv)
-            store1(a.dv, DType(a.io_dtype), cur.cp.b * a.dv_sb + (cur.cp.t0 + row) * a.dv_st + cur.h * a.dv_sh + j,
-                   s.b[row] * acc[nt][e]);
+          vp[e >> 1] = fmaf(tof(s.v[row][j + 1]), acc[nt][e + 1], vp[e >> 1]);
+          if (row < cur.cp.nv) {
+            E* const o = static_cast<E*>(a.dv) + cur.cp.b * a.dv_sb + (cur.cp.t0 + row) * a.dv_st + cur.h * a.dv_sh + j;
+            *reinterpret_cast<uint32_t*>(o) = Storage<E>::from2(s.b[row] * acc[nt][e], s.b[row] * acc[nt][e + 1]);
+          }
         }
       put_rows(3, qd, vp);
     }
