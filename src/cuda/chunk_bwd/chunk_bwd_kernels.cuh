@@ -457,7 +457,7 @@ __device__ __forceinline__ void first_product(FirstProduct& p, const OA& A, cons
     p.x0[nt][e / 2] = hom ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(&x0[r][j]);
   });
   float t[3][kBV / 16][4] = {};
-  warp_mma_terms<false, true, K, kBV / 32, 16>(t[0], t[1], t[2], A, B, f.m0, f.n0, lane);
+  warp_mma_terms<false, true, K, kBV / 32, 16, true>(t[0], t[1], t[2], A, B, f.m0, f.n0, lane);
   sum_terms(p.acc, t);
 }
 
@@ -543,7 +543,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
     __syncthreads();  // Ub complete; every warp's reads of Sb done
     {                 // S <- e_n S + K^T (diag(kb) U) (tensor cores, fp32 accumulation), in the registers
       float t[3][NT][4] = {}, acc[NT][4];
-      warp_mma_terms<true, true, kC, NT / 2, 16>(t[0], t[1], t[2], in_tile(g.k), Uv, sf.m0, sf.n0, lane);
+      warp_mma_terms<true, true, kC, NT / 2, 16, true>(t[0], t[1], t[2], in_tile(g.k), Uv, sf.m0, sf.n0, lane);
       sum_terms(acc, t);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -660,8 +660,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
     __syncthreads();  // dUb, Ob complete; every warp's reads of dSb done
     {  // dS_start = e_n dS + Q^T (diag(qg) dO) - W^T dU (tensor cores, fp32 accumulation), in the registers
       float t[3][NT][4] = {}, acc[NT][4];
-      if (!w.hom) warp_mma_terms<true, true, kC, NT / 2, 16>(t[0], t[1], t[2], in_tile(g.q), Ov, sf.m0, sf.n0, lane);
-      warp_mma_terms<true, true, kC, NT / 2, 16>(t[0], t[1], t[2], split_tile(g.W), dUv, sf.m0, sf.n0, lane);
+      if (!w.hom)
+        warp_mma_terms<true, true, kC, NT / 2, 16, true>(t[0], t[1], t[2], in_tile(g.q), Ov, sf.m0, sf.n0, lane);
+      warp_mma_terms<true, true, kC, NT / 2, 16, true>(t[0], t[1], t[2], split_tile(g.W), dUv, sf.m0, sf.n0, lane);
       sum_terms(acc, t);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)

@@ -97,8 +97,9 @@ __device__ __forceinline__ void load_frag(const InTile<__half>& t, int o, uint32
 // matrix l / 8; the matrices are a0..a3 (rows +8 for odd, k +8 for >= 2) and b0, b1 of tile u = 0, then of u = 1.
 // The three terms go to dlh (lo*hi), dhl (hi*lo) and dhh (hi*hi): one array for all three is the plain product
 // (warp_mma_t); three arrays make three independent MMA chains of KD / 16 steps each instead of one of up to
-// 3 KD / 16, for the latency-bound serial steps of the chains (summed by sum_terms, in a fixed order).
-template <bool AKM, bool BKN, int KD, int NP, int NS, class OA, class OB>
+// 3 KD / 16, for the latency-bound serial steps of the chains (summed by sum_terms, in a fixed order). FULL unrolls
+// the k loop (every fragment address an immediate offset from the lane's base; the chains' products), else by two.
+template <bool AKM, bool BKN, int KD, int NP, int NS, bool FULL = false, class OA, class OB>
 __device__ __forceinline__ void warp_mma_terms(float (&dlh)[2 * NP][4], float (&dhl)[2 * NP][4],
                                                float (&dhh)[2 * NP][4], const OA& a, const OB& b, int m0, int n0,
                                                int lane) {
@@ -107,7 +108,8 @@ __device__ __forceinline__ void warp_mma_terms(float (&dlh)[2 * NP][4], float (&
   const int bo = BKN ? (l7 + l8) * b.ld + n0 + l16 : (n0 + l7 + l16) * b.ld + l8;
   const int astep = AKM ? 16 * a.ld : 16, bstep = BKN ? 16 * b.ld : 16, bj = BKN ? NS : NS * b.ld;
   // An f16 operand is split in registers (twice the fragment registers): one k step at a time
-  constexpr int kUnroll = std::is_same_v<OA, InTile<__half>> || std::is_same_v<OB, InTile<__half>> ? 1 : 2;
+  constexpr int kUnroll =
+      std::is_same_v<OA, InTile<__half>> || std::is_same_v<OB, InTile<__half>> ? 1 : (FULL ? KD / 16 : 2);
 #pragma unroll(kUnroll)
   for (int k0 = 0; k0 < KD; k0 += 16) {
     uint32_t ah[4], al[4];
