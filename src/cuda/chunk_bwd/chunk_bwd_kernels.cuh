@@ -92,21 +92,36 @@ __device__ __forceinline__ void store_frags(float* dst, int ld, const float (&d)
 
 // cp.async copies of a chunk's tiles (16 bytes a copy; rows and sources 16-byte aligned: dense inputs, gdn-math
 // workspace records): the fp32 tile src[r][0..COLS) (row stride ld) into dst, and COLS columns from col0 of the
-// 16-bit rows t0 .. t0 + 63 of an input (row stride st), zeros past row nv (nothing read there).
+// 16-bit rows t0 .. t0 + 63 of an input (row stride st), zeros past row nv (nothing read there). Thread tid of NTH
+// copies the pieces tid + NTH j: NTH is a multiple of the pieces per row, so its pieces keep their columns and step
+// NTH / (pieces per row) rows at a time (a fixed trip count, one offset step a piece, no per-piece index math).
+template <int PER, int NTH>
+struct CopyPlan {
+  static constexpr int kRows = NTH / PER, kIters = kC * PER / NTH;
+  static_assert(NTH % PER == 0 && (kC * PER) % NTH == 0, "whole rows per pass");
+  int r0, i;  // the thread's first row; its column piece (x PER elements of 16 bytes)
+  __device__ __forceinline__ explicit CopyPlan(int tid) : r0(unsigned(tid) / PER), i(unsigned(tid) % PER) {}
+};
 template <int COLS, int LD>
 __device__ __forceinline__ void copy_f32_tile(float (*dst)[LD], const float* src, int64_t ld, int tid) {
-  for (int e = tid; e < kC * COLS / 4; e += kThreads) {
-    const int r = e / (COLS / 4), i = 4 * (e % (COLS / 4));
-    cp_async<16>(&dst[r][i], src + r * ld + i);
-  }
+  using Pl = CopyPlan<COLS / 4, kThreads>;
+  const Pl pl(tid);
+  int64_t o = int64_t(pl.r0) * ld + 4 * pl.i;
+#pragma unroll
+  for (int j = 0; j < Pl::kIters; ++j, o += Pl::kRows * ld)
+    cp_async<16>(&dst[pl.r0 + j * Pl::kRows][4 * pl.i], src + o);
 }
 template <class E, int COLS, int NTH = kThreads, int LD>
 __device__ __forceinline__ void copy_rows(E (*dst)[LD], const E* src, int64_t st, int64_t t0, int nv, int col0,
                                           int tid) {
-  for (int e = tid; e < kC * COLS / 8; e += NTH) {
-    const int r = e / (COLS / 8), i = 8 * (e % (COLS / 8));
+  using Pl = CopyPlan<COLS / 8, NTH>;
+  const Pl pl(tid);
+  int64_t o = (t0 + pl.r0) * st + col0 + 8 * pl.i;
+#pragma unroll
+  for (int j = 0; j < Pl::kIters; ++j, o += Pl::kRows * st) {
+    const int r = pl.r0 + j * Pl::kRows;
     const bool ok = r < nv;
-    cp_async16_zfill(&dst[r][i], src + (ok ? (t0 + r) * st + col0 + i : 0), ok);
+    cp_async16_zfill(&dst[r][8 * pl.i], ok ? src + o : src, ok);
   }
 }
 // The four rows of chunk record rec (gamma, rho_q, rho_k, beta: 64 floats each) into dst.
