@@ -178,7 +178,7 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
 // ---- chunk_bwd ------------------------------------------------------------------------------------------------
 namespace {
 
-// The segment count of the backward's chains. A chain CTA (8 warps, ~174 / ~195 KB of shared memory: one per SM)
+// The segment count of the backward's chains. A chain CTA (8 warps, ~152 / ~206 KiB of shared memory: one per SM)
 // walks the chunks of one (item, value head, 32 state columns); its summaries have (K + V) / 32 column CTAs per
 // (item, head), each priced at 0.9 of a walking CTA per chunk (no stores; the reverse chain's M columns skip the Q
 // product), in cheapest_segments' model per chain; the same P serves both chains (their costs scale alike). At one

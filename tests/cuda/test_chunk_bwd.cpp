@@ -343,6 +343,18 @@ TEST(CudaChunkBwd, LengthsAroundTheChunk) {
   for (int64_t T : {1, 63, 64, 65, 131}) check(bcase("len" + std::to_string(T), 1, T, 2, 4, 128, 128));
 }
 
+// A long unsplit walk (64 chain steps) under weak decay (~e^-0.6 a chunk): the chains carry their state in registers
+// from step to step, and every step's state reaches the gradients of the chunks after it.
+TEST(CudaChunkBwd, LongWalkWeakDecay) {
+  REQUIRE_GPU();
+  for (auto [K, V] : {std::pair<int64_t, int64_t>{128, 128}, {64, 64}}) {
+    BwdCase b = bcase("long_walk_k" + std::to_string(K) + "v" + std::to_string(V), 1, 4096 - 17, 1, 2, K, V);
+    b.c.g_scale = 0.02;
+    b.segments = 1;
+    check(b);
+  }
+}
+
 TEST(CudaChunkBwd, VarlenEmptySequencesAndSlackRows) {
   REQUIRE_GPU();
   BwdCase b = bcase("varlen_k128_slack", 1, 0, 2, 4, 128, 128);

@@ -92,21 +92,36 @@ __device__ __forceinline__ void store_frags(float* dst, int ld, const float (&d)
 
 // cp.async copies of a chunk's tiles (16 bytes a copy; rows and sources 16-byte aligned: dense inputs, gdn-math
 // workspace records): the fp32 tile src[r][0..COLS) (row stride ld) into dst, and COLS columns from col0 of the
-// 16-bit rows t0 .. t0 + 63 of an input (row stride st), zeros past row nv (nothing read there).
+// 16-bit rows t0 .. t0 + 63 of an input (row stride st), zeros past row nv (nothing read there). Thread tid of NTH
+// copies the pieces tid + NTH j: NTH is a multiple of the pieces per row, so its pieces keep their columns and step
+// NTH / (pieces per row) rows at a time (a fixed trip count, one offset step a piece, no per-piece index math).
+template <int PER, int NTH>
+struct CopyPlan {
+  static constexpr int kRows = NTH / PER, kIters = kC * PER / NTH;
+  static_assert(NTH % PER == 0 && (kC * PER) % NTH == 0, "whole rows per pass");
+  int r0, i;  // the thread's first row; its column piece (x PER elements of 16 bytes)
+  __device__ __forceinline__ explicit CopyPlan(int tid) : r0(unsigned(tid) / PER), i(unsigned(tid) % PER) {}
+};
 template <int COLS, int LD>
 __device__ __forceinline__ void copy_f32_tile(float (*dst)[LD], const float* src, int64_t ld, int tid) {
-  for (int e = tid; e < kC * COLS / 4; e += kThreads) {
-    const int r = e / (COLS / 4), i = 4 * (e % (COLS / 4));
-    cp_async<16>(&dst[r][i], src + r * ld + i);
-  }
+  using Pl = CopyPlan<COLS / 4, kThreads>;
+  const Pl pl(tid);
+  int64_t o = int64_t(pl.r0) * ld + 4 * pl.i;
+#pragma unroll
+  for (int j = 0; j < Pl::kIters; ++j, o += Pl::kRows * ld)
+    cp_async<16>(&dst[pl.r0 + j * Pl::kRows][4 * pl.i], src + o);
 }
 template <class E, int COLS, int NTH = kThreads, int LD>
 __device__ __forceinline__ void copy_rows(E (*dst)[LD], const E* src, int64_t st, int64_t t0, int nv, int col0,
                                           int tid) {
-  for (int e = tid; e < kC * COLS / 8; e += NTH) {
-    const int r = e / (COLS / 8), i = 8 * (e % (COLS / 8));
+  using Pl = CopyPlan<COLS / 8, NTH>;
+  const Pl pl(tid);
+  int64_t o = (t0 + pl.r0) * st + col0 + 8 * pl.i;
+#pragma unroll
+  for (int j = 0; j < Pl::kIters; ++j, o += Pl::kRows * st) {
+    const int r = pl.r0 + j * Pl::kRows;
     const bool ok = r < nv;
-    cp_async16_zfill(&dst[r][i], src + (ok ? (t0 + r) * st + col0 + i : 0), ok);
+    cp_async16_zfill(&dst[r][8 * pl.i], ok ? src + o : src, ok);
   }
 }
 // The four rows of chunk record rec (gamma, rho_q, rho_k, beta: 64 floats each) into dst.
@@ -315,11 +330,36 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
 }
 
 // ---- passes 2 and 3: the chains (grid (N, Hv, V / 32)) -------------------------------------------------------
-// The chunk products run on the tensor cores from ldmatrix tiles (warp_mma_t): the raw k, q, dO rows as stored, W
-// as the bf16 hi / lo pair prep stores, and per step the running state (or its gradient) and U (dU) split once.
-// The state and its gradient stay fp32 in shared memory and every update accumulates in fp32 (gdn-math §10.1).
+// The chunk products run on the tensor cores from ldmatrix tiles (warp_mma_terms): the raw k, q, dO rows as stored,
+// W as the bf16 hi / lo pair prep stores, and per step the running state (or its gradient) and U (dU) split once.
+// The running state (its gradient) is fp32 in the accumulator registers of its owning warps for the whole walk
+// (ChainFrag); every update accumulates in fp32 (gdn-math §10.1). Per step two barriers: the first product reads
+// the whole state (all keys), the second the whole U (dU: all rows), each written by every warp.
 constexpr int kLS = kBV + 4;       // row stride of the fp32 state-column tiles
 constexpr int kLB = tile_ld(kBV);  // row stride of the 16-bit state-column tiles
+
+// The K x kBV state of a chain CTA in registers: K / 16 key tiles (MT) of 16 keys, 128 / K warps each, NT column
+// tiles (8 wide) apiece; warp w holds keys m0 = 16 (w % MT) .., columns n0 = 8 NT (w / MT) .., fragment element e
+// of tile nt at key frag_row(m0, lane, e), column frag_col(n0, nt, lane, e). The same warp is the second product's
+// owner of those elements (S <- e_n S + K^T U), so the update never leaves the registers.
+template <int K>
+struct ChainFrag {
+  static constexpr int MT = K / 16, NT = kBV * MT / 64;
+  static_assert(kThreads == 256 && MT * (8 / MT) == 8 && 8 * NT * (8 / MT) == kBV && NT % 2 == 0,
+                "8 warps cover the state");
+  int m0, n0;
+  __device__ __forceinline__ explicit ChainFrag(int warp) : m0(16 * (warp % MT)), n0(8 * NT * (warp / MT)) {}
+};
+
+// f(nt, e, i, j) for each adjacent pair (elements e, e + 1, e even) of a warp's NT accumulator tiles at rows m0,
+// columns n0: row i, columns j and j + 1.
+template <int NT, class F>
+__device__ __forceinline__ void for_pairs(int m0, int n0, int lane, F&& f) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) f(nt, e, frag_row(m0, lane, e), frag_col(n0, nt, lane, e));
+}
 
 // W's record as prep stores it: hi [64][K], then lo [64][K] (bf16), both into tiles [2][64][K + 8].
 template <int K>
@@ -327,14 +367,6 @@ __device__ __forceinline__ void copy_w(__nv_bfloat16 (&dst)[2][kC][tile_ld(K)], 
   const auto* w = reinterpret_cast<const __nv_bfloat16*>(rec);
   copy_rows<__nv_bfloat16, K>(dst[0], w, K, 0, kC, 0, tid);
   copy_rows<__nv_bfloat16, K>(dst[1], w + kC * K, K, 0, kC, 0, tid);
-}
-// A fp32 state tile [K][kLS] split into the tile pair dst [2][K][kLB].
-template <int K>
-__device__ __forceinline__ void split_state(__nv_bfloat16 (&dst)[2][K][kLB], const float (&src)[K][kLS], int tid) {
-  for (int e = tid; e < K * kBV / 2; e += kThreads) {
-    const int i = e / (kBV / 2), jj = 2 * (e % (kBV / 2));
-    store_split2(&dst[0][0][0], &dst[1][0][0], i * kLB + jj, src[i][jj], src[i][jj + 1]);
-  }
 }
 
 // The chunk range of one chain CTA (ChainMode): a sequence's chunks [c_begin, c_end) and the CTA's kBV state
@@ -387,20 +419,68 @@ __device__ __forceinline__ float chain_start(const ChunkBwdArgs& a, const ChainW
   return edge ? edge[w.n * sn + h * sh + state_off(a.state_vmajor, sr, i, w.j0 + jj)] : 0.f;
 }
 
-// A summary CTA's result: its state columns into the item's [M | N].
+// A warp's state fragments x at the start of the walk (chain_start).
+template <int K, int V>
+__device__ __forceinline__ void chain_start_frags(float (&x)[ChainFrag<K>::NT][4], const ChunkBwdArgs& a,
+                                                  const ChainWork& w, bool reverse, int h, const float* edge,
+                                                  int64_t sn, int64_t sh, int64_t sr, ChainFrag<K> f, int lane) {
+  for_pairs<ChainFrag<K>::NT>(f.m0, f.n0, lane, [&](int nt, int e, int i, int j) {
+    x[nt][e] = chain_start<K, V>(a, w, reverse, h, edge, sn, sh, sr, i, j);
+    x[nt][e + 1] = chain_start<K, V>(a, w, reverse, h, edge, sn, sh, sr, i, j + 1);
+  });
+}
+
+// A summary CTA's result: its warps' state fragments into the item's [M | N].
 template <int K, int V>
 __device__ __forceinline__ void store_summary(const ChunkBwdArgs& a, const ChainWork& w, int h,
-                                              const float (&S)[K][kBV + 4], int tid) {
+                                              const float (&x)[ChainFrag<K>::NT][4], ChainFrag<K> f, int lane) {
   float* dst = chain_mn<K, V>(a, w.item, h) + (w.hom ? 0 : K) + w.j0;
-  for (int e = tid; e < K * kBV; e += kThreads) dst[(e / kBV) * (K + V) + e % kBV] = S[e / kBV][e % kBV];
+  for_pairs<ChainFrag<K>::NT>(f.m0, f.n0, lane, [&](int nt, int e, int i, int j) {
+    *reinterpret_cast<float2*>(dst + i * (K + V) + j) = make_float2(x[nt][e], x[nt][e + 1]);
+  });
+}
+
+// The first product's warp layout (both chains): 64 rows x kBV columns, warp w rows 16 (w % 4), columns kBV / 2
+// (w / 4) ..; and the row factor kb_r = rho_k,r e^{gamma_{n-1} - gamma_r} (0 past the chunk end) of its two rows
+// r = m0 + lane / 4 (+ 8), computed in registers from the record rows of the stage.
+struct RowFrag {
+  int m0, n0;
+  __device__ __forceinline__ explicit RowFrag(int warp) : m0(16 * (warp & 3)), n0((kBV / 2) * (warp >> 2)) {}
+};
+__device__ __forceinline__ void row_kb(float (&kb)[2], const float (&rows)[4][kC], float gl, int nv, int m0, int lane) {
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const int r = frag_row(m0, lane, 2 * q);
+    kb[q] = r < nv ? rows[2][r] * expf(gl - rows[0][r]) : 0.f;
+  }
+}
+
+// The first product of a chain step (both chains): acc = A B over K (tensor cores; the three split terms as
+// independent chains), its inhomogeneous term x0 (U0, dU0: an fp32 [64][kLS] stage tile; zeros for the M columns of
+// a summary, hom) read into registers ahead of it, and the step's factors e_n and kb (row_kb).
+struct FirstProduct {
+  float en, kb[2], acc[kBV / 16][4];
+  float2 x0[kBV / 16][2];
+};
+template <int K, class OA, class OB>
+__device__ __forceinline__ void first_product(FirstProduct& p, const OA& A, const OB& B, const float (&x0)[kC][kLS],
+                                              bool hom, const float (&rows)[4][kC], int nv, RowFrag f, int lane) {
+  const float gl = rows[0][nv - 1];
+  p.en = expf(gl);
+  row_kb(p.kb, rows, gl, nv, f.m0, lane);
+  for_pairs<kBV / 16>(f.m0, f.n0, lane, [&](int nt, int e, int r, int j) {
+    p.x0[nt][e / 2] = hom ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(&x0[r][j]);
+  });
+  float t[3][kBV / 16][4] = {};
+  warp_mma_terms<false, true, K, kBV / 32, 16, true>(t[0], t[1], t[2], A, B, f.m0, f.n0, lane);
+  sum_terms(p.acc, t);
 }
 
 // The state pass keeps two stages of chunk inputs: chunk c + 1's land by cp.async while chunk c is computed, so the
 // serial step waits on no global load.
 template <class E, int K>
 struct alignas(16) StateSmem {
-  float S[K][kLS];               // the running state's kBV columns
-  __nv_bfloat16 Sb[2][K][kLB];   // S split (hi, lo)
+  __nv_bfloat16 Sb[2][K][kLB];   // the running state's kBV columns, split (hi, lo): its warps' registers, per step
   __nv_bfloat16 Ub[2][kC][kLB];  // diag(kb) U of the chunk, these columns, split
   struct Stage {
     __nv_bfloat16 W[2][kC][tile_ld(K)];  // W of the chunk (hi, lo)
@@ -408,7 +488,6 @@ struct alignas(16) StateSmem {
     E k[kC][tile_ld(K)];                 // raw key rows, zero past the chunk end
     float rows[4][kC];                   // the record's gamma, rho_q, rho_k, beta
   } st[2];
-  float kb[kC];  // rho_k e^{gamma_{n-1} - gamma}: Kbar = diag(kb) K (0 past the chunk end)
 };
 
 // Issue the cp.async copies of chunk c's inputs (sequence n: batch sb, first token t0s, length len) into stage g.
@@ -425,12 +504,11 @@ __device__ __forceinline__ void state_prefetch(const ChunkBwdArgs& a, typename S
   cp_async_commit();
 }
 
+// Per step c: [barrier: stage c, Sb] U = U0 - W S0 -> Ub [barrier: Ub] S <- e_n S + K^T Ub in registers, then
+// S0 of chunk c + 1 split into Sb and stored (bf16, the hi part) from the same registers.
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const ChunkBwdArgs a) {
-  // The K x kBV state update: K / 16 row tiles (MT) of 16 keys; each takes 128 / K warps, NT column tiles apiece.
-  constexpr int MT = K / 16, NT = kBV * MT / 64;
-  static_assert(kThreads == 256 && MT * (8 / MT) == 8 && 8 * NT * (8 / MT) == kBV && NT % 2 == 0,
-                "8 warps cover the state");
+  constexpr int NT = ChainFrag<K>::NT;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<StateSmem<E, K>*>(smem_raw);
   const int h = blockIdx.y, tid = threadIdx.x;
@@ -441,82 +519,73 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
   const int j0 = w.j0;
   const bool sum = a.chain_mode == kChainSummary;  // a summary stores only its end state
   const SplitTile Sv = split_tile(s.Sb), Uv = split_tile(s.Ub);
-  for (int e = tid; e < K * kBV; e += kThreads)  // S = h0 (or 0), the scan's start state, or [I | 0]
-    s.S[e / kBV][e % kBV] = chain_start<K, V>(a, w, false, h, a.h0, a.h0_sn, a.h0_sh, a.h0_sr, e / kBV, e % kBV);
-  if (w.c_begin < w.c_end)
+  const ChainFrag<K> sf(warp);
+  const RowFrag uf(warp);
+  float S[NT][4];  // S = h0 (or 0), the scan's start state, or [I | 0]
+  chain_start_frags<K, V>(S, a, w, false, h, a.h0, a.h0_sn, a.h0_sh, a.h0_sr, sf, lane);
+  // S as the next product's operand (Sb) and, but for a summary, as S0 of chunk c in bf16 (pass 4 uses it only as
+  // a GEMM operand, gdn-math §10.2): the hi part of the split, from the registers
+  const auto put_state = [&](int64_t c) {
+    __nv_bfloat16* S0g = reinterpret_cast<__nv_bfloat16*>(a.S0) + (chunk_slot(a, n, st, c) * a.Hv + h) * (K * V) + j0;
+    for_pairs<NT>(sf.m0, sf.n0, lane, [&](int nt, int e, int i, int j) {
+      const Split2 x = split_pair<false>(S[nt][e], S[nt][e + 1]);
+      *reinterpret_cast<uint32_t*>(&s.Sb[0][i][j]) = x.hi;
+      *reinterpret_cast<uint32_t*>(&s.Sb[1][i][j]) = x.lo;
+      if (!sum) *reinterpret_cast<uint32_t*>(S0g + i * V + j) = x.hi;
+    });
+  };
+  if (w.c_begin < w.c_end) {
     state_prefetch<E, K, V>(a, s.st[w.c_begin & 1], n, sb, st, len, w.c_begin, h, j0, w.hom, tid);
+    put_state(w.c_begin);
+  }
   for (int64_t c = w.c_begin; c < w.c_end; ++c) {
     const int64_t rec = chunk_slot(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
-    __syncthreads();  // stage c & 1 landed (every thread's copies); S complete; the other stage, Ub, kb free
+    __syncthreads();  // stage c & 1 landed (every thread's copies); Sb complete; the other stage and Ub free
     if (c + 1 < w.c_end) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, w.hom, tid);
-    // S0 as bf16 (pass 4 uses it only as a GEMM operand, gdn-math §10.2): the hi part of the split, two columns a
-    // store
-    split_state<K>(s.Sb, s.S, tid);
-    __nv_bfloat16* S0g = reinterpret_cast<__nv_bfloat16*>(a.S0) + rec * (K * V);
-    for (int e = tid; e < K * kBV / 2 && !sum; e += kThreads) {
-      const int i = 2 * e / kBV, jj = 2 * e % kBV;
-      *reinterpret_cast<__nv_bfloat162*>(S0g + i * V + j0 + jj) = __floats2bfloat162_rn(s.S[i][jj], s.S[i][jj + 1]);
+    FirstProduct p;  // U = U0 - W S0
+    first_product<K>(p, split_tile(g.W), Sv, g.U0, w.hom, g.rows, nv, uf, lane);
+    {
+      float* Ug = a.U + rec * (kC * V) + j0;
+      for_pairs<kBV / 16>(uf.m0, uf.n0, lane, [&](int nt, int e, int r, int j) {
+        const float2 u0 = p.x0[nt][e / 2], uv = make_float2(u0.x - p.acc[nt][e], u0.y - p.acc[nt][e + 1]);
+        store_split2(&s.Ub[0][0][0], &s.Ub[1][0][0], r * kLB + j, p.kb[e / 2] * uv.x, p.kb[e / 2] * uv.y);
+        if (!sum) *reinterpret_cast<float2*>(Ug + r * V + j) = uv;
+      });
     }
-    const float gl = g.rows[0][nv - 1];
-    if (tid < kC) s.kb[tid] = tid < nv ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
-    __syncthreads();  // Sb, kb
-    {                 // U = U0 - W S0 (tensor cores): warp w, rows 16 (w % 4), columns kBV / 2 (w / 4) .. + kBV / 2
-      float acc[kBV / 16][4] = {};
-      const int m0 = 16 * (warp & 3), n0 = (kBV / 2) * (warp >> 2);
-      warp_mma_t<false, true, K, kBV / 32, 16>(acc, split_tile(g.W), Sv, m0, n0, lane);
-      float* Ug = a.U + rec * (kC * V);
-#pragma unroll
-      for (int nt = 0; nt < kBV / 16; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
-          const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
-          const float2 u0 = w.hom ? make_float2(0.f, 0.f) : make_float2(g.U0[r][jj], g.U0[r][jj + 1]);
-          const float2 uv = make_float2(u0.x - acc[nt][e], u0.y - acc[nt][e + 1]);
-          store_split2(&s.Ub[0][0][0], &s.Ub[1][0][0], r * kLB + jj, s.kb[r] * uv.x, s.kb[r] * uv.y);
-          if (!sum) *reinterpret_cast<float2*>(Ug + r * V + j0 + jj) = uv;
-        }
-    }
-    __syncthreads();
-    {  // S <- e_n S + K^T (diag(kb) U) (tensor cores, fp32 accumulation): warp w, keys 16 (w % MT), columns ..
-      const float en = expf(gl);
-      float acc[NT][4] = {};
-      const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
-      warp_mma_t<true, true, kC, NT / 2, 16>(acc, in_tile(g.k), Uv, m0, n0, lane);
+    __syncthreads();  // Ub complete; every warp's reads of Sb done
+    {                 // S <- e_n S + K^T (diag(kb) U) (tensor cores, fp32 accumulation), in the registers
+      float t[3][NT][4] = {}, acc[NT][4];
+      warp_mma_terms<true, true, kC, NT / 2, 16, true>(t[0], t[1], t[2], in_tile(g.k), Uv, sf.m0, sf.n0, lane);
+      sum_terms(acc, t);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float& sv = s.S[frag_row(m0, lane, e)][frag_col(n0, nt, lane, e)];
-          sv = fmaf(en, sv, acc[nt][e]);
-        }
+        for (int e = 0; e < 4; ++e) S[nt][e] = fmaf(p.en, S[nt][e], acc[nt][e]);
     }
+    if (c + 1 < w.c_end) put_state(c + 1);
   }
-  if (sum) {
-    __syncthreads();  // the last update of S
-    store_summary<K, V>(a, w, h, s.S, tid);
-  }
+  if (sum) store_summary<K, V>(a, w, h, S, sf, lane);
 }
 
-// The dstate pass: chunk c - 1's rows (k, q, dO, dU0, the record; two stages) land by cp.async while chunk c is
-// computed; W (one buffer, read only in the second product) lands while the first product runs.
+// The dstate pass: chunk c - 1's inputs (W, k, q, dO, dU0, the record; two stages) land by cp.async while chunk c is
+// computed.
 template <class E, int K>
 struct alignas(16) DStateSmem {
-  float dS[K][kLS];                    // gradient w.r.t. the running chunk-end state, kBV columns
-  __nv_bfloat16 dSb[2][K][kLB];        // dS split
-  __nv_bfloat16 dUb[2][kC][kLB];       // -dU of the chunk, these columns, split
-  __nv_bfloat16 Ob[2][kC][kLB];        // diag(qg) dO, these columns, split
-  __nv_bfloat16 W[2][kC][tile_ld(K)];  // W of the chunk (hi, lo)
-  float kb[kC], qg[kC];                // Kbar = diag(kb) K, scale Gamma Q^ = diag(qg) Q (0 past the chunk end)
+  __nv_bfloat16 dSb[2][K][kLB];   // the chunk-end gradient dS, kBV columns, split: its warps' registers, per step
+  __nv_bfloat16 dUb[2][kC][kLB];  // -dU of the chunk, these columns, split
+  __nv_bfloat16 Ob[2][kC][kLB];   // diag(qg) dO, these columns, split
   struct Stage {
+    __nv_bfloat16 W[2][kC][tile_ld(K)];      // W of the chunk (hi, lo)
     float dU0[kC][kLS];                      // scale P^T dO, these columns
     E k[kC][tile_ld(K)], q[kC][tile_ld(K)];  // raw rows, zero past the chunk end
     E dO[kC][kLB];                           // dO, these columns
     float rows[4][kC];                       // the record's gamma, rho_q, rho_k, beta
   } st[2];
 };
+static_assert(sizeof(DStateSmem<__nv_bfloat16, 128>) <= 227 * 1024, "dstate: one CTA's shared memory");
 
 template <class E, int K, int V>
 __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename DStateSmem<E, K>::Stage& g, int64_t n,
@@ -524,6 +593,7 @@ __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename 
                                                 bool hom, int tid) {
   const int64_t t0 = t0s + kC * c, rec = chunk_slot(a, n, t0s, c) * a.Hv + h;
   const int nv = int(len - kC * c < kC ? len - kC * c : kC), hk = h / a.group;
+  copy_w<K>(g.W, a.W + rec * (kC * K), tid);
   copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh, a.k_st, t0, nv, 0, tid);
   if (!hom) {  // M columns: dU0 = 0 and dO = 0
     copy_f32_tile<kBV>(g.dU0, a.dU + rec * (kC * V) + j0, V, tid);
@@ -534,9 +604,12 @@ __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename 
   cp_async_commit();
 }
 
+// Per step c (reverse): [barrier: stage c, dSb] dU = dU0 + diag(kb) K dS -> dUb, diag(qg) dO -> Ob [barrier]
+// dS <- e_n dS + Q^T Ob - W^T dUb in registers, then dS of chunk c - 1 split into dSb and stored from them.
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const ChunkBwdArgs a) {
-  constexpr int MT = K / 16, NT = kBV * MT / 64;  // the state's tiles, as in the state pass
+  constexpr int NT = ChainFrag<K>::NT;
+  constexpr bool kBf16 = std::is_same_v<E, __nv_bfloat16>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<DStateSmem<E, K>*>(smem_raw);
   const int h = blockIdx.y, tid = threadIdx.x;
@@ -546,81 +619,81 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
   const int64_t n = w.n, sb = w.sb, st = w.st, len = w.len;
   const int j0 = w.j0;
   const bool sum = a.chain_mode == kChainSummary;  // a summary stores only its end state
-  const SplitTile dSv = split_tile(s.dSb), dUv = split_tile(s.dUb), Ov = split_tile(s.Ob), Wv = split_tile(s.W);
-  for (int e = tid; e < K * kBV; e += kThreads)  // dS = dht (or 0), the scan's end gradient, or [I | 0]
-    s.dS[e / kBV][e % kBV] = chain_start<K, V>(a, w, true, h, a.dht, a.dht_sn, a.dht_sh, a.dht_sr, e / kBV, e % kBV);
-  if (w.c_begin < w.c_end)
+  const SplitTile dSv = split_tile(s.dSb), dUv = split_tile(s.dUb), Ov = split_tile(s.Ob);
+  const ChainFrag<K> sf(warp);
+  const RowFrag uf(warp);
+  float dS[NT][4];  // dS = dht (or 0), the scan's end gradient, or [I | 0]
+  chain_start_frags<K, V>(dS, a, w, true, h, a.dht, a.dht_sn, a.dht_sh, a.dht_sr, sf, lane);
+  // dS, the gradient w.r.t. chunk c's end state, as the next product's operand (dSb) and, but for a summary, into
+  // its record (fp32: it enters dg through <S0, dS>), from the registers
+  const auto put_grad = [&](int64_t c) {
+    float* dSg = a.dS + (chunk_slot(a, n, st, c) * a.Hv + h) * (K * V) + j0;
+    for_pairs<NT>(sf.m0, sf.n0, lane, [&](int nt, int e, int i, int j) {
+      store_split2(&s.dSb[0][0][0], &s.dSb[1][0][0], i * kLB + j, dS[nt][e], dS[nt][e + 1]);
+      if (!sum) *reinterpret_cast<float2*>(dSg + i * V + j) = make_float2(dS[nt][e], dS[nt][e + 1]);
+    });
+  };
+  if (w.c_begin < w.c_end) {
     dstate_prefetch<E, K, V>(a, s.st[(w.c_end - 1) & 1], n, sb, st, len, w.c_end - 1, h, j0, w.hom, tid);
+    put_grad(w.c_end - 1);
+  }
   for (int64_t c = w.c_end - 1; c >= w.c_begin; --c) {
     const int64_t rec = chunk_slot(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
-    __syncthreads();  // stage c & 1 landed (every thread's copies); dS complete; W, dUb, Ob, kb, qg, the other stage
-                      // free
-    copy_w<K>(s.W, a.W + rec * (kC * K), tid);
-    cp_async_commit();
+    __syncthreads();  // stage c & 1 landed (every thread's copies); dSb complete; dUb, Ob, the other stage free
     if (c > w.c_begin) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, w.hom, tid);
-    float* dSg = a.dS + rec * (K * V);
-    for (int e = tid; e < K * kBV && !sum; e += kThreads) dSg[(e / kBV) * V + j0 + e % kBV] = s.dS[e / kBV][e % kBV];
-    split_state<K>(s.dSb, s.dS, tid);
-    const float gl = g.rows[0][nv - 1];
-    if (tid < kC) {
-      const bool valid = tid < nv;
-      s.kb[tid] = valid ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
-      s.qg[tid] = valid ? a.scale * g.rows[1][tid] * expf(g.rows[0][tid]) : 0.f;
+    FirstProduct p;  // dU = scale P^T dO + diag(kb) K dS
+    first_product<K>(p, in_tile(g.k), dSv, g.dU0, w.hom, g.rows, nv, uf, lane);
+    {
+      float* dUg = a.dU + rec * (kC * V) + j0;
+      for_pairs<kBV / 16>(uf.m0, uf.n0, lane, [&](int nt, int e, int r, int j) {
+        const float2 d0 = p.x0[nt][e / 2];
+        const float kb = p.kb[e / 2];
+        const float2 uv = make_float2(fmaf(kb, p.acc[nt][e], d0.x), fmaf(kb, p.acc[nt][e + 1], d0.y));
+        store_split2(&s.dUb[0][0][0], &s.dUb[1][0][0], r * kLB + j, -uv.x, -uv.y);
+        if (!sum) *reinterpret_cast<float2*>(dUg + r * V + j) = uv;
+      });
     }
-    __syncthreads();  // dSb, kb, qg
-    {                 // dU = scale P^T dO + diag(kb) K dS (tensor cores): warp w, rows 16 (w % 4), column half w / 4
-      float acc[kBV / 16][4] = {};
-      const int m0 = 16 * (warp & 3), n0 = (kBV / 2) * (warp >> 2);
-      warp_mma_t<false, true, K, kBV / 32, 16>(acc, in_tile(g.k), dSv, m0, n0, lane);
-      float* dUg = a.dU + rec * (kC * V);
+    if (!w.hom) {  // diag(qg) dO, split (M columns: dO = 0): thread tid, row tid / 4, columns 8 (tid % 4) .. + 8
+      static_assert(kThreads * 8 == kC * kBV, "one 16-byte row piece per thread");
+      const int r = tid >> 2, j = 8 * (tid & 3);
+      const float qg = r < nv ? a.scale * g.rows[1][r] * expf(g.rows[0][r]) : 0.f;  // scale Gamma Q^ = diag(qg) Q
+      const uint4 x = *reinterpret_cast<const uint4*>(&g.dO[r][j]);
+      const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
+      uint32_t hi[4], lo[4];
 #pragma unroll
-      for (int nt = 0; nt < kBV / 16; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
-          const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
-          const float2 u0 = w.hom ? make_float2(0.f, 0.f) : make_float2(g.dU0[r][jj], g.dU0[r][jj + 1]);
-          const float2 uv = make_float2(fmaf(s.kb[r], acc[nt][e], u0.x), fmaf(s.kb[r], acc[nt][e + 1], u0.y));
-          store_split2(&s.dUb[0][0][0], &s.dUb[1][0][0], r * kLB + jj, -uv.x, -uv.y);
-          if (!sum) *reinterpret_cast<float2*>(dUg + r * V + j0 + jj) = uv;
-        }
+      for (int p = 0; p < 4; ++p) {
+        const float2 d = chunk_detail::Elem<kBf16>::unpack(xs[p]);
+        const Split2 y = split_pair<false>(qg * d.x, qg * d.y);
+        hi[p] = y.hi, lo[p] = y.lo;
+      }
+      *reinterpret_cast<uint4*>(&s.Ob[0][r][j]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(&s.Ob[1][r][j]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
-    for (int e = tid; e < kC * kBV / 2 && !w.hom; e += kThreads) {  // diag(qg) dO, split (M columns: dO = 0)
-      const int r = e / (kBV / 2), jj = 2 * (e % (kBV / 2));
-      store_split2(&s.Ob[0][0][0], &s.Ob[1][0][0], r * kLB + jj, s.qg[r] * tof(g.dO[r][jj]),
-                   s.qg[r] * tof(g.dO[r][jj + 1]));
-    }
-    if (c > w.c_begin)
-      cp_async_wait<1>();  // W landed (the next stage may still be in flight)
-    else
-      cp_async_wait_all();
-    __syncthreads();  // dUb, Ob, W
-    {  // dS_start = e_n dS + Q^T (diag(qg) dO) - W^T dU (tensor cores, fp32 accumulation): keys 16 (w % MT) ..
-      const float en = expf(gl);
-      float acc[NT][4] = {};
-      const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
-      if (!w.hom) warp_mma_t<true, true, kC, NT / 2, 16>(acc, in_tile(g.q), Ov, m0, n0, lane);
-      warp_mma_t<true, true, kC, NT / 2, 16>(acc, Wv, dUv, m0, n0, lane);
+    __syncthreads();  // dUb, Ob complete; every warp's reads of dSb done
+    {  // dS_start = e_n dS + Q^T (diag(qg) dO) - W^T dU (tensor cores, fp32 accumulation), in the registers
+      float t[3][NT][4] = {}, acc[NT][4];
+      if (!w.hom)
+        warp_mma_terms<true, true, kC, NT / 2, 16, true>(t[0], t[1], t[2], in_tile(g.q), Ov, sf.m0, sf.n0, lane);
+      warp_mma_terms<true, true, kC, NT / 2, 16, true>(t[0], t[1], t[2], split_tile(g.W), dUv, sf.m0, sf.n0, lane);
+      sum_terms(acc, t);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float& sv = s.dS[frag_row(m0, lane, e)][frag_col(n0, nt, lane, e)];
-          sv = fmaf(en, sv, acc[nt][e]);
-        }
+        for (int e = 0; e < 4; ++e) dS[nt][e] = fmaf(p.en, dS[nt][e], acc[nt][e]);
     }
+    if (c > w.c_begin) put_grad(c - 1);
   }
   if (sum) {
-    __syncthreads();  // the last update of dS
-    store_summary<K, V>(a, w, h, s.dS, tid);
+    store_summary<K, V>(a, w, h, dS, sf, lane);
   } else if (a.dh0 && w.seg == 0) {  // dh0 = dS_start of the first chunk (dht, or 0, for an empty sequence)
-    __syncthreads();
-    for (int e = tid; e < K * kBV; e += kThreads) {
-      const int i = e / kBV, jj = e % kBV;
-      a.dh0[n * a.dh0_sn + h * a.dh0_sh + state_off(a.state_vmajor, a.dh0_sr, i, j0 + jj)] = s.dS[i][jj];
-    }
+    for_pairs<NT>(sf.m0, sf.n0, lane, [&](int nt, int e, int i, int j) {
+      float* d = a.dh0 + n * a.dh0_sn + h * a.dh0_sh;
+      d[state_off(a.state_vmajor, a.dh0_sr, i, j0 + j)] = dS[nt][e];
+      d[state_off(a.state_vmajor, a.dh0_sr, i, j0 + j + 1)] = dS[nt][e + 1];
+    });
   }
 }
 
