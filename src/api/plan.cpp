@@ -178,7 +178,7 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
 // ---- chunk_bwd ------------------------------------------------------------------------------------------------
 namespace {
 
-// The segment count of the backward's chains. A chain CTA (8 warps, ~174 / ~195 KB of shared memory: one per SM)
+// The segment count of the backward's chains. A chain CTA (8 warps, ~152 / ~206 KiB of shared memory: one per SM)
 // walks the chunks of one (item, value head, 32 state columns); its summaries have (K + V) / 32 column CTAs per
 // (item, head), each priced at 0.9 of a walking CTA per chunk (no stores; the reverse chain's M columns skip the Q
 // product), in cheapest_segments' model per chain; the same P serves both chains (their costs scale alike). At one
@@ -214,7 +214,9 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
   const int64_t slots = d.varlen ? d.N + ceil_div(d.T, kChunkFwdChunk) : d.B * ceil_div(d.T, kChunkFwdChunk);
   std::string s = str_cat("chunk_bwd on CUDA, ", pl.sms, " SMs: N = ", d.N, " sequences, T = ", d.T, ", Hqk = ", d.Hqk,
                           ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, d.varlen ? " (varlen)" : "", "\n");
-  s += str_cat("  prep and grads passes: grid (", slots, ", ", d.Hv, "), one record per (chunk slot, value head)\n");
+  s += str_cat("  prep pass: grid (", slots, ", ", d.Hv,
+               "), one record per (chunk slot, value head); grads pass: ", std::min<int64_t>(slots * d.Hv, pl.sms),
+               " persistent CTAs over the ", slots * d.Hv, " records\n");
   if (!pl.split) {
     s += str_cat("  state and dstate chains: grid (", d.N, ", ", d.Hv, ", ", cols, "), every chunk of a sequence\n");
   } else {

@@ -343,6 +343,18 @@ TEST(CudaChunkBwd, LengthsAroundTheChunk) {
   for (int64_t T : {1, 63, 64, 65, 131}) check(bcase("len" + std::to_string(T), 1, T, 2, 4, 128, 128));
 }
 
+// A long unsplit walk (64 chain steps) under weak decay (~e^-0.6 a chunk): the chains carry their state in registers
+// from step to step, and every step's state reaches the gradients of the chunks after it.
+TEST(CudaChunkBwd, LongWalkWeakDecay) {
+  REQUIRE_GPU();
+  for (auto [K, V] : {std::pair<int64_t, int64_t>{128, 128}, {64, 64}}) {
+    BwdCase b = bcase("long_walk_k" + std::to_string(K) + "v" + std::to_string(V), 1, 4096 - 17, 1, 2, K, V);
+    b.c.g_scale = 0.02;
+    b.segments = 1;
+    check(b);
+  }
+}
+
 TEST(CudaChunkBwd, VarlenEmptySequencesAndSlackRows) {
   REQUIRE_GPU();
   BwdCase b = bcase("varlen_k128_slack", 1, 0, 2, 4, 128, 128);
@@ -544,6 +556,22 @@ TEST(CudaChunkBwd, DeterministicAndGraphReplayEqualsEager) {
   check_deterministic(b);
   b.c.name = "determinism_varlen_gqa_gate_split3";
   b.segments = 3;
+  check_deterministic(b);
+}
+
+// The grads pass is persistent (one CTA per SM walks the (chunk slot, value head) items with the next item's inputs
+// in flight): shapes of several items per CTA on any GPU, fixed length and varlen with slack slots (items without a
+// chunk, skipped by the walk), against the oracle; the varlen one also bitwise over repeated runs and graph replay.
+TEST(CudaChunkBwd, PersistentGradsManyItemsPerCta) {
+  REQUIRE_GPU();
+  check(bcase("persistent_b2_t1100_hv8", 2, 1100, 2, 8, 128, 128));           // 2 x 18 slots x 8 heads: 288 items
+  BwdCase b = bcase("persistent_f16_t3000_k128v64", 1, 3000, 4, 8, 128, 64);  // 47 x 8: 376 items
+  b.c.dtype = DType::f16;
+  check(b);
+  b = bcase("persistent_varlen_slack_gate_k64v128", 1, 0, 2, 8, 64, 128);
+  b.c.seqlens = {2000, 0, 1500, 77, 0, 600};  // (6 + 66) x 8: 576 items, slack slots among them
+  b.slack = 9;
+  b.gate = true;
   check_deterministic(b);
 }
 

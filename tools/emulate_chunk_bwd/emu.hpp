@@ -30,7 +30,7 @@ inline unsigned __cvta_generic_to_shared(const void*) {
   return 0;
 }
 alignas(16) inline unsigned char g_smem[240000];
-inline thread_local dim3 threadIdx, blockIdx;
+inline thread_local dim3 threadIdx, blockIdx, gridDim;
 inline std::barrier<>* g_bar = nullptr;
 inline std::vector<std::barrier<>*> g_wbar;  // one per warp
 inline float g_xch[1024];
@@ -159,6 +159,7 @@ void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
           th.emplace_back([&, t] {
             threadIdx = dim3(t, 0, 0);
             blockIdx = dim3(x, y, z);
+            gridDim = grid;
             kernel(args...);
             bar.arrive_and_drop();
             g_wbar[t / 32]->arrive_and_drop();

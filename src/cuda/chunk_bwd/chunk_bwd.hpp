@@ -9,7 +9,8 @@
 //             dU += Kbar dS, and dh0;
 //      (2 and 3 may each run as the segment split of gdn-math §6: summaries, a scan, all segments in parallel;
 //      ChainMode below, plan_chunk_bwd decides);
-//   4. grads  (every chunk and value head in parallel): dq, dk (per value head), dv, dbeta, dgamma -> dg (§7.3);
+//   4. grads  (persistent CTAs over every chunk and value head): dq, dk (per value head), dv, dbeta, dgamma -> dg
+//             (§7.3);
 //   5. small token kernels: the GQA sums and the l2norm chain (§7.5-7.6), the beta and gate chains (§7.7).
 // Every reduction runs in a fixed order: the gradients are bitwise reproducible.
 #pragma once

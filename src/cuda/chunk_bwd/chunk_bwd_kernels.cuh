@@ -92,21 +92,36 @@ __device__ __forceinline__ void store_frags(float* dst, int ld, const float (&d)
 
 // cp.async copies of a chunk's tiles (16 bytes a copy; rows and sources 16-byte aligned: dense inputs, gdn-math
 // workspace records): the fp32 tile src[r][0..COLS) (row stride ld) into dst, and COLS columns from col0 of the
-// 16-bit rows t0 .. t0 + 63 of an input (row stride st), zeros past row nv (nothing read there).
+// 16-bit rows t0 .. t0 + 63 of an input (row stride st), zeros past row nv (nothing read there). Thread tid of NTH
+// copies the pieces tid + NTH j: NTH is a multiple of the pieces per row, so its pieces keep their columns and step
+// NTH / (pieces per row) rows at a time (a fixed trip count, one offset step a piece, no per-piece index math).
+template <int PER, int NTH>
+struct CopyPlan {
+  static constexpr int kRows = NTH / PER, kIters = kC * PER / NTH;
+  static_assert(NTH % PER == 0 && (kC * PER) % NTH == 0, "whole rows per pass");
+  int r0, i;  // the thread's first row; its column piece (x PER elements of 16 bytes)
+  __device__ __forceinline__ explicit CopyPlan(int tid) : r0(unsigned(tid) / PER), i(unsigned(tid) % PER) {}
+};
 template <int COLS, int LD>
 __device__ __forceinline__ void copy_f32_tile(float (*dst)[LD], const float* src, int64_t ld, int tid) {
-  for (int e = tid; e < kC * COLS / 4; e += kThreads) {
-    const int r = e / (COLS / 4), i = 4 * (e % (COLS / 4));
-    cp_async<16>(&dst[r][i], src + r * ld + i);
-  }
+  using Pl = CopyPlan<COLS / 4, kThreads>;
+  const Pl pl(tid);
+  int64_t o = int64_t(pl.r0) * ld + 4 * pl.i;
+#pragma unroll
+  for (int j = 0; j < Pl::kIters; ++j, o += Pl::kRows * ld)
+    cp_async<16>(&dst[pl.r0 + j * Pl::kRows][4 * pl.i], src + o);
 }
 template <class E, int COLS, int NTH = kThreads, int LD>
 __device__ __forceinline__ void copy_rows(E (*dst)[LD], const E* src, int64_t st, int64_t t0, int nv, int col0,
                                           int tid) {
-  for (int e = tid; e < kC * COLS / 8; e += NTH) {
-    const int r = e / (COLS / 8), i = 8 * (e % (COLS / 8));
+  using Pl = CopyPlan<COLS / 8, NTH>;
+  const Pl pl(tid);
+  int64_t o = (t0 + pl.r0) * st + col0 + 8 * pl.i;
+#pragma unroll
+  for (int j = 0; j < Pl::kIters; ++j, o += Pl::kRows * st) {
+    const int r = pl.r0 + j * Pl::kRows;
     const bool ok = r < nv;
-    cp_async16_zfill(&dst[r][i], src + (ok ? (t0 + r) * st + col0 + i : 0), ok);
+    cp_async16_zfill(&dst[r][8 * pl.i], ok ? src + o : src, ok);
   }
 }
 // The four rows of chunk record rec (gamma, rho_q, rho_k, beta: 64 floats each) into dst.
@@ -315,11 +330,36 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
 }
 
 // ---- passes 2 and 3: the chains (grid (N, Hv, V / 32)) -------------------------------------------------------
-// The chunk products run on the tensor cores from ldmatrix tiles (warp_mma_t): the raw k, q, dO rows as stored, W
-// as the bf16 hi / lo pair prep stores, and per step the running state (or its gradient) and U (dU) split once.
-// The state and its gradient stay fp32 in shared memory and every update accumulates in fp32 (gdn-math §10.1).
+// The chunk products run on the tensor cores from ldmatrix tiles (warp_mma_terms): the raw k, q, dO rows as stored,
+// W as the bf16 hi / lo pair prep stores, and per step the running state (or its gradient) and U (dU) split once.
+// The running state (its gradient) is fp32 in the accumulator registers of its owning warps for the whole walk
+// (ChainFrag); every update accumulates in fp32 (gdn-math §10.1). Per step two barriers: the first product reads
+// the whole state (all keys), the second the whole U (dU: all rows), each written by every warp.
 constexpr int kLS = kBV + 4;       // row stride of the fp32 state-column tiles
 constexpr int kLB = tile_ld(kBV);  // row stride of the 16-bit state-column tiles
+
+// The K x kBV state of a chain CTA in registers: K / 16 key tiles (MT) of 16 keys, 128 / K warps each, NT column
+// tiles (8 wide) apiece; warp w holds keys m0 = 16 (w % MT) .., columns n0 = 8 NT (w / MT) .., fragment element e
+// of tile nt at key frag_row(m0, lane, e), column frag_col(n0, nt, lane, e). The same warp is the second product's
+// owner of those elements (S <- e_n S + K^T U), so the update never leaves the registers.
+template <int K>
+struct ChainFrag {
+  static constexpr int MT = K / 16, NT = kBV * MT / 64;
+  static_assert(kThreads == 256 && MT * (8 / MT) == 8 && 8 * NT * (8 / MT) == kBV && NT % 2 == 0,
+                "8 warps cover the state");
+  int m0, n0;
+  __device__ __forceinline__ explicit ChainFrag(int warp) : m0(16 * (warp % MT)), n0(8 * NT * (warp / MT)) {}
+};
+
+// f(nt, e, i, j) for each adjacent pair (elements e, e + 1, e even) of a warp's NT accumulator tiles at rows m0,
+// columns n0: row i, columns j and j + 1.
+template <int NT, class F>
+__device__ __forceinline__ void for_pairs(int m0, int n0, int lane, F&& f) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) f(nt, e, frag_row(m0, lane, e), frag_col(n0, nt, lane, e));
+}
 
 // W's record as prep stores it: hi [64][K], then lo [64][K] (bf16), both into tiles [2][64][K + 8].
 template <int K>
@@ -327,14 +367,6 @@ __device__ __forceinline__ void copy_w(__nv_bfloat16 (&dst)[2][kC][tile_ld(K)], 
   const auto* w = reinterpret_cast<const __nv_bfloat16*>(rec);
   copy_rows<__nv_bfloat16, K>(dst[0], w, K, 0, kC, 0, tid);
   copy_rows<__nv_bfloat16, K>(dst[1], w + kC * K, K, 0, kC, 0, tid);
-}
-// A fp32 state tile [K][kLS] split into the tile pair dst [2][K][kLB].
-template <int K>
-__device__ __forceinline__ void split_state(__nv_bfloat16 (&dst)[2][K][kLB], const float (&src)[K][kLS], int tid) {
-  for (int e = tid; e < K * kBV / 2; e += kThreads) {
-    const int i = e / (kBV / 2), jj = 2 * (e % (kBV / 2));
-    store_split2(&dst[0][0][0], &dst[1][0][0], i * kLB + jj, src[i][jj], src[i][jj + 1]);
-  }
 }
 
 // The chunk range of one chain CTA (ChainMode): a sequence's chunks [c_begin, c_end) and the CTA's kBV state
@@ -387,20 +419,68 @@ __device__ __forceinline__ float chain_start(const ChunkBwdArgs& a, const ChainW
   return edge ? edge[w.n * sn + h * sh + state_off(a.state_vmajor, sr, i, w.j0 + jj)] : 0.f;
 }
 
-// A summary CTA's result: its state columns into the item's [M | N].
+// A warp's state fragments x at the start of the walk (chain_start).
+template <int K, int V>
+__device__ __forceinline__ void chain_start_frags(float (&x)[ChainFrag<K>::NT][4], const ChunkBwdArgs& a,
+                                                  const ChainWork& w, bool reverse, int h, const float* edge,
+                                                  int64_t sn, int64_t sh, int64_t sr, ChainFrag<K> f, int lane) {
+  for_pairs<ChainFrag<K>::NT>(f.m0, f.n0, lane, [&](int nt, int e, int i, int j) {
+    x[nt][e] = chain_start<K, V>(a, w, reverse, h, edge, sn, sh, sr, i, j);
+    x[nt][e + 1] = chain_start<K, V>(a, w, reverse, h, edge, sn, sh, sr, i, j + 1);
+  });
+}
+
+// A summary CTA's result: its warps' state fragments into the item's [M | N].
 template <int K, int V>
 __device__ __forceinline__ void store_summary(const ChunkBwdArgs& a, const ChainWork& w, int h,
-                                              const float (&S)[K][kBV + 4], int tid) {
+                                              const float (&x)[ChainFrag<K>::NT][4], ChainFrag<K> f, int lane) {
   float* dst = chain_mn<K, V>(a, w.item, h) + (w.hom ? 0 : K) + w.j0;
-  for (int e = tid; e < K * kBV; e += kThreads) dst[(e / kBV) * (K + V) + e % kBV] = S[e / kBV][e % kBV];
+  for_pairs<ChainFrag<K>::NT>(f.m0, f.n0, lane, [&](int nt, int e, int i, int j) {
+    *reinterpret_cast<float2*>(dst + i * (K + V) + j) = make_float2(x[nt][e], x[nt][e + 1]);
+  });
+}
+
+// The first product's warp layout (both chains): 64 rows x kBV columns, warp w rows 16 (w % 4), columns kBV / 2
+// (w / 4) ..; and the row factor kb_r = rho_k,r e^{gamma_{n-1} - gamma_r} (0 past the chunk end) of its two rows
+// r = m0 + lane / 4 (+ 8), computed in registers from the record rows of the stage.
+struct RowFrag {
+  int m0, n0;
+  __device__ __forceinline__ explicit RowFrag(int warp) : m0(16 * (warp & 3)), n0((kBV / 2) * (warp >> 2)) {}
+};
+__device__ __forceinline__ void row_kb(float (&kb)[2], const float (&rows)[4][kC], float gl, int nv, int m0, int lane) {
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const int r = frag_row(m0, lane, 2 * q);
+    kb[q] = r < nv ? rows[2][r] * expf(gl - rows[0][r]) : 0.f;
+  }
+}
+
+// The first product of a chain step (both chains): acc = A B over K (tensor cores; the three split terms as
+// independent chains), its inhomogeneous term x0 (U0, dU0: an fp32 [64][kLS] stage tile; zeros for the M columns of
+// a summary, hom) read into registers ahead of it, and the step's factors e_n and kb (row_kb).
+struct FirstProduct {
+  float en, kb[2], acc[kBV / 16][4];
+  float2 x0[kBV / 16][2];
+};
+template <int K, class OA, class OB>
+__device__ __forceinline__ void first_product(FirstProduct& p, const OA& A, const OB& B, const float (&x0)[kC][kLS],
+                                              bool hom, const float (&rows)[4][kC], int nv, RowFrag f, int lane) {
+  const float gl = rows[0][nv - 1];
+  p.en = expf(gl);
+  row_kb(p.kb, rows, gl, nv, f.m0, lane);
+  for_pairs<kBV / 16>(f.m0, f.n0, lane, [&](int nt, int e, int r, int j) {
+    p.x0[nt][e / 2] = hom ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(&x0[r][j]);
+  });
+  float t[3][kBV / 16][4] = {};
+  warp_mma_terms<false, true, K, kBV / 32, 16, true>(t[0], t[1], t[2], A, B, f.m0, f.n0, lane);
+  sum_terms(p.acc, t);
 }
 
 // The state pass keeps two stages of chunk inputs: chunk c + 1's land by cp.async while chunk c is computed, so the
 // serial step waits on no global load.
 template <class E, int K>
 struct alignas(16) StateSmem {
-  float S[K][kLS];               // the running state's kBV columns
-  __nv_bfloat16 Sb[2][K][kLB];   // S split (hi, lo)
+  __nv_bfloat16 Sb[2][K][kLB];   // the running state's kBV columns, split (hi, lo): its warps' registers, per step
   __nv_bfloat16 Ub[2][kC][kLB];  // diag(kb) U of the chunk, these columns, split
   struct Stage {
     __nv_bfloat16 W[2][kC][tile_ld(K)];  // W of the chunk (hi, lo)
@@ -408,7 +488,6 @@ struct alignas(16) StateSmem {
     E k[kC][tile_ld(K)];                 // raw key rows, zero past the chunk end
     float rows[4][kC];                   // the record's gamma, rho_q, rho_k, beta
   } st[2];
-  float kb[kC];  // rho_k e^{gamma_{n-1} - gamma}: Kbar = diag(kb) K (0 past the chunk end)
 };
 
 // Issue the cp.async copies of chunk c's inputs (sequence n: batch sb, first token t0s, length len) into stage g.
@@ -425,12 +504,11 @@ __device__ __forceinline__ void state_prefetch(const ChunkBwdArgs& a, typename S
   cp_async_commit();
 }
 
+// Per step c: [barrier: stage c, Sb] U = U0 - W S0 -> Ub [barrier: Ub] S <- e_n S + K^T Ub in registers, then
+// S0 of chunk c + 1 split into Sb and stored (bf16, the hi part) from the same registers.
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const ChunkBwdArgs a) {
-  // The K x kBV state update: K / 16 row tiles (MT) of 16 keys; each takes 128 / K warps, NT column tiles apiece.
-  constexpr int MT = K / 16, NT = kBV * MT / 64;
-  static_assert(kThreads == 256 && MT * (8 / MT) == 8 && 8 * NT * (8 / MT) == kBV && NT % 2 == 0,
-                "8 warps cover the state");
+  constexpr int NT = ChainFrag<K>::NT;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<StateSmem<E, K>*>(smem_raw);
   const int h = blockIdx.y, tid = threadIdx.x;
@@ -441,82 +519,73 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
   const int j0 = w.j0;
   const bool sum = a.chain_mode == kChainSummary;  // a summary stores only its end state
   const SplitTile Sv = split_tile(s.Sb), Uv = split_tile(s.Ub);
-  for (int e = tid; e < K * kBV; e += kThreads)  // S = h0 (or 0), the scan's start state, or [I | 0]
-    s.S[e / kBV][e % kBV] = chain_start<K, V>(a, w, false, h, a.h0, a.h0_sn, a.h0_sh, a.h0_sr, e / kBV, e % kBV);
-  if (w.c_begin < w.c_end)
+  const ChainFrag<K> sf(warp);
+  const RowFrag uf(warp);
+  float S[NT][4];  // S = h0 (or 0), the scan's start state, or [I | 0]
+  chain_start_frags<K, V>(S, a, w, false, h, a.h0, a.h0_sn, a.h0_sh, a.h0_sr, sf, lane);
+  // S as the next product's operand (Sb) and, but for a summary, as S0 of chunk c in bf16 (pass 4 uses it only as
+  // a GEMM operand, gdn-math §10.2): the hi part of the split, from the registers
+  const auto put_state = [&](int64_t c) {
+    __nv_bfloat16* S0g = reinterpret_cast<__nv_bfloat16*>(a.S0) + (chunk_slot(a, n, st, c) * a.Hv + h) * (K * V) + j0;
+    for_pairs<NT>(sf.m0, sf.n0, lane, [&](int nt, int e, int i, int j) {
+      const Split2 x = split_pair<false>(S[nt][e], S[nt][e + 1]);
+      *reinterpret_cast<uint32_t*>(&s.Sb[0][i][j]) = x.hi;
+      *reinterpret_cast<uint32_t*>(&s.Sb[1][i][j]) = x.lo;
+      if (!sum) *reinterpret_cast<uint32_t*>(S0g + i * V + j) = x.hi;
+    });
+  };
+  if (w.c_begin < w.c_end) {
     state_prefetch<E, K, V>(a, s.st[w.c_begin & 1], n, sb, st, len, w.c_begin, h, j0, w.hom, tid);
+    put_state(w.c_begin);
+  }
   for (int64_t c = w.c_begin; c < w.c_end; ++c) {
     const int64_t rec = chunk_slot(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
-    __syncthreads();  // stage c & 1 landed (every thread's copies); S complete; the other stage, Ub, kb free
+    __syncthreads();  // stage c & 1 landed (every thread's copies); Sb complete; the other stage and Ub free
     if (c + 1 < w.c_end) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, w.hom, tid);
-    // S0 as bf16 (pass 4 uses it only as a GEMM operand, gdn-math §10.2): the hi part of the split, two columns a
-    // store
-    split_state<K>(s.Sb, s.S, tid);
-    __nv_bfloat16* S0g = reinterpret_cast<__nv_bfloat16*>(a.S0) + rec * (K * V);
-    for (int e = tid; e < K * kBV / 2 && !sum; e += kThreads) {
-      const int i = 2 * e / kBV, jj = 2 * e % kBV;
-      *reinterpret_cast<__nv_bfloat162*>(S0g + i * V + j0 + jj) = __floats2bfloat162_rn(s.S[i][jj], s.S[i][jj + 1]);
+    FirstProduct p;  // U = U0 - W S0
+    first_product<K>(p, split_tile(g.W), Sv, g.U0, w.hom, g.rows, nv, uf, lane);
+    {
+      float* Ug = a.U + rec * (kC * V) + j0;
+      for_pairs<kBV / 16>(uf.m0, uf.n0, lane, [&](int nt, int e, int r, int j) {
+        const float2 u0 = p.x0[nt][e / 2], uv = make_float2(u0.x - p.acc[nt][e], u0.y - p.acc[nt][e + 1]);
+        store_split2(&s.Ub[0][0][0], &s.Ub[1][0][0], r * kLB + j, p.kb[e / 2] * uv.x, p.kb[e / 2] * uv.y);
+        if (!sum) *reinterpret_cast<float2*>(Ug + r * V + j) = uv;
+      });
     }
-    const float gl = g.rows[0][nv - 1];
-    if (tid < kC) s.kb[tid] = tid < nv ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
-    __syncthreads();  // Sb, kb
-    {                 // U = U0 - W S0 (tensor cores): warp w, rows 16 (w % 4), columns kBV / 2 (w / 4) .. + kBV / 2
-      float acc[kBV / 16][4] = {};
-      const int m0 = 16 * (warp & 3), n0 = (kBV / 2) * (warp >> 2);
-      warp_mma_t<false, true, K, kBV / 32, 16>(acc, split_tile(g.W), Sv, m0, n0, lane);
-      float* Ug = a.U + rec * (kC * V);
-#pragma unroll
-      for (int nt = 0; nt < kBV / 16; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
-          const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
-          const float2 u0 = w.hom ? make_float2(0.f, 0.f) : make_float2(g.U0[r][jj], g.U0[r][jj + 1]);
-          const float2 uv = make_float2(u0.x - acc[nt][e], u0.y - acc[nt][e + 1]);
-          store_split2(&s.Ub[0][0][0], &s.Ub[1][0][0], r * kLB + jj, s.kb[r] * uv.x, s.kb[r] * uv.y);
-          if (!sum) *reinterpret_cast<float2*>(Ug + r * V + j0 + jj) = uv;
-        }
-    }
-    __syncthreads();
-    {  // S <- e_n S + K^T (diag(kb) U) (tensor cores, fp32 accumulation): warp w, keys 16 (w % MT), columns ..
-      const float en = expf(gl);
-      float acc[NT][4] = {};
-      const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
-      warp_mma_t<true, true, kC, NT / 2, 16>(acc, in_tile(g.k), Uv, m0, n0, lane);
+    __syncthreads();  // Ub complete; every warp's reads of Sb done
+    {                 // S <- e_n S + K^T (diag(kb) U) (tensor cores, fp32 accumulation), in the registers
+      float t[3][NT][4] = {}, acc[NT][4];
+      warp_mma_terms<true, true, kC, NT / 2, 16, true>(t[0], t[1], t[2], in_tile(g.k), Uv, sf.m0, sf.n0, lane);
+      sum_terms(acc, t);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float& sv = s.S[frag_row(m0, lane, e)][frag_col(n0, nt, lane, e)];
-          sv = fmaf(en, sv, acc[nt][e]);
-        }
+        for (int e = 0; e < 4; ++e) S[nt][e] = fmaf(p.en, S[nt][e], acc[nt][e]);
     }
+    if (c + 1 < w.c_end) put_state(c + 1);
   }
-  if (sum) {
-    __syncthreads();  // the last update of S
-    store_summary<K, V>(a, w, h, s.S, tid);
-  }
+  if (sum) store_summary<K, V>(a, w, h, S, sf, lane);
 }
 
-// The dstate pass: chunk c - 1's rows (k, q, dO, dU0, the record; two stages) land by cp.async while chunk c is
-// computed; W (one buffer, read only in the second product) lands while the first product runs.
+// The dstate pass: chunk c - 1's inputs (W, k, q, dO, dU0, the record; two stages) land by cp.async while chunk c is
+// computed.
 template <class E, int K>
 struct alignas(16) DStateSmem {
-  float dS[K][kLS];                    // gradient w.r.t. the running chunk-end state, kBV columns
-  __nv_bfloat16 dSb[2][K][kLB];        // dS split
-  __nv_bfloat16 dUb[2][kC][kLB];       // -dU of the chunk, these columns, split
-  __nv_bfloat16 Ob[2][kC][kLB];        // diag(qg) dO, these columns, split
-  __nv_bfloat16 W[2][kC][tile_ld(K)];  // W of the chunk (hi, lo)
-  float kb[kC], qg[kC];                // Kbar = diag(kb) K, scale Gamma Q^ = diag(qg) Q (0 past the chunk end)
+  __nv_bfloat16 dSb[2][K][kLB];   // the chunk-end gradient dS, kBV columns, split: its warps' registers, per step
+  __nv_bfloat16 dUb[2][kC][kLB];  // -dU of the chunk, these columns, split
+  __nv_bfloat16 Ob[2][kC][kLB];   // diag(qg) dO, these columns, split
   struct Stage {
+    __nv_bfloat16 W[2][kC][tile_ld(K)];      // W of the chunk (hi, lo)
     float dU0[kC][kLS];                      // scale P^T dO, these columns
     E k[kC][tile_ld(K)], q[kC][tile_ld(K)];  // raw rows, zero past the chunk end
     E dO[kC][kLB];                           // dO, these columns
     float rows[4][kC];                       // the record's gamma, rho_q, rho_k, beta
   } st[2];
 };
+static_assert(sizeof(DStateSmem<__nv_bfloat16, 128>) <= 227 * 1024, "dstate: one CTA's shared memory");
 
 template <class E, int K, int V>
 __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename DStateSmem<E, K>::Stage& g, int64_t n,
@@ -524,6 +593,7 @@ __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename 
                                                 bool hom, int tid) {
   const int64_t t0 = t0s + kC * c, rec = chunk_slot(a, n, t0s, c) * a.Hv + h;
   const int nv = int(len - kC * c < kC ? len - kC * c : kC), hk = h / a.group;
+  copy_w<K>(g.W, a.W + rec * (kC * K), tid);
   copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh, a.k_st, t0, nv, 0, tid);
   if (!hom) {  // M columns: dU0 = 0 and dO = 0
     copy_f32_tile<kBV>(g.dU0, a.dU + rec * (kC * V) + j0, V, tid);
@@ -534,9 +604,12 @@ __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename 
   cp_async_commit();
 }
 
+// Per step c (reverse): [barrier: stage c, dSb] dU = dU0 + diag(kb) K dS -> dUb, diag(qg) dO -> Ob [barrier]
+// dS <- e_n dS + Q^T Ob - W^T dUb in registers, then dS of chunk c - 1 split into dSb and stored from them.
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const ChunkBwdArgs a) {
-  constexpr int MT = K / 16, NT = kBV * MT / 64;  // the state's tiles, as in the state pass
+  constexpr int NT = ChainFrag<K>::NT;
+  constexpr bool kBf16 = std::is_same_v<E, __nv_bfloat16>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<DStateSmem<E, K>*>(smem_raw);
   const int h = blockIdx.y, tid = threadIdx.x;
@@ -546,85 +619,85 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
   const int64_t n = w.n, sb = w.sb, st = w.st, len = w.len;
   const int j0 = w.j0;
   const bool sum = a.chain_mode == kChainSummary;  // a summary stores only its end state
-  const SplitTile dSv = split_tile(s.dSb), dUv = split_tile(s.dUb), Ov = split_tile(s.Ob), Wv = split_tile(s.W);
-  for (int e = tid; e < K * kBV; e += kThreads)  // dS = dht (or 0), the scan's end gradient, or [I | 0]
-    s.dS[e / kBV][e % kBV] = chain_start<K, V>(a, w, true, h, a.dht, a.dht_sn, a.dht_sh, a.dht_sr, e / kBV, e % kBV);
-  if (w.c_begin < w.c_end)
+  const SplitTile dSv = split_tile(s.dSb), dUv = split_tile(s.dUb), Ov = split_tile(s.Ob);
+  const ChainFrag<K> sf(warp);
+  const RowFrag uf(warp);
+  float dS[NT][4];  // dS = dht (or 0), the scan's end gradient, or [I | 0]
+  chain_start_frags<K, V>(dS, a, w, true, h, a.dht, a.dht_sn, a.dht_sh, a.dht_sr, sf, lane);
+  // dS, the gradient w.r.t. chunk c's end state, as the next product's operand (dSb) and, but for a summary, into
+  // its record (fp32: it enters dg through <S0, dS>), from the registers
+  const auto put_grad = [&](int64_t c) {
+    float* dSg = a.dS + (chunk_slot(a, n, st, c) * a.Hv + h) * (K * V) + j0;
+    for_pairs<NT>(sf.m0, sf.n0, lane, [&](int nt, int e, int i, int j) {
+      store_split2(&s.dSb[0][0][0], &s.dSb[1][0][0], i * kLB + j, dS[nt][e], dS[nt][e + 1]);
+      if (!sum) *reinterpret_cast<float2*>(dSg + i * V + j) = make_float2(dS[nt][e], dS[nt][e + 1]);
+    });
+  };
+  if (w.c_begin < w.c_end) {
     dstate_prefetch<E, K, V>(a, s.st[(w.c_end - 1) & 1], n, sb, st, len, w.c_end - 1, h, j0, w.hom, tid);
+    put_grad(w.c_end - 1);
+  }
   for (int64_t c = w.c_end - 1; c >= w.c_begin; --c) {
     const int64_t rec = chunk_slot(a, n, st, c) * a.Hv + h;
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
-    __syncthreads();  // stage c & 1 landed (every thread's copies); dS complete; W, dUb, Ob, kb, qg, the other stage
-                      // free
-    copy_w<K>(s.W, a.W + rec * (kC * K), tid);
-    cp_async_commit();
+    __syncthreads();  // stage c & 1 landed (every thread's copies); dSb complete; dUb, Ob, the other stage free
     if (c > w.c_begin) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, w.hom, tid);
-    float* dSg = a.dS + rec * (K * V);
-    for (int e = tid; e < K * kBV && !sum; e += kThreads) dSg[(e / kBV) * V + j0 + e % kBV] = s.dS[e / kBV][e % kBV];
-    split_state<K>(s.dSb, s.dS, tid);
-    const float gl = g.rows[0][nv - 1];
-    if (tid < kC) {
-      const bool valid = tid < nv;
-      s.kb[tid] = valid ? g.rows[2][tid] * expf(gl - g.rows[0][tid]) : 0.f;
-      s.qg[tid] = valid ? a.scale * g.rows[1][tid] * expf(g.rows[0][tid]) : 0.f;
+    FirstProduct p;  // dU = scale P^T dO + diag(kb) K dS
+    first_product<K>(p, in_tile(g.k), dSv, g.dU0, w.hom, g.rows, nv, uf, lane);
+    {
+      float* dUg = a.dU + rec * (kC * V) + j0;
+      for_pairs<kBV / 16>(uf.m0, uf.n0, lane, [&](int nt, int e, int r, int j) {
+        const float2 d0 = p.x0[nt][e / 2];
+        const float kb = p.kb[e / 2];
+        const float2 uv = make_float2(fmaf(kb, p.acc[nt][e], d0.x), fmaf(kb, p.acc[nt][e + 1], d0.y));
+        store_split2(&s.dUb[0][0][0], &s.dUb[1][0][0], r * kLB + j, -uv.x, -uv.y);
+        if (!sum) *reinterpret_cast<float2*>(dUg + r * V + j) = uv;
+      });
     }
-    __syncthreads();  // dSb, kb, qg
-    {                 // dU = scale P^T dO + diag(kb) K dS (tensor cores): warp w, rows 16 (w % 4), column half w / 4
-      float acc[kBV / 16][4] = {};
-      const int m0 = 16 * (warp & 3), n0 = (kBV / 2) * (warp >> 2);
-      warp_mma_t<false, true, K, kBV / 32, 16>(acc, in_tile(g.k), dSv, m0, n0, lane);
-      float* dUg = a.dU + rec * (kC * V);
+    if (!w.hom) {  // diag(qg) dO, split (M columns: dO = 0): thread tid, row tid / 4, columns 8 (tid % 4) .. + 8
+      static_assert(kThreads * 8 == kC * kBV, "one 16-byte row piece per thread");
+      const int r = tid >> 2, j = 8 * (tid & 3);
+      const float qg = r < nv ? a.scale * g.rows[1][r] * expf(g.rows[0][r]) : 0.f;  // scale Gamma Q^ = diag(qg) Q
+      const uint4 x = *reinterpret_cast<const uint4*>(&g.dO[r][j]);
+      const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
+      uint32_t hi[4], lo[4];
 #pragma unroll
-      for (int nt = 0; nt < kBV / 16; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
-          const int r = frag_row(m0, lane, e), jj = frag_col(n0, nt, lane, e);
-          const float2 u0 = w.hom ? make_float2(0.f, 0.f) : make_float2(g.dU0[r][jj], g.dU0[r][jj + 1]);
-          const float2 uv = make_float2(fmaf(s.kb[r], acc[nt][e], u0.x), fmaf(s.kb[r], acc[nt][e + 1], u0.y));
-          store_split2(&s.dUb[0][0][0], &s.dUb[1][0][0], r * kLB + jj, -uv.x, -uv.y);
-          if (!sum) *reinterpret_cast<float2*>(dUg + r * V + j0 + jj) = uv;
-        }
+      for (int p = 0; p < 4; ++p) {
+        const float2 d = chunk_detail::Elem<kBf16>::unpack(xs[p]);
+        const Split2 y = split_pair<false>(qg * d.x, qg * d.y);
+        hi[p] = y.hi, lo[p] = y.lo;
+      }
+      *reinterpret_cast<uint4*>(&s.Ob[0][r][j]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(&s.Ob[1][r][j]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
-    for (int e = tid; e < kC * kBV / 2 && !w.hom; e += kThreads) {  // diag(qg) dO, split (M columns: dO = 0)
-      const int r = e / (kBV / 2), jj = 2 * (e % (kBV / 2));
-      store_split2(&s.Ob[0][0][0], &s.Ob[1][0][0], r * kLB + jj, s.qg[r] * tof(g.dO[r][jj]),
-                   s.qg[r] * tof(g.dO[r][jj + 1]));
-    }
-    if (c > w.c_begin)
-      cp_async_wait<1>();  // W landed (the next stage may still be in flight)
-    else
-      cp_async_wait_all();
-    __syncthreads();  // dUb, Ob, W
-    {  // dS_start = e_n dS + Q^T (diag(qg) dO) - W^T dU (tensor cores, fp32 accumulation): keys 16 (w % MT) ..
-      const float en = expf(gl);
-      float acc[NT][4] = {};
-      const int m0 = 16 * (warp % MT), n0 = 8 * NT * (warp / MT);
-      if (!w.hom) warp_mma_t<true, true, kC, NT / 2, 16>(acc, in_tile(g.q), Ov, m0, n0, lane);
-      warp_mma_t<true, true, kC, NT / 2, 16>(acc, Wv, dUv, m0, n0, lane);
+    __syncthreads();  // dUb, Ob complete; every warp's reads of dSb done
+    {  // dS_start = e_n dS + Q^T (diag(qg) dO) - W^T dU (tensor cores, fp32 accumulation), in the registers
+      float t[3][NT][4] = {}, acc[NT][4];
+      if (!w.hom)
+        warp_mma_terms<true, true, kC, NT / 2, 16, true>(t[0], t[1], t[2], in_tile(g.q), Ov, sf.m0, sf.n0, lane);
+      warp_mma_terms<true, true, kC, NT / 2, 16, true>(t[0], t[1], t[2], split_tile(g.W), dUv, sf.m0, sf.n0, lane);
+      sum_terms(acc, t);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float& sv = s.dS[frag_row(m0, lane, e)][frag_col(n0, nt, lane, e)];
-          sv = fmaf(en, sv, acc[nt][e]);
-        }
+        for (int e = 0; e < 4; ++e) dS[nt][e] = fmaf(p.en, dS[nt][e], acc[nt][e]);
     }
+    if (c > w.c_begin) put_grad(c - 1);
   }
   if (sum) {
-    __syncthreads();  // the last update of dS
-    store_summary<K, V>(a, w, h, s.dS, tid);
+    store_summary<K, V>(a, w, h, dS, sf, lane);
   } else if (a.dh0 && w.seg == 0) {  // dh0 = dS_start of the first chunk (dht, or 0, for an empty sequence)
-    __syncthreads();
-    for (int e = tid; e < K * kBV; e += kThreads) {
-      const int i = e / kBV, jj = e % kBV;
-      a.dh0[n * a.dh0_sn + h * a.dh0_sh + state_off(a.state_vmajor, a.dh0_sr, i, j0 + jj)] = s.dS[i][jj];
-    }
+    for_pairs<NT>(sf.m0, sf.n0, lane, [&](int nt, int e, int i, int j) {
+      float* d = a.dh0 + n * a.dh0_sn + h * a.dh0_sh;
+      d[state_off(a.state_vmajor, a.dh0_sr, i, j0 + j)] = dS[nt][e];
+      d[state_off(a.state_vmajor, a.dh0_sr, i, j0 + j + 1)] = dS[nt][e + 1];
+    });
   }
 }
 
-// ---- pass 4: grads (grid (slots, Hv)): gdn-math §7.3 for one chunk -------------------------------------------
+// ---- pass 4: grads (persistent: one CTA per SM walks the (chunk slot, value head) items): gdn-math §7.3 --------
 // kGradThreads / 32 warps in NQ = kGradThreads / 128 column groups: 16 warps (NQ = 4) spread a chunk thin, so that
 // the warps' load and MMA latencies overlap; 8 warps (NQ = 2, 256 threads) reuse each A fragment over twice the
 // columns (less shared-memory traffic) at 247 registers. Warp w owns rows m0 = 16 (w % 4) and, of every KS = 16 NQ
@@ -634,143 +707,178 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
 // shared-memory tile read by ldmatrix: the inputs as stored, the fp32 ones split once into bf16 hi / lo with their
 // scale factors applied (SplitTile). Row sums reduce over the 4 lanes of a row by shuffles, then
 // over the NQ column groups in order through part[][NQ][]: every sum has a fixed order.
+//
+// A CTA walks items i = blockIdx.x, + gridDim.x, ... (item i: slot i % slots, value head i / slots) and keeps the
+// next item's inputs in flight while the current one computes: its k (a second k tile) during the whole item; its
+// q, dO and record rows once the key loop is done with q and dO; its v, U and dU (raw fp32, landing in F1 / F2 and
+// split there when the item starts) once the dA products are done with them; its A once Y A^T is. The S0 / dS
+// tiles (48 KiB, no room for a second stage) go to registers at the item's start, in flight during the first
+// products, and the second key tile during the first tile's products.
 constexpr int kGradThreads = 512;  // 256 or 512
 constexpr int kGradNQ = kGradThreads / 128;
+// Item i of the walk: slot i % slots, value head h = i / slots; its chunk. Item indices fit 32 bits (a record takes
+// >= 70 KB of workspace: 2^31 of them cannot be allocated), so the walk divides in 32 bits (no 64-bit division
+// calls in the kernel).
+struct GradItem {
+  ChunkPos cp;
+  int i, h;
+};
+
+// The first of items x->i, x->i + stride, .. (below slots Hv) that holds a chunk (a varlen slack slot holds none),
+// into x; false when there is none.
+__device__ __forceinline__ bool next_grad_item(const ChunkBwdArgs& a, GradItem* x, int stride) {
+  const int slots = int(a.slots), items = int(a.slots * a.Hv), nb = int(a.nchunk_b);
+  for (; x->i < items; x->i += stride) {
+    const int slot = x->i % slots;
+    int64_t n, c, sb, st, len;
+    if (a.cu_seqlens == nullptr) {  // slot_chunk's fixed-length map, in 32 bits
+      n = slot / nb, c = slot % nb;
+    } else if (!slot_chunk(a, slot, &n, &c)) {
+      continue;
+    }
+    seq_bounds(a, n, &sb, &st, &len);
+    x->h = x->i / slots;
+    x->cp = ChunkPos{sb, st + kC * c, int64_t(slot) * a.Hv + x->h, int(len - kC * c < kC ? len - kC * c : kC)};
+    return true;
+  }
+  return false;
+}
+
 template <class E, int K, int V>
 struct alignas(16) GradSmem {
   static constexpr int LK = tile_ld(K), LV = tile_ld(V), LC = tile_ld(kC), LF = tile_ld(K > V ? K : V);
   static constexpr int KT = 16 * kGradNQ;                     // keys per S0 / dS tile of the state-term loop
   static constexpr int kRR = 4 * kC * LC, kKS = 3 * KT * LV;  // R0 + R1; the S0 and dS key tiles
-  static constexpr int kR = kRR > kKS ? kRR : kKS;
-  E q[kC][LK], k[kC][LK];  // raw rows, zero past the chunk end
+  static constexpr int kPart = 2 * 5 * kGradNQ * kC;          // part (fp32 [5][NQ][64]) in bf16 elements
+  static constexpr int kTail = kPart + 2 * 3 * kC;            // part, then dgam, dbeta, tau (fp32)
+  static constexpr int kR = kKS > kRR + kTail ? kKS : kRR + kTail;
+  E q[kC][LK];
+  E k[kC][LK];   // raw rows, zero past the chunk end
+  E kn[kC][LK];  // the next item's k (copied to k when that item starts)
   E v[kC][LV], dO[kC][LV];
-  __nv_bfloat16 F1[2][kC][LF];  // U (64 x V), then dW = -dU S0^T (64 x K)
-  __nv_bfloat16 F2[2][kC][LF];  // dU (complete: scale P^T dO + Kbar dS)
+  __nv_bfloat16 F1[2][kC][LF];  // U (64 x V), then dW = -dU S0^T (64 x K); the next item's U as fp32 [64][V]
+  __nv_bfloat16 F2[2][kC][LF];  // dU (complete: scale P^T dO + Kbar dS); the next item's dU as fp32 [64][V]
   __nv_bfloat16 A[2][kC][LC];   // A, split as its record holds it
   // R: the tile pairs R0, R1 ([2][64][LC] each): X diag(rk), diag(rq) X; then the S0 and dS key tiles (S0 [KT][LV],
   // dS [2][KT][LV]); then dA (R0), A^T dA (R1); then dL_b (.) D as fp32 [64][65] (R0), (dL_b (.) D + its
-  // transpose) diag(rk) (R1); then Z = dD (.) D as fp32 [64][65] (R0).
+  // transpose) diag(rk) (R1). Past R0, R1, written after the key loop: part[5][NQ][64], the per-row partial sums of
+  // the column groups (gq, tau, kd, v.(A^T dU), dL.E), then dgam, dbeta, tau [64] each.
   __nv_bfloat16 R[kR];
-  float gam[kC], rq[kC], rk[kC], b[kC], eg[kC], kb[kC], dgam[kC], dbeta[kC], tau[kC];
-  float part[5][kGradNQ][kC];    // per-row partial sums of the column groups: gq, tau, kd, v.(A^T dU), dL.E
+  float nrows[4][kC];  // the next item's record rows (gamma, rho_q, rho_k, beta)
+  float gam[kC], rq[kC], rk[kC], b[kC], eg[kC], kb[kC];
+  // Z = dD (.) D without its diagonal (which cancels in rowsum(Z) - colsum(Z)): the row sums over each column group
+  // and the column sums over each row group (warp w: rows 16 (w % 4) .., columns 16 (w / 4) ..)
+  float zrow[kGradNQ][kC], zcol[4][kC];
   float red[kGradThreads / 32];  // <S0, dS>_F per warp
+  GradItem item[3];              // this item, the next one and the one after (found at the end of this item)
+  int more;                      // whether item[2] holds an item
+  static_assert(kC * V * 4 <= int(sizeof(F1)), "the raw fp32 U, dU fit F1, F2");
 };
 
+// 230 KiB at K = V = 128: one CTA per SM, so the persistent grid is the SM count.
 static_assert(sizeof(GradSmem<__nv_bfloat16, 128, 128>) <= 227 * 1024, "grads: one CTA's shared memory");
+static_assert(sizeof(GradSmem<__nv_bfloat16, 64, 64>) > 114 * 1024, "grads: one CTA per SM");
 
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const ChunkBwdArgs a) {
   using Sm = GradSmem<E, K, V>;
   constexpr int LV = Sm::LV, LC = Sm::LC, LF = Sm::LF, NTH = kGradThreads, NQ = kGradNQ;
   // KS: the key stride of a warp's dq / dk tiles (and the keys per S0 / dS tile); NK: its tiles; CW, NW: the columns
-  // and the column-tile pairs of a 64-column product per warp
-  constexpr int KS = Sm::KT, KT = Sm::KT, NK = 2 * K / KS, CW = kC / NQ, NW = CW / 16;
+  // and the column-tile pairs of a 64-column product per warp; NU: the float4 groups of a 64 x V tile per thread
+  constexpr int KS = Sm::KT, KT = Sm::KT, NK = 2 * K / KS, CW = kC / NQ, NW = CW / 16, NU = kC * V / 4 / NTH;
   static_assert(NTH == 256 || NTH == 512, "8 or 16 warps");
   static_assert(kC * (kC + 1) * 4 <= 2 * kC * LC * 2 && K % KT == 0, "R0 holds an fp32 64 x 64 tile");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<Sm*>(smem_raw);
-  const int64_t slot = blockIdx.x;
-  const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31, m0 = 16 * (warp & 3), qd = warp >> 2, g = lane >> 2, t = lane & 3;
-  int64_t n, c, sb, st, len;
-  if (!slot_chunk(a, slot, &n, &c)) return;
-  seq_bounds(a, n, &sb, &st, &len);
-  const ChunkPos cp{sb, st + kC * c, slot * a.Hv + h, int(len - kC * c < kC ? len - kC * c : kC)};
-  const int nv = cp.nv;
+  int tid = threadIdx.x;
   const float lam = a.scale;
   using Pair = __nv_bfloat16[2][kC][LC];
   Pair& sR0 = *reinterpret_cast<Pair*>(&s.R[0]);
   Pair& sR1 = *reinterpret_cast<Pair*>(&s.R[2 * kC * LC]);
   __nv_bfloat16(&S0t)[KT][LV] = *reinterpret_cast<__nv_bfloat16(*)[KT][LV]>(&s.R[0]);
   __nv_bfloat16(&dSt)[2][KT][LV] = *reinterpret_cast<__nv_bfloat16(*)[2][KT][LV]>(&S0t[KT][0]);
-  float(&Xf)[kC][kC + 1] = *reinterpret_cast<float(*)[kC][kC + 1]>(&s.R[0]);  // dL_b (.) D, then Z
+  float(&Xf)[kC][kC + 1] = *reinterpret_cast<float(*)[kC][kC + 1]>(&s.R[0]);  // dL_b (.) D
+  float(&part)[5][NQ][kC] = *reinterpret_cast<float(*)[5][NQ][kC]>(&s.R[Sm::kRR]);
+  float(&dgam)[kC] = *reinterpret_cast<float(*)[kC]>(&s.R[Sm::kRR + Sm::kPart]);
+  float(&dbeta)[kC] = *reinterpret_cast<float(*)[kC]>(&s.R[Sm::kRR + Sm::kPart + 2 * kC]);
+  float(&tau)[kC] = *reinterpret_cast<float(*)[kC]>(&s.R[Sm::kRR + Sm::kPart + 4 * kC]);
+  float4* const Uraw = reinterpret_cast<float4*>(&s.F1[0][0][0]);
+  float4* const dUraw = reinterpret_cast<float4*>(&s.F2[0][0][0]);
   const SplitTile F1 = split_tile(s.F1), F2 = split_tile(s.F2), At = split_tile(s.A), R0 = split_tile(sR0),
                   R1 = split_tile(sR1);
 
-  copy_rows<E, K, NTH>(s.q, static_cast<const E*>(a.q) + cp.b * a.q_sb + hk * a.q_sh, a.q_st, cp.t0, nv, 0, tid);
-  copy_rows<E, K, NTH>(s.k, static_cast<const E*>(a.k) + cp.b * a.k_sb + hk * a.k_sh, a.k_st, cp.t0, nv, 0, tid);
-  copy_rows<E, V, NTH>(s.v, static_cast<const E*>(a.v) + cp.b * a.v_sb + h * a.v_sh, a.v_st, cp.t0, nv, 0, tid);
-  copy_rows<E, V, NTH>(s.dO, static_cast<const E*>(a.d_o) + cp.b * a.do_sb + h * a.do_sh, a.do_st, cp.t0, nv, 0, tid);
-  {  // A as its record holds it: bf16 hi [64][64], then lo
-    const auto* Ag = reinterpret_cast<const __nv_bfloat16*>(a.A + cp.rec * (kC * kC));
+  // An item's inputs by cp.async, in the groups that the walk issues as their tiles fall dead
+  const auto load_k = [&](const GradItem& it) {
+    const ChunkPos& x = it.cp;
+    copy_rows<E, K, NTH>(s.kn, static_cast<const E*>(a.k) + x.b * a.k_sb + (it.h / a.group) * a.k_sh, a.k_st, x.t0,
+                         x.nv, 0, tid);
+  };
+  const auto load_q_do = [&](const GradItem& it) {
+    const ChunkPos& x = it.cp;
+    const int hx = it.h;
+    copy_rows<E, K, NTH>(s.q, static_cast<const E*>(a.q) + x.b * a.q_sb + (hx / a.group) * a.q_sh, a.q_st, x.t0, x.nv,
+                         0, tid);
+    copy_rows<E, V, NTH>(s.dO, static_cast<const E*>(a.d_o) + x.b * a.do_sb + hx * a.do_sh, a.do_st, x.t0, x.nv, 0,
+                         tid);
+    copy_record_rows(s.nrows, a.rows, x.rec, tid);
+  };
+  const auto load_v_u = [&](const GradItem& it) {
+    const ChunkPos& x = it.cp;
+    const int hx = it.h;
+    copy_rows<E, V, NTH>(s.v, static_cast<const E*>(a.v) + x.b * a.v_sb + hx * a.v_sh, a.v_st, x.t0, x.nv, 0, tid);
+    const float4* Ug = reinterpret_cast<const float4*>(a.U + x.rec * (kC * V));
+    const float4* dUg = reinterpret_cast<const float4*>(a.dU + x.rec * (kC * V));
+#pragma unroll
+    for (int l = 0; l < NU; ++l) cp_async<16>(&Uraw[tid + l * NTH], &Ug[tid + l * NTH]);
+#pragma unroll
+    for (int l = 0; l < NU; ++l) cp_async<16>(&dUraw[tid + l * NTH], &dUg[tid + l * NTH]);
+  };
+  const auto load_a = [&](const GradItem& it) {  // A as its record holds it: bf16 hi [64][64], then lo
+    const auto* Ag = reinterpret_cast<const __nv_bfloat16*>(a.A + it.cp.rec * (kC * kC));
     copy_rows<__nv_bfloat16, kC, NTH>(s.A[0], Ag, kC, 0, kC, 0, tid);
     copy_rows<__nv_bfloat16, kC, NTH>(s.A[1], Ag + kC * kC, kC, 0, kC, 0, tid);
-  }
-  cp_async_commit();
-  {  // U and dU of the record, split once; every load is issued before the first store (one round trip)
-    constexpr int NU = kC * V / 4 / NTH;
-    const float4* Ug = reinterpret_cast<const float4*>(a.U + cp.rec * (kC * V));
-    const float4* dUg = reinterpret_cast<const float4*>(a.dU + cp.rec * (kC * V));
-    float4 u[NU], du[NU];
-#pragma unroll
-    for (int l = 0; l < NU; ++l) u[l] = Ug[tid + l * NTH], du[l] = dUg[tid + l * NTH];
-#pragma unroll
-    for (int l = 0; l < NU; ++l) {
-      const int e = tid + l * NTH, o = (e / (V / 4)) * LF + 4 * (e % (V / 4));
-      store_split2(&s.F1[0][0][0], &s.F1[1][0][0], o, u[l].x, u[l].y);
-      store_split2(&s.F1[0][0][0], &s.F1[1][0][0], o + 2, u[l].z, u[l].w);
-      store_split2(&s.F2[0][0][0], &s.F2[1][0][0], o, du[l].x, du[l].y);
-      store_split2(&s.F2[0][0][0], &s.F2[1][0][0], o + 2, du[l].z, du[l].w);
-    }
-    if (tid < kC) {
-      const float* rows = a.rows + cp.rec * kRowRec;
-      s.gam[tid] = rows[tid], s.rq[tid] = rows[kC + tid], s.rk[tid] = rows[2 * kC + tid], s.b[tid] = rows[3 * kC + tid];
+  };
+
+  // The walk's state lives in shared memory (s.item, fixed addresses), not in registers: the products need all 128.
+  {
+    GradItem x;
+    x.i = int(blockIdx.x);
+    if (!next_grad_item(a, &x, int(gridDim.x))) return;
+    load_k(x);
+    load_q_do(x);
+    load_v_u(x);
+    load_a(x);
+    cp_async_commit();
+    if (tid == 0) {  // read after the walk's first barrier
+      s.item[1] = x;
+      s.item[2].i = x.i + int(gridDim.x);
+      s.more = next_grad_item(a, &s.item[2], int(gridDim.x));
     }
   }
-  cp_async_wait_all();
-  __syncthreads();
-  const float gl = s.gam[nv - 1];
-  if (tid < kC) {
-    s.eg[tid] = tid < nv ? expf(s.gam[tid]) : 0.f;
-    s.kb[tid] = tid < nv ? expf(gl - s.gam[tid]) : 0.f;
-  }
-  // (2) dP = scale Lower(dO U^T); X = dP (.) D; Z = dP (.) P (kept in registers: z, the tiles of (m0, CW (w / 4)));
-  // X enters the products below as X diag(rk) (R0) and diag(rq) X (R1).
-  float z[2 * NW][4];
-  {
-    float dp[2 * NW][4] = {}, qk[2 * NW][4] = {};
-    const int n0 = CW * qd;
-    warp_mma_t<false, false, V, NW, 16>(dp, in_tile(s.dO), F1, m0, n0, lane);
-    warp_mma_t<false, false, K, NW, 16>(qk, in_tile(s.q), in_tile(s.k), m0, n0, lane);
-#pragma unroll
-    for (int nt = 0; nt < 2 * NW; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r2 = frag_row(m0, lane, e), c0 = frag_col(n0, nt, lane, e);
-        float xk[2], xq[2];
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int c2 = c0 + u;
-          float x = 0.f, zz = 0.f;
-          if (c2 <= r2) {
-            const float D = expf(s.gam[r2] - s.gam[c2]), d = lam * dp[nt][e + u];
-            x = d * D;
-            zz = d * s.rq[r2] * s.rk[c2] * qk[nt][e + u] * D;
-          }
-          z[nt][e + u] = zz;
-          xk[u] = x * s.rk[c2], xq[u] = x * s.rq[r2];
-        }
-        store_split2(&sR0[0][0][0], &sR0[1][0][0], r2 * LC + c0, xk[0], xk[1]);
-        store_split2(&sR1[0][0][0], &sR1[1][0][0], r2 * LC + c0, xq[0], xq[1]);
-      }
-  }
-  __syncthreads();
-  // (1) dQ = (dP (.) D) K^ + scale Gamma dO S0^T, dK = (dP (.) D)^T Q^ + diag(kb) U dS^T + ...: the first terms here
-  float dq[NK][4] = {}, dk[NK][4] = {}, dw[NK][4];
-  warp_mma_t<false, true, kC, K / KS, KS>(dq, R0, in_tile(s.k), m0, 16 * qd, lane);
-  warp_mma_t<true, true, kC, K / KS, KS>(dk, R1, in_tile(s.q), m0, 16 * qd, lane);
-  __syncthreads();  // R0, R1 are free for the key tiles
-  // KT keys at a time (S0 and dS tiles; the next tile's loads in flight during the products):
-  //   dQ += scale Gamma dO S0^T, dgamma_r += q^_r . (that term);  dK += diag(kb) dKbar, dKbar = U dS^T,
-  //   tau_r = Kbar_r . dKbar_r;  dW = -dU S0^T;  <S0, dS>_F   ((1), (3), (4))
-  float gq[2] = {0.f, 0.f}, tp[2] = {0.f, 0.f}, s0ds = 0.f;
-  {
-    const __nv_bfloat16* S0g = reinterpret_cast<const __nv_bfloat16*>(a.S0) + cp.rec * (K * V);
-    const float* dSg = a.dS + cp.rec * (K * V);
-    constexpr int NL = KT * V / 4 / NTH;  // 4-element groups per thread and tile
+  for (;;) {
+    cp_async_wait_all();
+    // This item's inputs are in (every thread's copies waited for, then visible to all); the last item is done with
+    // every tile and with s.item[0], s.item[1].
+    __syncthreads();
+    const bool more = s.more;
+    if (tid == 0) {  // read after the next barrier
+      s.item[0] = s.item[1];
+      s.item[1] = s.item[2];
+    }
+    // Opaque per item: the index math below is redone per item instead of being hoisted out of the walk and held in
+    // registers through it (the products need all 128).
+    asm volatile("" : "+r"(tid));
+    const int warp = tid >> 5, lane = tid & 31, m0 = 16 * (warp & 3), qd = warp >> 2, g = lane >> 2, t = lane & 3;
+    for (int e = tid; e < int(sizeof(s.k) / 16); e += NTH)  // k of this item from the next-k tile
+      reinterpret_cast<uint4*>(&s.k[0][0])[e] = reinterpret_cast<const uint4*>(&s.kn[0][0])[e];
+    const GradItem& cur = s.item[0];      // from the next barrier on
+    const GradItem& next = s.item[1];     // when more, from the next barrier on
+    constexpr int NL = KT * V / 4 / NTH;  // 4-element groups per thread and key tile
     float4 pd[NL];
     uint2 ps[NL];
-    const auto fetch = [&](int it) {
+    const auto fetch = [&](int it) {  // S0 / dS key tile it into registers
+      const float* dSg = a.dS + cur.cp.rec * (K * V);
+      const __nv_bfloat16* S0g = reinterpret_cast<const __nv_bfloat16*>(a.S0) + cur.cp.rec * (K * V);
 #pragma unroll
       for (int l = 0; l < NL; ++l) {
         const int e = tid + l * NTH, o = (it * KT + e / (V / 4)) * V + 4 * (e % (V / 4));
@@ -778,219 +886,320 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
         ps[l] = *reinterpret_cast<const uint2*>(S0g + o);
       }
     };
-    fetch(0);
+    {  // U and dU (raw fp32 in F1 / F2), split there once; the record rows
+      float4 u[NU], du[NU];
 #pragma unroll
-    for (int it = 0; it < K / KT; ++it) {
-#pragma unroll
-      for (int l = 0; l < NL; ++l) {  // the tile into shared memory: S0 as is, dS split
-        const int e = tid + l * NTH, r = e / (V / 4), j = 4 * (e % (V / 4));
-        const float2 s01 = chunk_detail::Elem<true>::unpack(ps[l].x), s23 = chunk_detail::Elem<true>::unpack(ps[l].y);
-        s0ds = fmaf(s01.x, pd[l].x, s0ds), s0ds = fmaf(s01.y, pd[l].y, s0ds);
-        s0ds = fmaf(s23.x, pd[l].z, s0ds), s0ds = fmaf(s23.y, pd[l].w, s0ds);
-        *reinterpret_cast<uint2*>(&S0t[r][j]) = ps[l];
-        store_split2(&dSt[0][0][0], &dSt[1][0][0], r * LV + j, pd[l].x, pd[l].y);
-        store_split2(&dSt[0][0][0], &dSt[1][0][0], r * LV + j + 2, pd[l].z, pd[l].w);
+      for (int l = 0; l < NU; ++l) u[l] = Uraw[tid + l * NTH], du[l] = dUraw[tid + l * NTH];
+      if (tid < kC) s.gam[tid] = s.nrows[0][tid], s.rq[tid] = s.nrows[1][tid], s.rk[tid] = s.nrows[2][tid];
+      if (tid < kC) s.b[tid] = s.nrows[3][tid];
+      __syncthreads();  // every raw element and the next-k tile read before they are overwritten
+      if (more) {       // the next item's k: in flight during the whole item
+        load_k(next);
+        cp_async_commit();
       }
-      __syncthreads();
-      if (it + 1 < K / KT) fetch(it + 1);
-      float pq[2][4] = {}, pk[2][4] = {}, pw[2][4] = {};
-      const InTile<__nv_bfloat16> S0v{&S0t[0][0], LV};
-      const SplitTile dSv{&dSt[0][0][0], &dSt[1][0][0], LV};
-      warp_mma_t<false, false, V, 1, 16>(pq, in_tile(s.dO), S0v, m0, 16 * qd, lane);
-      warp_mma_t<false, false, V, 1, 16>(pk, F1, dSv, m0, 16 * qd, lane);
-      warp_mma_t<false, false, V, 1, 16>(pw, F2, S0v, m0, 16 * qd, lane);
 #pragma unroll
-      for (int u = 0; u < 2; ++u)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = frag_row(m0, lane, e), i = frag_col(KT * it + 16 * qd, u, lane, e), ti = 2 * it + u;
-          const float qi = lam * s.eg[row] * pq[u][e];
-          dq[ti][e] += qi;
-          gq[e >> 1] = fmaf(s.rq[row] * tof(s.q[row][i]), qi, gq[e >> 1]);
-          dk[ti][e] = fmaf(s.kb[row], pk[u][e], dk[ti][e]);
-          tp[e >> 1] = fmaf(s.kb[row] * s.rk[row] * tof(s.k[row][i]), pk[u][e], tp[e >> 1]);
-          dw[ti][e] = -pw[u][e];
-        }
-      __syncthreads();  // the tiles are consumed
+      for (int l = 0; l < NU; ++l) {
+        const int e = tid + l * NTH, o = (e / (V / 4)) * LF + 4 * (e % (V / 4));
+        store_split2(&s.F1[0][0][0], &s.F1[1][0][0], o, u[l].x, u[l].y);
+        store_split2(&s.F1[0][0][0], &s.F1[1][0][0], o + 2, u[l].z, u[l].w);
+        store_split2(&s.F2[0][0][0], &s.F2[1][0][0], o, du[l].x, du[l].y);
+        store_split2(&s.F2[0][0][0], &s.F2[1][0][0], o + 2, du[l].z, du[l].w);
+      }
     }
-  }
-  // A row's partial sum (rows g, g + 8 of the warp's tile: x[0], x[1]) over its 4 lanes, into part[q][half].
-  const auto put_rows = [&](int q, int half, float(&x)[2]) {
-    x[0] = lane_sum<1, 4>(x[0]);
-    x[1] = lane_sum<1, 4>(x[1]);
-    if (t == 0) s.part[q][half][m0 + g] = x[0], s.part[q][half][m0 + g + 8] = x[1];
-  };
-  put_rows(0, qd, gq);
-  put_rows(1, qd, tp);
-  s0ds = lane_sum<1, 32>(s0ds);
-  if (lane == 0) s.red[warp] = s0ds;
-#pragma unroll
-  for (int ti = 0; ti < NK; ++ti)  // dW into F1 (U is consumed)
-#pragma unroll
-    for (int e = 0; e < 4; e += 2)
-      store_split2(&s.F1[0][0][0], &s.F1[1][0][0],
-                   frag_row(m0, lane, e) * LF + frag_col(16 * qd, 0, lane, e) + KS * (ti / 2) + 8 * (ti % 2), dw[ti][e],
-                   dw[ti][e + 1]);
-  __syncthreads();
-  // (5) A^T dW:  dK += diag(b Gamma) A^T dW;  dbeta_r, dgamma_r += (b_r) e^{gamma_r} k^_r . (A^T dW)_r
-  {
-    float at[NK][4] = {}, kd[2] = {0.f, 0.f};
-    warp_mma_t<true, true, kC, K / KS, KS>(at, At, F1, m0, 16 * qd, lane);
-#pragma unroll
-    for (int ti = 0; ti < NK; ++ti)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = frag_row(m0, lane, e), i = frag_col(KS * (ti / 2) + 16 * qd, ti % 2, lane, e);
-        dk[ti][e] = fmaf(s.b[row] * s.eg[row], at[ti][e], dk[ti][e]);
-        kd[e >> 1] = fmaf(s.rk[row] * tof(s.k[row][i]), at[ti][e], kd[e >> 1]);
+    __syncthreads();
+    if (tid < kC) {  // (nv and the item's other fields are read from s.item where used, not held in registers)
+      const int nv = cur.cp.nv;
+      s.eg[tid] = tid < nv ? expf(s.gam[tid]) : 0.f;
+      s.kb[tid] = tid < nv ? expf(s.gam[nv - 1] - s.gam[tid]) : 0.f;
+    }
+    // The warp's row and column sums of its Z tile (rows r, r + 8 of lane g: zr[0], zr[1]; columns 2t, 2t + 1 of tile
+    // nt: zc[nt][0], zc[nt][1]) over its lanes, into zrow[w / 4][] and zcol[w % 4][] (or added there: the same lanes
+    // own the same rows and columns every time).
+    const auto put_z = [&](float(&zr)[2], float(&zc)[2 * NW][2], bool add) {
+      zr[0] = lane_sum<1, 4>(zr[0]);
+      zr[1] = lane_sum<1, 4>(zr[1]);
+      if (t == 0) {
+        float* p = &s.zrow[qd][m0 + g];
+        p[0] = add ? p[0] + zr[0] : zr[0];
+        p[8] = add ? p[8] + zr[1] : zr[1];
       }
-    put_rows(2, qd, kd);
-  }
-  {  // A^T dU:  dV = diag(b) A^T dU;  dbeta_r += v_r . (A^T dU)_r (warp w: the value columns of group w / 4)
-    constexpr int NT = V / (8 * NQ);
-    float acc[NT][4] = {}, vp[2] = {0.f, 0.f};
-    const int n0v = (V / NQ) * qd;
-    warp_mma_t<true, true, kC, NT / 2, 16>(acc, At, F2, m0, n0v, lane);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = frag_row(m0, lane, e), j = frag_col(n0v, nt, lane, e);
-        vp[e >> 1] = fmaf(tof(s.v[row][j]), acc[nt][e], vp[e >> 1]);
-        if (row < nv)
-          store1(a.dv, DType(a.io_dtype), cp.b * a.dv_sb + (cp.t0 + row) * a.dv_st + h * a.dv_sh + j,
-                 s.b[row] * acc[nt][e]);
-      }
-    put_rows(3, qd, vp);
-  }
-  // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} (dW_r . k^_s), strictly lower (only that part reaches L), into R0
-  {
-    float uv[2 * NW][4] = {}, wk[2 * NW][4] = {};
-    const int n0 = CW * qd;
-    warp_mma_t<false, false, V, NW, 16>(uv, F2, in_tile(s.v), m0, n0, lane);
-    warp_mma_t<false, false, K, NW, 16>(wk, F1, in_tile(s.k), m0, n0, lane);
-#pragma unroll
-    for (int nt = 0; nt < 2 * NW; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r2 = frag_row(m0, lane, e), c0 = frag_col(n0, nt, lane, e);
-        float x[2];
+      for (int nt = 0; nt < 2 * NW; ++nt)
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-          const int c2 = c0 + u;
-          x[u] = c2 < r2 ? s.b[c2] * (uv[nt][e + u] + s.eg[c2] * s.rk[c2] * wk[nt][e + u]) : 0.f;
+          const float x = lane_sum<4, 32>(zc[nt][u]);
+          float* p = &s.zcol[warp & 3][frag_col(CW * qd, nt, lane, u)];
+          if (g == 0) *p = add ? *p + x : x;
         }
-        store_split2(&sR0[0][0][0], &sR0[1][0][0], r2 * LC + c0, x[0], x[1]);
-      }
-  }
-  __syncthreads();
-  {  // (6) Y = A^T dA (A^T is upper, dA strictly lower: the full product is the triangular sum), into R1
-    float y[2 * NW][4] = {};
-    const int n0 = CW * qd;
-    warp_mma_t<true, true, kC, NW, 16>(y, At, R0, m0, n0, lane);
+    };
+    // (2) dP = scale Lower(dO U^T); X = dP (.) D; Z = dP (.) P (its row and column sums: zrow, zcol). X enters the
+    // products below as X diag(rk) (R0) and diag(rq) X (R1).
+    fetch(0);  // S0 / dS key tile 0: in flight during the products before the key loop
+    {
+      float dp[2 * NW][4] = {}, qk[2 * NW][4] = {}, zr[2] = {0.f, 0.f}, zc[2 * NW][2] = {};
+      const int n0 = CW * qd;
+      warp_mma_t<false, false, V, NW, 16>(dp, in_tile(s.dO), F1, m0, n0, lane);
+      warp_mma_t<false, false, K, NW, 16>(qk, in_tile(s.q), in_tile(s.k), m0, n0, lane);
 #pragma unroll
-    for (int nt = 0; nt < 2 * NW; ++nt)
+      for (int nt = 0; nt < 2 * NW; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          const int r2 = frag_row(m0, lane, e), c0 = frag_col(n0, nt, lane, e);
+          float xk[2], xq[2];
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int c2 = c0 + u;
+            float x = 0.f, zz = 0.f;
+            if (c2 <= r2) {
+              const float D = expf(s.gam[r2] - s.gam[c2]), d = lam * dp[nt][e + u];
+              x = d * D;
+              zz = d * s.rq[r2] * s.rk[c2] * qk[nt][e + u] * D;
+            }
+            if (c2 < r2) zr[e >> 1] += zz, zc[nt][u] += zz;
+            xk[u] = x * s.rk[c2], xq[u] = x * s.rq[r2];
+          }
+          store_split2(&sR0[0][0][0], &sR0[1][0][0], r2 * LC + c0, xk[0], xk[1]);
+          store_split2(&sR1[0][0][0], &sR1[1][0][0], r2 * LC + c0, xq[0], xq[1]);
+        }
+      put_z(zr, zc, false);
+    }
+    __syncthreads();
+    // (1) dQ = (dP (.) D) K^ + scale Gamma dO S0^T, dK = (dP (.) D)^T Q^ + diag(kb) U dS^T + ...: the first terms here
+    float dq[NK][4] = {}, dk[NK][4] = {}, dw[NK][4];
+    warp_mma_t<false, true, kC, K / KS, KS>(dq, R0, in_tile(s.k), m0, 16 * qd, lane);
+    warp_mma_t<true, true, kC, K / KS, KS>(dk, R1, in_tile(s.q), m0, 16 * qd, lane);
+    __syncthreads();  // R0, R1 are free for the key tiles
+    // KT keys at a time (S0 and dS tiles: the first in flight since the item's start, the next during the products):
+    //   dQ += scale Gamma dO S0^T, dgamma_r += q^_r . (that term);  dK += diag(kb) dKbar, dKbar = U dS^T,
+    //   tau_r = Kbar_r . dKbar_r;  dW = -dU S0^T;  <S0, dS>_F   ((1), (3), (4))
+    float gq[2] = {0.f, 0.f}, tp[2] = {0.f, 0.f}, s0ds = 0.f;
+    {
+#pragma unroll
+      for (int it = 0; it < K / KT; ++it) {
+#pragma unroll
+        for (int l = 0; l < NL; ++l) {  // the tile into shared memory: S0 as is, dS split
+          const int e = tid + l * NTH, r = e / (V / 4), j = 4 * (e % (V / 4));
+          const float2 s01 = chunk_detail::Elem<true>::unpack(ps[l].x), s23 = chunk_detail::Elem<true>::unpack(ps[l].y);
+          s0ds = fmaf(s01.x, pd[l].x, s0ds), s0ds = fmaf(s01.y, pd[l].y, s0ds);
+          s0ds = fmaf(s23.x, pd[l].z, s0ds), s0ds = fmaf(s23.y, pd[l].w, s0ds);
+          *reinterpret_cast<uint2*>(&S0t[r][j]) = ps[l];
+          store_split2(&dSt[0][0][0], &dSt[1][0][0], r * LV + j, pd[l].x, pd[l].y);
+          store_split2(&dSt[0][0][0], &dSt[1][0][0], r * LV + j + 2, pd[l].z, pd[l].w);
+        }
+        __syncthreads();
+        if (it + 1 < K / KT) fetch(it + 1);
+        float pq[2][4] = {}, pk[2][4] = {}, pw[2][4] = {};
+        const InTile<__nv_bfloat16> S0v{&S0t[0][0], LV};
+        const SplitTile dSv{&dSt[0][0][0], &dSt[1][0][0], LV};
+        warp_mma_t<false, false, V, 1, 16>(pq, in_tile(s.dO), S0v, m0, 16 * qd, lane);
+        warp_mma_t<false, false, V, 1, 16>(pk, F1, dSv, m0, 16 * qd, lane);
+        warp_mma_t<false, false, V, 1, 16>(pw, F2, S0v, m0, 16 * qd, lane);
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = frag_row(m0, lane, e), i = frag_col(KT * it + 16 * qd, u, lane, e), ti = 2 * it + u;
+            const float qi = lam * s.eg[row] * pq[u][e];
+            dq[ti][e] += qi;
+            gq[e >> 1] = fmaf(s.rq[row] * tof(s.q[row][i]), qi, gq[e >> 1]);
+            dk[ti][e] = fmaf(s.kb[row], pk[u][e], dk[ti][e]);
+            tp[e >> 1] = fmaf(s.kb[row] * s.rk[row] * tof(s.k[row][i]), pk[u][e], tp[e >> 1]);
+            dw[ti][e] = -pw[u][e];
+          }
+        __syncthreads();  // the tiles are consumed
+      }
+    }
+    if (more) {  // q and dO are consumed
+      load_q_do(next);
+      cp_async_commit();
+    }
+    // A row's partial sum (rows g, g + 8 of the warp's tile: x[0], x[1]) over its 4 lanes, into part[q][half].
+    const auto put_rows = [&](int q, int half, float(&x)[2]) {
+      x[0] = lane_sum<1, 4>(x[0]);
+      x[1] = lane_sum<1, 4>(x[1]);
+      if (t == 0) part[q][half][m0 + g] = x[0], part[q][half][m0 + g + 8] = x[1];
+    };
+    put_rows(0, qd, gq);
+    put_rows(1, qd, tp);
+    s0ds = lane_sum<1, 32>(s0ds);
+    if (lane == 0) s.red[warp] = s0ds;
+#pragma unroll
+    for (int ti = 0; ti < NK; ++ti)  // dW into F1 (U is consumed)
 #pragma unroll
       for (int e = 0; e < 4; e += 2)
-        store_split2(&sR1[0][0][0], &sR1[1][0][0], frag_row(m0, lane, e) * LC + frag_col(n0, nt, lane, e), y[nt][e],
-                     y[nt][e + 1]);
-  }
-  __syncthreads();
-  // dL = StrictLower(-(A^T dA) A^T) (A^T upper: the full product Y A^T is the sum over c3 <= c2);
-  // (7) dbeta_r += sum_s dL_rs E_rs, dL_b = diag(b) dL; (8) Z += dL_b (.) E
-  {
-    float ya[2 * NW][4] = {}, kk[2 * NW][4] = {}, tb[2] = {0.f, 0.f};
-    const int n0 = CW * qd;
-    warp_mma_t<false, false, kC, NW, 16>(ya, R1, At, m0, n0, lane);
-    warp_mma_t<false, false, K, NW, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
+        store_split2(&s.F1[0][0][0], &s.F1[1][0][0],
+                     frag_row(m0, lane, e) * LF + frag_col(16 * qd, 0, lane, e) + KS * (ti / 2) + 8 * (ti % 2),
+                     dw[ti][e], dw[ti][e + 1]);
+    __syncthreads();
+    // (5) A^T dW:  dK += diag(b Gamma) A^T dW;  dbeta_r, dgamma_r += (b_r) e^{gamma_r} k^_r . (A^T dW)_r
+    {
+      float at[NK][4] = {}, kd[2] = {0.f, 0.f};
+      warp_mma_t<true, true, kC, K / KS, KS>(at, At, F1, m0, 16 * qd, lane);
 #pragma unroll
-    for (int nt = 0; nt < 2 * NW; ++nt)
+      for (int ti = 0; ti < NK; ++ti)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r2 = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
-        float x = 0.f;
-        if (c2 < r2) {
-          const float dl = -ya[nt][e], D = expf(s.gam[r2] - s.gam[c2]);
-          const float Ev = s.rk[r2] * s.rk[c2] * kk[nt][e] * D;
-          const float tt = dl * Ev;
-          x = s.b[r2] * dl * D;
-          z[nt][e] += s.b[r2] * tt;
-          tb[e >> 1] += tt;
+        for (int e = 0; e < 4; ++e) {
+          const int row = frag_row(m0, lane, e), i = frag_col(KS * (ti / 2) + 16 * qd, ti % 2, lane, e);
+          dk[ti][e] = fmaf(s.b[row] * s.eg[row], at[ti][e], dk[ti][e]);
+          kd[e >> 1] = fmaf(s.rk[row] * tof(s.k[row][i]), at[ti][e], kd[e >> 1]);
         }
-        Xf[r2][c2] = x;  // R0: dA is consumed
-      }
-    put_rows(4, qd, tb);
-  }
-  __syncthreads();
-  for (int e = tid; e < kC * kC / 2; e += NTH) {  // (dL_b (.) D + its transpose) diag(rk), into R1
-    const int r2 = e / (kC / 2), c2 = 2 * (e % (kC / 2));
-    store_split2(&sR1[0][0][0], &sR1[1][0][0], r2 * LC + c2, (Xf[r2][c2] + Xf[c2][r2]) * s.rk[c2],
-                 (Xf[r2][c2 + 1] + Xf[c2 + 1][r2]) * s.rk[c2 + 1]);
-  }
-  __syncthreads();
-  // (7) dK += (dL_b (.) D + (dL_b (.) D)^T) K^;  Z into R0 for (8) dgamma_r += rowsum(Z)_r - colsum(Z)_r
-  {
-    float acc[NK][4] = {};
-    warp_mma_t<false, true, kC, K / KS, KS>(acc, R1, in_tile(s.k), m0, 16 * qd, lane);
+      put_rows(2, qd, kd);
+    }
+    {  // A^T dU:  dV = diag(b) A^T dU;  dbeta_r += v_r . (A^T dU)_r (warp w: the value columns of group w / 4)
+      constexpr int NT = V / (8 * NQ);
+      float acc[NT][4] = {}, vp[2] = {0.f, 0.f};
+      const int n0v = (V / NQ) * qd;
+      warp_mma_t<true, true, kC, NT / 2, 16>(acc, At, F2, m0, n0v, lane);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns, one 32-bit store (dv is dense, of type E)
+          const int row = frag_row(m0, lane, e), j = frag_col(n0v, nt, lane, e);
+          vp[e >> 1] = fmaf(tof(s.v[row][j]), acc[nt][e], vp[e >> 1]);
+          vp[e >> 1] = fmaf(tof(s.v[row][j + 1]), acc[nt][e + 1], vp[e >> 1]);
+          if (row < cur.cp.nv) {
+            E* const o = static_cast<E*>(a.dv) + cur.cp.b * a.dv_sb + (cur.cp.t0 + row) * a.dv_st + cur.h * a.dv_sh + j;
+            *reinterpret_cast<uint32_t*>(o) = Storage<E>::from2(s.b[row] * acc[nt][e], s.b[row] * acc[nt][e + 1]);
+          }
+        }
+      put_rows(3, qd, vp);
+    }
+    // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} (dW_r . k^_s), strictly lower (only that part reaches L), into R0
+    {
+      float uv[2 * NW][4] = {}, wk[2 * NW][4] = {};
+      const int n0 = CW * qd;
+      warp_mma_t<false, false, V, NW, 16>(uv, F2, in_tile(s.v), m0, n0, lane);
+      warp_mma_t<false, false, K, NW, 16>(wk, F1, in_tile(s.k), m0, n0, lane);
+#pragma unroll
+      for (int nt = 0; nt < 2 * NW; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          const int r2 = frag_row(m0, lane, e), c0 = frag_col(n0, nt, lane, e);
+          float x[2];
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int c2 = c0 + u;
+            x[u] = c2 < r2 ? s.b[c2] * (uv[nt][e + u] + s.eg[c2] * s.rk[c2] * wk[nt][e + u]) : 0.f;
+          }
+          store_split2(&sR0[0][0][0], &sR0[1][0][0], r2 * LC + c0, x[0], x[1]);
+        }
+    }
+    __syncthreads();
+    if (more) {  // v, U (F1: dW) and dU (F2) are consumed
+      load_v_u(next);
+      cp_async_commit();
+    }
+    {  // (6) Y = A^T dA (A^T is upper, dA strictly lower: the full product is the triangular sum), into R1
+      float y[2 * NW][4] = {};
+      const int n0 = CW * qd;
+      warp_mma_t<true, true, kC, NW, 16>(y, At, R0, m0, n0, lane);
+#pragma unroll
+      for (int nt = 0; nt < 2 * NW; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2)
+          store_split2(&sR1[0][0][0], &sR1[1][0][0], frag_row(m0, lane, e) * LC + frag_col(n0, nt, lane, e), y[nt][e],
+                       y[nt][e + 1]);
+    }
+    __syncthreads();
+    // dL = StrictLower(-(A^T dA) A^T) (A^T upper: the full product Y A^T is the sum over c3 <= c2);
+    // (7) dbeta_r += sum_s dL_rs E_rs, dL_b = diag(b) dL; (8) Z += dL_b (.) E
+    {
+      float ya[2 * NW][4] = {}, kk[2 * NW][4] = {}, tb[2] = {0.f, 0.f}, zr[2] = {0.f, 0.f}, zc[2 * NW][2] = {};
+      const int n0 = CW * qd;
+      warp_mma_t<false, false, kC, NW, 16>(ya, R1, At, m0, n0, lane);
+      warp_mma_t<false, false, K, NW, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
+#pragma unroll
+      for (int nt = 0; nt < 2 * NW; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r2 = frag_row(m0, lane, e), c2 = frag_col(n0, nt, lane, e);
+          float x = 0.f;
+          if (c2 < r2) {
+            const float dl = -ya[nt][e], D = expf(s.gam[r2] - s.gam[c2]);
+            const float Ev = s.rk[r2] * s.rk[c2] * kk[nt][e] * D;
+            const float tt = dl * Ev;
+            x = s.b[r2] * dl * D;
+            zr[e >> 1] += s.b[r2] * tt, zc[nt][e & 1] += s.b[r2] * tt;
+            tb[e >> 1] += tt;
+          }
+          Xf[r2][c2] = x;  // R0: dA is consumed
+        }
+      put_rows(4, qd, tb);
+      put_z(zr, zc, true);
+    }
+    __syncthreads();
+    if (more) {  // A is consumed
+      load_a(next);
+      cp_async_commit();
+    }
+    for (int e = tid; e < kC * kC / 2; e += NTH) {  // (dL_b (.) D + its transpose) diag(rk), into R1
+      const int r2 = e / (kC / 2), c2 = 2 * (e % (kC / 2));
+      store_split2(&sR1[0][0][0], &sR1[1][0][0], r2 * LC + c2, (Xf[r2][c2] + Xf[c2][r2]) * s.rk[c2],
+                   (Xf[r2][c2 + 1] + Xf[c2 + 1][r2]) * s.rk[c2 + 1]);
+    }
+    __syncthreads();
+    // (7) dK += (dL_b (.) D + (dL_b (.) D)^T) K^
+    {
+      float acc[NK][4] = {};
+      warp_mma_t<false, true, kC, K / KS, KS>(acc, R1, in_tile(s.k), m0, 16 * qd, lane);
+#pragma unroll
+      for (int ti = 0; ti < NK; ++ti)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[ti][e] += acc[ti][e];
+    }
 #pragma unroll
     for (int ti = 0; ti < NK; ++ti)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dk[ti][e] += acc[ti][e];
-  }
-#pragma unroll
-  for (int nt = 0; nt < 2 * NW; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) Xf[frag_row(m0, lane, e)][frag_col(CW * qd, nt, lane, e)] = z[nt][e];
-#pragma unroll
-  for (int ti = 0; ti < NK; ++ti)
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const int row = frag_row(m0, lane, e), i = frag_col(KS * (ti / 2) + 16 * qd, ti % 2, lane, e);
-      if (row < nv) {
-        const int64_t o = ((cp.b * a.T + cp.t0 + row) * a.Hv + h) * K + i;
-        *reinterpret_cast<float2*>(a.dqh + o) = make_float2(dq[ti][e], dq[ti][e + 1]);
-        *reinterpret_cast<float2*>(a.dkh + o) = make_float2(dk[ti][e], dk[ti][e + 1]);
+      for (int e = 0; e < 4; e += 2) {
+        const int row = frag_row(m0, lane, e), i = frag_col(KS * (ti / 2) + 16 * qd, ti % 2, lane, e);
+        if (row < cur.cp.nv) {
+          const int64_t o = ((cur.cp.b * a.T + cur.cp.t0 + row) * a.Hv + cur.h) * K + i;
+          *reinterpret_cast<float2*>(a.dqh + o) = make_float2(dq[ti][e], dq[ti][e + 1]);
+          *reinterpret_cast<float2*>(a.dkh + o) = make_float2(dk[ti][e], dk[ti][e + 1]);
+        }
       }
-    }
-  __syncthreads();
-  {  // per row r (TPR threads): the row sums of the products and rowsum(Z) - colsum(Z)
-    constexpr int TPR = NTH / kC;
-    const int r = tid / TPR, p = tid % TPR;
-    float zr = 0.f;
-    for (int s2 = p; s2 < kC; s2 += TPR) zr += Xf[r][s2] - Xf[s2][r];
-    zr = lane_sum<1, TPR>(zr);
-    if (p == 0) {
+    __syncthreads();
+    if (tid < kC) {  // per row r: the row sums of the products and (8) rowsum(Z) - colsum(Z), each group in order
+      const int r = tid;
       const auto sum = [&](int q) {  // over the column groups, in order
-        float x = s.part[q][0][r];
-        for (int j = 1; j < NQ; ++j) x += s.part[q][j][r];
+        float x = part[q][0][r];
+        for (int j = 1; j < NQ; ++j) x += part[q][j][r];
         return x;
       };
+      float zr = s.zrow[0][r], zc = s.zcol[0][r];
+      for (int j = 1; j < NQ; ++j) zr += s.zrow[j][r];
+      for (int j = 1; j < 4; ++j) zc += s.zcol[j][r];
       const float kd = sum(2);
-      s.dgam[r] = (sum(0) + s.b[r] * s.eg[r] * kd) + zr;
-      s.dbeta[r] = (s.eg[r] * kd + sum(3)) + sum(4);
-      s.tau[r] = sum(1);
+      dgam[r] = (sum(0) + s.b[r] * s.eg[r] * kd) + (zr - zc);
+      dbeta[r] = (s.eg[r] * kd + sum(3)) + sum(4);
+      tau[r] = sum(1);
+    } else if (tid == kC && more) {  // the item after the next, into s.item[2] (read after the next item's barrier)
+      s.item[2].i = next.i + int(gridDim.x);
+      s.more = next_grad_item(a, &s.item[2], int(gridDim.x));
     }
-  }
-  __syncthreads();
-  if (tid == 0) {
-    // dgamma_{n-1} += e_n <S0, dS>_F, then (9) dg_r = sum_{j >= r} dgamma_j. The tau terms (dgamma_r -= tau_r,
-    // dgamma_{n-1} += sum tau) enter dg_r as the exclusive prefix sum_{j < r} tau_j: the same sum without the O(1)
-    // cancellation of tau_{n-1} (which would swamp a tiny dg under a strong decay, g = -30).
-    float sd = 0.f, pre = 0.f;
-    for (int i = 0; i < NTH / 32; ++i) sd += s.red[i];
-    for (int i = 0; i < nv; ++i) {
-      const float tv = s.tau[i];
-      s.tau[i] = pre;
-      pre += tv;
+    __syncthreads();
+    if (tid == 0) {
+      // dgamma_{n-1} += e_n <S0, dS>_F, then (9) dg_r = sum_{j >= r} dgamma_j. The tau terms (dgamma_r -= tau_r,
+      // dgamma_{n-1} += sum tau) enter dg_r as the exclusive prefix sum_{j < r} tau_j: the same sum without the O(1)
+      // cancellation of tau_{n-1} (which would swamp a tiny dg under a strong decay, g = -30).
+      const int nv = cur.cp.nv;
+      float sd = 0.f, pre = 0.f;
+      for (int i = 0; i < NTH / 32; ++i) sd += s.red[i];
+      for (int i = 0; i < nv; ++i) {
+        const float tv = tau[i];
+        tau[i] = pre;
+        pre += tv;
+      }
+      dgam[nv - 1] += expf(s.gam[nv - 1]) * sd;
+      float acc = 0.f;
+      for (int i = nv - 1; i >= 0; --i) {
+        acc += dgam[i];
+        const int64_t row = (cur.cp.b * a.T + cur.cp.t0 + i) * a.Hv + cur.h;
+        a.dgh[row] = acc + tau[i];
+        a.dbh[row] = dbeta[i];
+      }
     }
-    s.dgam[nv - 1] += expf(gl) * sd;
-    float acc = 0.f;
-    for (int i = nv - 1; i >= 0; --i) {
-      acc += s.dgam[i];
-      const int64_t row = (cp.b * a.T + cp.t0 + i) * a.Hv + h;
-      a.dgh[row] = acc + s.tau[i];
-      a.dbh[row] = s.dbeta[i];
-    }
+    if (!more) break;
   }
 }
 
@@ -1053,8 +1262,14 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
   if (e == 0 && a.slots > 0) e = launch_chains<E, K, V>(a, done + 1, st);
   if (e == 0 && a.slots == 0)  // no chunk at all: only dh0 = dht (or 0), from the unsplit reverse chain
     e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[2], st, a);
-  if (e == 0)
-    e = launch_one(chunk_bwd_grads_kernel<E, K, V>, chunks, sizeof(GradSmem<E, K, V>), done[3], st, a, kGradThreads);
+  if (e == 0) {  // pass 4: persistent, one CTA per SM (and none without an item)
+    int dev = 0;
+    e = static_cast<int>(cudaGetDevice(&dev));
+    const int64_t items = a.slots * a.Hv, sms = device_sm_count(dev);
+    if (e == 0)
+      e = launch_one(chunk_bwd_grads_kernel<E, K, V>, dim3(unsigned(items < sms ? items : sms)),
+                     sizeof(GradSmem<E, K, V>), done[3], st, a, kGradThreads);
+  }
   return e;
 }
 

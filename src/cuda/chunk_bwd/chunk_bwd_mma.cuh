@@ -95,14 +95,21 @@ __device__ __forceinline__ void load_frag(const InTile<__half>& t, int o, uint32
 // ldmatrix (.trans for AKM / BKN); each A fragment serves all 2 NP tiles. Fixed order (k ascending; within a
 // step lo*hi, hi*lo, then hi*hi; exact operands skip their lo): deterministic. Lane l addresses row l % 8 of
 // matrix l / 8; the matrices are a0..a3 (rows +8 for odd, k +8 for >= 2) and b0, b1 of tile u = 0, then of u = 1.
-template <bool AKM, bool BKN, int KD, int NP, int NS, class OA, class OB>
-__device__ __forceinline__ void warp_mma_t(float (&d)[2 * NP][4], const OA& a, const OB& b, int m0, int n0, int lane) {
+// The three terms go to dlh (lo*hi), dhl (hi*lo) and dhh (hi*hi): one array for all three is the plain product
+// (warp_mma_t); three arrays make three independent MMA chains of KD / 16 steps each instead of one of up to
+// 3 KD / 16, for the latency-bound serial steps of the chains (summed by sum_terms, in a fixed order). FULL unrolls
+// the k loop (every fragment address an immediate offset from the lane's base; the chains' products), else by two.
+template <bool AKM, bool BKN, int KD, int NP, int NS, bool FULL = false, class OA, class OB>
+__device__ __forceinline__ void warp_mma_terms(float (&dlh)[2 * NP][4], float (&dhl)[2 * NP][4],
+                                               float (&dhh)[2 * NP][4], const OA& a, const OB& b, int m0, int n0,
+                                               int lane) {
   const int l7 = lane & 7, l8 = 8 * ((lane >> 3) & 1), l16 = 8 * (lane >> 4);
   const int ao = AKM ? (l7 + l16) * a.ld + m0 + l8 : (m0 + l7 + l8) * a.ld + l16;
   const int bo = BKN ? (l7 + l8) * b.ld + n0 + l16 : (n0 + l7 + l16) * b.ld + l8;
   const int astep = AKM ? 16 * a.ld : 16, bstep = BKN ? 16 * b.ld : 16, bj = BKN ? NS : NS * b.ld;
   // An f16 operand is split in registers (twice the fragment registers): one k step at a time
-  constexpr int kUnroll = std::is_same_v<OA, InTile<__half>> || std::is_same_v<OB, InTile<__half>> ? 1 : 2;
+  constexpr int kUnroll =
+      std::is_same_v<OA, InTile<__half>> || std::is_same_v<OB, InTile<__half>> ? 1 : (FULL ? KD / 16 : 2);
 #pragma unroll(kUnroll)
   for (int k0 = 0; k0 < KD; k0 += 16) {
     uint32_t ah[4], al[4];
@@ -113,13 +120,26 @@ __device__ __forceinline__ void warp_mma_t(float (&d)[2 * NP][4], const OA& a, c
       load_frag<BKN>(b, bo + (k0 / 16) * bstep + j * bj, bh, bl);
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
-        float(&acc)[4] = d[2 * j + u];
-        if constexpr (!OA::kExact) mma_m16n8k16<true>(acc, al, bh[2 * u], bh[2 * u + 1]);
-        if constexpr (!OB::kExact) mma_m16n8k16<true>(acc, ah, bl[2 * u], bl[2 * u + 1]);
-        mma_m16n8k16<true>(acc, ah, bh[2 * u], bh[2 * u + 1]);
+        if constexpr (!OA::kExact) mma_m16n8k16<true>(dlh[2 * j + u], al, bh[2 * u], bh[2 * u + 1]);
+        if constexpr (!OB::kExact) mma_m16n8k16<true>(dhl[2 * j + u], ah, bl[2 * u], bl[2 * u + 1]);
+        mma_m16n8k16<true>(dhh[2 * j + u], ah, bh[2 * u], bh[2 * u + 1]);
       }
     }
   }
+}
+template <bool AKM, bool BKN, int KD, int NP, int NS, class OA, class OB>
+__device__ __forceinline__ void warp_mma_t(float (&d)[2 * NP][4], const OA& a, const OB& b, int m0, int n0, int lane) {
+  warp_mma_terms<AKM, BKN, KD, NP, NS>(d, d, d, a, b, m0, n0, lane);
+}
+
+// The split accumulators of warp_mma_terms, t[0] (lo*hi), t[1] (hi*lo), t[2] (hi*hi), and their sum, in a fixed
+// order: d = t[2] + (t[0] + t[1]).
+template <int NT>
+__device__ __forceinline__ void sum_terms(float (&d)[NT][4], const float (&t)[3][NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[nt][e] = t[2][nt][e] + (t[0][nt][e] + t[1][nt][e]);
 }
 
 // Where lane's accumulator e of tile nt lies: row m0 + g + 8 (e / 2), column n0 + 8 nt + 2t + e % 2.
