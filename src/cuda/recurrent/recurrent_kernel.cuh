@@ -75,11 +75,14 @@ struct RecIndexLoads {
 
 // Staged activations of up to kRecTokPerWarp tokens per warp (plus one v vector per thread), loaded to
 // registers first and finished (norms, gates) later, so the loads overlap other latency.
+// The staged tokens' loads as bits (load4_bits / load1_bits), widened in stage_store: all of them are issued before
+// the first is widened (a widening inside a load's dtype branch makes the next load wait a round trip).
 struct RecStaged {
-  float q[kRecTokPerWarp][4], k[kRecTokPerWarp][4], g[kRecTokPerWarp], be[kRecTokPerWarp];
+  uint4 q[kRecTokPerWarp], k[kRecTokPerWarp];
+  uint32_t g[kRecTokPerWarp], be[kRecTokPerWarp];
   int64_t wslot[kRecTokPerWarp];
-  float v[4];
-  float A_log, dt_bias;
+  uint4 v;
+  uint32_t A_log, dt_bias;
 };
 
 template <StateLayout L, class ST, int K, int BV>
@@ -198,28 +201,29 @@ __global__ void __launch_bounds__(kRecThreads, RecTile<L, K, BV>::kMinBlocks) re
 #pragma unroll
     for (int m = 0; m < kRecTokPerWarp; ++m) {
       const int tt = warp + m * NW;
-      r.q[m][0] = r.q[m][1] = r.q[m][2] = r.q[m][3] = 0.f;
-      r.k[m][0] = r.k[m][1] = r.k[m][2] = r.k[m][3] = 0.f;
-      r.g[m] = 0.f, r.be[m] = 1.f, r.wslot[m] = -1;
+      r.q[m] = r.k[m] = make_uint4(0u, 0u, 0u, 0u);  // +0 in every dtype
+      r.g[m] = r.be[m] = 0u, r.wslot[m] = -1;
       if (tt >= nt) continue;
       const int64_t t = int64_t(ti.bos) + t0 + tt, b = ti.b;
       if (4 * lane < K) {
-        load4(a.q, a.qk_dtype, b * a.q_s[0] + t * a.q_s[1] + hq * a.q_s[2] + 4 * lane, r.q[m]);
-        load4(a.k, a.qk_dtype, b * a.k_s[0] + t * a.k_s[1] + hq * a.k_s[2] + 4 * lane, r.k[m]);
+        r.q[m] = load4_bits(a.q, a.qk_dtype, b * a.q_s[0] + t * a.q_s[1] + hq * a.q_s[2] + 4 * lane);
+        r.k[m] = load4_bits(a.k, a.qk_dtype, b * a.k_s[0] + t * a.k_s[1] + hq * a.k_s[2] + 4 * lane);
       }
-      if (a.g) r.g[m] = load1(a.g, a.g_dtype, b * a.g_s[0] + t * a.g_s[1] + ti.h * a.g_s[2]);
-      if (a.beta) r.be[m] = load1(a.beta, a.beta_dtype, b * a.beta_s[0] + t * a.beta_s[1] + ti.h * a.beta_s[2]);
+      if (a.g) r.g[m] = load1_bits(a.g, a.g_dtype, b * a.g_s[0] + t * a.g_s[1] + ti.h * a.g_s[2]);
+      if (a.beta) r.be[m] = load1_bits(a.beta, a.beta_dtype, b * a.beta_s[0] + t * a.beta_s[1] + ti.h * a.beta_s[2]);
       // Protocol A: the state after token t goes to slot [n, t] when that slot is valid (and t < T_max).
       const int64_t tr = t0 + tt;
       if (has_pool && a.commit && a.T_max > 0 && tr < a.T_max)
         r.wslot[m] = load_index(a.state_indices, a.si_i64, ti.n * a.si_s[0] + tr * a.si_s[1]);
     }
-    r.A_log = a.gate_in_kernel ? load1(a.A_log, a.A_log_dtype, ti.h * a.A_log_s) : 0.f;
-    r.dt_bias = a.gate_in_kernel && a.dt_bias ? load1(a.dt_bias, a.dt_bias_dtype, ti.h * a.dt_bias_s) : 0.f;
+    r.A_log = a.gate_in_kernel ? load1_bits(a.A_log, a.A_log_dtype, ti.h * a.A_log_s) : 0u;
+    r.dt_bias = a.gate_in_kernel && a.dt_bias ? load1_bits(a.dt_bias, a.dt_bias_dtype, ti.h * a.dt_bias_s) : 0u;
+    r.v = make_uint4(0u, 0u, 0u, 0u);
     if (tid < nt * (BV / 4)) {
       const int tt = tid / (BV / 4), c = tid % (BV / 4);
-      load4(a.v, a.v_dtype,
-            int64_t(ti.b) * a.v_s[0] + (int64_t(ti.bos) + t0 + tt) * a.v_s[1] + ti.h * a.v_s[2] + ti.j0 + 4 * c, r.v);
+      r.v = load4_bits(
+          a.v, a.v_dtype,
+          int64_t(ti.b) * a.v_s[0] + (int64_t(ti.bos) + t0 + tt) * a.v_s[1] + ti.h * a.v_s[2] + ti.j0 + 4 * c);
     }
   };
 
@@ -229,33 +233,41 @@ __global__ void __launch_bounds__(kRecThreads, RecTile<L, K, BV>::kMinBlocks) re
     for (int m = 0; m < kRecTokPerWarp; ++m) {
       const int tt = warp + m * NW;
       if (tt >= nt) continue;  // warp-uniform
+      float q[4], k[4];
+      from_bits4(a.qk_dtype, r.q[m], q);
+      from_bits4(a.qk_dtype, r.k[m], k);
       float rq, rk;
-      qk_norm_factors(r.q[m], r.k[m], a.scale, a.l2norm, &rq, &rk);
+      qk_norm_factors(q, k, a.scale, a.l2norm, &rq, &rk);
       float qk = 0.f;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        r.q[m][e] *= rq;
-        r.k[m][e] *= rk;
-        qk = fmaf(r.q[m][e], r.k[m][e], qk);
+        q[e] *= rq;
+        k[e] *= rk;
+        qk = fmaf(q[e], k[e], qk);
       }
       qk = lane_sum<1, 32>(qk);
       if (4 * lane < K) {
-        *reinterpret_cast<float4*>(&s_q[tt][4 * lane]) = make_float4(r.q[m][0], r.q[m][1], r.q[m][2], r.q[m][3]);
-        *reinterpret_cast<float4*>(&s_k[tt][4 * lane]) = make_float4(r.k[m][0], r.k[m][1], r.k[m][2], r.k[m][3]);
+        *reinterpret_cast<float4*>(&s_q[tt][4 * lane]) = make_float4(q[0], q[1], q[2], q[3]);
+        *reinterpret_cast<float4*>(&s_k[tt][4 * lane]) = make_float4(k[0], k[1], k[2], k[3]);
       }
       if (lane == 0) {
-        float g = r.g[m];
+        float g = a.g ? from_bits1(a.g_dtype, r.g[m]) : 0.f;
+        const float be = a.beta ? from_bits1(a.beta_dtype, r.be[m]) : 1.f;
         if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
-          g = gate_from_raw(g, r.A_log, r.dt_bias, a.softplus_beta, a.softplus_threshold);
+          g = gate_from_raw(g, from_bits1(a.A_log_dtype, r.A_log),
+                            a.dt_bias ? from_bits1(a.dt_bias_dtype, r.dt_bias) : 0.f, a.softplus_beta,
+                            a.softplus_threshold);
         s_alpha[tt] = expf(g);
-        s_beta[tt] = a.beta_sigmoid ? beta_from_raw(r.be[m], a.allow_neg_eigval) : r.be[m];
+        s_beta[tt] = a.beta_sigmoid ? beta_from_raw(be, a.allow_neg_eigval) : be;
         s_qk[tt] = qk;
         s_slot[tt] = slot_valid(r.wslot[m], a.slots, a.null_slot_is_invalid) ? r.wslot[m] : -1;
       }
     }
     if (tid < nt * (BV / 4)) {
       const int tt = tid / (BV / 4), c = tid % (BV / 4);
-      *reinterpret_cast<float4*>(&s_v[tt][4 * c]) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+      float v[4];
+      from_bits4(a.v_dtype, r.v, v);
+      *reinterpret_cast<float4*>(&s_v[tt][4 * c]) = make_float4(v[0], v[1], v[2], v[3]);
     }
   };
 

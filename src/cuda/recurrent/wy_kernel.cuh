@@ -147,9 +147,11 @@ __device__ __forceinline__ void store_rows(T* dst, int64_t rs, const float (&s)[
   }
 }
 // One token's raw activations for the staging warp (lane slice of q and k, scalars).
+// A token's loads as bits (load4_bits / load1_bits): every token's loads of a staging round are issued before the
+// first is widened (a widening inside a load's dtype branch makes the next load wait a round trip).
 struct TokRaw {
-  float q[4], k[4];
-  float g, be;
+  uint4 q, k;
+  uint32_t g, be;
 };
 
 }  // namespace wy
@@ -272,39 +274,46 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
       for (int m = 0; m < TPW; ++m) {
         const int t = hf * C + warp + m * NW;
         wy::TokRaw& x = raw[m];
-        x.q[0] = x.q[1] = x.q[2] = x.q[3] = 0.f;
-        x.k[0] = x.k[1] = x.k[2] = x.k[3] = 0.f;
-        x.g = 0.f, x.be = 1.f;
+        x.q = x.k = make_uint4(0u, 0u, 0u, 0u);  // +0 in every dtype
+        x.g = x.be = 0u;
         if (t < tsc) {
           const int64_t tok = r.bos + sc0 + t;
           if (4 * lane < K) {
-            load4(a.q, a.qk_dtype, r.b * a.q_s[0] + tok * a.q_s[1] + r.hq * a.q_s[2] + 4 * lane, x.q);
-            load4(a.k, a.qk_dtype, r.b * a.k_s[0] + tok * a.k_s[1] + r.hq * a.k_s[2] + 4 * lane, x.k);
+            x.q = load4_bits(a.q, a.qk_dtype, r.b * a.q_s[0] + tok * a.q_s[1] + r.hq * a.q_s[2] + 4 * lane);
+            x.k = load4_bits(a.k, a.qk_dtype, r.b * a.k_s[0] + tok * a.k_s[1] + r.hq * a.k_s[2] + 4 * lane);
           }
-          if (a.g) x.g = load1(a.g, a.g_dtype, r.b * a.g_s[0] + tok * a.g_s[1] + r.h * a.g_s[2]);
-          if (a.beta) x.be = load1(a.beta, a.beta_dtype, r.b * a.beta_s[0] + tok * a.beta_s[1] + r.h * a.beta_s[2]);
+          if (a.g) x.g = load1_bits(a.g, a.g_dtype, r.b * a.g_s[0] + tok * a.g_s[1] + r.h * a.g_s[2]);
+          if (a.beta)
+            x.be = load1_bits(a.beta, a.beta_dtype, r.b * a.beta_s[0] + tok * a.beta_s[1] + r.h * a.beta_s[2]);
         }
       }
+      // the head's gate parameters, beside the tokens' loads
+      const uint32_t alog_bits = a.gate_in_kernel ? load1_bits(a.A_log, a.A_log_dtype, r.h * a.A_log_s) : 0u;
+      const uint32_t dtb_bits =
+          a.gate_in_kernel && a.dt_bias ? load1_bits(a.dt_bias, a.dt_bias_dtype, r.h * a.dt_bias_s) : 0u;
 #pragma unroll
       for (int m = 0; m < TPW; ++m) {
         const int t = hf * C + warp + m * NW;
-        wy::TokRaw& x = raw[m];
+        const wy::TokRaw& x = raw[m];
+        float q[4], k[4];
+        from_bits4(a.qk_dtype, x.q, q);
+        from_bits4(a.qk_dtype, x.k, k);
         float rq, rk2;
-        qk_norm_factors(x.q, x.k, a.scale, a.l2norm, &rq, &rk2);
+        qk_norm_factors(q, k, a.scale, a.l2norm, &rq, &rk2);
         if (4 * lane < K) {
-          *reinterpret_cast<float4*>(&s_tok[0][t][4 * lane]) =
-              make_float4(x.q[0] * rq, x.q[1] * rq, x.q[2] * rq, x.q[3] * rq);
+          *reinterpret_cast<float4*>(&s_tok[0][t][4 * lane]) = make_float4(q[0] * rq, q[1] * rq, q[2] * rq, q[3] * rq);
           *reinterpret_cast<float4*>(&s_tok[1][t][4 * lane]) =
-              make_float4(x.k[0] * rk2, x.k[1] * rk2, x.k[2] * rk2, x.k[3] * rk2);
+              make_float4(k[0] * rk2, k[1] * rk2, k[2] * rk2, k[3] * rk2);
         }
         if (lane == 0 && t < tsc) {
-          float g = x.g;
+          float g = a.g ? from_bits1(a.g_dtype, x.g) : 0.f;
+          const float be = a.beta ? from_bits1(a.beta_dtype, x.be) : 1.f;
           if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
-            g = gate_from_raw(g, load1(a.A_log, a.A_log_dtype, r.h * a.A_log_s),
-                              a.dt_bias ? load1(a.dt_bias, a.dt_bias_dtype, r.h * a.dt_bias_s) : 0.f, a.softplus_beta,
+            g = gate_from_raw(g, from_bits1(a.A_log_dtype, alog_bits),
+                              a.dt_bias ? from_bits1(a.dt_bias_dtype, dtb_bits) : 0.f, a.softplus_beta,
                               a.softplus_threshold);
           s_g[t] = g;
-          s_be[t] = a.beta_sigmoid ? beta_from_raw(x.be, a.allow_neg_eigval) : x.be;
+          s_be[t] = a.beta_sigmoid ? beta_from_raw(be, a.allow_neg_eigval) : be;
         }
       }
     }
