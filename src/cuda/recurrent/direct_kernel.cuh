@@ -235,11 +235,10 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   const int r0 = tid / TPR;  // tile row within a pass
   const bool has_pool = a.pool != nullptr;
 
-  // ---- tile coordinates: tile = (n Hv + h) (V / BV) + V-tile ----
-  const int nvt = a.V / BV;
-  const int64_t nh = int64_t(blockIdx.x) / nvt;
-  const int j0 = int(int64_t(blockIdx.x) % nvt) * BV;
-  const int64_t h = nh % a.Hv, n = nh / a.Hv;
+  // ---- tile coordinates: grid (N, Hv, V / BV). The row comes straight from blockIdx (no division before the
+  // first index load: at N = 1 the kernel is a latency chain, param -> slot -> state -> store) ----
+  const int64_t n = blockIdx.x, h = blockIdx.y;
+  const int j0 = int(blockIdx.z) * BV;
   const int64_t hq = h / (a.Hv / a.Hqk);  // GQA: value head h reads q/k head h / (Hv / Hqk) (gdn-math §2)
 
   // ---- first-level index loads, all independent: cu_seqlens, 1-D slot or accepted count, buffer index ----
@@ -580,14 +579,13 @@ cudaError_t launch_direct_grid(const RecurrentArgs& a, dim3 grid, cudaStream_t s
   return cudaGetLastError();
 }
 
-// One CTA per tile; T <= 1 takes the 64-register instantiation. BV = 64 exists for T <= 1 only (twice the state
-// bytes in flight per CTA for 16-bit pools); the dispatch never asks for it with more tokens.
+// One CTA per (row, value head, V tile); T <= 1 takes the 64-register instantiation. BV = 64 exists for T <= 1 only
+// (twice the state bytes in flight per CTA for 16-bit pools); the dispatch never asks for it with more tokens.
 template <StateLayout L, class ST, int K, int BV>
 cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream) {
-  const int64_t ntiles = a.N * a.Hv * (a.V / BV);
-  if (ntiles == 0) return cudaSuccess;
-  if (ntiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  const dim3 grid{unsigned(ntiles)};
+  if (a.N == 0 || a.Hv == 0) return cudaSuccess;
+  if (a.N > 0x7fffffff || a.Hv > 65535) return cudaErrorInvalidConfiguration;  // grid limits (x, y)
+  const dim3 grid{unsigned(a.N), unsigned(a.Hv), unsigned(a.V / BV)};
   if constexpr (BV == 128) {  // 16-bit states, T = 1 only (packed: 64 registers of state per thread)
     if constexpr (sizeof(ST) == 2) {
       if (a.T > 1) return cudaErrorInvalidConfiguration;
