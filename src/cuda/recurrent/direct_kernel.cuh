@@ -4,7 +4,7 @@
 //
 // Why another kernel: the persistent kernel is latency bound (docs/recurrent.md): 168 registers, 3 CTAs per
 // SM, a dependent chain per tile. This one is the simplest bandwidth-bound shape instead:
-//   - grid = N x Hv x (V / BV) CTAs of 128 threads, one (n, h, V-tile) state tile per CTA, no persistence,
+//   - grid = (Hv V / BV) x N CTAs of 128 threads, one (n, h, V-tile) state tile per CTA, no persistence,
 //     no shared-memory staging of the state: the tile goes global -> registers -> global;
 //   - T = 1 instantiations are bounded to 64 registers (8+ CTAs = 32+ warps per SM), so many tiles' loads are
 //     in flight at once (memory-level parallelism hides the latency instead of a software pipeline);
@@ -43,6 +43,7 @@ namespace flashgdn::cuda {
 namespace direct {
 
 inline constexpr int kThreads = 128;
+inline constexpr int kRowsY = 65535;  // rows per grid z slice (the grid's y limit)
 inline constexpr int kWarps = kThreads / 32;
 
 // ---- 16-byte state vectors: E elements of the storage type <-> fp32 (stores round to nearest even) ----
@@ -235,11 +236,14 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   const int r0 = tid / TPR;  // tile row within a pass
   const bool has_pool = a.pool != nullptr;
 
-  // ---- tile coordinates: tile = (n Hv + h) (V / BV) + V-tile ----
-  const int nvt = a.V / BV;
-  const int64_t nh = int64_t(blockIdx.x) / nvt;
-  const int j0 = int(int64_t(blockIdx.x) % nvt) * BV;
-  const int64_t h = nh % a.Hv, n = nh / a.Hv;
+  // ---- tile coordinates: grid (Hv V / BV, rows in y and z), x = h (V / BV) + V-tile. The row comes straight from
+  // blockIdx (no division before the first index load: at N = 1 the kernel is a latency chain, parameter -> slot
+  // -> state -> store), and consecutive CTAs still take consecutive tiles of a row (DRAM locality at large N) ----
+  const int64_t n = int64_t(blockIdx.z) * direct::kRowsY + blockIdx.y;
+  if (n >= a.N) return;  // the last z slice's rows past N
+  const unsigned nvt = unsigned(a.V / BV);
+  const int64_t h = blockIdx.x / nvt;
+  const int j0 = int(blockIdx.x % nvt) * BV;
   const int64_t hq = h / (a.Hv / a.Hqk);  // GQA: value head h reads q/k head h / (Hv / Hqk) (gdn-math §2)
 
   // ---- first-level index loads, all independent: cu_seqlens, 1-D slot or accepted count, buffer index ----
@@ -580,14 +584,14 @@ cudaError_t launch_direct_grid(const RecurrentArgs& a, dim3 grid, cudaStream_t s
   return cudaGetLastError();
 }
 
-// One CTA per tile; T <= 1 takes the 64-register instantiation. BV = 64 exists for T <= 1 only (twice the state
-// bytes in flight per CTA for 16-bit pools); the dispatch never asks for it with more tokens.
+// One CTA per (row, value head, V tile); T <= 1 takes the 64-register instantiation. BV = 64 exists for T <= 1 only
+// (twice the state bytes in flight per CTA for 16-bit pools); the dispatch never asks for it with more tokens.
 template <StateLayout L, class ST, int K, int BV>
 cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream) {
-  const int64_t ntiles = a.N * a.Hv * (a.V / BV);
-  if (ntiles == 0) return cudaSuccess;
-  if (ntiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  const dim3 grid{unsigned(ntiles)};
+  const int64_t tiles = a.Hv * (a.V / BV), zs = (a.N + direct::kRowsY - 1) / direct::kRowsY;
+  if (a.N == 0 || tiles == 0) return cudaSuccess;
+  if (tiles > 0x7fffffff || zs > 65535) return cudaErrorInvalidConfiguration;  // grid limits (x, z)
+  const dim3 grid{unsigned(tiles), unsigned(a.N < direct::kRowsY ? a.N : direct::kRowsY), unsigned(zs)};
   if constexpr (BV == 128) {  // 16-bit states, T = 1 only (packed: 64 registers of state per thread)
     if constexpr (sizeof(ST) == 2) {
       if (a.T > 1) return cudaErrorInvalidConfiguration;
