@@ -129,6 +129,7 @@ struct Spec {
   DType idx_dt = DType::i32;
   RecurrentKernel kernel = RecurrentKernel::auto_;  // exec.recurrent_kernel
   float scale = 0.f;
+  double key_corr = 0.0;  // > 0: every token's k is a shared direction plus key_corr times its own noise
   uint64_t seed = 1;
   int64_t extra_slots = 3;
   // index overrides (applied after the defaults): {row, col, value}; col ignored for 1-D
@@ -159,6 +160,12 @@ Inputs make(const Spec& s) {
   for (int64_t i = 0; i < in.q.numel(); ++i) in.q.set(i, rng.normal());
   // Without l2norm keep |k| ~ 1 so the recurrence stays contractive (gdn-math §1.3).
   for (int64_t i = 0; i < in.k.numel(); ++i) in.k.set(i, rng.normal() / (s.l2 ? 1.0 : std::sqrt(double(s.K))));
+  if (s.key_corr > 0) {  // nearly parallel keys: |A[t][s]| ~ beta over the whole chunk (gdn-math §5.7)
+    std::vector<double> base(size_t(s.K));
+    for (auto& x : base) x = rng.normal();
+    for (int64_t i = 0; i < in.k.numel(); ++i)
+      in.k.set(i, (base[size_t(i % s.K)] + s.key_corr * in.k.get(i)) / (s.l2 ? 1.0 : std::sqrt(double(s.K))));
+  }
   for (int64_t i = 0; i < in.v.numel(); ++i) in.v.set(i, rng.normal());
   if (s.has_g) {
     in.g = HostTensor(DType::f32, {B, T, s.Hv});
@@ -641,6 +648,69 @@ TEST(CudaRecurrent, WyStoresEveryTileAndDtype) {
                 << "row " << n << " token " << t << ": pool slot != intermediate entry";
           }
       }
+}
+
+// The wy kernel's chunk solve (T = (I + A)^{-1} by forward substitution, u = T r, o = e^gamma S0^T q' + B T r)
+// against the fp64 oracle where the chunk matrix is hardest: nearly parallel keys (|A| ~ beta everywhere), beta up
+// to 2 (allow_neg_eigval), no decay (g absent) and strong decay (raw gates); rows of 1 .. 20 tokens (tails tc < C of
+// both chunks of a staging round, a second round), on each tile geometry, the closed form (final state) and the walk
+// (fp32 intermediate states), fp32 pool.
+TEST(CudaRecurrent, WyChunkSolveHardChunks) {
+  FGDN_SKIP_WITHOUT_GPU();
+  struct Tile {
+    int64_t K, V, N, Hv;
+  };
+  for (const Tile& g : {Tile{128, 128, 10, 8}, Tile{128, 64, 3, 4}, Tile{64, 128, 3, 4}})
+    for (int var = 0; var < 4; ++var)
+      for (int walk = 0; walk < 2; ++walk) {
+        Spec s;
+        s.K = g.K, s.V = g.V, s.Hv = g.Hv, s.Hqk = g.Hv / 2;
+        s.seqlens.clear();
+        for (int64_t n = 0; n < g.N; ++n) s.seqlens.push_back(1 + (n * 7 + var * 3) % 20);
+        s.seqlens.push_back(20), s.seqlens.push_back(8), s.seqlens.push_back(5);
+        s.kernel = RecurrentKernel::wy;
+        s.key_corr = var == 3 ? 0.0 : 0.05;
+        if (var == 1) s.has_g = false;                                                     // no decay
+        if (var == 2) s.gate_raw = true, s.beta_raw = true, s.neg_eig = true;              // beta in (0, 2)
+        if (var == 3) s.gate_raw = true, s.beta_raw = true, s.neg_eig = true, s.seed = 7;  // random keys
+        if (walk) s.inter = true, s.inter_dt = DType::f32, s.commit = false;
+        s.seed += uint64_t(var * 2 + walk);
+        SCOPED_TRACE("K " + std::to_string(g.K) + " V " + std::to_string(g.V) + " variant " + std::to_string(var) +
+                     (walk ? " walk" : " closed form"));
+        check(s);
+      }
+}
+
+// The wy kernel run 10 more times on the same inputs (the pool restored, the outputs poisoned between runs) gives
+// the first run's bytes: a grouped multi-token commit (the row's T shared by its V-tiles) and a verify (single tiles).
+TEST(CudaRecurrent, WyBitwiseStableRepeated) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (int verify = 0; verify < 2; ++verify) {
+    Spec s;
+    s.N = 140, s.T = 12, s.V = 128, s.K = 128, s.act_dt = DType::bf16, s.kernel = RecurrentKernel::wy;
+    if (verify) s.inter = true, s.inter_dt = DType::bf16, s.commit = false;
+    SCOPED_TRACE(verify ? "verify" : "multi-token commit");
+    Inputs in = make(s);
+    auto dev = prepare_device(s, in);
+    ASSERT_TRUE(recurrent(dev->p).ok());
+    device_sync();
+    download_outputs(*dev);
+    expect_match(s, in, dev->out, run_oracle(s, in));
+    const Inputs first = dev->out;
+    for (int rep = 0; rep < 10; ++rep) {
+      dev->out.pool = in.pool;
+      dev->out.o.fill_nan();
+      if (verify) dev->out.inter.fill_nan();
+      for (auto& m : dev->m)
+        if (m.h == &dev->out.pool || m.h == &dev->out.o || m.h == &dev->out.inter) m.upload();
+      ASSERT_TRUE(recurrent(dev->p).ok());
+      device_sync();
+      download_outputs(*dev);
+      ASSERT_TRUE(dev->out.o.bit_equal(first.o)) << "rep " << rep << ": o";
+      ASSERT_TRUE(dev->out.pool.bit_equal(first.pool)) << "rep " << rep << ": pool";
+      if (verify) ASSERT_TRUE(dev->out.inter.bit_equal(first.inter)) << "rep " << rep << ": intermediate states";
+    }
+  }
 }
 
 TEST(CudaRecurrent, NoCommitLeavesPoolUntouched) {

@@ -1,40 +1,44 @@
 // The "wy" recurrent kernel family: multi-token decode and speculative verify on K-major states through the
-// chunked (WY) form over a row's tokens (gdn-math §5 with C = the row's tokens, at most kChunk = 16 per pass),
-// same semantics and arguments (RecurrentArgs) as recurrent_kernel.cuh / direct_kernel.cuh.
+// chunked (WY) form over a row's tokens (gdn-math §5 with C = kChunk = 8 tokens per chunk, two chunks staged per
+// round), same semantics and arguments (RecurrentArgs) as recurrent_kernel.cuh / direct_kernel.cuh.
 //
 // Why: the token-serial kernels pay a latency chain per token (reduction over K -> shuffles -> barrier -> u ->
 // update, ~1600 cycles). Here one pass over the register-resident state tile computes S0^T k_t and S0^T q'_t
-// for all tokens of the chunk (2C reductions batched: one cross-thread reduction, one barrier), a C x C forward
-// substitution per column gives every u_t, and the state is then advanced without any reduction:
+// for all tokens of the chunk (2C reductions batched: one cross-thread reduction, one barrier), every (token,
+// column) then gives u_t and o_t as two independent sums, and the state is advanced without any reduction:
 //
 //   gamma_t = g_0 + ... + g_t (within the chunk, fp32), decays only as exp(gamma_t - gamma_s), t >= s (§5.8)
-//   u_t = beta_t v_t - beta_t e^{gamma_t} S0^T k_t - sum_{s<t} beta_t e^{gamma_t - gamma_s} (k_t.k_s) u_s   (§5.3)
-//   o_t = e^{gamma_t} S0^T q'_t + sum_{s<=t} e^{gamma_t - gamma_s} (q'_t.k_s) u_s          (q' = scale q^)
+//   A[t][s] = beta_t e^{gamma_t - gamma_s} (k_t.k_s) (s < t),  B[t][s] = e^{gamma_t - gamma_s} (q'_t.k_s) (s <= t)
+//   r_t = beta_t v_t - beta_t e^{gamma_t} S0^T k_t,   T = (I + A)^{-1}   (q' = scale q^)
+//   u_t = r_t - sum_{s<t} A[t][s] u_s = (T r)_t                                               (§5.3)
+//   o_t = e^{gamma_t} S0^T q'_t + sum_{s<=t} B[t][s] u_s = e^{gamma_t} S0^T q'_t + (B T r)_t
 //   S_t = alpha_t S_{t-1} + k_t u_t^T                         (walk: per-token states are stored)
 //   S_C = e^{gamma_C} S0 + sum_s k_s (e^{gamma_C - gamma_s} u_s)^T   (closed form: final state only)
-// The substitution is the row recurrence of §5.7 (never the doubling inverse). u_t is exactly the token-serial
-// u_t = beta_t (v_t - alpha_t S_{t-1}^T k_t), so the walk reproduces the recurrence (2a)/(2b) term by term.
+// T and B T depend on the tokens only: they are formed once per staging round (and row: the V-tiles of a grouped
+// row share them) off the state's critical path, T by forward substitution (the row recurrence of §5.7, never the
+// doubling inverse; unit lower triangular, |T| <= max beta for C = 8). u_t is the token-serial
+// u_t = beta_t (v_t - alpha_t S_{t-1}^T k_t) (to fp32 rounding), so the walk reproduces the recurrence (2a)/(2b).
 //
 // Work split: grid = N x Hv x (V / BV) CTAs of 128 threads, one (row, head, V-tile) tile per CTA, the K x BV
 // tile in fp32 registers. Thread (row group rg, column group c) holds P contiguous rows i0 = rg P .. + P - 1 and
 // 4 columns j0 + 4c .. + 3 (16-byte fp32 / 8-byte 16-bit vectors; 4 threads x 128 B rows per warp load).
 //   1. stage (per warp, tokens t = warp, warp + 4, ..): q', k^ (l2norm in fp32) into s_tok, g, beta, v slice,
 //      protocol-A write slots. The first chunk's activation loads are issued before the slot-dependent state
-//      loads. Barrier.
-//   2. token dots (per warp, its tokens): k_t.k_s and q'_t.k_s for all s (lane slices, one 32-value
-//      reduce-scatter), scaled into A[t][s], B[t][s]; per-token decay scalars.
-//      State reduction: sum over the thread's rows of S0 k_t, S0 q'_t, GR tokens at a time, reduce-scatter
-//      over the NL lanes that share the columns, per-warp partials to shared memory. Barrier. Both reduce-scatters
-//      are presorted (wy::rs_sum: operands loaded permuted, no selects).
-//   3. columns (warp 0, lane = column): sum the 4 warp partials, forward substitution for u, u and the state
-//      weights (u, or the closed-form e^{gamma_C - gamma_t} u) to shared memory. Barrier. Then o by every warp for
-//      a quarter of the tokens.
+//      loads. Barrier. Token dots (per warp, its tokens): k_t.k_s and q'_t.k_s for all s (lane slices, one
+//      32-value reduce-scatter), scaled into A[t][s], B[t][s]; per-token decay scalars. Barrier. T and B T by
+//      warp 0 (lane = a column of a chunk's T) while the other warps go on.
+//   2. state reduction: sum over the thread's rows of S0 k_t, S0 q'_t, GR tokens at a time, reduce-scatter over
+//      the NL lanes that share the columns, per-warp partials to shared memory. Barrier. Both reduce-scatters are
+//      presorted (wy::rs_sum: operands loaded permuted, no selects).
+//   3. columns (every thread, C BV / 128 (token, column) pairs): sum the 4 warp partials into r_t and
+//      e^{gamma_t} S0^T q'_t. Barrier. u_t = (T r)_t and o_t; the state weights (u, or the closed-form
+//      e^{gamma_C - gamma_t} u) to shared memory. Barrier.
 //   4. state (every thread, its own rows): walk or closed form from k_t and the weights (shared); the walk's
 //      per-token states go out as 16-byte stores (wy::store_rows).
-// Three barriers per chunk of 8 tokens (plus one before re-staging a next chunk); sums in a fixed order: bitwise
-// reproducible. A tile is owned by one CTA and read whole before its first store (protocol A is safe, §8.2).
-// V-major states are not covered (the reduction over K would be across lanes): recurrent.cu / wy_launch.cu
-// send them to the persistent kernel.
+// Three barriers per chunk of 8 tokens, each after a phase that every warp shares (plus two per staging round);
+// sums in a fixed order: bitwise reproducible. A tile is owned by one CTA and read whole before its first store
+// (protocol A is safe, §8.2). V-major states are not covered (the reduction over K would be across lanes):
+// recurrent.cu / wy_launch.cu send them to the persistent kernel.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -179,18 +183,22 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
   constexpr int TPW = C / NW;              // tokens per warp in one staging half (C tokens)
   constexpr int M = 2 * GR * 4;            // reduction accumulators: [kind (k, q')][token of the group][4 columns]
   static_assert(C % GR == 0 && C <= 32, "whole reduction batches per chunk");
-  constexpr int NH = 32 / BV;  // lanes per column in the column phase
+  static_assert(C * BV % wy::kThreads == 0 && 2 * C <= 32,
+                "whole (token, column) pairs per thread; a lane per T column");
 
   // Token data are indexed by the token's position in the superchunk (chunk ch = t / C); gamma restarts at
   // every chunk.
   // next tile's state, each thread's own vectors (P of 4 elements)
   __shared__ __align__(16) ST s_stage[P][wy::kThreads][4];
-  __shared__ __align__(16) float s_tok[2][SC][K];      // [0] q' = scale q^, [1] k^; zeros past the end
-  __shared__ __align__(16) float s_red[NW][2][C][BV];  // per-warp partials of S^T k_t, S^T q'_t
-  __shared__ __align__(16) float s_u[2][C][BV];        // [0] u_t (walk) or e^{gamma_C - gamma_t} u_t, [1] u_t
-  __shared__ __align__(16) float s_v[SC][BV];          // v_t of the tile's columns
-  __shared__ float s_A[NCH][C][C];                     // beta_t e^{gamma_t - gamma_s} (k_t.k_s), s < t
-  __shared__ float s_B[NCH][C][C];                     // e^{gamma_t - gamma_s} (q'_t.k_s), s <= t
+  __shared__ __align__(16) float s_tok[2][SC][K];  // [0] q' = scale q^, [1] k^; zeros past the end
+  // per-warp partials of S0^T k_t, S0^T q'_t; then (columns phase) [0][0] r_t, [0][1] e^{gamma_t} S0^T q'_t
+  __shared__ __align__(16) float s_red[NW][2][C][BV];
+  __shared__ __align__(16) float s_u[C][BV];       // u_t (walk) or e^{gamma_C - gamma_t} u_t (closed form)
+  __shared__ __align__(16) float s_v[SC][BV];      // v_t of the tile's columns
+  __shared__ __align__(16) float s_A[NCH][C][C];   // beta_t e^{gamma_t - gamma_s} (k_t.k_s), s < t
+  __shared__ __align__(16) float s_B[NCH][C][C];   // e^{gamma_t - gamma_s} (q'_t.k_s), s <= t
+  __shared__ __align__(16) float s_T[NCH][C][C];   // T = (I + A)^{-1} (unit lower triangular)
+  __shared__ __align__(16) float s_BT[NCH][C][C];  // B T (lower triangular)
   __shared__ float s_g[SC], s_be[SC];
   __shared__ float s_cu[SC];    // beta_t e^{gamma_t}
   __shared__ float s_d[SC];     // e^{gamma_t}
@@ -210,7 +218,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
 
   // ---- first-level index loads of a tile: cu_seqlens, 1-D slot or accepted count, buffer index ----
   auto issue = [&](int32_t tile) {
-    const int64_t n = tile / nvt / a.Hv;
+    const int64_t n = uint32_t(tile) / uint32_t(nvt) / uint32_t(a.Hv);  // unsigned 32-bit divisions (0 <= tile < 2^31)
     int64_t cu0 = 0, cu1 = a.T, idx = n, ib = n;
     if (a.varlen) cu0 = load_index(a.cu_seqlens, a.cu_i64, n), cu1 = load_index(a.cu_seqlens, a.cu_i64, n + 1);
     if (a.T_max > 0)
@@ -231,10 +239,11 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
   auto resolve = [&](int32_t tile, const WyIdx& x) {
     WyRow r;
     r.tile = tile;
-    const int64_t nh = tile / nvt;
-    r.j0 = int32_t(tile % nvt) * BV;
-    r.h = int32_t(nh % a.Hv), r.n = int32_t(nh / a.Hv);
-    r.hq = r.h / int32_t(a.Hv / a.Hqk);  // GQA (gdn-math §2)
+    // unsigned 32-bit divisions (0 <= tile < 2^31, the extents are positive)
+    const uint32_t nh = uint32_t(tile) / uint32_t(nvt), hv = uint32_t(a.Hv);
+    r.j0 = int32_t(uint32_t(tile) % uint32_t(nvt)) * BV;
+    r.h = int32_t(nh % hv), r.n = int32_t(nh / hv);
+    r.hq = int32_t(uint32_t(r.h) / (hv / uint32_t(a.Hqk)));  // GQA (gdn-math §2)
     r.b = a.varlen ? 0 : r.n;
     r.bos = x.bos, r.len = x.eos - x.bos;
     {
@@ -382,6 +391,32 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
           s_B[ch][tl][sx] = sx <= tl ? expf(gsum) * x[0] : 0.f;
       }
     }
+    __syncthreads();  // s_A, s_B complete
+
+    // T = (I + A)^{-1} of each chunk by forward substitution (the row recurrence of gdn-math §5.7, column m of T
+    // per lane: T[t][m] = [t = m] - sum_{s<t} A[t][s] T[s][m]) and B T, by warp 0 (lane = ch C + m) while the
+    // other warps start the state reduction: both depend on the tokens only, and are first read in the columns
+    // phase (after the reduction's barrier).
+    if (warp == 0 && lane < SC) {
+      const int tch = lane / C, m = lane % C, rem = tsc - tch * C;
+      const int tcc = rem < 0 ? 0 : (rem < C ? rem : C);  // valid tokens of the lane's chunk
+      float tcol[C];
+#pragma unroll
+      for (int t = 0; t < C; ++t) {
+        float x = t == m ? 1.f : 0.f;
+#pragma unroll
+        for (int sx = 0; sx < t; ++sx) x = fmaf(-s_A[tch][t][sx], tcol[sx], x);
+        tcol[t] = t < tcc ? x : 0.f;  // select: rows past the chunk's tokens read stale A
+        s_T[tch][t][m] = tcol[t];
+      }
+#pragma unroll
+      for (int t = 0; t < C; ++t) {
+        float y = 0.f;
+#pragma unroll
+        for (int sx = 0; sx <= t; ++sx) y = fmaf(s_B[tch][t][sx], tcol[sx], y);
+        s_BT[tch][t][m] = t < tcc ? y : 0.f;
+      }
+    }
   };
   // v_t of the superchunk for this tile's columns: one 4-vector per thread (SC x BV / 4 <= 128)
   auto stage_v = [&](const WyRow& r, int32_t sc0, int tsc) {
@@ -465,8 +500,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
 #pragma unroll 1
         for (int ch = 0; ch < NCH && ch * C < tsc; ++ch) {
           const int tc = tsc - ch * C < C ? tsc - ch * C : C;
-          const int tb = ch * C;        // the chunk's first token in the superchunk
-          if (ch > 0) __syncthreads();  // the previous chunk's column phase is done with s_red
+          const int tb = ch * C;  // the chunk's first token in the superchunk
 
           // ---- S0^T k_t and S0^T q'_t over the thread's rows, GR tokens at a time ----
           // The kind (k, q') and token of the flat index rk KEEP ([kind][g][e] of 2 x GR x 4 accumulators) this
@@ -507,50 +541,44 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
           __syncthreads();
           if (sc0 == 0 && ch == 0) prefetch_next();  // s[] was read from the stage before the barrier
 
-          // ---- columns: lane -> column j; forward substitution for u (§5.7) by warp 0 alone (the substitution is
-          // the same for every warp: one copy in shared memory instead of four redundant ones frees ~3/4 of this
-          // phase's issue slots for the other CTAs), then o by every warp for its tokens ----
+          // ---- columns: every thread, NPT (token, column) pairs. With r_t = beta_t v_t - beta_t e^{gamma_t}
+          // S0^T k_t, the substitution u_t = r_t - sum_{s<t} A[t][s] u_s (§5.3) is u = T r, and
+          // o_t = e^{gamma_t} S0^T q'_t + sum_{s<=t} B[t][s] u_s = e^{gamma_t} S0^T q'_t + (B T r)_t: two
+          // independent sums per pair once every r_s is in shared memory (instead of a serial substitution per
+          // column after the reduction) ----
           {
-            const int j = lane % BV, half = lane / BV;
-            if (warp == 0) {
-              float u[C];
+            constexpr int NPT = C * BV / wy::kThreads;  // pairs per thread
+            const int j = tid % BV;
 #pragma unroll
-              for (int t = 0; t < C; ++t) {
-                u[t] = 0.f;
-                if (t < tc) {
-                  float ks = s_red[0][0][t][j];
+            for (int p = 0; p < NPT; ++p) {  // r_t and e^{gamma_t} S0^T q'_t, in place of the pair's partials
+              const int t = tid / BV + p * (wy::kThreads / BV);
+              if (t < tc) {
+                float ks = s_red[0][0][t][j], qs = s_red[0][1][t][j];
 #pragma unroll
-                  for (int w = 1; w < NW; ++w) ks += s_red[w][0][t][j];
-                  float x = fmaf(s_be[tb + t], s_v[tb + t][j], -s_cu[tb + t] * ks);  // beta v - beta e^{g_t} S0^T k
-#pragma unroll
-                  for (int sx = 0; sx < t; ++sx) x = fmaf(-s_A[ch][t][sx], u[sx], x);
-                  u[t] = x;
-                }
-              }
-              if (half == 0) {
-#pragma unroll
-                for (int t = 0; t < C; ++t) {
-                  s_u[1][t][j] = u[t];  // u_t for o (zero past tc)
-                  if (t < tc) s_u[0][t][j] = r.walk ? u[t] : s_e[tb + t] * u[t];
-                }
+                for (int w = 1; w < NW; ++w) ks += s_red[w][0][t][j], qs += s_red[w][1][t][j];
+                s_red[0][0][t][j] = fmaf(s_be[tb + t], s_v[tb + t][j], -s_cu[tb + t] * ks);
+                s_red[0][1][t][j] = s_d[tb + t] * qs;
               }
             }
-            __syncthreads();  // s_u[0] (state weights) and s_u[1] (u) complete
-                              // o for the tokens of this (warp, half): t = warp NH + half (mod NW NH)
+            __syncthreads();  // every r_t
 #pragma unroll
-            for (int t = 0; t < C; ++t) {
-              if (t < tc && t % (NW * NH) == warp * NH + half) {
-                float qs = s_red[0][1][t][j];
+            for (int p = 0; p < NPT; ++p) {  // u_t = sum_{s<=t} T[t][s] r_s, o_t
+              const int t = tid / BV + p * (wy::kThreads / BV);
+              if (t < tc) {
+                float u = 0.f, o = s_red[0][1][t][j];
 #pragma unroll
-                for (int w = 1; w < NW; ++w) qs += s_red[w][1][t][j];
-                float o = s_d[tb + t] * qs;  // e^{gamma_t} S0^T q' + sum_{s<=t} B[t][s] u_s
-#pragma unroll
-                for (int sx = 0; sx <= t; ++sx) o = fmaf(s_B[ch][t][sx], s_u[1][sx][j], o);
+                for (int sx = 0; sx < C; ++sx)
+                  if (sx <= t) {
+                    const float rs = s_red[0][0][sx][j];
+                    u = fmaf(s_T[ch][t][sx], rs, u), o = fmaf(s_BT[ch][t][sx], rs, o);
+                  }
+                s_u[t][j] = r.walk ? u : s_e[tb + t] * u;
                 store1(a.o, a.v_dtype, r.b * a.o_s[0] + (r.bos + sc0 + tb + t) * a.o_s[1] + r.h * a.o_s[2] + r.j0 + j,
                        o);
               }
             }
           }
+          __syncthreads();  // s_u complete; every read of s_red done (the next chunk's reduction writes it)
 
           // ---- state: walk (per-token stores) or closed form ----
           if (r.walk) {
@@ -560,7 +588,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
             for (int t = 0; t < tc; ++t) {
               float kr[P];
               wy::ld_rows<P>(&s_tok[1][tb + t][i0], kr);
-              const float4 u4 = *reinterpret_cast<const float4*>(&s_u[0][t][4 * c]);
+              const float4 u4 = *reinterpret_cast<const float4*>(&s_u[t][4 * c]);
               const float uu[4] = {u4.x, u4.y, u4.z, u4.w};
               const float al = s_al[tb + t];
 #pragma unroll
@@ -591,7 +619,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
             for (int t = 0; t < tc; ++t) {  // S += k_t w_t^T, w_t = e^{gamma_last - gamma_t} u_t
               float kr[P];
               wy::ld_rows<P>(&s_tok[1][tb + t][i0], kr);
-              const float4 w4 = *reinterpret_cast<const float4*>(&s_u[0][t][4 * c]);
+              const float4 w4 = *reinterpret_cast<const float4*>(&s_u[t][4 * c]);
               const float ww[4] = {w4.x, w4.y, w4.z, w4.w};
 #pragma unroll
               for (int p = 0; p < P; ++p)
