@@ -65,6 +65,62 @@ __device__ __forceinline__ void causal_block(int idx, int* i, int* j) {
   *j = idx - *i * (*i + 1) / 2;
 }
 
+// e^x as ex2.approx.ftz(x log2 e): the MUFU op of __expf without its denormal-range fixup (results below 2^-126
+// flush to zero; they only scale entries of L and P that vanish next to the unit diagonal and the fp32 sums).
+__device__ __forceinline__ float exp_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+}
+
+// Two independent 16 x 16 products in one k loop, acc0 = A0 B0^T and acc1 = A1 B1^T over NKS k-steps of 16, so that
+// their ldmatrix loads and mma chains interleave (four independent accumulators in flight instead of two). a0, a1:
+// this lane's ldmatrix row address of the A tiles (row 16 ti + lane % 16, column 8 (lane / 16)); b0, b1: of the B
+// tiles (row 16 tj + lane % 8 + 8 (lane / 16), column 8 ((lane / 8) % 2)), all at the first k-step.
+template <int NKS, bool BF16, class E>
+__device__ __forceinline__ void block_products2(float (&acc0)[2][4], const E* a0, const E* b0, float (&acc1)[2][4],
+                                                const E* a1, const E* b1) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc0[nt][e] = acc1[nt][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < NKS; ++ks) {
+    uint32_t fa0[4], fb0[4], fa1[4], fb1[4];
+    ldsm_x4(fa0, a0 + ks * 16);
+    ldsm_x4(fb0, b0 + ks * 16);
+    ldsm_x4(fa1, a1 + ks * 16);
+    ldsm_x4(fb1, b1 + ks * 16);
+    mma_m16n8k16<BF16>(acc0[0], fa0, fb0[0], fb0[1]);
+    mma_m16n8k16<BF16>(acc0[1], fa0, fb0[2], fb0[3]);
+    mma_m16n8k16<BF16>(acc1[0], fa1, fb1[0], fb1[1]);
+    mma_m16n8k16<BF16>(acc1[1], fa1, fb1[2], fb1[3]);
+  }
+}
+
+// Diagonal block o..o+15 of A = (I + L)^-1 (gdn-math §5.7), lanes 0..15 of one warp, lane c owning column c, by rows:
+// x_r = delta_rc - sum_{s<r} L_rs x_s. Row r of L is read as r / 4 rounded up 16-byte vectors (36 loads in all,
+// against 120 scalar ones column by column); the critical path stays one FMA per row, since the partial sums of
+// every later row proceed as soon as each x_s is final. Needs 16-byte aligned rows: ld and o multiples of 4.
+__device__ __forceinline__ void diag_inverse16_rows(const float* L, float* A, int ld, int o, int lane) {
+  if (lane >= 16) return;
+  float x[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    float acc = r == lane ? 1.f : 0.f;
+#pragma unroll
+    for (int s4 = 0; s4 < r; s4 += 4) {
+      const float4 l4 = *reinterpret_cast<const float4*>(&L[(o + r) * ld + o + s4]);
+      const float lv[4] = {l4.x, l4.y, l4.z, l4.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (s4 + e < r) acc = fmaf(-lv[e], x[s4 + e], acc);
+    }
+    x[r] = acc;
+    A[(o + r) * ld + o + lane] = acc;
+  }
+}
+
 // One CTA per (chunk slot, q/k head): the products K K^T and Q K^T (and the l2 norms) are computed once and kept in
 // registers, then every value head of the GQA group (group = Hv / Hqk) builds its own L, inverse and P from them
 // with its own gates. Warp w holds the L blocks w, w + 4, w + 8 and the P blocks (w + 2) % 4 + 4 t (3 / 3 / 2 / 2
@@ -88,24 +144,25 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   const int64_t tok = t0 + c * kC;  // first token of the chunk
   const int nvalid = static_cast<int>((len - c * kC) < kC ? (len - c * kC) : kC);
 
-  // ---- q, k rows by cp.async (rows past the end zero-filled)
+  // ---- q, k rows by cp.async, rows past the end zero-filled by the same copy (src-size 0, the source clamped to row
+  // 0, which every chunk has). The row pointers are formed once and stepped: kernel parameters are reread after
+  // every asm with a memory clobber, so an address formed from them in the loop is recomputed (64-bit) per row.
   {
     constexpr int VPR = K / 8, RPP = 128 / VPR, NP = kC / RPP;
     const int lrow = tid / VPR, lvec = tid % VPR;
-    const E* qb = static_cast<const E*>(a.q) + bidx * a.q_sb + hk * a.q_sh + tok * a.q_st + lvec * 8;
-    const E* kb = static_cast<const E*>(a.k) + bidx * a.k_sb + hk * a.k_sh + tok * a.k_st + lvec * 8;
+    const int64_t q_st = a.q_st, k_st = a.k_st;
+    const E* const q0 = static_cast<const E*>(a.q) + bidx * a.q_sb + hk * a.q_sh + tok * q_st + lvec * 8;
+    const E* const k0 = static_cast<const E*>(a.k) + bidx * a.k_sb + hk * a.k_sh + tok * k_st + lvec * 8;
+    int64_t qo = lrow * q_st, ko = lrow * k_st;  // element offsets of this thread's row from row 0
+    E* dq = &sm.x.in.q[lrow * LDQ + lvec * 8];
+    E* dk = &sm.x.in.k[lrow * LDQ + lvec * 8];
 #pragma unroll
     for (int p = 0; p < NP; ++p) {
-      const int r = p * RPP + lrow;
-      E* dq = &sm.x.in.q[r * LDQ + lvec * 8];
-      E* dk = &sm.x.in.k[r * LDQ + lvec * 8];
-      if (r < nvalid) {
-        cp_async<16>(dq, qb + r * a.q_st);
-        cp_async<16>(dk, kb + r * a.k_st);
-      } else {
-        *reinterpret_cast<uint4*>(dq) = make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
-      }
+      const bool valid = p * RPP + lrow < nvalid;
+      cp_async16_zfill(dq + p * RPP * LDQ, q0 + (valid ? qo : 0), valid);
+      cp_async16_zfill(dk + p * RPP * LDQ, k0 + (valid ? ko : 0), valid);
+      qo += RPP * q_st;
+      ko += RPP * k_st;
     }
     cp_async_commit();
   }
@@ -155,38 +212,56 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   __syncthreads();
 
   // ---- the head-independent products, scaled by the norms: kk_rs = rho_k,r rho_k,s (k_r . k_s) on L blocks,
-  // qk_rs = scale rho_q,r rho_k,s (q_r . k_s) on P blocks; C fragments in registers for the whole head loop
-  float kk[3][2][4], qk[3][2][4];
-#pragma unroll
-  for (int t = 0; t < 3; ++t)
-#pragma unroll
-    for (int which = 0; which < 2; ++which) {
-      const int idx = which == 0 ? w + 4 * t : ((w + 2) & 3) + 4 * t;
-      float(&acc)[2][4] = which == 0 ? kk[t] : qk[t];
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-      if (idx >= 10) continue;
+  // qk_rs = scale rho_q,r rho_k,s (q_r . k_s) on P blocks; C fragments in registers for the whole head loop. Warp w:
+  // kk[t] = L block w + 4 t and qk[t] = P block (w + 2) % 4 + 4 t for t = 0, 1 (the pair in one k loop), and x2 =
+  // its fifth block, L block w + 8 (warps 0, 1) or P block w + 6 (warps 2, 3), as two k halves in one loop.
+  float kk[2][2][4], qk[2][2][4], x2[2][4];
+  const bool x2_is_L = w < 2;
+  const int idx2 = x2_is_L ? w + 8 : w + 6;
+  {
+    const auto a_lane = [&](const E* x, int idx) {  // ldmatrix row address of the A tile (rows of block row i)
       int ti, tj;
       causal_block(idx, &ti, &tj);
-      const E* arow = which == 0 ? sm.x.in.k : sm.x.in.q;
+      return x + (16 * ti + (lane & 15)) * LDQ + (lane >> 4) * 8;
+    };
+    const auto b_lane = [&](int idx) {  // ... and of the B tile (k rows of block column j)
+      int ti, tj;
+      causal_block(idx, &ti, &tj);
+      return sm.x.in.k + (16 * tj + (lane & 7) + ((lane >> 4) << 3)) * LDQ + ((lane >> 3) & 1) * 8;
+    };
+    // acc *= rho_r rho_k,s, rho_r = rho_k,r (L) or scale rho_q,r (P)
+    const auto scale_rows = [&](float(&acc)[2][4], int idx, bool is_L) {
+      int ti, tj;
+      causal_block(idx, &ti, &tj);
 #pragma unroll
-      for (int ks = 0; ks < K / 16; ++ks) {
-        uint32_t af[4], b[4];
-        ldsm_x4(af, &arow[(16 * ti + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8]);
-        ldsm_x4(b, &sm.x.in.k[(16 * tj + (lane & 7) + ((lane >> 4) << 3)) * LDQ + ks * 16 + ((lane >> 3) & 1) * 8]);
-        mma_m16n8k16<BF16>(acc[0], af, b[0], b[1]);
-        mma_m16n8k16<BF16>(acc[1], af, b[2], b[3]);
-      }
+      for (int nt = 0; nt < 2; ++nt) {
+        const float2 rs = *reinterpret_cast<const float2*>(&sm.rk[16 * tj + nt * 8 + 2 * t4]);
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = 16 * ti + g8 + (e >> 1) * 8, s2 = 16 * tj + nt * 8 + 2 * t4 + (e & 1);
-          acc[nt][e] *= which == 0 ? sm.rk[r] * sm.rk[s2] : a.scale * sm.rq[r] * sm.rk[s2];
+        for (int hf = 0; hf < 2; ++hf) {
+          const int r = 16 * ti + g8 + hf * 8;
+          const float rr = is_L ? sm.rk[r] : a.scale * sm.rq[r];
+          acc[nt][2 * hf] *= rr * rs.x;
+          acc[nt][2 * hf + 1] *= rr * rs.y;
         }
+      }
+    };
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const int iL = w + 4 * t, iP = ((w + 2) & 3) + 4 * t;
+      block_products2<K / 16, BF16>(kk[t], a_lane(sm.x.in.k, iL), b_lane(iL), qk[t], a_lane(sm.x.in.q, iP), b_lane(iP));
+      scale_rows(kk[t], iL, true);
+      scale_rows(qk[t], iP, false);
     }
+    float hi2[2][4];  // the second k half of x2
+    const E* a2 = a_lane(x2_is_L ? sm.x.in.k : sm.x.in.q, idx2);
+    const E* b2 = b_lane(idx2);
+    block_products2<K / 32, BF16>(x2, a2, b2, hi2, a2 + K / 2, b2 + K / 2);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x2[nt][e] += hi2[nt][e];
+    scale_rows(x2, idx2, x2_is_L);
+  }
   __syncthreads();  // q, k dead: A and T reuse them
 
   for (int j = 0; j < a.group; ++j) {
@@ -223,36 +298,54 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     }
     // ---- L_rs = beta_r kk_rs exp(gamma_r - gamma_s), s < r, into shared memory (fp32); P_rs = qk_rs exp(gamma_r -
     // gamma_s), s <= r (diagonal included: the output reads the post-update state), to the record as fragments.
-    // The decay only where r >= s, never factored (§5.8).
+    // The decay only where r >= s, never factored (§5.8). Branch-free: every entry's exponential is evaluated and the
+    // masked ones (s > r, only in diagonal blocks) are selected away, so an overflow there never reaches L or P.
+    // with_decay(idx, f): f(nt, hf, r, s, d0, d1) for the entries (r, s), (r, s + 1) of causal block idx held in
+    // this lane's C fragments [nt][2 hf], [nt][2 hf + 1], with their decays d0, d1.
+    const auto with_decay = [&](int idx, auto&& f) {
+      int ti, tj;
+      causal_block(idx, &ti, &tj);
 #pragma unroll
-    for (int t = 0; t < 3; ++t)
+      for (int nt = 0; nt < 2; ++nt) {
+        const int s0 = 16 * tj + nt * 8 + 2 * t4;
+        const float2 gs = *reinterpret_cast<const float2*>(&sm.gam[s0]);
 #pragma unroll
-      for (int which = 0; which < 2; ++which) {
-        const int idx = which == 0 ? w + 4 * t : ((w + 2) & 3) + 4 * t;
-        if (idx >= 10) continue;
-        int ti, tj;
-        causal_block(idx, &ti, &tj);
-        float cf[2][4];
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = 16 * ti + g8 + (e >> 1) * 8, s2 = 16 * tj + nt * 8 + 2 * t4 + (e & 1);
-            if (which == 0) {
-              const float dec = s2 < r ? __expf(sm.gam[r] - sm.gam[s2]) : 0.f;
-              sm.L[r * LDF + s2] = s2 < r ? sm.beta[r] * kk[t][nt][e] * dec : 0.f;
-            } else {
-              const float dec = s2 <= r ? __expf(sm.gam[r] - sm.gam[s2]) : 0.f;
-              cf[nt][e] = s2 <= r ? qk[t][nt][e] * dec : 0.f;
-            }
-          }
-        if (which == 1)
-          store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), cf, lane);
+        for (int hf = 0; hf < 2; ++hf) {
+          const int r = 16 * ti + g8 + hf * 8;
+          const float gr = sm.gam[r];
+          f(nt, hf, r, s0, exp_ftz(gr - gs.x), exp_ftz(gr - gs.y));
+        }
       }
+    };
+    const auto build_L = [&](const float(&c)[2][4], int idx) {
+      with_decay(idx, [&](int nt, int hf, int r, int s0, float d0, float d1) {
+        const float br = sm.beta[r];
+        const float v0 = s0 < r ? br * c[nt][2 * hf] * d0 : 0.f;
+        const float v1 = s0 + 1 < r ? br * c[nt][2 * hf + 1] * d1 : 0.f;
+        *reinterpret_cast<float2*>(&sm.L[r * LDF + s0]) = make_float2(v0, v1);
+      });
+    };
+    const auto build_P = [&](const float(&c)[2][4], int idx) {
+      float cf[2][4];
+      with_decay(idx, [&](int nt, int hf, int r, int s0, float d0, float d1) {
+        cf[nt][2 * hf] = s0 <= r ? c[nt][2 * hf] * d0 : 0.f;
+        cf[nt][2 * hf + 1] = s0 + 1 <= r ? c[nt][2 * hf + 1] * d1 : 0.f;
+      });
+      store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), cf, lane);
+    };
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      build_L(kk[t], w + 4 * t);
+      build_P(qk[t], ((w + 2) & 3) + 4 * t);
+    }
+    if (x2_is_L)
+      build_L(x2, idx2);
+    else
+      build_P(x2, idx2);
     __syncthreads();
 
     // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7): diagonal block w by substitution, then the merges
-    diag_inverse16(sm.L, sm.x.inv.A, LDF, 16 * w, lane);
+    diag_inverse16_rows(sm.L, sm.x.inv.A, LDF, 16 * w, lane);
     __syncthreads();
     // Off-diagonal blocks in two levels, A_ij = -A_ii sum_{k=j}^{i-1} L_ik A_kj (16 x 16 products on the tensor cores
     // in 3xTF32). The 32 x 32 diagonal halves first, then the lower-left half as A_(23),(01) = -A_(23) W with
@@ -329,17 +422,24 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     }
 
     // ---- A diag(beta) as hi + lo fragments, blocks w, w + 4, w + 8
-    for (int idx = w; idx < 10; idx += 4) {
+#pragma unroll
+    for (int t = 0; t < 3; ++t) {
+      const int idx = w + 4 * t;
+      if (idx >= 10) break;
       int bi, bj;
       causal_block(idx, &bi, &bj);
       float cf[2][4];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < 2; ++nt) {
+        const int s0 = 16 * bj + nt * 8 + 2 * t4;
+        const float2 bs = *reinterpret_cast<const float2*>(&sm.beta[s0]);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = 16 * bi + g8 + (e >> 1) * 8, s2 = 16 * bj + nt * 8 + 2 * t4 + (e & 1);
-          cf[nt][e] = sm.x.inv.A[r * LDF + s2] * sm.beta[s2];
+        for (int hf = 0; hf < 2; ++hf) {
+          const float2 av = *reinterpret_cast<const float2*>(&sm.x.inv.A[(16 * bi + g8 + hf * 8) * LDF + s0]);
+          cf[nt][2 * hf] = av.x * bs.x;
+          cf[nt][2 * hf + 1] = av.y * bs.y;
         }
+      }
       store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
     }
     __syncthreads();  // the next head rewrites gamma, beta, L and A
