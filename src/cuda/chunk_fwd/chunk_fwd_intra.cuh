@@ -1,13 +1,13 @@
 // The intra-chunk pass of the two-pass prefill (gdn-math §5.2-§5.4): the state-independent part of every chunk,
-// for all chunks and heads at once (grid = record slots x Hqk, 4 warps, 53 KB shared memory, 4 CTAs per SM; the
-// value heads of a GQA group share one CTA and its K K^T, Q K^T products). Per (chunk, value head h) it writes one
-// record (chunk_fwd.hpp, kRecBytes = 21 KB) that the state pass (chunk_fwd_state.cuh) reads instead of recomputing it
-// on its critical path:
+// for all chunks and heads at once (grid = record slots x Hqk, 4 warps, 52.5 KiB shared memory, 4 CTAs per SM, at
+// most 128 registers; the value heads of a GQA group share one CTA and its K K^T, Q K^T products). Per (chunk, value
+// head h) it writes one record (chunk_fwd.hpp, kRecBytes = 21 KB) that the state pass (chunk_fwd_state.cuh) reads
+// instead of recomputing it on its critical path:
 //
 //   gamma = cumsum(g) (gate fused: g = -exp(A_log) softplus(a + dt_bias)), beta (sigmoid fused)
 //   rho_q, rho_k = 1 / sqrt(|x|^2 + 1e-6) per row (l2norm; 1 without), applied as row scalings in fp32
 //   L = strictlower(diag(beta) (diag(rho_k) K K^T diag(rho_k) (.) D))       D_rs = exp(gamma_r - gamma_s), r > s
-//   A = (I + L)^-1 (fp32: right-looking substitution on the diagonal blocks, 3xTF32 block merges; §5.7)
+//   A = (I + L)^-1 (fp32: forward substitution on the diagonal blocks, 3xTF32 block merges; §5.7)
 //   A diag(beta)                               -> 16-bit hi + lo A fragments (the operand of U = A diag(b) R)
 //   P = scale diag(rho_q) (Q K^T (.) D) diag(rho_k), s <= r  -> 16-bit hi + lo A fragments (the operand of P U)
 //   ek = rho_k e^gamma, eq = scale rho_q e^gamma, dk = rho_k e^{gamma_n - gamma}, en = e^{gamma_n}
@@ -15,9 +15,11 @@
 // FLOPs per (chunk, q/k head): K K^T and Q K^T on the ten causal 16x16 blocks, 2 x 10 x 16 x 16 x 2K = 1.3 MFLOP
 // at K = 128; per value head ~0.15 MFLOP of 3xTF32 merges. Bytes: q, k rows read once per q/k head (2 x 16 KB),
 // 21 KB written per value head. Nothing here depends on the state: every chunk is independent (no chain).
-// Cost (H200, 8192 CTAs as at T = 32K, H = 16): 0.233 ms, 16 warps per SM, latency-bound: per CTA ~24k cycles, of
-// which L and P 7.1k, load 4.2k, K K^T / Q K^T 3.6k, merges 3.3k (thread 0's phase clocks); the memory traffic alone
-// would take ~0.1 ms.
+// The pass is latency-bound (16 warps per SM), so the code keeps the serial phases short: the first head's gates are
+// formed while the q, k rows arrive, the later heads' during the previous head's last merge round; L and P are built
+// without branches (one MUFU ex2 per entry, the masked diagonal entries selected away); the products run two
+// independent blocks per k loop; every block of A leaves for the record as soon as it is final. Five barriers per
+// value head. Measured cost and its phases: docs/chunk_fwd.md ("The intra-chunk pass").
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -40,8 +42,10 @@ struct IntraSmem {
       float T[4][16 * LDT];  // merge scratch: W_21, W_31, W_20, W_30 (below)
     } inv;
   } x;
-  float L[kC * LDF];  // strictly lower L
-  float gam[kC], beta[kC], rq[kC], rk[kC];
+  float L[kC * LDF];              // strictly lower L
+  float gam[2][kC], beta[2][kC];  // gamma, beta of value head j of the group in [j % 2]: the next head's are formed
+                                  // while this head's are still read
+  float rq[kC], rk[kC];
 };
 
 // Store a 16x16 block given as two m16n8 C fragments c[2][4] (this lane's part) as 16-bit hi + lo A fragments.
@@ -183,7 +187,32 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     }
   };
   const int h0 = hk * a.group;
-  if (w == 0) load_gb(h0);
+  // warp 0: gamma = cumsum(g) and beta of head h0 + j into buffer j % 2 (padded rows g = 0, beta = 0) from the raw
+  // values in g_raw, b_raw, its decay-table entry, then the raw values of head h0 + j + 1 in flight. Head 0's runs
+  // here while the q, k rows arrive; head j + 1's in round 3 of head j's inverse.
+  const auto gate_step = [&](int j) {
+    const int h = h0 + j;
+    float* const gam = sm.gam[j & 1];
+    const GateHead gh = gate_head(a, h);
+    float gv[2], bv[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) gate_beta(a, gh, g_raw[e], b_raw[e], 2 * lane + e < nvalid, &gv[e], &bv[e]);
+    store_gamma_beta(gv, bv, lane, gam, sm.beta[j & 1]);
+    if (a.dec) {
+      // the decay table of the split's summaries (chunk_fwd.hpp, decay_window_start): gamma_n where every
+      // transition of the chunk is a contraction times e^g (unit keys, beta in [0, 2]; padded rows have beta = 0),
+      // else unbounded. A NaN beta fails the range test.
+      const bool in_range = bv[0] >= 0.f && bv[0] <= 2.f && bv[1] >= 0.f && bv[1] <= 2.f;
+      const bool bounded = __all_sync(0xffffffffu, in_range) && a.l2norm;
+      __syncwarp();  // gamma of row 63 (lane 31) is in shared memory
+      if (lane == 0) a.dec[h * a.rec_slots + slot] = bounded ? gam[kC - 1] : kDecayUnbounded;
+    }
+    if (j + 1 < a.group) load_gb(h + 1);
+  };
+  if (w == 0) {
+    load_gb(h0);
+    gate_step(0);
+  }
   cp_async_wait_all();
   __syncthreads();
 
@@ -266,31 +295,13 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
 
   for (int j = 0; j < a.group; ++j) {
     const int h = h0 + j;
-    // ---- gamma = cumsum(g) and beta of head h (warp 0; padded rows g = 0, beta = 0), next head's raw values loaded
-    if (w == 0) {
-      const GateHead gh = gate_head(a, h);
-      float gv[2], bv[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) gate_beta(a, gh, g_raw[e], b_raw[e], 2 * lane + e < nvalid, &gv[e], &bv[e]);
-      store_gamma_beta(gv, bv, lane, sm.gam, sm.beta);
-      if (a.dec) {
-        // the decay table of the split's summaries (chunk_fwd.hpp, decay_window_start): gamma_n where every
-        // transition of the chunk is a contraction times e^g (unit keys, beta in [0, 2]; padded rows have beta = 0),
-        // else unbounded. A NaN beta fails the range test.
-        const bool in_range = bv[0] >= 0.f && bv[0] <= 2.f && bv[1] >= 0.f && bv[1] <= 2.f;
-        const bool bounded = __all_sync(0xffffffffu, in_range) && a.l2norm;
-        __syncwarp();  // gamma of row 63 (lane 31) is in shared memory
-        if (lane == 0) a.dec[h * a.rec_slots + slot] = bounded ? sm.gam[kC - 1] : kDecayUnbounded;
-      }
-      if (j + 1 < a.group) load_gb(h + 1);  // in flight during this head
-    }
-    __syncthreads();
-
+    const float* const gam = sm.gam[j & 1];
+    const float* const bet = sm.beta[j & 1];
     unsigned char* rec = a.rec + (slot * a.Hv + h) * kRecBytes;
     // ---- header: ek, eq, dk, en (gamma_n = gamma at row 63 = the last valid token: padded g = 0)
     if (tid < kC) {
       float* hdr = reinterpret_cast<float*>(rec);
-      const float gr = sm.gam[tid], gn = sm.gam[kC - 1];
+      const float gr = gam[tid], gn = gam[kC - 1];
       hdr[tid] = sm.rk[tid] * __expf(gr);
       hdr[64 + tid] = a.scale * sm.rq[tid] * __expf(gr);
       hdr[128 + tid] = sm.rk[tid] * __expf(gn - gr);
@@ -308,18 +319,18 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const int s0 = 16 * tj + nt * 8 + 2 * t4;
-        const float2 gs = *reinterpret_cast<const float2*>(&sm.gam[s0]);
+        const float2 gs = *reinterpret_cast<const float2*>(&gam[s0]);
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const int r = 16 * ti + g8 + hf * 8;
-          const float gr = sm.gam[r];
+          const float gr = gam[r];
           f(nt, hf, r, s0, exp_ftz(gr - gs.x), exp_ftz(gr - gs.y));
         }
       }
     };
     const auto build_L = [&](const float(&c)[2][4], int idx) {
       with_decay(idx, [&](int nt, int hf, int r, int s0, float d0, float d1) {
-        const float br = sm.beta[r];
+        const float br = bet[r];
         const float v0 = s0 < r ? br * c[nt][2 * hf] * d0 : 0.f;
         const float v1 = s0 + 1 < r ? br * c[nt][2 * hf + 1] * d1 : 0.f;
         *reinterpret_cast<float2*>(&sm.L[r * LDF + s0]) = make_float2(v0, v1);
@@ -350,7 +361,9 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     // Off-diagonal blocks in two levels, A_ij = -A_ii sum_{k=j}^{i-1} L_ik A_kj (16 x 16 products on the tensor cores
     // in 3xTF32). The 32 x 32 diagonal halves first, then the lower-left half as A_(23),(01) = -A_(23) W with
     // W = L_(23),(01) A_(01): six products on the longest warp's path instead of nine by distance (2 + 3 + 4), the
-    // same three barriers.
+    // same three barriers (round 3's is the end of the head's). Every block goes to the record as soon as it is final:
+    // the merged ones from the registers that hold them, the diagonal ones by warps 0, 1 beside round 3 (where warp 0
+    // also forms the next head's gamma and beta), so no pass of its own follows the inverse.
     //   round 1: A_10 = -A_11 (L_10 A_00) (warp 0), A_32 = -A_33 (L_32 A_22) (warp 1), W_21 = L_21 A_11 (warp 2),
     //            W_31 = L_31 A_11 (warp 3)
     //   round 2: A_21 = -A_22 W_21 (warp 0), A_31 = -(A_32 W_21 + A_33 W_31) (warp 1),
@@ -360,8 +373,8 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       constexpr int LDT = Sm::LDT;
       float* const Am = sm.x.inv.A;
       float(&W)[4][16 * LDT] = sm.x.inv.T;  // scratch: W_21, W_31, W_20, W_30
-      const auto Lb = [&](int i, int j) { return &sm.L[16 * i * LDF + 16 * j]; };
-      const auto Ab = [&](int i, int j) { return &Am[16 * i * LDF + 16 * j]; };
+      const auto Lb = [&](int bi, int bj) { return &sm.L[16 * bi * LDF + 16 * bj]; };
+      const auto Ab = [&](int bi, int bj) { return &Am[16 * bi * LDF + 16 * bj]; };
       // c (two m16n8 C fragments) times sgn into a 16 x 16 block at dst (leading dimension ld)
       const auto put = [&](float* dst, int ld, const float(&c)[2][4], float sgn) {
 #pragma unroll
@@ -378,27 +391,48 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
 #pragma unroll
           for (int e = 0; e < 4; ++e) c[nt][e] = 0.f;
       };
+      // A diag(beta) of causal block idx as hi + lo fragments to the record, from C fragments (sgn c: the block) or
+      // from A in shared memory (c null)
+      const auto emit = [&](int idx, const float(*c)[4], float sgn) {
+        int bi, bj;
+        causal_block(idx, &bi, &bj);
+        float cf[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int s0 = 16 * bj + nt * 8 + 2 * t4;
+          const float2 bs = *reinterpret_cast<const float2*>(&bet[s0]);
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const float2 av = c ? make_float2(sgn * c[nt][2 * hf], sgn * c[nt][2 * hf + 1])
+                                : *reinterpret_cast<const float2*>(&Am[(16 * bi + g8 + hf * 8) * LDF + s0]);
+            cf[nt][2 * hf] = av.x * bs.x;
+            cf[nt][2 * hf + 1] = av.y * bs.y;
+          }
+        }
+        store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
+      };
       // round 1
       zero(acc);
       if (w < 2) {  // A_(2w+1),(2w) = -A_ii (L_ij A_jj), W_(2w+2) as the warp's scratch (written in round 2)
         const int bi = 2 * w + 1, bj = 2 * w;
-        mma16_f32(acc, Lb(bi, bj), LDF, Ab(bj, bj), LDF, g8, t4);
+        mma16_f32<false>(acc, Lb(bi, bj), LDF, Ab(bj, bj), LDF, g8, t4);
         put(W[2 + w], LDT, acc, 1.f);
         __syncwarp();
         zero(tmp);
-        mma16_f32(tmp, Ab(bi, bi), LDF, W[2 + w], LDT, g8, t4);
+        mma16_f32<false>(tmp, Ab(bi, bi), LDF, W[2 + w], LDT, g8, t4);
         put(Ab(bi, bj), LDF, tmp, -1.f);
-      } else {  // W_21 (warp 2), W_31 (warp 3)
-        mma16_f32(acc, Lb(w, 1), LDF, Ab(1, 1), LDF, g8, t4);
+        emit(w == 0 ? 1 : 8, tmp, -1.f);  // A_10, A_32
+      } else {                            // W_21 (warp 2), W_31 (warp 3)
+        mma16_f32<false>(acc, Lb(w, 1), LDF, Ab(1, 1), LDF, g8, t4);
         put(W[w - 2], LDT, acc, 1.f);
       }
       __syncthreads();
       // A_2j = -A_22 W_2j and A_3j = -(A_32 W_2j + A_33 W_3j): rounds 2 (j = 1) and 3 (j = 0); W_2j, W_3j in the
-      // scratch slots 2 - 2j, 3 - 2j
-      const auto lower_left = [&](int bi, int j) {  // acc zeroed by the caller
-        if (bi == 3) mma16_f32(acc, Ab(3, 2), LDF, W[2 - 2 * j], LDT, g8, t4);
-        mma16_f32(acc, Ab(bi, bi), LDF, W[bi - 2 * j], LDT, g8, t4);
-        put(Ab(bi, j), LDF, acc, -1.f);
+      // scratch slots 2 - 2j, 3 - 2j. No later product reads A_21, A_31, A_20, A_30: they go to the record only.
+      const auto lower_left = [&](int bi, int bj) {  // acc zeroed by the caller
+        if (bi == 3) mma16_f32<false>(acc, Ab(3, 2), LDF, W[2 - 2 * bj], LDT, g8, t4);
+        mma16_f32<false>(acc, Ab(bi, bi), LDF, W[bi - 2 * bj], LDT, g8, t4);
+        emit(bi * (bi + 1) / 2 + bj, acc, -1.f);
       };
       // round 2
       zero(acc);
@@ -407,40 +441,20 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       } else if (w == 1) {
         lower_left(3, 1);
       } else {  // W_20 (warp 2), W_30 (warp 3)
-        mma16_f32(acc, Lb(w, 0), LDF, Ab(0, 0), LDF, g8, t4);
-        mma16_f32(acc, Lb(w, 1), LDF, Ab(1, 0), LDF, g8, t4);
+        mma16_f32<false>(acc, Lb(w, 0), LDF, Ab(0, 0), LDF, g8, t4);
+        mma16_f32<false>(acc, Lb(w, 1), LDF, Ab(1, 0), LDF, g8, t4);
         put(W[w], LDT, acc, 1.f);
       }
       __syncthreads();
-      // round 3
+      // round 3, and the diagonal blocks A_00, A_11 (warp 0), A_22, A_33 (warp 1) from shared memory beside it
       zero(acc);
-      if (w == 2)
-        lower_left(2, 0);
-      else if (w == 3)
-        lower_left(3, 0);
-      __syncthreads();
-    }
-
-    // ---- A diag(beta) as hi + lo fragments, blocks w, w + 4, w + 8
-#pragma unroll
-    for (int t = 0; t < 3; ++t) {
-      const int idx = w + 4 * t;
-      if (idx >= 10) break;
-      int bi, bj;
-      causal_block(idx, &bi, &bj);
-      float cf[2][4];
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const int s0 = 16 * bj + nt * 8 + 2 * t4;
-        const float2 bs = *reinterpret_cast<const float2*>(&sm.beta[s0]);
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const float2 av = *reinterpret_cast<const float2*>(&sm.x.inv.A[(16 * bi + g8 + hf * 8) * LDF + s0]);
-          cf[nt][2 * hf] = av.x * bs.x;
-          cf[nt][2 * hf + 1] = av.y * bs.y;
-        }
+      if (w < 2) {
+        emit(w == 0 ? 0 : 5, nullptr, 1.f);
+        emit(w == 0 ? 2 : 9, nullptr, 1.f);
+        if (w == 0 && j + 1 < a.group) gate_step(j + 1);  // buffer (j + 1) % 2: its last reader was head j - 1
+      } else {
+        lower_left(w, 0);
       }
-      store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
     }
     __syncthreads();  // the next head rewrites gamma, beta, L and A
   }
