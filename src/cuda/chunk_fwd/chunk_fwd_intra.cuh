@@ -17,16 +17,17 @@
 // 21 KB written per value head. Nothing here depends on the state: every chunk is independent (no chain).
 // The pass is latency-bound (16 warps per SM), so the code keeps the serial phases short: the first head's gates are
 // formed while the q, k rows arrive, the later heads' during the previous head's last merge round; L and P are built
-// without branches (one MUFU ex2 per entry, the masked diagonal entries selected away); the products run two
-// independent blocks per k loop; every block of A leaves for the record as soon as it is final. Five barriers per
-// value head. Measured cost and its phases: docs/chunk_fwd.md ("The intra-chunk pass").
+// without branches (one MUFU ex2 per entry, the masked diagonal entries selected away); each warp's five product
+// blocks share four operand tiles per k-step (16 ldmatrix per k-step and CTA, not 40); every block of A leaves for
+// the record as soon as it is final. Five barriers per value head. Measured cost: docs/chunk_fwd.md ("Intra-chunk
+// pass").
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
 
 namespace flashgdn::cuda::chunk_detail {
 
-// 53 KB at K = 128 (four CTAs per SM): A and the merge scratch reuse the q, k tiles, dead once L and P are formed.
+// 52.5 KiB at K = 128 (four CTAs per SM): A and the merge scratch reuse the q, k tiles, dead once L and P are formed.
 template <int K, class E>
 struct IntraSmem {
   static constexpr int LDQ = K + 8;   // padded rows: conflict-free ldmatrix
@@ -77,28 +78,111 @@ __device__ __forceinline__ float exp_ftz(float x) {
   return y;
 }
 
-// Two independent 16 x 16 products in one k loop, acc0 = A0 B0^T and acc1 = A1 B1^T over NKS k-steps of 16, so that
-// their ldmatrix loads and mma chains interleave (four independent accumulators in flight instead of two). a0, a1:
-// this lane's ldmatrix row address of the A tiles (row 16 ti + lane % 16, column 8 (lane / 16)); b0, b1: of the B
-// tiles (row 16 tj + lane % 8 + 8 (lane / 16), column 8 ((lane / 8) % 2)), all at the first k-step.
-template <int NKS, bool BF16, class E>
-__device__ __forceinline__ void block_products2(float (&acc0)[2][4], const E* a0, const E* b0, float (&acc1)[2][4],
-                                                const E* a1, const E* b1) {
+// The head-independent products of warp w: five of the twenty causal 16 x 16 blocks (ten of K K^T for L, ten of
+// Q K^T for P), chosen so that they need only four 16-row operand tiles per k-step (ldmatrix x4 each: 16 loads per
+// k-step per CTA where one load pair per block needs 40). A tile of k rows loaded in the A-operand layout is also
+// the B operand of any block in that block column: its matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) are m0, m1, m2,
+// m3, and n-tile 0 of the B operand is (m0, m2), n-tile 1 is (m1, m3).
+//   warp 0: tiles k0 k1 q0 q1   L00 L10 P00 P10 P11
+//   warp 1: tiles k2 k3 q2 q3   L22 L32 P22 P32 P33
+//   warp 2: tiles k0 k1 k2 q2   L20 L21 P20 P21 L11
+//   warp 3: tiles k0 k1 k3 q3   L30 L31 P30 P31 L33
+// Blocks 0, 1 are L, 2, 3 are P, block 4 is P (warps 0, 1) or L (warps 2, 3); every L and P block once.
+struct ProductTile {
+  bool q;   // q rows (else k rows)
+  int row;  // block row: rows 16 row .. 16 row + 15
+};
+struct ProductBlock {
+  int i, j;    // block (i, j), i >= j
+  int fa, fb;  // its A and B operands among the warp's four tiles
+};
+struct WarpProducts {
+  ProductTile tile[4];
+  ProductBlock blk[5];
+};
+inline constexpr WarpProducts kWarpProducts[4] = {
+    {{{false, 0}, {false, 1}, {true, 0}, {true, 1}},
+     {{0, 0, 0, 0}, {1, 0, 1, 0}, {0, 0, 2, 0}, {1, 0, 3, 0}, {1, 1, 3, 1}}},
+    {{{false, 2}, {false, 3}, {true, 2}, {true, 3}},
+     {{2, 2, 0, 0}, {3, 2, 1, 0}, {2, 2, 2, 0}, {3, 2, 3, 0}, {3, 3, 3, 1}}},
+    {{{false, 0}, {false, 1}, {false, 2}, {true, 2}},
+     {{2, 0, 2, 0}, {2, 1, 2, 1}, {2, 0, 3, 0}, {2, 1, 3, 1}, {1, 1, 1, 1}}},
+    {{{false, 0}, {false, 1}, {false, 3}, {true, 3}},
+     {{3, 0, 2, 0}, {3, 1, 2, 1}, {3, 0, 3, 0}, {3, 1, 3, 1}, {3, 3, 2, 2}}},
+};
+// Causal block indices i (i + 1) / 2 + j of warp w's five blocks, four bits each (block b at bits 4b): the layout of
+// the head loop (selects, no table in local memory).
+constexpr unsigned warp_block_code(int w) {
+  return w == 0 ? 0x21010u : (w == 1 ? 0x98585u : (w == 2 ? 0x24343u : 0x97676u));
+}
+__device__ __forceinline__ int warp_block_idx(int w, int b) {
+  return static_cast<int>((warp_block_code(w) >> (4 * b)) & 15u);
+}
+// The plan is checked where it is compiled: operand tiles of the right rows and kind, block codes that match, every
+// L and every P block exactly once.
+constexpr bool warp_products_valid() {
+  int seen_L[10] = {}, seen_P[10] = {};
+  for (int w = 0; w < 4; ++w)
+    for (int b = 0; b < 5; ++b) {
+      const ProductBlock& pb = kWarpProducts[w].blk[b];
+      const ProductTile& ta = kWarpProducts[w].tile[pb.fa];
+      const ProductTile& tb = kWarpProducts[w].tile[pb.fb];
+      const bool is_L = b < 2 || (b == 4 && w >= 2);
+      const int idx = pb.i * (pb.i + 1) / 2 + pb.j;
+      if (pb.j > pb.i || ta.row != pb.i || ta.q == is_L || tb.q || tb.row != pb.j) return false;
+      if (static_cast<int>((warp_block_code(w) >> (4 * b)) & 15u) != idx) return false;
+      ++(is_L ? seen_L : seen_P)[idx];
+    }
+  for (int idx = 0; idx < 10; ++idx)
+    if (seen_L[idx] != 1 || seen_P[idx] != 1) return false;
+  return true;
+}
+static_assert(warp_products_valid(), "kWarpProducts: every L and P block once, from the right operand tiles");
+
+// acc[b] = the products of warp W's block b, scaled by the norms: rho_k,r rho_k,s (k_r . k_s) (L) or
+// scale rho_q,r rho_k,s (q_r . k_s) (P).
+template <int W, int K, int LDQ, bool BF16, class E>
+__device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q, const E* k, const float* rq,
+                                              const float* rk, float scale, int lane) {
+  constexpr WarpProducts wp = kWarpProducts[W];
+  const int g8 = lane >> 2, t4 = lane & 3;
+  const E* tile[4];
 #pragma unroll
-  for (int nt = 0; nt < 2; ++nt)
+  for (int f = 0; f < 4; ++f)
+    tile[f] = (wp.tile[f].q ? q : k) + (16 * wp.tile[f].row + (lane & 15)) * LDQ + (lane >> 4) * 8;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc0[nt][e] = acc1[nt][e] = 0.f;
+  for (int b = 0; b < 5; ++b)
 #pragma unroll
-  for (int ks = 0; ks < NKS; ++ks) {
-    uint32_t fa0[4], fb0[4], fa1[4], fb1[4];
-    ldsm_x4(fa0, a0 + ks * 16);
-    ldsm_x4(fb0, b0 + ks * 16);
-    ldsm_x4(fa1, a1 + ks * 16);
-    ldsm_x4(fb1, b1 + ks * 16);
-    mma_m16n8k16<BF16>(acc0[0], fa0, fb0[0], fb0[1]);
-    mma_m16n8k16<BF16>(acc0[1], fa0, fb0[2], fb0[3]);
-    mma_m16n8k16<BF16>(acc1[0], fa1, fb1[0], fb1[1]);
-    mma_m16n8k16<BF16>(acc1[1], fa1, fb1[2], fb1[3]);
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[b][nt][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < K / 16; ++ks) {
+    uint32_t fr[4][4];
+#pragma unroll
+    for (int f = 0; f < 4; ++f) ldsm_x4(fr[f], tile[f] + ks * 16);
+#pragma unroll
+    for (int b = 0; b < 5; ++b) {
+      const uint32_t(&fa)[4] = fr[wp.blk[b].fa];
+      const uint32_t(&fb)[4] = fr[wp.blk[b].fb];
+      mma_m16n8k16<BF16>(acc[b][0], fa, fb[0], fb[2]);
+      mma_m16n8k16<BF16>(acc[b][1], fa, fb[1], fb[3]);
+    }
+  }
+#pragma unroll
+  for (int b = 0; b < 5; ++b) {
+    const bool is_L = b < 2 || (b == 4 && W >= 2);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const float2 rs = *reinterpret_cast<const float2*>(&rk[16 * wp.blk[b].j + nt * 8 + 2 * t4]);
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = 16 * wp.blk[b].i + g8 + hf * 8;
+        const float rr = is_L ? rk[r] : scale * rq[r];
+        acc[b][nt][2 * hf] *= rr * rs.x;
+        acc[b][nt][2 * hf + 1] *= rr * rs.y;
+      }
+    }
   }
 }
 
@@ -127,8 +211,7 @@ __device__ __forceinline__ void diag_inverse16_rows(const float* L, float* A, in
 
 // One CTA per (chunk slot, q/k head): the products K K^T and Q K^T (and the l2 norms) are computed once and kept in
 // registers, then every value head of the GQA group (group = Hv / Hqk) builds its own L, inverse and P from them
-// with its own gates. Warp w holds the L blocks w, w + 4, w + 8 and the P blocks (w + 2) % 4 + 4 t (3 / 3 / 2 / 2
-// and 2 / 2 / 3 / 3: five blocks per warp).
+// with its own gates. Warp w holds five blocks (kWarpProducts: 2 or 3 of L, 3 or 2 of P) through the head loop.
 template <int K, bool BF16>
 __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKernelArgs a) {
   using E = typename Elem<BF16>::T;
@@ -240,56 +323,22 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   }
   __syncthreads();
 
-  // ---- the head-independent products, scaled by the norms: kk_rs = rho_k,r rho_k,s (k_r . k_s) on L blocks,
-  // qk_rs = scale rho_q,r rho_k,s (q_r . k_s) on P blocks; C fragments in registers for the whole head loop. Warp w:
-  // kk[t] = L block w + 4 t and qk[t] = P block (w + 2) % 4 + 4 t for t = 0, 1 (the pair in one k loop), and x2 =
-  // its fifth block, L block w + 8 (warps 0, 1) or P block w + 6 (warps 2, 3), as two k halves in one loop.
-  float kk[2][2][4], qk[2][2][4], x2[2][4];
-  const bool x2_is_L = w < 2;
-  const int idx2 = x2_is_L ? w + 8 : w + 6;
-  {
-    const auto a_lane = [&](const E* x, int idx) {  // ldmatrix row address of the A tile (rows of block row i)
-      int ti, tj;
-      causal_block(idx, &ti, &tj);
-      return x + (16 * ti + (lane & 15)) * LDQ + (lane >> 4) * 8;
-    };
-    const auto b_lane = [&](int idx) {  // ... and of the B tile (k rows of block column j)
-      int ti, tj;
-      causal_block(idx, &ti, &tj);
-      return sm.x.in.k + (16 * tj + (lane & 7) + ((lane >> 4) << 3)) * LDQ + ((lane >> 3) & 1) * 8;
-    };
-    // acc *= rho_r rho_k,s, rho_r = rho_k,r (L) or scale rho_q,r (P)
-    const auto scale_rows = [&](float(&acc)[2][4], int idx, bool is_L) {
-      int ti, tj;
-      causal_block(idx, &ti, &tj);
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const float2 rs = *reinterpret_cast<const float2*>(&sm.rk[16 * tj + nt * 8 + 2 * t4]);
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int r = 16 * ti + g8 + hf * 8;
-          const float rr = is_L ? sm.rk[r] : a.scale * sm.rq[r];
-          acc[nt][2 * hf] *= rr * rs.x;
-          acc[nt][2 * hf + 1] *= rr * rs.y;
-        }
-      }
-    };
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      const int iL = w + 4 * t, iP = ((w + 2) & 3) + 4 * t;
-      block_products2<K / 16, BF16>(kk[t], a_lane(sm.x.in.k, iL), b_lane(iL), qk[t], a_lane(sm.x.in.q, iP), b_lane(iP));
-      scale_rows(kk[t], iL, true);
-      scale_rows(qk[t], iP, false);
-    }
-    float hi2[2][4];  // the second k half of x2
-    const E* a2 = a_lane(x2_is_L ? sm.x.in.k : sm.x.in.q, idx2);
-    const E* b2 = b_lane(idx2);
-    block_products2<K / 32, BF16>(x2, a2, b2, hi2, a2 + K / 2, b2 + K / 2);
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x2[nt][e] += hi2[nt][e];
-    scale_rows(x2, idx2, x2_is_L);
+  // ---- the head-independent products of the warp's five blocks (kWarpProducts), scaled by the norms; C fragments in
+  // registers for the whole head loop
+  float acc5[5][2][4];
+  switch (w) {
+    case 0:
+      warp_products<0, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
+      break;
+    case 1:
+      warp_products<1, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
+      break;
+    case 2:
+      warp_products<2, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
+      break;
+    default:
+      warp_products<3, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
+      break;
   }
   __syncthreads();  // q, k dead: A and T reuse them
 
@@ -344,15 +393,14 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       });
       store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), cf, lane);
     };
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      build_L(kk[t], w + 4 * t);
-      build_P(qk[t], ((w + 2) & 3) + 4 * t);
-    }
-    if (x2_is_L)
-      build_L(x2, idx2);
+    build_L(acc5[0], warp_block_idx(w, 0));
+    build_L(acc5[1], warp_block_idx(w, 1));
+    build_P(acc5[2], warp_block_idx(w, 2));
+    build_P(acc5[3], warp_block_idx(w, 3));
+    if (w >= 2)
+      build_L(acc5[4], warp_block_idx(w, 4));
     else
-      build_P(x2, idx2);
+      build_P(acc5[4], warp_block_idx(w, 4));
     __syncthreads();
 
     // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7): diagonal block w by substitution, then the merges
