@@ -394,6 +394,20 @@ TEST(CudaChunkFwd, FusedGateAndBetaSigmoid) {
   check(g);
 }
 
+// The intra pass forms value head j + 1's gamma and beta during head j's inverse, into the other of two buffers: an
+// odd GQA group (3) puts heads 0 and 2 in the same buffer, and per-head fused gates (A_log, dt_bias differ by head)
+// tell the heads apart. Fixed length and varlen with empty sequences, K = V = 128 (bf16) and 64 (f16), split on/off.
+TEST(CudaChunkFwd, GqaGroupOfThreeGatesOneHeadAhead) {
+  REQUIRE_GPU();
+  check(gcase("gqa3_k128v128", 2, 150, 2, 6, 128, 128));
+  GpuCase g = gcase("gqa3_k64v64_f16_gate_varlen", 1, 0, 1, 3, 64, 64);
+  g.c.dtype = DType::f16;
+  g.c.seqlens = {0, 70, 129, 0, 1};
+  g.gate_in_kernel = g.beta_sigmoid = true;
+  check(g, 1);
+  check(g, 3);
+}
+
 TEST(CudaChunkFwd, Checkpoints) {
   REQUIRE_GPU();
   GpuCase g = gcase("ckpt128_varlen", 1, 0, 2, 4, 128, 128);

@@ -47,7 +47,9 @@ __device__ __forceinline__ void store_gamma_beta(const float (&gv)[2], const flo
   beta[2 * lane + 1] = bv[1];
 }
 
-// d (16x16 as two m16n8 tiles) += X Y with X, Y 16x16 fp32 row-major in shared memory (one warp).
+// d (16x16 as two m16n8 tiles) += X Y with X, Y 16x16 fp32 row-major in shared memory (one warp); ROUND_SMALL as in
+// split_tf32.
+template <bool ROUND_SMALL = true>
 __device__ __forceinline__ void mma16_f32(float (&d)[2][4], const float* x, int ldx, const float* y, int ldy, int g,
                                           int t) {
 #pragma unroll
@@ -56,12 +58,12 @@ __device__ __forceinline__ void mma16_f32(float (&d)[2][4], const float* x, int 
                          x[(g + 8) * ldx + 8 * ks + t + 4]};
     uint32_t ab[4], as[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) split_tf32(av[e], ab[e], as[e]);
+    for (int e = 0; e < 4; ++e) split_tf32<ROUND_SMALL>(av[e], ab[e], as[e]);
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       uint32_t bb0, bs0, bb1, bs1;
-      split_tf32(y[(8 * ks + t) * ldy + 8 * nt + g], bb0, bs0);
-      split_tf32(y[(8 * ks + t + 4) * ldy + 8 * nt + g], bb1, bs1);
+      split_tf32<ROUND_SMALL>(y[(8 * ks + t) * ldy + 8 * nt + g], bb0, bs0);
+      split_tf32<ROUND_SMALL>(y[(8 * ks + t + 4) * ldy + 8 * nt + g], bb1, bs1);
       mma_tf32(d[nt], as, bb0, bb1);
       mma_tf32(d[nt], ab, bs0, bs1);
       mma_tf32(d[nt], ab, bb0, bb1);

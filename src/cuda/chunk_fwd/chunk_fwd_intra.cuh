@@ -1,13 +1,13 @@
 // The intra-chunk pass of the two-pass prefill (gdn-math §5.2-§5.4): the state-independent part of every chunk,
-// for all chunks and heads at once (grid = record slots x Hqk, 4 warps, 53 KB shared memory, 4 CTAs per SM; the
-// value heads of a GQA group share one CTA and its K K^T, Q K^T products). Per (chunk, value head h) it writes one
-// record (chunk_fwd.hpp, kRecBytes = 21 KB) that the state pass (chunk_fwd_state.cuh) reads instead of recomputing it
-// on its critical path:
+// for all chunks and heads at once (grid = record slots x Hqk, 4 warps, 52.5 KiB shared memory, 4 CTAs per SM, at
+// most 128 registers; the value heads of a GQA group share one CTA and its K K^T, Q K^T products). Per (chunk, value
+// head h) it writes one record (chunk_fwd.hpp, kRecBytes = 21 KB) that the state pass (chunk_fwd_state.cuh) reads
+// instead of recomputing it on its critical path:
 //
 //   gamma = cumsum(g) (gate fused: g = -exp(A_log) softplus(a + dt_bias)), beta (sigmoid fused)
 //   rho_q, rho_k = 1 / sqrt(|x|^2 + 1e-6) per row (l2norm; 1 without), applied as row scalings in fp32
 //   L = strictlower(diag(beta) (diag(rho_k) K K^T diag(rho_k) (.) D))       D_rs = exp(gamma_r - gamma_s), r > s
-//   A = (I + L)^-1 (fp32: right-looking substitution on the diagonal blocks, 3xTF32 block merges; §5.7)
+//   A = (I + L)^-1 (fp32: forward substitution on the diagonal blocks, 3xTF32 block merges; §5.7)
 //   A diag(beta)                               -> 16-bit hi + lo A fragments (the operand of U = A diag(b) R)
 //   P = scale diag(rho_q) (Q K^T (.) D) diag(rho_k), s <= r  -> 16-bit hi + lo A fragments (the operand of P U)
 //   ek = rho_k e^gamma, eq = scale rho_q e^gamma, dk = rho_k e^{gamma_n - gamma}, en = e^{gamma_n}
@@ -15,16 +15,19 @@
 // FLOPs per (chunk, q/k head): K K^T and Q K^T on the ten causal 16x16 blocks, 2 x 10 x 16 x 16 x 2K = 1.3 MFLOP
 // at K = 128; per value head ~0.15 MFLOP of 3xTF32 merges. Bytes: q, k rows read once per q/k head (2 x 16 KB),
 // 21 KB written per value head. Nothing here depends on the state: every chunk is independent (no chain).
-// Cost (H200, 8192 CTAs as at T = 32K, H = 16): 0.233 ms, 16 warps per SM, latency-bound: per CTA ~24k cycles, of
-// which L and P 7.1k, load 4.2k, K K^T / Q K^T 3.6k, merges 3.3k (thread 0's phase clocks); the memory traffic alone
-// would take ~0.1 ms.
+// The pass is latency-bound (16 warps per SM), so the code keeps the serial phases short: the first head's gates are
+// formed while the q, k rows arrive, the later heads' during the previous head's last merge round; L and P are built
+// without branches (one MUFU ex2 per entry, the masked diagonal entries selected away); each warp's five product
+// blocks share four operand tiles per k-step (16 ldmatrix per k-step and CTA, not 40); every block of A leaves for
+// the record as soon as it is final. Five barriers per value head. Measured cost: docs/chunk_fwd.md ("Intra-chunk
+// pass").
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
 
 namespace flashgdn::cuda::chunk_detail {
 
-// 53 KB at K = 128 (four CTAs per SM): A and the merge scratch reuse the q, k tiles, dead once L and P are formed.
+// 52.5 KiB at K = 128 (four CTAs per SM): A and the merge scratch reuse the q, k tiles, dead once L and P are formed.
 template <int K, class E>
 struct IntraSmem {
   static constexpr int LDQ = K + 8;   // padded rows: conflict-free ldmatrix
@@ -40,8 +43,10 @@ struct IntraSmem {
       float T[4][16 * LDT];  // merge scratch: W_21, W_31, W_20, W_30 (below)
     } inv;
   } x;
-  float L[kC * LDF];  // strictly lower L
-  float gam[kC], beta[kC], rq[kC], rk[kC];
+  float L[kC * LDF];              // strictly lower L
+  float gam[2][kC], beta[2][kC];  // gamma, beta of value head j of the group in [j % 2]: the next head's are formed
+                                  // while this head's are still read
+  float rq[kC], rk[kC];
 };
 
 // Store a 16x16 block given as two m16n8 C fragments c[2][4] (this lane's part) as 16-bit hi + lo A fragments.
@@ -65,10 +70,148 @@ __device__ __forceinline__ void causal_block(int idx, int* i, int* j) {
   *j = idx - *i * (*i + 1) / 2;
 }
 
+// e^x as ex2.approx.ftz(x log2 e): the MUFU op of __expf without its denormal-range fixup (results below 2^-126
+// flush to zero; they only scale entries of L and P that vanish next to the unit diagonal and the fp32 sums).
+__device__ __forceinline__ float exp_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+}
+
+// The head-independent products of warp w: five of the twenty causal 16 x 16 blocks (ten of K K^T for L, ten of
+// Q K^T for P), chosen so that they need only four 16-row operand tiles per k-step (ldmatrix x4 each: 16 loads per
+// k-step per CTA where one load pair per block needs 40). A tile of k rows loaded in the A-operand layout is also
+// the B operand of any block in that block column: its matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) are m0, m1, m2,
+// m3, and n-tile 0 of the B operand is (m0, m2), n-tile 1 is (m1, m3).
+//   warp 0: tiles k0 k1 q0 q1   L00 L10 P00 P10 P11
+//   warp 1: tiles k2 k3 q2 q3   L22 L32 P22 P32 P33
+//   warp 2: tiles k0 k1 k2 q2   L20 L21 P20 P21 L11
+//   warp 3: tiles k0 k1 k3 q3   L30 L31 P30 P31 L33
+// Blocks 0, 1 are L, 2, 3 are P, block 4 is P (warps 0, 1) or L (warps 2, 3); every L and P block once.
+struct ProductTile {
+  bool q;   // q rows (else k rows)
+  int row;  // block row: rows 16 row .. 16 row + 15
+};
+struct ProductBlock {
+  int i, j;    // block (i, j), i >= j
+  int fa, fb;  // its A and B operands among the warp's four tiles
+};
+struct WarpProducts {
+  ProductTile tile[4];
+  ProductBlock blk[5];
+};
+inline constexpr WarpProducts kWarpProducts[4] = {
+    {{{false, 0}, {false, 1}, {true, 0}, {true, 1}},
+     {{0, 0, 0, 0}, {1, 0, 1, 0}, {0, 0, 2, 0}, {1, 0, 3, 0}, {1, 1, 3, 1}}},
+    {{{false, 2}, {false, 3}, {true, 2}, {true, 3}},
+     {{2, 2, 0, 0}, {3, 2, 1, 0}, {2, 2, 2, 0}, {3, 2, 3, 0}, {3, 3, 3, 1}}},
+    {{{false, 0}, {false, 1}, {false, 2}, {true, 2}},
+     {{2, 0, 2, 0}, {2, 1, 2, 1}, {2, 0, 3, 0}, {2, 1, 3, 1}, {1, 1, 1, 1}}},
+    {{{false, 0}, {false, 1}, {false, 3}, {true, 3}},
+     {{3, 0, 2, 0}, {3, 1, 2, 1}, {3, 0, 3, 0}, {3, 1, 3, 1}, {3, 3, 2, 2}}},
+};
+// Causal block indices i (i + 1) / 2 + j of warp w's five blocks, four bits each (block b at bits 4b): the layout of
+// the head loop (selects, no table in local memory).
+constexpr unsigned warp_block_code(int w) {
+  return w == 0 ? 0x21010u : (w == 1 ? 0x98585u : (w == 2 ? 0x24343u : 0x97676u));
+}
+__device__ __forceinline__ int warp_block_idx(int w, int b) {
+  return static_cast<int>((warp_block_code(w) >> (4 * b)) & 15u);
+}
+// The plan is checked where it is compiled: operand tiles of the right rows and kind, block codes that match, every
+// L and every P block exactly once.
+constexpr bool warp_products_valid() {
+  int seen_L[10] = {}, seen_P[10] = {};
+  for (int w = 0; w < 4; ++w)
+    for (int b = 0; b < 5; ++b) {
+      const ProductBlock& pb = kWarpProducts[w].blk[b];
+      const ProductTile& ta = kWarpProducts[w].tile[pb.fa];
+      const ProductTile& tb = kWarpProducts[w].tile[pb.fb];
+      const bool is_L = b < 2 || (b == 4 && w >= 2);
+      const int idx = pb.i * (pb.i + 1) / 2 + pb.j;
+      if (pb.j > pb.i || ta.row != pb.i || ta.q == is_L || tb.q || tb.row != pb.j) return false;
+      if (static_cast<int>((warp_block_code(w) >> (4 * b)) & 15u) != idx) return false;
+      ++(is_L ? seen_L : seen_P)[idx];
+    }
+  for (int idx = 0; idx < 10; ++idx)
+    if (seen_L[idx] != 1 || seen_P[idx] != 1) return false;
+  return true;
+}
+static_assert(warp_products_valid(), "kWarpProducts: every L and P block once, from the right operand tiles");
+
+// acc[b] = the products of warp W's block b, scaled by the norms: rho_k,r rho_k,s (k_r . k_s) (L) or
+// scale rho_q,r rho_k,s (q_r . k_s) (P).
+template <int W, int K, int LDQ, bool BF16, class E>
+__device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q, const E* k, const float* rq,
+                                              const float* rk, float scale, int lane) {
+  constexpr WarpProducts wp = kWarpProducts[W];
+  const int g8 = lane >> 2, t4 = lane & 3;
+  const E* tile[4];
+#pragma unroll
+  for (int f = 0; f < 4; ++f)
+    tile[f] = (wp.tile[f].q ? q : k) + (16 * wp.tile[f].row + (lane & 15)) * LDQ + (lane >> 4) * 8;
+#pragma unroll
+  for (int b = 0; b < 5; ++b)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[b][nt][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < K / 16; ++ks) {
+    uint32_t fr[4][4];
+#pragma unroll
+    for (int f = 0; f < 4; ++f) ldsm_x4(fr[f], tile[f] + ks * 16);
+#pragma unroll
+    for (int b = 0; b < 5; ++b) {
+      const uint32_t(&fa)[4] = fr[wp.blk[b].fa];
+      const uint32_t(&fb)[4] = fr[wp.blk[b].fb];
+      mma_m16n8k16<BF16>(acc[b][0], fa, fb[0], fb[2]);
+      mma_m16n8k16<BF16>(acc[b][1], fa, fb[1], fb[3]);
+    }
+  }
+#pragma unroll
+  for (int b = 0; b < 5; ++b) {
+    const bool is_L = b < 2 || (b == 4 && W >= 2);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const float2 rs = *reinterpret_cast<const float2*>(&rk[16 * wp.blk[b].j + nt * 8 + 2 * t4]);
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = 16 * wp.blk[b].i + g8 + hf * 8;
+        const float rr = is_L ? rk[r] : scale * rq[r];
+        acc[b][nt][2 * hf] *= rr * rs.x;
+        acc[b][nt][2 * hf + 1] *= rr * rs.y;
+      }
+    }
+  }
+}
+
+// Diagonal block o..o+15 of A = (I + L)^-1 (gdn-math §5.7), lanes 0..15 of one warp, lane c owning column c, by rows:
+// x_r = delta_rc - sum_{s<r} L_rs x_s. Row r of L is read as r / 4 rounded up 16-byte vectors (36 loads in all,
+// against 120 scalar ones column by column); the critical path stays one FMA per row, since the partial sums of
+// every later row proceed as soon as each x_s is final. Needs 16-byte aligned rows: ld and o multiples of 4.
+__device__ __forceinline__ void diag_inverse16_rows(const float* L, float* A, int ld, int o, int lane) {
+  if (lane >= 16) return;
+  float x[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    float acc = r == lane ? 1.f : 0.f;
+#pragma unroll
+    for (int s4 = 0; s4 < r; s4 += 4) {
+      const float4 l4 = *reinterpret_cast<const float4*>(&L[(o + r) * ld + o + s4]);
+      const float lv[4] = {l4.x, l4.y, l4.z, l4.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (s4 + e < r) acc = fmaf(-lv[e], x[s4 + e], acc);
+    }
+    x[r] = acc;
+    A[(o + r) * ld + o + lane] = acc;
+  }
+}
+
 // One CTA per (chunk slot, q/k head): the products K K^T and Q K^T (and the l2 norms) are computed once and kept in
 // registers, then every value head of the GQA group (group = Hv / Hqk) builds its own L, inverse and P from them
-// with its own gates. Warp w holds the L blocks w, w + 4, w + 8 and the P blocks (w + 2) % 4 + 4 t (3 / 3 / 2 / 2
-// and 2 / 2 / 3 / 3: five blocks per warp).
+// with its own gates. Warp w holds five blocks (kWarpProducts: 2 or 3 of L, 3 or 2 of P) through the head loop.
 template <int K, bool BF16>
 __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKernelArgs a) {
   using E = typename Elem<BF16>::T;
@@ -88,24 +231,25 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   const int64_t tok = t0 + c * kC;  // first token of the chunk
   const int nvalid = static_cast<int>((len - c * kC) < kC ? (len - c * kC) : kC);
 
-  // ---- q, k rows by cp.async (rows past the end zero-filled)
+  // ---- q, k rows by cp.async, rows past the end zero-filled by the same copy (src-size 0, the source clamped to row
+  // 0, which every chunk has). The row pointers are formed once and stepped: kernel parameters are reread after
+  // every asm with a memory clobber, so an address formed from them in the loop is recomputed (64-bit) per row.
   {
     constexpr int VPR = K / 8, RPP = 128 / VPR, NP = kC / RPP;
     const int lrow = tid / VPR, lvec = tid % VPR;
-    const E* qb = static_cast<const E*>(a.q) + bidx * a.q_sb + hk * a.q_sh + tok * a.q_st + lvec * 8;
-    const E* kb = static_cast<const E*>(a.k) + bidx * a.k_sb + hk * a.k_sh + tok * a.k_st + lvec * 8;
+    const int64_t q_st = a.q_st, k_st = a.k_st;
+    const E* const q0 = static_cast<const E*>(a.q) + bidx * a.q_sb + hk * a.q_sh + tok * q_st + lvec * 8;
+    const E* const k0 = static_cast<const E*>(a.k) + bidx * a.k_sb + hk * a.k_sh + tok * k_st + lvec * 8;
+    int64_t qo = lrow * q_st, ko = lrow * k_st;  // element offsets of this thread's row from row 0
+    E* dq = &sm.x.in.q[lrow * LDQ + lvec * 8];
+    E* dk = &sm.x.in.k[lrow * LDQ + lvec * 8];
 #pragma unroll
     for (int p = 0; p < NP; ++p) {
-      const int r = p * RPP + lrow;
-      E* dq = &sm.x.in.q[r * LDQ + lvec * 8];
-      E* dk = &sm.x.in.k[r * LDQ + lvec * 8];
-      if (r < nvalid) {
-        cp_async<16>(dq, qb + r * a.q_st);
-        cp_async<16>(dk, kb + r * a.k_st);
-      } else {
-        *reinterpret_cast<uint4*>(dq) = make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
-      }
+      const bool valid = p * RPP + lrow < nvalid;
+      cp_async16_zfill(dq + p * RPP * LDQ, q0 + (valid ? qo : 0), valid);
+      cp_async16_zfill(dk + p * RPP * LDQ, k0 + (valid ? ko : 0), valid);
+      qo += RPP * q_st;
+      ko += RPP * k_st;
     }
     cp_async_commit();
   }
@@ -126,7 +270,32 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     }
   };
   const int h0 = hk * a.group;
-  if (w == 0) load_gb(h0);
+  // warp 0: gamma = cumsum(g) and beta of head h0 + j into buffer j % 2 (padded rows g = 0, beta = 0) from the raw
+  // values in g_raw, b_raw, its decay-table entry, then the raw values of head h0 + j + 1 in flight. Head 0's runs
+  // here while the q, k rows arrive; head j + 1's in round 3 of head j's inverse.
+  const auto gate_step = [&](int j) {
+    const int h = h0 + j;
+    float* const gam = sm.gam[j & 1];
+    const GateHead gh = gate_head(a, h);
+    float gv[2], bv[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) gate_beta(a, gh, g_raw[e], b_raw[e], 2 * lane + e < nvalid, &gv[e], &bv[e]);
+    store_gamma_beta(gv, bv, lane, gam, sm.beta[j & 1]);
+    if (a.dec) {
+      // the decay table of the split's summaries (chunk_fwd.hpp, decay_window_start): gamma_n where every
+      // transition of the chunk is a contraction times e^g (unit keys, beta in [0, 2]; padded rows have beta = 0),
+      // else unbounded. A NaN beta fails the range test.
+      const bool in_range = bv[0] >= 0.f && bv[0] <= 2.f && bv[1] >= 0.f && bv[1] <= 2.f;
+      const bool bounded = __all_sync(0xffffffffu, in_range) && a.l2norm;
+      __syncwarp();  // gamma of row 63 (lane 31) is in shared memory
+      if (lane == 0) a.dec[h * a.rec_slots + slot] = bounded ? gam[kC - 1] : kDecayUnbounded;
+    }
+    if (j + 1 < a.group) load_gb(h + 1);
+  };
+  if (w == 0) {
+    load_gb(h0);
+    gate_step(0);
+  }
   cp_async_wait_all();
   __syncthreads();
 
@@ -154,68 +323,34 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   }
   __syncthreads();
 
-  // ---- the head-independent products, scaled by the norms: kk_rs = rho_k,r rho_k,s (k_r . k_s) on L blocks,
-  // qk_rs = scale rho_q,r rho_k,s (q_r . k_s) on P blocks; C fragments in registers for the whole head loop
-  float kk[3][2][4], qk[3][2][4];
-#pragma unroll
-  for (int t = 0; t < 3; ++t)
-#pragma unroll
-    for (int which = 0; which < 2; ++which) {
-      const int idx = which == 0 ? w + 4 * t : ((w + 2) & 3) + 4 * t;
-      float(&acc)[2][4] = which == 0 ? kk[t] : qk[t];
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-      if (idx >= 10) continue;
-      int ti, tj;
-      causal_block(idx, &ti, &tj);
-      const E* arow = which == 0 ? sm.x.in.k : sm.x.in.q;
-#pragma unroll
-      for (int ks = 0; ks < K / 16; ++ks) {
-        uint32_t af[4], b[4];
-        ldsm_x4(af, &arow[(16 * ti + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8]);
-        ldsm_x4(b, &sm.x.in.k[(16 * tj + (lane & 7) + ((lane >> 4) << 3)) * LDQ + ks * 16 + ((lane >> 3) & 1) * 8]);
-        mma_m16n8k16<BF16>(acc[0], af, b[0], b[1]);
-        mma_m16n8k16<BF16>(acc[1], af, b[2], b[3]);
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = 16 * ti + g8 + (e >> 1) * 8, s2 = 16 * tj + nt * 8 + 2 * t4 + (e & 1);
-          acc[nt][e] *= which == 0 ? sm.rk[r] * sm.rk[s2] : a.scale * sm.rq[r] * sm.rk[s2];
-        }
-    }
+  // ---- the head-independent products of the warp's five blocks (kWarpProducts), scaled by the norms; C fragments in
+  // registers for the whole head loop
+  float acc5[5][2][4];
+  switch (w) {
+    case 0:
+      warp_products<0, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
+      break;
+    case 1:
+      warp_products<1, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
+      break;
+    case 2:
+      warp_products<2, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
+      break;
+    default:
+      warp_products<3, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
+      break;
+  }
   __syncthreads();  // q, k dead: A and T reuse them
 
   for (int j = 0; j < a.group; ++j) {
     const int h = h0 + j;
-    // ---- gamma = cumsum(g) and beta of head h (warp 0; padded rows g = 0, beta = 0), next head's raw values loaded
-    if (w == 0) {
-      const GateHead gh = gate_head(a, h);
-      float gv[2], bv[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) gate_beta(a, gh, g_raw[e], b_raw[e], 2 * lane + e < nvalid, &gv[e], &bv[e]);
-      store_gamma_beta(gv, bv, lane, sm.gam, sm.beta);
-      if (a.dec) {
-        // the decay table of the split's summaries (chunk_fwd.hpp, decay_window_start): gamma_n where every
-        // transition of the chunk is a contraction times e^g (unit keys, beta in [0, 2]; padded rows have beta = 0),
-        // else unbounded. A NaN beta fails the range test.
-        const bool in_range = bv[0] >= 0.f && bv[0] <= 2.f && bv[1] >= 0.f && bv[1] <= 2.f;
-        const bool bounded = __all_sync(0xffffffffu, in_range) && a.l2norm;
-        __syncwarp();  // gamma of row 63 (lane 31) is in shared memory
-        if (lane == 0) a.dec[h * a.rec_slots + slot] = bounded ? sm.gam[kC - 1] : kDecayUnbounded;
-      }
-      if (j + 1 < a.group) load_gb(h + 1);  // in flight during this head
-    }
-    __syncthreads();
-
+    const float* const gam = sm.gam[j & 1];
+    const float* const bet = sm.beta[j & 1];
     unsigned char* rec = a.rec + (slot * a.Hv + h) * kRecBytes;
     // ---- header: ek, eq, dk, en (gamma_n = gamma at row 63 = the last valid token: padded g = 0)
     if (tid < kC) {
       float* hdr = reinterpret_cast<float*>(rec);
-      const float gr = sm.gam[tid], gn = sm.gam[kC - 1];
+      const float gr = gam[tid], gn = gam[kC - 1];
       hdr[tid] = sm.rk[tid] * __expf(gr);
       hdr[64 + tid] = a.scale * sm.rq[tid] * __expf(gr);
       hdr[128 + tid] = sm.rk[tid] * __expf(gn - gr);
@@ -223,41 +358,60 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     }
     // ---- L_rs = beta_r kk_rs exp(gamma_r - gamma_s), s < r, into shared memory (fp32); P_rs = qk_rs exp(gamma_r -
     // gamma_s), s <= r (diagonal included: the output reads the post-update state), to the record as fragments.
-    // The decay only where r >= s, never factored (§5.8).
+    // The decay only where r >= s, never factored (§5.8). Branch-free: every entry's exponential is evaluated and the
+    // masked ones (s > r, only in diagonal blocks) are selected away, so an overflow there never reaches L or P.
+    // with_decay(idx, f): f(nt, hf, r, s, d0, d1) for the entries (r, s), (r, s + 1) of causal block idx held in
+    // this lane's C fragments [nt][2 hf], [nt][2 hf + 1], with their decays d0, d1.
+    const auto with_decay = [&](int idx, auto&& f) {
+      int ti, tj;
+      causal_block(idx, &ti, &tj);
 #pragma unroll
-    for (int t = 0; t < 3; ++t)
+      for (int nt = 0; nt < 2; ++nt) {
+        const int s0 = 16 * tj + nt * 8 + 2 * t4;
+        const float2 gs = *reinterpret_cast<const float2*>(&gam[s0]);
 #pragma unroll
-      for (int which = 0; which < 2; ++which) {
-        const int idx = which == 0 ? w + 4 * t : ((w + 2) & 3) + 4 * t;
-        if (idx >= 10) continue;
-        int ti, tj;
-        causal_block(idx, &ti, &tj);
-        float cf[2][4];
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = 16 * ti + g8 + (e >> 1) * 8, s2 = 16 * tj + nt * 8 + 2 * t4 + (e & 1);
-            if (which == 0) {
-              const float dec = s2 < r ? __expf(sm.gam[r] - sm.gam[s2]) : 0.f;
-              sm.L[r * LDF + s2] = s2 < r ? sm.beta[r] * kk[t][nt][e] * dec : 0.f;
-            } else {
-              const float dec = s2 <= r ? __expf(sm.gam[r] - sm.gam[s2]) : 0.f;
-              cf[nt][e] = s2 <= r ? qk[t][nt][e] * dec : 0.f;
-            }
-          }
-        if (which == 1)
-          store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), cf, lane);
+        for (int hf = 0; hf < 2; ++hf) {
+          const int r = 16 * ti + g8 + hf * 8;
+          const float gr = gam[r];
+          f(nt, hf, r, s0, exp_ftz(gr - gs.x), exp_ftz(gr - gs.y));
+        }
       }
+    };
+    const auto build_L = [&](const float(&c)[2][4], int idx) {
+      with_decay(idx, [&](int nt, int hf, int r, int s0, float d0, float d1) {
+        const float br = bet[r];
+        const float v0 = s0 < r ? br * c[nt][2 * hf] * d0 : 0.f;
+        const float v1 = s0 + 1 < r ? br * c[nt][2 * hf + 1] * d1 : 0.f;
+        *reinterpret_cast<float2*>(&sm.L[r * LDF + s0]) = make_float2(v0, v1);
+      });
+    };
+    const auto build_P = [&](const float(&c)[2][4], int idx) {
+      float cf[2][4];
+      with_decay(idx, [&](int nt, int hf, int r, int s0, float d0, float d1) {
+        cf[nt][2 * hf] = s0 <= r ? c[nt][2 * hf] * d0 : 0.f;
+        cf[nt][2 * hf + 1] = s0 + 1 <= r ? c[nt][2 * hf + 1] * d1 : 0.f;
+      });
+      store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), cf, lane);
+    };
+    build_L(acc5[0], warp_block_idx(w, 0));
+    build_L(acc5[1], warp_block_idx(w, 1));
+    build_P(acc5[2], warp_block_idx(w, 2));
+    build_P(acc5[3], warp_block_idx(w, 3));
+    if (w >= 2)
+      build_L(acc5[4], warp_block_idx(w, 4));
+    else
+      build_P(acc5[4], warp_block_idx(w, 4));
     __syncthreads();
 
     // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7): diagonal block w by substitution, then the merges
-    diag_inverse16(sm.L, sm.x.inv.A, LDF, 16 * w, lane);
+    diag_inverse16_rows(sm.L, sm.x.inv.A, LDF, 16 * w, lane);
     __syncthreads();
     // Off-diagonal blocks in two levels, A_ij = -A_ii sum_{k=j}^{i-1} L_ik A_kj (16 x 16 products on the tensor cores
     // in 3xTF32). The 32 x 32 diagonal halves first, then the lower-left half as A_(23),(01) = -A_(23) W with
     // W = L_(23),(01) A_(01): six products on the longest warp's path instead of nine by distance (2 + 3 + 4), the
-    // same three barriers.
+    // same three barriers (round 3's is the end of the head's). Every block goes to the record as soon as it is final:
+    // the merged ones from the registers that hold them, the diagonal ones by warps 0, 1 beside round 3 (where warp 0
+    // also forms the next head's gamma and beta), so no pass of its own follows the inverse.
     //   round 1: A_10 = -A_11 (L_10 A_00) (warp 0), A_32 = -A_33 (L_32 A_22) (warp 1), W_21 = L_21 A_11 (warp 2),
     //            W_31 = L_31 A_11 (warp 3)
     //   round 2: A_21 = -A_22 W_21 (warp 0), A_31 = -(A_32 W_21 + A_33 W_31) (warp 1),
@@ -267,8 +421,8 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       constexpr int LDT = Sm::LDT;
       float* const Am = sm.x.inv.A;
       float(&W)[4][16 * LDT] = sm.x.inv.T;  // scratch: W_21, W_31, W_20, W_30
-      const auto Lb = [&](int i, int j) { return &sm.L[16 * i * LDF + 16 * j]; };
-      const auto Ab = [&](int i, int j) { return &Am[16 * i * LDF + 16 * j]; };
+      const auto Lb = [&](int bi, int bj) { return &sm.L[16 * bi * LDF + 16 * bj]; };
+      const auto Ab = [&](int bi, int bj) { return &Am[16 * bi * LDF + 16 * bj]; };
       // c (two m16n8 C fragments) times sgn into a 16 x 16 block at dst (leading dimension ld)
       const auto put = [&](float* dst, int ld, const float(&c)[2][4], float sgn) {
 #pragma unroll
@@ -285,27 +439,48 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
 #pragma unroll
           for (int e = 0; e < 4; ++e) c[nt][e] = 0.f;
       };
+      // A diag(beta) of causal block idx as hi + lo fragments to the record, from C fragments (sgn c: the block) or
+      // from A in shared memory (c null)
+      const auto emit = [&](int idx, const float(*c)[4], float sgn) {
+        int bi, bj;
+        causal_block(idx, &bi, &bj);
+        float cf[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int s0 = 16 * bj + nt * 8 + 2 * t4;
+          const float2 bs = *reinterpret_cast<const float2*>(&bet[s0]);
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const float2 av = c ? make_float2(sgn * c[nt][2 * hf], sgn * c[nt][2 * hf + 1])
+                                : *reinterpret_cast<const float2*>(&Am[(16 * bi + g8 + hf * 8) * LDF + s0]);
+            cf[nt][2 * hf] = av.x * bs.x;
+            cf[nt][2 * hf + 1] = av.y * bs.y;
+          }
+        }
+        store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
+      };
       // round 1
       zero(acc);
       if (w < 2) {  // A_(2w+1),(2w) = -A_ii (L_ij A_jj), W_(2w+2) as the warp's scratch (written in round 2)
         const int bi = 2 * w + 1, bj = 2 * w;
-        mma16_f32(acc, Lb(bi, bj), LDF, Ab(bj, bj), LDF, g8, t4);
+        mma16_f32<false>(acc, Lb(bi, bj), LDF, Ab(bj, bj), LDF, g8, t4);
         put(W[2 + w], LDT, acc, 1.f);
         __syncwarp();
         zero(tmp);
-        mma16_f32(tmp, Ab(bi, bi), LDF, W[2 + w], LDT, g8, t4);
+        mma16_f32<false>(tmp, Ab(bi, bi), LDF, W[2 + w], LDT, g8, t4);
         put(Ab(bi, bj), LDF, tmp, -1.f);
-      } else {  // W_21 (warp 2), W_31 (warp 3)
-        mma16_f32(acc, Lb(w, 1), LDF, Ab(1, 1), LDF, g8, t4);
+        emit(w == 0 ? 1 : 8, tmp, -1.f);  // A_10, A_32
+      } else {                            // W_21 (warp 2), W_31 (warp 3)
+        mma16_f32<false>(acc, Lb(w, 1), LDF, Ab(1, 1), LDF, g8, t4);
         put(W[w - 2], LDT, acc, 1.f);
       }
       __syncthreads();
       // A_2j = -A_22 W_2j and A_3j = -(A_32 W_2j + A_33 W_3j): rounds 2 (j = 1) and 3 (j = 0); W_2j, W_3j in the
-      // scratch slots 2 - 2j, 3 - 2j
-      const auto lower_left = [&](int bi, int j) {  // acc zeroed by the caller
-        if (bi == 3) mma16_f32(acc, Ab(3, 2), LDF, W[2 - 2 * j], LDT, g8, t4);
-        mma16_f32(acc, Ab(bi, bi), LDF, W[bi - 2 * j], LDT, g8, t4);
-        put(Ab(bi, j), LDF, acc, -1.f);
+      // scratch slots 2 - 2j, 3 - 2j. No later product reads A_21, A_31, A_20, A_30: they go to the record only.
+      const auto lower_left = [&](int bi, int bj) {  // acc zeroed by the caller
+        if (bi == 3) mma16_f32<false>(acc, Ab(3, 2), LDF, W[2 - 2 * bj], LDT, g8, t4);
+        mma16_f32<false>(acc, Ab(bi, bi), LDF, W[bi - 2 * bj], LDT, g8, t4);
+        emit(bi * (bi + 1) / 2 + bj, acc, -1.f);
       };
       // round 2
       zero(acc);
@@ -314,33 +489,20 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       } else if (w == 1) {
         lower_left(3, 1);
       } else {  // W_20 (warp 2), W_30 (warp 3)
-        mma16_f32(acc, Lb(w, 0), LDF, Ab(0, 0), LDF, g8, t4);
-        mma16_f32(acc, Lb(w, 1), LDF, Ab(1, 0), LDF, g8, t4);
+        mma16_f32<false>(acc, Lb(w, 0), LDF, Ab(0, 0), LDF, g8, t4);
+        mma16_f32<false>(acc, Lb(w, 1), LDF, Ab(1, 0), LDF, g8, t4);
         put(W[w], LDT, acc, 1.f);
       }
       __syncthreads();
-      // round 3
+      // round 3, and the diagonal blocks A_00, A_11 (warp 0), A_22, A_33 (warp 1) from shared memory beside it
       zero(acc);
-      if (w == 2)
-        lower_left(2, 0);
-      else if (w == 3)
-        lower_left(3, 0);
-      __syncthreads();
-    }
-
-    // ---- A diag(beta) as hi + lo fragments, blocks w, w + 4, w + 8
-    for (int idx = w; idx < 10; idx += 4) {
-      int bi, bj;
-      causal_block(idx, &bi, &bj);
-      float cf[2][4];
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = 16 * bi + g8 + (e >> 1) * 8, s2 = 16 * bj + nt * 8 + 2 * t4 + (e & 1);
-          cf[nt][e] = sm.x.inv.A[r * LDF + s2] * sm.beta[s2];
-        }
-      store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
+      if (w < 2) {
+        emit(w == 0 ? 0 : 5, nullptr, 1.f);
+        emit(w == 0 ? 2 : 9, nullptr, 1.f);
+        if (w == 0 && j + 1 < a.group) gate_step(j + 1);  // buffer (j + 1) % 2: its last reader was head j - 1
+      } else {
+        lower_left(w, 0);
+      }
     }
     __syncthreads();  // the next head rewrites gamma, beta, L and A
   }

@@ -85,11 +85,17 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
 }
 
 // 3xTF32: x = big + small with both parts tf32 (round to nearest); big*big + big*small + small*big is fp32-accurate
-// (~2^-21 relative per product) on the tensor cores.
+// (~2^-21 relative per product) on the tensor cores. ROUND_SMALL = false truncates the small part instead (one AND
+// for the second conversion, which sm_90 emulates in four instructions): its error, 2^-10 of a part that is at most
+// 2^-11 of x, keeps the product at ~2^-21.
+template <bool ROUND_SMALL = true>
 __device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(x));
   const float rest = x - __uint_as_float(big);
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(rest));
+  if constexpr (ROUND_SMALL)
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(rest));
+  else
+    small = __float_as_uint(rest) & 0xffffe000u;
 }
 // d += a b, m16n8k8, tf32 operands, fp32 accumulation.
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
