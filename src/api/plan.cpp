@@ -343,18 +343,15 @@ Status plan_recurrent(const RecurrentParams& p, const RecurrentDims& d, const De
     pl.kernel = pipe ? RecurrentKernel::direct_pipe : RecurrentKernel::direct;
     pl.why = pipe ? "one token per row, a large batch on a K-major 16-bit pool" : "one token per row";
   } else {
-    // Multi-token rows: the wy kernel (chunked WY form) on K-major pools, except a small-batch verify (per-token
-    // state stores; N = 1, T = 12: persistent 17.3 vs wy 18.5 us); the persistent kernel for V-major or pool-less
-    // rows.
-    const bool small = r.heads * (d.V / 32) < 2 * int64_t(pl.sms);
-    if (r.pool && r.kmajor && !(r.verify && small)) {
+    // Multi-token rows: the wy kernel (chunked WY form) on K-major pools, every batch size and a verify's
+    // per-token state stores included (H200, verify T = 12 N = 1: wy 14.2 vs persistent 15.8 us); the persistent
+    // kernel for V-major or pool-less rows.
+    if (r.pool && r.kmajor) {
       pl.kernel = RecurrentKernel::wy;
       pl.why = "multi-token rows on a K-major pool";
     } else {
       pl.kernel = RecurrentKernel::persistent;
-      pl.why = !r.pool     ? "multi-token rows without a pool"
-               : !r.kmajor ? "multi-token rows on a V-major pool"
-                           : "a small-batch verify (per-token state stores)";
+      pl.why = !r.pool ? "multi-token rows without a pool" : "multi-token rows on a V-major pool";
     }
   }
   switch (pl.kernel) {

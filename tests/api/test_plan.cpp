@@ -479,11 +479,13 @@ TEST(RecurrentPlan, MultiTokenAndVerify) {
   EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
   s.layout = StateLayout::k_major, s.pool = false;
   EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
-  s.pool = true, s.inter = true, s.commit = false;  // verify, N = 1: per-token stores, the persistent kernel
-  EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
+  s.pool = true, s.inter = true, s.commit = false;  // verify, N = 1: per-token stores, still wy
+  EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::wy);
   s.N = 256;  // verify, a large batch: wy
   EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::wy);
-  s.inter = false, s.commit = true, s.T_max = 12, s.N = 1;  // protocol A, small: persistent
+  s.inter = false, s.commit = true, s.T_max = 12, s.N = 1;  // protocol A, small: wy
+  EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::wy);
+  s.layout = StateLayout::v_major;  // protocol A on a V-major pool: persistent
   EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
 }
 
