@@ -275,24 +275,24 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
       s.rk[r] = valid ? (a.l2norm ? rsqrtf(sk + 1e-6f) : 1.f) : 0.f;
     }
   }
-  __syncthreads();
-  if (tid < kC) s.wk[tid] = s.b[tid] * expf(s.gam[tid]) * s.rk[tid];  // W = A diag(b e^gamma) K^
   // L_rs = b_r (k^_r . k^_s) D_rs (s < r) and P_rs = (q^_r . k^_s) D_rs (s <= r); D by select, never factored (§5.8).
-  // Q K^T and K K^T on the tensor cores: warp w, rows 16 (w % 4), columns 32 (w / 4) .. + 32. The masks are selects
-  // on the thread's two rows' factors (registers), so a tile straddling the diagonal runs without branches; a tile
-  // wholly above it (warp-uniform) skips its exponentials.
+  // Q K^T and K K^T on the tensor cores (of the raw rows, so they need no barrier after rho): warp w, rows 16 (w % 4),
+  // columns 32 (w / 4) .. + 32. The masks are selects on the thread's two rows' factors (registers), so a tile
+  // straddling the diagonal runs without branches; a tile wholly above it (warp-uniform) skips its exponentials.
   {
     float qk[4][4] = {}, kk[4][4] = {};
     const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
     warp_mma_t<false, false, K, 2, 16>(qk, in_tile(s.u1.q), in_tile(s.k), m0, n0, lane);
     warp_mma_t<false, false, K, 2, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
+    __syncthreads();  // q is consumed: P takes its place; rho complete
+    if (tid < kC)
+      s.wk[tid] = s.b[tid] * expf(s.gam[tid]) * s.rk[tid];  // W = A diag(b e^gamma) K^ (read after 2 barriers)
     float gr[2], rqr[2], brk[2];  // gamma_r, rho_q,r, b_r rho_k,r of rows r = m0 + lane / 4 (+ 8)
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       const int r = frag_row(m0, lane, 2 * q);
       gr[q] = s.gam[r], rqr[q] = s.rq[r], brk[q] = s.b[r] * s.rk[r];
     }
-    __syncthreads();  // q is consumed: P takes its place
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
       const bool above = n0 + 8 * nt > m0 + 15;  // every column past every row of the tile
@@ -376,16 +376,18 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
     rows[tid] = s.gam[tid], rows[kC + tid] = s.rq[tid], rows[2 * kC + tid] = s.rk[tid], rows[3 * kC + tid] = s.b[tid];
   }
   // A is only a GEMM operand of pass 4: stored as its bf16 split, hi [64][64] then lo. The scaled left operands,
-  // split once (into the places of L, P and T, all consumed): A diag(b e^gamma rho_k) and A diag(b). Thread: row
-  // e / 8, columns 8 (e % 8) .. + 7, in 16-byte stores.
+  // split once (into the places of L, P and T, all consumed): A diag(b e^gamma rho_k) and A diag(b). The warps w and
+  // w + 4, which take rows 16 (w % 4) .. + 16 of W and U0, split those rows (8 columns a thread, 16-byte stores) and
+  // meet at a named barrier of their own, so the four row blocks go on to their products independently.
   {
     auto* Ag = reinterpret_cast<__nv_bfloat16*>(a.A + cp.rec * (kC * kC));
     const auto put16 = [](__nv_bfloat16* p, const uint32_t(&x)[4]) {
       *reinterpret_cast<uint4*>(p) = make_uint4(x[0], x[1], x[2], x[3]);
     };
+    const int i0 = 32 * (warp >> 2) + lane;  // the thread's index among the pair's 64
 #pragma unroll
-    for (int e = tid; e < kC * kC / 8; e += kThreads) {
-      const int r = e >> 3, c0 = 8 * (e & 7);
+    for (int e = i0; e < 16 * kC / 8; e += 64) {
+      const int r = m0 + (e >> 3), c0 = 8 * (e & 7);
       uint32_t ah[4], al[4], wh[4], wl[4], bh[4], bl[4];
       float wk[8], bc[8];
       *reinterpret_cast<float4*>(&wk[0]) = *reinterpret_cast<const float4*>(&s.wk[c0]);
@@ -410,7 +412,19 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
       put16(&s.u1.Abl[r][c0], bl);
     }
   }
-  __syncthreads();
+  switch (warp & 3) {  // rows m0 .. m0 + 15 of both scaled operands split; ids as constants: ptxas reserves 6 barriers
+    case 0:
+      named_barrier<64>(2);
+      break;
+    case 1:
+      named_barrier<64>(3);
+      break;
+    case 2:
+      named_barrier<64>(4);
+      break;
+    default:
+      named_barrier<64>(5);
+  }
   // On the tensor cores (warp w: rows 16 (w % 4), the column half w / 4):
   //   W = (A diag(b e^gamma rho_k)) K,  U0 = (A diag(b)) V
   {
