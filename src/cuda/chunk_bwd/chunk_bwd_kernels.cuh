@@ -201,7 +201,7 @@ struct alignas(16) PrepSmem {
   __nv_bfloat16 Awl[kC][LC];  // A diag(b e^gamma rho_k), lo
   E k[kC][LK], v[kC][LV], dO[kC][LV];
   float A[kC][kC + 1];
-  float gam[kC], rq[kC], rk[kC], b[kC], wk[kC];  // 16-byte aligned (read as float4)
+  float gam[kC], rq[kC], rk[kC], b[kC], wk[kC];  // adjacent, 16-byte aligned (read as float4: the record rows)
 };
 // Two CTAs of 256 threads per SM: 2 (smem + 1 KiB reserved) <= 228 KiB, <= 128 registers (__launch_bounds__).
 static_assert(sizeof(PrepSmem<__nv_bfloat16, 128, 128>) + 1024 <= 228 * 1024 / 2, "prep: two CTAs per SM");
@@ -221,7 +221,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   extern __shared__ __align__(16) unsigned char smem_raw[];
   using Sm = PrepSmem<E, K, V>;
   constexpr bool kBf16 = std::is_same_v<E, __nv_bfloat16>;
-  static_assert(offsetof(Sm, b) % 16 == 0 && offsetof(Sm, wk) % 16 == 0, "b, wk: float4 reads");
+  static_assert(offsetof(Sm, gam) % 16 == 0 && offsetof(Sm, b) % 16 == 0 && offsetof(Sm, wk) % 16 == 0 &&
+                    offsetof(Sm, rq) == offsetof(Sm, gam) + 4 * kC && offsetof(Sm, rk) == offsetof(Sm, rq) + 4 * kC &&
+                    offsetof(Sm, b) == offsetof(Sm, rk) + 4 * kC,
+                "gam, rq, rk, b: adjacent, float4 reads");
   auto& s = *reinterpret_cast<Sm*>(smem_raw);
   const int64_t slot = blockIdx.x;
   const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -370,10 +373,11 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
       s.A[16 * bi + ((e >> 4) & 15)][16 * bj + (e & 15)] = 0.f;
     }
   }
-  __syncthreads();  // A complete; P, L, T consumed
-  float* rows = a.rows + cp.rec * kRowRec;
-  if (tid < kC) {
-    rows[tid] = s.gam[tid], rows[kC + tid] = s.rq[tid], rows[2 * kC + tid] = s.rk[tid], rows[3 * kC + tid] = s.b[tid];
+  __syncthreads();          // A complete; P, L, T consumed
+  if (tid < kRowRec / 4) {  // the record rows gamma, rho_q, rho_k, beta: the four adjacent arrays, 16 bytes a thread
+    const float4 x = reinterpret_cast<const float4*>(s.gam)[tid];
+    st_global_v4(a.rows + cp.rec * kRowRec + 4 * tid, __float_as_uint(x.x), __float_as_uint(x.y), __float_as_uint(x.z),
+                 __float_as_uint(x.w));
   }
   // A is only a GEMM operand of pass 4: stored as its bf16 split, hi [64][64] then lo. The scaled left operands,
   // split once (into the places of L, P and T, all consumed): A diag(b e^gamma rho_k) and A diag(b). The warps w and
