@@ -575,6 +575,23 @@ TEST(CudaChunkBwd, PersistentGradsManyItemsPerCta) {
   check_deterministic(b);
 }
 
+// The prep pass at two CTAs per SM over several waves of (chunk slot, value head) items (its warps 0-3 invert while
+// warps 4-7 form dU; the records go out in 16-byte stores): K = V = 128 and K = V = 64, bf16 and f16, fixed length
+// with a partial last chunk and varlen with slack rows, against the oracle.
+TEST(CudaChunkBwd, PrepManyItems) {
+  REQUIRE_GPU();
+  BwdCase b = bcase("prep_t2000_hv32_k128v128", 1, 2000, 16, 32, 128, 128);  // 32 x 32 = 1024 items
+  b.gate = true;
+  check(b);
+  b = bcase("prep_f16_t1500_hv16_k64v64", 2, 1500, 4, 16, 64, 64);  // 2 x 24 x 16 = 768 items
+  b.c.dtype = DType::f16;
+  check(b);
+  b = bcase("prep_varlen_slack_hv16_k128v64", 1, 0, 8, 16, 128, 64);
+  b.c.seqlens = {900, 0, 63, 1, 700};
+  b.slack = 6;
+  check(b);
+}
+
 #else
 
 TEST(CudaChunkBwd, SkippedWithoutCuda) {

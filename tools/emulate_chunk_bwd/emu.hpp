@@ -1,10 +1,10 @@
 // Host emulation of the CUDA features the chunk_bwd kernels use: one std::thread per CUDA thread, blocks one at a
-// time, __syncthreads as a std::barrier (threads that return drop out of it), __shfl_xor_sync as a block-wide
-// exchange (every shuffle in these kernels is reached by all live threads of the block), mma.sync m16n8k16 (bf16,
-// fp32 accumulation) and ldmatrix as exchanges within the warp, mma16_f32 in fp32, cp.async as a plain copy
-// (gen.py points the kernels' calls of mma_m16n8k16<true> and cp_async* at the emu_* functions here). It checks
-// the kernels' index math, barriers and numerics against the CPU oracle on a machine without a GPU; it says nothing
-// about warp-level timing, races between barriers or the device's shared-memory limit.
+// time, __syncthreads as a std::barrier (threads that return drop out of it), __shfl_xor_sync as an exchange within
+// the warp (every lane of the warp reaches it), named barriers (bar.sync id, count) as barriers of count threads,
+// mma.sync m16n8k16 (bf16, fp32 accumulation) and ldmatrix as exchanges within the warp, mma16_f32 in fp32, cp.async as
+// a plain copy (gen.py points the kernels' calls of mma_m16n8k16<true> and cp_async* at the emu_* functions here). It
+// checks the kernels' index math, barriers and numerics against the CPU oracle on a machine without a GPU; it says
+// nothing about warp-level timing, races between barriers or the device's shared-memory limit.
 #pragma once
 #define __global__
 #define __device__
@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -33,26 +34,62 @@ alignas(16) inline unsigned char g_smem[240000];
 inline thread_local dim3 threadIdx, blockIdx, gridDim;
 inline std::barrier<>* g_bar = nullptr;
 inline std::vector<std::barrier<>*> g_wbar;  // one per warp
-inline float g_xch[1024];
 inline void __syncthreads() {
   g_bar->arrive_and_wait();
 }
-inline float __shfl_xor_sync(unsigned, float x, int m) {
+inline uint32_t g_xch[1024];
+inline uint32_t emu_shfl_xor(uint32_t x, int m) {
+  std::barrier<>& wb = *g_wbar[threadIdx.x / 32];
   g_xch[threadIdx.x] = x;
-  g_bar->arrive_and_wait();
-  const float y = g_xch[threadIdx.x ^ unsigned(m)];
-  g_bar->arrive_and_wait();
+  wb.arrive_and_wait();
+  const uint32_t y = g_xch[threadIdx.x ^ unsigned(m)];
+  wb.arrive_and_wait();
   return y;
 }
+inline float __shfl_xor_sync(unsigned, float x, int m) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = emu_shfl_xor(u, m);
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+inline unsigned __shfl_xor_sync(unsigned, unsigned x, int m) {
+  return emu_shfl_xor(x, m);
+}
 inline float __shfl_up_sync(unsigned, float x, int d) {
-  g_xch[threadIdx.x] = x;
-  g_bar->arrive_and_wait();
-  const float y = threadIdx.x % 32 >= unsigned(d) ? g_xch[threadIdx.x - d] : x;
-  g_bar->arrive_and_wait();
+  std::barrier<>& wb = *g_wbar[threadIdx.x / 32];
+  std::memcpy(&g_xch[threadIdx.x], &x, 4);
+  wb.arrive_and_wait();
+  float y = x;
+  if (threadIdx.x % 32 >= unsigned(d)) std::memcpy(&y, &g_xch[threadIdx.x - d], 4);
+  wb.arrive_and_wait();
   return y;
+}
+// bar.sync id, COUNT (a named barrier over the first COUNT threads to reach it: the kernels' groups of warps).
+inline std::mutex g_nbar_mu;
+inline std::unique_ptr<std::barrier<>> g_nbar[16];
+template <int COUNT>
+inline void emu_named_barrier(int id) {
+  std::barrier<>* b;
+  {
+    std::lock_guard<std::mutex> lk(g_nbar_mu);
+    if (!g_nbar[id]) g_nbar[id] = std::make_unique<std::barrier<>>(COUNT);
+    b = g_nbar[id].get();
+  }
+  b->arrive_and_wait();
+}
+// st.global.v4.b32 as a plain 16-byte store.
+inline void emu_st_global_v4(void* p, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  const uint32_t v[4] = {x, y, z, w};
+  std::memcpy(p, v, 16);
 }
 inline float __uint_as_float(unsigned u) {
   return flashgdn::detail::bits_float(u);
+}
+inline unsigned __float_as_uint(float x) {
+  unsigned u;
+  std::memcpy(&u, &x, 4);
+  return u;
 }
 inline float rsqrtf(float x) {
   return 1.f / std::sqrt(x);
@@ -154,6 +191,7 @@ void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
           wb.push_back(std::make_unique<std::barrier<>>(std::min(32u, block - 32 * w)));
           g_wbar.push_back(wb.back().get());
         }
+        for (auto& nb : g_nbar) nb.reset();
         std::vector<std::thread> th;
         for (unsigned t = 0; t < block; ++t)
           th.emplace_back([&, t] {

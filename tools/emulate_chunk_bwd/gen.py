@@ -52,6 +52,7 @@ for name, out in (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"),
     for f, e in (("mma_m16n8k16<true>", "mma"), ("chunk_detail::mma16_f32", "mma16_f32"), ("cp_async<16>", "cp_async16"),
                  ("cp_async16_zfill", "cp_async16_zfill"), ("cp_async_commit", "cp_async_commit"),
                  ("cp_async_wait_all", "cp_async_wait_all"), ("cp_async_wait<1>", "cp_async_wait_all"),
-                 ("ldsm_x4_t", "ldsm_x4_t"), ("ldsm_x4", "ldsm_x4")):
+                 ("ldsm_x4_t", "ldsm_x4_t"), ("ldsm_x4", "ldsm_x4"), ("st_global_v4", "st_global_v4"),
+                 ("named_barrier<128>", "named_barrier<128>"), ("named_barrier<64>", "named_barrier<64>")):
         s = s.replace(f + "(", "emu_%s(" % e)
     open(os.path.join(dst, out), "w").write(rewrite_launches(s))

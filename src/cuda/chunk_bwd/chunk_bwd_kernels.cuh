@@ -78,16 +78,60 @@ __device__ __forceinline__ void resolve_gate(const ChunkBwdArgs& a, int h, int64
   *g = gv, *beta = bv;
 }
 
-// A warp's accumulator tiles (warp_mma at rows m0, columns n0 ..) times f into the row-major dst[.][ld].
+// A warp's accumulator tiles (warp_mma at rows m0, columns n0 ..) times f into the row-major fp32 dst[.][ld] in
+// global memory, 16 bytes a lane: lanes t and t ^ 1 of a quad trade half rows, so that of each tile the even lane
+// stores row g, columns 2t .. 2t + 3 and the odd lane row g + 8, columns 2t - 2 .. 2t + 1 (g = lane / 4, t = lane % 4;
+// a warp's store is 16 rows of 32 contiguous bytes, whole sectors). Every lane of the warp calls it.
 template <int NT>
 __device__ __forceinline__ void store_frags(float* dst, int ld, const float (&d)[NT][4], int m0, int n0, int lane,
                                             float f) {
+  const bool odd = lane & 1;
+  float* p = dst + frag_row(m0, lane, odd ? 2 : 0) * ld + n0 + 2 * (lane & 2);
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int nt = 0; nt < NT; ++nt) {
+    const float x0 = f * d[nt][0], x1 = f * d[nt][1], x2 = f * d[nt][2], x3 = f * d[nt][3];
+    const float y0 = __shfl_xor_sync(0xffffffffu, odd ? x0 : x2, 1);  // the partner's half row
+    const float y1 = __shfl_xor_sync(0xffffffffu, odd ? x1 : x3, 1);
+    st_global_v4(p + 8 * nt, __float_as_uint(odd ? y0 : x0), __float_as_uint(odd ? y1 : x1),
+                 __float_as_uint(odd ? x2 : y0), __float_as_uint(odd ? x3 : y1));
+  }
+}
+
+// The 4 x 4 transpose of 32-bit words within each lane quad: afterwards x[j] of lane t is what was x[t] of lane j
+// (two butterfly stages, lane distance 2 then 1, two shuffles each). Every lane of the warp calls it.
+__device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int lane) {
+  const bool h = lane & 2, o = lane & 1;
+  const uint32_t a = __shfl_xor_sync(0xffffffffu, h ? x[0] : x[2], 2);
+  const uint32_t b = __shfl_xor_sync(0xffffffffu, h ? x[1] : x[3], 2);
+  const uint32_t z0 = h ? a : x[0], z1 = h ? b : x[1], z2 = h ? x[2] : a, z3 = h ? x[3] : b;
+  const uint32_t c = __shfl_xor_sync(0xffffffffu, o ? z0 : z1, 1);
+  const uint32_t e = __shfl_xor_sync(0xffffffffu, o ? z2 : z3, 1);
+  x[0] = o ? c : z0, x[1] = o ? z1 : c, x[2] = o ? e : z2, x[3] = o ? z3 : e;
+}
+
+// A warp's accumulator tiles (rows m0, columns n0 .., NT even) as their bf16 split x = hi + lo into the row-major
+// tiles hi, lo [.][ld] in global memory, 16 bytes a lane: of the tiles (2p, 2p + 1), a quad's four 16-byte row
+// segments (row g + 8 (s / 2), tile 2p + s % 2; each lane holds one 32-bit word of each) are transposed within the
+// quad (quad_transpose), so that lane t stores segment t whole (a warp's store: 16 rows of 32 contiguous bytes).
+template <int NT>
+__device__ __forceinline__ void store_split_frags(__nv_bfloat16* hi, __nv_bfloat16* lo, int ld, const float (&d)[NT][4],
+                                                  int m0, int n0, int lane) {
+  static_assert(NT % 2 == 0, "tile pairs");
+  const int o = frag_row(m0, lane, lane & 2) * ld + n0 + 8 * (lane & 1);
 #pragma unroll
-    for (int e = 0; e < 4; e += 2)  // (e, e + 1): adjacent columns
-      *reinterpret_cast<float2*>(dst + frag_row(m0, lane, e) * ld + frag_col(n0, nt, lane, e)) =
-          make_float2(f * d[nt][e], f * d[nt][e + 1]);
+  for (int p = 0; p < NT / 2; ++p) {
+    uint32_t xh[4], xl[4];
+#pragma unroll
+    for (int sg = 0; sg < 4; ++sg) {
+      const float(&t)[4] = d[2 * p + (sg & 1)];
+      const Split2 v = split_pair<false>(t[sg & 2], t[(sg & 2) + 1]);
+      xh[sg] = v.hi, xl[sg] = v.lo;
+    }
+    quad_transpose(xh, lane);
+    quad_transpose(xl, lane);
+    st_global_v4(hi + o + 16 * p, xh[0], xh[1], xh[2], xh[3]);
+    st_global_v4(lo + o + 16 * p, xl[0], xl[1], xl[2], xl[3]);
+  }
 }
 
 // cp.async copies of a chunk's tiles (16 bytes a copy; rows and sources 16-byte aligned: dense inputs, gdn-math
@@ -130,10 +174,10 @@ __device__ __forceinline__ void copy_record_rows(float (*dst)[kC], const float* 
 }
 
 // ---- pass 1: prep (grid (slots, Hv)) -------------------------------------------------------------------------
-// Dead tiles are reused so that two CTAs fit an SM (<= 113 KiB at K = V = 128): q is dead after Q K^T, P (with dU
-// computed right after it) before the inversion, L after it. P is one bf16 tile (a GEMM operand that gdn-math §10.2
-// allows in bf16; dU = P^T dO sums it against dO, no cancellation to amplify its rounding); the scaled A tiles stay
-// split (U0 and W feed the chains, and their rounding would grow in the cancelling sums of pass 4 when keys are
+// Dead tiles are reused so that two CTAs fit an SM (<= 113 KiB at K = V = 128): q is dead after Q K^T, P after dU
+// (formed by warps 4-7 while warps 0-3 invert), L after the inversion. P is one bf16 tile (a GEMM operand that gdn-math
+// §10.2 allows in bf16; dU = P^T dO sums it against dO, no cancellation to amplify its rounding); the scaled A tiles
+// stay split (U0 and W feed the chains, and their rounding would grow in the cancelling sums of pass 4 when keys are
 // nearly parallel).
 template <class E, int K, int V>
 struct alignas(16) PrepSmem {
@@ -157,7 +201,7 @@ struct alignas(16) PrepSmem {
   __nv_bfloat16 Awl[kC][LC];  // A diag(b e^gamma rho_k), lo
   E k[kC][LK], v[kC][LV], dO[kC][LV];
   float A[kC][kC + 1];
-  float g[kC], gam[kC], rq[kC], rk[kC], b[kC], wk[kC];
+  float gam[kC], rq[kC], rk[kC], b[kC], wk[kC];  // adjacent, 16-byte aligned (read as float4: the record rows)
 };
 // Two CTAs of 256 threads per SM: 2 (smem + 1 KiB reserved) <= 228 KiB, <= 128 registers (__launch_bounds__).
 static_assert(sizeof(PrepSmem<__nv_bfloat16, 128, 128>) + 1024 <= 228 * 1024 / 2, "prep: two CTAs per SM");
@@ -176,6 +220,11 @@ template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const ChunkBwdArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   using Sm = PrepSmem<E, K, V>;
+  constexpr bool kBf16 = std::is_same_v<E, __nv_bfloat16>;
+  static_assert(offsetof(Sm, gam) % 16 == 0 && offsetof(Sm, b) % 16 == 0 && offsetof(Sm, wk) % 16 == 0 &&
+                    offsetof(Sm, rq) == offsetof(Sm, gam) + 4 * kC && offsetof(Sm, rk) == offsetof(Sm, rq) + 4 * kC &&
+                    offsetof(Sm, b) == offsetof(Sm, rk) + 4 * kC,
+                "gam, rq, rk, b: adjacent, float4 reads");
   auto& s = *reinterpret_cast<Sm*>(smem_raw);
   const int64_t slot = blockIdx.x;
   const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -188,24 +237,38 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   const E* kg = static_cast<const E*>(a.k) + cp.b * a.k_sb + hk * a.k_sh;
   const E* vg = static_cast<const E*>(a.v) + cp.b * a.v_sb + h * a.v_sh;
   const E* dog = static_cast<const E*>(a.d_o) + cp.b * a.do_sb + h * a.do_sh;
+  // Two copy groups: q, k (the first products' operands), then v, dO, which land during rho, Q K^T, K K^T and P
   copy_rows<E, K>(s.u1.q, qg, a.q_st, cp.t0, cp.nv, 0, tid);
   copy_rows<E, K>(s.k, kg, a.k_st, cp.t0, cp.nv, 0, tid);
+  cp_async_commit();
   copy_rows<E, V>(s.v, vg, a.v_st, cp.t0, cp.nv, 0, tid);
   copy_rows<E, V>(s.dO, dog, a.do_st, cp.t0, cp.nv, 0, tid);
   cp_async_commit();
-  if (tid < kC) {
-    float gv = 0.f, bv = 0.f;
-    if (tid < cp.nv) resolve_gate(a, h, cp.b, cp.t0 + tid, &gv, &bv);
-    s.g[tid] = gv, s.b[tid] = bv;
+  // gamma = cumsum(g) by the forward's shuffle scan (warp 0), and beta, while the rows land; g = beta = 0 past nv
+  if (warp == 0) {
+    float gv[2] = {0.f, 0.f}, bv[2] = {0.f, 0.f};
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+      if (2 * lane + u < cp.nv) resolve_gate(a, h, cp.b, cp.t0 + 2 * lane + u, &gv[u], &bv[u]);
+    chunk_detail::store_gamma_beta(gv, bv, lane, s.gam, s.b);
   }
-  cp_async_wait_all();
+  cp_async_wait<1>();  // q, k
   __syncthreads();
-  {  // rho = 1 / sqrt(|x|^2 + 1e-6) per row (gdn-math §1.4), four threads per row; 0 on padding rows
+  {  // rho = 1 / sqrt(|x|^2 + 1e-6) per row (gdn-math §1.4), four threads per row (thread p: the 16-byte pieces
+     // p + 4 j of the row); 0 on padding rows
     const int r = tid >> 2, p = tid & 3;
     float sq = 0.f, sk = 0.f;
-    for (int i = p; i < K; i += 4) {
-      const float x = tof(s.u1.q[r][i]), y = tof(s.k[r][i]);
-      sq = fmaf(x, x, sq), sk = fmaf(y, y, sk);
+#pragma unroll
+    for (int j = 0; j < K / 32; ++j) {
+      const uint4 xq = *reinterpret_cast<const uint4*>(&s.u1.q[r][8 * (p + 4 * j)]);
+      const uint4 xk = *reinterpret_cast<const uint4*>(&s.k[r][8 * (p + 4 * j)]);
+      const uint32_t wq[4] = {xq.x, xq.y, xq.z, xq.w}, wk[4] = {xk.x, xk.y, xk.z, xk.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 x = chunk_detail::Elem<kBf16>::unpack(wq[i]), y = chunk_detail::Elem<kBf16>::unpack(wk[i]);
+        sq = fmaf(x.x, x.x, sq), sk = fmaf(y.x, y.x, sk);
+        sq = fmaf(x.y, x.y, sq), sk = fmaf(y.y, y.y, sk);
+      }
     }
     sq = lane_sum<1, 4>(sq);
     sk = lane_sum<1, 4>(sk);
@@ -215,93 +278,157 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
       s.rk[r] = valid ? (a.l2norm ? rsqrtf(sk + 1e-6f) : 1.f) : 0.f;
     }
   }
-  if (tid == 0) {  // gamma = cumsum(g), in row order
-    float acc = 0.f;
-    for (int r = 0; r < kC; ++r) s.gam[r] = acc += s.g[r];
-  }
-  __syncthreads();
-  if (tid < kC) s.wk[tid] = s.b[tid] * expf(s.gam[tid]) * s.rk[tid];  // W = A diag(b e^gamma) K^
   // L_rs = b_r (k^_r . k^_s) D_rs (s < r) and P_rs = (q^_r . k^_s) D_rs (s <= r); D by select, never factored (§5.8).
-  // Q K^T and K K^T on the tensor cores: warp w, rows 16 (w % 4), columns 32 (w / 4) .. + 32.
+  // Q K^T and K K^T on the tensor cores (of the raw rows, so they need no barrier after rho): warp w, rows 16 (w % 4),
+  // columns 32 (w / 4) .. + 32. The masks are selects on the thread's two rows' factors (registers), so a tile
+  // straddling the diagonal runs without branches; a tile wholly above it (warp-uniform) skips its exponentials.
   {
     float qk[4][4] = {}, kk[4][4] = {};
     const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
     warp_mma_t<false, false, K, 2, 16>(qk, in_tile(s.u1.q), in_tile(s.k), m0, n0, lane);
     warp_mma_t<false, false, K, 2, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
-    __syncthreads();  // q is consumed: P takes its place
+    __syncthreads();  // q is consumed: P takes its place; rho complete
+    if (tid < kC)
+      s.wk[tid] = s.b[tid] * expf(s.gam[tid]) * s.rk[tid];  // W = A diag(b e^gamma) K^ (read after 2 barriers)
+    float gr[2], rqr[2], brk[2];  // gamma_r, rho_q,r, b_r rho_k,r of rows r = m0 + lane / 4 (+ 8)
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int q = 0; q < 2; ++q) {
+      const int r = frag_row(m0, lane, 2 * q);
+      gr[q] = s.gam[r], rqr[q] = s.rq[r], brk[q] = s.b[r] * s.rk[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const bool above = n0 + 8 * nt > m0 + 15;  // every column past every row of the tile
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {  // (e, e + 1): adjacent columns
         const int r = frag_row(m0, lane, e);
-        float pv[2];
+        float pv[2] = {0.f, 0.f}, l[2] = {0.f, 0.f};
+        if (!above) {
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int c2 = frag_col(n0, nt, lane, e + u);
-          float l = 0.f;
-          pv[u] = 0.f;
-          if (c2 <= r) {
-            const float D = expf(s.gam[r] - s.gam[c2]);
-            pv[u] = s.rq[r] * s.rk[c2] * qk[nt][e + u] * D;
-            if (c2 < r) l = s.b[r] * s.rk[r] * s.rk[c2] * kk[nt][e + u] * D;
+          for (int u = 0; u < 2; ++u) {
+            const int c2 = frag_col(n0, nt, lane, e + u);
+            const float D = expf(c2 <= r ? gr[e / 2] - s.gam[c2] : 0.f), rkc = s.rk[c2];
+            pv[u] = c2 <= r ? rqr[e / 2] * rkc * qk[nt][e + u] * D : 0.f;
+            l[u] = c2 < r ? brk[e / 2] * rkc * kk[nt][e + u] * D : 0.f;
           }
-          s.u2.L[r][c2] = l;
         }
+        float* lr = &s.u2.L[r][frag_col(n0, nt, lane, e)];  // row stride kC + 1: no pair stores
+        lr[0] = l[0], lr[1] = l[1];
         store_bf2(&s.u1.pt.P[0][0], r * Sm::LC + frag_col(n0, nt, lane, e), pv[0], pv[1]);
       }
+    }
   }
+  cp_async_wait_all();  // v, dO (each thread its own copies; the barrier makes them visible)
   __syncthreads();
   const int m0 = 16 * (warp & 3);
-  {  // dU = scale P^T dO (tensor cores; warp w: rows 16 (w % 4), the column half w / 4): P is then dead
-    constexpr int NT = V / 16;
-    float du[NT][4] = {};
-    const int n0 = (V / 2) * (warp >> 2);
-    warp_mma_t<true, true, kC, NT / 2, 16>(du, in_tile(s.u1.pt.P), in_tile(s.dO), m0, n0, lane);
-    store_frags(a.dU + cp.rec * (kC * V), V, du, m0, n0, lane, a.scale);
-  }
-  // A = (I + L)^-1 (gdn-math §5.7), blocked: the 16 x 16 diagonal blocks by substitution (warp w < 4: block w), the
-  // blocks above them zero (warps 4-7), then the blocks below by block distance d = 1, 2, 3 (warp w: A_{w+d, w}):
-  //   A_ij = -A_ii T_ij,  T_ij = sum_{m=j}^{i-1} L_im A_mj   (16 x 16 products in 3xTF32: fp32-accurate)
   if (warp < 4) {
+    // A = (I + L)^-1 (gdn-math §5.7) on warps 0-3, ordered by named barrier 1 among them, while warps 4-7 form dU:
+    // blocked, the 16 x 16 diagonal blocks by substitution (warp w: block w), then the blocks below by block
+    // distance d = 1, 2, 3 (warp w: A_{w+d, w}):
+    //   A_ij = -A_ii T_ij,  T_ij = sum_{m=j}^{i-1} L_im A_mj   (16 x 16 products in 3xTF32: fp32-accurate)
+    // The d terms of T_ij go to d accumulators, summed in m order: d independent MMA chains instead of one d times
+    // as long (a round's latency is the rounds' critical path).
     chunk_detail::diag_inverse16(&s.u2.L[0][0], &s.A[0][0], kC + 1, 16 * warp, lane);
-  } else {
-    for (int e = tid - 128; e < kC * kC; e += kThreads - 128)
-      if ((e & 63) / 16 > (e >> 6) / 16) s.A[e >> 6][e & 63] = 0.f;
-  }
-  __syncthreads();
-  for (int d = 1; d < 4; ++d) {
-    if (warp < 4 - d) {
-      const int bi = warp + d, bj = warp, g = lane >> 2, t = lane & 3;
-      float acc[2][4] = {}, o[2][4] = {};
-      for (int m = bj; m < bi; ++m)
-        chunk_detail::mma16_f32(acc, &s.u2.L[16 * bi][16 * m], kC + 1, &s.A[16 * m][16 * bj], kC + 1, g, t);
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+    for (int d = 1; d < 4; ++d) {
+      named_barrier<128>(1);  // the blocks at distance < d complete
+      if (warp < 4 - d) {
+        const int bi = warp + d, bj = warp, g = lane >> 2, t = lane & 3;
+        float acc[3][2][4] = {}, o[2][4] = {};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s.u1.pt.T[warp][frag_row(0, lane, e)][frag_col(0, nt, lane, e)] = acc[nt][e];
-      __syncwarp();
-      chunk_detail::mma16_f32(o, &s.A[16 * bi][16 * bi], kC + 1, &s.u1.pt.T[warp][0][0], Sm::kLT, g, t);
+        for (int i = 0; i < d; ++i)
+          chunk_detail::mma16_f32(acc[i], &s.u2.L[16 * bi][16 * (bj + i)], kC + 1, &s.A[16 * (bj + i)][16 * bj], kC + 1,
+                                  g, t);
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+        for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s.A[16 * bi + frag_row(0, lane, e)][16 * bj + frag_col(0, nt, lane, e)] = -o[nt][e];
+          for (int e = 0; e < 4; ++e) {
+            float x = acc[0][nt][e];
+#pragma unroll
+            for (int i = 1; i < d; ++i) x += acc[i][nt][e];
+            s.u1.pt.T[warp][frag_row(0, lane, e)][frag_col(0, nt, lane, e)] = x;
+          }
+        __syncwarp();
+        chunk_detail::mma16_f32(o, &s.A[16 * bi][16 * bi], kC + 1, &s.u1.pt.T[warp][0][0], Sm::kLT, g, t);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s.A[16 * bi + frag_row(0, lane, e)][16 * bj + frag_col(0, nt, lane, e)] = -o[nt][e];
+      }
     }
-    __syncthreads();
+  } else {
+    // dU = scale P^T dO (tensor cores; warp w: rows 16 (w % 4), the two column halves in turn), then the blocks of A
+    // above its diagonal zero
+    constexpr int NT = V / 16;
+#pragma unroll 1
+    for (int half = 0; half < 2; ++half) {
+      float du[NT][4] = {};
+      const int n0 = (V / 2) * half;
+      warp_mma_t<true, true, kC, NT / 2, 16>(du, in_tile(s.u1.pt.P), in_tile(s.dO), m0, n0, lane);
+      store_frags(a.dU + cp.rec * (kC * V), V, du, m0, n0, lane, a.scale);
+    }
+    for (int e = tid - 128; e < 6 * 256; e += kThreads - 128) {  // the 6 blocks (bi, bj), bi < bj, in row order
+      const int blk = e >> 8, bi = blk < 3 ? 0 : blk < 5 ? 1 : 2, bj = blk - (bi == 0 ? -1 : bi == 1 ? 1 : 2);
+      s.A[16 * bi + ((e >> 4) & 15)][16 * bj + (e & 15)] = 0.f;
+    }
   }
-  float* rows = a.rows + cp.rec * kRowRec;
-  if (tid < kC) {
-    rows[tid] = s.gam[tid], rows[kC + tid] = s.rq[tid], rows[2 * kC + tid] = s.rk[tid], rows[3 * kC + tid] = s.b[tid];
+  __syncthreads();          // A complete; P, L, T consumed
+  if (tid < kRowRec / 4) {  // the record rows gamma, rho_q, rho_k, beta: the four adjacent arrays, 16 bytes a thread
+    const float4 x = reinterpret_cast<const float4*>(s.gam)[tid];
+    st_global_v4(a.rows + cp.rec * kRowRec + 4 * tid, __float_as_uint(x.x), __float_as_uint(x.y), __float_as_uint(x.z),
+                 __float_as_uint(x.w));
   }
   // A is only a GEMM operand of pass 4: stored as its bf16 split, hi [64][64] then lo. The scaled left operands,
-  // split once (into the places of L, P and T, all consumed): A diag(b e^gamma rho_k) and A diag(b).
-  auto* Ag = reinterpret_cast<__nv_bfloat16*>(a.A + cp.rec * (kC * kC));
-  for (int e = tid; e < kC * kC / 2; e += kThreads) {
-    const int r = e / (kC / 2), s2 = 2 * (e % (kC / 2)), o = r * Sm::LC + s2;
-    store_split2(Ag, Ag + kC * kC, r * kC + s2, s.A[r][s2], s.A[r][s2 + 1]);
-    store_split2(&s.u2.ab.Awh[0][0], &s.Awl[0][0], o, s.A[r][s2] * s.wk[s2], s.A[r][s2 + 1] * s.wk[s2 + 1]);
-    store_split2(&s.u2.ab.Abh[0][0], &s.u1.Abl[0][0], o, s.A[r][s2] * s.b[s2], s.A[r][s2 + 1] * s.b[s2 + 1]);
+  // split once (into the places of L, P and T, all consumed): A diag(b e^gamma rho_k) and A diag(b). The warps w and
+  // w + 4, which take rows 16 (w % 4) .. + 16 of W and U0, split those rows (8 columns a thread, 16-byte stores) and
+  // meet at a named barrier of their own, so the four row blocks go on to their products independently.
+  {
+    auto* Ag = reinterpret_cast<__nv_bfloat16*>(a.A + cp.rec * (kC * kC));
+    const auto put16 = [](__nv_bfloat16* p, const uint32_t(&x)[4]) {
+      *reinterpret_cast<uint4*>(p) = make_uint4(x[0], x[1], x[2], x[3]);
+    };
+    const int i0 = 32 * (warp >> 2) + lane;  // the thread's index among the pair's 64
+#pragma unroll
+    for (int e = i0; e < 16 * kC / 8; e += 64) {
+      const int r = m0 + (e >> 3), c0 = 8 * (e & 7);
+      uint32_t ah[4], al[4], wh[4], wl[4], bh[4], bl[4];
+      float wk[8], bc[8];
+      *reinterpret_cast<float4*>(&wk[0]) = *reinterpret_cast<const float4*>(&s.wk[c0]);
+      *reinterpret_cast<float4*>(&wk[4]) = *reinterpret_cast<const float4*>(&s.wk[c0 + 4]);
+      *reinterpret_cast<float4*>(&bc[0]) = *reinterpret_cast<const float4*>(&s.b[c0]);
+      *reinterpret_cast<float4*>(&bc[4]) = *reinterpret_cast<const float4*>(&s.b[c0 + 4]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float x0 = s.A[r][c0 + 2 * i], x1 = s.A[r][c0 + 2 * i + 1];
+        Split2 v = split_pair<false>(x0, x1);
+        ah[i] = v.hi, al[i] = v.lo;
+        v = split_pair<false>(x0 * wk[2 * i], x1 * wk[2 * i + 1]);
+        wh[i] = v.hi, wl[i] = v.lo;
+        v = split_pair<false>(x0 * bc[2 * i], x1 * bc[2 * i + 1]);
+        bh[i] = v.hi, bl[i] = v.lo;
+      }
+      st_global_v4(Ag + r * kC + c0, ah[0], ah[1], ah[2], ah[3]);
+      st_global_v4(Ag + kC * kC + r * kC + c0, al[0], al[1], al[2], al[3]);
+      put16(&s.u2.ab.Awh[r][c0], wh);
+      put16(&s.Awl[r][c0], wl);
+      put16(&s.u2.ab.Abh[r][c0], bh);
+      put16(&s.u1.Abl[r][c0], bl);
+    }
   }
-  __syncthreads();
+  switch (warp & 3) {  // rows m0 .. m0 + 15 of both scaled operands split; ids as constants: ptxas reserves 6 barriers
+    case 0:
+      named_barrier<64>(2);
+      break;
+    case 1:
+      named_barrier<64>(3);
+      break;
+    case 2:
+      named_barrier<64>(4);
+      break;
+    default:
+      named_barrier<64>(5);
+  }
   // On the tensor cores (warp w: rows 16 (w % 4), the column half w / 4):
   //   W = (A diag(b e^gamma rho_k)) K,  U0 = (A diag(b)) V
   {
@@ -312,12 +439,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
     warp_mma_t<false, true, kC, NT / 2, 16>(acc, Aw, in_tile(s.k), m0, n0, lane);
     // W is only a GEMM operand of the chains: stored as its bf16 split, hi [64][K] then lo [64][K]
     auto* Wg = reinterpret_cast<__nv_bfloat16*>(a.W + cp.rec * (kC * K));
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2)
-        store_split2(Wg, Wg + kC * K, frag_row(m0, lane, e) * K + frag_col(n0, nt, lane, e), acc[nt][e],
-                     acc[nt][e + 1]);
+    store_split_frags(Wg, Wg + kC * K, K, acc, m0, n0, lane);
   }
   {
     constexpr int NT = V / 16;
