@@ -594,7 +594,7 @@ __device__ __forceinline__ void first_product(FirstProduct& p, const OA& A, cons
     p.x0[nt][e / 2] = hom ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(&x0[r][j]);
   });
   float t[3][kBV / 16][4] = {};
-  warp_mma_terms<false, true, K, kBV / 32, 16, true>(t[0], t[1], t[2], A, B, f.m0, f.n0, lane);
+  warp_mma_terms<false, true, K, kBV / 32, 16, kMmaPipelined>(t[0], t[1], t[2], A, B, f.m0, f.n0, lane);
   sum_terms(p.acc, t);
 }
 
@@ -680,7 +680,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
     __syncthreads();  // Ub complete; every warp's reads of Sb done
     {                 // S <- e_n S + K^T (diag(kb) U) (tensor cores, fp32 accumulation), in the registers
       float t[3][NT][4] = {}, acc[NT][4];
-      warp_mma_terms<true, true, kC, NT / 2, 16, true>(t[0], t[1], t[2], in_tile(g.k), Uv, sf.m0, sf.n0, lane);
+      warp_mma_terms<true, true, kC, NT / 2, 16, kMmaPipelined>(t[0], t[1], t[2], in_tile(g.k), Uv, sf.m0, sf.n0, lane);
       sum_terms(acc, t);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -798,8 +798,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
     {  // dS_start = e_n dS + Q^T (diag(qg) dO) - W^T dU (tensor cores, fp32 accumulation), in the registers
       float t[3][NT][4] = {}, acc[NT][4];
       if (!w.hom)
-        warp_mma_terms<true, true, kC, NT / 2, 16, true>(t[0], t[1], t[2], in_tile(g.q), Ov, sf.m0, sf.n0, lane);
-      warp_mma_terms<true, true, kC, NT / 2, 16, true>(t[0], t[1], t[2], split_tile(g.W), dUv, sf.m0, sf.n0, lane);
+        warp_mma_terms<true, true, kC, NT / 2, 16, kMmaPipelined>(t[0], t[1], t[2], in_tile(g.q), Ov, sf.m0, sf.n0,
+                                                                  lane);
+      warp_mma_terms<true, true, kC, NT / 2, 16, kMmaPipelined>(t[0], t[1], t[2], split_tile(g.W), dUv, sf.m0, sf.n0,
+                                                                lane);
       sum_terms(acc, t);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -904,6 +906,7 @@ static_assert(sizeof(GradSmem<__nv_bfloat16, 64, 64>) > 114 * 1024, "grads: one 
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const ChunkBwdArgs a) {
   using Sm = GradSmem<E, K, V>;
+  constexpr bool kBf16 = std::is_same_v<E, __nv_bfloat16>;
   constexpr int LV = Sm::LV, LC = Sm::LC, LF = Sm::LF, NTH = kGradThreads, NQ = kGradNQ;
   // KS: the key stride of a warp's dq / dk tiles (and the keys per S0 / dS tile); NK: its tiles; CW, NW: the columns
   // and the column-tile pairs of a 64-column product per warp; NU: the float4 groups of a 64 x V tile per thread
@@ -1060,8 +1063,8 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
     {
       float dp[2 * NW][4] = {}, qk[2 * NW][4] = {}, zr[2] = {0.f, 0.f}, zc[2 * NW][2] = {};
       const int n0 = CW * qd;
-      warp_mma_t<false, false, V, NW, 16>(dp, in_tile(s.dO), F1, m0, n0, lane);
-      warp_mma_t<false, false, K, NW, 16>(qk, in_tile(s.q), in_tile(s.k), m0, n0, lane);
+      warp_mma_t<false, false, V, NW, 16, kMmaPipelined>(dp, in_tile(s.dO), F1, m0, n0, lane);
+      warp_mma_t<false, false, K, NW, 16, kMmaPipelined>(qk, in_tile(s.q), in_tile(s.k), m0, n0, lane);
 #pragma unroll
       for (int nt = 0; nt < 2 * NW; ++nt)
 #pragma unroll
@@ -1113,7 +1116,9 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
         float pq[2][4] = {}, pk[2][4] = {}, pw[2][4] = {};
         const InTile<__nv_bfloat16> S0v{&S0t[0][0], LV};
         const SplitTile dSv{&dSt[0][0][0], &dSt[1][0][0], LV};
-        warp_mma_t<false, false, V, 1, 16>(pq, in_tile(s.dO), S0v, m0, 16 * qd, lane);
+        // Only pq pipelined (and not for f16, whose dO fragments split in registers): the 48 registers of dq, dk,
+        // dw and the next tile's fetch are live here; pipelining pk or pw as well spills.
+        warp_mma_t<false, false, V, 1, 16, kBf16 ? kMmaPipelined : kMmaLoop>(pq, in_tile(s.dO), S0v, m0, 16 * qd, lane);
         warp_mma_t<false, false, V, 1, 16>(pk, F1, dSv, m0, 16 * qd, lane);
         warp_mma_t<false, false, V, 1, 16>(pw, F2, S0v, m0, 16 * qd, lane);
 #pragma unroll
@@ -1190,8 +1195,8 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
     {
       float uv[2 * NW][4] = {}, wk[2 * NW][4] = {};
       const int n0 = CW * qd;
-      warp_mma_t<false, false, V, NW, 16>(uv, F2, in_tile(s.v), m0, n0, lane);
-      warp_mma_t<false, false, K, NW, 16>(wk, F1, in_tile(s.k), m0, n0, lane);
+      warp_mma_t<false, false, V, NW, 16, kMmaPipelined>(uv, F2, in_tile(s.v), m0, n0, lane);
+      warp_mma_t<false, false, K, NW, 16, kMmaPipelined>(wk, F1, in_tile(s.k), m0, n0, lane);
 #pragma unroll
       for (int nt = 0; nt < 2 * NW; ++nt)
 #pragma unroll
@@ -1214,7 +1219,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
     {  // (6) Y = A^T dA (A^T is upper, dA strictly lower: the full product is the triangular sum), into R1
       float y[2 * NW][4] = {};
       const int n0 = CW * qd;
-      warp_mma_t<true, true, kC, NW, 16>(y, At, R0, m0, n0, lane);
+      warp_mma_t<true, true, kC, NW, 16, kMmaPipelined>(y, At, R0, m0, n0, lane);
 #pragma unroll
       for (int nt = 0; nt < 2 * NW; ++nt)
 #pragma unroll
@@ -1228,8 +1233,8 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
     {
       float ya[2 * NW][4] = {}, kk[2 * NW][4] = {}, tb[2] = {0.f, 0.f}, zr[2] = {0.f, 0.f}, zc[2 * NW][2] = {};
       const int n0 = CW * qd;
-      warp_mma_t<false, false, kC, NW, 16>(ya, R1, At, m0, n0, lane);
-      warp_mma_t<false, false, K, NW, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
+      warp_mma_t<false, false, kC, NW, 16, kMmaPipelined>(ya, R1, At, m0, n0, lane);
+      warp_mma_t<false, false, K, NW, 16, kMmaPipelined>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
 #pragma unroll
       for (int nt = 0; nt < 2 * NW; ++nt)
 #pragma unroll

@@ -62,7 +62,10 @@ __device__ __forceinline__ void store_bf2(__nv_bfloat16* t, int o, float x0, flo
   *reinterpret_cast<uint32_t*>(t + o) = chunk_detail::Elem<true>::pack(x0, x1);
 }
 
-// The four 8x8 matrices of a fragment at element offset o of the lane (the lane's row address, below), hi and lo.
+// A fragment pair (hi, lo) of an operand at element offset o of the lane (the lane's row address, below): the
+// four 8x8 matrices by ldmatrix (load_frag: issue only), then made ready for the MMAs (ready_frag). An f16 input
+// loads its one tile raw and is split into bf16 hi + lo at ready_frag, so a prefetched fragment's conversion waits
+// on its ldmatrix only when the fragment is used, not when it is issued.
 template <bool TRANS>
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void* p) {
   if constexpr (TRANS)
@@ -75,13 +78,13 @@ __device__ __forceinline__ void load_frag(const SplitTile& t, int o, uint32_t (&
   ldsm4<TRANS>(h, t.hi + o);
   ldsm4<TRANS>(l, t.lo + o);
 }
-template <bool TRANS>
-__device__ __forceinline__ void load_frag(const InTile<__nv_bfloat16>& t, int o, uint32_t (&h)[4], uint32_t (&)[4]) {
+template <bool TRANS, class E>
+__device__ __forceinline__ void load_frag(const InTile<E>& t, int o, uint32_t (&h)[4], uint32_t (&)[4]) {
   ldsm4<TRANS>(h, t.p + o);
 }
-template <bool TRANS>
-__device__ __forceinline__ void load_frag(const InTile<__half>& t, int o, uint32_t (&h)[4], uint32_t (&l)[4]) {
-  ldsm4<TRANS>(h, t.p + o);
+template <class O>
+__device__ __forceinline__ void ready_frag(const O&, uint32_t (&)[4], uint32_t (&)[4]) {}
+__device__ __forceinline__ void ready_frag(const InTile<__half>&, uint32_t (&h)[4], uint32_t (&l)[4]) {
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const float2 x = chunk_detail::Elem<false>::unpack(h[q]);
@@ -97,39 +100,76 @@ __device__ __forceinline__ void load_frag(const InTile<__half>& t, int o, uint32
 // matrix l / 8; the matrices are a0..a3 (rows +8 for odd, k +8 for >= 2) and b0, b1 of tile u = 0, then of u = 1.
 // The three terms go to dlh (lo*hi), dhl (hi*lo) and dhh (hi*hi): one array for all three is the plain product
 // (warp_mma_t); three arrays make three independent MMA chains of KD / 16 steps each instead of one of up to
-// 3 KD / 16, for the latency-bound serial steps of the chains (summed by sum_terms, in a fixed order). FULL unrolls
-// the k loop (every fragment address an immediate offset from the lane's base; the chains' products), else by two.
-template <bool AKM, bool BKN, int KD, int NP, int NS, bool FULL = false, class OA, class OB>
+// 3 KD / 16 (summed by sum_terms, in a fixed order).
+//
+// The k loop's schedule (MODE; the MMAs and their order per accumulator are the same in every mode, so are the
+// results, bitwise):
+//  - kMmaLoop: a loop unrolled by two (one step at a time with an f16 operand: its split doubles the fragment
+//    registers), each step's fragments loaded just before its MMAs: the fewest registers;
+//  - kMmaPipelined: unrolled fully (every fragment address an immediate offset from the lane's base), the
+//    fragments double-buffered in registers: the ldmatrix of the next (step, column pair) group is issued before
+//    the MMAs of the current one, which then find their operands loaded instead of waiting on the ldmatrix
+//    latency (short scoreboard), for one more A and one more B fragment pair in registers.
+enum MmaMode { kMmaLoop, kMmaPipelined };
+template <bool AKM, bool BKN, int KD, int NP, int NS, MmaMode MODE = kMmaLoop, class OA, class OB>
 __device__ __forceinline__ void warp_mma_terms(float (&dlh)[2 * NP][4], float (&dhl)[2 * NP][4],
                                                float (&dhh)[2 * NP][4], const OA& a, const OB& b, int m0, int n0,
                                                int lane) {
+  constexpr bool PF = MODE == kMmaPipelined;
+  constexpr int KT = KD / 16;
   const int l7 = lane & 7, l8 = 8 * ((lane >> 3) & 1), l16 = 8 * (lane >> 4);
   const int ao = AKM ? (l7 + l16) * a.ld + m0 + l8 : (m0 + l7 + l8) * a.ld + l16;
   const int bo = BKN ? (l7 + l8) * b.ld + n0 + l16 : (n0 + l7 + l16) * b.ld + l8;
   const int astep = AKM ? 16 * a.ld : 16, bstep = BKN ? 16 * b.ld : 16, bj = BKN ? NS : NS * b.ld;
-  // An f16 operand is split in registers (twice the fragment registers): one k step at a time
-  constexpr int kUnroll =
-      std::is_same_v<OA, InTile<__half>> || std::is_same_v<OB, InTile<__half>> ? 1 : (FULL ? KD / 16 : 2);
+  // The MMAs of one (step ks, column pair j) group from the fragments A (ah, al) and B (bh, bl).
+  const auto mma = [&](int j, const uint32_t(&ah)[4], const uint32_t(&al)[4], const uint32_t(&bh)[4],
+                       const uint32_t(&bl)[4]) {
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      if constexpr (!OA::kExact) mma_m16n8k16<true>(dlh[2 * j + u], al, bh[2 * u], bh[2 * u + 1]);
+      if constexpr (!OB::kExact) mma_m16n8k16<true>(dhl[2 * j + u], ah, bl[2 * u], bl[2 * u + 1]);
+      mma_m16n8k16<true>(dhh[2 * j + u], ah, bh[2 * u], bh[2 * u + 1]);
+    }
+  };
+  if constexpr (PF) {
+    // Groups g = NP ks + j in order; before group g's MMAs, the ldmatrix of group g + 1 (its B pair, and at a new
+    // step its A pair) into the other buffer: A double-buffered by step, B by group.
+    uint32_t ah[2][4], al[2][4], bh[2][4], bl[2][4];
+    load_frag<AKM>(a, ao, ah[0], al[0]);
+    load_frag<BKN>(b, bo, bh[0], bl[0]);
+#pragma unroll
+    for (int ks = 0; ks < KT; ++ks)
+#pragma unroll
+      for (int j = 0; j < NP; ++j) {
+        const int g = NP * ks + j, n = g + 1, nk = n / NP, nj = n % NP;
+        if (n < KT * NP) {
+          if (nj == 0) load_frag<AKM>(a, ao + nk * astep, ah[nk & 1], al[nk & 1]);
+          load_frag<BKN>(b, bo + nk * bstep + nj * bj, bh[n & 1], bl[n & 1]);
+        }
+        if (j == 0) ready_frag(a, ah[ks & 1], al[ks & 1]);
+        ready_frag(b, bh[g & 1], bl[g & 1]);
+        mma(j, ah[ks & 1], al[ks & 1], bh[g & 1], bl[g & 1]);
+      }
+  } else {
+    constexpr int kUnroll = std::is_same_v<OA, InTile<__half>> || std::is_same_v<OB, InTile<__half>> ? 1 : 2;
 #pragma unroll(kUnroll)
-  for (int k0 = 0; k0 < KD; k0 += 16) {
-    uint32_t ah[4], al[4];
-    load_frag<AKM>(a, ao + (k0 / 16) * astep, ah, al);
+    for (int ks = 0; ks < KT; ++ks) {
+      uint32_t ah[4], al[4];
+      load_frag<AKM>(a, ao + ks * astep, ah, al);
+      ready_frag(a, ah, al);
 #pragma unroll
-    for (int j = 0; j < NP; ++j) {
-      uint32_t bh[4], bl[4];
-      load_frag<BKN>(b, bo + (k0 / 16) * bstep + j * bj, bh, bl);
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        if constexpr (!OA::kExact) mma_m16n8k16<true>(dlh[2 * j + u], al, bh[2 * u], bh[2 * u + 1]);
-        if constexpr (!OB::kExact) mma_m16n8k16<true>(dhl[2 * j + u], ah, bl[2 * u], bl[2 * u + 1]);
-        mma_m16n8k16<true>(dhh[2 * j + u], ah, bh[2 * u], bh[2 * u + 1]);
+      for (int j = 0; j < NP; ++j) {
+        uint32_t bh[4], bl[4];
+        load_frag<BKN>(b, bo + ks * bstep + j * bj, bh, bl);
+        ready_frag(b, bh, bl);
+        mma(j, ah, al, bh, bl);
       }
     }
   }
 }
-template <bool AKM, bool BKN, int KD, int NP, int NS, class OA, class OB>
+template <bool AKM, bool BKN, int KD, int NP, int NS, MmaMode MODE = kMmaLoop, class OA, class OB>
 __device__ __forceinline__ void warp_mma_t(float (&d)[2 * NP][4], const OA& a, const OB& b, int m0, int n0, int lane) {
-  warp_mma_terms<AKM, BKN, KD, NP, NS>(d, d, d, a, b, m0, n0, lane);
+  warp_mma_terms<AKM, BKN, KD, NP, NS, MODE>(d, d, d, a, b, m0, n0, lane);
 }
 
 // The split accumulators of warp_mma_terms, t[0] (lo*hi), t[1] (hi*lo), t[2] (hi*hi), and their sum, in a fixed
