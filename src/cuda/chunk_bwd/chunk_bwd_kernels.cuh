@@ -285,8 +285,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   {
     float qk[4][4] = {}, kk[4][4] = {};
     const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
-    warp_mma_t<false, false, K, 2, 16>(qk, in_tile(s.u1.q), in_tile(s.k), m0, n0, lane);
-    warp_mma_t<false, false, K, 2, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
+    if (n0 <= m0 + 15) {  // warps 4, 5 hold only tiles above the diagonal (all masked): no products
+      warp_mma_t<false, false, K, 2, 16>(qk, in_tile(s.u1.q), in_tile(s.k), m0, n0, lane);
+      warp_mma_t<false, false, K, 2, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
+    }
     __syncthreads();  // q is consumed: P takes its place; rho complete
     if (tid < kC)
       s.wk[tid] = s.b[tid] * expf(s.gam[tid]) * s.rk[tid];  // W = A diag(b e^gamma) K^ (read after 2 barriers)
