@@ -408,6 +408,25 @@ TEST(CudaChunkFwd, GqaGroupOfThreeGatesOneHeadAhead) {
   check(g, 3);
 }
 
+// The intra pass builds each warp's blocks of L and P from compile-time block positions (kWarpProducts), shares
+// the decays of the L and P blocks at the same position, and each warp inverts the diagonal block of L it built
+// (no barrier between L and the diagonal inverses). A GQA group of four (the 4 x 8192, Hv = 64 benchmark's ratio),
+// per-head fused gates, varlen chunks that end inside a chunk and empty sequences; K = V = 128 (bf16) and K = 64,
+// V = 128 (f16); split off and forced.
+TEST(CudaChunkFwd, GqaGroupOfFourVarlen) {
+  REQUIRE_GPU();
+  GpuCase g = gcase("gqa4_k128v128_varlen_gate", 1, 0, 2, 8, 128, 128);
+  g.c.seqlens = {129, 0, 64, 1, 200, 63};
+  g.gate_in_kernel = g.beta_sigmoid = true;
+  check(g, 1);
+  check(g, 3);
+  g = gcase("gqa4_k64v128_f16_varlen", 1, 0, 1, 4, 64, 128);
+  g.c.dtype = DType::f16;
+  g.c.seqlens = {65, 130, 0, 7};
+  check(g, 1);
+  check(g, 2);
+}
+
 TEST(CudaChunkFwd, Checkpoints) {
   REQUIRE_GPU();
   GpuCase g = gcase("ckpt128_varlen", 1, 0, 2, 4, 128, 128);

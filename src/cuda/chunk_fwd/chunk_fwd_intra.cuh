@@ -19,7 +19,7 @@
 // formed while the q, k rows arrive, the later heads' during the previous head's last merge round; L and P are built
 // without branches (one MUFU ex2 per entry, the masked diagonal entries selected away); each warp's five product
 // blocks share four operand tiles per k-step (16 ldmatrix per k-step and CTA, not 40); every block of A leaves for
-// the record as soon as it is final. Five barriers per value head. Measured cost: docs/chunk_fwd.md ("Intra-chunk
+// the record as soon as it is final. Four barriers per value head. Measured cost: docs/chunk_fwd.md ("Intra-chunk
 // pass").
 #pragma once
 
@@ -186,16 +186,18 @@ __device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q,
   }
 }
 
-// Diagonal block o..o+15 of A = (I + L)^-1 (gdn-math §5.7), lanes 0..15 of one warp, lane c owning column c, by rows:
+// Diagonal block o..o+15 of A = (I + L)^-1 (gdn-math §5.7), one warp, lane c owning column c, by rows:
 // x_r = delta_rc - sum_{s<r} L_rs x_s. Row r of L is read as r / 4 rounded up 16-byte vectors (36 loads in all,
 // against 120 scalar ones column by column); the critical path stays one FMA per row, since the partial sums of
-// every later row proceed as soon as each x_s is final. Needs 16-byte aligned rows: ld and o multiples of 4.
+// every later row proceed as soon as each x_s is final. Lanes 16..31 repeat lanes 0..15 (the loads are broadcasts)
+// and store nothing: no divergent region, so the warp's other work of the phase can be scheduled around it. Needs
+// 16-byte aligned rows: ld and o multiples of 4.
 __device__ __forceinline__ void diag_inverse16_rows(const float* L, float* A, int ld, int o, int lane) {
-  if (lane >= 16) return;
+  const int col = lane & 15;
   float x[16];
 #pragma unroll
   for (int r = 0; r < 16; ++r) {
-    float acc = r == lane ? 1.f : 0.f;
+    float acc = r == col ? 1.f : 0.f;
 #pragma unroll
     for (int s4 = 0; s4 < r; s4 += 4) {
       const float4 l4 = *reinterpret_cast<const float4*>(&L[(o + r) * ld + o + s4]);
@@ -205,8 +207,115 @@ __device__ __forceinline__ void diag_inverse16_rows(const float* L, float* A, in
         if (s4 + e < r) acc = fmaf(-lv[e], x[s4 + e], acc);
     }
     x[r] = acc;
-    A[(o + r) * ld + o + lane] = acc;
+    if (lane < 16) A[(o + r) * ld + o + col] = acc;
   }
+}
+
+// The decays D_rs = e^{gamma_r - gamma_s} of causal block (I, J) in this lane's C fragment layout (d[nt][2 hf + e]:
+// row 16 I + g8 + 8 hf, column 16 J + 8 nt + 2 t4 + e). Every entry is evaluated, the masked ones of a diagonal
+// block (s > r) too: the callers select them away.
+template <int I, int J>
+__device__ __forceinline__ void block_decays(float (&d)[2][4], const float* gam, int g8, int t4) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    const float2 gs = *reinterpret_cast<const float2*>(&gam[16 * J + nt * 8 + 2 * t4]);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const float gr = gam[16 * I + g8 + hf * 8];
+      d[nt][2 * hf] = exp_ftz(gr - gs.x);
+      d[nt][2 * hf + 1] = exp_ftz(gr - gs.y);
+    }
+  }
+}
+
+// L_rs = beta_r kk_rs D_rs, s < r, of causal block (I, J) into the fp32 matrix L (leading dimension LDF); the
+// products c from warp_products.
+template <int I, int J, int LDF>
+__device__ __forceinline__ void build_L_block(float* L, const float (&c)[2][4], const float (&d)[2][4],
+                                              const float* beta, int g8, int t4) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    const int s0 = 16 * J + nt * 8 + 2 * t4;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = 16 * I + g8 + hf * 8;
+      const float br = beta[r];
+      float v0 = br * c[nt][2 * hf] * d[nt][2 * hf], v1 = br * c[nt][2 * hf + 1] * d[nt][2 * hf + 1];
+      if constexpr (I == J) {  // off-diagonal blocks have s < r everywhere
+        v0 = s0 < r ? v0 : 0.f;
+        v1 = s0 + 1 < r ? v1 : 0.f;
+      }
+      *reinterpret_cast<float2*>(&L[r * LDF + s0]) = make_float2(v0, v1);
+    }
+  }
+}
+
+// P_rs = qk_rs D_rs, s <= r, of causal block (I, J) to the record (its fragment slot at dst) as hi + lo.
+template <int I, int J, class P>
+__device__ __forceinline__ void build_P_block(unsigned char* rec_p, const float (&c)[2][4], const float (&d)[2][4],
+                                              int lane) {
+  const int g8 = lane >> 2, t4 = lane & 3;
+  float cf[2][4];
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    const int s0 = 16 * J + nt * 8 + 2 * t4;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = 16 * I + g8 + hf * 8;
+      cf[nt][2 * hf] = c[nt][2 * hf] * d[nt][2 * hf];
+      cf[nt][2 * hf + 1] = c[nt][2 * hf + 1] * d[nt][2 * hf + 1];
+      if constexpr (I == J) {
+        cf[nt][2 * hf] = s0 <= r ? cf[nt][2 * hf] : 0.f;
+        cf[nt][2 * hf + 1] = s0 + 1 <= r ? cf[nt][2 * hf + 1] : 0.f;
+      }
+    }
+  }
+  store_afrag<P>(reinterpret_cast<uint4*>(rec_p + (I * (I + 1) / 2 + J) * kRecBlockBytes), cf, lane);
+}
+
+// The diagonal block of L among warp w's blocks (kWarpProducts: each warp builds exactly one), which the warp then
+// inverts itself: no barrier between L and the diagonal inverses.
+constexpr int warp_diag_block(int w) {
+  return w == 0 ? 0 : (w == 1 ? 2 : (w == 2 ? 1 : 3));
+}
+constexpr bool warp_diag_blocks_valid() {
+  for (int w = 0; w < 4; ++w) {
+    int diag = 0;
+    for (int b = 0; b < 5; ++b) {
+      const ProductBlock& pb = kWarpProducts[w].blk[b];
+      const bool is_L = b < 2 || (b == 4 && w >= 2);
+      if (is_L && pb.i == pb.j && pb.i == warp_diag_block(w)) ++diag;
+      if (is_L && pb.i == pb.j && pb.i != warp_diag_block(w)) return false;
+    }
+    if (diag != 1) return false;
+  }
+  return true;
+}
+static_assert(warp_diag_blocks_valid(), "each warp builds exactly one diagonal block of L, warp_diag_block(w)");
+
+// Warp W's part of L (into shared memory) and P (to the record, P fragments at rec_p) for one value head from the
+// products acc (warp_products) and the head's gamma and beta. Blocks 0, 1 (L) and 2, 3 (P) are the same two blocks
+// (kWarpProducts), so their decays are evaluated once: three blocks of decays per warp, not five.
+template <int W, int LDF, class P>
+__device__ __forceinline__ void build_LP(const float (&acc)[5][2][4], float* L, unsigned char* rec_p, const float* gam,
+                                         const float* beta, int lane) {
+  constexpr WarpProducts wp = kWarpProducts[W];
+  static_assert(wp.blk[0].i == wp.blk[2].i && wp.blk[0].j == wp.blk[2].j && wp.blk[1].i == wp.blk[3].i &&
+                    wp.blk[1].j == wp.blk[3].j,
+                "blocks 0, 1 of L and 2, 3 of P coincide");
+  const int g8 = lane >> 2, t4 = lane & 3;
+  float d[2][4];
+  block_decays<wp.blk[0].i, wp.blk[0].j>(d, gam, g8, t4);
+  build_L_block<wp.blk[0].i, wp.blk[0].j, LDF>(L, acc[0], d, beta, g8, t4);
+  build_P_block<wp.blk[0].i, wp.blk[0].j, P>(rec_p, acc[2], d, lane);
+  block_decays<wp.blk[4].i, wp.blk[4].j>(d, gam, g8, t4);
+  if constexpr (W >= 2)
+    build_L_block<wp.blk[4].i, wp.blk[4].j, LDF>(L, acc[4], d, beta, g8, t4);
+  else
+    build_P_block<wp.blk[4].i, wp.blk[4].j, P>(rec_p, acc[4], d, lane);
+  block_decays<wp.blk[1].i, wp.blk[1].j>(d, gam, g8, t4);
+  build_L_block<wp.blk[1].i, wp.blk[1].j, LDF>(L, acc[1], d, beta, g8, t4);
+  build_P_block<wp.blk[1].i, wp.blk[1].j, P>(rec_p, acc[3], d, lane);
 }
 
 // One CTA per (chunk slot, q/k head): the products K K^T and Q K^T (and the l2 norms) are computed once and kept in
@@ -347,71 +456,50 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     const float* const gam = sm.gam[j & 1];
     const float* const bet = sm.beta[j & 1];
     unsigned char* rec = a.rec + (slot * a.Hv + h) * kRecBytes;
-    // ---- header: ek, eq, dk, en (gamma_n = gamma at row 63 = the last valid token: padded g = 0)
-    if (tid < kC) {
+    // ---- header: ek, eq, dk, en (gamma_n = gamma at row 63 = the last valid token: padded g = 0), by warps 2, 3
+    // (warps 0, 1 build one more P block than they; the work per warp and head is balanced: kWarpProducts, the
+    // rounds below)
+    if (tid >= kC) {
+      const int r = tid - kC;
       float* hdr = reinterpret_cast<float*>(rec);
-      const float gr = gam[tid], gn = gam[kC - 1];
-      hdr[tid] = sm.rk[tid] * __expf(gr);
-      hdr[64 + tid] = a.scale * sm.rq[tid] * __expf(gr);
-      hdr[128 + tid] = sm.rk[tid] * __expf(gn - gr);
-      if (tid == 0) hdr[192] = __expf(gn);
+      const float gr = gam[r], gn = gam[kC - 1];
+      hdr[r] = sm.rk[r] * __expf(gr);
+      hdr[64 + r] = a.scale * sm.rq[r] * __expf(gr);
+      hdr[128 + r] = sm.rk[r] * __expf(gn - gr);
+      if (r == 0) hdr[192] = __expf(gn);
     }
     // ---- L_rs = beta_r kk_rs exp(gamma_r - gamma_s), s < r, into shared memory (fp32); P_rs = qk_rs exp(gamma_r -
     // gamma_s), s <= r (diagonal included: the output reads the post-update state), to the record as fragments.
     // The decay only where r >= s, never factored (§5.8). Branch-free: every entry's exponential is evaluated and the
     // masked ones (s > r, only in diagonal blocks) are selected away, so an overflow there never reaches L or P.
-    // with_decay(idx, f): f(nt, hf, r, s, d0, d1) for the entries (r, s), (r, s + 1) of causal block idx held in
-    // this lane's C fragments [nt][2 hf], [nt][2 hf + 1], with their decays d0, d1.
-    const auto with_decay = [&](int idx, auto&& f) {
-      int ti, tj;
-      causal_block(idx, &ti, &tj);
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const int s0 = 16 * tj + nt * 8 + 2 * t4;
-        const float2 gs = *reinterpret_cast<const float2*>(&gam[s0]);
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int r = 16 * ti + g8 + hf * 8;
-          const float gr = gam[r];
-          f(nt, hf, r, s0, exp_ftz(gr - gs.x), exp_ftz(gr - gs.y));
-        }
-      }
-    };
-    const auto build_L = [&](const float(&c)[2][4], int idx) {
-      with_decay(idx, [&](int nt, int hf, int r, int s0, float d0, float d1) {
-        const float br = bet[r];
-        const float v0 = s0 < r ? br * c[nt][2 * hf] * d0 : 0.f;
-        const float v1 = s0 + 1 < r ? br * c[nt][2 * hf + 1] * d1 : 0.f;
-        *reinterpret_cast<float2*>(&sm.L[r * LDF + s0]) = make_float2(v0, v1);
-      });
-    };
-    const auto build_P = [&](const float(&c)[2][4], int idx) {
-      float cf[2][4];
-      with_decay(idx, [&](int nt, int hf, int r, int s0, float d0, float d1) {
-        cf[nt][2 * hf] = s0 <= r ? c[nt][2 * hf] * d0 : 0.f;
-        cf[nt][2 * hf + 1] = s0 + 1 <= r ? c[nt][2 * hf + 1] * d1 : 0.f;
-      });
-      store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), cf, lane);
-    };
-    build_L(acc5[0], warp_block_idx(w, 0));
-    build_L(acc5[1], warp_block_idx(w, 1));
-    build_P(acc5[2], warp_block_idx(w, 2));
-    build_P(acc5[3], warp_block_idx(w, 3));
-    if (w >= 2)
-      build_L(acc5[4], warp_block_idx(w, 4));
-    else
-      build_P(acc5[4], warp_block_idx(w, 4));
-    __syncthreads();
-
-    // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7): diagonal block w by substitution, then the merges
-    diag_inverse16_rows(sm.L, sm.x.inv.A, LDF, 16 * w, lane);
+    // Then A = (I + L)^-1 in fp32 (gdn-math §5.7): each warp inverts the diagonal block of L it built itself, so only
+    // its own stores have to be visible (__syncwarp), and the warps that finish L first start their inverse.
+    unsigned char* const rec_p = rec + kRecHdrBytes + kRecABytes;
+    switch (w) {
+      case 0:
+        build_LP<0, LDF, P>(acc5, sm.L, rec_p, gam, bet, lane);
+        break;
+      case 1:
+        build_LP<1, LDF, P>(acc5, sm.L, rec_p, gam, bet, lane);
+        break;
+      case 2:
+        build_LP<2, LDF, P>(acc5, sm.L, rec_p, gam, bet, lane);
+        break;
+      default:
+        build_LP<3, LDF, P>(acc5, sm.L, rec_p, gam, bet, lane);
+        break;
+    }
+    __syncwarp();
+    diag_inverse16_rows(sm.L, sm.x.inv.A, LDF, 16 * warp_diag_block(w), lane);
     __syncthreads();
     // Off-diagonal blocks in two levels, A_ij = -A_ii sum_{k=j}^{i-1} L_ik A_kj (16 x 16 products on the tensor cores
     // in 3xTF32). The 32 x 32 diagonal halves first, then the lower-left half as A_(23),(01) = -A_(23) W with
     // W = L_(23),(01) A_(01): six products on the longest warp's path instead of nine by distance (2 + 3 + 4), the
     // same three barriers (round 3's is the end of the head's). Every block goes to the record as soon as it is final:
-    // the merged ones from the registers that hold them, the diagonal ones by warps 0, 1 beside round 3 (where warp 0
-    // also forms the next head's gamma and beta), so no pass of its own follows the inverse.
+    // the merged ones from the registers that hold them, the diagonal ones from shared memory by warp 2 beside round 1
+    // and warp 1 beside round 3 (where warp 0 forms the next head's gamma and beta), so no pass of its own follows the
+    // inverse, and the four warps carry about the same number of instructions per head (each warp runs on an SM
+    // sub-partition of its own, shared with the same warp of the SM's other CTAs).
     //   round 1: A_10 = -A_11 (L_10 A_00) (warp 0), A_32 = -A_33 (L_32 A_22) (warp 1), W_21 = L_21 A_11 (warp 2),
     //            W_31 = L_31 A_11 (warp 3)
     //   round 2: A_21 = -A_22 W_21 (warp 0), A_31 = -(A_32 W_21 + A_33 W_31) (warp 1),
@@ -473,6 +561,10 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       } else {                            // W_21 (warp 2), W_31 (warp 3)
         mma16_f32<false>(acc, Lb(w, 1), LDF, Ab(1, 1), LDF, g8, t4);
         put(W[w - 2], LDT, acc, 1.f);
+        if (w == 2) {  // the diagonal blocks A_00, A_11 from shared memory (final since the inverse's barrier)
+          emit(0, nullptr, 1.f);
+          emit(2, nullptr, 1.f);
+        }
       }
       __syncthreads();
       // A_2j = -A_22 W_2j and A_3j = -(A_32 W_2j + A_33 W_3j): rounds 2 (j = 1) and 3 (j = 0); W_2j, W_3j in the
@@ -494,12 +586,13 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
         put(W[w], LDT, acc, 1.f);
       }
       __syncthreads();
-      // round 3, and the diagonal blocks A_00, A_11 (warp 0), A_22, A_33 (warp 1) from shared memory beside it
+      // round 3, the diagonal blocks A_22, A_33 (warp 1) from shared memory and the next head's gates (warp 0)
       zero(acc);
-      if (w < 2) {
-        emit(w == 0 ? 0 : 5, nullptr, 1.f);
-        emit(w == 0 ? 2 : 9, nullptr, 1.f);
-        if (w == 0 && j + 1 < a.group) gate_step(j + 1);  // buffer (j + 1) % 2: its last reader was head j - 1
+      if (w == 0) {
+        if (j + 1 < a.group) gate_step(j + 1);  // buffer (j + 1) % 2: its last reader was head j - 1
+      } else if (w == 1) {
+        emit(5, nullptr, 1.f);
+        emit(9, nullptr, 1.f);
       } else {
         lower_left(w, 0);
       }
