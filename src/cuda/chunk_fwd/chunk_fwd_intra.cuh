@@ -139,23 +139,83 @@ constexpr bool warp_products_valid() {
 }
 static_assert(warp_products_valid(), "kWarpProducts: every L and P block once, from the right operand tiles");
 
-// acc[b] = the products of warp W's block b, scaled by the norms: rho_k,r rho_k,s (k_r . k_s) (L) or
-// scale rho_q,r rho_k,s (q_r . k_s) (P).
+// The diagonal block of L among warp w's blocks (kWarpProducts: each warp builds exactly one), which the warp then
+// inverts itself (no barrier between L and the diagonal inverses), and whose diagonal entries |k_r|^2 give rho_k.
+constexpr int warp_diag_block(int w) {
+  return w == 0 ? 0 : (w == 1 ? 2 : (w == 2 ? 1 : 3));
+}
+constexpr int warp_diag_slot(int w) {
+  return w < 2 ? 0 : 4;
+}  // its block index among the warp's five
+// The q tiles of warp w whose Q Q^T diagonal block the warp also forms (rho_q): q0, q1 (warp 0), q2 (warp 2), q3
+// (warp 3), as operand tile indices (-1: none). Every q tile once; the tiles are already loaded for P.
+constexpr int warp_qq_tile(int w, int n) {
+  return w == 0 ? (n == 0 ? 2 : 3) : (w >= 2 && n == 0 ? 3 : -1);
+}
+constexpr bool warp_norm_blocks_valid() {
+  int seen_q[4] = {};
+  for (int w = 0; w < 4; ++w) {
+    int diag = 0;
+    for (int b = 0; b < 5; ++b) {
+      const ProductBlock& pb = kWarpProducts[w].blk[b];
+      const bool is_L = b < 2 || (b == 4 && w >= 2);
+      if (is_L && pb.i == pb.j && (pb.i != warp_diag_block(w) || b != warp_diag_slot(w))) return false;
+      if (is_L && pb.i == pb.j) ++diag;
+    }
+    if (diag != 1) return false;
+    for (int n = 0; n < 2; ++n) {
+      const int f = warp_qq_tile(w, n);
+      if (f < 0) continue;
+      if (!kWarpProducts[w].tile[f].q) return false;
+      ++seen_q[kWarpProducts[w].tile[f].row];
+    }
+  }
+  for (int r = 0; r < 4; ++r)
+    if (seen_q[r] != 1) return false;
+  return true;
+}
+static_assert(
+    warp_norm_blocks_valid(),
+    "each warp builds exactly one diagonal block of L (warp_diag_block, warp_diag_slot); every q tile's Q Q^T "
+    "diagonal block once");
+
+// rho = 1 / sqrt(d + 1e-6) (gdn-math §1.4) of the diagonal entries d of a 16 x 16 Gram block (two m16n8 C fragments
+// c: entry (r, s) = (g8 + 8 hf, 8 nt + 2 t4 + e), on the diagonal where hf = nt and g8 = 2 t4 + e), to rho[0..15]:
+// lanes with g8 / 2 = t4 hold rows g8 and g8 + 8.
+__device__ __forceinline__ void store_diag_rnorm(const float (&c)[2][4], float* rho, int g8, int t4) {
+  if ((g8 >> 1) != t4) return;
+  const bool odd = g8 & 1;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) rho[g8 + 8 * h] = l2_rnorm(odd ? c[h][2 * h + 1] : c[h][2 * h]);
+}
+
+// acc[b] = the products of warp W's block b, unscaled: k_r . k_s (L) or q_r . k_s (P). With l2norm, also the norms
+// rho_k of the warp's diagonal L block (its |k_r|^2) and rho_q of its Q Q^T diagonal blocks (warp_qq_tile; two more
+// mma per block and k-step on tiles the warp loads anyway) into rk, rq: the squared norms come from the tensor cores
+// (the 16-bit products exact, fp32 sums), not from a pass of their own over the rows.
 template <int W, int K, int LDQ, bool BF16, class E>
-__device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q, const E* k, const float* rq,
-                                              const float* rk, float scale, int lane) {
+__device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q, const E* k, float* rq, float* rk,
+                                              bool l2norm, int lane) {
   constexpr WarpProducts wp = kWarpProducts[W];
+  constexpr int NQ = (warp_qq_tile(W, 0) >= 0) + (warp_qq_tile(W, 1) >= 0);
   const int g8 = lane >> 2, t4 = lane & 3;
   const E* tile[4];
 #pragma unroll
   for (int f = 0; f < 4; ++f)
     tile[f] = (wp.tile[f].q ? q : k) + (16 * wp.tile[f].row + (lane & 15)) * LDQ + (lane >> 4) * 8;
+  float qq[NQ > 0 ? NQ : 1][2][4];
 #pragma unroll
   for (int b = 0; b < 5; ++b)
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[b][nt][e] = 0.f;
+#pragma unroll
+  for (int n = 0; n < NQ; ++n)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) qq[n][nt][e] = 0.f;
 #pragma unroll
   for (int ks = 0; ks < K / 16; ++ks) {
     uint32_t fr[4][4];
@@ -168,7 +228,29 @@ __device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q,
       mma_m16n8k16<BF16>(acc[b][0], fa, fb[0], fb[2]);
       mma_m16n8k16<BF16>(acc[b][1], fa, fb[1], fb[3]);
     }
+    if (l2norm) {
+#pragma unroll
+      for (int n = 0; n < NQ; ++n) {
+        const uint32_t(&fq)[4] = fr[warp_qq_tile(W, n)];
+        mma_m16n8k16<BF16>(qq[n][0], fq, fq[0], fq[2]);
+        mma_m16n8k16<BF16>(qq[n][1], fq, fq[1], fq[3]);
+      }
+    }
   }
+  if (l2norm) {
+    store_diag_rnorm(acc[warp_diag_slot(W)], rk + 16 * warp_diag_block(W), g8, t4);
+#pragma unroll
+    for (int n = 0; n < NQ; ++n) store_diag_rnorm(qq[n], rq + 16 * wp.tile[warp_qq_tile(W, n)].row, g8, t4);
+  }
+}
+
+// The norms as row scalings of warp W's products: rho_k,r rho_k,s (k_r . k_s) (L) or scale rho_q,r rho_k,s
+// (q_r . k_s) (P).
+template <int W>
+__device__ __forceinline__ void scale_products(float (&acc)[5][2][4], const float* rq, const float* rk, float scale,
+                                               int lane) {
+  constexpr WarpProducts wp = kWarpProducts[W];
+  const int g8 = lane >> 2, t4 = lane & 3;
 #pragma unroll
   for (int b = 0; b < 5; ++b) {
     const bool is_L = b < 2 || (b == 4 && W >= 2);
@@ -272,26 +354,6 @@ __device__ __forceinline__ void build_P_block(unsigned char* rec_p, const float 
   }
   store_afrag<P>(reinterpret_cast<uint4*>(rec_p + (I * (I + 1) / 2 + J) * kRecBlockBytes), cf, lane);
 }
-
-// The diagonal block of L among warp w's blocks (kWarpProducts: each warp builds exactly one), which the warp then
-// inverts itself: no barrier between L and the diagonal inverses.
-constexpr int warp_diag_block(int w) {
-  return w == 0 ? 0 : (w == 1 ? 2 : (w == 2 ? 1 : 3));
-}
-constexpr bool warp_diag_blocks_valid() {
-  for (int w = 0; w < 4; ++w) {
-    int diag = 0;
-    for (int b = 0; b < 5; ++b) {
-      const ProductBlock& pb = kWarpProducts[w].blk[b];
-      const bool is_L = b < 2 || (b == 4 && w >= 2);
-      if (is_L && pb.i == pb.j && pb.i == warp_diag_block(w)) ++diag;
-      if (is_L && pb.i == pb.j && pb.i != warp_diag_block(w)) return false;
-    }
-    if (diag != 1) return false;
-  }
-  return true;
-}
-static_assert(warp_diag_blocks_valid(), "each warp builds exactly one diagonal block of L, warp_diag_block(w)");
 
 // Warp W's part of L (into shared memory) and P (to the record, P fragments at rec_p) for one value head from the
 // products acc (warp_products) and the head's gamma and beta. Blocks 0, 1 (L) and 2, 3 (P) are the same two blocks
@@ -408,48 +470,37 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   cp_async_wait_all();
   __syncthreads();
 
-  // ---- rho = 1 / sqrt(|x|^2 + 1e-6) per q and k row in fp32 (gdn-math §1.4), applied as row scalings. One row per
-  // thread (128 threads = 64 q rows + 64 k rows): 16-byte reads down the row, four independent sums, no shuffles
-  // (the 16-lanes-per-row form with a shuffle reduction per vector took ~6k cycles per CTA, the most of any phase).
-  // A warp reads 32 rows at the same column: rows are 4 banks apart (LDQ), so each 8-thread phase is conflict-free.
-  if (a.l2norm) {
-    const E* row = (tid < kC ? sm.x.in.q : sm.x.in.k) + (tid & (kC - 1)) * LDQ;
-    float ss[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int vv = 0; vv < K / 8; ++vv) {
-      const uint4 val = *reinterpret_cast<const uint4*>(row + vv * 8);
-      const uint32_t u[4] = {val.x, val.y, val.z, val.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 f = P::unpack(u[e]);
-        ss[e] = fmaf(f.x, f.x, fmaf(f.y, f.y, ss[e]));
-      }
+  // Warp-specialized phases: f(std::integral_constant<int, w>) (compile-time block positions, kWarpProducts).
+  const auto per_warp = [w](auto&& f) {
+    switch (w) {
+      case 0:
+        f(std::integral_constant<int, 0>{});
+        break;
+      case 1:
+        f(std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        f(std::integral_constant<int, 2>{});
+        break;
+      default:
+        f(std::integral_constant<int, 3>{});
+        break;
     }
-    (tid < kC ? sm.rq : sm.rk)[tid & (kC - 1)] = rsqrtf((ss[0] + ss[1]) + (ss[2] + ss[3]) + 1e-6f);
-  } else if (tid < kC) {
+  };
+
+  // ---- the head-independent products of the warp's five blocks (kWarpProducts) and, with l2norm, rho = 1 / sqrt(|x|^2
+  // + 1e-6) of the q and k rows (gdn-math §1.4) from the diagonals of K K^T and Q Q^T; then the norms as fp32 row
+  // scalings of the products (never applied to the 16-bit rows). C fragments in registers for the whole head loop.
+  float acc5[5][2][4];
+  per_warp([&](auto wc) {
+    warp_products<decltype(wc)::value, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.l2norm != 0, lane);
+  });
+  if (!a.l2norm && tid < kC) {
     sm.rq[tid] = 1.f;
     sm.rk[tid] = 1.f;
   }
-  __syncthreads();
-
-  // ---- the head-independent products of the warp's five blocks (kWarpProducts), scaled by the norms; C fragments in
-  // registers for the whole head loop
-  float acc5[5][2][4];
-  switch (w) {
-    case 0:
-      warp_products<0, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
-      break;
-    case 1:
-      warp_products<1, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
-      break;
-    case 2:
-      warp_products<2, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
-      break;
-    default:
-      warp_products<3, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
-      break;
-  }
-  __syncthreads();  // q, k dead: A and T reuse them
+  __syncthreads();  // rho in shared memory; q, k dead: A and T reuse them
+  per_warp([&](auto wc) { scale_products<decltype(wc)::value>(acc5, sm.rq, sm.rk, a.scale, lane); });
 
   for (int j = 0; j < a.group; ++j) {
     const int h = h0 + j;
@@ -475,20 +526,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     // Then A = (I + L)^-1 in fp32 (gdn-math §5.7): each warp inverts the diagonal block of L it built itself, so only
     // its own stores have to be visible (__syncwarp), and the warps that finish L first start their inverse.
     unsigned char* const rec_p = rec + kRecHdrBytes + kRecABytes;
-    switch (w) {
-      case 0:
-        build_LP<0, LDF, P>(acc5, sm.L, rec_p, gam, bet, lane);
-        break;
-      case 1:
-        build_LP<1, LDF, P>(acc5, sm.L, rec_p, gam, bet, lane);
-        break;
-      case 2:
-        build_LP<2, LDF, P>(acc5, sm.L, rec_p, gam, bet, lane);
-        break;
-      default:
-        build_LP<3, LDF, P>(acc5, sm.L, rec_p, gam, bet, lane);
-        break;
-    }
+    per_warp([&](auto wc) { build_LP<decltype(wc)::value, LDF, P>(acc5, sm.L, rec_p, gam, bet, lane); });
     __syncwarp();
     diag_inverse16_rows(sm.L, sm.x.inv.A, LDF, 16 * warp_diag_block(w), lane);
     __syncthreads();
