@@ -15,12 +15,13 @@
 // FLOPs per (chunk, q/k head): K K^T and Q K^T on the ten causal 16x16 blocks, 2 x 10 x 16 x 16 x 2K = 1.3 MFLOP
 // at K = 128; per value head ~0.15 MFLOP of 3xTF32 merges. Bytes: q, k rows read once per q/k head (2 x 16 KB),
 // 21 KB written per value head. Nothing here depends on the state: every chunk is independent (no chain).
-// The pass is latency-bound (16 warps per SM), so the code keeps the serial phases short: the first head's gates are
-// formed while the q, k rows arrive, the later heads' during the previous head's last merge round; L and P are built
-// without branches (one MUFU ex2 per entry, the masked diagonal entries selected away); each warp's five product
-// blocks share four operand tiles per k-step (16 ldmatrix per k-step and CTA, not 40); every block of A leaves for
-// the record as soon as it is final. Four barriers per value head. Measured cost: docs/chunk_fwd.md ("Intra-chunk
-// pass").
+// The pass is latency- and issue-bound (16 warps per SM), so the code keeps the serial phases short and cuts
+// instructions: the first head's gates are formed while the q, k rows arrive, the later heads' during the previous
+// head's last merge round; the l2 norms come from the diagonals of the products; L and P are built per warp from
+// compile-time block positions without branches (one MUFU ex2 per entry, shared by the L and P blocks at the same
+// position, the masked diagonal entries selected away); each warp's five product blocks share four operand tiles per
+// k-step; each warp inverts the diagonal block of L it built; every block of A leaves for the record as soon as it is
+// final. Four barriers per value head. Measured cost: docs/chunk_fwd.md ("Intra-chunk pass").
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -189,20 +190,35 @@ __device__ __forceinline__ void store_diag_rnorm(const float (&c)[2][4], float* 
   for (int h = 0; h < 2; ++h) rho[g8 + 8 * h] = l2_rnorm(odd ? c[h][2 * h + 1] : c[h][2 * h]);
 }
 
+// The operand tiles of warp w's blocks in the A (b_operand false) or B role, one bit per tile.
+constexpr unsigned warp_tiles_as(int w, bool b_operand) {
+  unsigned m = 0;
+  for (int b = 0; b < 5; ++b) m |= 1u << (b_operand ? kWarpProducts[w].blk[b].fb : kWarpProducts[w].blk[b].fa);
+  return m;
+}
+
 // acc[b] = the products of warp W's block b, unscaled: k_r . k_s (L) or q_r . k_s (P). With l2norm, also the norms
 // rho_k of the warp's diagonal L block (its |k_r|^2) and rho_q of its Q Q^T diagonal blocks (warp_qq_tile; two more
 // mma per block and k-step on tiles the warp loads anyway) into rk, rq: the squared norms come from the tensor cores
 // (the 16-bit products exact, fp32 sums), not from a pass of their own over the rows.
+// A tile is loaded once per role: in the A layout (matrices rows 0-7 | 8-15 x k 0-7 | 8-15 as m0 m1 m2 m3) and, where
+// it is a B operand, in the order m0 m2 m1 m3, so that each n-tile's register pair (m0, m2), (m1, m3) is adjacent as
+// the mma instruction takes it (one pair from the A-layout registers costs two moves per pair and k-step).
 template <int W, int K, int LDQ, bool BF16, class E>
 __device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q, const E* k, float* rq, float* rk,
                                               bool l2norm, int lane) {
   constexpr WarpProducts wp = kWarpProducts[W];
   constexpr int NQ = (warp_qq_tile(W, 0) >= 0) + (warp_qq_tile(W, 1) >= 0);
+  constexpr unsigned as_a = warp_tiles_as(W, false), as_b = warp_tiles_as(W, true);
   const int g8 = lane >> 2, t4 = lane & 3;
-  const E* tile[4];
+  const E* tile_a[4];
+  const E* tile_b[4];
 #pragma unroll
-  for (int f = 0; f < 4; ++f)
-    tile[f] = (wp.tile[f].q ? q : k) + (16 * wp.tile[f].row + (lane & 15)) * LDQ + (lane >> 4) * 8;
+  for (int f = 0; f < 4; ++f) {
+    const E* const base = (wp.tile[f].q ? q : k) + 16 * wp.tile[f].row * LDQ;
+    tile_a[f] = base + (lane & 15) * LDQ + (lane >> 4) * 8;
+    tile_b[f] = base + ((lane & 7) + ((lane >> 4) & 1) * 8) * LDQ + ((lane >> 3) & 1) * 8;
+  }
   float qq[NQ > 0 ? NQ : 1][2][4];
 #pragma unroll
   for (int b = 0; b < 5; ++b)
@@ -218,22 +234,27 @@ __device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q,
       for (int e = 0; e < 4; ++e) qq[n][nt][e] = 0.f;
 #pragma unroll
   for (int ks = 0; ks < K / 16; ++ks) {
-    uint32_t fr[4][4];
+    uint32_t fra[4][4], frb[4][4];  // A layout; B order (m0 m2 m1 m3)
 #pragma unroll
-    for (int f = 0; f < 4; ++f) ldsm_x4(fr[f], tile[f] + ks * 16);
+    for (int f = 0; f < 4; ++f) {
+      if ((as_a >> f) & 1u) ldsm_x4(fra[f], tile_a[f] + ks * 16);
+      if ((as_b >> f) & 1u) ldsm_x4(frb[f], tile_b[f] + ks * 16);
+    }
 #pragma unroll
     for (int b = 0; b < 5; ++b) {
-      const uint32_t(&fa)[4] = fr[wp.blk[b].fa];
-      const uint32_t(&fb)[4] = fr[wp.blk[b].fb];
-      mma_m16n8k16<BF16>(acc[b][0], fa, fb[0], fb[2]);
-      mma_m16n8k16<BF16>(acc[b][1], fa, fb[1], fb[3]);
+      const uint32_t(&fa)[4] = fra[wp.blk[b].fa];
+      const uint32_t(&fb)[4] = frb[wp.blk[b].fb];
+      mma_m16n8k16<BF16>(acc[b][0], fa, fb[0], fb[1]);
+      mma_m16n8k16<BF16>(acc[b][1], fa, fb[2], fb[3]);
     }
     if (l2norm) {
 #pragma unroll
       for (int n = 0; n < NQ; ++n) {
-        const uint32_t(&fq)[4] = fr[warp_qq_tile(W, n)];
-        mma_m16n8k16<BF16>(qq[n][0], fq, fq[0], fq[2]);
-        mma_m16n8k16<BF16>(qq[n][1], fq, fq[1], fq[3]);
+        const int f = warp_qq_tile(W, n);  // a q tile: an A operand only, above
+        uint32_t fq[4];
+        ldsm_x4(fq, tile_b[f] + ks * 16);
+        mma_m16n8k16<BF16>(qq[n][0], fra[f], fq[0], fq[1]);
+        mma_m16n8k16<BF16>(qq[n][1], fra[f], fq[2], fq[3]);
       }
     }
   }
