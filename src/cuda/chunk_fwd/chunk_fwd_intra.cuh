@@ -21,7 +21,8 @@
 // compile-time block positions without branches (one MUFU ex2 per entry, shared by the L and P blocks at the same
 // position, the masked diagonal entries selected away); each warp's five product blocks share four operand tiles per
 // k-step; each warp inverts the diagonal block of L it built; every block of A leaves for the record as soon as it is
-// final. Four barriers per value head. Measured cost: docs/chunk_fwd.md ("Intra-chunk pass").
+// final. Three CTA barriers and one of warps 2, 3 per value head. Measured cost: docs/chunk_fwd.md ("Intra-chunk
+// pass").
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -553,12 +554,12 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     __syncthreads();
     // Off-diagonal blocks in two levels, A_ij = -A_ii sum_{k=j}^{i-1} L_ik A_kj (16 x 16 products on the tensor cores
     // in 3xTF32). The 32 x 32 diagonal halves first, then the lower-left half as A_(23),(01) = -A_(23) W with
-    // W = L_(23),(01) A_(01): six products on the longest warp's path instead of nine by distance (2 + 3 + 4), the
-    // same three barriers (round 3's is the end of the head's). Every block goes to the record as soon as it is final:
+    // W = L_(23),(01) A_(01): six products on the longest warp's path instead of nine by distance (2 + 3 + 4), in
+    // three rounds (round 3's barrier is the end of the head's). Every block goes to the record as soon as it is final:
     // the merged ones from the registers that hold them, the diagonal ones from shared memory by warp 2 beside round 1
     // and warp 1 beside round 3 (where warp 0 forms the next head's gamma and beta), so no pass of its own follows the
-    // inverse, and the four warps carry about the same number of instructions per head (each warp runs on an SM
-    // sub-partition of its own, shared with the same warp of the SM's other CTAs).
+    // inverse, and the four warps carry about the same number of instructions per head (warp w of every CTA is
+    // expected on SM sub-partition w, which it shares with warp w of the SM's other CTAs).
     //   round 1: A_10 = -A_11 (L_10 A_00) (warp 0), A_32 = -A_33 (L_32 A_22) (warp 1), W_21 = L_21 A_11 (warp 2),
     //            W_31 = L_31 A_11 (warp 3)
     //   round 2: A_21 = -A_22 W_21 (warp 0), A_31 = -(A_32 W_21 + A_33 W_31) (warp 1),
@@ -644,7 +645,9 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
         mma16_f32<false>(acc, Lb(w, 1), LDF, Ab(1, 0), LDF, g8, t4);
         put(W[w], LDT, acc, 1.f);
       }
-      __syncthreads();
+      // Round 3 reads from round 2 only W_20 (warp 2's, read by warp 3) and W_30 (warp 3's own): a barrier of warps 2,
+      // 3 alone, so warps 0, 1 go on to their part of round 3 at once.
+      if (w >= 2) named_barrier<64>(1);
       // round 3, the diagonal blocks A_22, A_33 (warp 1) from shared memory and the next head's gates (warp 0)
       zero(acc);
       if (w == 0) {
