@@ -557,9 +557,9 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     // W = L_(23),(01) A_(01): six products on the longest warp's path instead of nine by distance (2 + 3 + 4), in
     // three rounds (round 3's barrier is the end of the head's). Every block goes to the record as soon as it is final:
     // the merged ones from the registers that hold them, the diagonal ones from shared memory by warp 2 beside round 1
-    // and warp 1 beside round 3 (where warp 0 forms the next head's gamma and beta), so no pass of its own follows the
-    // inverse, and the four warps carry about the same number of instructions per head (warp w of every CTA is
-    // expected on SM sub-partition w, which it shares with warp w of the SM's other CTAs).
+    // and warps 0, 1 beside round 3 (where warp 0 also forms the next head's gamma and beta), so no pass of its own
+    // follows the inverse, and the four warps carry about the same number of instructions per head (warp w of every CTA
+    // is expected on SM sub-partition w, which it shares with warp w of the SM's other CTAs).
     //   round 1: A_10 = -A_11 (L_10 A_00) (warp 0), A_32 = -A_33 (L_32 A_22) (warp 1), W_21 = L_21 A_11 (warp 2),
     //            W_31 = L_31 A_11 (warp 3)
     //   round 2: A_21 = -A_22 W_21 (warp 0), A_31 = -(A_32 W_21 + A_33 W_31) (warp 1),
@@ -648,13 +648,11 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       // Round 3 reads from round 2 only W_20 (warp 2's, read by warp 3) and W_30 (warp 3's own): a barrier of warps 2,
       // 3 alone, so warps 0, 1 go on to their part of round 3 at once.
       if (w >= 2) named_barrier<64>(1);
-      // round 3, the diagonal blocks A_22, A_33 (warp 1) from shared memory and the next head's gates (warp 0)
+      // round 3, the diagonal blocks A_22 (warp 0), A_33 (warp 1) from shared memory and the next head's gates (warp 0)
       zero(acc);
-      if (w == 0) {
-        if (j + 1 < a.group) gate_step(j + 1);  // buffer (j + 1) % 2: its last reader was head j - 1
-      } else if (w == 1) {
-        emit(5, nullptr, 1.f);
-        emit(9, nullptr, 1.f);
+      if (w < 2) {
+        emit(w == 0 ? 5 : 9, nullptr, 1.f);
+        if (w == 0 && j + 1 < a.group) gate_step(j + 1);  // buffer (j + 1) % 2: its last reader was head j - 1
       } else {
         lower_left(w, 0);
       }
