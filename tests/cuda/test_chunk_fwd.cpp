@@ -408,6 +408,65 @@ TEST(CudaChunkFwd, GqaGroupOfThreeGatesOneHeadAhead) {
   check(g, 3);
 }
 
+// The intra pass builds each warp's blocks of L and P from compile-time block positions (kWarpProducts), shares
+// the decays of the L and P blocks at the same position, and each warp inverts the diagonal block of L it built
+// (no barrier between L and the diagonal inverses). A GQA group of four (the 4 x 8192, Hv = 64 benchmark's ratio),
+// per-head fused gates, varlen chunks that end inside a chunk and empty sequences; K = V = 128 (bf16) and K = 64,
+// V = 128 (f16); split off and forced.
+TEST(CudaChunkFwd, GqaGroupOfFourVarlen) {
+  REQUIRE_GPU();
+  GpuCase g = gcase("gqa4_k128v128_varlen_gate", 1, 0, 2, 8, 128, 128);
+  g.c.seqlens = {129, 0, 64, 1, 200, 63};
+  g.gate_in_kernel = g.beta_sigmoid = true;
+  check(g, 1);
+  check(g, 3);
+  g = gcase("gqa4_k64v128_f16_varlen", 1, 0, 1, 4, 64, 128);
+  g.c.dtype = DType::f16;
+  g.c.seqlens = {65, 130, 0, 7};
+  check(g, 1);
+  check(g, 2);
+}
+
+// A GQA group shares one CTA of the intra pass (the products once, then the group's value heads in turn, each
+// head's gates formed one head ahead into the other of two buffers): no value head's results may depend on the
+// grouping. The same value heads with q, k repeated per value head (Hqk = Hv, group 1) must give bitwise the same o
+// and final state (every per-head operation is the same code in the same order); both runs are NaN-poisoned and
+// checked finite, so two failed runs cannot agree. Split off and forced.
+TEST(CudaChunkFwd, GqaGroupingIsBitwiseNeutral) {
+  REQUIRE_GPU();
+  GpuCase g = gcase("gqa4_grouped", 1, 0, 2, 8, 128, 128);
+  g.c.seqlens = {130, 0, 64, 33};
+  g.gate_in_kernel = g.beta_sigmoid = true;
+  const Inputs x = make_case_inputs(g);
+  GpuCase u = g;
+  u.c.Hqk = g.c.Hv;
+  u.c.name = "gqa4_ungrouped";
+  Inputs y = x;
+  const int64_t rows = x.in.q.numel() / (g.c.Hqk * g.c.K), grp = g.c.Hv / g.c.Hqk;  // [B, T, Hqk, K] -> Hv heads
+  for (HostTensor* t : {&y.in.q, &y.in.k}) {
+    const HostTensor& src = t == &y.in.q ? x.in.q : x.in.k;
+    *t = HostTensor(src.dtype, {src.shape[0], src.shape[1], g.c.Hv, g.c.K});
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < g.c.Hv; ++h)
+        for (int64_t i = 0; i < g.c.K; ++i)
+          t->set((r * g.c.Hv + h) * g.c.K + i, src.get((r * g.c.Hqk + h / grp) * g.c.K + i));
+  }
+  for (int segments : {1, 3}) {
+    GpuRun a(g, x), b(u, y);
+    a.p.exec.chunk_fwd_segments = b.p.exec.chunk_fwd_segments = segments;
+    for (GpuRun* r : {&a, &b}) {
+      r->poison();
+      const Status st = r->launch();
+      ASSERT_TRUE(st.ok()) << st.message();
+      r->fetch();
+      for (int64_t i = 0; i < r->o.numel(); ++i) ASSERT_TRUE(std::isfinite(r->o.get(i))) << "o[" << i << "]";
+      for (int64_t i = 0; i < r->hT.numel(); ++i) ASSERT_TRUE(std::isfinite(r->hT.get(i))) << "hT[" << i << "]";
+    }
+    EXPECT_TRUE(a.o.bytes == b.o.bytes) << "o differs between the grouped and the ungrouped run, split " << segments;
+    EXPECT_TRUE(a.hT.bytes == b.hT.bytes) << "hT differs between the grouped and the ungrouped run, split " << segments;
+  }
+}
+
 TEST(CudaChunkFwd, Checkpoints) {
   REQUIRE_GPU();
   GpuCase g = gcase("ckpt128_varlen", 1, 0, 2, 4, 128, 128);

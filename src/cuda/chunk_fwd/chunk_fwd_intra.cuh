@@ -15,11 +15,13 @@
 // FLOPs per (chunk, q/k head): K K^T and Q K^T on the ten causal 16x16 blocks, 2 x 10 x 16 x 16 x 2K = 1.3 MFLOP
 // at K = 128; per value head ~0.15 MFLOP of 3xTF32 merges. Bytes: q, k rows read once per q/k head (2 x 16 KB),
 // 21 KB written per value head. Nothing here depends on the state: every chunk is independent (no chain).
-// The pass is latency-bound (16 warps per SM), so the code keeps the serial phases short: the first head's gates are
-// formed while the q, k rows arrive, the later heads' during the previous head's last merge round; L and P are built
-// without branches (one MUFU ex2 per entry, the masked diagonal entries selected away); each warp's five product
-// blocks share four operand tiles per k-step (16 ldmatrix per k-step and CTA, not 40); every block of A leaves for
-// the record as soon as it is final. Five barriers per value head. Measured cost: docs/chunk_fwd.md ("Intra-chunk
+// The pass is latency- and issue-bound (16 warps per SM), so the code keeps the serial phases short and cuts
+// instructions: the first head's gates are formed while the q, k rows arrive, the later heads' during the previous
+// head's last merge round; the l2 norms come from the diagonals of the products; L and P are built per warp from
+// compile-time block positions without branches (one MUFU ex2 per entry, shared by the L and P blocks at the same
+// position, the masked diagonal entries selected away); each warp's five product blocks share four operand tiles per
+// k-step; each warp inverts the diagonal block of L it built; every block of A leaves for the record as soon as it is
+// final. Three CTA barriers and one of warps 2, 3 per value head. Measured cost: docs/chunk_fwd.md ("Intra-chunk
 // pass").
 #pragma once
 
@@ -139,17 +141,86 @@ constexpr bool warp_products_valid() {
 }
 static_assert(warp_products_valid(), "kWarpProducts: every L and P block once, from the right operand tiles");
 
-// acc[b] = the products of warp W's block b, scaled by the norms: rho_k,r rho_k,s (k_r . k_s) (L) or
-// scale rho_q,r rho_k,s (q_r . k_s) (P).
-template <int W, int K, int LDQ, bool BF16, class E>
-__device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q, const E* k, const float* rq,
-                                              const float* rk, float scale, int lane) {
-  constexpr WarpProducts wp = kWarpProducts[W];
-  const int g8 = lane >> 2, t4 = lane & 3;
-  const E* tile[4];
+// The diagonal block of L among warp w's blocks (kWarpProducts: each warp builds exactly one), which the warp then
+// inverts itself (no barrier between L and the diagonal inverses), and whose diagonal entries |k_r|^2 give rho_k.
+constexpr int warp_diag_block(int w) {
+  return w == 0 ? 0 : (w == 1 ? 2 : (w == 2 ? 1 : 3));
+}
+constexpr int warp_diag_slot(int w) {
+  return w < 2 ? 0 : 4;
+}  // its block index among the warp's five
+// The q tiles of warp w whose Q Q^T diagonal block the warp also forms (rho_q): q0, q1 (warp 0), q2 (warp 2), q3
+// (warp 3), as operand tile indices (-1: none). Every q tile once; the tiles are already loaded for P.
+constexpr int warp_qq_tile(int w, int n) {
+  return w == 0 ? (n == 0 ? 2 : 3) : (w >= 2 && n == 0 ? 3 : -1);
+}
+constexpr bool warp_norm_blocks_valid() {
+  int seen_q[4] = {};
+  for (int w = 0; w < 4; ++w) {
+    int diag = 0;
+    for (int b = 0; b < 5; ++b) {
+      const ProductBlock& pb = kWarpProducts[w].blk[b];
+      const bool is_L = b < 2 || (b == 4 && w >= 2);
+      if (is_L && pb.i == pb.j && (pb.i != warp_diag_block(w) || b != warp_diag_slot(w))) return false;
+      if (is_L && pb.i == pb.j) ++diag;
+    }
+    if (diag != 1) return false;
+    for (int n = 0; n < 2; ++n) {
+      const int f = warp_qq_tile(w, n);
+      if (f < 0) continue;
+      if (!kWarpProducts[w].tile[f].q) return false;
+      ++seen_q[kWarpProducts[w].tile[f].row];
+    }
+  }
+  for (int r = 0; r < 4; ++r)
+    if (seen_q[r] != 1) return false;
+  return true;
+}
+static_assert(
+    warp_norm_blocks_valid(),
+    "each warp builds exactly one diagonal block of L (warp_diag_block, warp_diag_slot); every q tile's Q Q^T "
+    "diagonal block once");
+
+// rho = 1 / sqrt(d + 1e-6) (gdn-math §1.4) of the diagonal entries d of a 16 x 16 Gram block (two m16n8 C fragments
+// c: entry (r, s) = (g8 + 8 hf, 8 nt + 2 t4 + e), on the diagonal where hf = nt and g8 = 2 t4 + e), to rho[0..15]:
+// lanes with g8 / 2 = t4 hold rows g8 and g8 + 8.
+__device__ __forceinline__ void store_diag_rnorm(const float (&c)[2][4], float* rho, int g8, int t4) {
+  if ((g8 >> 1) != t4) return;
+  const bool odd = g8 & 1;
 #pragma unroll
-  for (int f = 0; f < 4; ++f)
-    tile[f] = (wp.tile[f].q ? q : k) + (16 * wp.tile[f].row + (lane & 15)) * LDQ + (lane >> 4) * 8;
+  for (int h = 0; h < 2; ++h) rho[g8 + 8 * h] = l2_rnorm(odd ? c[h][2 * h + 1] : c[h][2 * h]);
+}
+
+// The operand tiles of warp w's blocks in the A (b_operand false) or B role, one bit per tile.
+constexpr unsigned warp_tiles_as(int w, bool b_operand) {
+  unsigned m = 0;
+  for (int b = 0; b < 5; ++b) m |= 1u << (b_operand ? kWarpProducts[w].blk[b].fb : kWarpProducts[w].blk[b].fa);
+  return m;
+}
+
+// acc[b] = the products of warp W's block b, unscaled: k_r . k_s (L) or q_r . k_s (P). With l2norm, also the norms
+// rho_k of the warp's diagonal L block (its |k_r|^2) and rho_q of its Q Q^T diagonal blocks (warp_qq_tile; two more
+// mma per block and k-step on tiles the warp loads anyway) into rk, rq: the squared norms come from the tensor cores
+// (the 16-bit products exact, fp32 sums), not from a pass of their own over the rows.
+// A tile is loaded once per role: in the A layout (matrices rows 0-7 | 8-15 x k 0-7 | 8-15 as m0 m1 m2 m3) and, where
+// it is a B operand, in the order m0 m2 m1 m3, so that each n-tile's register pair (m0, m2), (m1, m3) is adjacent as
+// the mma instruction takes it (one pair from the A-layout registers costs two moves per pair and k-step).
+template <int W, int K, int LDQ, bool BF16, class E>
+__device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q, const E* k, float* rq, float* rk,
+                                              bool l2norm, int lane) {
+  constexpr WarpProducts wp = kWarpProducts[W];
+  constexpr int NQ = (warp_qq_tile(W, 0) >= 0) + (warp_qq_tile(W, 1) >= 0);
+  constexpr unsigned as_a = warp_tiles_as(W, false), as_b = warp_tiles_as(W, true);
+  const int g8 = lane >> 2, t4 = lane & 3;
+  const E* tile_a[4];
+  const E* tile_b[4];
+#pragma unroll
+  for (int f = 0; f < 4; ++f) {
+    const E* const base = (wp.tile[f].q ? q : k) + 16 * wp.tile[f].row * LDQ;
+    tile_a[f] = base + (lane & 15) * LDQ + (lane >> 4) * 8;
+    tile_b[f] = base + ((lane & 7) + ((lane >> 4) & 1) * 8) * LDQ + ((lane >> 3) & 1) * 8;
+  }
+  float qq[NQ > 0 ? NQ : 1][2][4];
 #pragma unroll
   for (int b = 0; b < 5; ++b)
 #pragma unroll
@@ -157,18 +228,51 @@ __device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q,
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[b][nt][e] = 0.f;
 #pragma unroll
-  for (int ks = 0; ks < K / 16; ++ks) {
-    uint32_t fr[4][4];
+  for (int n = 0; n < NQ; ++n)
 #pragma unroll
-    for (int f = 0; f < 4; ++f) ldsm_x4(fr[f], tile[f] + ks * 16);
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) qq[n][nt][e] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < K / 16; ++ks) {
+    uint32_t fra[4][4], frb[4][4];  // A layout; B order (m0 m2 m1 m3)
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+      if ((as_a >> f) & 1u) ldsm_x4(fra[f], tile_a[f] + ks * 16);
+      if ((as_b >> f) & 1u) ldsm_x4(frb[f], tile_b[f] + ks * 16);
+    }
 #pragma unroll
     for (int b = 0; b < 5; ++b) {
-      const uint32_t(&fa)[4] = fr[wp.blk[b].fa];
-      const uint32_t(&fb)[4] = fr[wp.blk[b].fb];
-      mma_m16n8k16<BF16>(acc[b][0], fa, fb[0], fb[2]);
-      mma_m16n8k16<BF16>(acc[b][1], fa, fb[1], fb[3]);
+      const uint32_t(&fa)[4] = fra[wp.blk[b].fa];
+      const uint32_t(&fb)[4] = frb[wp.blk[b].fb];
+      mma_m16n8k16<BF16>(acc[b][0], fa, fb[0], fb[1]);
+      mma_m16n8k16<BF16>(acc[b][1], fa, fb[2], fb[3]);
+    }
+    if (l2norm) {
+#pragma unroll
+      for (int n = 0; n < NQ; ++n) {
+        const int f = warp_qq_tile(W, n);  // a q tile: an A operand only, above
+        uint32_t fq[4];
+        ldsm_x4(fq, tile_b[f] + ks * 16);
+        mma_m16n8k16<BF16>(qq[n][0], fra[f], fq[0], fq[1]);
+        mma_m16n8k16<BF16>(qq[n][1], fra[f], fq[2], fq[3]);
+      }
     }
   }
+  if (l2norm) {
+    store_diag_rnorm(acc[warp_diag_slot(W)], rk + 16 * warp_diag_block(W), g8, t4);
+#pragma unroll
+    for (int n = 0; n < NQ; ++n) store_diag_rnorm(qq[n], rq + 16 * wp.tile[warp_qq_tile(W, n)].row, g8, t4);
+  }
+}
+
+// The norms as row scalings of warp W's products: rho_k,r rho_k,s (k_r . k_s) (L) or scale rho_q,r rho_k,s
+// (q_r . k_s) (P).
+template <int W>
+__device__ __forceinline__ void scale_products(float (&acc)[5][2][4], const float* rq, const float* rk, float scale,
+                                               int lane) {
+  constexpr WarpProducts wp = kWarpProducts[W];
+  const int g8 = lane >> 2, t4 = lane & 3;
 #pragma unroll
   for (int b = 0; b < 5; ++b) {
     const bool is_L = b < 2 || (b == 4 && W >= 2);
@@ -186,16 +290,18 @@ __device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q,
   }
 }
 
-// Diagonal block o..o+15 of A = (I + L)^-1 (gdn-math §5.7), lanes 0..15 of one warp, lane c owning column c, by rows:
+// Diagonal block o..o+15 of A = (I + L)^-1 (gdn-math §5.7), one warp, lane c owning column c, by rows:
 // x_r = delta_rc - sum_{s<r} L_rs x_s. Row r of L is read as r / 4 rounded up 16-byte vectors (36 loads in all,
 // against 120 scalar ones column by column); the critical path stays one FMA per row, since the partial sums of
-// every later row proceed as soon as each x_s is final. Needs 16-byte aligned rows: ld and o multiples of 4.
+// every later row proceed as soon as each x_s is final. Lanes 16..31 repeat lanes 0..15 (the loads are broadcasts)
+// and store nothing: no divergent region, so the warp's other work of the phase can be scheduled around it. Needs
+// 16-byte aligned rows: ld and o multiples of 4.
 __device__ __forceinline__ void diag_inverse16_rows(const float* L, float* A, int ld, int o, int lane) {
-  if (lane >= 16) return;
+  const int col = lane & 15;
   float x[16];
 #pragma unroll
   for (int r = 0; r < 16; ++r) {
-    float acc = r == lane ? 1.f : 0.f;
+    float acc = r == col ? 1.f : 0.f;
 #pragma unroll
     for (int s4 = 0; s4 < r; s4 += 4) {
       const float4 l4 = *reinterpret_cast<const float4*>(&L[(o + r) * ld + o + s4]);
@@ -205,8 +311,95 @@ __device__ __forceinline__ void diag_inverse16_rows(const float* L, float* A, in
         if (s4 + e < r) acc = fmaf(-lv[e], x[s4 + e], acc);
     }
     x[r] = acc;
-    A[(o + r) * ld + o + lane] = acc;
+    if (lane < 16) A[(o + r) * ld + o + col] = acc;
   }
+}
+
+// The decays D_rs = e^{gamma_r - gamma_s} of causal block (I, J) in this lane's C fragment layout (d[nt][2 hf + e]:
+// row 16 I + g8 + 8 hf, column 16 J + 8 nt + 2 t4 + e). Every entry is evaluated, the masked ones of a diagonal
+// block (s > r) too: the callers select them away.
+template <int I, int J>
+__device__ __forceinline__ void block_decays(float (&d)[2][4], const float* gam, int g8, int t4) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    const float2 gs = *reinterpret_cast<const float2*>(&gam[16 * J + nt * 8 + 2 * t4]);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const float gr = gam[16 * I + g8 + hf * 8];
+      d[nt][2 * hf] = exp_ftz(gr - gs.x);
+      d[nt][2 * hf + 1] = exp_ftz(gr - gs.y);
+    }
+  }
+}
+
+// L_rs = beta_r kk_rs D_rs, s < r, of causal block (I, J) into the fp32 matrix L (leading dimension LDF); the
+// products c from warp_products.
+template <int I, int J, int LDF>
+__device__ __forceinline__ void build_L_block(float* L, const float (&c)[2][4], const float (&d)[2][4],
+                                              const float* beta, int g8, int t4) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    const int s0 = 16 * J + nt * 8 + 2 * t4;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = 16 * I + g8 + hf * 8;
+      const float br = beta[r];
+      float v0 = br * c[nt][2 * hf] * d[nt][2 * hf], v1 = br * c[nt][2 * hf + 1] * d[nt][2 * hf + 1];
+      if constexpr (I == J) {  // off-diagonal blocks have s < r everywhere
+        v0 = s0 < r ? v0 : 0.f;
+        v1 = s0 + 1 < r ? v1 : 0.f;
+      }
+      *reinterpret_cast<float2*>(&L[r * LDF + s0]) = make_float2(v0, v1);
+    }
+  }
+}
+
+// P_rs = qk_rs D_rs, s <= r, of causal block (I, J) to the record (its fragment slot at dst) as hi + lo.
+template <int I, int J, class P>
+__device__ __forceinline__ void build_P_block(unsigned char* rec_p, const float (&c)[2][4], const float (&d)[2][4],
+                                              int lane) {
+  const int g8 = lane >> 2, t4 = lane & 3;
+  float cf[2][4];
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    const int s0 = 16 * J + nt * 8 + 2 * t4;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = 16 * I + g8 + hf * 8;
+      cf[nt][2 * hf] = c[nt][2 * hf] * d[nt][2 * hf];
+      cf[nt][2 * hf + 1] = c[nt][2 * hf + 1] * d[nt][2 * hf + 1];
+      if constexpr (I == J) {
+        cf[nt][2 * hf] = s0 <= r ? cf[nt][2 * hf] : 0.f;
+        cf[nt][2 * hf + 1] = s0 + 1 <= r ? cf[nt][2 * hf + 1] : 0.f;
+      }
+    }
+  }
+  store_afrag<P>(reinterpret_cast<uint4*>(rec_p + (I * (I + 1) / 2 + J) * kRecBlockBytes), cf, lane);
+}
+
+// Warp W's part of L (into shared memory) and P (to the record, P fragments at rec_p) for one value head from the
+// products acc (warp_products) and the head's gamma and beta. Blocks 0, 1 (L) and 2, 3 (P) are the same two blocks
+// (kWarpProducts), so their decays are evaluated once: three blocks of decays per warp, not five.
+template <int W, int LDF, class P>
+__device__ __forceinline__ void build_LP(const float (&acc)[5][2][4], float* L, unsigned char* rec_p, const float* gam,
+                                         const float* beta, int lane) {
+  constexpr WarpProducts wp = kWarpProducts[W];
+  static_assert(wp.blk[0].i == wp.blk[2].i && wp.blk[0].j == wp.blk[2].j && wp.blk[1].i == wp.blk[3].i &&
+                    wp.blk[1].j == wp.blk[3].j,
+                "blocks 0, 1 of L and 2, 3 of P coincide");
+  const int g8 = lane >> 2, t4 = lane & 3;
+  float d[2][4];
+  block_decays<wp.blk[0].i, wp.blk[0].j>(d, gam, g8, t4);
+  build_L_block<wp.blk[0].i, wp.blk[0].j, LDF>(L, acc[0], d, beta, g8, t4);
+  build_P_block<wp.blk[0].i, wp.blk[0].j, P>(rec_p, acc[2], d, lane);
+  block_decays<wp.blk[4].i, wp.blk[4].j>(d, gam, g8, t4);
+  if constexpr (W >= 2)
+    build_L_block<wp.blk[4].i, wp.blk[4].j, LDF>(L, acc[4], d, beta, g8, t4);
+  else
+    build_P_block<wp.blk[4].i, wp.blk[4].j, P>(rec_p, acc[4], d, lane);
+  block_decays<wp.blk[1].i, wp.blk[1].j>(d, gam, g8, t4);
+  build_L_block<wp.blk[1].i, wp.blk[1].j, LDF>(L, acc[1], d, beta, g8, t4);
+  build_P_block<wp.blk[1].i, wp.blk[1].j, P>(rec_p, acc[3], d, lane);
 }
 
 // One CTA per (chunk slot, q/k head): the products K K^T and Q K^T (and the l2 norms) are computed once and kept in
@@ -299,119 +492,74 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   cp_async_wait_all();
   __syncthreads();
 
-  // ---- rho = 1 / sqrt(|x|^2 + 1e-6) per q and k row in fp32 (gdn-math §1.4), applied as row scalings. One row per
-  // thread (128 threads = 64 q rows + 64 k rows): 16-byte reads down the row, four independent sums, no shuffles
-  // (the 16-lanes-per-row form with a shuffle reduction per vector took ~6k cycles per CTA, the most of any phase).
-  // A warp reads 32 rows at the same column: rows are 4 banks apart (LDQ), so each 8-thread phase is conflict-free.
-  if (a.l2norm) {
-    const E* row = (tid < kC ? sm.x.in.q : sm.x.in.k) + (tid & (kC - 1)) * LDQ;
-    float ss[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int vv = 0; vv < K / 8; ++vv) {
-      const uint4 val = *reinterpret_cast<const uint4*>(row + vv * 8);
-      const uint32_t u[4] = {val.x, val.y, val.z, val.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 f = P::unpack(u[e]);
-        ss[e] = fmaf(f.x, f.x, fmaf(f.y, f.y, ss[e]));
-      }
+  // Warp-specialized phases: f(std::integral_constant<int, w>) (compile-time block positions, kWarpProducts).
+  const auto per_warp = [w](auto&& f) {
+    switch (w) {
+      case 0:
+        f(std::integral_constant<int, 0>{});
+        break;
+      case 1:
+        f(std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        f(std::integral_constant<int, 2>{});
+        break;
+      default:
+        f(std::integral_constant<int, 3>{});
+        break;
     }
-    (tid < kC ? sm.rq : sm.rk)[tid & (kC - 1)] = rsqrtf((ss[0] + ss[1]) + (ss[2] + ss[3]) + 1e-6f);
-  } else if (tid < kC) {
+  };
+
+  // ---- the head-independent products of the warp's five blocks (kWarpProducts) and, with l2norm, rho = 1 / sqrt(|x|^2
+  // + 1e-6) of the q and k rows (gdn-math §1.4) from the diagonals of K K^T and Q Q^T; then the norms as fp32 row
+  // scalings of the products (never applied to the 16-bit rows). C fragments in registers for the whole head loop.
+  float acc5[5][2][4];
+  per_warp([&](auto wc) {
+    warp_products<decltype(wc)::value, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.l2norm != 0, lane);
+  });
+  if (!a.l2norm && tid < kC) {
     sm.rq[tid] = 1.f;
     sm.rk[tid] = 1.f;
   }
-  __syncthreads();
-
-  // ---- the head-independent products of the warp's five blocks (kWarpProducts), scaled by the norms; C fragments in
-  // registers for the whole head loop
-  float acc5[5][2][4];
-  switch (w) {
-    case 0:
-      warp_products<0, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
-      break;
-    case 1:
-      warp_products<1, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
-      break;
-    case 2:
-      warp_products<2, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
-      break;
-    default:
-      warp_products<3, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.scale, lane);
-      break;
-  }
-  __syncthreads();  // q, k dead: A and T reuse them
+  __syncthreads();  // rho in shared memory; q, k dead: A and T reuse them
+  per_warp([&](auto wc) { scale_products<decltype(wc)::value>(acc5, sm.rq, sm.rk, a.scale, lane); });
 
   for (int j = 0; j < a.group; ++j) {
     const int h = h0 + j;
     const float* const gam = sm.gam[j & 1];
     const float* const bet = sm.beta[j & 1];
     unsigned char* rec = a.rec + (slot * a.Hv + h) * kRecBytes;
-    // ---- header: ek, eq, dk, en (gamma_n = gamma at row 63 = the last valid token: padded g = 0)
-    if (tid < kC) {
+    // ---- header: ek, eq, dk, en (gamma_n = gamma at row 63 = the last valid token: padded g = 0), by warps 2, 3
+    // (warps 0, 1 build one more P block than they; the work per warp and head is balanced: kWarpProducts, the
+    // rounds below)
+    if (tid >= kC) {
+      const int r = tid - kC;
       float* hdr = reinterpret_cast<float*>(rec);
-      const float gr = gam[tid], gn = gam[kC - 1];
-      hdr[tid] = sm.rk[tid] * __expf(gr);
-      hdr[64 + tid] = a.scale * sm.rq[tid] * __expf(gr);
-      hdr[128 + tid] = sm.rk[tid] * __expf(gn - gr);
-      if (tid == 0) hdr[192] = __expf(gn);
+      const float gr = gam[r], gn = gam[kC - 1];
+      hdr[r] = sm.rk[r] * __expf(gr);
+      hdr[64 + r] = a.scale * sm.rq[r] * __expf(gr);
+      hdr[128 + r] = sm.rk[r] * __expf(gn - gr);
+      if (r == 0) hdr[192] = __expf(gn);
     }
     // ---- L_rs = beta_r kk_rs exp(gamma_r - gamma_s), s < r, into shared memory (fp32); P_rs = qk_rs exp(gamma_r -
     // gamma_s), s <= r (diagonal included: the output reads the post-update state), to the record as fragments.
     // The decay only where r >= s, never factored (§5.8). Branch-free: every entry's exponential is evaluated and the
     // masked ones (s > r, only in diagonal blocks) are selected away, so an overflow there never reaches L or P.
-    // with_decay(idx, f): f(nt, hf, r, s, d0, d1) for the entries (r, s), (r, s + 1) of causal block idx held in
-    // this lane's C fragments [nt][2 hf], [nt][2 hf + 1], with their decays d0, d1.
-    const auto with_decay = [&](int idx, auto&& f) {
-      int ti, tj;
-      causal_block(idx, &ti, &tj);
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const int s0 = 16 * tj + nt * 8 + 2 * t4;
-        const float2 gs = *reinterpret_cast<const float2*>(&gam[s0]);
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int r = 16 * ti + g8 + hf * 8;
-          const float gr = gam[r];
-          f(nt, hf, r, s0, exp_ftz(gr - gs.x), exp_ftz(gr - gs.y));
-        }
-      }
-    };
-    const auto build_L = [&](const float(&c)[2][4], int idx) {
-      with_decay(idx, [&](int nt, int hf, int r, int s0, float d0, float d1) {
-        const float br = bet[r];
-        const float v0 = s0 < r ? br * c[nt][2 * hf] * d0 : 0.f;
-        const float v1 = s0 + 1 < r ? br * c[nt][2 * hf + 1] * d1 : 0.f;
-        *reinterpret_cast<float2*>(&sm.L[r * LDF + s0]) = make_float2(v0, v1);
-      });
-    };
-    const auto build_P = [&](const float(&c)[2][4], int idx) {
-      float cf[2][4];
-      with_decay(idx, [&](int nt, int hf, int r, int s0, float d0, float d1) {
-        cf[nt][2 * hf] = s0 <= r ? c[nt][2 * hf] * d0 : 0.f;
-        cf[nt][2 * hf + 1] = s0 + 1 <= r ? c[nt][2 * hf + 1] * d1 : 0.f;
-      });
-      store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + kRecABytes + idx * kRecBlockBytes), cf, lane);
-    };
-    build_L(acc5[0], warp_block_idx(w, 0));
-    build_L(acc5[1], warp_block_idx(w, 1));
-    build_P(acc5[2], warp_block_idx(w, 2));
-    build_P(acc5[3], warp_block_idx(w, 3));
-    if (w >= 2)
-      build_L(acc5[4], warp_block_idx(w, 4));
-    else
-      build_P(acc5[4], warp_block_idx(w, 4));
-    __syncthreads();
-
-    // ---- A = (I + L)^-1 in fp32 (gdn-math §5.7): diagonal block w by substitution, then the merges
-    diag_inverse16_rows(sm.L, sm.x.inv.A, LDF, 16 * w, lane);
+    // Then A = (I + L)^-1 in fp32 (gdn-math §5.7): each warp inverts the diagonal block of L it built itself, so only
+    // its own stores have to be visible (__syncwarp), and the warps that finish L first start their inverse.
+    unsigned char* const rec_p = rec + kRecHdrBytes + kRecABytes;
+    per_warp([&](auto wc) { build_LP<decltype(wc)::value, LDF, P>(acc5, sm.L, rec_p, gam, bet, lane); });
+    __syncwarp();
+    diag_inverse16_rows(sm.L, sm.x.inv.A, LDF, 16 * warp_diag_block(w), lane);
     __syncthreads();
     // Off-diagonal blocks in two levels, A_ij = -A_ii sum_{k=j}^{i-1} L_ik A_kj (16 x 16 products on the tensor cores
     // in 3xTF32). The 32 x 32 diagonal halves first, then the lower-left half as A_(23),(01) = -A_(23) W with
-    // W = L_(23),(01) A_(01): six products on the longest warp's path instead of nine by distance (2 + 3 + 4), the
-    // same three barriers (round 3's is the end of the head's). Every block goes to the record as soon as it is final:
-    // the merged ones from the registers that hold them, the diagonal ones by warps 0, 1 beside round 3 (where warp 0
-    // also forms the next head's gamma and beta), so no pass of its own follows the inverse.
+    // W = L_(23),(01) A_(01): six products on the longest warp's path instead of nine by distance (2 + 3 + 4), in
+    // three rounds (round 3's barrier is the end of the head's). Every block goes to the record as soon as it is final:
+    // the merged ones from the registers that hold them, the diagonal ones from shared memory by warp 2 beside round 1
+    // and warps 0, 1 beside round 3 (where warp 0 also forms the next head's gamma and beta), so no pass of its own
+    // follows the inverse, and the four warps carry about the same number of instructions per head (warp w of every CTA
+    // is expected on SM sub-partition w, which it shares with warp w of the SM's other CTAs).
     //   round 1: A_10 = -A_11 (L_10 A_00) (warp 0), A_32 = -A_33 (L_32 A_22) (warp 1), W_21 = L_21 A_11 (warp 2),
     //            W_31 = L_31 A_11 (warp 3)
     //   round 2: A_21 = -A_22 W_21 (warp 0), A_31 = -(A_32 W_21 + A_33 W_31) (warp 1),
@@ -473,6 +621,10 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       } else {                            // W_21 (warp 2), W_31 (warp 3)
         mma16_f32<false>(acc, Lb(w, 1), LDF, Ab(1, 1), LDF, g8, t4);
         put(W[w - 2], LDT, acc, 1.f);
+        if (w == 2) {  // the diagonal blocks A_00, A_11 from shared memory (final since the inverse's barrier)
+          emit(0, nullptr, 1.f);
+          emit(2, nullptr, 1.f);
+        }
       }
       __syncthreads();
       // A_2j = -A_22 W_2j and A_3j = -(A_32 W_2j + A_33 W_3j): rounds 2 (j = 1) and 3 (j = 0); W_2j, W_3j in the
@@ -493,12 +645,13 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
         mma16_f32<false>(acc, Lb(w, 1), LDF, Ab(1, 0), LDF, g8, t4);
         put(W[w], LDT, acc, 1.f);
       }
-      __syncthreads();
-      // round 3, and the diagonal blocks A_00, A_11 (warp 0), A_22, A_33 (warp 1) from shared memory beside it
+      // Round 3 reads from round 2 only W_20 (warp 2's, read by warp 3) and W_30 (warp 3's own): a barrier of warps 2,
+      // 3 alone, so warps 0, 1 go on to their part of round 3 at once.
+      if (w >= 2) named_barrier<64>(1);
+      // round 3, the diagonal blocks A_22 (warp 0), A_33 (warp 1) from shared memory and the next head's gates (warp 0)
       zero(acc);
       if (w < 2) {
-        emit(w == 0 ? 0 : 5, nullptr, 1.f);
-        emit(w == 0 ? 2 : 9, nullptr, 1.f);
+        emit(w == 0 ? 5 : 9, nullptr, 1.f);
         if (w == 0 && j + 1 < a.group) gate_step(j + 1);  // buffer (j + 1) % 2: its last reader was head j - 1
       } else {
         lower_left(w, 0);

@@ -87,15 +87,20 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
 // 3xTF32: x = big + small with both parts tf32 (round to nearest); big*big + big*small + small*big is fp32-accurate
 // (~2^-21 relative per product) on the tensor cores. ROUND_SMALL = false truncates the small part instead (one AND
 // for the second conversion, which sm_90 emulates in four instructions): its error, 2^-10 of a part that is at most
-// 2^-11 of x, keeps the product at ~2^-21.
+// 2^-11 of x, keeps the product at ~2^-21. It also forms big in integer arithmetic, (bits + 2^12) & ~(2^13 - 1):
+// half a tf32 ulp added to the magnitude and the 13 low bits dropped is round to nearest, ties away, the same bits
+// as cvt.rna.tf32.f32 for every finite x and +-inf (two instructions against the emulation's four, which adds a
+// non-finite guard). A NaN x may give any big, but rest = x - big is NaN, so small and the products stay NaN.
 template <bool ROUND_SMALL = true>
 __device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(x));
-  const float rest = x - __uint_as_float(big);
-  if constexpr (ROUND_SMALL)
+  if constexpr (ROUND_SMALL) {
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(x));
+    const float rest = x - __uint_as_float(big);
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(rest));
-  else
-    small = __float_as_uint(rest) & 0xffffe000u;
+  } else {
+    big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    small = __float_as_uint(x - __uint_as_float(big)) & 0xffffe000u;
+  }
 }
 // d += a b, m16n8k8, tf32 operands, fp32 accumulation.
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
