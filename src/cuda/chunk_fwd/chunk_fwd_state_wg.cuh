@@ -171,7 +171,9 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   const int64_t n = wk.n, bidx = wk.bidx, t0 = wk.t0, len = wk.len, c_begin = wk.c_begin, c_end = wk.c_end;
   constexpr bool summary = SUMMARY, has_output = !SUMMARY;
   const int ntiles = summary ? (K + static_cast<int>(a.V)) / 64 : static_cast<int>(a.V) / 64;
-  const bool active = tile < ntiles;             // the last half may have no tile (summary, odd count)
+  // the last half may have no tile (summary, odd count); forward mode has V / 64 = 2 tiles in one CTA (grid z = 1),
+  // so both halves are active there, known at compile time
+  const bool active = !summary || tile < ntiles;
   const bool m_tile = summary && tile < K / 64;  // augmented columns of M: identity start, zero values
   const bool has_values = active && !m_tile;
   // the half runs the chain; an M tile of a decay window does not (M = 0: its zero start state is its result)
@@ -559,6 +561,8 @@ int launch_chunk_state_wg_mode(const ChunkKernelArgs& a, int64_t items, int64_t 
   static std::atomic<uint64_t> done_mask{0};
   if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16, SUMMARY>, smem, done_mask)) return e;
   if (items <= 0 || a.Hv <= 0 || tiles <= 0) return 0;
+  // K = V = 128: the forward modes run both value halves of one CTA (the kernel takes both as active)
+  if (a.V != 128 || (!SUMMARY && tiles != 2)) return static_cast<int>(cudaErrorInvalidValue);
   StateWgMaps maps{};
   const uint32_t box[4] = {64, 64, 1, 1};  // 64 elements (128 bytes) x 64 tokens of one head
   maps.on = tma::encode_4d_b16(&maps.q, a.q, {128, a.T, a.Hqk, a.B}, {a.q_st, a.q_sh, a.q_sb}, box) &&
