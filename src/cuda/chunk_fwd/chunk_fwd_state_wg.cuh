@@ -46,12 +46,12 @@ struct StateWgSmem {
   uint64_t empty[2];               // [buffer] every thread is done reading it: one arrival per thread
 };
 
-// The tensor maps of the q, k and v tiles (boxes of 64 tokens x 64 elements of one head, 128-byte swizzle: the
-// layout of the shared-memory tiles above). on = 0: the host could not encode them; every chunk copies by cp.async.
-struct StateWgMaps {
-  CUtensorMap q, k, v;
-  int32_t on;
-};
+// The tensor maps of the q, k and v tiles (ChunkStateMaps, chunk_fwd.hpp: boxes of 64 tokens x 64 elements of one
+// head, 128-byte swizzle, the layout of the shared-memory tiles above), as the CUtensorMap values they hold.
+static_assert(sizeof(CUtensorMap) == sizeof(ChunkStateMaps::q) && alignof(CUtensorMap) == 128);
+__device__ __forceinline__ const CUtensorMap* tensor_map(const unsigned char (&m)[128]) {
+  return reinterpret_cast<const CUtensorMap*>(m);
+}
 
 // Store a warp's 16-row block of an accumulator of NJ 8-column groups (rows 16 wi .., packed 16-bit pairs: x[jn][0]
 // row lane / 4, x[jn][1] row lane / 4 + 8, columns 8 jn + 2 (lane % 4)) transposed: column c of the block becomes
@@ -146,7 +146,7 @@ constexpr int kStateWgThreads = 256;
 // has a data-dependent branch (ptxas serializes wgmma around accumulator moves at branch joins).
 template <bool BF16, bool SUMMARY>
 __global__ void __launch_bounds__(kStateWgThreads, 1)
-    chunk_fwd_state_wg_kernel(const ChunkKernelArgs a, const __grid_constant__ StateWgMaps maps) {
+    chunk_fwd_state_wg_kernel(const ChunkKernelArgs a, const __grid_constant__ ChunkStateMaps maps) {
   using E = typename Elem<BF16>::T;
   using P = Elem<BF16>;
   constexpr int K = 128;
@@ -249,12 +249,12 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
       const int r = static_cast<int>(tok), b = static_cast<int>(bidx);
 #pragma unroll
       for (int kh = 0; kh < 2; ++kh) {
-        tma::load_4d(sm.k[bf][kh], &maps.k, 64 * kh, r, hk, b, &sm.full[bf]);
-        if (has_output) tma::load_4d(sm.q[bf][kh], &maps.q, 64 * kh, r, hk, b, &sm.full[bf]);
+        tma::load_4d(sm.k[bf][kh], tensor_map(maps.k), 64 * kh, r, hk, b, &sm.full[bf]);
+        if (has_output) tma::load_4d(sm.q[bf][kh], tensor_map(maps.q), 64 * kh, r, hk, b, &sm.full[bf]);
       }
 #pragma unroll
       for (int x = 0; x < 2; ++x)
-        if (half_values[x]) tma::load_4d(sm.v[bf][x], &maps.v, half_vcol[x], r, h, b, &sm.full[bf]);
+        if (half_values[x]) tma::load_4d(sm.v[bf][x], tensor_map(maps.v), half_vcol[x], r, h, b, &sm.full[bf]);
     } else {
       mbar::arrive(&sm.full[bf]);
     }
@@ -556,27 +556,24 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
 
 // grid = (items, Hv, ceil(tiles / 2)): both value halves of V = 128 per CTA.
 template <bool BF16, bool SUMMARY>
-int launch_chunk_state_wg_mode(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
+int launch_chunk_state_wg_mode(const ChunkKernelArgs& a, const ChunkStateMaps& maps, int64_t items, int64_t tiles,
+                               void* stream) {
   const size_t smem = sizeof(StateWgSmem) + 1024;  // + alignment of the swizzled regions to 1024 bytes
   static std::atomic<uint64_t> done_mask{0};
   if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16, SUMMARY>, smem, done_mask)) return e;
   if (items <= 0 || a.Hv <= 0 || tiles <= 0) return 0;
   // K = V = 128: the forward modes run both value halves of one CTA (the kernel takes both as active)
   if (a.V != 128 || (!SUMMARY && tiles != 2)) return static_cast<int>(cudaErrorInvalidValue);
-  StateWgMaps maps{};
-  const uint32_t box[4] = {64, 64, 1, 1};  // 64 elements (128 bytes) x 64 tokens of one head
-  maps.on = tma::encode_4d_b16(&maps.q, a.q, {128, a.T, a.Hqk, a.B}, {a.q_st, a.q_sh, a.q_sb}, box) &&
-            tma::encode_4d_b16(&maps.k, a.k, {128, a.T, a.Hqk, a.B}, {a.k_st, a.k_sh, a.k_sb}, box) &&
-            tma::encode_4d_b16(&maps.v, a.v, {a.V, a.T, a.Hv, a.B}, {a.v_st, a.v_sh, a.v_sb}, box);
   const dim3 grid(static_cast<unsigned>(items), static_cast<unsigned>(a.Hv), static_cast<unsigned>((tiles + 1) / 2));
   chunk_fwd_state_wg_kernel<BF16, SUMMARY><<<grid, kStateWgThreads, smem, static_cast<cudaStream_t>(stream)>>>(a, maps);
   return static_cast<int>(cudaGetLastError());
 }
 
 template <bool BF16>
-int launch_chunk_state_wg(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
-  return a.mode == kModeSummary ? launch_chunk_state_wg_mode<BF16, true>(a, items, tiles, stream)
-                                : launch_chunk_state_wg_mode<BF16, false>(a, items, tiles, stream);
+int launch_chunk_state_wg(const ChunkKernelArgs& a, const ChunkStateMaps& maps, int64_t items, int64_t tiles,
+                          void* stream) {
+  return a.mode == kModeSummary ? launch_chunk_state_wg_mode<BF16, true>(a, maps, items, tiles, stream)
+                                : launch_chunk_state_wg_mode<BF16, false>(a, maps, items, tiles, stream);
 }
 
 }  // namespace flashgdn::cuda::chunk_detail
