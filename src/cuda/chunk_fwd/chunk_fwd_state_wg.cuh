@@ -314,91 +314,98 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   __syncthreads();         // the barriers are initialized; S0^T is complete
   if (c_begin < c_end) issue(c_begin, 0);
 
-  for (int64_t c = c_begin; c < c_end; ++c) {
+  // Chunk c of the walk is its i = c - c_begin-th, in buffer bf = i & 1.
+  // Fill buffer bf ^ 1 with chunk c + 1 once every warp has released chunk c - 1 (its last user). By TMA: thread 0
+  // waits for the release and copies, under phase 1's products; by cp.async (rare: a chunk that ends inside the
+  // tensor) every thread, under K S0 alone (fewer registers are live than under both products).
+  auto refill_tma = [&](int64_t c) {
     const int i = static_cast<int>(c - c_begin), bf = i & 1;
-    const int64_t tok0 = c * kC;
-    const int64_t nvalid = (len - tok0) < kC ? (len - tok0) : kC;
-    // fill buffer bf ^ 1 with chunk c + 1 once every warp has released chunk c - 1 (its last user). By TMA: thread 0
-    // waits for the release and copies, under phase 1's products; by cp.async (rare: a chunk that ends inside the
-    // tensor) every thread, at the top of the chunk, where fewer registers are live than under phase 1.
-    auto refill_tma = [&]() {
-      if (c + 1 < c_end && c + 1 < tma_end) {
-        if (i > 0 && tid == 0) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
-        issue_tma(c + 1, bf ^ 1);
-      }
-    };
-    auto refill_copy = [&]() {
-      if (c + 1 < c_end && c + 1 >= tma_end) {
-        if (i > 0) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
-        issue_copy(c + 1, bf ^ 1);
-      }
-    };
-    // this thread is done reading buffer bf (its wgmma reads included: waited). Every thread releases its own reads:
-    // one release-arrive per warpgroup behind a named barrier orders the same reads (bar.sync, then a cumulative
-    // release), but compute-sanitizer's racecheck does not follow that chain and reported each refill as a WAR hazard
-    // (46 per run); the per-thread arrivals cost nothing measurable (4.79 vs 4.78 us per chunk, H200).
-    auto release = [&]() { mbar::arrive(&sm.empty[bf]); };
-    mbar::wait(&sm.full[bf], (i >> 1) & 1);
-    // tiles landed by cp.async (generic proxy) before this thread's wgmma reads them (async proxy); TMA tiles need
-    // no fence (both proxies async, the barrier's completion makes them visible), and the fence would wait for this
-    // thread's o stores of the previous chunk (its MEMBAR)
-    if (c >= tma_end) wg::fence_async_smem();
-    refill_copy();
-    if (!computes) {  // (the last half of an odd summary, M of a decay window: loads and releases, no reads)
-      refill_tma();
-      release();
-      continue;
+    if (c + 1 < c_end && c + 1 < tma_end) {
+      if (i > 0 && tid == 0) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
+      issue_tma(c + 1, bf ^ 1);
     }
+  };
+  auto refill_copy = [&](int64_t c) {
+    const int i = static_cast<int>(c - c_begin), bf = i & 1;
+    if (c + 1 < c_end && c + 1 >= tma_end) {
+      if (i > 0) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
+      issue_copy(c + 1, bf ^ 1);
+    }
+  };
+  // Chunk c's tiles have landed. Tiles landed by cp.async (generic proxy) need the proxy fence before this thread's
+  // wgmma reads them (async proxy); TMA tiles need none (both proxies async, the barrier's completion makes them
+  // visible), and the fence would wait for this thread's o stores still in flight (its MEMBAR).
+  auto wait_full = [&](int64_t c) {
+    const int i = static_cast<int>(c - c_begin);
+    mbar::wait(&sm.full[i & 1], (i >> 1) & 1);
+    if (c >= tma_end) wg::fence_async_smem();
+  };
+  // This thread is done reading chunk c's buffer (its wgmma reads included: waited). Every thread releases its own
+  // reads: one release-arrive per warpgroup behind a named barrier orders the same reads (bar.sync, then a cumulative
+  // release), but compute-sanitizer's racecheck does not follow that chain and reported each refill as a WAR hazard
+  // (46 per run); the per-thread arrivals cost nothing measurable (4.79 vs 4.78 us per chunk, H200).
+  auto release = [&](int64_t c) { mbar::arrive(&sm.empty[(c - c_begin) & 1]); };
 
-    const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
-    const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
-    const uint4* pfr = reinterpret_cast<const uint4*>(sm.rec[bf] + (kRecHdrBytes + kRecABytes) / 4);
-
-    // ---- phase 1: K S0 and Q S0 for this half (64 x 64 each, over the 128 keys), one wgmma group each
-    float d[NJ][4], o[NJ][4];  // written by the first wgmma of each (accumulate = 0)
-    float(&dv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(d);
+  if (!computes) {  // (the last half of an odd summary, M of a decay window: loads and releases, no reads)
+    for (int64_t c = c_begin; c < c_end; ++c) wait_full(c), refill_copy(c), refill_tma(c), release(c);
+  } else {
+    float o[NJ][4];  // O of a chunk: diag(eq) Q S0 (phase 1), then + P U (phase 3); written by Q S0's first wgmma
     float(&ov)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(o);
-    // this thread's values of the chunk (rows r0, r1; packed pairs, zero for the summary's M tiles)
-    uint32_t vr[NJ][2];
-    auto load_v = [&]() {  // ldmatrix of the swizzled tile: matrices (rows 16 wi (+ 8), columns 8 jn (+ 8))
-      const unsigned char* vt = sm.v[bf][hf];
-      const int row = 16 * wi + (lane & 7) + ((lane >> 3) & 1) * 8;
+
+    // ---- phase 1 of chunk c: K S0 and Q S0 for this half (64 x 64 each, over the 128 keys), one wgmma group each;
+    // R = V - diag(ek) K S0 -> R^T, O = diag(eq) Q S0. `under_ks0` runs while K S0 is in flight and before Q S0 is
+    // issued: the previous chunk's wait for P U, its o store and checkpoint, which are then off the state's chain
+    // (the walk below runs phase 1 of chunk c + 1 at the end of chunk c's step, so that no wgmma group is in flight
+    // across the loop's back edge: ptxas would serialize every wgmma of the loop, C7514).
+    auto phase1 = [&](int64_t c, auto&& under_ks0) {
+      const int i = static_cast<int>(c - c_begin), bf = i & 1;
+      const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
+      wait_full(c);
+      float d[NJ][4];  // written by the first wgmma (accumulate = 0)
+      float(&dv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(d);
+      // this thread's values of the chunk (rows r0, r1; packed pairs, zero for the summary's M tiles)
+      uint32_t vr[NJ][2];
+      auto load_v = [&]() {  // ldmatrix of the swizzled tile: matrices (rows 16 wi (+ 8), columns 8 jn (+ 8))
+        const unsigned char* vt = sm.v[bf][hf];
+        const int row = 16 * wi + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
-      for (int jp = 0; jp < NJ / 2; ++jp) {
-        uint32_t f[4] = {0u, 0u, 0u, 0u};
-        if (has_values) ldsm_x4(f, vt + wg::swz(row, 2 * jp + (lane >> 4)));
-        vr[2 * jp][0] = f[0], vr[2 * jp][1] = f[1], vr[2 * jp + 1][0] = f[2], vr[2 * jp + 1][1] = f[3];
-      }
-    };
-    {
-      const uint32_t k_lo = k_lo0 + bf * (sizeof(sm.k[0]) >> 4), q_lo = q_lo0 + bf * (sizeof(sm.q[0]) >> 4);
-      wg::fence();
-#pragma unroll
-      for (int ks = 0; ks < K / 16; ++ks) {
-        const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;  // key half, 16-key step inside the 128-byte row
-        wg::mma_ss_n64<BF16>(dv, wg::desc_at(k_lo, off), wg::desc_at(st_lo, off), ks > 0);
-      }
-      wg::commit();  // K S0 in its own group: R's epilogue runs while Q S0 is in flight
-      if constexpr (has_output) {
+        for (int jp = 0; jp < NJ / 2; ++jp) {
+          uint32_t f[4] = {0u, 0u, 0u, 0u};
+          if (has_values) ldsm_x4(f, vt + wg::swz(row, 2 * jp + (lane >> 4)));
+          vr[2 * jp][0] = f[0], vr[2 * jp][1] = f[1], vr[2 * jp + 1][0] = f[2], vr[2 * jp + 1][1] = f[3];
+        }
+      };
+      {
+        const uint32_t k_lo = k_lo0 + bf * (sizeof(sm.k[0]) >> 4);
+        wg::fence();
 #pragma unroll
         for (int ks = 0; ks < K / 16; ++ks) {
-          const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;
-          wg::mma_ss_n64<BF16>(ov, wg::desc_at(q_lo, off), wg::desc_at(st_lo, off), ks > 0);
+          const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;  // key half, 16-key step inside the 128-byte row
+          wg::mma_ss_n64<BF16>(dv, wg::desc_at(k_lo, off), wg::desc_at(st_lo, off), ks > 0);
         }
-        wg::commit();
+        wg::commit();  // K S0 in its own group: R's epilogue runs while Q S0 is in flight
+        under_ks0();
+        refill_copy(c);
+        if constexpr (has_output) {
+          const uint32_t q_lo = q_lo0 + bf * (sizeof(sm.q[0]) >> 4);
+          wg::fence();
+#pragma unroll
+          for (int ks = 0; ks < K / 16; ++ks) {
+            const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;
+            wg::mma_ss_n64<BF16>(ov, wg::desc_at(q_lo, off), wg::desc_at(st_lo, off), ks > 0);
+          }
+          wg::commit();
+        }
+        // the loads of chunk c + 1 are issued while the tensor cores run phase 1 (the issue slots are idle here),
+        // and the values are read before the wait
+        refill_tma(c), load_v();
+        if constexpr (has_output)
+          wg::wait1();  // K S0 done, Q S0 may still run
+        else
+          wg::wait0();
       }
-      // the loads of chunk c + 1 are issued while the tensor cores run phase 1 (the issue slots are idle here), and
-      // the values are read before the wait
-      refill_tma(), load_v();
-      if constexpr (has_output)
-        wg::wait1();  // K S0 done, Q S0 may still run
-      else
-        wg::wait0();
-    }
-
-    // R = V - diag(ek) K S0 -> R^T;  O = diag(eq) Q S0
-    {
-      const float ek0 = hdr[r0], ek1 = hdr[r1], eq0 = hdr[64 + r0], eq1 = hdr[64 + r1];
+      // R = V - diag(ek) K S0 -> R^T;  O = diag(eq) Q S0
+      const float ek0 = hdr[r0], ek1 = hdr[r1];
       uint32_t x[NJ][2];
 #pragma unroll
       for (int jn = 0; jn < NJ; ++jn) {
@@ -409,69 +416,17 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
       store_transposed(rt_slice, x, wi, lane);
       wg::fence_async_smem();
       if constexpr (has_output) {
+        const float eq0 = hdr[64 + r0], eq1 = hdr[64 + r1];
         wg::wait0();  // Q S0
 #pragma unroll
         for (int jn = 0; jn < NJ; ++jn) o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
       }
-    }
-    // the operands of the next products that do not depend on the barriers (the record's fragments, K^T, from
-    // the chunk's landed tiles) are loaded before them, so their latency is under the barrier's wait
-    uint32_t af[2][4][4];  // A diag(beta): hi, lo
-    load_causal_frags(afr, wi, lane, af[0]);
-    load_causal_frags(afr + 32, wi, lane, af[1]);
-    named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
-
-    // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta)
-    float u[NJ][4];  // written by the first wgmma (accumulate = 0)
-    {
-      float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
-      // both parts in one group
-      wg::fence();
-#pragma unroll
-      for (int part = 0; part < 2; ++part)
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc)
-          wg::mma_rs_n64<BF16>(uv, af[part][kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
-      wg::commit();
-      wg::wait0();
-    }
-    // U_hi, U_lo (the B operand of P U) at U^T
-    auto store_ut = [&]() {
-      uint32_t xh[NJ][2], xl[NJ][2];
-      split_acc<BF16>(u, xh, xl);
-      store_transposed(uh_slice, xh, wi, lane);
-      store_transposed(ul_slice, xl, wi, lane);
     };
-    // diag(dk) U (fp32 product) as hi + lo for the state update, over the dead S0^T (hi in key block 1, lo in key
-    // block 0; phase 1 was waited by every warp of this warpgroup before R^T's barrier). diag(dk) U needs its lo part:
-    // with near-identical keys K^T diag(dk) U is a telescoping sum of U's rows, and 64 independent 16-bit roundings of
-    // the rows add up to ~1e-2 in the final state (measured on the H200, tests/cuda
-    // CudaChunkFwd.IdenticalKeysFullLastChunk; docs/chunk_fwd.md "Numerics").
-    {
-      const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
-      float du[NJ][4];
-#pragma unroll
-      for (int jn = 0; jn < NJ; ++jn)
-        du[jn][0] = u[jn][0] * dk0, du[jn][1] = u[jn][1] * dk0, du[jn][2] = u[jn][2] * dk1, du[jn][3] = u[jn][3] * dk1;
-      uint32_t xh[NJ][2], xl[NJ][2];
-      split_acc<BF16>(du, xh, xl);
-      store_transposed(st_slice + 8192, xh, wi, lane);
-      store_transposed(st_slice, xl, wi, lane);
-      wg::fence_async_smem();
-    }
-    uint32_t kt[2][4][4];  // K^T of key blocks 0, 1
-    // S <- en S. (Not under phase 1: ptxas then injects a wait for every product in flight there, C7517, as the
-    // state's registers are the update's accumulators.)
-    scale_state(sacc, hdr[192]);
-    load_kt_frags(sm.k[bf], r0 - g8, lane, kt[0]);       // keys 16 wi .. (block 0)
-    load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, kt[1]);  // keys 64 + 16 wi .. (block 1)
-    named_barrier<128>(1 + wgi);                         // diag(dk) U^T of this half complete
-
-    // ---- phase 3: the state update S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (B = the hi
-    // part at S0^T's key block 1, the lo part at key block 0) and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (P from
-    // registers)
-    auto store_o = [&]() {  // o of this chunk's valid rows
+    // o of chunk c's valid rows
+    auto store_o = [&](int64_t c) {
       if constexpr (has_output) {
+        const int64_t tok0 = c * kC;
+        const int64_t nvalid = (len - tok0) < kC ? (len - tok0) : kC;
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const int r = hr ? r1 : r0;
@@ -484,60 +439,133 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
         }
       }
     };
-    float(&s0)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[0]);
-    float(&s1)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[1]);
-    // the update (both key blocks) in one group; U^T is stored while it runs, then P U in a second group: the
-    // state's chain waits for the update only, and P U runs under the next chunk's S0^T stores
-    wg::fence();
+
+    if (c_begin < c_end) phase1(c_begin, [] {});
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int i = static_cast<int>(c - c_begin), bf = i & 1;
+      const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
+      const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
+      const uint4* pfr = reinterpret_cast<const uint4*>(sm.rec[bf] + (kRecHdrBytes + kRecABytes) / 4);
+      // the operands of the next products that do not depend on the barriers (the record's fragments, K^T, from
+      // the chunk's landed tiles) are loaded before them, so their latency is under the barrier's wait
+      uint32_t af[2][4][4];  // A diag(beta): hi, lo
+      load_causal_frags(afr, wi, lane, af[0]);
+      load_causal_frags(afr + 32, wi, lane, af[1]);
+      named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
+
+      // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta)
+      float u[NJ][4];  // written by the first wgmma (accumulate = 0)
+      {
+        float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
+        // both parts in one group
+        wg::fence();
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s0, kt[0][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+        for (int part = 0; part < 2; ++part)
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s0, kt[0][kc], wg::desc_at(st_lo, kc * 32), 1);
+          for (int kc = 0; kc < 4; ++kc)
+            wg::mma_rs_n64<BF16>(uv, af[part][kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
+        wg::commit();
+        wg::wait0();
+      }
+      // U_hi, U_lo (the B operand of P U) at U^T
+      auto store_ut = [&]() {
+        uint32_t xh[NJ][2], xl[NJ][2];
+        split_acc<BF16>(u, xh, xl);
+        store_transposed(uh_slice, xh, wi, lane);
+        store_transposed(ul_slice, xl, wi, lane);
+      };
+      // diag(dk) U (fp32 product) as hi + lo for the state update, over the dead S0^T (hi in key block 1, lo in key
+      // block 0; phase 1 was waited by every warp of this warpgroup before R^T's barrier). diag(dk) U needs its lo
+      // part: with near-identical keys K^T diag(dk) U is a telescoping sum of U's rows, and 64 independent 16-bit
+      // roundings of the rows add up to ~1e-2 in the final state (measured on the H200, tests/cuda
+      // CudaChunkFwd.IdenticalKeysFullLastChunk; docs/chunk_fwd.md "Numerics").
+      {
+        const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
+        float du[NJ][4];
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s1, kt[1][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s1, kt[1][kc], wg::desc_at(st_lo, kc * 32), 1);
-    wg::commit();
-    if constexpr (has_output) {
-      store_ut();
-      wg::fence_async_smem();
-      named_barrier<128>(1 + wgi);  // U^T of this slice complete
-      uint32_t p0[4][4], p1[4][4];
-      load_causal_frags(pfr, wi, lane, p0);
-      load_causal_frags(pfr + 32, wi, lane, p1);
+        for (int jn = 0; jn < NJ; ++jn)
+          du[jn][0] = u[jn][0] * dk0, du[jn][1] = u[jn][1] * dk0, du[jn][2] = u[jn][2] * dk1,
+          du[jn][3] = u[jn][3] * dk1;
+        uint32_t xh[NJ][2], xl[NJ][2];
+        split_acc<BF16>(du, xh, xl);
+        store_transposed(st_slice + 8192, xh, wi, lane);
+        store_transposed(st_slice, xl, wi, lane);
+        wg::fence_async_smem();
+      }
+      uint32_t kt[2][4][4];  // K^T of key blocks 0, 1
+      // S <- en S. (Not under phase 1: ptxas then injects a wait for every product in flight there, C7517, as the
+      // state's registers are the update's accumulators.)
+      scale_state(sacc, hdr[192]);
+      load_kt_frags(sm.k[bf], r0 - g8, lane, kt[0]);       // keys 16 wi .. (block 0)
+      load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, kt[1]);  // keys 64 + 16 wi .. (block 1)
+      named_barrier<128>(1 + wgi);                         // diag(dk) U^T of this half complete
+
+      // ---- phase 3: the state update S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (B = the hi
+      // part at S0^T's key block 1, the lo part at key block 0) and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (P from
+      // registers)
+      float(&s0)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[0]);
+      float(&s1)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[1]);
+      // the update (both key blocks) in one group; U^T is stored while it runs, then P U in a second group: the
+      // state's chain waits for the update only, and P U runs under the next chunk's S0^T stores
       wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p0[kc], wg::desc_at(ut_lo, kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s0, kt[0][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p0[kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s0, kt[0][kc], wg::desc_at(st_lo, kc * 32), 1);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p1[kc], wg::desc_at(ut_lo, kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s1, kt[1][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s1, kt[1][kc], wg::desc_at(st_lo, kc * 32), 1);
       wg::commit();
-    }
-    // this thread's last reads of buffer bf (K^T and P fragments into registers, the header) are behind it; the
-    // wgmma in flight read registers and the S0^T / U^T regions only
-    release();
-    if constexpr (has_output)
-      wg::wait1();  // the update
-    else
-      wg::wait0();
-    // the 16-bit copy for the next chunk's phase 1, over diag(dk) U^T (hi, lo): every warp of the warpgroup
-    // must be past its wait of the update (one warp's wait does not cover the others' halves of the operation)
-    named_barrier<128>(1 + wgi);
+      if constexpr (has_output) {
+        store_ut();
+        wg::fence_async_smem();
+        named_barrier<128>(1 + wgi);  // U^T of this slice complete
+        uint32_t p0[4][4], p1[4][4];
+        load_causal_frags(pfr, wi, lane, p0);
+        load_causal_frags(pfr + 32, wi, lane, p1);
+        wg::fence();
 #pragma unroll
-    for (int mb = 0; mb < 2; ++mb) {
-      uint32_t x[NJ][2];
-      pack_acc<BF16>(sacc[mb], x);
-      store_transposed(st_slice + 8192 * mb, x, wi, lane);
-    }
-    wg::fence_async_smem();
-    named_barrier<128>(1 + wgi);  // S0^T complete before the next chunk's phase 1 (no CTA-wide barrier orders it)
-    if constexpr (has_output) wg::wait0();  // P U
-    store_o();
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p0[kc], wg::desc_at(ut_lo, kc * 32), 1);
 #pragma unroll
-    for (int mb = 0; mb < 2; ++mb)  // key block mb: rows 64 mb + 16 wi ..
-      store_checkpoint(a, wk, c, h, vcol0, reinterpret_cast<const float(&)[1][NJ][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
-                       g8, t4);
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p0[kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p1[kc], wg::desc_at(ut_lo, kc * 32), 1);
+        wg::commit();
+      }
+      // this thread's last reads of buffer bf (K^T and P fragments into registers, the header) are behind it; the
+      // wgmma in flight read registers and the S0^T / U^T regions only
+      release(c);
+      if constexpr (has_output)
+        wg::wait1();  // the update
+      else
+        wg::wait0();
+      // the 16-bit copy for the next chunk's phase 1, over diag(dk) U^T (hi, lo): every warp of the warpgroup
+      // must be past its wait of the update (one warp's wait does not cover the others' halves of the operation)
+      named_barrier<128>(1 + wgi);
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb) {
+        uint32_t x[NJ][2];
+        pack_acc<BF16>(sacc[mb], x);
+        store_transposed(st_slice + 8192 * mb, x, wi, lane);
+      }
+      wg::fence_async_smem();
+      named_barrier<128>(1 + wgi);  // S0^T complete before the next chunk's phase 1 (no CTA-wide barrier orders it)
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb)  // key block mb: rows 64 mb + 16 wi ..
+        store_checkpoint(a, wk, c, h, vcol0, reinterpret_cast<const float(&)[1][NJ][4]>(sacc[mb]), 64 * mb + 16 * wi,
+                         cb, g8, t4);
+      // chunk c + 1's phase 1, and under its K S0 this chunk's wait for P U and its o store
+      if (c + 1 < c_end) {
+        phase1(c + 1, [&] {
+          if constexpr (has_output) wg::wait1();  // P U (K S0 of chunk c + 1 may still run)
+          store_o(c);
+        });
+      } else {
+        if constexpr (has_output) wg::wait0();  // P U
+        store_o(c);
+      }
+    }
   }
   cp_async_commit();    // (the copies are tracked by the barriers, not by groups: commit them to wait for them)
   cp_async_wait_all();  // no copy may be in flight at exit
