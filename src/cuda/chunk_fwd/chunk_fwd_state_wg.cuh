@@ -409,7 +409,7 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
       uint32_t x[NJ][2];
 #pragma unroll
       for (int jn = 0; jn < NJ; ++jn) {
-        const float2 v0 = P::unpack(vr[jn][0]), v1 = P::unpack(vr[jn][1]);
+        const float2 v0 = widen_pair<BF16>(vr[jn][0]), v1 = widen_pair<BF16>(vr[jn][1]);
         x[jn][0] = P::pack(v0.x - ek0 * d[jn][0], v0.y - ek0 * d[jn][1]);
         x[jn][1] = P::pack(v1.x - ek1 * d[jn][2], v1.y - ek1 * d[jn][3]);
       }
