@@ -438,6 +438,26 @@ TEST(CudaChunkFwd, WgmmaStatePassLongChain) {
   for (int segs : {1, 4}) check(g, segs);
 }
 
+// The wgmma state pass stores o by TMA (a 64-row box per chunk and value half) where a chunk has 64 rows or ends at
+// the tensor's end (the box is clipped there), and row by row where it ends inside the tensor: a box there would
+// write the next sequence's rows. Varlen with every kind of boundary: full chunks followed by the next sequence,
+// partial chunks followed by the next sequence (37, 191, 65), a one-row sequence, the last sequence ending at the
+// tensor's end on a chunk boundary, then on a partial chunk; fixed length B = 3 with a partial last chunk (clipped per
+// batch: the box must not reach the next batch's rows); unsplit and split (the split's forward mode, and its segments
+// start inside sequences).
+TEST(CudaChunkFwd, WgmmaOutputStoresAtSequenceBoundaries) {
+  REQUIRE_GPU();
+  GpuCase g = gcase("wg_o_varlen_ends_on_chunk", 1, 0, 2, 4, 128, 128);
+  g.c.seqlens = {64, 200, 128, 37, 1, 191, 65, 192};
+  g.c.g_scale = 0.05;  // weak decay: an o row written from the wrong chunk or sequence shows
+  for (int segs : {1, 3}) check(g, segs);
+  g.c.name = "wg_o_varlen_ends_partial";
+  g.c.seqlens = {130, 64, 0, 77};
+  for (int segs : {1, 2}) check(g, segs);
+  g = gcase("wg_o_batch3_partial", 3, 77, 2, 4, 128, 128);
+  for (int segs : {1, 2}) check(g, segs);
+}
+
 // The exact segment split (gdn-math §6) against the oracle and against the unsplit kernel.
 TEST(CudaChunkFwd, SegmentSplitOnAndOff) {
   REQUIRE_GPU();

@@ -70,7 +70,7 @@ ChunkKernelArgs make_args(const ChunkFwdParams& p, const ChunkDims& d) {
   return a;
 }
 
-// The wgmma state pass's tensor maps of q, k, v (K = V = 128), once per call: every state-pass launch of the call
+// The wgmma state pass's tensor maps of q, k, v and o (K = V = 128), once per call: every state-pass launch of the call
 // (the split's summary and forward passes) reads the same tensors. on = 0 where the driver cannot take them.
 ChunkStateMaps encode_state_maps(const ChunkKernelArgs& a) {
   static_assert(sizeof(CUtensorMap) == sizeof(ChunkStateMaps::q) && alignof(CUtensorMap) == 128);
@@ -78,10 +78,12 @@ ChunkStateMaps encode_state_maps(const ChunkKernelArgs& a) {
   auto* q = reinterpret_cast<CUtensorMap*>(m.q);
   auto* k = reinterpret_cast<CUtensorMap*>(m.k);
   auto* v = reinterpret_cast<CUtensorMap*>(m.v);
+  auto* o = reinterpret_cast<CUtensorMap*>(m.o);
   const uint32_t box[4] = {64, 64, 1, 1};  // 64 elements (128 bytes) x 64 tokens of one head
   m.on = tma::encode_4d_b16(q, a.q, {128, a.T, a.Hqk, a.B}, {a.q_st, a.q_sh, a.q_sb}, box) &&
          tma::encode_4d_b16(k, a.k, {128, a.T, a.Hqk, a.B}, {a.k_st, a.k_sh, a.k_sb}, box) &&
          tma::encode_4d_b16(v, a.v, {a.V, a.T, a.Hv, a.B}, {a.v_st, a.v_sh, a.v_sb}, box);
+  m.o_on = tma::encode_4d_b16(o, a.o, {a.V, a.T, a.Hv, a.B}, {a.o_st, a.o_sh, a.o_sb}, box);
   return m;
 }
 

@@ -53,6 +53,17 @@ __device__ __forceinline__ const CUtensorMap* tensor_map(const unsigned char (&m
   return reinterpret_cast<const CUtensorMap*>(m);
 }
 
+// Store a warp's 16-row block of an accumulator of NJ 8-column groups (the layout of store_transposed) as it is: row r
+// of the block becomes row 16 wi + r of a swizzled [64 rows][NJ * 8 columns] region at `region`.
+template <int NJ>
+__device__ __forceinline__ void store_rows(uint32_t region, const uint32_t (&x)[NJ][2], int wi, int lane) {
+  const int mi = lane >> 3, row = 16 * wi + (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+  for (int np = 0; np < NJ / 2; ++np)
+    wg::stsm_x4(region + wg::swz(row, 2 * np + (mi >> 1)), x[2 * np][0], x[2 * np][1], x[2 * np + 1][0],
+                x[2 * np + 1][1]);
+}
+
 // Store a warp's 16-row block of an accumulator of NJ 8-column groups (rows 16 wi .., packed 16-bit pairs: x[jn][0]
 // row lane / 4, x[jn][1] row lane / 4 + 8, columns 8 jn + 2 (lane % 4)) transposed: column c of the block becomes
 // row c of a swizzled [columns][64 rows] region (`region`: the shared-memory address of the region's row of column
@@ -231,6 +242,10 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   const int64_t kstep = (NTH / 16) * a.k_st, qstep = (NTH / 16) * a.q_st, vstep = (HTH / 8) * a.v_st;
   // chunks [c_begin, tma_end) go by TMA: the full ones, and a partial last one where the sequence ends the tensor
   const int64_t tma_end = !maps.on ? 0 : t0 + len == a.T ? c_end : len / kC;
+  // chunks [c_begin, tma_o_end) store o by TMA (the same ones: a box past the tensor's end is not written, but one
+  // that ends inside it would write the next sequence's rows or the slack rows)
+  const int64_t tma_o_end = !has_output || !maps.o_on ? 0 : t0 + len == a.T ? c_end : len / kC;
+  const bool o_leader = (tid & (HTH - 1)) == 0;  // the thread of this warpgroup that issues its o stores
   auto issue_tma = [&](int64_t ck, int bf) {
     const int64_t tok = t0 + ck * kC;
     const unsigned char* rsrc = a.rec + (chunk_slot(a, n, t0, ck) * a.Hv + h) * kRecBytes;
@@ -422,9 +437,17 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
         for (int jn = 0; jn < NJ; ++jn) o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
       }
     };
-    // o of chunk c's valid rows
+    // o of chunk c's valid rows. By TMA: staged at U^T_hi (free once every warp has waited for P U, the barrier), as
+    // a 64 x 64 swizzled tile, then stored by o_leader (issue_o). Else every thread its own rows.
     auto store_o = [&](int64_t c) {
       if constexpr (has_output) {
+        if (c < tma_o_end) {
+          named_barrier<128>(1 + wgi);
+          uint32_t x[NJ][2];
+          pack_acc<BF16>(o, x);
+          store_rows(uh_slice, x, wi, lane);
+          return;
+        }
         const int64_t tok0 = c * kC;
         const int64_t nvalid = (len - tok0) < kC ? (len - tok0) : kC;
 #pragma unroll
@@ -440,6 +463,12 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
       }
     };
 
+    auto issue_o = [&](int64_t c) {  // o_leader: the staged o of chunk c
+      tma::store_4d(tensor_map(maps.o), vcol0 + cb, static_cast<int>(t0 + c * kC), h, static_cast<int>(bidx),
+                    sm.ut[hf][0]);
+      tma::commit_stores();
+    };
+
     if (c_begin < c_end) phase1(c_begin, [] {});
     for (int64_t c = c_begin; c < c_end; ++c) {
       const int i = static_cast<int>(c - c_begin), bf = i & 1;
@@ -452,6 +481,10 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
       load_causal_frags(afr, wi, lane, af[0]);
       load_causal_frags(afr + 32, wi, lane, af[1]);
       named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
+      // the previous chunk's staged o (fenced with R^T, before the barrier) to global memory; its source, U^T_hi,
+      // is next written after the barrier before the update (o_leader waits for the store's read before it)
+      const bool o_issued = has_output && c > c_begin && c - 1 < tma_o_end && o_leader;
+      if (o_issued) issue_o(c - 1);
 
       // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta)
       float u[NJ][4];  // written by the first wgmma (accumulate = 0)
@@ -498,7 +531,8 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
       scale_state(sacc, hdr[192]);
       load_kt_frags(sm.k[bf], r0 - g8, lane, kt[0]);       // keys 16 wi .. (block 0)
       load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, kt[1]);  // keys 64 + 16 wi .. (block 1)
-      named_barrier<128>(1 + wgi);                         // diag(dk) U^T of this half complete
+      if (o_issued) tma::wait_stores_read();
+      named_barrier<128>(1 + wgi);  // diag(dk) U^T of this half complete
 
       // ---- phase 3: the state update S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (B = the hi
       // part at S0^T's key block 1, the lo part at key block 0) and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (P from
@@ -564,8 +598,14 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
       } else {
         if constexpr (has_output) wg::wait0();  // P U
         store_o(c);
+        if (c < tma_o_end) {  // the last chunk's staged o: no later barrier to issue it after
+          wg::fence_async_smem();
+          named_barrier<128>(1 + wgi);
+          if (o_leader) issue_o(c);
+        }
       }
     }
+    if (o_leader) tma::wait_stores();  // (no bulk store may be in flight at exit)
   }
   cp_async_commit();    // (the copies are tracked by the barriers, not by groups: commit them to wait for them)
   cp_async_wait_all();  // no copy may be in flight at exit
