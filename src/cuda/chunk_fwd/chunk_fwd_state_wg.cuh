@@ -498,6 +498,9 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
           for (int kc = 0; kc < 4; ++kc)
             wg::mma_rs_n64<BF16>(uv, af[part][kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
         wg::commit();
+        // S <- en S while U runs, off the chain (the state's registers are the update's accumulators, not U's:
+        // under phase 1 instead ptxas injected a wait for every product in flight there, C7517)
+        scale_state(sacc, hdr[192]);
         wg::wait0();
       }
       // U_hi, U_lo (the B operand of P U) at U^T
@@ -525,10 +528,7 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
         store_transposed(st_slice, xl, wi, lane);
         wg::fence_async_smem();
       }
-      uint32_t kt[2][4][4];  // K^T of key blocks 0, 1
-      // S <- en S. (Not under phase 1: ptxas then injects a wait for every product in flight there, C7517, as the
-      // state's registers are the update's accumulators.)
-      scale_state(sacc, hdr[192]);
+      uint32_t kt[2][4][4];                                // K^T of key blocks 0, 1
       load_kt_frags(sm.k[bf], r0 - g8, lane, kt[0]);       // keys 16 wi .. (block 0)
       load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, kt[1]);  // keys 64 + 16 wi .. (block 1)
       if (o_issued) tma::wait_stores_read();
