@@ -18,8 +18,9 @@
 //            of the swizzled k tile); U^T_hi, U^T_lo and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from
 //            registers), O stored; S0^T for the next chunk
 //
-// Loads: thread 0 copies a chunk's q, k, v tiles and record by TMA (every thread by cp.async where the chunk ends
-// inside the tensor, whose rows past the end must land as zeros). Synchronization per chunk: wait for the chunk's
+// Loads: the first thread of each warpgroup copies its share of a chunk's q, k, v tiles and record by TMA (every thread
+// by cp.async where the chunk ends inside the tensor, whose rows past the end must land as zeros); o leaves by TMA
+// stores where the chunk is full or ends the tensor. Synchronization per chunk: wait for the chunk's
 // tiles (full), release them (empty, every thread after its own last read), named barriers per warpgroup (R^T, diag(dk)
 // U^T, U^T complete; the update read; S0^T complete). The causal zero blocks of A diag(beta) and P are multiplied as
 // zeros (a warpgroup instruction cannot skip one warp's block). Work per chunk and CTA: 104 m64n64k16 = 13.6 MFLOP,
@@ -246,11 +247,19 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   // that ends inside it would write the next sequence's rows or the slack rows)
   const int64_t tma_o_end = !has_output || !maps.o_on ? 0 : t0 + len == a.T ? c_end : len / kC;
   const bool o_leader = (tid & (HTH - 1)) == 0;  // the thread of this warpgroup that issues its o stores
+  // By TMA, the copies are split over the two warpgroups' first threads (the issue is on their warps' chains): thread
+  // 0 the record and the k tiles, thread HTH the q tiles and both halves' value tiles; each expects its own bytes on
+  // full[bf] before its copies, and every other thread only arrives.
   auto issue_tma = [&](int64_t ck, int bf) {
-    const int64_t tok = t0 + ck * kC;
-    const unsigned char* rsrc = a.rec + (chunk_slot(a, n, t0, ck) * a.Hv + h) * kRecBytes;
+    const int r = static_cast<int>(t0 + ck * kC), b = static_cast<int>(bidx);
     if (tid == 0) {
-      bool half_values[2];  // has_values of each half: thread 0 copies both halves' value tiles
+      const unsigned char* rsrc = a.rec + (chunk_slot(a, n, t0, ck) * a.Hv + h) * kRecBytes;
+      tma::arrive_expect_tx(&sm.full[bf], 16 * kRecVec + 8192 * 2);
+      tma::load_bulk(sm.rec[bf], rsrc, 16 * kRecVec, &sm.full[bf]);
+#pragma unroll
+      for (int kh = 0; kh < 2; ++kh) tma::load_4d(sm.k[bf][kh], tensor_map(maps.k), 64 * kh, r, hk, b, &sm.full[bf]);
+    } else if (tid == HTH) {
+      bool half_values[2];  // has_values of each half
       int half_vcol[2];
 #pragma unroll
       for (int x = 0; x < 2; ++x) {
@@ -258,18 +267,20 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
         half_values[x] = t < ntiles && !(summary && t < K / 64);
         half_vcol[x] = summary ? (t - K / 64) * kBV : t * kBV;
       }
-      const uint32_t bytes = 16 * kRecVec + 8192 * ((has_output ? 4 : 2) + half_values[0] + half_values[1]);
-      tma::arrive_expect_tx(&sm.full[bf], bytes);
-      tma::load_bulk(sm.rec[bf], rsrc, 16 * kRecVec, &sm.full[bf]);
-      const int r = static_cast<int>(tok), b = static_cast<int>(bidx);
+      const uint32_t bytes = 8192 * ((has_output ? 2 : 0) + half_values[0] + half_values[1]);
+      if (bytes == 0) {
+        mbar::arrive(&sm.full[bf]);
+      } else {
+        tma::arrive_expect_tx(&sm.full[bf], bytes);
+        if (has_output) {
 #pragma unroll
-      for (int kh = 0; kh < 2; ++kh) {
-        tma::load_4d(sm.k[bf][kh], tensor_map(maps.k), 64 * kh, r, hk, b, &sm.full[bf]);
-        if (has_output) tma::load_4d(sm.q[bf][kh], tensor_map(maps.q), 64 * kh, r, hk, b, &sm.full[bf]);
+          for (int kh = 0; kh < 2; ++kh)
+            tma::load_4d(sm.q[bf][kh], tensor_map(maps.q), 64 * kh, r, hk, b, &sm.full[bf]);
+        }
+#pragma unroll
+        for (int x = 0; x < 2; ++x)
+          if (half_values[x]) tma::load_4d(sm.v[bf][x], tensor_map(maps.v), half_vcol[x], r, h, b, &sm.full[bf]);
       }
-#pragma unroll
-      for (int x = 0; x < 2; ++x)
-        if (half_values[x]) tma::load_4d(sm.v[bf][x], tensor_map(maps.v), half_vcol[x], r, h, b, &sm.full[bf]);
     } else {
       mbar::arrive(&sm.full[bf]);
     }
@@ -331,12 +342,12 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
 
   // Chunk c of the walk is its i = c - c_begin-th, in buffer bf = i & 1.
   // Fill buffer bf ^ 1 with chunk c + 1 once every warp has released chunk c - 1 (its last user). By TMA: thread 0
-  // waits for the release and copies, under phase 1's products; by cp.async (rare: a chunk that ends inside the
-  // tensor) every thread, under K S0 alone (fewer registers are live than under both products).
+  // and thread HTH wait for the release and copy, under phase 1's products; by cp.async (rare: a chunk that ends inside
+  // the tensor) every thread, under K S0 alone (fewer registers are live than under both products).
   auto refill_tma = [&](int64_t c) {
     const int i = static_cast<int>(c - c_begin), bf = i & 1;
     if (c + 1 < c_end && c + 1 < tma_end) {
-      if (i > 0 && tid == 0) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
+      if (i > 0 && (tid == 0 || tid == HTH)) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
       issue_tma(c + 1, bf ^ 1);
     }
   };
