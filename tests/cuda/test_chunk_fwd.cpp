@@ -283,18 +283,49 @@ void expect_close(const GpuCase& gc, const Result& ref, GpuRun& run, double tol)
               c.name.c_str(), eo, ho, eh, hh);
 }
 
+// Varlen slack: the last sequence of `gc` loses its last `slack` rows to the rows past cu_seqlens[N], which no
+// sequence owns (the shapes come from x: T keeps them). Returns the device's copy of the inputs: NaN in the slack
+// rows (no kernel may read them).
+Inputs cut_slack(GpuCase& gc, Inputs& x, int64_t slack) {
+  const int64_t Tt = gc.c.total_T();
+  if (slack > 0) {
+    const int64_t N = gc.c.N();
+    EXPECT_GE(gc.c.seqlens.back(), slack);
+    x.in.cu.set(N, x.in.cu.get(N) - double(slack));
+    gc.c.seqlens.back() -= slack;
+  }
+  Inputs xd = x;
+  for (HostTensor* t : {&xd.in.q, &xd.in.k, &xd.in.v, &xd.in.g, &xd.in.beta}) {
+    const int64_t row = t->numel() / Tt;
+    for (int64_t i = (Tt - slack) * row; i < Tt * row; ++i) t->set(i, std::nan(""));
+  }
+  return xd;
+}
+
+// The slack rows' o stays poisoned (never written); then they are zeroed in both results, so that the comparison
+// covers the sequences' rows only.
+void expect_slack_unwritten(const GpuCase& gc, Result& ref, GpuRun& run, int64_t slack) {
+  const int64_t Tt = run.o.shape[1], row = gc.c.Hv * gc.c.V;
+  for (int64_t i = (Tt - slack) * row; i < Tt * row; ++i) {
+    EXPECT_TRUE(std::isnan(run.o.get(i))) << gc.c.name << ": slack row element " << i << " written";
+    run.o.set(i, 0.0), ref.o.set(i, 0.0);
+  }
+}
+
 // Runs one case through the GPU (with the segment split forced to `segments` through exec.chunk_fwd_segments: 0 the
-// plan's choice, 1 off) and the oracle. The state pass is the plan's for the head dims: wgmma where K = V = 128,
-// mma.sync where K or V = 64; the cases cover both.
-void check(const GpuCase& gc, int segments = 0, double tol = 5e-3) {
-  const Inputs x = make_case_inputs(gc);
-  const Result ref = run_oracle(gc, x);
-  GpuRun run(gc, x);
+// plan's choice, 1 off) and the oracle; `slack` rows past cu_seqlens[N] as in cut_slack. The state pass is the
+// plan's for the head dims: wgmma where K = V = 128, mma.sync where K or V = 64; the cases cover both.
+void check(GpuCase gc, int segments = 0, double tol = 5e-3, int64_t slack = 0) {
+  Inputs x = make_case_inputs(gc);
+  const Inputs xd = cut_slack(gc, x, slack);
+  Result ref = run_oracle(gc, x);
+  GpuRun run(gc, xd);
   run.p.exec.chunk_fwd_segments = segments;
   run.poison();
   const Status st = run.launch();
   ASSERT_TRUE(st.ok()) << st.message();
   run.fetch();
+  expect_slack_unwritten(gc, ref, run, slack);
   expect_close(gc, ref, run, tol);
 }
 
@@ -497,6 +528,29 @@ TEST(CudaChunkFwd, WgmmaStatePassLongChain) {
   for (int segs : {1, 4}) check(g, segs);
 }
 
+// The wgmma state pass stores o by TMA (a 64-row box per chunk and value half) where a chunk has 64 rows or ends at
+// the tensor's end (the box is clipped there), and row by row where it ends inside the tensor: a box there would
+// write the next sequence's rows. Varlen with every kind of boundary: full chunks followed by the next sequence,
+// partial chunks followed by the next sequence (37, 191, 65), a one-row sequence, the last sequence ending at the
+// tensor's end on a chunk boundary, then on a partial chunk; fixed length B = 3 with a partial last chunk (clipped per
+// batch: the box must not reach the next batch's rows); unsplit and split (the split's forward mode, and its segments
+// start inside sequences).
+TEST(CudaChunkFwd, WgmmaOutputStoresAtSequenceBoundaries) {
+  REQUIRE_GPU();
+  GpuCase g = gcase("wg_o_varlen_ends_on_chunk", 1, 0, 2, 4, 128, 128);
+  g.c.seqlens = {64, 200, 128, 37, 1, 191, 65, 192};
+  g.c.g_scale = 0.05;  // weak decay: an o row written from the wrong chunk or sequence shows
+  for (int segs : {1, 3}) check(g, segs);
+  g.c.name = "wg_o_varlen_ends_partial";
+  g.c.seqlens = {130, 64, 0, 77};
+  for (int segs : {1, 2}) check(g, segs);
+  g.c.name = "wg_o_varlen_slack";  // the last sequence ends inside the tensor: slack rows follow (never written)
+  g.c.seqlens = {128, 100, 256};
+  for (int segs : {1, 2}) check(g, segs, 5e-3, 60);  // the last sequence: 196 rows, then 60 slack rows
+  g = gcase("wg_o_batch3_partial", 3, 77, 2, 4, 128, 128);
+  for (int segs : {1, 2}) check(g, segs);
+}
+
 // The exact segment split (gdn-math §6) against the oracle and against the unsplit kernel.
 TEST(CudaChunkFwd, SegmentSplitOnAndOff) {
   REQUIRE_GPU();
@@ -552,18 +606,8 @@ WindowStats check_windows(GpuCase gc, int segments, const GateFn& gate, const Ga
         if (gate) x.in.g.set(i, gate(h, t, x.in.g.get(i)));
         if (beta) x.in.beta.set(i, beta(h, t, x.in.beta.get(i)));
       }
-  if (slack > 0) {  // the last sequence loses its last `slack` rows to the slack past cu_seqlens[N]
-    const int64_t N = gc.c.N();
-    EXPECT_GE(gc.c.seqlens.back(), slack);
-    x.in.cu.set(N, x.in.cu.get(N) - double(slack));
-    gc.c.seqlens.back() -= slack;  // (the shapes come from x: T keeps the slack rows)
-  }
+  const Inputs xd = cut_slack(gc, x, slack);
   Result ref = run_oracle(gc, x);
-  Inputs xd = x;  // the device's copy: NaN in the slack rows (no kernel may read them)
-  for (HostTensor* t : {&xd.in.q, &xd.in.k, &xd.in.v, &xd.in.g, &xd.in.beta}) {
-    const int64_t row = t->numel() / Tt;
-    for (int64_t i = (Tt - slack) * row; i < Tt * row; ++i) t->set(i, std::nan(""));
-  }
   GpuRun run(gc, xd);
   run.p.exec.chunk_fwd_segments = segments;
   run.poison();
@@ -571,13 +615,7 @@ WindowStats check_windows(GpuCase gc, int segments, const GateFn& gate, const Ga
   EXPECT_TRUE(st.ok()) << st.message();
   if (!st.ok()) return ws;
   run.fetch();
-  if (slack > 0) {  // slack rows stay poisoned (never written); then compare the sequences' rows only
-    const int64_t row = Hv * V, first = (Tt - slack) * row;
-    for (int64_t i = first; i < Tt * row; ++i) {
-      EXPECT_TRUE(std::isnan(run.o.get(i))) << gc.c.name << ": slack row element " << i << " written";
-      run.o.set(i, 0.0), ref.o.set(i, 0.0);
-    }
-  }
+  expect_slack_unwritten(gc, ref, run, slack);
   expect_close(gc, ref, run, 5e-3);
 
   // the plan of the call (forced P: the layout does not depend on the SM count)

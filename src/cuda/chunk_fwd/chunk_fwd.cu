@@ -16,6 +16,7 @@
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
 #include "cuda/chunk_fwd/chunk_split.cuh"
 #include "cuda/common/cuda_check.cuh"
+#include "cuda/common/tma.cuh"
 
 namespace flashgdn::cuda {
 
@@ -69,12 +70,29 @@ ChunkKernelArgs make_args(const ChunkFwdParams& p, const ChunkDims& d) {
   return a;
 }
 
+// The wgmma state pass's tensor maps of q, k, v and o (K = V = 128), once per call: every state-pass launch of the call
+// (the split's summary and forward passes) reads the same tensors. on = 0 where the driver cannot take them.
+ChunkStateMaps encode_state_maps(const ChunkKernelArgs& a) {
+  static_assert(sizeof(CUtensorMap) == sizeof(ChunkStateMaps::q) && alignof(CUtensorMap) == 128);
+  ChunkStateMaps m{};
+  auto* q = reinterpret_cast<CUtensorMap*>(m.q);
+  auto* k = reinterpret_cast<CUtensorMap*>(m.k);
+  auto* v = reinterpret_cast<CUtensorMap*>(m.v);
+  auto* o = reinterpret_cast<CUtensorMap*>(m.o);
+  const uint32_t box[4] = {64, 64, 1, 1};  // 64 elements (128 bytes) x 64 tokens of one head
+  m.on = tma::encode_4d_b16(q, a.q, {128, a.T, a.Hqk, a.B}, {a.q_st, a.q_sh, a.q_sb}, box) &&
+         tma::encode_4d_b16(k, a.k, {128, a.T, a.Hqk, a.B}, {a.k_st, a.k_sh, a.k_sb}, box) &&
+         tma::encode_4d_b16(v, a.v, {a.V, a.T, a.Hv, a.B}, {a.v_st, a.v_sh, a.v_sb}, box);
+  m.o_on = tma::encode_4d_b16(o, a.o, {a.V, a.T, a.Hv, a.B}, {a.o_st, a.o_sh, a.o_sb}, box);
+  return m;
+}
+
 // The state pass over (items, Hv, tiles): tiles = V / 64 (forward) or (K + V) / 64 (summary).
-int launch_state(const ChunkKernelArgs& a, ChunkStatePass pass, bool bf16, int64_t K, int64_t items, int64_t tiles,
-                 void* stream) {
+int launch_state(const ChunkKernelArgs& a, ChunkStatePass pass, const ChunkStateMaps& maps, bool bf16, int64_t K,
+                 int64_t items, int64_t tiles, void* stream) {
   if (pass == ChunkStatePass::wgmma)
-    return bf16 ? launch_chunk_state_wg_bf16(a, items, tiles, stream)
-                : launch_chunk_state_wg_f16(a, items, tiles, stream);
+    return bf16 ? launch_chunk_state_wg_bf16(a, maps, items, tiles, stream)
+                : launch_chunk_state_wg_f16(a, maps, items, tiles, stream);
   return bf16 ? launch_chunk_state_bf16(a, K, items, tiles, stream)
               : launch_chunk_state_f16(a, K, items, tiles, stream);
 }
@@ -98,8 +116,9 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan
   if (pl.split) a.dec = reinterpret_cast<float*>(base + pl.ws_dec);
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_intra_bf16(a, d.K, stream)
                                                 : launch_chunk_intra_f16(a, d.K, stream)));
+  const ChunkStateMaps maps = pl.state_pass == ChunkStatePass::wgmma ? encode_state_maps(a) : ChunkStateMaps{};
   if (!pl.split) {
-    FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch_state(a, pl.state_pass, bf16, d.K, d.N, vt, stream)));
+    FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch_state(a, pl.state_pass, maps, bf16, d.K, d.N, vt, stream)));
     return Status::OK();
   }
   auto* items = reinterpret_cast<ChunkWorkItem*>(base + pl.ws_items);
@@ -111,10 +130,10 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan
 
   FGDN_CUDA_CHECK(launch_chunk_index(a.cu_seqlens, a.cu_i64, d.N, d.T, pl.seg_chunks, items, pl.cap, seq_first, st));
   a.mode = kModeSummary;
-  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch_state(a, pl.state_pass, bf16, d.K, pl.cap, kt + vt, stream)));
+  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch_state(a, pl.state_pass, maps, bf16, d.K, pl.cap, kt + vt, stream)));
   FGDN_CUDA_CHECK(launch_chunk_scan(a, seq_first, d.K, false, st));
   a.mode = kModeForwardSplit;
-  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch_state(a, pl.state_pass, bf16, d.K, pl.cap, vt, stream)));
+  FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch_state(a, pl.state_pass, maps, bf16, d.K, pl.cap, vt, stream)));
   return Status::OK();
 }
 

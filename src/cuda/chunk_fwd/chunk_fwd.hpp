@@ -151,8 +151,23 @@ int launch_chunk_intra_bf16(const ChunkKernelArgs& a, int64_t K, void* stream);
 int launch_chunk_intra_f16(const ChunkKernelArgs& a, int64_t K, void* stream);
 int launch_chunk_state_bf16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
 int launch_chunk_state_f16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* stream);
+// The TMA tensor maps of the wgmma state pass: boxes of 64 tokens x 64 elements of one head of q, k, v (loads) and o
+// (stores), [B][T][H][K or V], 128-byte swizzle. Each is a CUtensorMap (128 bytes, 128-byte aligned), opaque here
+// (this header is plain C++). Encoded on the host once per op call (chunk_fwd.cu) and passed by value to each
+// state-pass launch of the call (a CUDA graph captures them). on = 0 where the q, k, v encode failed (every chunk then
+// copies by cp.async), o_on = 0 where o's did (every thread then stores its own o rows).
+struct ChunkStateMaps {
+  alignas(128) unsigned char q[128];
+  alignas(128) unsigned char k[128];
+  alignas(128) unsigned char v[128];
+  alignas(128) unsigned char o[128];
+  int32_t on, o_on;
+};
+
 // The state pass on wgmma (chunk_fwd_state_wg.cuh), K = V = 128 only: grid (items, Hv, ceil(tiles / 2)).
-int launch_chunk_state_wg_bf16(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream);
-int launch_chunk_state_wg_f16(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream);
+int launch_chunk_state_wg_bf16(const ChunkKernelArgs& a, const ChunkStateMaps& maps, int64_t items, int64_t tiles,
+                               void* stream);
+int launch_chunk_state_wg_f16(const ChunkKernelArgs& a, const ChunkStateMaps& maps, int64_t items, int64_t tiles,
+                              void* stream);
 
 }  // namespace flashgdn::cuda

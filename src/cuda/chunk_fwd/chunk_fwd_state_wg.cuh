@@ -18,8 +18,9 @@
 //            of the swizzled k tile); U^T_hi, U^T_lo and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from
 //            registers), O stored; S0^T for the next chunk
 //
-// Loads: thread 0 copies a chunk's q, k, v tiles and record by TMA (every thread by cp.async where the chunk ends
-// inside the tensor, whose rows past the end must land as zeros). Synchronization per chunk: wait for the chunk's
+// Loads: the first thread of each warpgroup copies its share of a chunk's q, k, v tiles and record by TMA (every thread
+// by cp.async where the chunk ends inside the tensor, whose rows past the end must land as zeros); o leaves by TMA
+// stores where the chunk is full or ends the tensor. Synchronization per chunk: wait for the chunk's
 // tiles (full), release them (empty, every thread after its own last read), named barriers per warpgroup (R^T, diag(dk)
 // U^T, U^T complete; the update read; S0^T complete). The causal zero blocks of A diag(beta) and P are multiplied as
 // zeros (a warpgroup instruction cannot skip one warp's block). Work per chunk and CTA: 104 m64n64k16 = 13.6 MFLOP,
@@ -46,12 +47,23 @@ struct StateWgSmem {
   uint64_t empty[2];               // [buffer] every thread is done reading it: one arrival per thread
 };
 
-// The tensor maps of the q, k and v tiles (boxes of 64 tokens x 64 elements of one head, 128-byte swizzle: the
-// layout of the shared-memory tiles above). on = 0: the host could not encode them; every chunk copies by cp.async.
-struct StateWgMaps {
-  CUtensorMap q, k, v;
-  int32_t on;
-};
+// The tensor maps of the q, k and v tiles (ChunkStateMaps, chunk_fwd.hpp: boxes of 64 tokens x 64 elements of one
+// head, 128-byte swizzle, the layout of the shared-memory tiles above), as the CUtensorMap values they hold.
+static_assert(sizeof(CUtensorMap) == sizeof(ChunkStateMaps::q) && alignof(CUtensorMap) == 128);
+__device__ __forceinline__ const CUtensorMap* tensor_map(const unsigned char (&m)[128]) {
+  return reinterpret_cast<const CUtensorMap*>(m);
+}
+
+// Store a warp's 16-row block of an accumulator of NJ 8-column groups (the layout of store_transposed) as it is: row r
+// of the block becomes row 16 wi + r of a swizzled [64 rows][NJ * 8 columns] region at `region`.
+template <int NJ>
+__device__ __forceinline__ void store_rows(uint32_t region, const uint32_t (&x)[NJ][2], int wi, int lane) {
+  const int mi = lane >> 3, row = 16 * wi + (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+  for (int np = 0; np < NJ / 2; ++np)
+    wg::stsm_x4(region + wg::swz(row, 2 * np + (mi >> 1)), x[2 * np][0], x[2 * np][1], x[2 * np + 1][0],
+                x[2 * np + 1][1]);
+}
 
 // Store a warp's 16-row block of an accumulator of NJ 8-column groups (rows 16 wi .., packed 16-bit pairs: x[jn][0]
 // row lane / 4, x[jn][1] row lane / 4 + 8, columns 8 jn + 2 (lane % 4)) transposed: column c of the block becomes
@@ -68,6 +80,17 @@ __device__ __forceinline__ void store_transposed(uint32_t region, const uint32_t
   }
 }
 
+// The two 16-bit values of a packed pair (low half first) as fp32, exactly. bf16 is the top half of an fp32, so
+// one shift and one mask (the library conversion compiles to a PRMT and a shift per value here, ~50 extra
+// instructions per chunk step); fp16 by the conversion.
+template <bool BF16>
+__device__ __forceinline__ float2 widen_pair(uint32_t u) {
+  if constexpr (BF16)
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+  else
+    return Elem<false>::unpack(u);
+}
+
 // x = d rounded to 16 bits (hi), y = the rounding error rounded (lo): hi + lo is d to ~2^-16 relative.
 template <bool BF16, int NJ>
 __device__ __forceinline__ void split_acc(const float (&d)[NJ][4], uint32_t (&x)[NJ][2], uint32_t (&y)[NJ][2]) {
@@ -76,7 +99,7 @@ __device__ __forceinline__ void split_acc(const float (&d)[NJ][4], uint32_t (&x)
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       x[jn][hr] = Elem<BF16>::pack(d[jn][2 * hr], d[jn][2 * hr + 1]);
-      const float2 f = Elem<BF16>::unpack(x[jn][hr]);
+      const float2 f = widen_pair<BF16>(x[jn][hr]);
       y[jn][hr] = Elem<BF16>::pack(d[jn][2 * hr] - f.x, d[jn][2 * hr + 1] - f.y);
     }
 }
@@ -135,7 +158,7 @@ constexpr int kStateWgThreads = 256;
 // has a data-dependent branch (ptxas serializes wgmma around accumulator moves at branch joins).
 template <bool BF16, bool SUMMARY>
 __global__ void __launch_bounds__(kStateWgThreads, 1)
-    chunk_fwd_state_wg_kernel(const ChunkKernelArgs a, const __grid_constant__ StateWgMaps maps) {
+    chunk_fwd_state_wg_kernel(const ChunkKernelArgs a, const __grid_constant__ ChunkStateMaps maps) {
   using E = typename Elem<BF16>::T;
   using P = Elem<BF16>;
   constexpr int K = 128;
@@ -160,7 +183,9 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   const int64_t n = wk.n, bidx = wk.bidx, t0 = wk.t0, len = wk.len, c_begin = wk.c_begin, c_end = wk.c_end;
   constexpr bool summary = SUMMARY, has_output = !SUMMARY;
   const int ntiles = summary ? (K + static_cast<int>(a.V)) / 64 : static_cast<int>(a.V) / 64;
-  const bool active = tile < ntiles;             // the last half may have no tile (summary, odd count)
+  // the last half may have no tile (summary, odd count); forward mode has V / 64 = 2 tiles in one CTA (grid z = 1),
+  // so both halves are active there, known at compile time
+  const bool active = !summary || tile < ntiles;
   const bool m_tile = summary && tile < K / 64;  // augmented columns of M: identity start, zero values
   const bool has_values = active && !m_tile;
   // the half runs the chain; an M tile of a decay window does not (M = 0: its zero start state is its result)
@@ -218,11 +243,23 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   const int64_t kstep = (NTH / 16) * a.k_st, qstep = (NTH / 16) * a.q_st, vstep = (HTH / 8) * a.v_st;
   // chunks [c_begin, tma_end) go by TMA: the full ones, and a partial last one where the sequence ends the tensor
   const int64_t tma_end = !maps.on ? 0 : t0 + len == a.T ? c_end : len / kC;
+  // chunks [c_begin, tma_o_end) store o by TMA (the same ones: a box past the tensor's end is not written, but one
+  // that ends inside it would write the next sequence's rows or the slack rows)
+  const int64_t tma_o_end = !has_output || !maps.o_on ? 0 : t0 + len == a.T ? c_end : len / kC;
+  const bool o_leader = (tid & (HTH - 1)) == 0;  // the thread of this warpgroup that issues its o stores
+  // By TMA, the copies are split over the two warpgroups' first threads (the issue is on their warps' chains): thread
+  // 0 the record and the k tiles, thread HTH the q tiles and both halves' value tiles; each expects its own bytes on
+  // full[bf] before its copies, and every other thread only arrives.
   auto issue_tma = [&](int64_t ck, int bf) {
-    const int64_t tok = t0 + ck * kC;
-    const unsigned char* rsrc = a.rec + (chunk_slot(a, n, t0, ck) * a.Hv + h) * kRecBytes;
+    const int r = static_cast<int>(t0 + ck * kC), b = static_cast<int>(bidx);
     if (tid == 0) {
-      bool half_values[2];  // has_values of each half: thread 0 copies both halves' value tiles
+      const unsigned char* rsrc = a.rec + (chunk_slot(a, n, t0, ck) * a.Hv + h) * kRecBytes;
+      tma::arrive_expect_tx(&sm.full[bf], 16 * kRecVec + 8192 * 2);
+      tma::load_bulk(sm.rec[bf], rsrc, 16 * kRecVec, &sm.full[bf]);
+#pragma unroll
+      for (int kh = 0; kh < 2; ++kh) tma::load_4d(sm.k[bf][kh], tensor_map(maps.k), 64 * kh, r, hk, b, &sm.full[bf]);
+    } else if (tid == HTH) {
+      bool half_values[2];  // has_values of each half
       int half_vcol[2];
 #pragma unroll
       for (int x = 0; x < 2; ++x) {
@@ -230,18 +267,20 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
         half_values[x] = t < ntiles && !(summary && t < K / 64);
         half_vcol[x] = summary ? (t - K / 64) * kBV : t * kBV;
       }
-      const uint32_t bytes = 16 * kRecVec + 8192 * ((has_output ? 4 : 2) + half_values[0] + half_values[1]);
-      tma::arrive_expect_tx(&sm.full[bf], bytes);
-      tma::load_bulk(sm.rec[bf], rsrc, 16 * kRecVec, &sm.full[bf]);
-      const int r = static_cast<int>(tok), b = static_cast<int>(bidx);
+      const uint32_t bytes = 8192 * ((has_output ? 2 : 0) + half_values[0] + half_values[1]);
+      if (bytes == 0) {
+        mbar::arrive(&sm.full[bf]);
+      } else {
+        tma::arrive_expect_tx(&sm.full[bf], bytes);
+        if (has_output) {
 #pragma unroll
-      for (int kh = 0; kh < 2; ++kh) {
-        tma::load_4d(sm.k[bf][kh], &maps.k, 64 * kh, r, hk, b, &sm.full[bf]);
-        if (has_output) tma::load_4d(sm.q[bf][kh], &maps.q, 64 * kh, r, hk, b, &sm.full[bf]);
+          for (int kh = 0; kh < 2; ++kh)
+            tma::load_4d(sm.q[bf][kh], tensor_map(maps.q), 64 * kh, r, hk, b, &sm.full[bf]);
+        }
+#pragma unroll
+        for (int x = 0; x < 2; ++x)
+          if (half_values[x]) tma::load_4d(sm.v[bf][x], tensor_map(maps.v), half_vcol[x], r, h, b, &sm.full[bf]);
       }
-#pragma unroll
-      for (int x = 0; x < 2; ++x)
-        if (half_values[x]) tma::load_4d(sm.v[bf][x], &maps.v, half_vcol[x], r, h, b, &sm.full[bf]);
     } else {
       mbar::arrive(&sm.full[bf]);
     }
@@ -301,164 +340,127 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   __syncthreads();         // the barriers are initialized; S0^T is complete
   if (c_begin < c_end) issue(c_begin, 0);
 
-  for (int64_t c = c_begin; c < c_end; ++c) {
+  // Chunk c of the walk is its i = c - c_begin-th, in buffer bf = i & 1.
+  // Fill buffer bf ^ 1 with chunk c + 1 once every warp has released chunk c - 1 (its last user). By TMA: thread 0
+  // and thread HTH wait for the release and copy, under phase 1's products; by cp.async (rare: a chunk that ends inside
+  // the tensor) every thread, under K S0 alone (fewer registers are live than under both products).
+  auto refill_tma = [&](int64_t c) {
     const int i = static_cast<int>(c - c_begin), bf = i & 1;
-    const int64_t tok0 = c * kC;
-    const int64_t nvalid = (len - tok0) < kC ? (len - tok0) : kC;
-    // fill buffer bf ^ 1 with chunk c + 1 once every warp has released chunk c - 1 (its last user). By TMA: thread 0
-    // waits for the release and copies, under phase 1's products; by cp.async (rare: a chunk that ends inside the
-    // tensor) every thread, at the top of the chunk, where fewer registers are live than under phase 1.
-    auto refill_tma = [&]() {
-      if (c + 1 < c_end && c + 1 < tma_end) {
-        if (i > 0 && tid == 0) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
-        issue_tma(c + 1, bf ^ 1);
-      }
-    };
-    auto refill_copy = [&]() {
-      if (c + 1 < c_end && c + 1 >= tma_end) {
-        if (i > 0) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
-        issue_copy(c + 1, bf ^ 1);
-      }
-    };
-    // this thread is done reading buffer bf (its wgmma reads included: waited). Every thread releases its own reads:
-    // one release-arrive per warpgroup behind a named barrier orders the same reads (bar.sync, then a cumulative
-    // release), but compute-sanitizer's racecheck does not follow that chain and reported each refill as a WAR hazard
-    // (46 per run); the per-thread arrivals cost nothing measurable (4.79 vs 4.78 us per chunk, H200).
-    auto release = [&]() { mbar::arrive(&sm.empty[bf]); };
-    mbar::wait(&sm.full[bf], (i >> 1) & 1);
-    // tiles landed by cp.async (generic proxy) before this thread's wgmma reads them (async proxy); TMA tiles need
-    // no fence (both proxies async, the barrier's completion makes them visible), and the fence would wait for this
-    // thread's o stores of the previous chunk (its MEMBAR)
-    if (c >= tma_end) wg::fence_async_smem();
-    refill_copy();
-    if (!computes) {  // (the last half of an odd summary, M of a decay window: loads and releases, no reads)
-      refill_tma();
-      release();
-      continue;
+    if (c + 1 < c_end && c + 1 < tma_end) {
+      if (i > 0 && (tid == 0 || tid == HTH)) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
+      issue_tma(c + 1, bf ^ 1);
     }
+  };
+  auto refill_copy = [&](int64_t c) {
+    const int i = static_cast<int>(c - c_begin), bf = i & 1;
+    if (c + 1 < c_end && c + 1 >= tma_end) {
+      if (i > 0) mbar::wait(&sm.empty[bf ^ 1], ((i - 1) >> 1) & 1);
+      issue_copy(c + 1, bf ^ 1);
+    }
+  };
+  // Chunk c's tiles have landed. Tiles landed by cp.async (generic proxy) need the proxy fence before this thread's
+  // wgmma reads them (async proxy); TMA tiles need none (both proxies async, the barrier's completion makes them
+  // visible), and the fence would wait for this thread's o stores still in flight (its MEMBAR).
+  auto wait_full = [&](int64_t c) {
+    const int i = static_cast<int>(c - c_begin);
+    mbar::wait(&sm.full[i & 1], (i >> 1) & 1);
+    if (c >= tma_end) wg::fence_async_smem();
+  };
+  // This thread is done reading chunk c's buffer (its wgmma reads included: waited). Every thread releases its own
+  // reads: one release-arrive per warpgroup behind a named barrier orders the same reads (bar.sync, then a cumulative
+  // release), but compute-sanitizer's racecheck does not follow that chain and reported each refill as a WAR hazard
+  // (46 per run); the per-thread arrivals cost nothing measurable (4.79 vs 4.78 us per chunk, H200).
+  auto release = [&](int64_t c) { mbar::arrive(&sm.empty[(c - c_begin) & 1]); };
 
-    const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
-    const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
-    const uint4* pfr = reinterpret_cast<const uint4*>(sm.rec[bf] + (kRecHdrBytes + kRecABytes) / 4);
-
-    // ---- phase 1: K S0 and Q S0 for this half (64 x 64 each, over the 128 keys), one wgmma group each
-    float d[NJ][4], o[NJ][4];  // written by the first wgmma of each (accumulate = 0)
-    float(&dv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(d);
+  if (!computes) {  // (the last half of an odd summary, M of a decay window: loads and releases, no reads)
+    for (int64_t c = c_begin; c < c_end; ++c) wait_full(c), refill_copy(c), refill_tma(c), release(c);
+  } else {
+    float o[NJ][4];  // O of a chunk: diag(eq) Q S0 (phase 1), then + P U (phase 3); written by Q S0's first wgmma
     float(&ov)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(o);
-    // this thread's values of the chunk (rows r0, r1; packed pairs, zero for the summary's M tiles)
-    uint32_t vr[NJ][2];
-    auto load_v = [&]() {  // ldmatrix of the swizzled tile: matrices (rows 16 wi (+ 8), columns 8 jn (+ 8))
-      const unsigned char* vt = sm.v[bf][hf];
-      const int row = 16 * wi + (lane & 7) + ((lane >> 3) & 1) * 8;
+
+    // ---- phase 1 of chunk c: K S0 and Q S0 for this half (64 x 64 each, over the 128 keys), one wgmma group each;
+    // R = V - diag(ek) K S0 -> R^T, O = diag(eq) Q S0. `under_ks0` runs while K S0 is in flight and before Q S0 is
+    // issued: the previous chunk's wait for P U, its o store and checkpoint, which are then off the state's chain
+    // (the walk below runs phase 1 of chunk c + 1 at the end of chunk c's step, so that no wgmma group is in flight
+    // across the loop's back edge: ptxas would serialize every wgmma of the loop, C7514).
+    auto phase1 = [&](int64_t c, auto&& under_ks0) {
+      const int i = static_cast<int>(c - c_begin), bf = i & 1;
+      const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
+      wait_full(c);
+      float d[NJ][4];  // written by the first wgmma (accumulate = 0)
+      float(&dv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(d);
+      // this thread's values of the chunk (rows r0, r1; packed pairs, zero for the summary's M tiles)
+      uint32_t vr[NJ][2];
+      auto load_v = [&]() {  // ldmatrix of the swizzled tile: matrices (rows 16 wi (+ 8), columns 8 jn (+ 8))
+        const unsigned char* vt = sm.v[bf][hf];
+        const int row = 16 * wi + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
-      for (int jp = 0; jp < NJ / 2; ++jp) {
-        uint32_t f[4] = {0u, 0u, 0u, 0u};
-        if (has_values) ldsm_x4(f, vt + wg::swz(row, 2 * jp + (lane >> 4)));
-        vr[2 * jp][0] = f[0], vr[2 * jp][1] = f[1], vr[2 * jp + 1][0] = f[2], vr[2 * jp + 1][1] = f[3];
-      }
-    };
-    {
-      const uint32_t k_lo = k_lo0 + bf * (sizeof(sm.k[0]) >> 4), q_lo = q_lo0 + bf * (sizeof(sm.q[0]) >> 4);
-      wg::fence();
-#pragma unroll
-      for (int ks = 0; ks < K / 16; ++ks) {
-        const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;  // key half, 16-key step inside the 128-byte row
-        wg::mma_ss_n64<BF16>(dv, wg::desc_at(k_lo, off), wg::desc_at(st_lo, off), ks > 0);
-      }
-      wg::commit();  // K S0 in its own group: R's epilogue runs while Q S0 is in flight
-      if constexpr (has_output) {
+        for (int jp = 0; jp < NJ / 2; ++jp) {
+          uint32_t f[4] = {0u, 0u, 0u, 0u};
+          if (has_values) ldsm_x4(f, vt + wg::swz(row, 2 * jp + (lane >> 4)));
+          vr[2 * jp][0] = f[0], vr[2 * jp][1] = f[1], vr[2 * jp + 1][0] = f[2], vr[2 * jp + 1][1] = f[3];
+        }
+      };
+      {
+        const uint32_t k_lo = k_lo0 + bf * (sizeof(sm.k[0]) >> 4);
+        wg::fence();
 #pragma unroll
         for (int ks = 0; ks < K / 16; ++ks) {
-          const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;
-          wg::mma_ss_n64<BF16>(ov, wg::desc_at(q_lo, off), wg::desc_at(st_lo, off), ks > 0);
+          const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;  // key half, 16-key step inside the 128-byte row
+          wg::mma_ss_n64<BF16>(dv, wg::desc_at(k_lo, off), wg::desc_at(st_lo, off), ks > 0);
         }
-        wg::commit();
+        wg::commit();  // K S0 in its own group: R's epilogue runs while Q S0 is in flight
+        under_ks0();
+        refill_copy(c);
+        if constexpr (has_output) {
+          const uint32_t q_lo = q_lo0 + bf * (sizeof(sm.q[0]) >> 4);
+          wg::fence();
+#pragma unroll
+          for (int ks = 0; ks < K / 16; ++ks) {
+            const uint32_t off = (ks >> 2) * 8192 + (ks & 3) * 32;
+            wg::mma_ss_n64<BF16>(ov, wg::desc_at(q_lo, off), wg::desc_at(st_lo, off), ks > 0);
+          }
+          wg::commit();
+        }
+        // the loads of chunk c + 1 are issued while the tensor cores run phase 1 (the issue slots are idle here),
+        // and the values are read before the wait
+        refill_tma(c), load_v();
+        if constexpr (has_output)
+          wg::wait1();  // K S0 done, Q S0 may still run
+        else
+          wg::wait0();
       }
-      // the loads of chunk c + 1 are issued while the tensor cores run phase 1 (the issue slots are idle here), and
-      // the values are read before the wait
-      refill_tma(), load_v();
-      if constexpr (has_output)
-        wg::wait1();  // K S0 done, Q S0 may still run
-      else
-        wg::wait0();
-    }
-
-    // R = V - diag(ek) K S0 -> R^T;  O = diag(eq) Q S0
-    {
-      const float ek0 = hdr[r0], ek1 = hdr[r1], eq0 = hdr[64 + r0], eq1 = hdr[64 + r1];
+      // R = V - diag(ek) K S0 -> R^T;  O = diag(eq) Q S0
+      const float ek0 = hdr[r0], ek1 = hdr[r1];
       uint32_t x[NJ][2];
 #pragma unroll
       for (int jn = 0; jn < NJ; ++jn) {
-        const float2 v0 = P::unpack(vr[jn][0]), v1 = P::unpack(vr[jn][1]);
+        const float2 v0 = widen_pair<BF16>(vr[jn][0]), v1 = widen_pair<BF16>(vr[jn][1]);
         x[jn][0] = P::pack(v0.x - ek0 * d[jn][0], v0.y - ek0 * d[jn][1]);
         x[jn][1] = P::pack(v1.x - ek1 * d[jn][2], v1.y - ek1 * d[jn][3]);
       }
       store_transposed(rt_slice, x, wi, lane);
       wg::fence_async_smem();
       if constexpr (has_output) {
+        const float eq0 = hdr[64 + r0], eq1 = hdr[64 + r1];
         wg::wait0();  // Q S0
 #pragma unroll
         for (int jn = 0; jn < NJ; ++jn) o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
       }
-    }
-    // the operands of the next products that do not depend on the barriers (the record's fragments, K^T, from
-    // the chunk's landed tiles) are loaded before them, so their latency is under the barrier's wait
-    uint32_t af[2][4][4];  // A diag(beta): hi, lo
-    load_causal_frags(afr, wi, lane, af[0]);
-    load_causal_frags(afr + 32, wi, lane, af[1]);
-    named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
-
-    // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta)
-    float u[NJ][4];  // written by the first wgmma (accumulate = 0)
-    {
-      float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
-      // both parts in one group
-      wg::fence();
-#pragma unroll
-      for (int part = 0; part < 2; ++part)
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc)
-          wg::mma_rs_n64<BF16>(uv, af[part][kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
-      wg::commit();
-      wg::wait0();
-    }
-    // U_hi, U_lo (the B operand of P U) at U^T
-    auto store_ut = [&]() {
-      uint32_t xh[NJ][2], xl[NJ][2];
-      split_acc<BF16>(u, xh, xl);
-      store_transposed(uh_slice, xh, wi, lane);
-      store_transposed(ul_slice, xl, wi, lane);
     };
-    // diag(dk) U (fp32 product) as hi + lo for the state update, over the dead S0^T (hi in key block 1, lo in key
-    // block 0; phase 1 was waited by every warp of this warpgroup before R^T's barrier). diag(dk) U needs its lo part:
-    // with near-identical keys K^T diag(dk) U is a telescoping sum of U's rows, and 64 independent 16-bit roundings of
-    // the rows add up to ~1e-2 in the final state (measured on the H200, tests/cuda
-    // CudaChunkFwd.IdenticalKeysFullLastChunk; docs/chunk_fwd.md "Numerics").
-    {
-      const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
-      float du[NJ][4];
-#pragma unroll
-      for (int jn = 0; jn < NJ; ++jn)
-        du[jn][0] = u[jn][0] * dk0, du[jn][1] = u[jn][1] * dk0, du[jn][2] = u[jn][2] * dk1, du[jn][3] = u[jn][3] * dk1;
-      uint32_t xh[NJ][2], xl[NJ][2];
-      split_acc<BF16>(du, xh, xl);
-      store_transposed(st_slice + 8192, xh, wi, lane);
-      store_transposed(st_slice, xl, wi, lane);
-      wg::fence_async_smem();
-    }
-    uint32_t kt[2][4][4];  // K^T of key blocks 0, 1
-    // S <- en S. (Not under phase 1: ptxas then injects a wait for every product in flight there, C7517, as the
-    // state's registers are the update's accumulators.)
-    scale_state(sacc, hdr[192]);
-    load_kt_frags(sm.k[bf], r0 - g8, lane, kt[0]);       // keys 16 wi .. (block 0)
-    load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, kt[1]);  // keys 64 + 16 wi .. (block 1)
-    named_barrier<128>(1 + wgi);                         // diag(dk) U^T of this half complete
-
-    // ---- phase 3: the state update S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (B = the hi
-    // part at S0^T's key block 1, the lo part at key block 0) and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (P from
-    // registers)
-    auto store_o = [&]() {  // o of this chunk's valid rows
+    // o of chunk c's valid rows. By TMA: staged at U^T_hi (free once every warp has waited for P U, the barrier), as
+    // a 64 x 64 swizzled tile, then stored by o_leader (issue_o). Else every thread its own rows.
+    auto store_o = [&](int64_t c) {
       if constexpr (has_output) {
+        if (c < tma_o_end) {
+          named_barrier<128>(1 + wgi);
+          uint32_t x[NJ][2];
+          pack_acc<BF16>(o, x);
+          store_rows(uh_slice, x, wi, lane);
+          return;
+        }
+        const int64_t tok0 = c * kC;
+        const int64_t nvalid = (len - tok0) < kC ? (len - tok0) : kC;
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const int r = hr ? r1 : r0;
@@ -471,60 +473,150 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
         }
       }
     };
-    float(&s0)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[0]);
-    float(&s1)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[1]);
-    // the update (both key blocks) in one group; U^T is stored while it runs, then P U in a second group: the
-    // state's chain waits for the update only, and P U runs under the next chunk's S0^T stores
-    wg::fence();
+
+    auto issue_o = [&](int64_t c) {  // o_leader: the staged o of chunk c
+      tma::store_4d(tensor_map(maps.o), vcol0 + cb, static_cast<int>(t0 + c * kC), h, static_cast<int>(bidx),
+                    sm.ut[hf][0]);
+      tma::commit_stores();
+    };
+
+    if (c_begin < c_end) phase1(c_begin, [] {});
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int i = static_cast<int>(c - c_begin), bf = i & 1;
+      const float* hdr = reinterpret_cast<const float*>(sm.rec[bf]);
+      const uint4* afr = reinterpret_cast<const uint4*>(sm.rec[bf] + kRecHdrBytes / 4);
+      const uint4* pfr = reinterpret_cast<const uint4*>(sm.rec[bf] + (kRecHdrBytes + kRecABytes) / 4);
+      // the operands of the next products that do not depend on the barriers (the record's fragments, K^T, from
+      // the chunk's landed tiles) are loaded before them, so their latency is under the barrier's wait
+      uint32_t af[2][4][4];  // A diag(beta): hi, lo
+      load_causal_frags(afr, wi, lane, af[0]);
+      load_causal_frags(afr + 32, wi, lane, af[1]);
+      named_barrier<128>(1 + wgi);  // R^T of this slice complete (its only reader is this warpgroup's wgmma)
+      // the previous chunk's staged o (fenced with R^T, before the barrier) to global memory; its source, U^T_hi,
+      // is next written after the barrier before the update (o_leader waits for the store's read before it)
+      const bool o_issued = has_output && c > c_begin && c - 1 < tma_o_end && o_leader;
+      if (o_issued) issue_o(c - 1);
+
+      // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta)
+      float u[NJ][4];  // written by the first wgmma (accumulate = 0)
+      {
+        float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
+        // both parts in one group
+        wg::fence();
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s0, kt[0][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+        for (int part = 0; part < 2; ++part)
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s0, kt[0][kc], wg::desc_at(st_lo, kc * 32), 1);
+          for (int kc = 0; kc < 4; ++kc)
+            wg::mma_rs_n64<BF16>(uv, af[part][kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
+        wg::commit();
+        // S <- en S while U runs, off the chain (the state's registers are the update's accumulators, not U's:
+        // under phase 1 instead ptxas injected a wait for every product in flight there, C7517)
+        scale_state(sacc, hdr[192]);
+        wg::wait0();
+      }
+      // U_hi, U_lo (the B operand of P U) at U^T
+      auto store_ut = [&]() {
+        uint32_t xh[NJ][2], xl[NJ][2];
+        split_acc<BF16>(u, xh, xl);
+        store_transposed(uh_slice, xh, wi, lane);
+        store_transposed(ul_slice, xl, wi, lane);
+      };
+      // diag(dk) U (fp32 product) as hi + lo for the state update, over the dead S0^T (hi in key block 1, lo in key
+      // block 0; phase 1 was waited by every warp of this warpgroup before R^T's barrier). diag(dk) U needs its lo
+      // part: with near-identical keys K^T diag(dk) U is a telescoping sum of U's rows, and 64 independent 16-bit
+      // roundings of the rows add up to ~1e-2 in the final state (measured on the H200, tests/cuda
+      // CudaChunkFwd.IdenticalKeysFullLastChunk; docs/chunk_fwd.md "Numerics").
+      {
+        const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
+        float du[NJ][4];
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s1, kt[1][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s1, kt[1][kc], wg::desc_at(st_lo, kc * 32), 1);
-    wg::commit();
-    if constexpr (has_output) {
-      store_ut();
-      wg::fence_async_smem();
-      named_barrier<128>(1 + wgi);  // U^T of this slice complete
-      uint32_t p0[4][4], p1[4][4];
-      load_causal_frags(pfr, wi, lane, p0);
-      load_causal_frags(pfr + 32, wi, lane, p1);
+        for (int jn = 0; jn < NJ; ++jn)
+          du[jn][0] = u[jn][0] * dk0, du[jn][1] = u[jn][1] * dk0, du[jn][2] = u[jn][2] * dk1,
+          du[jn][3] = u[jn][3] * dk1;
+        uint32_t xh[NJ][2], xl[NJ][2];
+        split_acc<BF16>(du, xh, xl);
+        store_transposed(st_slice + 8192, xh, wi, lane);
+        store_transposed(st_slice, xl, wi, lane);
+        wg::fence_async_smem();
+      }
+      uint32_t kt[2][4][4];                                // K^T of key blocks 0, 1
+      load_kt_frags(sm.k[bf], r0 - g8, lane, kt[0]);       // keys 16 wi .. (block 0)
+      load_kt_frags(sm.k[bf], 64 + r0 - g8, lane, kt[1]);  // keys 64 + 16 wi .. (block 1)
+      if (o_issued) tma::wait_stores_read();
+      named_barrier<128>(1 + wgi);  // diag(dk) U^T of this half complete
+
+      // ---- phase 3: the state update S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (B = the hi
+      // part at S0^T's key block 1, the lo part at key block 0) and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (P from
+      // registers)
+      float(&s0)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[0]);
+      float(&s1)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[1]);
+      // the update (both key blocks) in one group; U^T is stored while it runs, then P U in a second group: the
+      // state's chain waits for the update only, and P U runs under the next chunk's S0^T stores
       wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p0[kc], wg::desc_at(ut_lo, kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s0, kt[0][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p0[kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s0, kt[0][kc], wg::desc_at(st_lo, kc * 32), 1);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p1[kc], wg::desc_at(ut_lo, kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s1, kt[1][kc], wg::desc_at(st_lo, 8192 + kc * 32), 1);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(s1, kt[1][kc], wg::desc_at(st_lo, kc * 32), 1);
       wg::commit();
-    }
-    // this thread's last reads of buffer bf (K^T and P fragments into registers, the header) are behind it; the
-    // wgmma in flight read registers and the S0^T / U^T regions only
-    release();
-    if constexpr (has_output)
-      wg::wait1();  // the update
-    else
-      wg::wait0();
-    // the 16-bit copy for the next chunk's phase 1, over diag(dk) U^T (hi, lo): every warp of the warpgroup
-    // must be past its wait of the update (one warp's wait does not cover the others' halves of the operation)
-    named_barrier<128>(1 + wgi);
+      if constexpr (has_output) {
+        store_ut();
+        wg::fence_async_smem();
+        named_barrier<128>(1 + wgi);  // U^T of this slice complete
+        uint32_t p0[4][4], p1[4][4];
+        load_causal_frags(pfr, wi, lane, p0);
+        load_causal_frags(pfr + 32, wi, lane, p1);
+        wg::fence();
 #pragma unroll
-    for (int mb = 0; mb < 2; ++mb) {
-      uint32_t x[NJ][2];
-      pack_acc<BF16>(sacc[mb], x);
-      store_transposed(st_slice + 8192 * mb, x, wi, lane);
-    }
-    wg::fence_async_smem();
-    named_barrier<128>(1 + wgi);  // S0^T complete before the next chunk's phase 1 (no CTA-wide barrier orders it)
-    if constexpr (has_output) wg::wait0();  // P U
-    store_o();
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p0[kc], wg::desc_at(ut_lo, kc * 32), 1);
 #pragma unroll
-    for (int mb = 0; mb < 2; ++mb)  // key block mb: rows 64 mb + 16 wi ..
-      store_checkpoint(a, wk, c, h, vcol0, reinterpret_cast<const float(&)[1][NJ][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
-                       g8, t4);
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p0[kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(ov, p1[kc], wg::desc_at(ut_lo, kc * 32), 1);
+        wg::commit();
+      }
+      // this thread's last reads of buffer bf (K^T and P fragments into registers, the header) are behind it; the
+      // wgmma in flight read registers and the S0^T / U^T regions only
+      release(c);
+      if constexpr (has_output)
+        wg::wait1();  // the update
+      else
+        wg::wait0();
+      // the 16-bit copy for the next chunk's phase 1, over diag(dk) U^T (hi, lo): every warp of the warpgroup
+      // must be past its wait of the update (one warp's wait does not cover the others' halves of the operation)
+      named_barrier<128>(1 + wgi);
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb) {
+        uint32_t x[NJ][2];
+        pack_acc<BF16>(sacc[mb], x);
+        store_transposed(st_slice + 8192 * mb, x, wi, lane);
+      }
+      wg::fence_async_smem();
+      named_barrier<128>(1 + wgi);  // S0^T complete before the next chunk's phase 1 (no CTA-wide barrier orders it)
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb)  // key block mb: rows 64 mb + 16 wi ..
+        store_checkpoint(a, wk, c, h, vcol0, reinterpret_cast<const float(&)[1][NJ][4]>(sacc[mb]), 64 * mb + 16 * wi,
+                         cb, g8, t4);
+      // chunk c + 1's phase 1, and under its K S0 this chunk's wait for P U and its o store
+      if (c + 1 < c_end) {
+        phase1(c + 1, [&] {
+          if constexpr (has_output) wg::wait1();  // P U (K S0 of chunk c + 1 may still run)
+          store_o(c);
+        });
+      } else {
+        if constexpr (has_output) wg::wait0();  // P U
+        store_o(c);
+        if (c < tma_o_end) {  // the last chunk's staged o: no later barrier to issue it after
+          wg::fence_async_smem();
+          named_barrier<128>(1 + wgi);
+          if (o_leader) issue_o(c);
+        }
+      }
+    }
+    if (o_leader) tma::wait_stores();  // (no bulk store may be in flight at exit)
   }
   cp_async_commit();    // (the copies are tracked by the barriers, not by groups: commit them to wait for them)
   cp_async_wait_all();  // no copy may be in flight at exit
@@ -543,25 +635,24 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
 
 // grid = (items, Hv, ceil(tiles / 2)): both value halves of V = 128 per CTA.
 template <bool BF16, bool SUMMARY>
-int launch_chunk_state_wg_mode(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
+int launch_chunk_state_wg_mode(const ChunkKernelArgs& a, const ChunkStateMaps& maps, int64_t items, int64_t tiles,
+                               void* stream) {
   const size_t smem = sizeof(StateWgSmem) + 1024;  // + alignment of the swizzled regions to 1024 bytes
   static std::atomic<uint64_t> done_mask{0};
   if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16, SUMMARY>, smem, done_mask)) return e;
   if (items <= 0 || a.Hv <= 0 || tiles <= 0) return 0;
-  StateWgMaps maps{};
-  const uint32_t box[4] = {64, 64, 1, 1};  // 64 elements (128 bytes) x 64 tokens of one head
-  maps.on = tma::encode_4d_b16(&maps.q, a.q, {128, a.T, a.Hqk, a.B}, {a.q_st, a.q_sh, a.q_sb}, box) &&
-            tma::encode_4d_b16(&maps.k, a.k, {128, a.T, a.Hqk, a.B}, {a.k_st, a.k_sh, a.k_sb}, box) &&
-            tma::encode_4d_b16(&maps.v, a.v, {a.V, a.T, a.Hv, a.B}, {a.v_st, a.v_sh, a.v_sb}, box);
+  // K = V = 128: the forward modes run both value halves of one CTA (the kernel takes both as active)
+  if (a.V != 128 || (!SUMMARY && tiles != 2)) return static_cast<int>(cudaErrorInvalidValue);
   const dim3 grid(static_cast<unsigned>(items), static_cast<unsigned>(a.Hv), static_cast<unsigned>((tiles + 1) / 2));
   chunk_fwd_state_wg_kernel<BF16, SUMMARY><<<grid, kStateWgThreads, smem, static_cast<cudaStream_t>(stream)>>>(a, maps);
   return static_cast<int>(cudaGetLastError());
 }
 
 template <bool BF16>
-int launch_chunk_state_wg(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
-  return a.mode == kModeSummary ? launch_chunk_state_wg_mode<BF16, true>(a, items, tiles, stream)
-                                : launch_chunk_state_wg_mode<BF16, false>(a, items, tiles, stream);
+int launch_chunk_state_wg(const ChunkKernelArgs& a, const ChunkStateMaps& maps, int64_t items, int64_t tiles,
+                          void* stream) {
+  return a.mode == kModeSummary ? launch_chunk_state_wg_mode<BF16, true>(a, maps, items, tiles, stream)
+                                : launch_chunk_state_wg_mode<BF16, false>(a, maps, items, tiles, stream);
 }
 
 }  // namespace flashgdn::cuda::chunk_detail

@@ -3,8 +3,9 @@
 
 namespace flashgdn::cuda {
 
-int launch_chunk_state_wg_f16(const ChunkKernelArgs& a, int64_t items, int64_t tiles, void* stream) {
-  return chunk_detail::launch_chunk_state_wg<false>(a, items, tiles, stream);
+int launch_chunk_state_wg_f16(const ChunkKernelArgs& a, const ChunkStateMaps& maps, int64_t items, int64_t tiles,
+                              void* stream) {
+  return chunk_detail::launch_chunk_state_wg<false>(a, maps, items, tiles, stream);
 }
 
 }  // namespace flashgdn::cuda

@@ -38,6 +38,28 @@ __device__ __forceinline__ void load_bulk(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
+// The box of `map` at coordinates (c0 innermost .. c3) from src (1024-byte aligned for the 128-byte swizzle) to
+// global memory; elements outside the tensor are not written. The writes to src by other threads must be fenced
+// (fence.proxy.async) and ordered before this by a barrier. Tracked by this thread's bulk async-group: commit_stores,
+// then wait_stores_read before src is overwritten.
+__device__ __forceinline__ void store_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3, const void* src) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+__device__ __forceinline__ void commit_stores() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Every store this thread committed has read its source (which may then be overwritten).
+__device__ __forceinline__ void wait_stores_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// Every store this thread committed is complete.
+__device__ __forceinline__ void wait_stores() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
 // Host: a 4-d map over 16-bit elements, dims[0] innermost (stride 1), strides in elements of dims 1..3, box
 // (box[0] * 2 <= 128 bytes), 128-byte swizzle. False where the driver or the tensor cannot take it (the strides must
 // be positive multiples of 16 bytes, the base 16-byte aligned): the kernel then copies by cp.async.

@@ -126,4 +126,12 @@ __device__ __forceinline__ void stsm_x4_t(uint32_t addr, uint32_t r0, uint32_t r
                : "memory");
 }
 
+// stmatrix x4 (not transposed): the four matrices stored as they are; lane l supplies the address of row l % 8 of
+// matrix l / 8, 16 contiguous bytes.
+__device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
 }  // namespace flashgdn::cuda::wg
