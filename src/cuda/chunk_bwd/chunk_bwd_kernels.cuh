@@ -908,6 +908,7 @@ struct alignas(16) GradSmem {
   float red[kGradThreads / 32];  // <S0, dS>_F per warp
   GradItem item[3];              // this item, the next one and the one after (found at the end of this item)
   int more;                      // whether item[2] holds an item
+  int kcopy;  // whether item[1] starts its group (its k landing in kn): a group's later items keep k and q as they are
   static_assert(kC * V * 4 <= int(sizeof(F1)), "the raw fp32 U, dU fit F1, F2");
 };
 
@@ -950,11 +951,12 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
     copy_rows<E, K, NTH>(s.kn, static_cast<const E*>(a.k) + x.b * a.k_sb + (it.h / a.group) * a.k_sh, a.k_st, x.t0,
                          x.nv, 0, tid);
   };
-  const auto load_q_do = [&](const GradItem& it) {
+  const auto load_q_do = [&](const GradItem& it, bool q) {  // q: the item starts its group (else s.q holds its q)
     const ChunkPos& x = it.cp;
     const int hx = it.h;
-    copy_rows<E, K, NTH>(s.q, static_cast<const E*>(a.q) + x.b * a.q_sb + (hx / a.group) * a.q_sh, a.q_st, x.t0, x.nv,
-                         0, tid);
+    if (q)
+      copy_rows<E, K, NTH>(s.q, static_cast<const E*>(a.q) + x.b * a.q_sb + (hx / a.group) * a.q_sh, a.q_st, x.t0, x.nv,
+                           0, tid);
     copy_rows<E, V, NTH>(s.dO, static_cast<const E*>(a.d_o) + x.b * a.do_sb + hx * a.do_sh, a.do_st, x.t0, x.nv, 0,
                          tid);
     copy_record_rows(s.nrows, a.rows, x.rec, tid);
@@ -982,7 +984,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
     x.i = int(blockIdx.x) * int(a.group);
     if (!next_grad_item(a, &x, int(gridDim.x))) return;
     load_k(x);
-    load_q_do(x);
+    load_q_do(x, true);
     load_v_u(x);
     load_a(x);
     cp_async_commit();
@@ -990,6 +992,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
       s.item[1] = x;
       s.item[2].i = grad_walk_step(a, x.i, int(gridDim.x));
       s.more = next_grad_item(a, &s.item[2], int(gridDim.x));
+      s.kcopy = 1;
     }
   }
   for (;;) {
@@ -997,7 +1000,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
     // This item's inputs are in (every thread's copies waited for, then visible to all); the last item is done with
     // every tile and with s.item[0], s.item[1].
     __syncthreads();
-    const bool more = s.more;
+    const bool more = s.more, kcopy = s.kcopy;
     if (tid == 0) {  // read after the next barrier
       s.item[0] = s.item[1];
       s.item[1] = s.item[2];
@@ -1006,8 +1009,9 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
     // registers through it (the products need all 128).
     asm volatile("" : "+r"(tid));
     const int warp = tid >> 5, lane = tid & 31, m0 = 16 * (warp & 3), qd = warp >> 2, g = lane >> 2, t = lane & 3;
-    for (int e = tid; e < int(sizeof(s.k) / 16); e += NTH)  // k of this item from the next-k tile
-      reinterpret_cast<uint4*>(&s.k[0][0])[e] = reinterpret_cast<const uint4*>(&s.kn[0][0])[e];
+    if (kcopy)  // k of this item from the next-k tile (a group's later items: s.k holds it)
+      for (int e = tid; e < int(sizeof(s.k) / 16); e += NTH)
+        reinterpret_cast<uint4*>(&s.k[0][0])[e] = reinterpret_cast<const uint4*>(&s.kn[0][0])[e];
     const GradItem& cur = s.item[0];      // from the next barrier on
     const GradItem& next = s.item[1];     // when more, from the next barrier on
     constexpr int NL = KT * V / 4 / NTH;  // 4-element groups per thread and key tile
@@ -1030,7 +1034,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
       if (tid < kC) s.gam[tid] = s.nrows[0][tid], s.rq[tid] = s.nrows[1][tid], s.rk[tid] = s.nrows[2][tid];
       if (tid < kC) s.b[tid] = s.nrows[3][tid];
       __syncthreads();  // every raw element and the next-k tile read before they are overwritten
-      if (more) {       // the next item's k: in flight during the whole item
+      if (more && next.i % int(a.group) == 0) {  // the next group's k: in flight during the whole item
         load_k(next);
         cp_async_commit();
       }
@@ -1149,7 +1153,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
       }
     }
     if (more) {  // q and dO are consumed
-      load_q_do(next);
+      load_q_do(next, next.i % int(a.group) == 0);
       cp_async_commit();
     }
     // A row's partial sum (rows g, g + 8 of the warp's tile: x[0], x[1]) over its 4 lanes, into part[q][half].
@@ -1383,6 +1387,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
     } else if (tid == kC && more) {  // the item after the next, into s.item[2] (read after the next item's barrier)
       s.item[2].i = grad_walk_step(a, next.i, int(gridDim.x));
       s.more = next_grad_item(a, &s.item[2], int(gridDim.x));
+      s.kcopy = next.i % int(a.group) == 0;  // read after the next item's first barrier
     }
     __syncthreads();
     if (fin) {  // dx = rho (dx^ - rho^2 (dx^ . x) x) into dq, dk
@@ -1404,26 +1409,37 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
             Storage<E>::from2(rk[u] * (gk.x - ck[u] * y.x), rk[u] * (gk.y - ck[u] * y.y));
       });
     }
-    if (tid == 0) {
+    if (warp == 0) {
       // dgamma_{n-1} += e_n <S0, dS>_F, then (9) dg_r = sum_{j >= r} dgamma_j. The tau terms (dgamma_r -= tau_r,
       // dgamma_{n-1} += sum tau) enter dg_r as the exclusive prefix sum_{j < r} tau_j: the same sum without the O(1)
-      // cancellation of tau_{n-1} (which would swamp a tiny dg under a strong decay, g = -30).
+      // cancellation of tau_{n-1} (which would swamp a tiny dg under a strong decay, g = -30). Both sums as shuffle
+      // scans over the warp, two rows a lane (fixed trees: deterministic): the prefix with lane l on rows 2l, 2l + 1,
+      // the suffix with lane l on rows 63 - 2l, 62 - 2l (a prefix over the lanes).
       const int nv = cur.cp.nv;
-      float sd = 0.f, pre = 0.f;
-      for (int i = 0; i < NTH / 32; ++i) sd += s.red[i];
-      for (int i = 0; i < nv; ++i) {
-        const float tv = tau[i];
-        tau[i] = pre;
-        pre += tv;
+      const auto scan = [&](float x) {  // the lanes' exclusive prefix sum
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+          const float y = __shfl_up_sync(0xffffffffu, x, off);
+          if (lane >= off) x += y;
+        }
+        const float e = __shfl_up_sync(0xffffffffu, x, 1);
+        return lane == 0 ? 0.f : e;
+      };
+      const float sd = lane_sum<1, 32>(lane < NTH / 32 ? s.red[lane] : 0.f);
+      {
+        const int r = 2 * lane;
+        const float t0 = r < nv ? tau[r] : 0.f, t1 = r + 1 < nv ? tau[r + 1] : 0.f, p = scan(t0 + t1);
+        tau[r] = p, tau[r + 1] = p + t0;
       }
-      dgam[nv - 1] += expf(s.gam[nv - 1]) * sd;
-      float acc = 0.f;
-      for (int i = nv - 1; i >= 0; --i) {
-        acc += dgam[i];
-        const int64_t row = (cur.cp.b * a.T + cur.cp.t0 + i) * a.Hv + cur.h;
-        a.dgh[row] = acc + tau[i];
-        a.dbh[row] = dbeta[i];
-      }
+      __syncwarp();  // every lane's prefixes in tau
+      const int ra = kC - 1 - 2 * lane, rb = ra - 1;
+      const float ea = ra == nv - 1 ? expf(s.gam[nv - 1]) * sd : 0.f,
+                  eb = rb == nv - 1 ? expf(s.gam[nv - 1]) * sd : 0.f;
+      const float da = ra < nv ? dgam[ra] + ea : 0.f, db = rb < nv ? dgam[rb] + eb : 0.f;
+      const float acc_a = scan(da + db) + da, acc_b = acc_a + db;
+      const int64_t row0 = (cur.cp.b * a.T + cur.cp.t0) * a.Hv + cur.h;
+      if (ra < nv) a.dgh[row0 + ra * a.Hv] = acc_a + tau[ra], a.dbh[row0 + ra * a.Hv] = dbeta[ra];
+      if (rb < nv) a.dgh[row0 + rb * a.Hv] = acc_b + tau[rb], a.dbh[row0 + rb * a.Hv] = dbeta[rb];
     }
     if (!more) break;
   }
