@@ -459,7 +459,11 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
 // The running state (its gradient) is fp32 in the accumulator registers of its owning warps for the whole walk
 // (ChainFrag); every update accumulates in fp32 (gdn-math §10.1). Per step two barriers: the first product reads
 // the whole state (all keys), the second the whole U (dU: all rows), each written by every warp.
-constexpr int kLS = kBV + 4;       // row stride of the fp32 state-column tiles
+constexpr int kLS = kBV + 4;  // row stride of the fp32 state-column tiles
+// Where a chain step issues the next chunk's copies (~15 cp.async a thread): behind its first product's MMAs (true),
+// or ahead of them, right after the step's first barrier (false: the copies get the whole step to land, but their
+// issue, which stalls on the copy queue, delays the step's serial first product).
+constexpr bool kChainPrefetchBehind = true;
 constexpr int kLB = tile_ld(kBV);  // row stride of the 16-bit state-column tiles
 
 // The K x kBV state of a chain CTA in registers: K / 16 key tiles (MT) of 16 keys, 128 / K warps each, NT column
@@ -667,10 +671,14 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
-    __syncthreads();  // stage c & 1 landed (every thread's copies); Sb complete; the other stage and Ub free
-    if (c + 1 < w.c_end) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, w.hom, tid);
+    __syncthreads();             // stage c & 1 landed (every thread's copies); Sb complete; the other stage and Ub free
+    const auto prefetch = [&] {  // chunk c + 1's inputs into the other stage
+      if (c + 1 < w.c_end) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, w.hom, tid);
+    };
+    if (!kChainPrefetchBehind) prefetch();
     FirstProduct p;  // U = U0 - W S0
     first_product<K>(p, split_tile(g.W), Sv, g.U0, w.hom, g.rows, nv, uf, lane);
+    if (kChainPrefetchBehind) prefetch();
     {
       float* Ug = a.U + rec * (kC * V) + j0;
       for_pairs<kBV / 16>(uf.m0, uf.n0, lane, [&](int nt, int e, int r, int j) {
@@ -767,9 +775,13 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
     __syncthreads();  // stage c & 1 landed (every thread's copies); dSb complete; dUb, Ob, the other stage free
-    if (c > w.c_begin) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, w.hom, tid);
+    const auto prefetch = [&] {  // chunk c - 1's inputs into the other stage
+      if (c > w.c_begin) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, w.hom, tid);
+    };
+    if (!kChainPrefetchBehind) prefetch();
     FirstProduct p;  // dU = scale P^T dO + diag(kb) K dS
     first_product<K>(p, in_tile(g.k), dSv, g.dU0, w.hom, g.rows, nv, uf, lane);
+    if (kChainPrefetchBehind) prefetch();
     {
       float* dUg = a.dU + rec * (kC * V) + j0;
       for_pairs<kBV / 16>(uf.m0, uf.n0, lane, [&](int nt, int e, int r, int j) {
