@@ -1345,8 +1345,8 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
           }
         }
     }
-    // The l2norm chain of the group's last item, from the sums in dqs, dks: f(ti, e, u, row, i, dq pair, dk pair, q
-    // pair, k pair) for each of the thread's valid pairs.
+    // The l2norm chain of the group's last item, from the sums in dqs, dks: f(u, i, dq^ pair, dk^ pair, q pair, k pair)
+    // for each of the thread's pairs of a valid row (row m0 + g + 8 u, columns i, i + 1).
     const auto chain_pairs = [&](auto&& f) {
       const float* const dqs = scratch(a.dqh);
       const float* const dks = scratch(a.dkh);
