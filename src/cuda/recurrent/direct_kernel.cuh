@@ -241,10 +241,13 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   // -> state -> store), and consecutive CTAs still take consecutive tiles of a row (DRAM locality at large N) ----
   const int64_t n = int64_t(blockIdx.z) * direct::kRowsY + blockIdx.y;
   if (n >= a.N) return;  // the last z slice's rows past N
+  // The q/k head by a host-built divider (DivU32: a multiply-high, not a 64-bit division ahead of the q / k loads).
+  // The 32-bit division by V / BV stays: with a divider or a shift there, ptxas spills the 64-column packed
+  // instances (72 / 80 registers).
   const unsigned nvt = unsigned(a.V / BV);
   const int64_t h = blockIdx.x / nvt;
   const int j0 = int(blockIdx.x % nvt) * BV;
-  const int64_t hq = h / (a.Hv / a.Hqk);  // GQA: value head h reads q/k head h / (Hv / Hqk) (gdn-math §2)
+  const int64_t hq = udiv(uint32_t(h), a.gqa);  // GQA: value head h reads q/k head h / (Hv / Hqk) (gdn-math §2)
 
   // ---- first-level index loads, all independent: cu_seqlens, 1-D slot or accepted count, buffer index ----
   int64_t bos = 0, len = a.T, b = n;

@@ -9,11 +9,36 @@
 
 namespace flashgdn::cuda {
 
+// x / d for 0 <= x < 2^31 and 1 <= d <= 2^31 as a multiply-high, an add and a shift (Granlund-Montgomery):
+// l = ceil(log2 d), m = floor(2^32 (2^l - d) / d) + 1 (< 2^32), x / d = (umulhi(x, m) + x) >> l; the sum cannot
+// overflow 32 bits because umulhi(x, m) <= x < 2^31. Built on the host; the kernels divide tile and head indices by
+// runtime counts with it (udiv, device_util.cuh) instead of a ~25-instruction integer division each.
+struct DivU32 {
+  uint32_t d = 1, m = 1, l = 0;
+  static constexpr DivU32 of(uint32_t d) {
+    DivU32 r;
+    r.d = d < 1 ? 1 : d;
+    while (r.l < 32 && (uint64_t(1) << r.l) < r.d) ++r.l;
+    r.m = uint32_t((uint64_t(1) << 32) * ((uint64_t(1) << r.l) - r.d) / r.d + 1);
+    return r;
+  }
+  // The host form (tests); the kernels use udiv.
+  constexpr uint32_t div(uint32_t x) const { return uint32_t(((uint64_t(x) * m) >> 32) + x) >> l; }
+};
+#ifdef __CUDACC__
+__device__ __forceinline__ uint32_t udiv(uint32_t x, const DivU32& q) {
+  return (__umulhi(x, q.m) + x) >> q.l;
+}
+#endif
+
 struct RecurrentArgs {
   // ---- dims, options and the index tables first: a kernel's first reads (the row's slot heads the decode latency
   // chain, parameter -> slot -> state -> store), so they share the first constant-cache lines ----
   int64_t N = 0, T = 0, Hqk = 0, Hv = 0;
   int32_t K = 0, V = 0;
+  DivU32 vt;   // V-tiles per head, V / BV of the planned kernel (set at the launch; direct, direct_pipe)
+  DivU32 gqa;  // Hv / Hqk: value head h reads q/k head h / (Hv / Hqk)
+  DivU32 hv;   // Hv
   bool varlen = false;
   bool commit = true;
   bool null_slot_is_invalid = false;
