@@ -12,7 +12,7 @@ namespace flashgdn::cuda {
 // x / d for 0 <= x < 2^31 and 1 <= d <= 2^31 as a multiply-high, an add and a shift (Granlund-Montgomery):
 // l = ceil(log2 d), m = floor(2^32 (2^l - d) / d) + 1 (< 2^32), x / d = (umulhi(x, m) + x) >> l; the sum cannot
 // overflow 32 bits because umulhi(x, m) <= x < 2^31. Built on the host; the kernels divide tile and head indices by
-// runtime counts with it (udiv, device_util.cuh) instead of a ~25-instruction integer division each.
+// runtime counts with it (udiv, below) instead of a ~25-instruction integer division each.
 struct DivU32 {
   uint32_t d = 1, m = 1, l = 0;
   static constexpr DivU32 of(uint32_t d) {
@@ -36,7 +36,7 @@ struct RecurrentArgs {
   // chain, parameter -> slot -> state -> store), so they share the first constant-cache lines ----
   int64_t N = 0, T = 0, Hqk = 0, Hv = 0;
   int32_t K = 0, V = 0;
-  DivU32 vt;   // V-tiles per head, V / BV of the planned kernel (set at the launch; direct, direct_pipe)
+  DivU32 vt;   // V-tiles per head, V / BV of the planned kernel (set at the launch; direct_pipe)
   DivU32 gqa;  // Hv / Hqk: value head h reads q/k head h / (Hv / Hqk)
   DivU32 hv;   // Hv
   bool varlen = false;
