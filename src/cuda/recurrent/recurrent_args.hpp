@@ -37,6 +37,7 @@ struct RecurrentArgs {
   int64_t N = 0, T = 0;
   int32_t K = 0, V = 0;
   DivU32 gqa;  // Hv / Hqk: value head h reads q/k head h / (Hv / Hqk)
+  DivU32 vt;   // V-tiles per head, V / BV of the planned kernel (set at the launch; direct, direct_pipe)
   bool varlen = false;
   bool commit = true;
   bool null_slot_is_invalid = false;
@@ -72,9 +73,8 @@ struct RecurrentArgs {
 
   // ---- the rest: other dims, varlen, protocol A / B tables, intermediate states, pool-less states, raw gates ----
   int64_t Hqk = 0, Hv = 0;
-  DivU32 vt;                         // V-tiles per head, V / BV of the planned kernel (set at the launch; direct_pipe)
-  DivU32 hv;                         // Hv
-  const void* cu_seqlens = nullptr;  // [N + 1]; may be null (fixed length)
+  DivU32 hv;                           // Hv
+  const void* cu_seqlens = nullptr;    // [N + 1]; may be null (fixed length)
   const void* num_accepted = nullptr;  // [N]; may be null (a = 1)
   int64_t na_s = 1;
   const void* inter_indices = nullptr;  // [N]; may be null (row n uses entry n)
