@@ -12,6 +12,7 @@
 
 #include "api/plan.hpp"
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
+#include "cuda/recurrent/recurrent_args.hpp"
 #include "mixer_test_util.hpp"
 #include "test_util.hpp"
 
@@ -773,6 +774,41 @@ TEST(PlanText, PublicApiPrintsThePlan) {
   EXPECT_NE(text.find("clusters of 6 CTAs"), std::string::npos) << text;
   mp.exec.mixer_split = 4;
   EXPECT_EQ(mixer_decode_plan(mp, &text, kH200Sms).code(), StatusCode::unsupported);
+}
+
+// The recurrent kernels' host-built divider (DivU32: x / d as a multiply-high, an add and a shift) equals integer
+// division on its whole contract (0 <= x < 2^31, 1 <= d <= 2^31): every d up to 4096 and the powers of two and their
+// neighbours up to 2^31, at the x where a rounding error would show first (multiples of d and their neighbours, the
+// top of the range) and pseudo-random x.
+TEST(RecurrentDivider, EqualsIntegerDivision) {
+  std::vector<uint32_t> ds;
+  for (uint32_t d = 1; d <= 4096; ++d) ds.push_back(d);
+  for (int b = 12; b <= 31; ++b)
+    for (int64_t e : {-1, 0, 1})
+      if ((int64_t(1) << b) + e <= (int64_t(1) << 31)) ds.push_back(uint32_t((int64_t(1) << b) + e));
+  ds.push_back(32), ds.push_back(0x7fffffffu), ds.push_back(0x80000000u);
+  const uint32_t xmax = 0x7fffffffu;
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  int64_t checked = 0;
+  for (uint32_t d : ds) {
+    const cuda::DivU32 q = cuda::DivU32::of(d);
+    ASSERT_EQ(q.d, d);
+    auto expect = [&](uint32_t x) {
+      ASSERT_EQ(q.div(x), x / d) << "x = " << x << ", d = " << d;
+      ++checked;
+    };
+    for (uint32_t x : {0u, 1u, 2u, xmax, xmax - 1, xmax - d + 1}) expect(x);
+    for (uint64_t k = 1; k * d <= xmax && k < 64; ++k) {
+      expect(uint32_t(k * d - 1)), expect(uint32_t(k * d));
+      if (k * d + 1 <= xmax) expect(uint32_t(k * d + 1));
+    }
+    for (uint64_t k = xmax / d; k > 0 && k + 64 > xmax / d; --k) expect(uint32_t(k * d - 1)), expect(uint32_t(k * d));
+    for (int i = 0; i < 64; ++i) {
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      expect(uint32_t(rng >> 33));  // < 2^31
+    }
+  }
+  EXPECT_GT(checked, int64_t(ds.size()) * 100);
 }
 
 }  // namespace

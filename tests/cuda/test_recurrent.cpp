@@ -552,6 +552,30 @@ TEST(CudaRecurrent, DecodeLargeBatchKMajorPools) {
     }
 }
 
+// Head counts that are not powers of two (Hv = 24, Hqk = 8: GQA 3) on the single-token kernels, forced: their tile,
+// head and GQA indices come from host-built dividers (DivU32, recurrent_args.hpp). direct_pipe walks 2-3 tiles per
+// CTA (N Hv = 960 tiles against 3 CTAs per SM) and reads the staged raw q / k 4 rows at a time, for fp32, bf16 and
+// f16 activations, K = 128 and 64; direct also at V = 64 (4 tiles per head at 16 columns). Invalid slots (-1, 0
+// with null_slot_is_invalid, >= slots) on both.
+TEST(CudaRecurrent, DecodeNonPowerOfTwoHeads) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (RecurrentKernel k : {RecurrentKernel::direct_pipe, RecurrentKernel::direct})
+    for (DType act : {DType::f32, DType::bf16, DType::f16})
+      for (DType pd : {DType::bf16, DType::f16}) {
+        Spec s;
+        s.N = 40, s.Hqk = 8, s.Hv = 24, s.K = 128, s.V = 128, s.pool_dt = pd, s.act_dt = act, s.kernel = k;
+        s.slot_set = {{3, 0, -1}, {17, 0, 0}, {39, 0, s.N + s.extra_slots}};
+        s.null_invalid = true;
+        SCOPED_TRACE(std::string(recurrent_kernel_name(k)) + " act " + name_of(act) + " pool " + name_of(pd));
+        check(s);
+        s.K = 64, s.gate_raw = true, s.beta_raw = true;
+        check(s);
+        if (k != RecurrentKernel::direct) continue;
+        s.V = 64, s.N = 3, s.pool_dt = DType::f32;
+        check(s);
+      }
+}
+
 // Every kernel on the same cases, forced through exec.recurrent_kernel (the plan's choice is one of them; the others
 // are reached here only): each one either matches the oracle or, where it cannot take the shape, is rejected with an
 // unsupported status naming the override, leaving every output untouched.

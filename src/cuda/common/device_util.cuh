@@ -33,8 +33,10 @@ __device__ __forceinline__ float widen16(__nv_bfloat16 v) {
 __device__ __forceinline__ float widen16(__half v) {
   return __half2float(v);
 }
+// bf16 -> fp32 is exact: the 16 bits moved into the high half (one shift or mask per element).
 __device__ __forceinline__ float2 widen16(__nv_bfloat162 v) {
-  return __bfloat1622float2(v);
+  const uint32_t w = *reinterpret_cast<const uint32_t*>(&v);
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
 }
 __device__ __forceinline__ float2 widen16(__half2 v) {
   return __half22float2(v);
@@ -73,17 +75,29 @@ struct Storage<__half> : Storage16<__half, __half2> {};
 
 // A 4-element vector of a storage type: 16 bytes for fp32, 8 bytes for bf16/f16. Callers guarantee the
 // element offset is a multiple of 4 and the base 16-byte aligned (validated: last dim contiguous, other
-// strides multiples of 16 bytes).
+// strides multiples of 16 bytes). As bits: fp32 in x..w; bf16 / f16 as two packed pairs in x, y (z = w = 0).
 template <class T>
-__device__ __forceinline__ void load4(const T* p, float (&x)[4]) {
+__device__ __forceinline__ uint4 load4_bits(const T* p) {
   if constexpr (std::is_same_v<T, float>) {
-    const float4 v = *reinterpret_cast<const float4*>(p);
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    return *reinterpret_cast<const uint4*>(p);
   } else {
     const uint2 v = *reinterpret_cast<const uint2*>(p);
-    const float2 a = Storage<T>::to2(v.x), b = Storage<T>::to2(v.y);
+    return make_uint4(v.x, v.y, 0u, 0u);
+  }
+}
+template <class T>
+__device__ __forceinline__ void from_bits4(const uint4& w, float (&x)[4]) {
+  if constexpr (std::is_same_v<T, float>) {
+    x[0] = __uint_as_float(w.x), x[1] = __uint_as_float(w.y), x[2] = __uint_as_float(w.z);
+    x[3] = __uint_as_float(w.w);
+  } else {
+    const float2 a = Storage<T>::to2(w.x), b = Storage<T>::to2(w.y);
     x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
   }
+}
+template <class T>
+__device__ __forceinline__ void load4(const T* p, float (&x)[4]) {
+  from_bits4<T>(load4_bits(p), x);
 }
 template <class T>
 __device__ __forceinline__ void store4(T* p, const float (&x)[4]) {
@@ -137,25 +151,14 @@ __device__ __forceinline__ void store4(void* base, DType dt, int64_t off, const 
 // issues a round trip later. Latency-bound kernels (decode at small N) load the bits of every operand first and
 // widen them after their last load is issued.
 // 4 consecutive elements: fp32 in x..w; bf16 / f16 as two packed pairs in x, y (z = w = 0).
+// The loads carry no conversion, so the dtype branch joins before their data arrive.
 __device__ __forceinline__ uint4 load4_bits(const void* base, DType dt, int64_t off) {
   const bool b16 = dt == DType::bf16 || dt == DType::f16;
   const unsigned char* p = static_cast<const unsigned char*>(base) + off * (b16 ? 2 : 4);
-  const uint2 lo = *reinterpret_cast<const uint2*>(p);
-  uint2 hi = make_uint2(0u, 0u);
-  if (!b16) hi = *reinterpret_cast<const uint2*>(p + 8);
-  return make_uint4(lo.x, lo.y, hi.x, hi.y);
+  return b16 ? load4_bits(reinterpret_cast<const uint16_t*>(p)) : load4_bits(reinterpret_cast<const float*>(p));
 }
 __device__ __forceinline__ void from_bits4(DType dt, uint4 w, float (&x)[4]) {
-  with_storage(dt, [&](auto t) {
-    using T = typename decltype(t)::type;
-    if constexpr (std::is_same_v<T, float>) {
-      x[0] = __uint_as_float(w.x), x[1] = __uint_as_float(w.y), x[2] = __uint_as_float(w.z);
-      x[3] = __uint_as_float(w.w);
-    } else {
-      const float2 a = Storage<T>::to2(w.x), b = Storage<T>::to2(w.y);
-      x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
-    }
-  });
+  with_storage(dt, [&](auto t) { from_bits4<typename decltype(t)::type>(w, x); });
 }
 // One element: fp32 bits, or the 16-bit element in the low half.
 __device__ __forceinline__ uint32_t load1_bits(const void* base, DType dt, int64_t off) {

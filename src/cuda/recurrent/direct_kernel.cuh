@@ -241,10 +241,18 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   // -> state -> store), and consecutive CTAs still take consecutive tiles of a row (DRAM locality at large N) ----
   const int64_t n = int64_t(blockIdx.z) * direct::kRowsY + blockIdx.y;
   if (n >= a.N) return;  // the last z slice's rows past N
+  // Value head, V-tile and q/k head by host-built dividers (DivU32: a multiply-high each, not a 32- or 64-bit
+  // division ahead of the loads). The packed 16-bit instances keep the 32-bit division by V / BV: with a divider
+  // there, ptxas spills the 64-column ones (72 / 80 registers).
   const unsigned nvt = unsigned(a.V / BV);
-  const int64_t h = blockIdx.x / nvt;
-  const int j0 = int(blockIdx.x % nvt) * BV;
-  const int64_t hq = h / (a.Hv / a.Hqk);  // GQA: value head h reads q/k head h / (Hv / Hqk) (gdn-math §2)
+  uint32_t hu;
+  if constexpr (direct_packed<ST, MULTI>())
+    hu = blockIdx.x / nvt;
+  else
+    hu = udiv(blockIdx.x, a.vt);  // a.vt.d = V / BV (the launcher checks)
+  const int64_t h = hu;
+  const int j0 = int(blockIdx.x - hu * nvt) * BV;
+  const int64_t hq = udiv(hu, a.gqa);  // GQA: value head h reads q/k head h / (Hv / Hqk) (gdn-math §2)
 
   // ---- first-level index loads, all independent: cu_seqlens, 1-D slot or accepted count, buffer index ----
   int64_t bos = 0, len = a.T, b = n;
@@ -591,6 +599,7 @@ cudaError_t launch_recurrent_direct(const RecurrentArgs& a, cudaStream_t stream)
   const int64_t tiles = a.Hv * (a.V / BV), zs = (a.N + direct::kRowsY - 1) / direct::kRowsY;
   if (a.N == 0 || tiles == 0) return cudaSuccess;
   if (tiles > 0x7fffffff || zs > 65535) return cudaErrorInvalidConfiguration;  // grid limits (x, z)
+  if (a.vt.d != uint32_t(a.V / BV)) return cudaErrorInvalidConfiguration;      // the divider of this tile width
   const dim3 grid{unsigned(tiles), unsigned(a.N < direct::kRowsY ? a.N : direct::kRowsY), unsigned(zs)};
   if constexpr (BV == 128) {  // 16-bit states, T = 1 only (packed: 64 registers of state per thread)
     if constexpr (sizeof(ST) == 2) {

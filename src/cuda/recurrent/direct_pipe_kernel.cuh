@@ -1,7 +1,7 @@
 // The "pipe" variant of the direct recurrent kernel: single-token decode (fixed T = 1) on a K-major state pool with
 // 1-D slots and no intermediate states, the large-batch 16-bit-pool case of recurrent.cu's dispatch
-// (docs/recurrent.md, "Pipelined single-token tiles"). Same math as the direct kernel's T = 1 path
-// (direct_kernel.cuh); with 128 threads also the same thread layout and the same fp32 operations in the same order.
+// (docs/recurrent.md, "direct_pipe: pipelined single-token tiles"). Same math as the direct kernel's T = 1 path
+// (direct_kernel.cuh); the sums over K run over consecutive rows per thread (another order than the direct kernel's).
 //
 // Why: the direct kernel holds one tile per CTA in registers; a CTA issues all its state loads, waits, computes,
 // stores and retires, so an SM has no state bytes in flight while its resident CTAs compute. For 16-bit pools a
@@ -11,11 +11,14 @@
 // Tile i lives in stage i % S and is refilled with tile i + S as soon as every thread holds tile i's state in
 // registers (after the reduction barrier): S tiles per CTA in flight during the update, S - 1 during the reduction.
 //
-// Per tile (n, h, BV columns j0..), thread (r0 = tid / TPR, c = tid % TPR) owns rows i_p = r0 + p RPP and columns
-// j0 + E c + e of S (K-major [K, V]); its 16-byte vectors sit at stage[p][tid] (each thread copies and reads back
-// only its own state vectors: no barrier for them).
+// Per tile (n, h, BV columns j0..), thread (r0 = tid / TPR, c = tid % TPR) owns the consecutive rows i_p = r0 P + p
+// and columns j0 + E c + e of S (K-major [K, V]); its 16-byte vectors sit at stage[p][tid] (each thread copies and
+// reads back only its own state vectors: no barrier for them). Consecutive rows let a thread read its k^ / q' rows
+// 4 at a time (one 8-byte load of 16-bit q / k per 4 rows, one dtype branch) instead of one by one.
 //   rq = scale / |q|, rk = 1 / |k| (l2norm in fp32, per warp from the staged raw q, k), q'_i = q_i rq, k^_i = k_i rk
 //   kS = S^T k^, qS = S^T q',  u = beta (v - alpha kS),  o = alpha qS + (q'.k^) u,  S = alpha S + k^ u^T
+// On bf16 pools with kPipeTensorCores (api/plan.hpp) kS and qS come from bf16 mma.sync on the staged state with k^
+// and q' split into three bf16 parts (one more barrier per tile: the parts); else FFMA over the widened elements.
 // Barriers per tile: one after the stage wait (the staged q/k/v of other threads visible; every thread done with
 // the previous tile's partial sums), one for the cross-warp reduction (which also releases the stage).
 // Rows (all indices clamped): slot = state_indices[n] (n when absent); an invalid slot (< 0, >= slots, 0 with
@@ -37,6 +40,10 @@ struct Geo {
   static constexpr int RPP = NT / TPR;            // tile rows per pass
   static constexpr int P = K / RPP;               // 16-byte state vectors per thread
   static constexpr int kStateBytes = P * NT * 16;
+  // Stage slot of this thread's vector p: thread tid's vectors of pass p, the low 3 bits of tid XOR p. A thread
+  // still reads back only its own vectors (conflict-free: a permutation inside each 8-slot group), and the 8
+  // consecutive rows of one 8x8 ldmatrix (same column chunk, p = 0..7) land in 8 different bank groups.
+  __device__ static constexpr int slot(int p, int tid) { return p * NT + (tid ^ (p & 7)); }
   static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0 && K % RPP == 0, "tile must split over the CTA");
   static_assert(K % 4 == 0 && K / 4 <= 32, "one warp holds q and k (4 elements per lane)");
 };
@@ -67,29 +74,39 @@ template <class ST, int K, int BV, int S, int NT>
 __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
     recurrent_direct_pipe_kernel(const RecurrentArgs a, int stage_bytes, int qb) {
   using G = pipe::Geo<ST, K, BV, NT>;
-  constexpr int E = G::E, TPR = G::TPR, RPP = G::RPP, P = G::P, NW = G::NW;
+  constexpr int E = G::E, TPR = G::TPR, P = G::P, NW = G::NW;
   static_assert(S >= 2, "at least double buffering");
+  static_assert(P % 4 == 0, "q / k rows are read 4 at a time");
+  // Tensor-core reductions (kPipeTensorCores, bf16 pools): per tile D = S^T [k_hi k_mid k_lo q_hi q_mid q_lo 0 0]
+  // (m16n8k16, M = state columns, N = the parts, K = state rows), warp w owning the columns 32 w .. 32 w + 31 over
+  // all rows: no cross-warp sum; kS = D_0 + (D_1 + D_2), qS = D_3 + (D_4 + D_5).
+  constexpr bool TC = kPipeTensorCores && std::is_same_v<ST, __nv_bfloat16>;
+  static_assert(!TC || (BV == 32 * NW && K % 16 == 0 && E == 8 && P % 8 == 0), "tensor-core tile shape");
+  constexpr int PAD = TC ? 8 : 0;  // TC: rows of D padded against bank conflicts
+  constexpr int KP = K + 8;        // padded row of the parts (B fragments conflict-free)
   extern __shared__ __align__(16) unsigned char s_ring[];
-  __shared__ __align__(16) float s_red[NW][2][BV];  // cross-warp partial sums of S^T k^, S^T q'
-  __shared__ float s_kn[K];                         // k^ of the current tile (for the update, after the refill)
-  __shared__ int64_t s_slot[S];                     // slot of the tile in each stage (-1: invalid row)
+  __shared__ __align__(16) float s_red[NW][2][BV + PAD];  // cross-warp partial sums of S^T k^, S^T q' (TC: D rows)
+  __shared__ __align__(16) float s_kn[K];                 // k^ of the current tile (for the update, after the refill)
+  __shared__ int64_t s_slot[S];                           // slot of the tile in each stage (-1: invalid row)
+  __shared__ __align__(16) __nv_bfloat16 s_pc[TC ? 8 : 1][TC ? KP : 8];  // TC: the parts [n][K]; rows 6, 7 zero
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int c = tid % TPR, r0 = tid / TPR;
-  const int nvt = a.V / BV;
-  const int64_t ntiles = a.N * a.Hv * nvt, stride = gridDim.x;
-  const int gqa = int(a.Hv / a.Hqk);
+  // Tile indices are 32-bit (the launcher checks (S + 2) ntiles <= 2^31) and divided by the host-built
+  // DivU32 of V / BV and Hv: a multiply-high each, not a 64-bit division per tile and use.
+  const uint32_t nvt = a.vt.d;
+  const uint32_t ntiles = uint32_t(a.N) * uint32_t(a.Hv) * nvt, stride = gridDim.x;
   const int qsz = a.qk_dtype == DType::f32 ? 4 : 2, vsz = a.v_dtype == DType::f32 ? 4 : 2;
 
   // tile = (n Hv + h) nvt + V-tile (the direct kernel's order)
-  auto coords = [&](int64_t t, int64_t& n, int64_t& h, int& j0) {
-    const int64_t nh = t / nvt;
-    j0 = int(t % nvt) * BV, h = nh % a.Hv, n = nh / a.Hv;
+  auto coords = [&](uint32_t t, int64_t& n, int64_t& h, int& j0) {
+    const uint32_t nh = udiv(t, a.vt), nu = udiv(nh, a.hv);
+    j0 = int(t - nh * nvt) * BV, h = nh - nu * a.hv.d, n = nu;
   };
   // The tile's start slot, -1 when the row is invalid or the tile does not exist.
-  auto slot_of = [&](int64_t t) -> int64_t {
+  auto slot_of = [&](uint32_t t) -> int64_t {
     if (t >= ntiles) return -1;
-    const int64_t n = t / (int64_t(nvt) * a.Hv);
+    const int64_t n = udiv(udiv(t, a.vt), a.hv);
     const int64_t s = a.state_indices ? load_index(a.state_indices, a.si_i64, n * a.si_s[0]) : n;
     return direct::slot_ok(s, a.slots, a.null_slot_is_invalid) ? s : -1;
   };
@@ -100,16 +117,16 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
     const ST* st;
     const char* act;
   };
-  const int64_t row_step = int64_t(RPP) * a.pool_s[2];
-  auto source = [&](int64_t t, int64_t slot) -> Src {
+  const int64_t row_step = a.pool_s[2];  // the thread's rows r0 P .. r0 P + P - 1 are consecutive
+  auto source = [&](uint32_t t, int64_t slot) -> Src {
     Src x{nullptr, nullptr};
     if (t >= ntiles || slot < 0) return x;
     int64_t n, h;
     int j0;
     coords(t, n, h, j0);
-    x.st =
-        static_cast<const ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1] + int64_t(r0) * a.pool_s[2] + j0 + E * c;
-    const int64_t hq = h / gqa;
+    x.st = static_cast<const ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1] + int64_t(r0 * P) * a.pool_s[2] + j0 +
+           E * c;
+    const int64_t hq = udiv(uint32_t(h), a.gqa);
     if (warp == 0 && lane * 16 < K * qsz)  // fixed T = 1: the token of batch row n is (b = n, t = 0)
       x.act = static_cast<const char*>(a.q) + (n * a.q_s[0] + hq * a.q_s[2]) * qsz + lane * 16;
     if (warp == 1 && lane * 16 < K * qsz)
@@ -124,7 +141,7 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
     if (x.st != nullptr) {
       const ST* src = x.st;
 #pragma unroll
-      for (int p = 0; p < P; ++p, src += row_step) cp_async<16>(stg + (p * NT + tid) * 16, src);
+      for (int p = 0; p < P; ++p, src += row_step) cp_async<16>(stg + G::slot(p, tid) * 16, src);
       if (x.act != nullptr)
         cp_async<16>(stg + G::kStateBytes + (warp == 0 ? 0 : (warp == 1 ? qb : 2 * qb)) + lane * 16, x.act);
     }
@@ -135,7 +152,7 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
   struct Gates {
     float g, be, A_log, dt_bias;
   };
-  auto load_gates = [&](int64_t t, Gates& x) {
+  auto load_gates = [&](uint32_t t, Gates& x) {
     x = Gates{0.f, 1.f, 0.f, 0.f};
     if (t >= ntiles) return;
     int64_t n, h;
@@ -153,7 +170,9 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
   // Ring: tile i of the CTA lives in stage i % S; it is refilled with tile i + S as soon as every thread has
   // copied tile i's state, k^ rows and v into registers (after the reduction barrier), so S tiles are in flight
   // during the update and S - 1 during the reduction.
-  const int64_t t0 = blockIdx.x;
+  const uint32_t t0 = blockIdx.x;
+  if constexpr (TC)  // the zero parts (N = 6, 7), visible after the loop's first barrier
+    for (int i = tid; i < 2 * KP; i += NT) s_pc[6 + i / KP][i % KP] = __float2bfloat16_rn(0.f);
 #pragma unroll 1
   for (int s = 0; s < S; ++s) {
     const int64_t slot = slot_of(t0 + s * stride);
@@ -165,7 +184,7 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
 
   int buf = 0;
 #pragma unroll 1
-  for (int64_t t = t0; t < ntiles; t += stride) {
+  for (uint32_t t = t0; t < ntiles; t += stride) {
     cp_async_wait<S - 1>();  // this tile's group has landed (the S - 1 later ones may still fly)
     __syncthreads();         // ... for every thread's copies (q, k, v); every thread is done with s_red, s_kn
     Gates nxt;
@@ -207,38 +226,97 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
       float v[E];
       direct::load_n<E>(stg + G::kStateBytes + 2 * qb, a.v_dtype, E * c, v);
 
-      // Row i of the raw q / k (the staged activation dtype) as fp32.
-      auto raw_row = [&](const unsigned char* base, int i) -> float {
-        if (qsz == 4) return reinterpret_cast<const float*>(base)[i];
-        const uint32_t b16 = reinterpret_cast<const unsigned short*>(base)[i];
-        return a.qk_dtype == DType::bf16 ? __uint_as_float(b16 << 16)
-                                         : __half2float(__ushort_as_half(static_cast<unsigned short>(b16)));
-      };
-      // The thread's state vectors and k^ rows into registers; kS = S^T k^, qS = S^T q': own rows, the lanes of
-      // the same c (shuffles), the warps (shared memory).
+      // The thread's state vectors (rows i = r0 P + p) and its k^ / q' rows into registers, 4 rows per 16-byte (fp32)
+      // or 8-byte (16-bit) load of the staged raw q, k; kS = S^T k^, qS = S^T q': own rows, the lanes of the same c
+      // (shuffles), the warps (shared memory).
       uint4 w[P];
-      float kS[E], qS[E];
+      if constexpr (TC) {
+        // Warp 0 splits k^, warp 1 q' into three bf16 parts (x = hi + mid + lo to ~2^-24 |x|: each remainder is
+        // exact in fp32), rows 0-2 / 3-5 of s_pc; warp 0 also stores k^ for the update.
+        if (warp < 2 && 4 * lane < K) {
+          const float r = warp == 0 ? rk : rq;
+          float x[4];
 #pragma unroll
-      for (int e = 0; e < E; ++e) kS[e] = 0.f, qS[e] = 0.f;
+          for (int e = 0; e < 4; ++e) x[e] = (warp == 0 ? k4[e] : q4[e]) * r;
+          if (warp == 0) *reinterpret_cast<float4*>(&s_kn[4 * lane]) = make_float4(x[0], x[1], x[2], x[3]);
 #pragma unroll
-      for (int p = 0; p < P; ++p) {
-        w[p] = reinterpret_cast<const uint4*>(stg)[p * NT + tid];
-        const int i = r0 + p * RPP;
-        const float ki = raw_row(kraw, i) * rk, qi = raw_row(qraw, i) * rq;
-        if (c == 0) s_kn[i] = ki;  // one writer per row
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-          const float x = pipe::elem<ST, 0>(w[p], e);
-          kS[e] = fmaf(x, ki, kS[e]), qS[e] = fmaf(x, qi, qS[e]);
+          for (int j = 0; j < 3; ++j) {
+            using B16 = Storage<__nv_bfloat16>;
+            const uint32_t lo = B16::from2(x[0], x[1]), hi = B16::from2(x[2], x[3]);
+            *reinterpret_cast<uint2*>(&s_pc[3 * warp + j][4 * lane]) = make_uint2(lo, hi);
+            const float2 a0 = B16::to2(lo), a1 = B16::to2(hi);
+            x[0] -= a0.x, x[1] -= a0.y, x[2] -= a1.x, x[3] -= a1.y;
+          }
         }
-      }
+        __syncthreads();  // the parts visible
 #pragma unroll
-      for (int e = 0; e < E; ++e) kS[e] = lane_sum<TPR, 32>(kS[e]), qS[e] = lane_sum<TPR, 32>(qS[e]);
-      if (lane < TPR) {
+        for (int p = 0; p < P; ++p) w[p] = reinterpret_cast<const uint4*>(stg)[G::slot(p, tid)];
+        const int gi = lane >> 2, t4 = lane & 3;  // mma fragment coordinates
+        // A = S^T of rows k0 .. k0 + 15, columns m0 .. m0 + 15 (ldmatrix.trans of the S rows): lane l addresses row
+        // ip = l % 8 + 8 (l / 16) of the block, column chunk m0 / 8 + l / 8 % 2. S row i = k0 + ip sits in pass
+        // i % P of thread (i / P) TPR + chunk; with k0 % 16 == 0 and P | 16 that is pass ip % P of thread
+        // (k0 / P + ip / P) TPR + chunk, and the slot's XOR touches the chunk bits only: a per-lane base per column
+        // block plus (k0 / P) TPR.
+        const int ip = (lane & 7) + 8 * (lane >> 4), lp = ip % P;
+        int abase[2];
 #pragma unroll
-        for (int e = 0; e < E; e += 4) {
-          *reinterpret_cast<float4*>(&s_red[warp][0][E * c + e]) = make_float4(kS[e], kS[e + 1], kS[e + 2], kS[e + 3]);
-          *reinterpret_cast<float4*>(&s_red[warp][1][E * c + e]) = make_float4(qS[e], qS[e + 1], qS[e + 2], qS[e + 3]);
+        for (int mb = 0; mb < 2; ++mb)
+          abase[mb] = lp * NT + (ip / P) * TPR + (((32 * warp + 16 * mb) / 8 + ((lane >> 3) & 1)) ^ (lp & 7));
+        float d[2][4] = {};
+#pragma unroll
+        for (int k0 = 0; k0 < K; k0 += 16) {
+          // B[k][n] = part n of row k0 + k: b0 rows 2 t4, 2 t4 + 1, b1 rows 2 t4 + 8, 2 t4 + 9, column n = gi
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&s_pc[gi][k0 + 2 * t4]);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&s_pc[gi][k0 + 8 + 2 * t4]);
+#pragma unroll
+          for (int mb = 0; mb < 2; ++mb) {
+            uint32_t af[4];
+            ldsm_x4_t(af, stg + (abase[mb] + (k0 / P) * TPR) * 16);
+            mma_m16n8k16<true>(d[mb], af, b0, b1);
+          }
+        }
+        // D[m][n]: d0, d1 at (m = gi, n = 2 t4, 2 t4 + 1), d2, d3 at (m = gi + 8, same n); row n of D is
+        // s_red[n / 2][n % 2] (n = 6, 7: zeros).
+#pragma unroll
+        for (int mb = 0; mb < 2; ++mb) {
+          const int m = 32 * warp + 16 * mb + gi;
+          s_red[t4][0][m] = d[mb][0], s_red[t4][1][m] = d[mb][1];
+          s_red[t4][0][m + 8] = d[mb][2], s_red[t4][1][m + 8] = d[mb][3];
+        }
+      } else {
+        float kS[E], qS[E];
+#pragma unroll
+        for (int e = 0; e < E; ++e) kS[e] = 0.f, qS[e] = 0.f;
+#pragma unroll
+        for (int p4 = 0; p4 < P; p4 += 4) {
+          const int i0 = r0 * P + p4;
+          float kr[4], qr[4];
+          load4(kraw, a.qk_dtype, i0, kr);
+          load4(qraw, a.qk_dtype, i0, qr);
+#pragma unroll
+          for (int m = 0; m < 4; ++m) kr[m] *= rk, qr[m] *= rq;
+          if (c == 0) *reinterpret_cast<float4*>(&s_kn[i0]) = make_float4(kr[0], kr[1], kr[2], kr[3]);  // one writer
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            const int p = p4 + m;
+            w[p] = reinterpret_cast<const uint4*>(stg)[G::slot(p, tid)];
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+              const float x = pipe::elem<ST, 0>(w[p], e);
+              kS[e] = fmaf(x, kr[m], kS[e]), qS[e] = fmaf(x, qr[m], qS[e]);
+            }
+          }
+        }
+#pragma unroll
+        for (int e = 0; e < E; ++e) kS[e] = lane_sum<TPR, 32>(kS[e]), qS[e] = lane_sum<TPR, 32>(qS[e]);
+        if (lane < TPR) {
+#pragma unroll
+          for (int e = 0; e < E; e += 4) {
+            *reinterpret_cast<float4*>(&s_red[warp][0][E * c + e]) =
+                make_float4(kS[e], kS[e + 1], kS[e + 2], kS[e + 3]);
+            *reinterpret_cast<float4*>(&s_red[warp][1][E * c + e]) =
+                make_float4(qS[e], qS[e + 1], qS[e + 2], qS[e + 3]);
+          }
         }
       }
       __syncthreads();          // partial sums and k^ visible; every thread is done reading this stage
@@ -248,8 +326,18 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
       for (int e = 0; e < E; e += 4) {
         float4 ks = *reinterpret_cast<const float4*>(&s_red[0][0][E * c + e]);
         float4 qs = *reinterpret_cast<const float4*>(&s_red[0][1][E * c + e]);
+        if constexpr (TC) {  // kS = D_0 + (D_1 + D_2), qS = D_3 + (D_4 + D_5)
+          const float4 k1 = *reinterpret_cast<const float4*>(&s_red[0][1][E * c + e]);
+          const float4 k2 = *reinterpret_cast<const float4*>(&s_red[1][0][E * c + e]);
+          const float4 q0 = *reinterpret_cast<const float4*>(&s_red[1][1][E * c + e]);
+          const float4 q1 = *reinterpret_cast<const float4*>(&s_red[2][0][E * c + e]);
+          const float4 q2 = *reinterpret_cast<const float4*>(&s_red[2][1][E * c + e]);
+          ks.x += k1.x + k2.x, ks.y += k1.y + k2.y, ks.z += k1.z + k2.z, ks.w += k1.w + k2.w;
+          qs.x = q0.x + (q1.x + q2.x), qs.y = q0.y + (q1.y + q2.y), qs.z = q0.z + (q1.z + q2.z);
+          qs.w = q0.w + (q1.w + q2.w);
+        }
 #pragma unroll
-        for (int m = 1; m < NW; ++m) {  // fixed order: bitwise reproducible
+        for (int m = 1; m < (TC ? 1 : NW); ++m) {  // fixed order: bitwise reproducible
           const float4 x = *reinterpret_cast<const float4*>(&s_red[m][0][E * c + e]);
           const float4 y = *reinterpret_cast<const float4*>(&s_red[m][1][E * c + e]);
           ks.x += x.x, ks.y += x.y, ks.z += x.z, ks.w += x.w;
@@ -265,13 +353,18 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
       if (tid < TPR) direct::store_n<E>(a.o, a.v_dtype, o_off + E * c, o);
       if (a.commit) {  // S = alpha S + k^ u^T, rounded once to the pool type
         ST* dst = static_cast<ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1] + j0 + E * c;
+        dst += int64_t(r0 * P) * a.pool_s[2];
 #pragma unroll
-        for (int p = 0; p < P; ++p) {
-          const float ki = s_kn[r0 + p * RPP];
-          float x[E];
+        for (int p4 = 0; p4 < P; p4 += 4) {
+          const float4 k4 = *reinterpret_cast<const float4*>(&s_kn[r0 * P + p4]);
+          const float kr[4] = {k4.x, k4.y, k4.z, k4.w};
 #pragma unroll
-          for (int e = 0; e < E; ++e) x[e] = fmaf(ki, u[e], alpha * pipe::elem<ST, 1>(w[p], e));
-          direct::store16(dst + int64_t(r0 + p * RPP) * a.pool_s[2], x);
+          for (int m = 0; m < 4; ++m) {
+            float x[E];
+#pragma unroll
+            for (int e = 0; e < E; ++e) x[e] = fmaf(kr[m], u[e], alpha * pipe::elem<ST, 1>(w[p4 + m], e));
+            direct::store16(dst + int64_t(p4 + m) * a.pool_s[2], x);
+          }
         }
       }
     }
@@ -289,6 +382,9 @@ cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs& a, cudaStream_t st
   using G = pipe::Geo<ST, K, BV, NT>;
   const int64_t ntiles = a.N * a.Hv * (a.V / BV);
   if (ntiles == 0) return cudaSuccess;
+  // 32-bit tile indices: t + (S + 1) gridDim.x < (S + 2) ntiles <= 2^31 (2^29 tiles are 256 GB of v and o alone)
+  if (ntiles > (int64_t(1) << 31) / (S + 2)) return cudaErrorInvalidConfiguration;
+  if (a.vt.d != uint32_t(a.V / BV)) return cudaErrorInvalidConfiguration;  // the divider of this tile width
   const int qsz = a.qk_dtype == DType::f32 ? 4 : 2, vsz = a.v_dtype == DType::f32 ? 4 : 2;
   const int qb = (K * qsz + 15) / 16 * 16, vb = (BV * vsz + 15) / 16 * 16;
   const int stage_bytes = G::kStateBytes + 2 * qb + vb;

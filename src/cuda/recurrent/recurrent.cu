@@ -123,6 +123,7 @@ RecurrentArgs make_recurrent_args(const RecurrentParams& p, const RecurrentDims&
   }
 
   a.N = d.N, a.T = d.T, a.Hqk = d.Hqk, a.Hv = d.Hv, a.K = int32_t(d.K), a.V = int32_t(d.V);
+  a.gqa = DivU32::of(uint32_t(d.Hqk > 0 ? d.Hv / d.Hqk : 1)), a.hv = DivU32::of(uint32_t(d.Hv));
   a.varlen = d.varlen || p.cu_seqlens.defined();
   a.scale = d.scale;
   a.l2norm = p.use_qk_l2norm_in_kernel;
@@ -137,7 +138,8 @@ RecurrentArgs make_recurrent_args(const RecurrentParams& p, const RecurrentDims&
 }
 
 Status recurrent(const RecurrentParams& p, const RecurrentDims& d, const RecurrentPlan& pl, void* stream) {
-  const RecurrentArgs a = make_recurrent_args(p, d);
+  RecurrentArgs a = make_recurrent_args(p, d);
+  a.vt = DivU32::of(uint32_t(pl.bv > 0 ? a.V / pl.bv : 1));
   auto s = static_cast<cudaStream_t>(stream);
   FGDN_CUDA_CHECK(a.layout == StateLayout::k_major ? launch_layout<StateLayout::k_major>(a, pl, s)
                                                    : launch_layout<StateLayout::v_major>(a, pl, s));
