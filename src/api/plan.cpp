@@ -215,9 +215,8 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
   std::string s = str_cat("chunk_bwd on CUDA, ", pl.sms, " SMs: N = ", d.N, " sequences, T = ", d.T, ", Hqk = ", d.Hqk,
                           ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, d.varlen ? " (varlen)" : "", "\n");
   s += str_cat("  prep pass: grid (", slots, ", ", d.Hv,
-               "), one record per (chunk slot, value head); grads pass: ", std::min<int64_t>(slots * d.Hqk, pl.sms),
-               " persistent CTAs over the ", slots * d.Hqk, " (chunk slot, q/k head) groups of ",
-               d.Hv / std::max<int64_t>(d.Hqk, 1), " records\n");
+               "), one record per (chunk slot, value head); grads pass: ", std::min<int64_t>(slots * d.Hv, pl.sms),
+               " persistent CTAs over the ", slots * d.Hv, " records\n");
   if (!pl.split) {
     s += str_cat("  state and dstate chains: grid (", d.N, ", ", d.Hv, ", ", cols, "), every chunk of a sequence\n");
   } else {

@@ -559,10 +559,9 @@ TEST(CudaChunkBwd, DeterministicAndGraphReplayEqualsEager) {
   check_deterministic(b);
 }
 
-// The grads pass is persistent (one CTA per SM walks the (chunk slot, value head) items, a q/k head's value heads in
-// turn, with the next item's inputs in flight): shapes of several items per CTA on any GPU, fixed length and varlen
-// with slack slots (items without a chunk, skipped by the walk), against the oracle; the varlen one also bitwise over
-// repeated runs and graph replay.
+// The grads pass is persistent (one CTA per SM walks the (chunk slot, value head) items with the next item's inputs
+// in flight): shapes of several items per CTA on any GPU, fixed length and varlen with slack slots (items without a
+// chunk, skipped by the walk), against the oracle; the varlen one also bitwise over repeated runs and graph replay.
 TEST(CudaChunkBwd, PersistentGradsManyItemsPerCta) {
   REQUIRE_GPU();
   check(bcase("persistent_b2_t1100_hv8", 2, 1100, 2, 8, 128, 128));           // 2 x 18 slots x 8 heads: 288 items
@@ -573,20 +572,6 @@ TEST(CudaChunkBwd, PersistentGradsManyItemsPerCta) {
   b.c.seqlens = {2000, 0, 1500, 77, 0, 600};  // (6 + 66) x 8: 576 items, slack slots among them
   b.slack = 9;
   b.gate = true;
-  check_deterministic(b);
-}
-
-// The grads pass walks (chunk slot, q/k head) groups, a group's value heads in turn in one CTA, summing dq and dk
-// over them in its accumulators and applying the l2norm chain there: GQA 4 with more groups than CTAs (group count
-// not a multiple of the grid), GQA 8 with varlen slack slots (whole groups skipped) and without the l2norm, against
-// the oracle; the varlen one also bitwise over repeated runs and graph replay.
-TEST(CudaChunkBwd, GradsGroupWalkGqa) {
-  REQUIRE_GPU();
-  check(bcase("groups_gqa4_t3000_hqk3_hv12", 1, 3000, 3, 12, 128, 128));  // 47 x 3 = 141 groups of 4
-  BwdCase b = bcase("groups_gqa8_varlen_slack_no_l2norm_k64v64", 1, 0, 1, 8, 64, 64);
-  b.c.seqlens = {1300, 0, 65, 2100};
-  b.slack = 5;
-  b.c.l2norm = false;
   check_deterministic(b);
 }
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Host emulation of the CUDA chunk_bwd kernels against the CPU oracle (no GPU needed; nvcc's headers are).
 # Usage: bash tools/emulate_chunk_bwd/run.sh [build dir with a CPU libflashgdn_static.a, default build-cpu] [cases]
-# (cases: numbers 0-11, default all; 7-9 force the chains' segment split, 10 nearly parallel keys, 11 GQA 4)
+# (cases: numbers 0-10, default all; 7-9 force the chains' segment split, 10 nearly parallel keys)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 lib="${1:-$root/build-cpu}/libflashgdn_static.a"
 shift || true
-cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11}"
+cases="${*:-0 1 2 3 4 5 6 7 8 9 10}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 out="$(mktemp -d)"
 python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"

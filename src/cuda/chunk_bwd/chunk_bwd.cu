@@ -1,6 +1,7 @@
-// cuda::chunk_bwd: the training backward (gdn-math §7) on the GPU. The chunk passes (chunk_bwd_kernels.cuh) write
-// dq, dk (summed over the value heads of a q/k head and through the l2norm chain in the grads pass) and dv, and leave
-// dg, dbeta w.r.t. the resolved g, beta per value head in workspace; the token kernels here finish them:
+// cuda::chunk_bwd: the training backward (gdn-math §7) on the GPU. The chunk passes (chunk_bwd_kernels.cuh) leave
+// the core gradients per value head in workspace; the token kernels here finish them:
+//   * chunk_bwd_qk_kernel    dq, dk of a q/k head = the sum over its value heads in head order (§7.5), then the
+//                            l2norm chain dx = rho (dx^ - (dx^ . x^) x^) (§7.6);
 //   * chunk_bwd_token_kernel dbeta through beta = c sigmoid(b), dg through the gate (§7.7), zeros on slack rows;
 //   * chunk_bwd_gate_kernel  dA_log = sum dg g, ddt_bias = sum da per value head, in a fixed order.
 // No host synchronization, no allocation: the caller's workspace (chunk_bwd_workspace_size) holds everything.
@@ -31,8 +32,7 @@ int64_t slots_of(const SeqDims& d) {
 }
 
 // Workspace: the per-(chunk slot, value head) records, then the per-(token, value head) scratch; fp32 (S0 bf16), each
-// part 256-byte aligned. Bytes per (slot, value head): 4 (256 + 64^2 + 64 K + 128 V + K V) + 2 K V (S0 in bf16);
-// per (token, value head): 8 (dg, dbeta); per (token, q/k head): 8 K (the sums of dq, dk over the value heads).
+// part 256-byte aligned. Bytes per (slot, head): 4 (256 + 64^2 + 64 K + 128 V + K V) + 2 K V (S0 in bf16).
 struct WsLayout {
   size_t rows = 0, A = 0, W = 0, U = 0, dU = 0, S0 = 0, dS = 0, dqh = 0, dkh = 0, dgh = 0, dbh = 0, total = 0;
 };
@@ -53,9 +53,8 @@ WsLayout ws_layout(const SeqDims& d) {
   take(&w.dU, rec * 64 * V * f);
   take(&w.S0, rec * K * V * 2);  // bf16
   take(&w.dS, rec * K * V * f);
-  const size_t qk_rows = size_t(d.B * d.T * d.Hqk);
-  take(&w.dqh, qk_rows * K * f);
-  take(&w.dkh, qk_rows * K * f);
+  take(&w.dqh, rows * K * f);
+  take(&w.dkh, rows * K * f);
   take(&w.dgh, rows * f);
   take(&w.dbh, rows * f);
   w.total = off;
@@ -69,6 +68,52 @@ __device__ __forceinline__ bool covered(const ChunkBwdArgs& a, int64_t t) {
   s0 = s0 < 0 ? 0 : (s0 > a.T ? a.T : s0);
   s1 = s1 < 0 ? 0 : (s1 > a.T ? a.T : s1);
   return t >= s0 && t < s1;
+}
+
+// One warp per (token, q/k head): K / 32 elements per lane.
+template <int K>
+__global__ void __launch_bounds__(256) chunk_bwd_qk_kernel(const ChunkBwdArgs a) {
+  constexpr int PL = K / 32;
+  const int64_t row = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);  // (b * T + t) * Hqk + hk
+  const int lane = threadIdx.x & 31;
+  if (row >= a.B * a.T * a.Hqk) return;
+  const int64_t bt = row / a.Hqk, b = bt / a.T, t = bt % a.T;
+  const int hk = int(row % a.Hqk);
+  const DType io = DType(a.io_dtype);
+  const bool cov = covered(a, t);  // slack rows: zero gradients; neither their scratch nor their inputs are read
+#pragma unroll
+  for (int which = 0; which < 2; ++which) {
+    const float* src = which == 0 ? a.dqh : a.dkh;
+    float gx[PL];
+#pragma unroll
+    for (int e = 0; e < PL; ++e) gx[e] = 0.f;
+    for (int h = hk * a.group; cov && h < (hk + 1) * a.group; ++h) {  // value heads in order: deterministic
+      const float* p = src + (bt * a.Hv + h) * K;
+#pragma unroll
+      for (int e = 0; e < PL; ++e) gx[e] += p[lane + 32 * e];
+    }
+    if (cov && a.l2norm) {  // dx = rho (dx^ - (dx^ . x^) x^), x^ = rho x, rho = (|x|^2 + 1e-6)^-1/2
+      const void* xs = which == 0 ? a.q : a.k;
+      const int64_t off = which == 0 ? b * a.q_sb + t * a.q_st + hk * a.q_sh : b * a.k_sb + t * a.k_st + hk * a.k_sh;
+      float x[PL], ss = 0.f, dot = 0.f;
+#pragma unroll
+      for (int e = 0; e < PL; ++e) {
+        x[e] = load1(xs, io, off + lane + 32 * e);
+        ss = fmaf(x[e], x[e], ss);
+        dot = fmaf(gx[e], x[e], dot);
+      }
+      ss = lane_sum<1, 32>(ss);
+      dot = lane_sum<1, 32>(dot);
+      const float rho = rsqrtf(ss + 1e-6f);
+#pragma unroll
+      for (int e = 0; e < PL; ++e) gx[e] = rho * (gx[e] - dot * rho * rho * x[e]);
+    }
+    void* dst = which == 0 ? a.dq : a.dk;
+    const int64_t off =
+        which == 0 ? b * a.dq_sb + t * a.dq_st + hk * a.dq_sh : b * a.dk_sb + t * a.dk_st + hk * a.dk_sh;
+#pragma unroll
+    for (int e = 0; e < PL; ++e) store1(dst, io, off + lane + 32 * e, gx[e]);
+  }
 }
 
 // d(softplus)/dx with PyTorch's threshold: sigmoid(beta x) below it, 1 above.
@@ -87,9 +132,8 @@ __device__ __forceinline__ GateParams gate_params(const ChunkBwdArgs& a, int h) 
   return gp;
 }
 
-// One thread per (token, value head): dbeta, dg outputs; the dv rows of slack tokens, and their dq, dk rows (the
-// thread of each q/k head's first value head).
-__global__ void __launch_bounds__(256) chunk_bwd_token_kernel(const ChunkBwdArgs a, int64_t K, int64_t V) {
+// One thread per (token, value head): dbeta, dg outputs; dv rows of slack tokens.
+__global__ void __launch_bounds__(256) chunk_bwd_token_kernel(const ChunkBwdArgs a, int64_t V) {
   const int64_t row = int64_t(blockIdx.x) * 256 + threadIdx.x;  // (b * T + t) * Hv + h
   if (row >= a.B * a.T * a.Hv) return;
   const int64_t bt = row / a.Hv, b = bt / a.T, t = bt % a.T;
@@ -118,17 +162,8 @@ __global__ void __launch_bounds__(256) chunk_bwd_token_kernel(const ChunkBwdArgs
     }
     store1(a.dg, DType(a.dg_dtype), b * a.dg_sb + t * a.dg_st + h * a.dg_sh, dg);
   }
-  if (!cov) {
-    const DType io = DType(a.io_dtype);
-    for (int64_t j = 0; j < V; ++j) store1(a.dv, io, b * a.dv_sb + t * a.dv_st + h * a.dv_sh + j, 0.f);
-    if (h % a.group == 0) {
-      const int64_t hk = h / a.group;
-      for (int64_t i = 0; i < K; ++i) {
-        store1(a.dq, io, b * a.dq_sb + t * a.dq_st + hk * a.dq_sh + i, 0.f);
-        store1(a.dk, io, b * a.dk_sb + t * a.dk_st + hk * a.dk_sh + i, 0.f);
-      }
-    }
-  }
+  if (!cov)
+    for (int64_t j = 0; j < V; ++j) store1(a.dv, DType(a.io_dtype), b * a.dv_sb + t * a.dv_st + h * a.dv_sh + j, 0.f);
 }
 
 // One block per value head: dA_log = sum_t dg_t g_t, ddt_bias = sum_t da_t over every covered token; each thread
@@ -237,9 +272,17 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   const bool bf16 = p.q.dtype == DType::bf16;
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)
                                                 : launch_chunk_bwd_passes_f16(a, d.K, d.V, stream)));
-  const int64_t v_rows = d.B * d.T * d.Hv;
+  const int64_t qk_rows = d.B * d.T * d.Hqk, v_rows = d.B * d.T * d.Hv;
+  if (qk_rows > 0) {
+    const unsigned blocks = unsigned(ceil_div(qk_rows, 8));
+    if (d.K == 64)
+      chunk_bwd_qk_kernel<64><<<blocks, 256, 0, st>>>(a);
+    else
+      chunk_bwd_qk_kernel<128><<<blocks, 256, 0, st>>>(a);
+    FGDN_CUDA_CHECK(cudaGetLastError());
+  }
   if (v_rows > 0 && (a.dg || a.dbeta || d.varlen)) {
-    chunk_bwd_token_kernel<<<unsigned(ceil_div(v_rows, 256)), 256, 0, st>>>(a, d.K, d.V);
+    chunk_bwd_token_kernel<<<unsigned(ceil_div(v_rows, 256)), 256, 0, st>>>(a, d.V);
     FGDN_CUDA_CHECK(cudaGetLastError());
   }
   if (a.gate_in_kernel && a.g && (a.dA_log || a.ddt_bias) && d.Hv > 0) {

@@ -9,9 +9,9 @@
 //             dU += Kbar dS, and dh0;
 //      (2 and 3 may each run as the segment split of gdn-math §6: summaries, a scan, all segments in parallel;
 //      ChainMode below, plan_chunk_bwd decides);
-//   4. grads  (persistent CTAs over every chunk and value head, a q/k head's value heads in turn): dq, dk (summed
-//             over the value heads, §7.5, through the l2norm chain, §7.6), dv, dbeta, dgamma -> dg (§7.3);
-//   5. small token kernels: the beta and gate chains (§7.7), zeros on slack rows.
+//   4. grads  (persistent CTAs over every chunk and value head): dq, dk (per value head), dv, dbeta, dgamma -> dg
+//             (§7.3);
+//   5. small token kernels: the GQA sums and the l2norm chain (§7.5-7.6), the beta and gate chains (§7.7).
 // Every reduction runs in a fixed order: the gradients are bitwise reproducible.
 #pragma once
 
@@ -90,8 +90,8 @@ struct ChunkBwdArgs {
   float* dU;     // [slots, Hv, 64, V]   scale P^T dO (prep), then + Kbar dS (dstate pass)
   uint16_t* S0;  // [slots, Hv, K, V]   chunk start states, K-major, bf16 (a GEMM operand only, gdn-math §10.2)
   float* dS;     // [slots, Hv, K, V]    gradients w.r.t. the chunk-end states, K-major
-  float* dqh;    // [B * T * Hqk, K]     dq of a q/k head (w.r.t. q^) summed over its value heads so far
-  float* dkh;    // [B * T * Hqk, K]     dk likewise
+  float* dqh;    // [B * T * Hv, K]      dq per value head (w.r.t. the normalized q), zero on slack rows
+  float* dkh;    // [B * T * Hv, K]      dk per value head
   float* dgh;    // [B * T * Hv]         dg w.r.t. the resolved g
   float* dbh;    // [B * T * Hv]         dbeta w.r.t. the resolved beta
 

@@ -459,11 +459,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
 // The running state (its gradient) is fp32 in the accumulator registers of its owning warps for the whole walk
 // (ChainFrag); every update accumulates in fp32 (gdn-math §10.1). Per step two barriers: the first product reads
 // the whole state (all keys), the second the whole U (dU: all rows), each written by every warp.
-constexpr int kLS = kBV + 4;  // row stride of the fp32 state-column tiles
-// Where a chain step issues the next chunk's copies (~15 cp.async a thread): behind its first product's MMAs (true),
-// or ahead of them, right after the step's first barrier (false: the copies get the whole step to land, but their
-// issue, which stalls on the copy queue, delays the step's serial first product).
-constexpr bool kChainPrefetchBehind = true;
+constexpr int kLS = kBV + 4;       // row stride of the fp32 state-column tiles
 constexpr int kLB = tile_ld(kBV);  // row stride of the 16-bit state-column tiles
 
 // The K x kBV state of a chain CTA in registers: K / 16 key tiles (MT) of 16 keys, 128 / K warps each, NT column
@@ -671,14 +667,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
     const int nv = int(len - kC * c < kC ? len - kC * c : kC);
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
-    __syncthreads();             // stage c & 1 landed (every thread's copies); Sb complete; the other stage and Ub free
-    const auto prefetch = [&] {  // chunk c + 1's inputs into the other stage
-      if (c + 1 < w.c_end) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, w.hom, tid);
-    };
-    if (!kChainPrefetchBehind) prefetch();
+    __syncthreads();  // stage c & 1 landed (every thread's copies); Sb complete; the other stage and Ub free
+    if (c + 1 < w.c_end) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, w.hom, tid);
     FirstProduct p;  // U = U0 - W S0
     first_product<K>(p, split_tile(g.W), Sv, g.U0, w.hom, g.rows, nv, uf, lane);
-    if (kChainPrefetchBehind) prefetch();
     {
       float* Ug = a.U + rec * (kC * V) + j0;
       for_pairs<kBV / 16>(uf.m0, uf.n0, lane, [&](int nt, int e, int r, int j) {
@@ -775,13 +767,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
     __syncthreads();  // stage c & 1 landed (every thread's copies); dSb complete; dUb, Ob, the other stage free
-    const auto prefetch = [&] {  // chunk c - 1's inputs into the other stage
-      if (c > w.c_begin) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, w.hom, tid);
-    };
-    if (!kChainPrefetchBehind) prefetch();
+    if (c > w.c_begin) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, w.hom, tid);
     FirstProduct p;  // dU = scale P^T dO + diag(kb) K dS
     first_product<K>(p, in_tile(g.k), dSv, g.dU0, w.hom, g.rows, nv, uf, lane);
-    if (kChainPrefetchBehind) prefetch();
     {
       float* dUg = a.dU + rec * (kC * V) + j0;
       for_pairs<kBV / 16>(uf.m0, uf.n0, lane, [&](int nt, int e, int r, int j) {
@@ -854,38 +842,28 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
 // products, and the second key tile during the first tile's products.
 constexpr int kGradThreads = 512;  // 256 or 512
 constexpr int kGradNQ = kGradThreads / 128;
-// Item i of the walk: the value head j = i % group of the group u = i / group (slot u % slots, q/k head hk = u /
-// slots), h = hk group + j; its chunk. A CTA walks whole groups (its items i, i + 1, .. of one group in head order,
-// then the group gridDim.x on), so that dq and dk of a q/k head sum over its value heads in its accumulators (gdn-math
-// §7.5) and leave the kernel as the final gradients. Item indices fit 32 bits (a record takes >= 70 KB of workspace:
-// 2^31 of them cannot be allocated), so the walk divides in 32 bits (no 64-bit division calls in the kernel).
+// Item i of the walk: slot i % slots, value head h = i / slots; its chunk. Item indices fit 32 bits (a record takes
+// >= 70 KB of workspace: 2^31 of them cannot be allocated), so the walk divides in 32 bits (no 64-bit division
+// calls in the kernel).
 struct GradItem {
   ChunkPos cp;
   int i, h;
 };
 
-// The item after item i in a CTA's walk (stride: the grid): the next value head of i's group, else the first of the
-// group stride groups on.
-__device__ __forceinline__ int grad_walk_step(const ChunkBwdArgs& a, int i, int stride) {
-  const int grp = int(a.group), u = i / grp;
-  return i + 1 < (u + 1) * grp ? i + 1 : (u + stride) * grp;
-}
-
-// The first item at or after x->i in the walk (stride: the grid) that holds a chunk (a varlen slack slot holds none:
-// its whole group is skipped), into x; false when there is none.
+// The first of items x->i, x->i + stride, .. (below slots Hv) that holds a chunk (a varlen slack slot holds none),
+// into x; false when there is none.
 __device__ __forceinline__ bool next_grad_item(const ChunkBwdArgs& a, GradItem* x, int stride) {
-  const int slots = int(a.slots), items = int(a.slots * a.Hv), nb = int(a.nchunk_b), grp = int(a.group);
-  while (x->i < items) {
-    const int u = x->i / grp, slot = u % slots;
+  const int slots = int(a.slots), items = int(a.slots * a.Hv), nb = int(a.nchunk_b);
+  for (; x->i < items; x->i += stride) {
+    const int slot = x->i % slots;
     int64_t n, c, sb, st, len;
     if (a.cu_seqlens == nullptr) {  // slot_chunk's fixed-length map, in 32 bits
       n = slot / nb, c = slot % nb;
     } else if (!slot_chunk(a, slot, &n, &c)) {
-      x->i = (u + stride) * grp;
       continue;
     }
     seq_bounds(a, n, &sb, &st, &len);
-    x->h = (u / slots) * grp + x->i % grp;
+    x->h = x->i / slots;
     x->cp = ChunkPos{sb, st + kC * c, int64_t(slot) * a.Hv + x->h, int(len - kC * c < kC ? len - kC * c : kC)};
     return true;
   }
@@ -920,7 +898,6 @@ struct alignas(16) GradSmem {
   float red[kGradThreads / 32];  // <S0, dS>_F per warp
   GradItem item[3];              // this item, the next one and the one after (found at the end of this item)
   int more;                      // whether item[2] holds an item
-  int kcopy;  // whether item[1] starts its group (its k landing in kn): a group's later items keep k and q as they are
   static_assert(kC * V * 4 <= int(sizeof(F1)), "the raw fp32 U, dU fit F1, F2");
 };
 
@@ -963,12 +940,11 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
     copy_rows<E, K, NTH>(s.kn, static_cast<const E*>(a.k) + x.b * a.k_sb + (it.h / a.group) * a.k_sh, a.k_st, x.t0,
                          x.nv, 0, tid);
   };
-  const auto load_q_do = [&](const GradItem& it, bool q) {  // q: the item starts its group (else s.q holds its q)
+  const auto load_q_do = [&](const GradItem& it) {
     const ChunkPos& x = it.cp;
     const int hx = it.h;
-    if (q)
-      copy_rows<E, K, NTH>(s.q, static_cast<const E*>(a.q) + x.b * a.q_sb + (hx / a.group) * a.q_sh, a.q_st, x.t0, x.nv,
-                           0, tid);
+    copy_rows<E, K, NTH>(s.q, static_cast<const E*>(a.q) + x.b * a.q_sb + (hx / a.group) * a.q_sh, a.q_st, x.t0, x.nv,
+                         0, tid);
     copy_rows<E, V, NTH>(s.dO, static_cast<const E*>(a.d_o) + x.b * a.do_sb + hx * a.do_sh, a.do_st, x.t0, x.nv, 0,
                          tid);
     copy_record_rows(s.nrows, a.rows, x.rec, tid);
@@ -993,18 +969,17 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
   // The walk's state lives in shared memory (s.item, fixed addresses), not in registers: the products need all 128.
   {
     GradItem x;
-    x.i = int(blockIdx.x) * int(a.group);
+    x.i = int(blockIdx.x);
     if (!next_grad_item(a, &x, int(gridDim.x))) return;
     load_k(x);
-    load_q_do(x, true);
+    load_q_do(x);
     load_v_u(x);
     load_a(x);
     cp_async_commit();
     if (tid == 0) {  // read after the walk's first barrier
       s.item[1] = x;
-      s.item[2].i = grad_walk_step(a, x.i, int(gridDim.x));
+      s.item[2].i = x.i + int(gridDim.x);
       s.more = next_grad_item(a, &s.item[2], int(gridDim.x));
-      s.kcopy = 1;
     }
   }
   for (;;) {
@@ -1012,7 +987,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
     // This item's inputs are in (every thread's copies waited for, then visible to all); the last item is done with
     // every tile and with s.item[0], s.item[1].
     __syncthreads();
-    const bool more = s.more, kcopy = s.kcopy;
+    const bool more = s.more;
     if (tid == 0) {  // read after the next barrier
       s.item[0] = s.item[1];
       s.item[1] = s.item[2];
@@ -1021,9 +996,8 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
     // registers through it (the products need all 128).
     asm volatile("" : "+r"(tid));
     const int warp = tid >> 5, lane = tid & 31, m0 = 16 * (warp & 3), qd = warp >> 2, g = lane >> 2, t = lane & 3;
-    if (kcopy)  // k of this item from the next-k tile (a group's later items: s.k holds it)
-      for (int e = tid; e < int(sizeof(s.k) / 16); e += NTH)
-        reinterpret_cast<uint4*>(&s.k[0][0])[e] = reinterpret_cast<const uint4*>(&s.kn[0][0])[e];
+    for (int e = tid; e < int(sizeof(s.k) / 16); e += NTH)  // k of this item from the next-k tile
+      reinterpret_cast<uint4*>(&s.k[0][0])[e] = reinterpret_cast<const uint4*>(&s.kn[0][0])[e];
     const GradItem& cur = s.item[0];      // from the next barrier on
     const GradItem& next = s.item[1];     // when more, from the next barrier on
     constexpr int NL = KT * V / 4 / NTH;  // 4-element groups per thread and key tile
@@ -1046,7 +1020,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
       if (tid < kC) s.gam[tid] = s.nrows[0][tid], s.rq[tid] = s.nrows[1][tid], s.rk[tid] = s.nrows[2][tid];
       if (tid < kC) s.b[tid] = s.nrows[3][tid];
       __syncthreads();  // every raw element and the next-k tile read before they are overwritten
-      if (more && next.i % int(a.group) == 0) {  // the next group's k: in flight during the whole item
+      if (more) {       // the next item's k: in flight during the whole item
         load_k(next);
         cp_async_commit();
       }
@@ -1165,7 +1139,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
       }
     }
     if (more) {  // q and dO are consumed
-      load_q_do(next, next.i % int(a.group) == 0);
+      load_q_do(next);
       cp_async_commit();
     }
     // A row's partial sum (rows g, g + 8 of the warp's tile: x[0], x[1]) over its 4 lanes, into part[q][half].
@@ -1302,86 +1276,18 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
 #pragma unroll
         for (int e = 0; e < 4; ++e) dk[ti][e] += acc[ti][e];
     }
-    // dq, dk of the q/k head (w.r.t. q^, k^) = the sum over its value heads in head order (gdn-math §7.5): an item
-    // adds its terms to the group's sum so far (dqs, dks: fp32 [B T Hqk, K], written by this same thread for the
-    // group's previous item, so no fence), and stores the sum there; the group's last item without the l2norm stores
-    // dq, dk instead. With the l2norm the last item finishes them after the next barriers from the sums in dqs, dks
-    // (read back by the threads that wrote them): dx = rho (dx^ - (dx^ . x) rho^2 x) per row (§7.6), the row's dot
-    // products over the warps' partial sums (their lanes, then the column groups in order, through dots in R0: dL_b
-    // is consumed). q is read from global memory (the next item's q is landing in s.q), k from s.k. Finishing from
-    // registers instead holds dq, dk through the dot products, which spills.
-    const int gj = cur.i % int(a.group), hk = cur.h / int(a.group);
-    const bool last = gj + 1 == int(a.group), fin = last && a.l2norm;
-    const int64_t rs = 8 * a.Hqk * K;  // scratch rows g -> g + 8
-    const auto scratch = [&](float* p) { return p + ((cur.cp.b * a.T + cur.cp.t0 + m0 + g) * a.Hqk + hk) * K; };
-    const auto out = [&](void* p, int64_t sb, int64_t st, int64_t sh) {  // row m0 + g of dq / dk
-      return static_cast<E*>(p) + cur.cp.b * sb + (cur.cp.t0 + m0 + g) * st + hk * sh;
-    };
-    {
-      float* const dqs = scratch(a.dqh);
-      float* const dks = scratch(a.dkh);
-      E* const dqo = out(a.dq, a.dq_sb, a.dq_st, a.dq_sh);
-      E* const dko = out(a.dk, a.dk_sb, a.dk_st, a.dk_sh);
 #pragma unroll
-      for (int ti = 0; ti < NK; ++ti)
+    for (int ti = 0; ti < NK; ++ti)
 #pragma unroll
-        for (int e = 0; e < 4; e += 2) {
-          const int row = frag_row(m0, lane, e), i = frag_col(KS * (ti / 2) + 16 * qd, ti % 2, lane, e), u = e >> 1;
-          const int64_t ro = u * rs + i;
-          if (row < cur.cp.nv) {
-            float2 x = make_float2(dq[ti][e], dq[ti][e + 1]), y = make_float2(dk[ti][e], dk[ti][e + 1]);
-            if (gj > 0) {
-              const float2 x0 = *reinterpret_cast<const float2*>(dqs + ro);
-              const float2 y0 = *reinterpret_cast<const float2*>(dks + ro);
-              x = make_float2(x0.x + x.x, x0.y + x.y), y = make_float2(y0.x + y.x, y0.y + y.y);
-            }
-            if (!last || fin) {
-              *reinterpret_cast<float2*>(dqs + ro) = x;
-              *reinterpret_cast<float2*>(dks + ro) = y;
-            } else {
-              *reinterpret_cast<uint32_t*>(dqo + u * 8 * a.dq_st + i) = Storage<E>::from2(x.x, x.y);
-              *reinterpret_cast<uint32_t*>(dko + u * 8 * a.dk_st + i) = Storage<E>::from2(y.x, y.y);
-            }
-          }
+      for (int e = 0; e < 4; e += 2) {
+        const int row = frag_row(m0, lane, e), i = frag_col(KS * (ti / 2) + 16 * qd, ti % 2, lane, e);
+        if (row < cur.cp.nv) {
+          const int64_t o = ((cur.cp.b * a.T + cur.cp.t0 + row) * a.Hv + cur.h) * K + i;
+          *reinterpret_cast<float2*>(a.dqh + o) = make_float2(dq[ti][e], dq[ti][e + 1]);
+          *reinterpret_cast<float2*>(a.dkh + o) = make_float2(dk[ti][e], dk[ti][e + 1]);
         }
-    }
-    // The l2norm chain of the group's last item, from the sums in dqs, dks: f(u, i, dq^ pair, dk^ pair, q pair, k pair)
-    // for each of the thread's pairs of a valid row (row m0 + g + 8 u, columns i, i + 1).
-    const auto chain_pairs = [&](auto&& f) {
-      const float* const dqs = scratch(a.dqh);
-      const float* const dks = scratch(a.dkh);
-      const E* const qrow = out(const_cast<void*>(a.q), a.q_sb, a.q_st, a.q_sh);
-#pragma unroll
-      for (int ti = 0; ti < NK; ++ti)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {
-          const int row = frag_row(m0, lane, e), i = frag_col(KS * (ti / 2) + 16 * qd, ti % 2, lane, e), u = e >> 1;
-          if (row < cur.cp.nv) {
-            const int64_t ro = u * rs + i;
-            f(u, i, *reinterpret_cast<const float2*>(dqs + ro), *reinterpret_cast<const float2*>(dks + ro),
-              Storage<E>::to2(*reinterpret_cast<const uint32_t*>(qrow + u * 8 * a.q_st + i)),
-              Storage<E>::to2(*reinterpret_cast<const uint32_t*>(&s.k[row][i])));
-          }
-        }
-    };
-    float(&dots)[2][NQ][kC] = *reinterpret_cast<float(*)[2][NQ][kC]>(&s.R[0]);
+      }
     __syncthreads();
-    if (fin) {  // the rows' partial dot products dx^ . x
-      float pq[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};
-      chain_pairs([&](int u, int, float2 gq, float2 gk, float2 x, float2 y) {
-        pq[u] = fmaf(gq.y, x.y, fmaf(gq.x, x.x, pq[u]));
-        pk[u] = fmaf(gk.y, y.y, fmaf(gk.x, y.x, pk[u]));
-      });
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        pq[u] = lane_sum<1, 4>(pq[u]);
-        pk[u] = lane_sum<1, 4>(pk[u]);
-      }
-      if (t == 0) {
-        dots[0][qd][m0 + g] = pq[0], dots[0][qd][m0 + g + 8] = pq[1];
-        dots[1][qd][m0 + g] = pk[0], dots[1][qd][m0 + g + 8] = pk[1];
-      }
-    }
     if (tid < kC) {  // per row r: the row sums of the products and (8) rowsum(Z) - colsum(Z), each group in order
       const int r = tid;
       const auto sum = [&](int q) {  // over the column groups, in order
@@ -1397,61 +1303,30 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
       dbeta[r] = (s.eg[r] * kd + sum(3)) + sum(4);
       tau[r] = sum(1);
     } else if (tid == kC && more) {  // the item after the next, into s.item[2] (read after the next item's barrier)
-      s.item[2].i = grad_walk_step(a, next.i, int(gridDim.x));
+      s.item[2].i = next.i + int(gridDim.x);
       s.more = next_grad_item(a, &s.item[2], int(gridDim.x));
-      s.kcopy = next.i % int(a.group) == 0;  // read after the next item's first barrier
     }
     __syncthreads();
-    if (fin) {  // dx = rho (dx^ - rho^2 (dx^ . x) x) into dq, dk
-      float cq[2], ck[2], rq[2], rk[2];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int row = m0 + g + 8 * u;
-        float x = dots[0][0][row], y = dots[1][0][row];
-        for (int j = 1; j < NQ; ++j) x += dots[0][j][row], y += dots[1][j][row];
-        rq[u] = s.rq[row], rk[u] = s.rk[row];
-        cq[u] = x * rq[u] * rq[u], ck[u] = y * rk[u] * rk[u];
-      }
-      E* const dqo = out(a.dq, a.dq_sb, a.dq_st, a.dq_sh);
-      E* const dko = out(a.dk, a.dk_sb, a.dk_st, a.dk_sh);
-      chain_pairs([&](int u, int i, float2 gq, float2 gk, float2 x, float2 y) {
-        *reinterpret_cast<uint32_t*>(dqo + u * 8 * a.dq_st + i) =
-            Storage<E>::from2(rq[u] * (gq.x - cq[u] * x.x), rq[u] * (gq.y - cq[u] * x.y));
-        *reinterpret_cast<uint32_t*>(dko + u * 8 * a.dk_st + i) =
-            Storage<E>::from2(rk[u] * (gk.x - ck[u] * y.x), rk[u] * (gk.y - ck[u] * y.y));
-      });
-    }
-    if (warp == 0) {
+    if (tid == 0) {
       // dgamma_{n-1} += e_n <S0, dS>_F, then (9) dg_r = sum_{j >= r} dgamma_j. The tau terms (dgamma_r -= tau_r,
       // dgamma_{n-1} += sum tau) enter dg_r as the exclusive prefix sum_{j < r} tau_j: the same sum without the O(1)
-      // cancellation of tau_{n-1} (which would swamp a tiny dg under a strong decay, g = -30). Both sums as shuffle
-      // scans over the warp, two rows a lane (fixed trees: deterministic): the prefix with lane l on rows 2l, 2l + 1,
-      // the suffix with lane l on rows 63 - 2l, 62 - 2l (a prefix over the lanes).
+      // cancellation of tau_{n-1} (which would swamp a tiny dg under a strong decay, g = -30).
       const int nv = cur.cp.nv;
-      const auto scan = [&](float x) {  // the lanes' exclusive prefix sum
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-          const float y = __shfl_up_sync(0xffffffffu, x, off);
-          if (lane >= off) x += y;
-        }
-        const float e = __shfl_up_sync(0xffffffffu, x, 1);
-        return lane == 0 ? 0.f : e;
-      };
-      const float sd = lane_sum<1, 32>(lane < NTH / 32 ? s.red[lane] : 0.f);
-      {
-        const int r = 2 * lane;
-        const float t0 = r < nv ? tau[r] : 0.f, t1 = r + 1 < nv ? tau[r + 1] : 0.f, p = scan(t0 + t1);
-        tau[r] = p, tau[r + 1] = p + t0;
+      float sd = 0.f, pre = 0.f;
+      for (int i = 0; i < NTH / 32; ++i) sd += s.red[i];
+      for (int i = 0; i < nv; ++i) {
+        const float tv = tau[i];
+        tau[i] = pre;
+        pre += tv;
       }
-      __syncwarp();  // every lane's prefixes in tau
-      const int ra = kC - 1 - 2 * lane, rb = ra - 1;
-      const float ea = ra == nv - 1 ? expf(s.gam[nv - 1]) * sd : 0.f,
-                  eb = rb == nv - 1 ? expf(s.gam[nv - 1]) * sd : 0.f;
-      const float da = ra < nv ? dgam[ra] + ea : 0.f, db = rb < nv ? dgam[rb] + eb : 0.f;
-      const float acc_a = scan(da + db) + da, acc_b = acc_a + db;
-      const int64_t row0 = (cur.cp.b * a.T + cur.cp.t0) * a.Hv + cur.h;
-      if (ra < nv) a.dgh[row0 + ra * a.Hv] = acc_a + tau[ra], a.dbh[row0 + ra * a.Hv] = dbeta[ra];
-      if (rb < nv) a.dgh[row0 + rb * a.Hv] = acc_b + tau[rb], a.dbh[row0 + rb * a.Hv] = dbeta[rb];
+      dgam[nv - 1] += expf(s.gam[nv - 1]) * sd;
+      float acc = 0.f;
+      for (int i = nv - 1; i >= 0; --i) {
+        acc += dgam[i];
+        const int64_t row = (cur.cp.b * a.T + cur.cp.t0 + i) * a.Hv + cur.h;
+        a.dgh[row] = acc + tau[i];
+        a.dbh[row] = dbeta[i];
+      }
     }
     if (!more) break;
   }
@@ -1516,12 +1391,12 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
   if (e == 0 && a.slots > 0) e = launch_chains<E, K, V>(a, done + 1, st);
   if (e == 0 && a.slots == 0)  // no chunk at all: only dh0 = dht (or 0), from the unsplit reverse chain
     e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[2], st, a);
-  if (e == 0) {  // pass 4: persistent, one CTA per SM (and none without an item), walking (slot, q/k head) groups
+  if (e == 0) {  // pass 4: persistent, one CTA per SM (and none without an item)
     int dev = 0;
     e = static_cast<int>(cudaGetDevice(&dev));
-    const int64_t groups = a.slots * a.Hqk, sms = device_sm_count(dev);
+    const int64_t items = a.slots * a.Hv, sms = device_sm_count(dev);
     if (e == 0)
-      e = launch_one(chunk_bwd_grads_kernel<E, K, V>, dim3(unsigned(groups < sms ? groups : sms)),
+      e = launch_one(chunk_bwd_grads_kernel<E, K, V>, dim3(unsigned(items < sms ? items : sms)),
                      sizeof(GradSmem<E, K, V>), done[3], st, a, kGradThreads);
   }
   return e;
