@@ -380,8 +380,7 @@ std::string describe(const RecurrentPlan& pl, const RecurrentDims& d) {
   s += str_cat("  kernel: ", recurrent_kernel_name(pl.kernel), ", ", pl.bv, " state columns per tile, ",
                d.N * d.Hv * (d.V / pl.bv), " tiles");
   if (pl.kernel == RecurrentKernel::direct_pipe)
-    s += str_cat(" (", kPipeStages, "-stage ring, ", kPipeThreads, " threads per CTA",
-                 kPipeTensorCores ? ", tensor-core reductions on bf16 pools" : "", ")");
+    s += str_cat(" (", kPipeStages, "-stage ring, ", kPipeThreads, " threads per CTA)");
   s += str_cat("\n  why: ", pl.why, "\n  workspace: 0 bytes\n");
   return s;
 }

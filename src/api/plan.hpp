@@ -82,12 +82,9 @@ struct RecurrentPlan {
   std::string why;
 };
 
-// The direct_pipe kernel's configuration: 2 ring stages, 128 threads per CTA. kPipeTensorCores: on bf16 pools the
-// reductions S^T k^, S^T q' run as bf16 mma.sync with k^ and q' split into three bf16 parts each (fp32-accurate),
-// instead of FFMA over widened elements (docs/recurrent.md, direct_pipe; false selects the FFMA path for A/B).
+// The direct_pipe kernel's configuration: 2 ring stages, 128 threads per CTA.
 inline constexpr int kPipeStages = 2;
 inline constexpr int kPipeThreads = 128;
-inline constexpr bool kPipeTensorCores = true;
 
 Status plan_recurrent(const RecurrentParams& p, const RecurrentDims& d, const DeviceFacts& dev, RecurrentPlan* out);
 std::string describe(const RecurrentPlan& pl, const RecurrentDims& d);

@@ -17,8 +17,6 @@
 // 4 at a time (one 8-byte load of 16-bit q / k per 4 rows, one dtype branch) instead of one by one.
 //   rq = scale / |q|, rk = 1 / |k| (l2norm in fp32, per warp from the staged raw q, k), q'_i = q_i rq, k^_i = k_i rk
 //   kS = S^T k^, qS = S^T q',  u = beta (v - alpha kS),  o = alpha qS + (q'.k^) u,  S = alpha S + k^ u^T
-// On bf16 pools with kPipeTensorCores (api/plan.hpp) kS and qS come from bf16 mma.sync on the staged state with k^
-// and q' split into three bf16 parts (one more barrier per tile: the parts); else FFMA over the widened elements.
 // Barriers per tile: one after the stage wait (the staged q/k/v of other threads visible; every thread done with
 // the previous tile's partial sums), one for the cross-warp reduction (which also releases the stage).
 // Rows (all indices clamped): slot = state_indices[n] (n when absent); an invalid slot (< 0, >= slots, 0 with
@@ -40,10 +38,6 @@ struct Geo {
   static constexpr int RPP = NT / TPR;            // tile rows per pass
   static constexpr int P = K / RPP;               // 16-byte state vectors per thread
   static constexpr int kStateBytes = P * NT * 16;
-  // Stage slot of this thread's vector p: thread tid's vectors of pass p, the low 3 bits of tid XOR p. A thread
-  // still reads back only its own vectors (conflict-free: a permutation inside each 8-slot group), and the 8
-  // consecutive rows of one 8x8 ldmatrix (same column chunk, p = 0..7) land in 8 different bank groups.
-  __device__ static constexpr int slot(int p, int tid) { return p * NT + (tid ^ (p & 7)); }
   static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0 && K % RPP == 0, "tile must split over the CTA");
   static_assert(K % 4 == 0 && K / 4 <= 32, "one warp holds q and k (4 elements per lane)");
 };
@@ -77,18 +71,10 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
   constexpr int E = G::E, TPR = G::TPR, P = G::P, NW = G::NW;
   static_assert(S >= 2, "at least double buffering");
   static_assert(P % 4 == 0, "q / k rows are read 4 at a time");
-  // Tensor-core reductions (kPipeTensorCores, bf16 pools): per tile D = S^T [k_hi k_mid k_lo q_hi q_mid q_lo 0 0]
-  // (m16n8k16, M = state columns, N = the parts, K = state rows), warp w owning the columns 32 w .. 32 w + 31 over
-  // all rows: no cross-warp sum; kS = D_0 + (D_1 + D_2), qS = D_3 + (D_4 + D_5).
-  constexpr bool TC = kPipeTensorCores && std::is_same_v<ST, __nv_bfloat16>;
-  static_assert(!TC || (BV == 32 * NW && K % 16 == 0 && E == 8 && P % 8 == 0), "tensor-core tile shape");
-  constexpr int PAD = TC ? 8 : 0;  // TC: rows of D padded against bank conflicts
-  constexpr int KP = K + 8;        // padded row of the parts (B fragments conflict-free)
   extern __shared__ __align__(16) unsigned char s_ring[];
-  __shared__ __align__(16) float s_red[NW][2][BV + PAD];  // cross-warp partial sums of S^T k^, S^T q' (TC: D rows)
-  __shared__ __align__(16) float s_kn[K];                 // k^ of the current tile (for the update, after the refill)
-  __shared__ int64_t s_slot[S];                           // slot of the tile in each stage (-1: invalid row)
-  __shared__ __align__(16) __nv_bfloat16 s_pc[TC ? 8 : 1][TC ? KP : 8];  // TC: the parts [n][K]; rows 6, 7 zero
+  __shared__ __align__(16) float s_red[NW][2][BV];  // cross-warp partial sums of S^T k^, S^T q'
+  __shared__ __align__(16) float s_kn[K];           // k^ of the current tile (for the update, after the refill)
+  __shared__ int64_t s_slot[S];                     // slot of the tile in each stage (-1: invalid row)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int c = tid % TPR, r0 = tid / TPR;
@@ -141,7 +127,7 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
     if (x.st != nullptr) {
       const ST* src = x.st;
 #pragma unroll
-      for (int p = 0; p < P; ++p, src += row_step) cp_async<16>(stg + G::slot(p, tid) * 16, src);
+      for (int p = 0; p < P; ++p, src += row_step) cp_async<16>(stg + (p * NT + tid) * 16, src);
       if (x.act != nullptr)
         cp_async<16>(stg + G::kStateBytes + (warp == 0 ? 0 : (warp == 1 ? qb : 2 * qb)) + lane * 16, x.act);
     }
@@ -171,8 +157,6 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
   // copied tile i's state, k^ rows and v into registers (after the reduction barrier), so S tiles are in flight
   // during the update and S - 1 during the reduction.
   const uint32_t t0 = blockIdx.x;
-  if constexpr (TC)  // the zero parts (N = 6, 7), visible after the loop's first barrier
-    for (int i = tid; i < 2 * KP; i += NT) s_pc[6 + i / KP][i % KP] = __float2bfloat16_rn(0.f);
 #pragma unroll 1
   for (int s = 0; s < S; ++s) {
     const int64_t slot = slot_of(t0 + s * stride);
@@ -230,93 +214,36 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
       // or 8-byte (16-bit) load of the staged raw q, k; kS = S^T k^, qS = S^T q': own rows, the lanes of the same c
       // (shuffles), the warps (shared memory).
       uint4 w[P];
-      if constexpr (TC) {
-        // Warp 0 splits k^, warp 1 q' into three bf16 parts (x = hi + mid + lo to ~2^-24 |x|: each remainder is
-        // exact in fp32), rows 0-2 / 3-5 of s_pc; warp 0 also stores k^ for the update.
-        if (warp < 2 && 4 * lane < K) {
-          const float r = warp == 0 ? rk : rq;
-          float x[4];
+      float kS[E], qS[E];
 #pragma unroll
-          for (int e = 0; e < 4; ++e) x[e] = (warp == 0 ? k4[e] : q4[e]) * r;
-          if (warp == 0) *reinterpret_cast<float4*>(&s_kn[4 * lane]) = make_float4(x[0], x[1], x[2], x[3]);
+      for (int e = 0; e < E; ++e) kS[e] = 0.f, qS[e] = 0.f;
 #pragma unroll
-          for (int j = 0; j < 3; ++j) {
-            using B16 = Storage<__nv_bfloat16>;
-            const uint32_t lo = B16::from2(x[0], x[1]), hi = B16::from2(x[2], x[3]);
-            *reinterpret_cast<uint2*>(&s_pc[3 * warp + j][4 * lane]) = make_uint2(lo, hi);
-            const float2 a0 = B16::to2(lo), a1 = B16::to2(hi);
-            x[0] -= a0.x, x[1] -= a0.y, x[2] -= a1.x, x[3] -= a1.y;
+      for (int p4 = 0; p4 < P; p4 += 4) {
+        const int i0 = r0 * P + p4;
+        float kr[4], qr[4];
+        load4(kraw, a.qk_dtype, i0, kr);
+        load4(qraw, a.qk_dtype, i0, qr);
+#pragma unroll
+        for (int m = 0; m < 4; ++m) kr[m] *= rk, qr[m] *= rq;
+        if (c == 0) *reinterpret_cast<float4*>(&s_kn[i0]) = make_float4(kr[0], kr[1], kr[2], kr[3]);  // one writer
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const int p = p4 + m;
+          w[p] = reinterpret_cast<const uint4*>(stg)[p * NT + tid];
+#pragma unroll
+          for (int e = 0; e < E; ++e) {
+            const float x = pipe::elem<ST, 0>(w[p], e);
+            kS[e] = fmaf(x, kr[m], kS[e]), qS[e] = fmaf(x, qr[m], qS[e]);
           }
         }
-        __syncthreads();  // the parts visible
+      }
 #pragma unroll
-        for (int p = 0; p < P; ++p) w[p] = reinterpret_cast<const uint4*>(stg)[G::slot(p, tid)];
-        const int gi = lane >> 2, t4 = lane & 3;  // mma fragment coordinates
-        // A = S^T of rows k0 .. k0 + 15, columns m0 .. m0 + 15 (ldmatrix.trans of the S rows): lane l addresses row
-        // ip = l % 8 + 8 (l / 16) of the block, column chunk m0 / 8 + l / 8 % 2. S row i = k0 + ip sits in pass
-        // i % P of thread (i / P) TPR + chunk; with k0 % 16 == 0 and P | 16 that is pass ip % P of thread
-        // (k0 / P + ip / P) TPR + chunk, and the slot's XOR touches the chunk bits only: a per-lane base per column
-        // block plus (k0 / P) TPR.
-        const int ip = (lane & 7) + 8 * (lane >> 4), lp = ip % P;
-        int abase[2];
+      for (int e = 0; e < E; ++e) kS[e] = lane_sum<TPR, 32>(kS[e]), qS[e] = lane_sum<TPR, 32>(qS[e]);
+      if (lane < TPR) {
 #pragma unroll
-        for (int mb = 0; mb < 2; ++mb)
-          abase[mb] = lp * NT + (ip / P) * TPR + (((32 * warp + 16 * mb) / 8 + ((lane >> 3) & 1)) ^ (lp & 7));
-        float d[2][4] = {};
-#pragma unroll
-        for (int k0 = 0; k0 < K; k0 += 16) {
-          // B[k][n] = part n of row k0 + k: b0 rows 2 t4, 2 t4 + 1, b1 rows 2 t4 + 8, 2 t4 + 9, column n = gi
-          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&s_pc[gi][k0 + 2 * t4]);
-          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&s_pc[gi][k0 + 8 + 2 * t4]);
-#pragma unroll
-          for (int mb = 0; mb < 2; ++mb) {
-            uint32_t af[4];
-            ldsm_x4_t(af, stg + (abase[mb] + (k0 / P) * TPR) * 16);
-            mma_m16n8k16<true>(d[mb], af, b0, b1);
-          }
-        }
-        // D[m][n]: d0, d1 at (m = gi, n = 2 t4, 2 t4 + 1), d2, d3 at (m = gi + 8, same n); row n of D is
-        // s_red[n / 2][n % 2] (n = 6, 7: zeros).
-#pragma unroll
-        for (int mb = 0; mb < 2; ++mb) {
-          const int m = 32 * warp + 16 * mb + gi;
-          s_red[t4][0][m] = d[mb][0], s_red[t4][1][m] = d[mb][1];
-          s_red[t4][0][m + 8] = d[mb][2], s_red[t4][1][m + 8] = d[mb][3];
-        }
-      } else {
-        float kS[E], qS[E];
-#pragma unroll
-        for (int e = 0; e < E; ++e) kS[e] = 0.f, qS[e] = 0.f;
-#pragma unroll
-        for (int p4 = 0; p4 < P; p4 += 4) {
-          const int i0 = r0 * P + p4;
-          float kr[4], qr[4];
-          load4(kraw, a.qk_dtype, i0, kr);
-          load4(qraw, a.qk_dtype, i0, qr);
-#pragma unroll
-          for (int m = 0; m < 4; ++m) kr[m] *= rk, qr[m] *= rq;
-          if (c == 0) *reinterpret_cast<float4*>(&s_kn[i0]) = make_float4(kr[0], kr[1], kr[2], kr[3]);  // one writer
-#pragma unroll
-          for (int m = 0; m < 4; ++m) {
-            const int p = p4 + m;
-            w[p] = reinterpret_cast<const uint4*>(stg)[G::slot(p, tid)];
-#pragma unroll
-            for (int e = 0; e < E; ++e) {
-              const float x = pipe::elem<ST, 0>(w[p], e);
-              kS[e] = fmaf(x, kr[m], kS[e]), qS[e] = fmaf(x, qr[m], qS[e]);
-            }
-          }
-        }
-#pragma unroll
-        for (int e = 0; e < E; ++e) kS[e] = lane_sum<TPR, 32>(kS[e]), qS[e] = lane_sum<TPR, 32>(qS[e]);
-        if (lane < TPR) {
-#pragma unroll
-          for (int e = 0; e < E; e += 4) {
-            *reinterpret_cast<float4*>(&s_red[warp][0][E * c + e]) =
-                make_float4(kS[e], kS[e + 1], kS[e + 2], kS[e + 3]);
-            *reinterpret_cast<float4*>(&s_red[warp][1][E * c + e]) =
-                make_float4(qS[e], qS[e + 1], qS[e + 2], qS[e + 3]);
-          }
+        for (int e = 0; e < E; e += 4) {
+          *reinterpret_cast<float4*>(&s_red[warp][0][E * c + e]) = make_float4(kS[e], kS[e + 1], kS[e + 2], kS[e + 3]);
+          *reinterpret_cast<float4*>(&s_red[warp][1][E * c + e]) = make_float4(qS[e], qS[e + 1], qS[e + 2], qS[e + 3]);
         }
       }
       __syncthreads();          // partial sums and k^ visible; every thread is done reading this stage
@@ -326,18 +253,8 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
       for (int e = 0; e < E; e += 4) {
         float4 ks = *reinterpret_cast<const float4*>(&s_red[0][0][E * c + e]);
         float4 qs = *reinterpret_cast<const float4*>(&s_red[0][1][E * c + e]);
-        if constexpr (TC) {  // kS = D_0 + (D_1 + D_2), qS = D_3 + (D_4 + D_5)
-          const float4 k1 = *reinterpret_cast<const float4*>(&s_red[0][1][E * c + e]);
-          const float4 k2 = *reinterpret_cast<const float4*>(&s_red[1][0][E * c + e]);
-          const float4 q0 = *reinterpret_cast<const float4*>(&s_red[1][1][E * c + e]);
-          const float4 q1 = *reinterpret_cast<const float4*>(&s_red[2][0][E * c + e]);
-          const float4 q2 = *reinterpret_cast<const float4*>(&s_red[2][1][E * c + e]);
-          ks.x += k1.x + k2.x, ks.y += k1.y + k2.y, ks.z += k1.z + k2.z, ks.w += k1.w + k2.w;
-          qs.x = q0.x + (q1.x + q2.x), qs.y = q0.y + (q1.y + q2.y), qs.z = q0.z + (q1.z + q2.z);
-          qs.w = q0.w + (q1.w + q2.w);
-        }
 #pragma unroll
-        for (int m = 1; m < (TC ? 1 : NW); ++m) {  // fixed order: bitwise reproducible
+        for (int m = 1; m < NW; ++m) {  // fixed order: bitwise reproducible
           const float4 x = *reinterpret_cast<const float4*>(&s_red[m][0][E * c + e]);
           const float4 y = *reinterpret_cast<const float4*>(&s_red[m][1][E * c + e]);
           ks.x += x.x, ks.y += x.y, ks.z += x.z, ks.w += x.w;
