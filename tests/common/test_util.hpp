@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,16 @@ struct HostTensor {
   }
   void* data() { return bytes.data(); }
   const void* data() const { return bytes.data(); }
-  double get(int64_t i) const { return detail::load_as_double(bytes.data(), dtype, i); }
-  void set(int64_t i, double x) { detail::store_from_double(bytes.data(), dtype, i, x); }
+  // Element i of the flat tensor; an index outside it throws (a test that sets a row the case does not have fails
+  // cleanly instead of corrupting the heap).
+  double get(int64_t i) const { return detail::load_as_double(bytes.data(), dtype, in_range(i)); }
+  void set(int64_t i, double x) { detail::store_from_double(bytes.data(), dtype, in_range(i), x); }
+  int64_t in_range(int64_t i) const {
+    if (i < 0 || i >= numel())
+      throw std::out_of_range("HostTensor index " + std::to_string(i) + " outside [0, " + std::to_string(numel()) +
+                              ")");
+    return i;
+  }
   std::vector<double> to_double() const {
     std::vector<double> out(static_cast<size_t>(numel()));
     for (int64_t i = 0; i < numel(); ++i) out[size_t(i)] = get(i);
