@@ -1,10 +1,13 @@
-// Host emulation of the CUDA features the chunk_bwd kernels use: one std::thread per CUDA thread, blocks one at a
-// time, __syncthreads as a std::barrier (threads that return drop out of it), __shfl_xor_sync as an exchange within
-// the warp (every lane of the warp reaches it), named barriers (bar.sync id, count) as barriers of count threads,
-// mma.sync m16n8k16 (bf16, fp32 accumulation) and ldmatrix as exchanges within the warp, mma16_f32 in fp32, cp.async as
-// a plain copy (gen.py points the kernels' calls of mma_m16n8k16<true> and cp_async* at the emu_* functions here). It
-// checks the kernels' index math, barriers and numerics against the CPU oracle on a machine without a GPU; it says
-// nothing about warp-level timing, races between barriers or the device's shared-memory limit.
+// Host emulation of the CUDA features the chunk_bwd kernels and the prefill's intra-chunk kernel use: one std::thread
+// per CUDA thread, blocks one at a time, __syncthreads as a std::barrier (threads that return drop out of it),
+// __shfl_xor_sync and __all_sync as exchanges within the warp (every lane of the warp reaches them), named barriers
+// (bar.sync id, count) as barriers of count threads, mma.sync m16n8k16 (bf16, fp32 accumulation) and ldmatrix as
+// exchanges within the warp, mma16_f32 in fp32, cp.async as a plain copy (gen.py points the kernels' calls of
+// mma_m16n8k16 and cp_async* at the emu_* functions here). It checks the kernels' index math, barriers and numerics
+// against the CPU oracle on a machine without a GPU. Built with -fsanitize=thread (run.sh --tsan), ThreadSanitizer
+// reports the shared-memory (g_smem) accesses of two threads that no barrier orders, in the source's order; the
+// exchanges within a warp synchronize its lanes, so races between lanes of one warp across them stay unseen, as do
+// reorderings below the source (the compiler, the device) and the device's shared-memory limit.
 #pragma once
 #define __global__
 #define __device__
@@ -64,6 +67,19 @@ inline float __shfl_up_sync(unsigned, float x, int d) {
   if (threadIdx.x % 32 >= unsigned(d)) std::memcpy(&y, &g_xch[threadIdx.x - d], 4);
   wb.arrive_and_wait();
   return y;
+}
+// __all_sync over the whole warp (every lane reaches it).
+inline bool emu_all_sync(unsigned, bool p) {
+  const unsigned w = threadIdx.x / 32;
+  g_xch[threadIdx.x] = p;
+  g_wbar[w]->arrive_and_wait();
+  bool all = true;
+  for (unsigned l = 0; l < 32; ++l) all = all && g_xch[32 * w + l] != 0;
+  g_wbar[w]->arrive_and_wait();
+  return all;
+}
+inline float emu_expf(float x) {
+  return std::exp(x);
 }
 // bar.sync id, COUNT (a named barrier over the first COUNT threads to reach it: the kernels' groups of warps).
 inline std::mutex g_nbar_mu;
