@@ -153,15 +153,10 @@ __global__ void __launch_bounds__(kStateWgThreads, 1) chunk_bwd_state_wg_kernel(
       x0[jn][e / 2] = w.hom ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(&g.u0[r][j]);
     });
 
-    // S <- e_n S, pinned before product 1 (an empty volatile asm on each value): under product 1, ptxas waits for it
-    // before the multiplications (C7517); sunk into product 2's group, the products would wait on it (C7519)
+    // S <- e_n S, pinned before product 1 (wg::pin): under product 1, ptxas waits for it before the multiplications
+    // (C7517); sunk into product 2's group, the products would wait on it (C7519)
     chunk_detail::scale_state(sacc, en);
-#pragma unroll
-    for (int mb = 0; mb < 2; ++mb)
-#pragma unroll
-      for (int jn = 0; jn < NJ; ++jn)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(sacc[mb][jn][e]));
+    wg::pin(reinterpret_cast<float(&)[2 * 4 * NJ]>(sacc));
 
     // ---- product 1: U = U0 - W S0 (W_lo S0_hi, W_hi S0_lo, W_hi S0_hi; k steps of 16 keys, key half at ks / 4)
     float u[NJ][4];  // written by the first wgmma (accumulate = 0)

@@ -64,6 +64,15 @@ __device__ __forceinline__ void wait1() {
   asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
 }
 
+// The values of x are computed here, in program order with the volatile asm around it (wgmma.fence, the MMAs): an
+// empty volatile asm that reads and writes each one, so that the compiler cannot sink their computation into a
+// wgmma group, where ptxas would make the group wait on it.
+template <int N>
+__device__ __forceinline__ void pin(float (&x)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(x[i]));
+}
+
 #define FGDN_WG_D32                                                                                           \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
       "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
