@@ -22,14 +22,16 @@ const char* state_pass_name(ChunkStatePass s) {
 
 // The split's cost model, shared by both ops. Per segment `walk` CTAs walk its chunks (one CTA per SM) and, but for
 // a sequence's last, `sum` summary CTAs run ~`f` of a walking CTA's time per chunk, a fraction `full` of them over
-// the whole segment (the rest, cut short by a decay window, cost ~nothing). In chunk-steps
-//   cost(P) = Ls w + 20 (w - 1) + f Ls waves(full x summary CTAs) + 0.3 (P - 1) + 3,   Ls = ceil(chunks / P),
-// w the waves of walking CTAs; the cheapest P of 1..64 wins. A second wave of walking CTAs costs ~20 chunk-steps
+// the whole segment (the rest, cut short by a decay window, cost ~nothing). In chunk-steps of a reference kernel,
+// whose step the walking kernel's takes `step` of,
+//   cost(P) = step (Ls w + 20 (w - 1) + f Ls waves(full x summary CTAs)) + 0.3 (P - 1) + 3,   Ls = ceil(chunks / P),
+// w the waves of walking CTAs (the scan and the extra launches, 0.3 (P - 1) + 3, do not scale with the step); the
+// cheapest P of 1..64 wins. A second wave of walking CTAs costs ~20 chunk-steps
 // beyond its chunks (~0.1 ms on the H200 prefill at every shape, bench/results: the segment sweep). Unsplit when
 // the unsplit CTAs (N walk) fill the SMs or the sequences are short (< 16 chunks). `what`: the unsplit CTAs' count
 // as a formula, `unit`: what they are.
-int64_t cheapest_segments(int64_t N, int64_t avg, int64_t walk, int64_t sum, double f, double full, int32_t sms,
-                          const char* what, const char* unit, std::string* why) {
+int64_t cheapest_segments(int64_t N, int64_t avg, int64_t walk, int64_t sum, double f, double full, double step,
+                          int32_t sms, const char* what, const char* unit, std::string* why) {
   const int64_t base = N * walk;
   if (base >= sms) {
     *why = detail::str_cat(what, " = ", base, " CTAs fill the ", sms, " SMs: no split");
@@ -44,10 +46,10 @@ int64_t cheapest_segments(int64_t N, int64_t avg, int64_t walk, int64_t sum, dou
   for (int cand = 1; cand <= 64; ++cand) {
     const int64_t ls = ceil_div(avg, cand), nseg = ceil_div(avg, ls);
     const int64_t waves = ceil_div(N * nseg * walk, sms);
-    double cost = double(ls) * double(waves) + 20.0 * double(waves - 1);
+    double cost = step * (double(ls) * double(waves) + 20.0 * double(waves - 1));
     if (nseg > 1) {
       const auto full_ctas = int64_t(std::ceil(full * double(N * (nseg - 1) * sum)));
-      cost += double(ls) * f * double(ceil_div(full_ctas, sms)) + 0.3 * double(nseg - 1) + 3.0;
+      cost += step * double(ls) * f * double(ceil_div(full_ctas, sms)) + 0.3 * double(nseg - 1) + 3.0;
     }
     if (cost < best - 1e-9) best = cost, P = nseg;
   }
@@ -67,7 +69,7 @@ int64_t cheapest_segments(int64_t N, int64_t avg, int64_t walk, int64_t sum, dou
 // up to ~10% behind the best (P = 3 at Hv = 32, which prices every summary at full length).
 int64_t auto_segments(const ChunkDims& d, int64_t avg, int32_t sms, std::string* why) {
   const int64_t vt = d.V / kChunkFwdTile, kt = d.K / kChunkFwdTile;
-  return cheapest_segments(d.N, avg, d.Hv, d.Hv * ceil_div(kt + vt, vt), 0.8, 0.5, sms, "N Hv",
+  return cheapest_segments(d.N, avg, d.Hv, d.Hv * ceil_div(kt + vt, vt), 0.8, 0.5, 1.0, sms, "N Hv",
                            "(sequence, head) chains", why);
 }
 
@@ -178,14 +180,22 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
 // ---- chunk_bwd ------------------------------------------------------------------------------------------------
 namespace {
 
-// The segment count of the backward's chains. A chain CTA (8 warps, ~152 / ~206 KiB of shared memory: one per SM)
-// walks the chunks of one (item, value head, 32 state columns); its summaries have (K + V) / 32 column CTAs per
-// (item, head), each priced at 0.9 of a walking CTA per chunk (no stores; the reverse chain's M columns skip the Q
-// product), in cheapest_segments' model per chain; the same P serves both chains (their costs scale alike). At one
-// CTA per SM a split pays only where the unsplit CTAs leave SMs idle: N Hv V / 32 >= SMs is never split.
-int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, std::string* why) {
+// The chain kernels' time per chunk step, in steps of the mma.sync state kernel (2.8 us on the H200 at T = 32K,
+// Hv = 32: 1.44 ms / 512 steps): the dstate kernel's 3.85 us (1.97 ms / 512, measured), the wgmma state kernel's
+// ~1.55 us (an estimate from its instruction chain, docs/chunk_bwd.md; to be measured).
+constexpr double kStepStateMma = 1.0, kStepStateWg = 0.55, kStepDstate = 1.37;
+
+// The segment count of the backward's chains. A chain CTA (one per SM: the mma.sync state kernel's 8 warps and
+// 152 KiB, the wgmma one's warpgroup and 141 KiB, the dstate kernel's 206 KiB) walks the chunks of one (item, value
+// head, 32 state columns); its summaries have (K + V) / 32 column CTAs per (item, head), each priced at 0.9 of a
+// walking CTA per chunk (no stores; the reverse chain's M columns skip the Q product), in cheapest_segments' model
+// with the two chains' mean step (both chains take the same P, and their grids are alike). At one CTA per SM a split
+// pays only where the unsplit CTAs leave SMs idle: N Hv V / 32 >= SMs is never split.
+int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, ChunkStatePass state, std::string* why) {
   const int64_t cols = d.V / kChunkBwdChainCols, sum_cols = (d.K + d.V) / kChunkBwdChainCols;
-  return cheapest_segments(d.N, avg, d.Hv * cols, d.Hv * sum_cols, 0.9, 1.0, sms, "N Hv V / 32", "chain CTAs", why);
+  const double step = 0.5 * ((state == ChunkStatePass::wgmma ? kStepStateWg : kStepStateMma) + kStepDstate);
+  return cheapest_segments(d.N, avg, d.Hv * cols, d.Hv * sum_cols, 0.9, 1.0, step, sms, "N Hv V / 32", "chain CTAs",
+                           why);
 }
 
 }  // namespace
@@ -194,10 +204,11 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   FGDN_RETURN_IF_ERROR(check_chunk_call("chunk_bwd", p.chunk_size, p.q.dtype, d, p.exec.chunk_bwd_segments));
   ChunkBwdPlan pl;
   pl.sms = std::max(dev.sms, 1);
+  pl.state_pass = d.K == 128 && d.V == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync;
   const int64_t nch_total = ceil_div(d.T, kChunkFwdChunk);
   const int64_t avg = d.varlen ? ceil_div(nch_total, std::max<int64_t>(d.N, 1)) : nch_total;
   plan_segments(&pl, p.exec.chunk_bwd_segments, "exec.chunk_bwd_segments", d, avg, nch_total,
-                [&] { return auto_bwd_segments(d, avg, pl.sms, &pl.why); });
+                [&] { return auto_bwd_segments(d, avg, pl.sms, pl.state_pass, &pl.why); });
   if (pl.split) {
     pl.ws_items = 0;
     pl.ws_seq_first = align_up(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem));
@@ -217,6 +228,9 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
   s += str_cat("  prep pass: grid (", slots, ", ", d.Hv,
                "), one record per (chunk slot, value head); grads pass: ", std::min<int64_t>(slots * d.Hv, pl.sms),
                " persistent CTAs over the ", slots * d.Hv, " records\n");
+  const bool wg = pl.state_pass == ChunkStatePass::wgmma;
+  s += str_cat("  state pass: ", state_pass_name(pl.state_pass), wg ? " (K = V = 128), 128" : " (K or V = 64), 256",
+               " threads per CTA; dstate pass: mma.sync, 256 threads per CTA\n");
   if (!pl.split) {
     s += str_cat("  state and dstate chains: grid (", d.N, ", ", d.Hv, ", ", cols, "), every chunk of a sequence\n");
   } else {

@@ -53,9 +53,11 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d);
 // The passes of docs/chunk_bwd.md. The two chains (the state pass forward over the chunks, the state-gradient pass
 // in reverse) walk one CTA per (sequence, value head, 32 state columns); with the segment split (gdn-math §6) each
 // runs three times: summaries [M | N] of its segments, the scan of the segment boundary states, every segment from
-// its boundary state.
+// its boundary state. The state pass runs on wgmma where K = V = 128 (one warpgroup per CTA), on mma.sync where K or
+// V is 64.
 struct ChunkBwdPlan {
   int32_t sms = 0;
+  ChunkStatePass state_pass = ChunkStatePass::mma_sync;  // pass 2's kernel
   bool split = false;
   bool forced = false;     // exec.chunk_bwd_segments decided the split
   int64_t segments = 1;    // P: segments of a typical sequence

@@ -664,6 +664,37 @@ TEST(ChunkBwdPlan, AutomaticSegmentSplit) {
   EXPECT_TRUE(pl.split) << pl.why;
 }
 
+// Pass 2 runs on wgmma where K = V = 128 (bf16 and f16), on mma.sync where K or V is 64; the text says which. Its
+// cheaper step (the cost model's weights) keeps the unsplit training shapes unsplit and the few-head split at P = 8.
+TEST(ChunkBwdPlan, StatePassKernel) {
+  ChunkShape s;
+  s.T = 32768, s.Hqk = 16, s.Hv = 32;
+  ChunkBwdPlan pl = bwd_plan(bwd_call(s));
+  EXPECT_EQ(pl.state_pass, ChunkStatePass::wgmma);
+  EXPECT_FALSE(pl.split) << pl.why;
+  std::string text = describe(pl, bwd_call(s).d);
+  EXPECT_NE(text.find("state pass: wgmma (K = V = 128), 128 threads"), std::string::npos) << text;
+  s.Hqk = s.Hv = 4;
+  pl = bwd_plan(bwd_call(s));
+  EXPECT_EQ(pl.state_pass, ChunkStatePass::wgmma);
+  EXPECT_TRUE(pl.split) << pl.why;
+  EXPECT_EQ(pl.segments, 8) << pl.why;
+  for (auto [K, V] : {std::pair<int64_t, int64_t>{64, 64}, {64, 128}, {128, 64}}) {
+    s.K = K, s.V = V;
+    pl = bwd_plan(bwd_call(s));
+    EXPECT_EQ(pl.state_pass, ChunkStatePass::mma_sync) << K << " " << V;
+    text = describe(pl, bwd_call(s).d);
+    EXPECT_NE(text.find("state pass: mma.sync (K or V = 64), 256 threads"), std::string::npos) << text;
+  }
+  // a forced split keeps the kernel choice
+  s.K = s.V = 128;
+  BwdCall c = bwd_call(s);
+  c.p.exec.chunk_bwd_segments = 3;
+  pl = bwd_plan(c);
+  EXPECT_TRUE(pl.split);
+  EXPECT_EQ(pl.state_pass, ChunkStatePass::wgmma);
+}
+
 TEST(ChunkBwdPlan, SegmentOverrideAndWorkspace) {
   ChunkShape s;
   s.B = 2, s.T = 1000, s.Hqk = 2, s.Hv = 4, s.K = 64, s.V = 128;

@@ -5,7 +5,7 @@
 // bounded by twice that. Cases: gdn-math §10.4, varlen with empty sequences and NaN-filled slack rows (their
 // gradients must be exactly zero), GQA 1/2/4, K, V in {64, 128}, both layouts, the l2norm and gate chains, and
 // bitwise determinism, eager and CUDA-graph replay; the chains' segment split forced (P = 1 and P > 1) and chosen
-// by the plan.
+// by the plan; pass 2 on wgmma (K = V = 128, the plan's choice) against pass 2 on mma.sync.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +18,9 @@
 
 #if FLASHGDN_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "api/internal.hpp"
+#include "api/plan.hpp"
 #endif
 
 namespace flashgdn::test {
@@ -505,6 +508,94 @@ TEST(CudaChunkBwd, SegmentSplitChosenByThePlan) {
   ASSERT_TRUE(chunk_bwd_plan(run.p, &text).ok());
   EXPECT_NE(text.find("segment split"), std::string::npos) << text;
   check(b);
+}
+
+// Pass 2 on wgmma (the plan's choice at K = V = 128) against pass 2 on mma.sync, the same inputs through the same
+// plan with only its state_pass changed (the internal entry points: validate, plan_chunk_bwd, cuda::chunk_bwd). Both
+// take the same operand splits with fp32 accumulation and differ only in the order of their sums: the gradients agree
+// to a few fp32 roundings of S0, U (S0 stored in bf16, so an element may round the other way: the 16-bit dq, dk, dv
+// within 2e-3, dg and dbeta within 2e-3), dh0 bitwise (pass 3 reads nothing of pass 2); both against the oracle, and
+// the wgmma run bitwise stable over repeats.
+Grads run_gpu_state_pass(const BwdCase& bc, const Problem& pr, ChunkStatePass pass) {
+  GpuRun run(bc, pr);
+  SeqDims d;
+  EXPECT_TRUE(validate(run.p, &d).ok());
+  int sms = 0;
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  ChunkBwdPlan pl;
+  EXPECT_TRUE(plan_chunk_bwd(run.p, d, DeviceFacts{sms}, &pl).ok());
+  EXPECT_EQ(pl.state_pass, d.K == 128 && d.V == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync);
+  pl.state_pass = pass;
+  EXPECT_LE(cuda::chunk_bwd_workspace_size(run.p, d, pl), run.ws_bytes);
+  run.poison();
+  const Status st = cuda::chunk_bwd(run.p, d, pl, run.ws, run.ws_bytes, nullptr);
+  EXPECT_TRUE(st.ok()) << st.message();
+  run.fetch();
+  return run.out;
+}
+
+void check_state_pass(BwdCase b) {
+  SCOPED_TRACE(b.c.name);
+  const Problem pr = make_problem(b);
+  const Grads ref = run_oracle(b, pr);
+  const Grads mma = run_gpu_state_pass(b, pr, ChunkStatePass::mma_sync);
+  const Grads wg = run_gpu_state_pass(b, pr, ChunkStatePass::wgmma);
+  const std::string name = b.c.name;
+  b.c.name = name + "_mma_sync";
+  expect_close(b, pr, ref, mma);
+  b.c.name = name + "_wgmma";
+  expect_close(b, pr, ref, wg);
+  EXPECT_LE(rel_err(wg.dq, mma.dq), 2e-3) << name << " dq: wgmma vs mma.sync";
+  EXPECT_LE(rel_err(wg.dk, mma.dk), 2e-3) << name << " dk: wgmma vs mma.sync";
+  EXPECT_LE(rel_err(wg.dv, mma.dv), 2e-3) << name << " dv: wgmma vs mma.sync";
+  EXPECT_LE(rel_err(wg.dg, mma.dg), 2e-3) << name << " dg: wgmma vs mma.sync";
+  EXPECT_LE(rel_err(wg.dbeta, mma.dbeta), 2e-3) << name << " dbeta: wgmma vs mma.sync";
+  EXPECT_TRUE(wg.dh0.bit_equal(mma.dh0)) << name << " dh0: pass 3 does not read pass 2";
+  for (int i = 0; i < 3; ++i)
+    EXPECT_TRUE(same_bits(wg, run_gpu_state_pass(b, pr, ChunkStatePass::wgmma))) << name << " repeat " << i;
+}
+
+TEST(CudaChunkBwd, StatePassWgmmaAgainstMmaSync) {
+  REQUIRE_GPU();
+  // a long walk (a partial last chunk, GQA 2, weak decay: every chunk's state reaches the later ones), V-major
+  BwdCase b = bcase("wg_walk_t2000_gqa2_vmajor", 1, 2000, 2, 4, 128, 128);
+  b.c.g_scale = 0.02;
+  b.c.layout = StateLayout::v_major;
+  b.segments = 1;
+  check_state_pass(b);
+  // f16 (K^T split into bf16 hi + lo in registers), two batch entries, no h0
+  b = bcase("wg_f16_b2_t700_no_h0", 2, 700, 2, 4, 128, 128);
+  b.c.dtype = DType::f16;
+  b.c.g_scale = 0.02;
+  b.c.has_h0 = false;
+  b.segments = 1;
+  check_state_pass(b);
+  // varlen: empty sequences, one-row and one-chunk sequences, slack rows, the fused gate
+  b = bcase("wg_varlen_slack_gate", 1, 0, 2, 4, 128, 128);
+  b.c.seqlens = {0, 1, 64, 0, 777, 65, 0};
+  b.slack = 5;
+  b.gate = true;
+  b.gate_decay = 0.01;
+  b.segments = 1;
+  check_state_pass(b);
+  // the split forced: several segments per sequence (summaries, scan, segments from their boundary states), an
+  // empty sequence and one shorter than a segment
+  b = bcase("wg_split_varlen_p5", 1, 0, 2, 4, 128, 128);
+  b.c.seqlens = {900, 0, 40, 1300};
+  b.c.g_scale = 0.02;
+  b.slack = 3;
+  b.segments = 5;
+  check_state_pass(b);
+  b = bcase("wg_split_f16_p3", 1, 1000, 1, 2, 128, 128);
+  b.c.dtype = DType::f16;
+  b.c.g_scale = 0.02;
+  b.segments = 3;
+  check_state_pass(b);
+  // nearly parallel keys (the cancelling sums that need U's lo part)
+  b = bcase("wg_near_parallel_keys", 1, 300, 1, 2, 128, 128);
+  b.special = 3;
+  b.segments = 1;
+  check_state_pass(b);
 }
 
 // Bitwise determinism over repeated runs, and a CUDA graph of the call replays to the eager result; unsplit and with

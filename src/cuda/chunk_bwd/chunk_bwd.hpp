@@ -4,7 +4,7 @@
 //   1. prep   (every chunk and value head in parallel): gamma, the row factors, A = (I + L)^-1, W, U0 and the
 //             local output gradient dU = scale P^T dO into workspace;
 //   2. state  (per sequence, value head, 32 state columns; serial over chunks): the chunk start states S0 and
-//             U = U0 - W S0;
+//             U = U0 - W S0 (on wgmma at K = V = 128, else mma.sync);
 //   3. dstate (per sequence, value head, 32 columns; serial, reverse): the chunk-end state gradients dS,
 //             dU += Kbar dS, and dh0;
 //      (2 and 3 may each run as the segment split of gdn-math §6: summaries, a scan, all segments in parallel;
@@ -81,6 +81,7 @@ struct ChunkBwdArgs {
   int32_t state_vmajor;
   int64_t nchunk_b;  // ceil(T / 64)
   int64_t slots;     // chunk slots: B ceil(T / 64) (fixed length) or N + ceil(T / 64) (varlen)
+  int32_t state_wg;  // 1: pass 2 on wgmma (chunk_bwd_state_wg.cuh; K = V = 128), 0: on mma.sync (plan_chunk_bwd)
 
   // ---- workspace (fp32; S0 bf16), one record per (chunk slot, value head); rows past a chunk's end are zero
   float* rows;   // [slots, Hv, 4, 64]: gamma (cumsum of g), rho_q, rho_k (l2norm factors, 1 without), beta

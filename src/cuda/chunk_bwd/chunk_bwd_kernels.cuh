@@ -146,9 +146,9 @@ struct CopyPlan {
   int r0, i;  // the thread's first row; its column piece (x PER elements of 16 bytes)
   __device__ __forceinline__ explicit CopyPlan(int tid) : r0(unsigned(tid) / PER), i(unsigned(tid) % PER) {}
 };
-template <int COLS, int LD>
+template <int COLS, int NTH = kThreads, int LD>
 __device__ __forceinline__ void copy_f32_tile(float (*dst)[LD], const float* src, int64_t ld, int tid) {
-  using Pl = CopyPlan<COLS / 4, kThreads>;
+  using Pl = CopyPlan<COLS / 4, NTH>;
   const Pl pl(tid);
   int64_t o = int64_t(pl.r0) * ld + 4 * pl.i;
 #pragma unroll
@@ -1332,6 +1332,13 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
   }
 }
 
+}  // namespace flashgdn::cuda::bwd_detail
+
+// Pass 2 on wgmma (K = V = 128): built on the chain helpers above.
+#include "cuda/chunk_bwd/chunk_bwd_state_wg.cuh"
+
+namespace flashgdn::cuda::bwd_detail {
+
 // ---- launch ----------------------------------------------------------------------------------------------------
 template <class Kernel>
 int launch_one(Kernel kernel, dim3 grid, size_t smem, std::atomic<uint64_t>& done, cudaStream_t st,
@@ -1347,17 +1354,29 @@ int launch_one(Kernel kernel, dim3 grid, size_t smem, std::atomic<uint64_t>& don
 // a.items set): the work list of segments; per chain the summaries [M | N] (augmented columns, (K + V) / kBV CTAs per
 // item and head), the scan of the segment boundary states (forward: start states from h0; reverse: end gradients
 // from dht), then every segment from its boundary state, all in parallel.
+// Pass 2 in the ChainMode set in `a`: on wgmma where the plan chose it (a.state_wg; K = V = 128 only: one warpgroup
+// per CTA, the same grid), else on mma.sync.
+template <class E, int K, int V>
+int launch_state(const ChunkBwdArgs& a, dim3 grid, std::atomic<uint64_t>* done, cudaStream_t st) {
+  if constexpr (K == 128 && V == 128) {
+    if (a.state_wg)
+      return launch_one(chunk_bwd_state_wg_kernel<E, V>, grid, sizeof(StateWgSmem) + 1024, done[1], st, a,
+                        kStateWgThreads);
+  }
+  return launch_one(chunk_bwd_state_kernel<E, K, V>, grid, sizeof(StateSmem<E, K>), done[0], st, a);
+}
+
+// done: [0] the mma.sync state kernel, [1] the wgmma one, [2] the dstate kernel.
 template <class E, int K, int V>
 int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStream_t st) {
   ChunkBwdArgs a = a0;
-  auto state = chunk_bwd_state_kernel<E, K, V>;
   auto dstate = chunk_bwd_dstate_kernel<E, K, V>;
-  const size_t ss = sizeof(StateSmem<E, K>), ds = sizeof(DStateSmem<E, K>);
+  const size_t ds = sizeof(DStateSmem<E, K>);
   if (a.items == nullptr) {
     a.chain_mode = kChainWhole;
     const dim3 seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
-    int e = launch_one(state, seqs, ss, done[0], st, a);
-    return e == 0 ? launch_one(dstate, seqs, ds, done[1], st, a) : e;
+    int e = launch_state<E, K, V>(a, seqs, done, st);
+    return e == 0 ? launch_one(dstate, seqs, ds, done[2], st, a) : e;
   }
   ChunkKernelArgs sc{};  // the scan's fields
   sc.items = a.items, sc.items_cap = a.items_cap, sc.mn = a.mn, sc.N = a.N, sc.Hv = a.Hv, sc.V = V;
@@ -1367,37 +1386,36 @@ int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStrea
   const dim3 items(unsigned(a.items_cap), unsigned(a.Hv), unsigned(V / kBV));
   const dim3 sums(unsigned(a.items_cap), unsigned(a.Hv), unsigned((K + V) / kBV));
   for (int dir = 0; dir < 2 && e == 0; ++dir) {
-    auto kern = dir == 0 ? state : dstate;
-    const size_t smem = dir == 0 ? ss : ds;
     a.chain_mode = kChainSummary;
-    e = launch_one(kern, sums, smem, done[dir], st, a);
+    e = dir == 0 ? launch_state<E, K, V>(a, sums, done, st) : launch_one(dstate, sums, ds, done[2], st, a);
     if (dir == 0)
       sc.h0 = a.h0, sc.h0_sn = a.h0_sn, sc.h0_sh = a.h0_sh, sc.h0_sr = a.h0_sr;
     else
       sc.h0 = a.dht, sc.h0_sn = a.dht_sn, sc.h0_sh = a.dht_sh, sc.h0_sr = a.dht_sr;
     if (e == 0) e = static_cast<int>(launch_chunk_scan(sc, a.seq_first, K, dir == 1, st));
     a.chain_mode = kChainSplit;
-    if (e == 0) e = launch_one(kern, items, smem, done[dir], st, a);
+    if (e == 0)
+      e = dir == 0 ? launch_state<E, K, V>(a, items, done, st) : launch_one(dstate, items, ds, done[2], st, a);
   }
   return e;
 }
 
 template <class E, int K, int V>
 int launch_passes(const ChunkBwdArgs& a, void* stream) {
-  static std::atomic<uint64_t> done[4];
+  static std::atomic<uint64_t> done[5];  // prep, state (mma.sync, wgmma), dstate, grads
   const auto st = static_cast<cudaStream_t>(stream);
   const dim3 chunks(unsigned(a.slots), unsigned(a.Hv)), seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
   int e = launch_one(chunk_bwd_prep_kernel<E, K, V>, chunks, sizeof(PrepSmem<E, K, V>), done[0], st, a);
   if (e == 0 && a.slots > 0) e = launch_chains<E, K, V>(a, done + 1, st);
   if (e == 0 && a.slots == 0)  // no chunk at all: only dh0 = dht (or 0), from the unsplit reverse chain
-    e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[2], st, a);
+    e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[3], st, a);
   if (e == 0) {  // pass 4: persistent, one CTA per SM (and none without an item)
     int dev = 0;
     e = static_cast<int>(cudaGetDevice(&dev));
     const int64_t items = a.slots * a.Hv, sms = device_sm_count(dev);
     if (e == 0)
       e = launch_one(chunk_bwd_grads_kernel<E, K, V>, dim3(unsigned(items < sms ? items : sms)),
-                     sizeof(GradSmem<E, K, V>), done[3], st, a, kGradThreads);
+                     sizeof(GradSmem<E, K, V>), done[4], st, a, kGradThreads);
   }
   return e;
 }

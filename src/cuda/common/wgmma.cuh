@@ -64,6 +64,15 @@ __device__ __forceinline__ void wait1() {
   asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
 }
 
+// The values of x are computed here, in program order with the volatile asm around it (wgmma.fence, the MMAs): an
+// empty volatile asm that reads and writes each one, so that the compiler cannot sink their computation into a
+// wgmma group, where ptxas would make the group wait on it.
+template <int N>
+__device__ __forceinline__ void pin(float (&x)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(x[i]));
+}
+
 #define FGDN_WG_D32                                                                                           \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
       "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
@@ -114,6 +123,31 @@ __device__ __forceinline__ void mma_rs_n64(float (&d)[32], const uint32_t (&a)[4
   }
 }
 
+#define FGDN_WG_D16                                                                                           \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define FGDN_WG_D16_STR "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+
+// m64n32k16, bf16 operands, f32 accumulation: the n64 forms' layouts with 4 column groups (d[4 jn + e], jn = 0..3);
+// B^T [32][16] K-major from shared memory. A from shared memory (mma_ss_n32) or from registers (mma_rs_n32).
+__device__ __forceinline__ void mma_ss_n32_bf16(float (&d)[16], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FGDN_WG_D16_STR ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : FGDN_WG_D16
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+__device__ __forceinline__ void mma_rs_n32_bf16(float (&d)[16], const uint32_t (&a)[4], uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FGDN_WG_D16_STR
+      ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+      : FGDN_WG_D16
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+}
+
+#undef FGDN_WG_D16
+#undef FGDN_WG_D16_STR
 #undef FGDN_WG_D32
 #undef FGDN_WG_D32_STR
 

@@ -1,0 +1,233 @@
+// Pass 2 of the backward (the state chain) on Hopper warpgroup MMA (wgmma, sm_90a), K = V = 128: the chain of
+// chunk_bwd_state_kernel (chunk_bwd_kernels.cuh) with the same operand splits and fp32 accumulation, every product on
+// wgmma m64n32k16 (bf16 operands) from 128-byte-swizzled K-major shared-memory tiles (cuda/common/wgmma.cuh) and
+// register A fragments. Included by chunk_bwd_kernels.cuh after the chain helpers (ChainWork, chain_start, row_kb,
+// the copies), which it shares with the mma.sync kernel.
+//
+// One CTA = one warpgroup (128 threads) owns (work item, value head, kBV = 32 state columns): the grid of the mma.sync
+// kernel, (N | items, Hv, V / 32) or (items, Hv, (K + V) / 32) for the summaries, and the same ChainMode walks. The
+// running state S (128 keys x 32 columns, fp32) is two m64n32 accumulators (key blocks mb) in registers for the whole
+// walk. Per chunk c (n <= 64 rows, rows past n zero in every record):
+//
+//   product 1   U = U0 - W S0:  W_lo S0_hi + W_hi S0_lo + W_hi S0_hi (24 wgmma ss, A = W [token][key] as prep stores
+//               it, hi then lo, B = S0^T [value][key] hi / lo written by stmatrix.trans from the state's registers);
+//               U stored (fp32, over U0, for pass 4), diag(kb) U split into hi + lo and stored transposed
+//               (stmatrix.trans)
+//   product 2   S <- e_n S + K^T (diag(kb) U)_lo + K^T (diag(kb) U)_hi per key block (16 wgmma rs, K^T by
+//               ldmatrix.trans of the swizzled k tile; f16 k split into bf16 hi + lo there, + 8 wgmma for k_lo U_hi);
+//               then S as the next chunk's S0^T (hi, lo) and its bf16 hi as S0 of chunk c + 1 (pass 4's record)
+//
+// Loads: every thread copies its share of chunk c + 1's W (hi, lo), k rows, U0 columns and record rows by cp.async to
+// the swizzled addresses of the other stage while chunk c computes (a fixed trip count per thread; k rows past the
+// chunk end land as zeros). Synchronization per chunk: two CTA barriers (= the warpgroup), as in the mma.sync kernel:
+// [stage c landed (wait + proxy fence by each copier), S0^T written] and [(diag(kb) U)^T written, S0^T read]. Every
+// wgmma group is waited within its step (no group in flight across the loop's back edge or a barrier), so the
+// barriers order the async-proxy reads against the next generic writes.
+#pragma once
+
+#include "cuda/chunk_fwd/chunk_fwd_state_wg.cuh"
+#include "cuda/common/wgmma.cuh"
+
+namespace flashgdn::cuda::bwd_detail {
+
+constexpr int kStateWgThreads = 128;  // one warpgroup
+
+// Shared memory: 140 KiB (one CTA per SM); every swizzled region 1024-byte aligned (the struct is, and every region
+// size a multiple of 1024).
+struct alignas(1024) StateWgSmem {
+  unsigned char st[2][2][4096];  // S0^T [hi, lo][key half][32 values x 64 keys]
+  unsigned char ut[2][4096];     // (diag(kb) U)^T [hi, lo][32 values x 64 tokens]
+  struct Stage {
+    unsigned char w[2][2][8192];  // W [hi, lo][key half][64 tokens x 64 keys]
+    unsigned char k[2][8192];     // k [key half][64 tokens x 64 keys], zero past the chunk end
+    float u0[kC][kLS];            // U0, these columns
+    float rows[4][kC];            // the record's gamma, rho_q, rho_k, beta
+  } stg[2];
+};
+static_assert(sizeof(StateWgSmem::Stage) % 1024 == 0 && sizeof(StateWgSmem) + 1024 <= 227 * 1024,
+              "state (wgmma): swizzled stages, one CTA's shared memory");
+
+// Issue the cp.async copies of chunk c's inputs into stage g: W's record (hi [64][K], then lo [64][K], bf16) and the
+// raw key rows, each row as 16 pieces of 16 bytes into the swizzled key halves (thread tid: piece tid % 16 of rows
+// tid / 16 + 8 p), U0's kBV columns (but for the M columns of a summary: U0 = 0) and the record rows.
+template <class E, int V>
+__device__ __forceinline__ void state_wg_prefetch(const ChunkBwdArgs& a, StateWgSmem::Stage& g, const ChainWork& w,
+                                                  int64_t c, int h, int tid) {
+  constexpr int K = 128, NTH = kStateWgThreads;
+  const int64_t t0 = w.st + kC * c, rec = chunk_slot(a, w.n, w.st, c) * a.Hv + h;
+  const int nv = int(w.len - kC * c < kC ? w.len - kC * c : kC);
+  const int r0 = tid >> 4, kv = tid & 15;
+  const auto* wsrc = reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (kC * K)) + r0 * K + kv * 8;
+#pragma unroll
+  for (int part = 0; part < 2; ++part)
+#pragma unroll
+    for (int p = 0; p < kC / (NTH / 16); ++p)
+      cp_async<16>(&g.w[part][kv >> 3][wg::swz(r0 + (NTH / 16) * p, kv & 7)],
+                   wsrc + part * (kC * K) + (NTH / 16) * p * K);
+  const E* k0 = static_cast<const E*>(a.k) + w.sb * a.k_sb + (h / a.group) * a.k_sh + t0 * a.k_st + kv * 8;
+  const E* kp = k0 + r0 * a.k_st;
+  const int64_t kstep = (NTH / 16) * a.k_st;
+#pragma unroll
+  for (int p = 0; p < kC / (NTH / 16); ++p, kp += kstep) {
+    const int r = r0 + (NTH / 16) * p;
+    const bool ok = r < nv;
+    cp_async16_zfill(&g.k[kv >> 3][wg::swz(r, kv & 7)], ok ? kp : k0, ok);  // row 0 is always valid
+  }
+  if (!w.hom) copy_f32_tile<kBV, NTH>(g.u0, a.U + rec * (kC * V) + w.j0, V, tid);
+  copy_record_rows(g.rows, a.rows, rec, tid);
+  cp_async_commit();
+}
+
+// Per step c: [barrier: stage c landed, S0^T] U = U0 - W S0 (wgmma), U stored, (diag(kb) U)^T split
+// [barrier: (diag(kb) U)^T] S <- e_n S + K^T (diag(kb) U) (wgmma, in the registers), then S0^T of chunk c + 1 and its
+// record S0 (bf16, the hi part). A summary stores only its end state (store_summary's columns of [M | N]).
+template <class E, int V>
+__global__ void __launch_bounds__(kStateWgThreads, 1) chunk_bwd_state_wg_kernel(const ChunkBwdArgs a) {
+  constexpr int K = 128, NJ = kBV / 8;
+  constexpr bool kF16 = std::is_same_v<E, __half>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // aligned to 1024 bytes (the swizzle) by an offset from smem_raw, so that the compiler still sees shared memory
+  auto& s = *reinterpret_cast<StateWgSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+  const int tid = threadIdx.x, lane = tid & 31, t4 = lane & 3;
+  // the warp index, broadcast from lane 0 so that the compiler sees it warp-uniform
+  const int wi = __shfl_sync(0xffffffffu, tid >> 5, 0);
+  const int h = blockIdx.y;
+  ChainWork w;
+  if (!chain_work<K>(a, false, &w)) return;
+  const bool sum = a.chain_mode == kChainSummary;
+  const int r0 = 16 * wi + (lane >> 2);  // this thread's rows (tokens of product 1, keys of a block of product 2)
+
+  // descriptor low words: S0^T (hi; lo at + 8192; key half at + 4096), (diag(kb) U)^T (hi; lo at + 4096), stage 0's
+  // W (hi; lo at + 16384; key half at + 8192; stage 1 at + sizeof(Stage))
+  const uint32_t st_addr = smem_addr(&s.st[0][0][0]), ut_addr = smem_addr(&s.ut[0][0]);
+  const uint32_t st_lo = wg::desc_lo(st_addr), ut_lo = wg::desc_lo(ut_addr);
+  const uint32_t w_lo = wg::desc_lo(smem_addr(&s.stg[0].w[0][0][0]));
+
+  float sacc[2][NJ][4];  // key block mb: keys 64 mb + r0 (+ 8), columns 8 jn + 2 t4 (+ 1)
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb)
+    for_pairs<NJ>(64 * mb + 16 * wi, 0, lane, [&](int jn, int e, int i, int j) {
+      sacc[mb][jn][e] = chain_start<K, V>(a, w, false, h, a.h0, a.h0_sn, a.h0_sh, a.h0_sr, i, j);
+      sacc[mb][jn][e + 1] = chain_start<K, V>(a, w, false, h, a.h0, a.h0_sn, a.h0_sh, a.h0_sr, i, j + 1);
+    });
+  // S as the next product's operand S0^T (hi, lo) and, but for a summary, as S0 of chunk c in bf16 (pass 4 uses it
+  // only as a GEMM operand, gdn-math §10.2): the hi part of the split, from the registers
+  const auto put_state = [&](int64_t c) {
+    __nv_bfloat16* S0g =
+        reinterpret_cast<__nv_bfloat16*>(a.S0) + (chunk_slot(a, w.n, w.st, c) * a.Hv + h) * (K * V) + w.j0;
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb) {
+      uint32_t xh[NJ][2], xl[NJ][2];
+      chunk_detail::split_acc<true>(sacc[mb], xh, xl);
+      chunk_detail::store_transposed(st_addr + 4096 * mb, xh, wi, lane);
+      chunk_detail::store_transposed(st_addr + 8192 + 4096 * mb, xl, wi, lane);
+      if (!sum) {
+#pragma unroll
+        for (int jn = 0; jn < NJ; ++jn)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr)
+            *reinterpret_cast<uint32_t*>(S0g + (64 * mb + r0 + 8 * hr) * V + 8 * jn + 2 * t4) = xh[jn][hr];
+      }
+    }
+  };
+  if (w.c_begin < w.c_end) {
+    state_wg_prefetch<E, V>(a, s.stg[0], w, w.c_begin, h, tid);
+    put_state(w.c_begin);
+  }
+  for (int64_t c = w.c_begin; c < w.c_end; ++c) {
+    const int bf = int(c - w.c_begin) & 1;
+    const int64_t rec = chunk_slot(a, w.n, w.st, c) * a.Hv + h;
+    const int nv = int(w.len - kC * c < kC ? w.len - kC * c : kC);
+    const auto& g = s.stg[bf];
+    cp_async_wait_all();
+    wg::fence_async_smem();  // this thread's copies and S0^T stores, before the async proxy's (wgmma) reads
+    __syncthreads();         // stage bf landed (every thread's copies); S0^T complete; the other stage and U^T free
+
+    // the step's factors and U0 into registers, before product 1 is issued (a branch while a wgmma group is in flight
+    // makes ptxas wait for it at the join): e_n = e^{gamma_{n-1}}, kb of rows r0, r0 + 8
+    const float gl = g.rows[0][nv - 1], en = expf(gl);
+    float kb[2];
+    row_kb(kb, g.rows, gl, nv, 16 * wi, lane);
+    float2 x0[NJ][2];
+    for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
+      x0[jn][e / 2] = w.hom ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(&g.u0[r][j]);
+    });
+
+    // S <- e_n S, pinned before product 1 (wg::pin): under product 1, ptxas waits for it before the multiplications
+    // (C7517); sunk into product 2's group, the products would wait on it (C7519)
+    chunk_detail::scale_state(sacc, en);
+    wg::pin(reinterpret_cast<float(&)[2 * 4 * NJ]>(sacc));
+
+    // ---- product 1: U = U0 - W S0 (W_lo S0_hi, W_hi S0_lo, W_hi S0_hi; k steps of 16 keys, key half at ks / 4)
+    float u[NJ][4];  // written by the first wgmma (accumulate = 0)
+    {
+      float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
+      const uint32_t wst = uint32_t(bf) * uint32_t(sizeof(StateWgSmem::Stage));
+      wg::fence();
+#pragma unroll
+      for (int t = 0; t < 3; ++t)
+#pragma unroll
+        for (int ks = 0; ks < K / 16; ++ks)
+          wg::mma_ss_n32_bf16(uv, wg::desc_at(w_lo, wst + (t == 0 ? 16384 : 0) + (ks >> 2) * 8192 + (ks & 3) * 32),
+                              wg::desc_at(st_lo, (t == 1 ? 8192 : 0) + (ks >> 2) * 4096 + (ks & 3) * 32), t + ks > 0);
+      wg::commit();
+    }
+    // while product 1 runs (the issue slots are idle): chunk c + 1's copies into the other stage, and K^T of key
+    // blocks 0, 1 (keys 64 mb + 16 wi ..; k steps of 16 tokens)
+    if (c + 1 < w.c_end) state_wg_prefetch<E, V>(a, s.stg[bf ^ 1], w, c + 1, h, tid);
+    uint32_t kt[2][4][4];
+    chunk_detail::load_kt_frags(g.k, 16 * wi, lane, kt[0]);
+    chunk_detail::load_kt_frags(g.k, 64 + 16 * wi, lane, kt[1]);
+    wg::wait0();
+    {  // U = U0 - W S0 stored (fp32, over U0); diag(kb) U as hi + lo, transposed, for product 2
+      float* Ug = a.U + rec * (kC * V) + w.j0;
+      float du[NJ][4];
+      for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
+        const float2 uv = make_float2(x0[jn][e / 2].x - u[jn][e], x0[jn][e / 2].y - u[jn][e + 1]);
+        if (!sum) *reinterpret_cast<float2*>(Ug + r * V + j) = uv;
+        du[jn][e] = kb[e / 2] * uv.x, du[jn][e + 1] = kb[e / 2] * uv.y;
+      });
+      uint32_t xh[NJ][2], xl[NJ][2];
+      chunk_detail::split_acc<true>(du, xh, xl);
+      chunk_detail::store_transposed(ut_addr, xh, wi, lane);
+      chunk_detail::store_transposed(ut_addr + 4096, xl, wi, lane);
+      wg::fence_async_smem();
+    }
+    uint32_t ktl[2][4][4];  // f16 k: K^T = hi + lo in bf16 (exact: f16 has 11 significant bits); bf16: unused
+    if constexpr (kF16) {
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) ready_frag(InTile<__half>{nullptr, 0}, kt[mb][kc], ktl[mb][kc]);
+    }
+    __syncthreads();  // (diag(kb) U)^T complete; every warp's product-1 reads of S0^T done (waited)
+
+    // ---- product 2: S <- e_n S + K^T (diag(kb) U)_lo + K^T (diag(kb) U)_hi (+ K^T_lo (diag(kb) U)_hi for f16)
+    wg::fence();
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb) {
+      float(&sv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(sacc[mb]);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, kt[mb][kc], wg::desc_at(ut_lo, 4096 + kc * 32), 1);
+      if constexpr (kF16) {
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, ktl[mb][kc], wg::desc_at(ut_lo, kc * 32), 1);
+      }
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, kt[mb][kc], wg::desc_at(ut_lo, kc * 32), 1);
+    }
+    wg::commit();
+    wg::wait0();
+    if (c + 1 < w.c_end) put_state(c + 1);
+  }
+  if (sum) {  // this CTA's columns of the item's [M | N]
+    float* dst = chain_mn<K, V>(a, w.item, h) + (w.hom ? 0 : K) + w.j0;
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb)
+      for_pairs<NJ>(64 * mb + 16 * wi, 0, lane, [&](int jn, int e, int i, int j) {
+        *reinterpret_cast<float2*>(dst + i * (K + V) + j) = make_float2(sacc[mb][jn][e], sacc[mb][jn][e + 1]);
+      });
+  }
+}
+
+}  // namespace flashgdn::cuda::bwd_detail
