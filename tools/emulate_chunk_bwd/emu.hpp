@@ -20,8 +20,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -30,11 +33,18 @@
 
 #include "common/dtype.hpp"
 
-inline unsigned __cvta_generic_to_shared(const void*) {
-  return 0;
-}
-alignas(16) inline unsigned char g_smem[240000];
+#define __grid_constant__
+// The CTA's shared memory (one CTA runs at a time); a shared-memory address is the offset into it.
+alignas(1024) inline unsigned char g_smem[240000];
 inline thread_local dim3 threadIdx, blockIdx, gridDim;
+inline unsigned __cvta_generic_to_shared(const void* p) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  if (b < g_smem || b >= g_smem + sizeof(g_smem)) {
+    std::fprintf(stderr, "emulation: a shared-memory address of %p, outside the CTA's shared memory\n", p);
+    std::abort();
+  }
+  return unsigned(b - g_smem);
+}
 inline std::barrier<>* g_bar = nullptr;
 inline std::vector<std::barrier<>*> g_wbar;  // one per warp
 inline void __syncthreads() {
@@ -59,6 +69,14 @@ inline float __shfl_xor_sync(unsigned, float x, int m) {
 inline unsigned __shfl_xor_sync(unsigned, unsigned x, int m) {
   return emu_shfl_xor(x, m);
 }
+inline int __shfl_sync(unsigned, int x, int src) {
+  std::barrier<>& wb = *g_wbar[threadIdx.x / 32];
+  g_xch[threadIdx.x] = uint32_t(x);
+  wb.arrive_and_wait();
+  const int y = int(g_xch[threadIdx.x / 32 * 32 + unsigned(src) % 32]);
+  wb.arrive_and_wait();
+  return y;
+}
 inline float __shfl_up_sync(unsigned, float x, int d) {
   std::barrier<>& wb = *g_wbar[threadIdx.x / 32];
   std::memcpy(&g_xch[threadIdx.x], &x, 4);
@@ -82,15 +100,18 @@ inline float emu_expf(float x) {
   return std::exp(x);
 }
 // bar.sync id, COUNT (a named barrier over the first COUNT threads to reach it: the kernels' groups of warps).
-inline std::mutex g_nbar_mu;
-inline std::unique_ptr<std::barrier<>> g_nbar[16];
+// The barrier of an id is made by the first thread to reach it and published by a CAS (no lock: a mutex taken by
+// every caller would order every caller after every earlier one, of any id, and hide races from ThreadSanitizer).
+inline std::atomic<std::barrier<>*> g_nbar[16];
 template <int COUNT>
 inline void emu_named_barrier(int id) {
-  std::barrier<>* b;
-  {
-    std::lock_guard<std::mutex> lk(g_nbar_mu);
-    if (!g_nbar[id]) g_nbar[id] = std::make_unique<std::barrier<>>(COUNT);
-    b = g_nbar[id].get();
+  std::barrier<>* b = g_nbar[id].load(std::memory_order_acquire);
+  if (b == nullptr) {
+    auto* nb = new std::barrier<>(COUNT);
+    if (g_nbar[id].compare_exchange_strong(b, nb, std::memory_order_acq_rel))
+      b = nb;
+    else
+      delete nb;
   }
   b->arrive_and_wait();
 }
@@ -110,16 +131,19 @@ inline unsigned __float_as_uint(float x) {
 inline float rsqrtf(float x) {
   return 1.f / std::sqrt(x);
 }
-// d += a b for one warp's m16n8k16 fragments (PTX ISA layout, g = lane / 4, t = lane % 4): a[0] = A(g, 2t..2t+1),
-// a[1] = A(g+8, 2t..), a[2] = A(g, 2t+8..), a[3] = A(g+8, 2t+8..); b0 = B(2t..2t+1, g), b1 = B(2t+8.., g);
-// d = D(g, 2t..2t+1), D(g+8, 2t..2t+1). Every lane of the warp must call it (as for the real instruction).
+// d += a b for one warp's m16n8k16 fragments, bf16 (BF16) or fp16 (PTX ISA layout, g = lane / 4, t = lane % 4): a[0] =
+// A(g, 2t..2t+1), a[1] = A(g+8, 2t..), a[2] = A(g, 2t+8..), a[3] = A(g+8, 2t+8..); b0 = B(2t..2t+1, g), b1 = B(2t+8..,
+// g); d = D(g, 2t..2t+1), D(g+8, 2t..2t+1). Every lane of the warp must call it (as for the real instruction).
 struct MmaFrag {
   uint32_t a[4], b[2];
 };
 inline MmaFrag g_mma[1024];
-inline float bf16_lo_hi(uint32_t u, int half) {  // element `half` of a packed bf16 pair
-  return flashgdn::detail::bf16_to_float(uint16_t(half ? u >> 16 : u));
+template <bool BF16>
+inline float lo_hi16(uint32_t u, int half) {  // element `half` of a packed bf16 (fp16) pair
+  const uint16_t h = uint16_t(half ? u >> 16 : u);
+  return BF16 ? flashgdn::detail::bf16_to_float(h) : flashgdn::detail::f16_to_float(h);
 }
+template <bool BF16>
 inline void emu_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const unsigned t = threadIdx.x, w = t / 32, lane = t % 32;
   g_mma[t] = MmaFrag{{a[0], a[1], a[2], a[3]}, {b0, b1}};
@@ -129,12 +153,12 @@ inline void emu_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
     const MmaFrag& f = g_mma[32 * w + l];
     const unsigned g = l / 4, tt = l % 4;
     for (int h = 0; h < 2; ++h) {
-      A[g][2 * tt + h] = bf16_lo_hi(f.a[0], h);
-      A[g + 8][2 * tt + h] = bf16_lo_hi(f.a[1], h);
-      A[g][2 * tt + 8 + h] = bf16_lo_hi(f.a[2], h);
-      A[g + 8][2 * tt + 8 + h] = bf16_lo_hi(f.a[3], h);
-      B[2 * tt + h][g] = bf16_lo_hi(f.b[0], h);
-      B[2 * tt + 8 + h][g] = bf16_lo_hi(f.b[1], h);
+      A[g][2 * tt + h] = lo_hi16<BF16>(f.a[0], h);
+      A[g + 8][2 * tt + h] = lo_hi16<BF16>(f.a[1], h);
+      A[g][2 * tt + 8 + h] = lo_hi16<BF16>(f.a[2], h);
+      A[g + 8][2 * tt + 8 + h] = lo_hi16<BF16>(f.a[3], h);
+      B[2 * tt + h][g] = lo_hi16<BF16>(f.b[0], h);
+      B[2 * tt + 8 + h][g] = lo_hi16<BF16>(f.b[1], h);
     }
   }
   const unsigned g = lane / 4, tt = lane % 4;
@@ -194,6 +218,7 @@ inline void emu_cp_async16_zfill(void* dst, const void* src, bool valid) {
 }
 inline void emu_cp_async_commit() {}
 inline void emu_cp_async_wait_all() {}
+#include "emu_sm90.hpp"
 template <class Kern, class... Args>
 void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
   for (unsigned z = 0; z < grid.z; ++z)
@@ -207,7 +232,8 @@ void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
           wb.push_back(std::make_unique<std::barrier<>>(std::min(32u, block - 32 * w)));
           g_wbar.push_back(wb.back().get());
         }
-        for (auto& nb : g_nbar) nb.reset();
+        for (auto& nb : g_nbar) delete nb.exchange(nullptr);
+        emu::reset_cta();
         std::vector<std::thread> th;
         for (unsigned t = 0; t < block; ++t)
           th.emplace_back([&, t] {
@@ -215,6 +241,7 @@ void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
             blockIdx = dim3(x, y, z);
             gridDim = grid;
             kernel(args...);
+            emu::thread_exit();
             bar.arrive_and_drop();
             g_wbar[t / 32]->arrive_and_drop();
           });
