@@ -1,13 +1,14 @@
-// Host emulation of the CUDA features the chunk_bwd kernels and the prefill's intra-chunk kernel use: one std::thread
-// per CUDA thread, blocks one at a time, __syncthreads as a std::barrier (threads that return drop out of it),
-// __shfl_xor_sync and __all_sync as exchanges within the warp (every lane of the warp reaches them), named barriers
-// (bar.sync id, count) as barriers of count threads, mma.sync m16n8k16 (bf16, fp32 accumulation) and ldmatrix as
-// exchanges within the warp, mma16_f32 in fp32, cp.async as a plain copy (gen.py points the kernels' calls of
-// mma_m16n8k16 and cp_async* at the emu_* functions here). It checks the kernels' index math, barriers and numerics
-// against the CPU oracle on a machine without a GPU. Built with -fsanitize=thread (run.sh --tsan), ThreadSanitizer
-// reports the shared-memory (g_smem) accesses of two threads that no barrier orders, in the source's order; the
-// exchanges within a warp synchronize its lanes, so races between lanes of one warp across them stay unseen, as do
-// reorderings below the source (the compiler, the device) and the device's shared-memory limit.
+// Host emulation of the CUDA features the chunk kernels use: one std::thread per CUDA thread, blocks one at a time,
+// __syncthreads and named barriers (bar.sync id, count) as emu::Barrier (threads that return drop out), __shfl_*_sync
+// and __all_sync as exchanges within the warp (every lane of the warp reaches them), mma.sync m16n8k16 (bf16 / fp16,
+// fp32 accumulation) and ldmatrix as exchanges within the warp, mma16_f32 in fp32, cp.async as a plain copy (gen.py
+// points the kernels' calls of mma_m16n8k16, cp_async* etc. at the emu_* functions here), and the Hopper features of
+// cuda/common/{wgmma,mbarrier,tma}.cuh as the asynchronous models of emu_sm90.hpp. It checks the kernels' index math,
+// layouts, barriers and numerics against the CPU oracle on a machine without a GPU. Built with -fsanitize=thread
+// (run.sh --tsan), ThreadSanitizer reports the shared-memory (g_smem) accesses of two threads that no barrier orders,
+// in the source's order; the exchanges within a warp synchronize its lanes, so races between lanes of one warp across
+// them stay unseen, as do reorderings below the source (the compiler, the device) and the device's shared-memory
+// limit.
 #pragma once
 #define __global__
 #define __device__
@@ -18,10 +19,13 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <barrier>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -45,14 +49,54 @@ inline unsigned __cvta_generic_to_shared(const void* p) {
   }
   return unsigned(b - g_smem);
 }
-inline std::barrier<>* g_bar = nullptr;
-inline std::vector<std::barrier<>*> g_wbar;  // one per warp
+// Blocking without an ordering that ThreadSanitizer would see (the orderings come from the atomics around it).
+namespace emu {
+inline void futex_wait(std::atomic<uint32_t>& w, uint32_t v) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&w), FUTEX_WAIT_PRIVATE, v, nullptr, nullptr, 0);
+}
+inline void futex_wake(std::atomic<uint32_t>& w) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&w), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+// A barrier of `count` threads (arrive_and_drop: a thread leaves it for good) that orders exactly its participants:
+// every arrival is a release-acquire on the barrier's own word, the last one of a phase publishes the phase by a
+// release, and the waiters acquire it. (std::barrier waits through libstdc++'s address-hashed waiter pool, whose
+// shared seq_cst counters order unrelated barriers' waiters after each other: ThreadSanitizer then misses races.)
+class Barrier {
+ public:
+  explicit Barrier(uint32_t count) : st_(uint64_t(count) << 32) {}
+  void arrive_and_wait() {
+    const uint32_t g = gen_.load(std::memory_order_relaxed);
+    if (arrive(0)) return;
+    while (gen_.load(std::memory_order_acquire) == g) futex_wait(gen_, g);
+  }
+  void arrive_and_drop() { arrive(1); }
+
+ private:
+  // One arrival (drop: and the expected count falls by one); true when it completes the phase.
+  bool arrive(uint32_t drop) {
+    uint64_t v = st_.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint32_t expected = uint32_t(v >> 32) - drop, arrived = uint32_t(v) + 1 - drop;
+      const bool last = arrived >= expected;
+      const uint64_t nv = uint64_t(expected) << 32 | (last ? 0 : arrived);
+      if (st_.compare_exchange_weak(v, nv, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+        if (last) gen_.fetch_add(1, std::memory_order_release), futex_wake(gen_);
+        return last;
+      }
+    }
+  }
+  std::atomic<uint64_t> st_;  // expected << 32 | arrived
+  std::atomic<uint32_t> gen_{0};
+};
+}  // namespace emu
+inline emu::Barrier* g_bar = nullptr;
+inline std::vector<emu::Barrier*> g_wbar;  // one per warp
 inline void __syncthreads() {
   g_bar->arrive_and_wait();
 }
 inline uint32_t g_xch[1024];
 inline uint32_t emu_shfl_xor(uint32_t x, int m) {
-  std::barrier<>& wb = *g_wbar[threadIdx.x / 32];
+  emu::Barrier& wb = *g_wbar[threadIdx.x / 32];
   g_xch[threadIdx.x] = x;
   wb.arrive_and_wait();
   const uint32_t y = g_xch[threadIdx.x ^ unsigned(m)];
@@ -70,7 +114,7 @@ inline unsigned __shfl_xor_sync(unsigned, unsigned x, int m) {
   return emu_shfl_xor(x, m);
 }
 inline int __shfl_sync(unsigned, int x, int src) {
-  std::barrier<>& wb = *g_wbar[threadIdx.x / 32];
+  emu::Barrier& wb = *g_wbar[threadIdx.x / 32];
   g_xch[threadIdx.x] = uint32_t(x);
   wb.arrive_and_wait();
   const int y = int(g_xch[threadIdx.x / 32 * 32 + unsigned(src) % 32]);
@@ -78,7 +122,7 @@ inline int __shfl_sync(unsigned, int x, int src) {
   return y;
 }
 inline float __shfl_up_sync(unsigned, float x, int d) {
-  std::barrier<>& wb = *g_wbar[threadIdx.x / 32];
+  emu::Barrier& wb = *g_wbar[threadIdx.x / 32];
   std::memcpy(&g_xch[threadIdx.x], &x, 4);
   wb.arrive_and_wait();
   float y = x;
@@ -102,12 +146,12 @@ inline float emu_expf(float x) {
 // bar.sync id, COUNT (a named barrier over the first COUNT threads to reach it: the kernels' groups of warps).
 // The barrier of an id is made by the first thread to reach it and published by a CAS (no lock: a mutex taken by
 // every caller would order every caller after every earlier one, of any id, and hide races from ThreadSanitizer).
-inline std::atomic<std::barrier<>*> g_nbar[16];
+inline std::atomic<emu::Barrier*> g_nbar[16];
 template <int COUNT>
 inline void emu_named_barrier(int id) {
-  std::barrier<>* b = g_nbar[id].load(std::memory_order_acquire);
+  emu::Barrier* b = g_nbar[id].load(std::memory_order_acquire);
   if (b == nullptr) {
-    auto* nb = new std::barrier<>(COUNT);
+    auto* nb = new emu::Barrier(COUNT);
     if (g_nbar[id].compare_exchange_strong(b, nb, std::memory_order_acq_rel))
       b = nb;
     else
@@ -224,12 +268,12 @@ void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
-        std::barrier<> bar(block);
+        emu::Barrier bar(block);
         g_bar = &bar;
-        std::vector<std::unique_ptr<std::barrier<>>> wb;
+        std::vector<std::unique_ptr<emu::Barrier>> wb;
         g_wbar.clear();
         for (unsigned w = 0; w < (block + 31) / 32; ++w) {
-          wb.push_back(std::make_unique<std::barrier<>>(std::min(32u, block - 32 * w)));
+          wb.push_back(std::make_unique<emu::Barrier>(std::min(32u, block - 32 * w)));
           g_wbar.push_back(wb.back().get());
         }
         for (auto& nb : g_nbar) delete nb.exchange(nullptr);

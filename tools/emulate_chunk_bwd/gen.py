@@ -106,18 +106,22 @@ def emulate_header(s, ns):
 
 root, dst = sys.argv[1], sys.argv[2]
 src = os.path.join(root, "src/cuda")
-for name, out in (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"),
-                  ("chunk_bwd/chunk_bwd_mma.cuh", "chunk_bwd_mma.cuh"), ("chunk_bwd/chunk_bwd.cu", "chunk_bwd_host.inc"),
-                  ("chunk_fwd/chunk_split.cuh", "chunk_split.cuh"),
-                  ("chunk_fwd/chunk_fwd_intra.cuh", "chunk_fwd_intra.cuh"),
-                  ("chunk_fwd/chunk_fwd_state_wg.cuh", "chunk_fwd_state_wg.cuh"), ("chunk_fwd/chunk_fwd.cu", "chunk_fwd_host.inc")):
+# (source, generated name); sources a branch does not have are skipped. The generated files include each other.
+SOURCES = (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk_bwd/chunk_bwd_mma.cuh", "chunk_bwd_mma.cuh"),
+           ("chunk_bwd/chunk_bwd_state_wg.cuh", "chunk_bwd_state_wg.cuh"), ("chunk_bwd/chunk_bwd.cu", "chunk_bwd_host.inc"),
+           ("chunk_fwd/chunk_split.cuh", "chunk_split.cuh"), ("chunk_fwd/chunk_fwd_intra.cuh", "chunk_fwd_intra.cuh"),
+           ("chunk_fwd/chunk_fwd_state_wg.cuh", "chunk_fwd_state_wg.cuh"), ("chunk_fwd/chunk_fwd.cu", "chunk_fwd_host.inc"))
+for name, out in SOURCES:
+    if not os.path.exists(os.path.join(src, name)):
+        continue
     s = open(os.path.join(src, name)).read()
     s = s.replace("extern __shared__ __align__(16) unsigned char smem_raw[];", "unsigned char* smem_raw = g_smem;")
     s = s.replace("extern __shared__ unsigned char smem_raw[];", "unsigned char* smem_raw = g_smem;")
-    s = s.replace('#include "cuda/chunk_bwd/chunk_bwd_kernels.cuh"', '#include "chunk_bwd_kernels.cuh"')
-    s = s.replace('#include "cuda/chunk_bwd/chunk_bwd_mma.cuh"', '#include "chunk_bwd_mma.cuh"')
-    s = s.replace('#include "cuda/chunk_fwd/chunk_split.cuh"', '#include "chunk_split.cuh"')
-    s = s.replace('#include "cuda/chunk_fwd/chunk_fwd_state_wg.cuh"', '#include "chunk_fwd_state_wg.cuh"')
+    for other, gen in SOURCES:
+        if other.endswith(".cuh"):
+            s = s.replace('#include "cuda/%s"' % other, '#include "%s"' % gen)
+    # empty asm statements that pin a value for the scheduler (asm volatile("" : "+f"(x))): no effect here
+    s = re.sub(r'asm volatile\(""\s*:[^;]*\);', ";", s)
     # exp_ftz (chunk_fwd_intra.cuh): e^x as ex2.approx.ftz(x log2 e)
     s = s.replace('asm("ex2.approx.ftz.f32 %0, %1;\\n" : "=f"(y) : "f"(x * 1.4426950408889634f));', "y = std::exp(x);")
     # mma_m16n8k16<BF16>: bf16 or fp16 fragments, as the kernel's instantiation says
