@@ -8,7 +8,7 @@
 // Usage: state_wg_harness <case 0-4> (0: bf16, T = 200 (a partial last chunk), GQA 2, h0; 1: varlen 70, 0, 130
 // with slack rows (the cp.async path inside the tensor, TMA at its end), fused gate; 2: the split forced, 3 segments,
 // strong decay (every summary a decay window); 3: the split forced, weak decay (full [M | N] summaries), varlen; 4:
-// fp16, v-major state, checkpoints)
+// fp16, v-major state, checkpoints; 5: the wgmma model alone, every form against a plain product)
 #include "emu.hpp"
 
 // The kernels see the emulation above.
@@ -48,8 +48,98 @@ int launch_chunk_state_f16(const ChunkKernelArgs&, int64_t, int64_t, int64_t, vo
 using namespace flashgdn;
 using namespace flashgdn::test;
 
+// ---- case 5: the wgmma model alone against a plain product, its operands landed by TMA (the maps' 128-byte
+// swizzle, independent of the descriptor decode): A [64][16] K-major (a box of 64 rows x 64 columns, the first 16
+// used) or A from registers (the fragments built from the global A), B^T [N][16] K-major or B [16][N] MN-major (LBO
+// between 64-column blocks, SBO between 8-row groups); d = A B (scale-d 0 over NaN), then d += A B: d = 2 A B.
+struct SelfTestArgs {
+  CUtensorMap ma, mb;
+  const uint16_t* a;  // [64][64]
+  float* d;           // [64][n]
+  int n;
+  bool bf16, mn_major, rs;
+};
+void wgmma_selftest_kernel(const SelfTestArgs t) {
+  unsigned char *sa = g_smem, *sb = g_smem + 8192;
+  auto* bar = reinterpret_cast<uint64_t*>(g_smem + 65536);
+  const int tid = threadIdx.x, w = tid / 32, g = tid % 32 / 4, q = tid % 4;
+  if (tid == 0) emu::mbar::init(bar, 128);
+  __syncthreads();
+  if (tid == 0) {
+    emu::tma::arrive_expect_tx(bar, 8192 + (t.mn_major ? 16 * 2 * t.n : 128 * t.n));
+    emu::tma::load_4d(sa, &t.ma, 0, 0, 0, 0, bar);
+    if (t.mn_major)
+      for (int nb = 0; nb < t.n / 64; ++nb) emu::tma::load_4d(sb + 2048 * nb, &t.mb, 64 * nb, 0, 0, 0, bar);
+    else
+      emu::tma::load_4d(sb, &t.mb, 0, 0, 0, 0, bar);
+  } else {
+    emu::mbar::arrive(bar);
+  }
+  emu::mbar::wait(bar, 0);
+  const auto desc = [](const unsigned char* p, uint32_t lbo, uint32_t sbo) {
+    return uint64_t(__cvta_generic_to_shared(p) >> 4) | uint64_t(lbo >> 4) << 16 | uint64_t(sbo >> 4) << 32 |
+           uint64_t(1) << 62;
+  };
+  uint32_t a[4];  // lane (g, q): (g, 2q..), (g + 8, 2q..), (g, 2q + 8..), (g + 8, 2q + 8..) of the warp's rows
+  for (int r = 0; r < 4; ++r) {
+    const int row = 16 * w + g + 8 * (r & 1), col = 2 * q + 8 * (r >> 1);
+    a[r] = uint32_t(t.a[row * 64 + col]) | uint32_t(t.a[row * 64 + col + 1]) << 16;
+  }
+  float d[64];
+  for (float& x : d) x = NAN;
+  const uint64_t da = desc(sa, 16, 1024), db = t.mn_major ? desc(sb, 2048, 1024) : desc(sb, 16, 1024);
+  for (int acc = 0; acc < 2; ++acc) emu::wg::issue(d, t.n, t.bf16, t.rs ? a : nullptr, da, db, acc, false, t.mn_major);
+  emu::wg::commit();
+  emu::wg::wait0();
+  for (int e = 0; e < t.n / 2; ++e)
+    t.d[(16 * w + g + 8 * ((e >> 1) & 1)) * t.n + 8 * (e >> 2) + 2 * q + (e & 1)] = d[e];
+}
+int wgmma_selftest() {
+  Rng rng(5);
+  int fails = 0;
+  for (bool bf16 : {true, false})
+    for (int n : {32, 64, 128})
+      for (bool mn : {false, true})
+        for (bool rs : {false, true}) {
+          if (mn && n < 64) continue;  // (an MN-major box row is the 128-byte swizzle span: 64 columns)
+          const auto to16 = [&](double x) {
+            return bf16 ? detail::float_to_bf16(float(x)) : detail::float_to_f16(float(x));
+          };
+          const auto from16 = [&](uint16_t h) { return bf16 ? detail::bf16_to_float(h) : detail::f16_to_float(h); };
+          std::vector<uint16_t> A(64 * 64), B(16 * n), Bt(n * 64, 0);  // B [k][n]; Bt [n][64] (k < 16 used)
+          for (auto& x : A) x = to16(rng.normal());
+          for (auto& x : B) x = to16(rng.normal());
+          for (int k = 0; k < 16; ++k)
+            for (int j = 0; j < n; ++j) Bt[j * 64 + k] = B[k * n + j];
+          std::vector<float> D(64 * n, NAN);
+          SelfTestArgs t{};
+          t.a = A.data(), t.d = D.data(), t.n = n, t.bf16 = bf16, t.mn_major = mn, t.rs = rs;
+          const uint32_t abox[4] = {64, 64, 1, 1}, bbox[4] = {64, uint32_t(mn ? 16 : n), 1, 1};
+          bool ok = cuda::tma::encode_4d_b16(&t.ma, A.data(), {64, 64, 1, 1}, {64, 4096, 4096}, abox);
+          ok = ok && (mn ? cuda::tma::encode_4d_b16(&t.mb, B.data(), {n, 16, 1, 1}, {n, 16 * n, 16 * n}, bbox)
+                         : cuda::tma::encode_4d_b16(&t.mb, Bt.data(), {64, n, 1, 1}, {64, 64 * n, 64 * n}, bbox));
+          double num = 0, den = 0;
+          if (ok) {
+            emu_launch(wgmma_selftest_kernel, dim3(1), 128, t);
+            for (int i = 0; i < 64; ++i)
+              for (int j = 0; j < n; ++j) {
+                double want = 0;
+                for (int k = 0; k < 16; ++k) want += 2.0 * from16(A[i * 64 + k]) * from16(B[k * n + j]);
+                num += (D[i * n + j] - want) * (D[i * n + j] - want), den += want * want;
+              }
+          }
+          const double err = ok ? std::sqrt(num / den) : INFINITY;
+          const bool pass = std::isfinite(err) && err < 1e-6;
+          fails += !pass;
+          printf("wgmma m64n%dk16 %s, A %s, B %s: rel %.2e%s\n", n, bf16 ? "bf16" : "f16", rs ? "registers" : "K-major",
+                 mn ? "MN-major" : "K-major", err, pass ? "" : "  FAIL");
+        }
+  return fails ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   const int which = argc > 1 ? atoi(argv[1]) : 0;
+  if (which == 5) return wgmma_selftest();
   GdnCase c;
   c.name = "emu_wg";
   c.dtype = DType::bf16;
