@@ -150,8 +150,8 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
   const int64_t vt = d.V / kChunkFwdTile, kt = d.K / kChunkFwdTile;
   std::string s = str_cat("chunk_fwd on CUDA, ", pl.sms, " SMs: N = ", d.N, " sequences, T = ", d.T, ", Hqk = ", d.Hqk,
                           ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, d.varlen ? " (varlen)" : "", "\n");
-  s += str_cat("  intra-chunk pass: grid (", pl.rec_slots, ", ", d.Hv, "), one record of ", cuda::kRecBytes,
-               " bytes per (chunk slot, value head)\n");
+  s += str_cat("  intra-chunk pass: ", pl.rec_slots * d.Hqk, " CTAs (chunk slot, q/k head), each its GQA group of ",
+               d.Hv / d.Hqk, " value heads; one record of ", cuda::kRecBytes, " bytes per (chunk slot, value head)\n");
   const char* pass = state_pass_name(pl.state_pass);
   const char* pass_why = pl.state_pass == ChunkStatePass::wgmma ? "K = V = 128" : "K or V = 64";
   if (!pl.split) {

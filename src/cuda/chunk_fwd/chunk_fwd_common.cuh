@@ -199,6 +199,18 @@ struct ChunkWork {
   bool drop_m = false;
 };
 
+// The chunk where the decay window of work item `it`'s summary starts for value head h (chunk_fwd.hpp,
+// decay_window_start), or -1: the full [M | N] summary (no decay table, or no chunk start of the segment decays far
+// enough). The summary pass and the scan both ask; the same table and summation order give both the same answer.
+__device__ __forceinline__ int64_t summary_window(const ChunkKernelArgs& a, const ChunkWorkItem& it, int h) {
+  if (a.dec == nullptr) return -1;
+  int64_t bidx, t0, len;
+  seq_bounds(a, it.n, &bidx, &t0, &len);
+  // the chunks of a sequence have consecutive record slots (chunk_slot), so the table row of chunk c is d[c]
+  const float* d = a.dec + int64_t(h) * a.rec_slots + chunk_slot(a, it.n, t0, 0);
+  return decay_window_start(d, it.c_begin, it.c_end, kDecayWindowLogTau);
+}
+
 // false: the CTA has no work (grid slack past the last segment, or the last segment's summary, never needed).
 // Value head h: the summary's decay window is per (segment, head). Every thread of every CTA of the (item, head)
 // finds the same window (the same table, the same summation order), so no CTA or thread has to publish it.
@@ -217,10 +229,8 @@ __device__ __forceinline__ bool resolve_work(const ChunkKernelArgs& a, int64_t i
   seq_bounds(a, w->n, &w->bidx, &w->t0, &w->len);
   w->c_begin = it.c_begin;
   w->c_end = it.c_end;
-  if (a.mode == kModeSummary && a.dec) {
-    // the chunks of a sequence have consecutive record slots (chunk_slot), so the table row of chunk c is d[c]
-    const float* d = a.dec + int64_t(h) * a.rec_slots + chunk_slot(a, w->n, w->t0, 0);
-    const int64_t c = decay_window_start(d, w->c_begin, w->c_end, kDecayWindowLogTau);
+  if (a.mode == kModeSummary) {
+    const int64_t c = summary_window(a, it, h);
     if (c >= 0) w->c_begin = c, w->drop_m = true;
   }
   return true;

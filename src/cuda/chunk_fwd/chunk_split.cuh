@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
+#include "cuda/chunk_fwd/chunk_fwd_common.cuh"  // summary_window
 
 namespace flashgdn::cuda {
 namespace {
@@ -100,7 +101,16 @@ __global__ void __launch_bounds__(4 * K)
   int steps = nseg - 1;
   if (first + steps > a.items_cap) steps = static_cast<int>(a.items_cap - first);
   if (reverse && steps < nseg - 1) return;  // truncated (never with the plan's cap): nothing to start from
-  {                                         // S_start(0) = h0 (or 0): thread (i, p) fills columns 4p .. 4p + 3 of row i
+  // Forward: where segment s's summary ran over its decay window, M_s = 0 and S_start(s + 1) = N_s, already in place,
+  // so step s has no product and leaves its item as it is (exact: the window's own definition, chunk_fwd.hpp).
+  // Thread s decides step s (the summaries' own test, summary_window); the reverse chains have no decay table. Steps
+  // past the table's 64 take the product (their stored M is exact either way: zeros under a window).
+  constexpr int kDropSteps = 64;
+  __shared__ bool drop_tab[kDropSteps];
+  if (tid < kDropSteps)
+    drop_tab[tid] = !reverse && tid < steps && chunk_detail::summary_window(a, a.items[first + tid], h) >= 0;
+  const auto drop = [&](int s) { return s < kDropSteps && drop_tab[s]; };
+  {  // S_start(0) = h0 (or 0): thread (i, p) fills columns 4p .. 4p + 3 of row i
     float v[4] = {0.f, 0.f, 0.f, 0.f};
     if (a.h0) {
       const float* p = a.h0 + n * a.h0_sn + h * a.h0_sh;
@@ -120,15 +130,28 @@ __global__ void __launch_bounds__(4 * K)
   float4 m[V4], nv = make_float4(0.f, 0.f, 0.f, 0.f);
   const auto load = [&](int s, float4(&r)[V4], float4& nn) {
     const float4* src = reinterpret_cast<const float4*>(mrow(s) + KP * part);
+    if (!drop(s)) {
 #pragma unroll
-    for (int e = 0; e < V4; ++e) r[e] = src[e];
+      for (int e = 0; e < V4; ++e) r[e] = src[e];
+    }
     nn = *reinterpret_cast<const float4*>(mrow(s) + K + c0 + 4 * part);
   };
+  __syncthreads();  // S_start(0), drop
   if (steps > 0) load(0, m, nv);
-  __syncthreads();  // S_start(0)
   for (int s = 0; s < steps; ++s) {
     float4 mn[V4], nn = nv;
     if (s + 1 < steps) load(s + 1, mn, nn);
+    if (drop(s)) {  // S_start(s + 1) = N_s: in place already, and the next step's S (step s - 1's reads of S
+                    // are done: they precede its first barrier)
+      *reinterpret_cast<float4*>(&S[sidx(i, 4 * part)]) = nv;
+      __syncthreads();  // S_start(s + 1) complete
+      if (s + 1 < steps) {
+#pragma unroll
+        for (int e = 0; e < V4; ++e) m[e] = mn[e];
+        nv = nn;
+      }
+      continue;
+    }
     float acc[NC];
 #pragma unroll
     for (int j = 0; j < NC; ++j) acc[j] = 0.f;
