@@ -1,13 +1,14 @@
-// Host emulation of the CUDA features the chunk_bwd kernels and the prefill's intra-chunk kernel use: one std::thread
-// per CUDA thread, blocks one at a time, __syncthreads as a std::barrier (threads that return drop out of it),
-// __shfl_xor_sync and __all_sync as exchanges within the warp (every lane of the warp reaches them), named barriers
-// (bar.sync id, count) as barriers of count threads, mma.sync m16n8k16 (bf16, fp32 accumulation) and ldmatrix as
-// exchanges within the warp, mma16_f32 in fp32, cp.async as a plain copy (gen.py points the kernels' calls of
-// mma_m16n8k16 and cp_async* at the emu_* functions here). It checks the kernels' index math, barriers and numerics
-// against the CPU oracle on a machine without a GPU. Built with -fsanitize=thread (run.sh --tsan), ThreadSanitizer
-// reports the shared-memory (g_smem) accesses of two threads that no barrier orders, in the source's order; the
-// exchanges within a warp synchronize its lanes, so races between lanes of one warp across them stay unseen, as do
-// reorderings below the source (the compiler, the device) and the device's shared-memory limit.
+// Host emulation of the CUDA features the chunk kernels use: one std::thread per CUDA thread, blocks one at a time,
+// __syncthreads and named barriers (bar.sync id, count) as emu::Barrier (threads that return drop out), __shfl_*_sync
+// and __all_sync as exchanges within the warp (every lane of the warp reaches them), mma.sync m16n8k16 (bf16 / fp16,
+// fp32 accumulation) and ldmatrix as exchanges within the warp, mma16_f32 in fp32, cp.async as a plain copy (gen.py
+// points the kernels' calls of mma_m16n8k16, cp_async* etc. at the emu_* functions here), and the Hopper features of
+// cuda/common/{wgmma,mbarrier,tma}.cuh as the asynchronous models of emu_sm90.hpp. It checks the kernels' index math,
+// layouts, barriers and numerics against the CPU oracle on a machine without a GPU. Built with -fsanitize=thread
+// (run.sh --tsan), ThreadSanitizer reports the shared-memory (g_smem) accesses of two threads that no barrier orders,
+// in the source's order; the exchanges within a warp synchronize its lanes, so races between lanes of one warp across
+// them stay unseen, as do reorderings below the source (the compiler, the device) and the device's shared-memory
+// limit.
 #pragma once
 #define __global__
 #define __device__
@@ -18,10 +19,16 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <barrier>
+#include <atomic>
+#include <climits>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -30,19 +37,66 @@
 
 #include "common/dtype.hpp"
 
-inline unsigned __cvta_generic_to_shared(const void*) {
-  return 0;
-}
-alignas(16) inline unsigned char g_smem[240000];
+#define __grid_constant__
+// The CTA's shared memory (one CTA runs at a time); a shared-memory address is the offset into it.
+alignas(1024) inline unsigned char g_smem[240000];
 inline thread_local dim3 threadIdx, blockIdx, gridDim;
-inline std::barrier<>* g_bar = nullptr;
-inline std::vector<std::barrier<>*> g_wbar;  // one per warp
+inline unsigned __cvta_generic_to_shared(const void* p) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  if (b < g_smem || b >= g_smem + sizeof(g_smem)) {
+    std::fprintf(stderr, "emulation: a shared-memory address of %p, outside the CTA's shared memory\n", p);
+    std::abort();
+  }
+  return unsigned(b - g_smem);
+}
+// Blocking without an ordering that ThreadSanitizer would see (the orderings come from the atomics around it).
+namespace emu {
+inline void futex_wait(std::atomic<uint32_t>& w, uint32_t v) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&w), FUTEX_WAIT_PRIVATE, v, nullptr, nullptr, 0);
+}
+inline void futex_wake(std::atomic<uint32_t>& w) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&w), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+// A barrier of `count` threads (arrive_and_drop: a thread leaves it for good) that orders exactly its participants:
+// every arrival is a release-acquire on the barrier's own word, the last one of a phase publishes the phase by a
+// release, and the waiters acquire it. (std::barrier waits through libstdc++'s address-hashed waiter pool, whose
+// shared seq_cst counters order unrelated barriers' waiters after each other: ThreadSanitizer then misses races.)
+class Barrier {
+ public:
+  explicit Barrier(uint32_t count) : st_(uint64_t(count) << 32) {}
+  void arrive_and_wait() {
+    const uint32_t g = gen_.load(std::memory_order_relaxed);
+    if (arrive(0)) return;
+    while (gen_.load(std::memory_order_acquire) == g) futex_wait(gen_, g);
+  }
+  void arrive_and_drop() { arrive(1); }
+
+ private:
+  // One arrival (drop: and the expected count falls by one); true when it completes the phase.
+  bool arrive(uint32_t drop) {
+    uint64_t v = st_.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint32_t expected = uint32_t(v >> 32) - drop, arrived = uint32_t(v) + 1 - drop;
+      const bool last = arrived >= expected;
+      const uint64_t nv = uint64_t(expected) << 32 | (last ? 0 : arrived);
+      if (st_.compare_exchange_weak(v, nv, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+        if (last) gen_.fetch_add(1, std::memory_order_release), futex_wake(gen_);
+        return last;
+      }
+    }
+  }
+  std::atomic<uint64_t> st_;  // expected << 32 | arrived
+  std::atomic<uint32_t> gen_{0};
+};
+}  // namespace emu
+inline emu::Barrier* g_bar = nullptr;
+inline std::vector<emu::Barrier*> g_wbar;  // one per warp
 inline void __syncthreads() {
   g_bar->arrive_and_wait();
 }
 inline uint32_t g_xch[1024];
 inline uint32_t emu_shfl_xor(uint32_t x, int m) {
-  std::barrier<>& wb = *g_wbar[threadIdx.x / 32];
+  emu::Barrier& wb = *g_wbar[threadIdx.x / 32];
   g_xch[threadIdx.x] = x;
   wb.arrive_and_wait();
   const uint32_t y = g_xch[threadIdx.x ^ unsigned(m)];
@@ -59,8 +113,16 @@ inline float __shfl_xor_sync(unsigned, float x, int m) {
 inline unsigned __shfl_xor_sync(unsigned, unsigned x, int m) {
   return emu_shfl_xor(x, m);
 }
+inline int __shfl_sync(unsigned, int x, int src) {
+  emu::Barrier& wb = *g_wbar[threadIdx.x / 32];
+  g_xch[threadIdx.x] = uint32_t(x);
+  wb.arrive_and_wait();
+  const int y = int(g_xch[threadIdx.x / 32 * 32 + unsigned(src) % 32]);
+  wb.arrive_and_wait();
+  return y;
+}
 inline float __shfl_up_sync(unsigned, float x, int d) {
-  std::barrier<>& wb = *g_wbar[threadIdx.x / 32];
+  emu::Barrier& wb = *g_wbar[threadIdx.x / 32];
   std::memcpy(&g_xch[threadIdx.x], &x, 4);
   wb.arrive_and_wait();
   float y = x;
@@ -82,15 +144,18 @@ inline float emu_expf(float x) {
   return std::exp(x);
 }
 // bar.sync id, COUNT (a named barrier over the first COUNT threads to reach it: the kernels' groups of warps).
-inline std::mutex g_nbar_mu;
-inline std::unique_ptr<std::barrier<>> g_nbar[16];
+// The barrier of an id is made by the first thread to reach it and published by a CAS (no lock: a mutex taken by
+// every caller would order every caller after every earlier one, of any id, and hide races from ThreadSanitizer).
+inline std::atomic<emu::Barrier*> g_nbar[16];
 template <int COUNT>
 inline void emu_named_barrier(int id) {
-  std::barrier<>* b;
-  {
-    std::lock_guard<std::mutex> lk(g_nbar_mu);
-    if (!g_nbar[id]) g_nbar[id] = std::make_unique<std::barrier<>>(COUNT);
-    b = g_nbar[id].get();
+  emu::Barrier* b = g_nbar[id].load(std::memory_order_acquire);
+  if (b == nullptr) {
+    auto* nb = new emu::Barrier(COUNT);
+    if (g_nbar[id].compare_exchange_strong(b, nb, std::memory_order_acq_rel))
+      b = nb;
+    else
+      delete nb;
   }
   b->arrive_and_wait();
 }
@@ -110,16 +175,19 @@ inline unsigned __float_as_uint(float x) {
 inline float rsqrtf(float x) {
   return 1.f / std::sqrt(x);
 }
-// d += a b for one warp's m16n8k16 fragments (PTX ISA layout, g = lane / 4, t = lane % 4): a[0] = A(g, 2t..2t+1),
-// a[1] = A(g+8, 2t..), a[2] = A(g, 2t+8..), a[3] = A(g+8, 2t+8..); b0 = B(2t..2t+1, g), b1 = B(2t+8.., g);
-// d = D(g, 2t..2t+1), D(g+8, 2t..2t+1). Every lane of the warp must call it (as for the real instruction).
+// d += a b for one warp's m16n8k16 fragments, bf16 (BF16) or fp16 (PTX ISA layout, g = lane / 4, t = lane % 4): a[0] =
+// A(g, 2t..2t+1), a[1] = A(g+8, 2t..), a[2] = A(g, 2t+8..), a[3] = A(g+8, 2t+8..); b0 = B(2t..2t+1, g), b1 = B(2t+8..,
+// g); d = D(g, 2t..2t+1), D(g+8, 2t..2t+1). Every lane of the warp must call it (as for the real instruction).
 struct MmaFrag {
   uint32_t a[4], b[2];
 };
 inline MmaFrag g_mma[1024];
-inline float bf16_lo_hi(uint32_t u, int half) {  // element `half` of a packed bf16 pair
-  return flashgdn::detail::bf16_to_float(uint16_t(half ? u >> 16 : u));
+template <bool BF16>
+inline float lo_hi16(uint32_t u, int half) {  // element `half` of a packed bf16 (fp16) pair
+  const uint16_t h = uint16_t(half ? u >> 16 : u);
+  return BF16 ? flashgdn::detail::bf16_to_float(h) : flashgdn::detail::f16_to_float(h);
 }
+template <bool BF16>
 inline void emu_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const unsigned t = threadIdx.x, w = t / 32, lane = t % 32;
   g_mma[t] = MmaFrag{{a[0], a[1], a[2], a[3]}, {b0, b1}};
@@ -129,12 +197,12 @@ inline void emu_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
     const MmaFrag& f = g_mma[32 * w + l];
     const unsigned g = l / 4, tt = l % 4;
     for (int h = 0; h < 2; ++h) {
-      A[g][2 * tt + h] = bf16_lo_hi(f.a[0], h);
-      A[g + 8][2 * tt + h] = bf16_lo_hi(f.a[1], h);
-      A[g][2 * tt + 8 + h] = bf16_lo_hi(f.a[2], h);
-      A[g + 8][2 * tt + 8 + h] = bf16_lo_hi(f.a[3], h);
-      B[2 * tt + h][g] = bf16_lo_hi(f.b[0], h);
-      B[2 * tt + 8 + h][g] = bf16_lo_hi(f.b[1], h);
+      A[g][2 * tt + h] = lo_hi16<BF16>(f.a[0], h);
+      A[g + 8][2 * tt + h] = lo_hi16<BF16>(f.a[1], h);
+      A[g][2 * tt + 8 + h] = lo_hi16<BF16>(f.a[2], h);
+      A[g + 8][2 * tt + 8 + h] = lo_hi16<BF16>(f.a[3], h);
+      B[2 * tt + h][g] = lo_hi16<BF16>(f.b[0], h);
+      B[2 * tt + 8 + h][g] = lo_hi16<BF16>(f.b[1], h);
     }
   }
   const unsigned g = lane / 4, tt = lane % 4;
@@ -194,20 +262,22 @@ inline void emu_cp_async16_zfill(void* dst, const void* src, bool valid) {
 }
 inline void emu_cp_async_commit() {}
 inline void emu_cp_async_wait_all() {}
+#include "emu_sm90.hpp"
 template <class Kern, class... Args>
 void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
-        std::barrier<> bar(block);
+        emu::Barrier bar(block);
         g_bar = &bar;
-        std::vector<std::unique_ptr<std::barrier<>>> wb;
+        std::vector<std::unique_ptr<emu::Barrier>> wb;
         g_wbar.clear();
         for (unsigned w = 0; w < (block + 31) / 32; ++w) {
-          wb.push_back(std::make_unique<std::barrier<>>(std::min(32u, block - 32 * w)));
+          wb.push_back(std::make_unique<emu::Barrier>(std::min(32u, block - 32 * w)));
           g_wbar.push_back(wb.back().get());
         }
-        for (auto& nb : g_nbar) nb.reset();
+        for (auto& nb : g_nbar) delete nb.exchange(nullptr);
+        emu::reset_cta();
         std::vector<std::thread> th;
         for (unsigned t = 0; t < block; ++t)
           th.emplace_back([&, t] {
@@ -215,6 +285,7 @@ void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
             blockIdx = dim3(x, y, z);
             gridDim = grid;
             kernel(args...);
+            emu::thread_exit();
             bar.arrive_and_drop();
             g_wbar[t / 32]->arrive_and_drop();
           });

@@ -2,8 +2,13 @@
 launches `k<<<grid, block, smem, stream>>>(args)` become `emu_launch(k, grid, block, args)`, the dynamic shared memory
 becomes one host buffer and the tensor-core products, ldmatrix, the cp.async copies (cuda/common/ptx.cuh), the warp
 vote, __expf and the ex2 asm become emu_*.
+The Hopper headers (cuda/common/wgmma.cuh, mbarrier.cuh, tma.cuh) are rewritten into <output dir>/cuda/common/, which
+run.sh puts first on the include path: every function there whose body is inline PTX forwards to the model of the
+same name in emu_sm90.hpp (emu::wg::, emu::mbar::, emu::tma::), so that the kernels' calls stay as written and a new
+PTX helper fails to compile until emu_sm90.hpp models it; setmaxnreg and prefetch.tensormap become no-ops.
 Usage: gen.py <repo root> <output dir>."""
 import os
+import re
 import sys
 
 
@@ -41,21 +46,86 @@ def rewrite_launches(s):
         i = m + 1
 
 
+def matching(s, i, open_ch, close_ch):
+    """The index just past the bracket that closes the one at s[i]."""
+    depth = 0
+    while True:
+        depth += (s[i] == open_ch) - (s[i] == close_ch)
+        i += 1
+        if depth == 0:
+            return i
+
+
+def split_top(s):
+    """s split at its commas outside brackets."""
+    parts, depth, cur = [], 0, ""
+    for ch in s:
+        depth += (ch in "([{<") - (ch in ")]}>")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [p for p in parts + [cur] if p.strip()]
+
+
+def param_name(p):
+    """The name a parameter declares: `float (&d)[32]` -> d, `uint64_t* bar` -> bar, `int n = 0` -> n."""
+    p = p.split("=")[0]
+    m = re.search(r"\(\s*[&*]\s*(\w+)\s*\)", p)
+    return m.group(1) if m else re.findall(r"\w+", p)[-1]
+
+
+NOOP_PTX = ("setmaxnreg", "prefetch.tensormap")  # register reallocation and map prefetch: no effect on the result
+
+
+def emulate_header(s, ns):
+    """Every `__device__ __forceinline__` function of s whose body holds inline PTX forwards to ::emu::<ns>::<name>."""
+    out, i = [], 0
+    for m in re.finditer(r"(template\s*<([^>]*)>\s*)?__device__\s+__forceinline__\s+[^;{]*?(\w+)\s*\(", s):
+        if m.start() < i:
+            continue
+        args_end = matching(s, m.end() - 1, "(", ")")
+        body = s.find("{", args_end)
+        if s[args_end:body].strip():  # (a declaration, or something this parser does not know)
+            continue
+        body_end = matching(s, body, "{", "}")
+        if "asm" not in s[body:body_end]:
+            continue
+        names = [param_name(p) for p in split_top(s[m.end():args_end - 1])]
+        targs = "<%s>" % ", ".join(param_name(p) for p in split_top(m.group(2))) if m.group(2) else ""
+        if any(x in s[body:body_end] for x in NOOP_PTX):
+            fwd = "{}"
+        else:
+            fwd = "{ return ::emu::%s::%s%s(%s); }" % (ns, m.group(3), targs, ", ".join(names))
+        out.append(s[i:body] + fwd)
+        i = body_end
+    out.append(s[i:])
+    return "".join(out)
+
+
 root, dst = sys.argv[1], sys.argv[2]
 src = os.path.join(root, "src/cuda")
-for name, out in (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"),
-                  ("chunk_bwd/chunk_bwd_mma.cuh", "chunk_bwd_mma.cuh"), ("chunk_bwd/chunk_bwd.cu", "chunk_bwd_host.inc"),
-                  ("chunk_fwd/chunk_split.cuh", "chunk_split.cuh"),
-                  ("chunk_fwd/chunk_fwd_intra.cuh", "chunk_fwd_intra.cuh")):
+# (source, generated name); sources a branch does not have are skipped. The generated files include each other.
+SOURCES = (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk_bwd/chunk_bwd_mma.cuh", "chunk_bwd_mma.cuh"),
+           ("chunk_bwd/chunk_bwd_state_wg.cuh", "chunk_bwd_state_wg.cuh"), ("chunk_bwd/chunk_bwd.cu", "chunk_bwd_host.inc"),
+           ("chunk_fwd/chunk_split.cuh", "chunk_split.cuh"), ("chunk_fwd/chunk_fwd_intra.cuh", "chunk_fwd_intra.cuh"),
+           ("chunk_fwd/chunk_fwd_state_wg.cuh", "chunk_fwd_state_wg.cuh"), ("chunk_fwd/chunk_fwd.cu", "chunk_fwd_host.inc"))
+for name, out in SOURCES:
+    if not os.path.exists(os.path.join(src, name)):
+        continue
     s = open(os.path.join(src, name)).read()
     s = s.replace("extern __shared__ __align__(16) unsigned char smem_raw[];", "unsigned char* smem_raw = g_smem;")
-    s = s.replace('#include "cuda/chunk_bwd/chunk_bwd_kernels.cuh"', '#include "chunk_bwd_kernels.cuh"')
-    s = s.replace('#include "cuda/chunk_bwd/chunk_bwd_mma.cuh"', '#include "chunk_bwd_mma.cuh"')
-    s = s.replace('#include "cuda/chunk_fwd/chunk_split.cuh"', '#include "chunk_split.cuh"')
+    s = s.replace("extern __shared__ unsigned char smem_raw[];", "unsigned char* smem_raw = g_smem;")
+    for other, gen in SOURCES:
+        if other.endswith(".cuh"):
+            s = s.replace('#include "cuda/%s"' % other, '#include "%s"' % gen)
+    # empty asm statements that pin a value for the scheduler (asm volatile("" : "+f"(x))): no effect here
+    s = re.sub(r'asm volatile\(""\s*:[^;]*\);', ";", s)
     # exp_ftz (chunk_fwd_intra.cuh): e^x as ex2.approx.ftz(x log2 e)
     s = s.replace('asm("ex2.approx.ftz.f32 %0, %1;\\n" : "=f"(y) : "f"(x * 1.4426950408889634f));', "y = std::exp(x);")
-    # mma_m16n8k16<BF16>: the intra-chunk kernel's bf16 instantiation (emu_mma reads bf16 fragments)
-    for f, e in (("mma_m16n8k16<true>", "mma"), ("mma_m16n8k16<BF16>", "mma"), ("chunk_detail::mma16_f32", "mma16_f32"),
+    # mma_m16n8k16<BF16>: bf16 or fp16 fragments, as the kernel's instantiation says
+    for f, e in (("mma_m16n8k16<true>", "mma<true>"), ("mma_m16n8k16<BF16>", "mma<BF16>"), ("chunk_detail::mma16_f32", "mma16_f32"),
                  ("mma16_f32<false>", "mma16_f32"), ("__all_sync", "all_sync"), ("__expf", "expf"),
                  ("cp_async<16>", "cp_async16"),
                  ("cp_async16_zfill", "cp_async16_zfill"), ("cp_async_commit", "cp_async_commit"),
@@ -64,3 +134,7 @@ for name, out in (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"),
                  ("named_barrier<128>", "named_barrier<128>"), ("named_barrier<64>", "named_barrier<64>")):
         s = s.replace(f + "(", "emu_%s(" % e)
     open(os.path.join(dst, out), "w").write(rewrite_launches(s))
+os.makedirs(os.path.join(dst, "cuda/common"), exist_ok=True)
+for name, ns in (("wgmma.cuh", "wg"), ("mbarrier.cuh", "mbar"), ("tma.cuh", "tma")):
+    s = open(os.path.join(src, "common", name)).read()
+    open(os.path.join(dst, "cuda/common", name), "w").write(emulate_header(s, ns))

@@ -1,33 +1,47 @@
 #!/usr/bin/env bash
-# Host emulation of the CUDA chunk_bwd kernels against the CPU oracle (no GPU needed; nvcc's headers are), and of the
-# prefill's intra-chunk kernel against fp64 (intra_harness.cpp).
+# Host emulation of the CUDA chunk_bwd kernels against the CPU oracle (no GPU needed; nvcc's headers are), of the
+# prefill's intra-chunk kernel against fp64 (intra_harness.cpp), and of the whole prefill with its wgmma state pass
+# (wgmma, TMA, mbarriers: emu_sm90.hpp) and the segment split against the CPU oracle (state_wg_harness.cpp).
 # Usage: bash tools/emulate_chunk_bwd/run.sh [--tsan] [build dir with a CPU libflashgdn_static.a, default build-cpu]
 #   [cases]
-# (cases: numbers 0-10 for chunk_bwd, i0-i2 for the intra-chunk kernel, default all; 7-9 force the chains' segment
-# split, 10 nearly parallel keys). --tsan builds with ThreadSanitizer: it reports every pair of shared-memory accesses
-# of two emulated threads that no barrier orders (and fails the case).
+# (cases: numbers 0-10 for chunk_bwd, i0-i2 for the intra-chunk kernel, w0-w5 for the prefill on the wgmma state
+# pass, default all; 7-9 force the chains' segment split, 10 nearly parallel keys; w0 bf16 GQA 2 with a partial last
+# chunk, w1 varlen with a length-0 sequence and slack rows, w2 / w3 the split forced (decay windows / full
+# summaries), w4 fp16 v-major with checkpoints, w5 the wgmma model alone against plain products). --tsan builds with
+# ThreadSanitizer: it reports every pair of shared-memory accesses of two emulated threads (or async units: wgmma,
+# TMA) that no barrier, mbarrier phase or async wait orders (and fails the case). Under --tsan a w case takes 10-90 s
+# of CPU on two cores.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-flags=(-O1)
+flags=(-O1 -Wno-psabi)
 if [[ "${1:-}" == --tsan ]]; then
-  flags=(-O1 -g -fsanitize=thread)
+  flags=(-O1 -Wno-psabi -g -fsanitize=thread)
   shift
 fi
 lib="${1:-$root/build-cpu}/libflashgdn_static.a"
 shift || true
-cases="${*:-0 1 2 3 4 5 6 7 8 9 10 i0 i1 i2}"
+cases="${*:-0 1 2 3 4 5 6 7 8 9 10 i0 i1 i2 w0 w1 w2 w3 w4 w5}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 out="$(mktemp -d)"
 python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"
-for h in harness intra_harness; do
-  g++ -std=c++20 "${flags[@]}" -w -DFLASHGDN_WITH_CUDA=1 -I"$cuda/include" -I"$root/include" -I"$root/src" \
-    -I"$root/tests/common" -I"$out" -I"$root/tools/emulate_chunk_bwd" "$root/tools/emulate_chunk_bwd/$h.cpp" \
+# only the harnesses the cases need; $out first on the include path: its cuda/common/{wgmma,mbarrier,tma}.cuh stand in
+# for the device headers
+need=()
+for c in $cases; do
+  case "$c" in i*) h=intra_harness ;; w*) h=state_wg_harness ;; *) h=harness ;; esac
+  [[ " ${need[*]} " == *" $h "* ]] || need+=("$h")
+done
+for h in "${need[@]}"; do
+  g++ -std=c++20 "${flags[@]}" -w -DFLASHGDN_WITH_CUDA=1 -I"$out" -I"$cuda/include" -I"$root/include" -I"$root/src" \
+    -I"$root/tests/common" -I"$root/tools/emulate_chunk_bwd" "$root/tools/emulate_chunk_bwd/$h.cpp" \
     "$lib" -lpthread -o "$out/$h"
 done
 status=0
 for c in $cases; do
   if [[ "$c" == i* ]]; then
     "$out/intra_harness" "${c#i}" || status=1
+  elif [[ "$c" == w* ]]; then
+    "$out/state_wg_harness" "${c#w}" || status=1
   else
     "$out/harness" "$c" || status=1
   fi
