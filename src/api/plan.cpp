@@ -181,9 +181,9 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
 namespace {
 
 // The chain kernels' time per chunk step, in steps of the mma.sync state kernel (2.8 us on the H200 at T = 32K,
-// Hv = 32: 1.44 ms / 512 steps): the dstate kernel's 3.85 us (1.97 ms / 512, measured), the wgmma state kernel's
-// ~1.55 us (an estimate from its instruction chain, docs/chunk_bwd.md; to be measured).
-constexpr double kStepStateMma = 1.0, kStepStateWg = 0.55, kStepDstate = 1.37;
+// Hv = 32: 1.44 ms / 512 steps): the dstate kernel's 3.85 us (1.97 ms / 512), the wgmma state kernel's 2.07 us
+// (1.06 ms / 512), all measured by ncu.
+constexpr double kStepStateMma = 1.0, kStepStateWg = 0.74, kStepDstate = 1.37;
 
 // The segment count of the backward's chains. A chain CTA (one per SM: the mma.sync state kernel's 8 warps and
 // 152 KiB, the wgmma one's warpgroup and 141 KiB, the dstate kernel's 206 KiB) walks the chunks of one (item, value
