@@ -237,7 +237,8 @@ class Bench:
                 row.update(status="skipped", note="time budget")
                 continue
             family = (name, c["kind"], c.get("dtype"), c.get("pool"), c["Hqk"], c["Hv"], len(c.get("lens", [])) > 1)
-            if name != "flashgdn" and family not in self.families and self.left() < PEER_COMPILE_S:
+            if (name != "flashgdn" and family not in self.families and self.left() < PEER_COMPILE_S
+                    and not self.args.peers_compiled):
                 # a peer's first call of a new shape family compiles and autotunes (FLA: 40-55 s)
                 row.update(status="skipped", note=f"time budget (first call of a new shape family may take "
                                                   f"~{PEER_COMPILE_S} s)")
@@ -720,6 +721,9 @@ def main():
                     help="g per token: logsigmoid(N(0, 1)) (fast decay), or FlashQLA's own benchmark gates "
                          "(that divided by 16, every fourth value head at g = 0)")
     ap.add_argument("--no-first-call", action="store_true", help="skip the fresh-process first-call runs")
+    ap.add_argument("--peers-compiled", action="store_true",
+                    help="the peers' kernels are compiled already (their JIT caches warmed by another process): "
+                         "start every case whatever budget is left, instead of reserving time for a compile")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                     help="cpu: smoke-test the harness on the CPU backend with tiny shapes")
     args = ap.parse_args()
