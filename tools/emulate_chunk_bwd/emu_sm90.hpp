@@ -251,8 +251,10 @@ inline void wait0() {
 inline void wait1() {
   wait_group(1);
 }
-inline void fence() {}                        // wgmma.fence: register ordering, not modeled
-inline void fence_async_smem() {}             // fence.proxy.async: the proxies are not modeled
+inline void fence() {}             // wgmma.fence: register ordering, not modeled
+inline void fence_async_smem() {}  // fence.proxy.async: the proxies are not modeled
+template <int N>
+inline void pin(float (&)[N]) {}              // an empty asm for the scheduler: no effect here
 uint64_t desc_at(uint32_t lo, uint32_t off);  // (below: it needs wgmma.cuh's constant)
 
 // stmatrix m8n8 .x4 (b16): lane l gives the address of row l % 8 of matrix l / 8; lane (g, t) holds register i =
