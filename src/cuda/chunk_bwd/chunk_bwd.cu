@@ -70,50 +70,68 @@ __device__ __forceinline__ bool covered(const ChunkBwdArgs& a, int64_t t) {
   return t >= s0 && t < s1;
 }
 
-// One warp per (token, q/k head): K / 32 elements per lane.
+// One row (token, q/k head) per K / 4 lanes, 4 consecutive elements per lane (16-byte fp32 scratch loads, 8-byte
+// 16-bit loads: dense tensors are 16-byte aligned, validate.cpp). Every load of a row is issued before its first
+// sum: the kernel is bound by the latency of the group's scratch rows (2 Hv / Hqk of them per row). Index math is
+// 32-bit: B T Hv K < 2^31 is validated.
 template <int K>
 __global__ void __launch_bounds__(256) chunk_bwd_qk_kernel(const ChunkBwdArgs a) {
-  constexpr int PL = K / 32;
-  const int64_t row = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);  // (b * T + t) * Hqk + hk
-  const int lane = threadIdx.x & 31;
-  if (row >= a.B * a.T * a.Hqk) return;
-  const int64_t bt = row / a.Hqk, b = bt / a.T, t = bt % a.T;
-  const int hk = int(row % a.Hqk);
+  constexpr int LPR = K / 4, RPB = 256 / LPR;  // lanes per row, rows per block
+  constexpr int G = 2;  // value heads loaded per batch: 48 registers (G = 4 takes 64, 4 CTAs an SM instead of 5)
+  const uint32_t rows = uint32_t(a.B * a.T * a.Hqk), Hqk = uint32_t(a.Hqk), T = uint32_t(a.T);
+  const uint32_t row = blockIdx.x * RPB + threadIdx.x / LPR;  // (b T + t) Hqk + hk
+  const int c = int(threadIdx.x % LPR) * 4;                   // this lane's first element
+  // Two rows share a warp at K = 64: every lane stays to the lane sums (full-warp shuffles), rows past the end
+  // and slack rows run them on zeros.
+  const bool valid = row < rows;
+  const uint32_t bt = valid ? row / Hqk : 0u, hk = row - bt * Hqk, b = bt / T, t = bt - b * T;
   const DType io = DType(a.io_dtype);
-  const bool cov = covered(a, t);  // slack rows: zero gradients; neither their scratch nor their inputs are read
+  const bool cov = valid && covered(a, t);  // slack rows: zero gradients; neither their scratch nor inputs are read
+  const int64_t qoff = int64_t(b) * a.q_sb + int64_t(t) * a.q_st + int64_t(hk) * a.q_sh + c;
+  const int64_t koff = int64_t(b) * a.k_sb + int64_t(t) * a.k_st + int64_t(hk) * a.k_sh + c;
+  uint4 xq_bits = make_uint4(0u, 0u, 0u, 0u), xk_bits = xq_bits;
+  if (cov && a.l2norm) xq_bits = load4_bits(a.q, io, qoff), xk_bits = load4_bits(a.k, io, koff);
+  float gq[4] = {0.f, 0.f, 0.f, 0.f}, gk[4] = {0.f, 0.f, 0.f, 0.f};
+  const uint32_t h_end = cov ? (hk + 1) * uint32_t(a.group) : 0u, Hv = uint32_t(a.Hv);
+  for (uint32_t h0 = hk * uint32_t(a.group); h0 < h_end; h0 += G) {
+    float4 pq[G], pk[G];
 #pragma unroll
-  for (int which = 0; which < 2; ++which) {
-    const float* src = which == 0 ? a.dqh : a.dkh;
-    float gx[PL];
-#pragma unroll
-    for (int e = 0; e < PL; ++e) gx[e] = 0.f;
-    for (int h = hk * a.group; cov && h < (hk + 1) * a.group; ++h) {  // value heads in order: deterministic
-      const float* p = src + (bt * a.Hv + h) * K;
-#pragma unroll
-      for (int e = 0; e < PL; ++e) gx[e] += p[lane + 32 * e];
-    }
-    if (cov && a.l2norm) {  // dx = rho (dx^ - (dx^ . x^) x^), x^ = rho x, rho = (|x|^2 + 1e-6)^-1/2
-      const void* xs = which == 0 ? a.q : a.k;
-      const int64_t off = which == 0 ? b * a.q_sb + t * a.q_st + hk * a.q_sh : b * a.k_sb + t * a.k_st + hk * a.k_sh;
-      float x[PL], ss = 0.f, dot = 0.f;
-#pragma unroll
-      for (int e = 0; e < PL; ++e) {
-        x[e] = load1(xs, io, off + lane + 32 * e);
-        ss = fmaf(x[e], x[e], ss);
-        dot = fmaf(gx[e], x[e], dot);
+    for (int j = 0; j < G; ++j) {
+      if (h0 + j < h_end) {
+        const uint32_t at = (bt * Hv + h0 + j) * K + c;
+        pq[j] = *reinterpret_cast<const float4*>(a.dqh + at);
+        pk[j] = *reinterpret_cast<const float4*>(a.dkh + at);
       }
-      ss = lane_sum<1, 32>(ss);
-      dot = lane_sum<1, 32>(dot);
-      const float rho = rsqrtf(ss + 1e-6f);
-#pragma unroll
-      for (int e = 0; e < PL; ++e) gx[e] = rho * (gx[e] - dot * rho * rho * x[e]);
     }
-    void* dst = which == 0 ? a.dq : a.dk;
-    const int64_t off =
-        which == 0 ? b * a.dq_sb + t * a.dq_st + hk * a.dq_sh : b * a.dk_sb + t * a.dk_st + hk * a.dk_sh;
 #pragma unroll
-    for (int e = 0; e < PL; ++e) store1(dst, io, off + lane + 32 * e, gx[e]);
+    for (int j = 0; j < G; ++j) {  // value heads in order: deterministic
+      if (h0 + j < h_end) {
+        gq[0] += pq[j].x, gq[1] += pq[j].y, gq[2] += pq[j].z, gq[3] += pq[j].w;
+        gk[0] += pk[j].x, gk[1] += pk[j].y, gk[2] += pk[j].z, gk[3] += pk[j].w;
+      }
+    }
   }
+  if (a.l2norm) {  // dx = rho (dx^ - (dx^ . x^) x^), x^ = rho x, rho = (|x|^2 + 1e-6)^-1/2 (uncovered: 0)
+    float xq[4], xk[4], sq = 0.f, sk = 0.f, dq = 0.f, dk = 0.f;
+    from_bits4(io, xq_bits, xq);
+    from_bits4(io, xk_bits, xk);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      sq = fmaf(xq[e], xq[e], sq), dq = fmaf(gq[e], xq[e], dq);
+      sk = fmaf(xk[e], xk[e], sk), dk = fmaf(gk[e], xk[e], dk);
+    }
+    sq = lane_sum<1, LPR>(sq), dq = lane_sum<1, LPR>(dq);
+    sk = lane_sum<1, LPR>(sk), dk = lane_sum<1, LPR>(dk);
+    const float rq = rsqrtf(sq + 1e-6f), rk = rsqrtf(sk + 1e-6f);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      gq[e] = rq * (gq[e] - dq * rq * rq * xq[e]);
+      gk[e] = rk * (gk[e] - dk * rk * rk * xk[e]);
+    }
+  }
+  if (!valid) return;
+  store4(a.dq, io, int64_t(b) * a.dq_sb + int64_t(t) * a.dq_st + int64_t(hk) * a.dq_sh + c, gq);
+  store4(a.dk, io, int64_t(b) * a.dk_sb + int64_t(t) * a.dk_st + int64_t(hk) * a.dk_sh + c, gk);
 }
 
 // d(softplus)/dx with PyTorch's threshold: sigmoid(beta x) below it, 1 above.
@@ -275,7 +293,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
                                                 : launch_chunk_bwd_passes_f16(a, d.K, d.V, stream)));
   const int64_t qk_rows = d.B * d.T * d.Hqk, v_rows = d.B * d.T * d.Hv;
   if (qk_rows > 0) {
-    const unsigned blocks = unsigned(ceil_div(qk_rows, 8));
+    const unsigned blocks = unsigned(ceil_div(qk_rows, 256 / (d.K / 4)));  // K / 4 lanes per row
     if (d.K == 64)
       chunk_bwd_qk_kernel<64><<<blocks, 256, 0, st>>>(a);
     else
