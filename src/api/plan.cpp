@@ -185,6 +185,16 @@ namespace {
 // (1.06 ms / 512), all measured by ncu.
 constexpr double kStepStateMma = 1.0, kStepStateWg = 0.74, kStepDstate = 1.37;
 
+// The wgmma pass 2's input stages (docs/chunk_bwd.md "Pass 2 on wgmma"): 2, every input of the next chunk in flight
+// for a whole step (141 KiB, one CTA per SM), or 1, k single-buffered and U0 in registers (107 KiB, two CTAs per SM;
+// the same bits). Two until the one-stage form is measured on the H200; an A/B builds with
+// -DFLASHGDN_BWD_STATE_STAGES=1 (plan.cpp alone reads it).
+#ifndef FLASHGDN_BWD_STATE_STAGES
+#define FLASHGDN_BWD_STATE_STAGES 2
+#endif
+constexpr int32_t kBwdStateStages = FLASHGDN_BWD_STATE_STAGES;
+static_assert(kBwdStateStages == 1 || kBwdStateStages == 2, "the wgmma state pass has one or two input stages");
+
 // The segment count of the backward's chains. A chain CTA (one per SM: the mma.sync state kernel's 8 warps and
 // 152 KiB, the wgmma one's warpgroup and 141 KiB, the dstate kernel's 206 KiB) walks the chunks of one (item, value
 // head, 32 state columns); its summaries have (K + V) / 32 column CTAs per (item, head), each priced at 0.9 of a
@@ -205,6 +215,7 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   ChunkBwdPlan pl;
   pl.sms = std::max(dev.sms, 1);
   pl.state_pass = d.K == 128 && d.V == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync;
+  pl.state_stages = kBwdStateStages;
   const int64_t nch_total = ceil_div(d.T, kChunkFwdChunk);
   const int64_t avg = d.varlen ? ceil_div(nch_total, std::max<int64_t>(d.N, 1)) : nch_total;
   plan_segments(&pl, p.exec.chunk_bwd_segments, "exec.chunk_bwd_segments", d, avg, nch_total,
@@ -230,7 +241,10 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
                " persistent CTAs over the ", slots * d.Hv, " records\n");
   const bool wg = pl.state_pass == ChunkStatePass::wgmma;
   s += str_cat("  state pass: ", state_pass_name(pl.state_pass), wg ? " (K = V = 128), 128" : " (K or V = 64), 256",
-               " threads per CTA; dstate pass: mma.sync, 256 threads per CTA\n");
+               " threads per CTA",
+               wg ? (pl.state_stages == 1 ? ", 1 input stage (two CTAs per SM)" : ", 2 input stages (one CTA per SM)")
+                  : "",
+               "; dstate pass: mma.sync, 256 threads per CTA\n");
   if (!pl.split) {
     s += str_cat("  state and dstate chains: grid (", d.N, ", ", d.Hv, ", ", cols, "), every chunk of a sequence\n");
   } else {

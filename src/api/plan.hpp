@@ -58,6 +58,7 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d);
 struct ChunkBwdPlan {
   int32_t sms = 0;
   ChunkStatePass state_pass = ChunkStatePass::mma_sync;  // pass 2's kernel
+  int32_t state_stages = 2;  // the wgmma pass 2's input stages: 2 (141 KiB, one CTA per SM), 1 (107 KiB, two)
   bool split = false;
   bool forced = false;     // exec.chunk_bwd_segments decided the split
   int64_t segments = 1;    // P: segments of a typical sequence

@@ -1,6 +1,8 @@
 // The CUDA chunk_bwd (src/cuda/chunk_bwd/) run in the host emulation of emu.hpp against the CPU oracle (fp64
 // recurrence through the public API), on fresh random inputs with NaN outputs and NaN slack rows. Prints the
-// relative error of every gradient. Usage: harness <case 0-10> (run.sh builds and runs all).
+// relative error of every gradient. Usage: harness <case 0-12> (run.sh builds and runs all). EMU_STATE_STAGES=1 runs
+// the wgmma pass 2 (K = V = 128) in its one-stage form (the plan's state_stages), EMU_STATE_STAGES=12 both forms:
+// the one-stage run against the oracle and bitwise against the two-stage one.
 #include "emu.hpp"
 
 // The kernels see the emulation above.
@@ -119,6 +121,24 @@ int main(int argc, char** argv) {
     c.dtype = DType::f16;
     segments = 3;
   }
+  if (which == 11) {  // K = V = 128 bf16, the split: three segments with a partial last chunk, GQA 2, h0 and dht
+    c.T = 300;
+    c.K = 128;
+    c.V = 128;
+    c.Hqk = 1;
+    c.Hv = 2;
+    segments = 3;
+  }
+  if (which == 12) {  // K = V = 128 bf16, whole walks of five chunks (weak decay), two batch entries, V-major
+    c.B = 2;
+    c.T = 300;
+    c.K = 128;
+    c.V = 128;
+    c.Hqk = 1;
+    c.Hv = 1;
+    c.layout = StateLayout::v_major;
+    c.g_scale = 0.02;
+  }
   if (which == 10) {
     c.T = 128;
     c.K = 128;
@@ -168,7 +188,9 @@ int main(int argc, char** argv) {
   }
   if (slack)
     for (HostTensor* t : {&in.q, &in.k, &in.v, &in.g, &in.beta, &d_o}) *t = grow(*t, slack);
-  auto run = [&](bool oracle, DType io, DType f, std::vector<HostTensor>& outs) {
+  const char* stages_env = std::getenv("EMU_STATE_STAGES");
+  const std::string stages = stages_env ? stages_env : "2";
+  auto run = [&](bool oracle, DType io, DType f, std::vector<HostTensor>& outs, int32_t state_stages = 2) {
     auto cv = [&](const HostTensor& t, DType dt) { return t.empty_shape() ? HostTensor() : t.cast(dt); };
     DType fin = oracle ? DType::f64 : DType::f32;
     HostTensor q = cv(in.q, io), k = cv(in.k, io), v = cv(in.v, io), g = cv(in.g, fin), b = cv(in.beta, fin),
@@ -218,6 +240,7 @@ int main(int argc, char** argv) {
       printf("plan: %s\n", s.message());
       return;
     }
+    pl.state_stages = state_stages;
     printf("%s", describe(pl, d).c_str());
     if (segments > 1 && !pl.split) printf("case %d: the split was not taken  FAIL\n", which), no_split = true;
     size_t ws = cuda::chunk_bwd_workspace_size(p, d, pl);
@@ -225,13 +248,23 @@ int main(int argc, char** argv) {
     s = cuda::chunk_bwd(p, d, pl, w.data(), ws, nullptr);
     if (!s.ok()) printf("emu: %s\n", s.message());
   };
-  std::vector<HostTensor> ref, got;
+  std::vector<HostTensor> ref, got, two;
   run(true, DType::f64, DType::f64, ref);
-  run(false, c.dtype, DType::f32, got);
-  printf("smem prep %zu %zu state %zu dstate %zu grads %zu %zu\n",
+  run(false, c.dtype, DType::f32, got, stages == "2" ? 2 : 1);
+  int diff = 0;
+  if (stages == "12") {  // the two forms of the wgmma pass 2: the same products in the same order, the same bits
+    run(false, c.dtype, DType::f32, two, 2);
+    for (size_t i = 0; i < got.size(); ++i) {
+      const bool same = got[i].bit_equal(two[i]);
+      diff += !same;
+      printf("case %d output %zu: one stage vs two %s\n", which, i, same ? "bitwise equal" : "DIFFERENT  FAIL");
+    }
+  }
+  printf("smem prep %zu %zu state %zu state_wg %zu (one stage %zu) dstate %zu grads %zu %zu\n",
          sizeof(cuda::bwd_detail::PrepSmem<__nv_bfloat16, 128, 128>),
          sizeof(cuda::bwd_detail::PrepSmem<__nv_bfloat16, 64, 128>),
-         sizeof(cuda::bwd_detail::StateSmem<__nv_bfloat16, 128>),
+         sizeof(cuda::bwd_detail::StateSmem<__nv_bfloat16, 128>), sizeof(cuda::bwd_detail::StateWgSmem<2>),
+         sizeof(cuda::bwd_detail::StateWgSmem<1>),
          sizeof(cuda::bwd_detail::DStateSmem<__nv_bfloat16, 128>),
          sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 128>),
          sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 64>));
@@ -262,5 +295,5 @@ int main(int argc, char** argv) {
     fails += !ok;
     printf("case %d %-8s rel %.3e worst head %.3e%s\n", which, names[i], e, w, ok ? "" : "  FAIL");
   }
-  return fails || no_split ? 1 : 0;
+  return fails || no_split || diff ? 1 : 0;
 }

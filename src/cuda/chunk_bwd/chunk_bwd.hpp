@@ -82,6 +82,7 @@ struct ChunkBwdArgs {
   int64_t nchunk_b;  // ceil(T / 64)
   int64_t slots;     // chunk slots: B ceil(T / 64) (fixed length) or N + ceil(T / 64) (varlen)
   int32_t state_wg;  // 1: pass 2 on wgmma (chunk_bwd_state_wg.cuh; K = V = 128), 0: on mma.sync (plan_chunk_bwd)
+  int32_t state_stages;  // the wgmma pass 2's input stages: 2 (one CTA per SM) or 1 (two CTAs per SM)
 
   // ---- workspace (fp32; S0 bf16), one record per (chunk slot, value head); rows past a chunk's end are zero
   float* rows;   // [slots, Hv, 4, 64]: gamma (cumsum of g), rho_q, rho_k (l2norm factors, 1 without), beta

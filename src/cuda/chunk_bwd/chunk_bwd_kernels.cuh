@@ -1355,18 +1355,22 @@ int launch_one(Kernel kernel, dim3 grid, size_t smem, std::atomic<uint64_t>& don
 // item and head), the scan of the segment boundary states (forward: start states from h0; reverse: end gradients
 // from dht), then every segment from its boundary state, all in parallel.
 // Pass 2 in the ChainMode set in `a`: on wgmma where the plan chose it (a.state_wg; K = V = 128 only: one warpgroup
-// per CTA, the same grid), else on mma.sync.
+// per CTA, the same grid) with the plan's input stages (a.state_stages: 1, two CTAs per SM, or 2), else on mma.sync.
 template <class E, int K, int V>
 int launch_state(const ChunkBwdArgs& a, dim3 grid, std::atomic<uint64_t>* done, cudaStream_t st) {
   if constexpr (K == 128 && V == 128) {
+    if (a.state_wg && a.state_stages == 1)
+      return launch_one(chunk_bwd_state_wg_kernel<E, V, 1>, grid, sizeof(StateWgSmem<1>) + 1024, done[4], st, a,
+                        kStateWgThreads);
     if (a.state_wg)
-      return launch_one(chunk_bwd_state_wg_kernel<E, V>, grid, sizeof(StateWgSmem) + 1024, done[1], st, a,
+      return launch_one(chunk_bwd_state_wg_kernel<E, V, 2>, grid, sizeof(StateWgSmem<2>) + 1024, done[1], st, a,
                         kStateWgThreads);
   }
   return launch_one(chunk_bwd_state_kernel<E, K, V>, grid, sizeof(StateSmem<E, K>), done[0], st, a);
 }
 
-// done: [0] the mma.sync state kernel, [1] the wgmma one, [2] the dstate kernel.
+// done: [0] the mma.sync state kernel, [1] the wgmma one (two stages), [2] the dstate kernel, [4] the wgmma state
+// kernel (one stage; [3] is pass 4's).
 template <class E, int K, int V>
 int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStream_t st) {
   ChunkBwdArgs a = a0;
@@ -1402,7 +1406,7 @@ int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStrea
 
 template <class E, int K, int V>
 int launch_passes(const ChunkBwdArgs& a, void* stream) {
-  static std::atomic<uint64_t> done[5];  // prep, state (mma.sync, wgmma), dstate, grads
+  static std::atomic<uint64_t> done[6];  // prep, state (mma.sync, wgmma), dstate, grads, state (wgmma, one stage)
   const auto st = static_cast<cudaStream_t>(stream);
   const dim3 chunks(unsigned(a.slots), unsigned(a.Hv)), seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
   int e = launch_one(chunk_bwd_prep_kernel<E, K, V>, chunks, sizeof(PrepSmem<E, K, V>), done[0], st, a);

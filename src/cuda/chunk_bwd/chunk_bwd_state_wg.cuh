@@ -17,12 +17,20 @@
 //               ldmatrix.trans of the swizzled k tile; f16 k split into bf16 hi + lo there, + 8 wgmma for k_lo U_hi);
 //               then S as the next chunk's S0^T (hi, lo) and its bf16 hi as S0 of chunk c + 1 (pass 4's record)
 //
-// Loads: every thread copies its share of chunk c + 1's W (hi, lo), k rows, U0 columns and record rows by cp.async to
-// the swizzled addresses of the other stage while chunk c computes (a fixed trip count per thread; k rows past the
-// chunk end land as zeros). Synchronization per chunk: two CTA barriers (= the warpgroup), as in the mma.sync kernel:
-// [stage c landed (wait + proxy fence by each copier), S0^T written] and [(diag(kb) U)^T written, S0^T read]. Every
-// wgmma group is waited within its step (no group in flight across the loop's back edge or a barrier), so the
-// barriers order the async-proxy reads against the next generic writes.
+// Loads, in one of two forms (the template parameter Stages; the same products in the same order, so the same bits):
+//   Stages = 2  every input of chunk c + 1 (W hi / lo, k rows, U0 columns, record rows) is copied by cp.async into
+//               the other of two stages while chunk c computes, issued under product 1: 140 KiB, one CTA per SM.
+//   Stages = 1  W and the record rows keep two stages (W, 32 of the 57 KiB a step reads, still lands under a whole
+//               step); k has one tile, refilled with chunk c + 1's rows once every warp holds K^T in its registers
+//               (after the second barrier, issued under product 2); U0 never enters shared memory: each thread loads
+//               its own fragment elements of chunk c + 1 into registers after its last use of chunk c's (under
+//               product 2 as well), so they have the rest of the step and product 1 of the next to land. 106 KiB:
+//               two CTAs per SM (2 (106 + 1 + 1) KiB of the 228), 128 threads x 2 x <= 255 registers.
+// (every copy a fixed trip count per thread; k rows past the chunk end land as zeros). Synchronization per chunk:
+// two CTA barriers (= the warpgroup), as in the mma.sync kernel: [stage c landed (wait + proxy fence by each copier),
+// S0^T written] and [(diag(kb) U)^T written, S0^T and the k tile read]. Every wgmma group is waited within its step
+// (no group in flight across the loop's back edge or a barrier), so the barriers order the async-proxy reads against
+// the next generic writes.
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_state_wg.cuh"
@@ -32,9 +40,12 @@ namespace flashgdn::cuda::bwd_detail {
 
 constexpr int kStateWgThreads = 128;  // one warpgroup
 
-// Shared memory: 140 KiB (one CTA per SM); every swizzled region 1024-byte aligned (the struct is, and every region
-// size a multiple of 1024).
-struct alignas(1024) StateWgSmem {
+// Shared memory; every swizzled region 1024-byte aligned (the struct is, and every region size a multiple of 1024).
+template <int Stages>
+struct StateWgSmem;
+// Stages = 2: 140 KiB (one CTA per SM).
+template <>
+struct alignas(1024) StateWgSmem<2> {
   unsigned char st[2][2][4096];  // S0^T [hi, lo][key half][32 values x 64 keys]
   unsigned char ut[2][4096];     // (diag(kb) U)^T [hi, lo][32 values x 64 tokens]
   struct Stage {
@@ -44,50 +55,87 @@ struct alignas(1024) StateWgSmem {
     float rows[4][kC];            // the record's gamma, rho_q, rho_k, beta
   } stg[2];
 };
-static_assert(sizeof(StateWgSmem::Stage) % 1024 == 0 && sizeof(StateWgSmem) + 1024 <= 227 * 1024,
-              "state (wgmma): swizzled stages, one CTA's shared memory");
+// Stages = 1: 106 KiB (two CTAs per SM); U0 in registers.
+template <>
+struct alignas(1024) StateWgSmem<1> {
+  unsigned char st[2][2][4096];  // S0^T [hi, lo][key half][32 values x 64 keys]
+  unsigned char ut[2][4096];     // (diag(kb) U)^T [hi, lo][32 values x 64 tokens]
+  struct Stage {
+    unsigned char w[2][2][8192];  // W [hi, lo][key half][64 tokens x 64 keys]
+    float rows[4][kC];            // the record's gamma, rho_q, rho_k, beta
+  } stg[2];
+  unsigned char k[2][8192];  // k [key half][64 tokens x 64 keys], zero past the chunk end (one tile)
+};
+static_assert(sizeof(StateWgSmem<2>::Stage) % 1024 == 0 && sizeof(StateWgSmem<2>) + 1024 <= 227 * 1024,
+              "state (wgmma, two stages): swizzled stages, one CTA's shared memory");
+static_assert(sizeof(StateWgSmem<1>::Stage) % 1024 == 0 && offsetof(StateWgSmem<1>, k) % 1024 == 0 &&
+                  sizeof(StateWgSmem<1>) + 1024 <= 115712,
+              "state (wgmma, one stage): swizzled tiles, two CTAs' shared memory per SM");
 
-// Issue the cp.async copies of chunk c's inputs into stage g: W's record (hi [64][K], then lo [64][K], bf16) and the
-// raw key rows, each row as 16 pieces of 16 bytes into the swizzled key halves (thread tid: piece tid % 16 of rows
-// tid / 16 + 8 p), U0's kBV columns (but for the M columns of a summary: U0 = 0) and the record rows.
-template <class E, int V>
-__device__ __forceinline__ void state_wg_prefetch(const ChunkBwdArgs& a, StateWgSmem::Stage& g, const ChainWork& w,
-                                                  int64_t c, int h, int tid) {
+// The cp.async copies of chunk c's inputs (the caller commits), the parts in PARTS: kCopyW W's record (hi [64][K],
+// then lo [64][K], bf16) into w and the record rows into rows; kCopyK the raw key rows into the swizzled key halves
+// (thread tid: piece tid % 16 of rows tid / 16 + 8 p); kCopyU0 U0's kBV columns into u0 (but for the M columns of a
+// summary: U0 = 0).
+enum : int { kCopyW = 1, kCopyK = 2, kCopyU0 = 4 };
+template <class E, int V, int PARTS>
+__device__ __forceinline__ void state_wg_copy(const ChunkBwdArgs& a, unsigned char (*w_dst)[2][8192],
+                                              float (*rows)[kC], unsigned char (*k_dst)[8192], float (*u0)[kLS],
+                                              const ChainWork& w, int64_t c, int h, int tid) {
   constexpr int K = 128, NTH = kStateWgThreads;
   const int64_t t0 = w.st + kC * c, rec = chunk_slot(a, w.n, w.st, c) * a.Hv + h;
-  const int nv = int(w.len - kC * c < kC ? w.len - kC * c : kC);
   const int r0 = tid >> 4, kv = tid & 15;
-  const auto* wsrc = reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (kC * K)) + r0 * K + kv * 8;
+  if constexpr ((PARTS & kCopyW) != 0) {
+    const auto* wsrc = reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (kC * K)) + r0 * K + kv * 8;
 #pragma unroll
-  for (int part = 0; part < 2; ++part)
+    for (int part = 0; part < 2; ++part)
 #pragma unroll
-    for (int p = 0; p < kC / (NTH / 16); ++p)
-      cp_async<16>(&g.w[part][kv >> 3][wg::swz(r0 + (NTH / 16) * p, kv & 7)],
-                   wsrc + part * (kC * K) + (NTH / 16) * p * K);
-  const E* k0 = static_cast<const E*>(a.k) + w.sb * a.k_sb + (h / a.group) * a.k_sh + t0 * a.k_st + kv * 8;
-  const E* kp = k0 + r0 * a.k_st;
-  const int64_t kstep = (NTH / 16) * a.k_st;
-#pragma unroll
-  for (int p = 0; p < kC / (NTH / 16); ++p, kp += kstep) {
-    const int r = r0 + (NTH / 16) * p;
-    const bool ok = r < nv;
-    cp_async16_zfill(&g.k[kv >> 3][wg::swz(r, kv & 7)], ok ? kp : k0, ok);  // row 0 is always valid
+      for (int p = 0; p < kC / (NTH / 16); ++p)
+        cp_async<16>(&w_dst[part][kv >> 3][wg::swz(r0 + (NTH / 16) * p, kv & 7)],
+                     wsrc + part * (kC * K) + (NTH / 16) * p * K);
   }
-  if (!w.hom) copy_f32_tile<kBV, NTH>(g.u0, a.U + rec * (kC * V) + w.j0, V, tid);
-  copy_record_rows(g.rows, a.rows, rec, tid);
-  cp_async_commit();
+  if constexpr ((PARTS & kCopyK) != 0) {
+    const int nv = int(w.len - kC * c < kC ? w.len - kC * c : kC);
+    const E* k0 = static_cast<const E*>(a.k) + w.sb * a.k_sb + (h / a.group) * a.k_sh + t0 * a.k_st + kv * 8;
+    const E* kp = k0 + r0 * a.k_st;
+    const int64_t kstep = (NTH / 16) * a.k_st;
+#pragma unroll
+    for (int p = 0; p < kC / (NTH / 16); ++p, kp += kstep) {
+      const int r = r0 + (NTH / 16) * p;
+      const bool ok = r < nv;
+      cp_async16_zfill(&k_dst[kv >> 3][wg::swz(r, kv & 7)], ok ? kp : k0, ok);  // row 0 is always valid
+    }
+  }
+  if constexpr ((PARTS & kCopyU0) != 0) {
+    if (!w.hom) copy_f32_tile<kBV, NTH>(u0, a.U + rec * (kC * V) + w.j0, V, tid);
+  }
+  if constexpr ((PARTS & kCopyW) != 0) copy_record_rows(rows, a.rows, rec, tid);
+}
+
+// Stages = 1: this thread's U0 elements of chunk c (rows 16 wi + lane / 4 (+ 8), columns 8 jn + 2 t4 (+ 1): product
+// 1's fragment layout) from the record into registers (zeros for the M columns of a summary). Plain loads: the record
+// is the one this CTA overwrites with U later in the walk, so not a read-only (non-coherent) load.
+template <int V, int NJ>
+__device__ __forceinline__ void state_wg_load_u0(float2 (&x0)[NJ][2], const ChunkBwdArgs& a, const ChainWork& w,
+                                                 int64_t c, int h, int wi, int lane) {
+  const float* src = a.U + (chunk_slot(a, w.n, w.st, c) * a.Hv + h) * (kC * V) + w.j0;
+  for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
+    x0[jn][e / 2] = w.hom ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(src + r * V + j);
+  });
 }
 
 // Per step c: [barrier: stage c landed, S0^T] U = U0 - W S0 (wgmma), U stored, (diag(kb) U)^T split
 // [barrier: (diag(kb) U)^T] S <- e_n S + K^T (diag(kb) U) (wgmma, in the registers), then S0^T of chunk c + 1 and its
 // record S0 (bf16, the hi part). A summary stores only its end state (store_summary's columns of [M | N]).
-template <class E, int V>
-__global__ void __launch_bounds__(kStateWgThreads, 1) chunk_bwd_state_wg_kernel(const ChunkBwdArgs a) {
+// Stages = 1 fits two CTAs per SM (__launch_bounds__(128, 2): <= 255 registers a thread).
+template <class E, int V, int Stages>
+__global__ void __launch_bounds__(kStateWgThreads, Stages == 1 ? 2 : 1) chunk_bwd_state_wg_kernel(const ChunkBwdArgs a) {
+  static_assert(Stages == 1 || Stages == 2, "state (wgmma): one or two input stages");
   constexpr int K = 128, NJ = kBV / 8;
-  constexpr bool kF16 = std::is_same_v<E, __half>;
+  constexpr bool kF16 = std::is_same_v<E, __half>, kOne = Stages == 1;
+  using Smem = StateWgSmem<Stages>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // aligned to 1024 bytes (the swizzle) by an offset from smem_raw, so that the compiler still sees shared memory
-  auto& s = *reinterpret_cast<StateWgSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+  auto& s = *reinterpret_cast<Smem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
   const int tid = threadIdx.x, lane = tid & 31, t4 = lane & 3;
   // the warp index, broadcast from lane 0 so that the compiler sees it warp-uniform
   const int wi = __shfl_sync(0xffffffffu, tid >> 5, 0);
@@ -130,8 +178,23 @@ __global__ void __launch_bounds__(kStateWgThreads, 1) chunk_bwd_state_wg_kernel(
       }
     }
   };
+  // the chunk's k tile: its stage's (Stages = 2) or the one tile (Stages = 1)
+  const auto k_tile = [&](int bf) -> const unsigned char(&)[2][8192] {
+    if constexpr (kOne)
+      return s.k;
+    else
+      return s.stg[bf].k;
+  };
+  float2 x0[NJ][2];  // U0 of this thread's rows r0, r0 + 8 and columns 8 jn + 2 t4 (+ 1)
   if (w.c_begin < w.c_end) {
-    state_wg_prefetch<E, V>(a, s.stg[0], w, w.c_begin, h, tid);
+    if constexpr (kOne) {
+      state_wg_copy<E, V, kCopyW | kCopyK>(a, s.stg[0].w, s.stg[0].rows, s.k, nullptr, w, w.c_begin, h, tid);
+      state_wg_load_u0<V>(x0, a, w, w.c_begin, h, wi, lane);
+    } else {
+      state_wg_copy<E, V, kCopyW | kCopyK | kCopyU0>(a, s.stg[0].w, s.stg[0].rows, s.stg[0].k, s.stg[0].u0, w,
+                                                     w.c_begin, h, tid);
+    }
+    cp_async_commit();
     put_state(w.c_begin);
   }
   for (int64_t c = w.c_begin; c < w.c_end; ++c) {
@@ -141,17 +204,18 @@ __global__ void __launch_bounds__(kStateWgThreads, 1) chunk_bwd_state_wg_kernel(
     const auto& g = s.stg[bf];
     cp_async_wait_all();
     wg::fence_async_smem();  // this thread's copies and S0^T stores, before the async proxy's (wgmma) reads
-    __syncthreads();         // stage bf landed (every thread's copies); S0^T complete; the other stage and U^T free
+    __syncthreads();         // stage bf (and k) landed (every thread's copies); S0^T complete; the other stage free
 
     // the step's factors and U0 into registers, before product 1 is issued (a branch while a wgmma group is in flight
     // makes ptxas wait for it at the join): e_n = e^{gamma_{n-1}}, kb of rows r0, r0 + 8
     const float gl = g.rows[0][nv - 1], en = expf(gl);
     float kb[2];
     row_kb(kb, g.rows, gl, nv, 16 * wi, lane);
-    float2 x0[NJ][2];
-    for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
-      x0[jn][e / 2] = w.hom ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(&g.u0[r][j]);
-    });
+    if constexpr (!kOne) {  // Stages = 1: loaded into x0 during the step before
+      for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
+        x0[jn][e / 2] = w.hom ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(&g.u0[r][j]);
+      });
+    }
 
     // S <- e_n S, pinned before product 1 (wg::pin): under product 1, ptxas waits for it before the multiplications
     // (C7517); sunk into product 2's group, the products would wait on it (C7519)
@@ -162,7 +226,7 @@ __global__ void __launch_bounds__(kStateWgThreads, 1) chunk_bwd_state_wg_kernel(
     float u[NJ][4];  // written by the first wgmma (accumulate = 0)
     {
       float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
-      const uint32_t wst = uint32_t(bf) * uint32_t(sizeof(StateWgSmem::Stage));
+      const uint32_t wst = uint32_t(bf) * uint32_t(sizeof(typename Smem::Stage));
       wg::fence();
 #pragma unroll
       for (int t = 0; t < 3; ++t)
@@ -172,12 +236,20 @@ __global__ void __launch_bounds__(kStateWgThreads, 1) chunk_bwd_state_wg_kernel(
                               wg::desc_at(st_lo, (t == 1 ? 8192 : 0) + (ks >> 2) * 4096 + (ks & 3) * 32), t + ks > 0);
       wg::commit();
     }
-    // while product 1 runs (the issue slots are idle): chunk c + 1's copies into the other stage, and K^T of key
-    // blocks 0, 1 (keys 64 mb + 16 wi ..; k steps of 16 tokens)
-    if (c + 1 < w.c_end) state_wg_prefetch<E, V>(a, s.stg[bf ^ 1], w, c + 1, h, tid);
+    // while product 1 runs (the issue slots are idle): chunk c + 1's copies into the other stage (Stages = 1: W and
+    // the record rows; k and U0 follow under product 2), and K^T of key blocks 0, 1 (keys 64 mb + 16 wi ..; k steps
+    // of 16 tokens)
+    if (c + 1 < w.c_end) {
+      auto& gn = s.stg[bf ^ 1];
+      if constexpr (kOne)
+        state_wg_copy<E, V, kCopyW>(a, gn.w, gn.rows, nullptr, nullptr, w, c + 1, h, tid);
+      else
+        state_wg_copy<E, V, kCopyW | kCopyK | kCopyU0>(a, gn.w, gn.rows, gn.k, gn.u0, w, c + 1, h, tid);
+      cp_async_commit();
+    }
     uint32_t kt[2][4][4];
-    chunk_detail::load_kt_frags(g.k, 16 * wi, lane, kt[0]);
-    chunk_detail::load_kt_frags(g.k, 64 + 16 * wi, lane, kt[1]);
+    chunk_detail::load_kt_frags(k_tile(bf), 16 * wi, lane, kt[0]);
+    chunk_detail::load_kt_frags(k_tile(bf), 64 + 16 * wi, lane, kt[1]);
     wg::wait0();
     {  // U = U0 - W S0 stored (fp32, over U0); diag(kb) U as hi + lo, transposed, for product 2
       float* Ug = a.U + rec * (kC * V) + w.j0;
@@ -200,7 +272,7 @@ __global__ void __launch_bounds__(kStateWgThreads, 1) chunk_bwd_state_wg_kernel(
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc) ready_frag(InTile<__half>{nullptr, 0}, kt[mb][kc], ktl[mb][kc]);
     }
-    __syncthreads();  // (diag(kb) U)^T complete; every warp's product-1 reads of S0^T done (waited)
+    __syncthreads();  // (diag(kb) U)^T complete; every warp's product-1 reads of S0^T done (waited), K^T loaded
 
     // ---- product 2: S <- e_n S + K^T (diag(kb) U)_lo + K^T (diag(kb) U)_hi (+ K^T_lo (diag(kb) U)_hi for f16)
     wg::fence();
@@ -217,6 +289,16 @@ __global__ void __launch_bounds__(kStateWgThreads, 1) chunk_bwd_state_wg_kernel(
       for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, kt[mb][kc], wg::desc_at(ut_lo, kc * 32), 1);
     }
     wg::commit();
+    // Stages = 1, while product 2 runs: chunk c + 1's k rows into the one k tile (every warp's K^T reads are before
+    // the barrier above; product 2 reads K^T from the registers) and its U0 into x0 (this thread's last use of
+    // chunk c's was U above)
+    if constexpr (kOne) {
+      if (c + 1 < w.c_end) {
+        state_wg_copy<E, V, kCopyK>(a, nullptr, nullptr, s.k, nullptr, w, c + 1, h, tid);
+        cp_async_commit();
+        state_wg_load_u0<V>(x0, a, w, c + 1, h, wi, lane);
+      }
+    }
     wg::wait0();
     if (c + 1 < w.c_end) put_state(c + 1);
   }
