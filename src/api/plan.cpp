@@ -240,11 +240,11 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
                "), one record per (chunk slot, value head); grads pass: ", std::min<int64_t>(slots * d.Hv, pl.sms),
                " persistent CTAs over the ", slots * d.Hv, " records\n");
   const bool wg = pl.state_pass == ChunkStatePass::wgmma;
-  s += str_cat("  state pass: ", state_pass_name(pl.state_pass), wg ? " (K = V = 128), 128" : " (K or V = 64), 256",
-               " threads per CTA",
-               wg ? (pl.state_stages == 1 ? ", 1 input stage (two CTAs per SM)" : ", 2 input stages (one CTA per SM)")
-                  : "",
-               "; dstate pass: mma.sync, 256 threads per CTA\n");
+  s += str_cat(
+      "  state pass: ", state_pass_name(pl.state_pass), wg ? " (K = V = 128), 128" : " (K or V = 64), 256",
+      " threads per CTA",
+      wg ? (pl.state_stages == 1 ? ", 1 input stage (two CTAs per SM)" : ", 2 input stages (one CTA per SM)") : "",
+      "; dstate pass: mma.sync, 256 threads per CTA\n");
   if (!pl.split) {
     s += str_cat("  state and dstate chains: grid (", d.N, ", ", d.Hv, ", ", cols, "), every chunk of a sequence\n");
   } else {

@@ -21,6 +21,7 @@
 
 #include "api/internal.hpp"
 #include "api/plan.hpp"
+#include "cuda/chunk_bwd/chunk_bwd.hpp"
 #endif
 
 namespace flashgdn::test {
@@ -516,7 +517,7 @@ TEST(CudaChunkBwd, SegmentSplitChosenByThePlan) {
 // to a few fp32 roundings of S0, U (S0 stored in bf16, so an element may round the other way: the 16-bit dq, dk, dv
 // within 2e-3, dg and dbeta within 2e-3), dh0 bitwise (pass 3 reads nothing of pass 2); both against the oracle, and
 // the wgmma run bitwise stable over repeats.
-Grads run_gpu_state_pass(const BwdCase& bc, const Problem& pr, ChunkStatePass pass) {
+Grads run_gpu_state_pass(const BwdCase& bc, const Problem& pr, ChunkStatePass pass, int32_t state_stages = 2) {
   GpuRun run(bc, pr);
   SeqDims d;
   EXPECT_TRUE(validate(run.p, &d).ok());
@@ -526,6 +527,7 @@ Grads run_gpu_state_pass(const BwdCase& bc, const Problem& pr, ChunkStatePass pa
   EXPECT_TRUE(plan_chunk_bwd(run.p, d, DeviceFacts{sms}, &pl).ok());
   EXPECT_EQ(pl.state_pass, d.K == 128 && d.V == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync);
   pl.state_pass = pass;
+  pl.state_stages = state_stages;
   EXPECT_LE(cuda::chunk_bwd_workspace_size(run.p, d, pl), run.ws_bytes);
   run.poison();
   const Status st = cuda::chunk_bwd(run.p, d, pl, run.ws, run.ws_bytes, nullptr);
@@ -555,21 +557,23 @@ void check_state_pass(BwdCase b) {
     EXPECT_TRUE(same_bits(wg, run_gpu_state_pass(b, pr, ChunkStatePass::wgmma))) << name << " repeat " << i;
 }
 
-TEST(CudaChunkBwd, StatePassWgmmaAgainstMmaSync) {
-  REQUIRE_GPU();
+// The inputs of both state-pass comparisons: a long walk, f16, varlen with empty and one-row sequences and the gate,
+// the forced split (P = 5 varlen, P = 3 f16), nearly parallel keys; all at K = V = 128 (the wgmma pass 2).
+std::vector<BwdCase> state_pass_cases() {
+  std::vector<BwdCase> cases;
   // a long walk (a partial last chunk, GQA 2, weak decay: every chunk's state reaches the later ones), V-major
   BwdCase b = bcase("wg_walk_t2000_gqa2_vmajor", 1, 2000, 2, 4, 128, 128);
   b.c.g_scale = 0.02;
   b.c.layout = StateLayout::v_major;
   b.segments = 1;
-  check_state_pass(b);
+  cases.push_back(b);
   // f16 (K^T split into bf16 hi + lo in registers), two batch entries, no h0
   b = bcase("wg_f16_b2_t700_no_h0", 2, 700, 2, 4, 128, 128);
   b.c.dtype = DType::f16;
   b.c.g_scale = 0.02;
   b.c.has_h0 = false;
   b.segments = 1;
-  check_state_pass(b);
+  cases.push_back(b);
   // varlen: empty sequences, one-row and one-chunk sequences, slack rows, the fused gate
   b = bcase("wg_varlen_slack_gate", 1, 0, 2, 4, 128, 128);
   b.c.seqlens = {0, 1, 64, 0, 777, 65, 0};
@@ -577,7 +581,7 @@ TEST(CudaChunkBwd, StatePassWgmmaAgainstMmaSync) {
   b.gate = true;
   b.gate_decay = 0.01;
   b.segments = 1;
-  check_state_pass(b);
+  cases.push_back(b);
   // the split forced: several segments per sequence (summaries, scan, segments from their boundary states), an
   // empty sequence and one shorter than a segment
   b = bcase("wg_split_varlen_p5", 1, 0, 2, 4, 128, 128);
@@ -585,17 +589,60 @@ TEST(CudaChunkBwd, StatePassWgmmaAgainstMmaSync) {
   b.c.g_scale = 0.02;
   b.slack = 3;
   b.segments = 5;
-  check_state_pass(b);
+  cases.push_back(b);
   b = bcase("wg_split_f16_p3", 1, 1000, 1, 2, 128, 128);
   b.c.dtype = DType::f16;
   b.c.g_scale = 0.02;
   b.segments = 3;
-  check_state_pass(b);
+  cases.push_back(b);
   // nearly parallel keys (the cancelling sums that need U's lo part)
   b = bcase("wg_near_parallel_keys", 1, 300, 1, 2, 128, 128);
   b.special = 3;
   b.segments = 1;
-  check_state_pass(b);
+  cases.push_back(b);
+  return cases;
+}
+
+TEST(CudaChunkBwd, StatePassWgmmaAgainstMmaSync) {
+  REQUIRE_GPU();
+  for (const BwdCase& b : state_pass_cases()) check_state_pass(b);
+}
+
+// The wgmma pass 2 with one input stage (k single-buffered, U0 loaded into registers a step ahead: two CTAs per SM)
+// runs the same products in the same order as the two-stage form, only its loads are issued elsewhere: the gradients
+// bitwise equal to the two-stage run's, against the oracle, and bitwise over repeats (the early refill of the k tile is
+// where a race would show: a copy landing before another warp's K^T loads).
+void check_state_stages(BwdCase b) {
+  SCOPED_TRACE(b.c.name);
+  const Problem pr = make_problem(b);
+  const Grads ref = run_oracle(b, pr);
+  const Grads two = run_gpu_state_pass(b, pr, ChunkStatePass::wgmma, 2);
+  const Grads one = run_gpu_state_pass(b, pr, ChunkStatePass::wgmma, 1);
+  const std::string name = b.c.name;
+  b.c.name = name + "_one_stage";
+  expect_close(b, pr, ref, one);
+  EXPECT_TRUE(same_bits(one, two)) << name << ": one input stage vs two";
+  for (int i = 0; i < test_repeats(3); ++i)
+    EXPECT_TRUE(same_bits(one, run_gpu_state_pass(b, pr, ChunkStatePass::wgmma, 1))) << name << " repeat " << i;
+}
+
+TEST(CudaChunkBwd, StatePassSingleStageBitwise) {
+  REQUIRE_GPU();
+  for (const BwdCase& b : state_pass_cases()) check_state_stages(b);
+}
+
+// The one-stage wgmma pass 2 fits two CTAs per SM (shared memory and registers as compiled), the two-stage form one.
+TEST(CudaChunkBwd, StatePassSingleStageTwoCtasPerSm) {
+  REQUIRE_GPU();
+  for (const bool bf16 : {true, false}) {
+    for (const int stages : {1, 2}) {
+      int ctas = 0;
+      const int e = bf16 ? cuda::chunk_bwd_state_wg_ctas_per_sm_bf16(stages, &ctas)
+                         : cuda::chunk_bwd_state_wg_ctas_per_sm_f16(stages, &ctas);
+      ASSERT_EQ(e, 0) << cudaGetErrorString(cudaError_t(e));
+      EXPECT_EQ(ctas, stages == 1 ? 2 : 1) << (bf16 ? "bf16" : "f16") << ", " << stages << " stage(s)";
+    }
+  }
 }
 
 // Bitwise determinism over repeated runs, and a CUDA graph of the call replays to the eager result; unsplit and with

@@ -79,9 +79,9 @@ struct ChunkBwdArgs {
   float beta_mult;  // 1, or 2 with allow_neg_eigval
   float sp_beta, sp_threshold;
   int32_t state_vmajor;
-  int64_t nchunk_b;  // ceil(T / 64)
-  int64_t slots;     // chunk slots: B ceil(T / 64) (fixed length) or N + ceil(T / 64) (varlen)
-  int32_t state_wg;  // 1: pass 2 on wgmma (chunk_bwd_state_wg.cuh; K = V = 128), 0: on mma.sync (plan_chunk_bwd)
+  int64_t nchunk_b;      // ceil(T / 64)
+  int64_t slots;         // chunk slots: B ceil(T / 64) (fixed length) or N + ceil(T / 64) (varlen)
+  int32_t state_wg;      // 1: pass 2 on wgmma (chunk_bwd_state_wg.cuh; K = V = 128), 0: on mma.sync (plan_chunk_bwd)
   int32_t state_stages;  // the wgmma pass 2's input stages: 2 (one CTA per SM) or 1 (two CTAs per SM)
 
   // ---- workspace (fp32; S0 bf16), one record per (chunk slot, value head); rows past a chunk's end are zero
@@ -115,5 +115,10 @@ enum ChainMode : int32_t { kChainWhole = 0, kChainSplit = 1, kChainSummary = 2 }
 // K, V in {64, 128}.
 int launch_chunk_bwd_passes_bf16(const ChunkBwdArgs& a, int64_t K, int64_t V, void* stream);
 int launch_chunk_bwd_passes_f16(const ChunkBwdArgs& a, int64_t K, int64_t V, void* stream);
+// Resident CTAs per SM of the wgmma pass 2 (K = V = 128) with `stages` input stages (1 or 2) at its launch's shared
+// memory, into *ctas (cudaOccupancyMaxActiveBlocksPerMultiprocessor: registers and shared memory as compiled; the
+// tests check that the one-stage form fits two). Returns a cudaError_t as int.
+int chunk_bwd_state_wg_ctas_per_sm_bf16(int stages, int* ctas);
+int chunk_bwd_state_wg_ctas_per_sm_f16(int stages, int* ctas);
 
 }  // namespace flashgdn::cuda

@@ -7,4 +7,9 @@ int launch_chunk_bwd_passes_bf16(const ChunkBwdArgs& a, int64_t K, int64_t V, vo
   return bwd_detail::launch_passes_for<__nv_bfloat16>(a, K, V, stream);
 }
 
+int chunk_bwd_state_wg_ctas_per_sm_bf16(int stages, int* ctas) {
+  return stages == 1 ? bwd_detail::state_wg_ctas_per_sm<__nv_bfloat16, 1>(ctas)
+                     : bwd_detail::state_wg_ctas_per_sm<__nv_bfloat16, 2>(ctas);
+}
+
 }  // namespace flashgdn::cuda

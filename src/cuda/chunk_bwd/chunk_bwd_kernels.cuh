@@ -1369,6 +1369,17 @@ int launch_state(const ChunkBwdArgs& a, dim3 grid, std::atomic<uint64_t>* done, 
   return launch_one(chunk_bwd_state_kernel<E, K, V>, grid, sizeof(StateSmem<E, K>), done[0], st, a);
 }
 
+// Resident CTAs per SM of the wgmma pass 2 with Stages input stages, at the shared memory launch_state gives it.
+template <class E, int Stages>
+int state_wg_ctas_per_sm(int* ctas) {
+  const auto kernel = chunk_bwd_state_wg_kernel<E, 128, Stages>;
+  const int smem = int(sizeof(StateWgSmem<Stages>) + 1024);
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas, kernel, kStateWgThreads, smem);
+  return static_cast<int>(e);
+}
+
 // done: [0] the mma.sync state kernel, [1] the wgmma one (two stages), [2] the dstate kernel, [4] the wgmma state
 // kernel (one stage; [3] is pass 4's).
 template <class E, int K, int V>

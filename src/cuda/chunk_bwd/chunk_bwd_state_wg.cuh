@@ -78,9 +78,9 @@ static_assert(sizeof(StateWgSmem<1>::Stage) % 1024 == 0 && offsetof(StateWgSmem<
 // summary: U0 = 0).
 enum : int { kCopyW = 1, kCopyK = 2, kCopyU0 = 4 };
 template <class E, int V, int PARTS>
-__device__ __forceinline__ void state_wg_copy(const ChunkBwdArgs& a, unsigned char (*w_dst)[2][8192],
-                                              float (*rows)[kC], unsigned char (*k_dst)[8192], float (*u0)[kLS],
-                                              const ChainWork& w, int64_t c, int h, int tid) {
+__device__ __forceinline__ void state_wg_copy(const ChunkBwdArgs& a, unsigned char (*w_dst)[2][8192], float (*rows)[kC],
+                                              unsigned char (*k_dst)[8192], float (*u0)[kLS], const ChainWork& w,
+                                              int64_t c, int h, int tid) {
   constexpr int K = 128, NTH = kStateWgThreads;
   const int64_t t0 = w.st + kC * c, rec = chunk_slot(a, w.n, w.st, c) * a.Hv + h;
   const int r0 = tid >> 4, kv = tid & 15;
@@ -128,7 +128,8 @@ __device__ __forceinline__ void state_wg_load_u0(float2 (&x0)[NJ][2], const Chun
 // record S0 (bf16, the hi part). A summary stores only its end state (store_summary's columns of [M | N]).
 // Stages = 1 fits two CTAs per SM (__launch_bounds__(128, 2): <= 255 registers a thread).
 template <class E, int V, int Stages>
-__global__ void __launch_bounds__(kStateWgThreads, Stages == 1 ? 2 : 1) chunk_bwd_state_wg_kernel(const ChunkBwdArgs a) {
+__global__ void __launch_bounds__(kStateWgThreads, Stages == 1 ? 2 : 1)
+    chunk_bwd_state_wg_kernel(const ChunkBwdArgs a) {
   static_assert(Stages == 1 || Stages == 2, "state (wgmma): one or two input stages");
   constexpr int K = 128, NJ = kBV / 8;
   constexpr bool kF16 = std::is_same_v<E, __half>, kOne = Stages == 1;
