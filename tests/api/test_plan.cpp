@@ -674,6 +674,12 @@ TEST(ChunkBwdPlan, StatePassKernel) {
   EXPECT_FALSE(pl.split) << pl.why;
   std::string text = describe(pl, bwd_call(s).d);
   EXPECT_NE(text.find("state pass: wgmma (K = V = 128), 128 threads"), std::string::npos) << text;
+  // its input stages: 2 (one CTA per SM) unless the build says 1 (FLASHGDN_BWD_STATE_STAGES, plan.cpp), and the text
+  // says which
+  EXPECT_TRUE(pl.state_stages == 1 || pl.state_stages == 2) << pl.state_stages;
+  EXPECT_NE(text.find(pl.state_stages == 1 ? "1 input stage (two CTAs per SM)" : "2 input stages (one CTA per SM)"),
+            std::string::npos)
+      << text;
   s.Hqk = s.Hv = 4;
   pl = bwd_plan(bwd_call(s));
   EXPECT_EQ(pl.state_pass, ChunkStatePass::wgmma);
