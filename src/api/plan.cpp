@@ -201,11 +201,65 @@ static_assert(kBwdStateStages == 1 || kBwdStateStages == 2, "the wgmma state pas
 // walking CTA per chunk (no stores; the reverse chain's M columns skip the Q product), in cheapest_segments' model
 // with the two chains' mean step (both chains take the same P, and their grids are alike). At one CTA per SM a split
 // pays only where the unsplit CTAs leave SMs idle: N Hv V / 32 >= SMs is never split.
-int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, ChunkStatePass state, std::string* why) {
+//
+// With the one-stage wgmma state pass (state_stages = 1: 107 KiB, two CTAs per SM) the state chain's walking and
+// summary CTAs run two per SM, and the model prices each chain on its own (the same P for both), per chain
+//   c(P) = step x(n) (Ls w + 20 (w - 1)) + [P > 1] step x(s) Ls 0.9 ceil(s / (m SMs)),   w = ceil(n / (m SMs)),
+// n = N P Hv V / 32 walking and s = N (P - 1) Hv (K + V) / 32 summary CTAs, m the CTAs per SM (2 for that state
+// chain, 1 for the dstate chain), x(n) = 1 where n <= SMs (one CTA per SM), else kStepShared: a step of two CTAs
+// sharing an SM against one alone, a guess (latency-bound steps overlap, but the L2 reads, ~60 % of the wgmma state
+// step at 128 CTAs, double); and
+//   cost(P) = (c_state(P) + c_dstate(P)) / 2 + [P > 1] (0.3 (P - 1) + 3),
+// which at m = 1 for both is cheapest_segments' cost with the mean step. B = 1, T = 32K, K = V = 128 (512 chunks,
+// 132 SMs): Hv = 32, P = 1: 128 CTAs, one per SM, 540 chunk-steps as before; P = 2: the state chain's 256 walking
+// and 256 summary CTAs at two per SM, (0.74 x 1.4 (256 + 0.9 x 256) + 1.37 (2 x 256 + 20 + 0.9 x 2 x 256)) / 2 + 3.3
+// = 935 (1051 at one per SM), so no split while the dstate chain runs one CTA per SM; Hv = 4, P = 8: 181 (194).
+// The unsplit CTAs end the search where they fill the SMs at two per SM (N Hv V / 32 >= 2 SMs).
+constexpr double kStepShared = 1.4;
+
+double bwd_chain_cost(int64_t N, int64_t ls, int64_t nseg, int64_t walk, int64_t sum, double step, int32_t sms,
+                      int per_sm) {
+  const auto x = [&](int64_t ctas) { return per_sm > 1 && ctas > sms ? kStepShared : 1.0; };
+  const int64_t n = N * nseg * walk, waves = ceil_div(n, int64_t(per_sm) * sms);
+  double c = step * x(n) * (double(ls) * double(waves) + 20.0 * double(waves - 1));
+  if (nseg > 1) {
+    const int64_t s = N * (nseg - 1) * sum;
+    c += step * x(s) * double(ls) * 0.9 * double(ceil_div(s, int64_t(per_sm) * sms));
+  }
+  return c;
+}
+
+int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, ChunkStatePass state, int32_t stages,
+                          std::string* why) {
   const int64_t cols = d.V / kChunkBwdChainCols, sum_cols = (d.K + d.V) / kChunkBwdChainCols;
-  const double step = 0.5 * ((state == ChunkStatePass::wgmma ? kStepStateWg : kStepStateMma) + kStepDstate);
-  return cheapest_segments(d.N, avg, d.Hv * cols, d.Hv * sum_cols, 0.9, 1.0, step, sms, "N Hv V / 32", "chain CTAs",
-                           why);
+  const bool wg = state == ChunkStatePass::wgmma;
+  if (!wg || stages != 1) {
+    const double step = 0.5 * ((wg ? kStepStateWg : kStepStateMma) + kStepDstate);
+    return cheapest_segments(d.N, avg, d.Hv * cols, d.Hv * sum_cols, 0.9, 1.0, step, sms, "N Hv V / 32", "chain CTAs",
+                             why);
+  }
+  const int64_t base = d.N * d.Hv * cols;
+  if (base >= 2 * int64_t(sms)) {
+    *why = detail::str_cat("N Hv V / 32 = ", base, " CTAs fill the ", sms, " SMs at two per SM: no split");
+    return 1;
+  }
+  if (avg < 16) {
+    *why = detail::str_cat("sequences of ~", avg, " chunks (< 16): no split");
+    return 1;
+  }
+  double best = 1e30;
+  int64_t P = 1;
+  for (int cand = 1; cand <= 64; ++cand) {
+    const int64_t ls = ceil_div(avg, cand), nseg = ceil_div(avg, ls);
+    const double cost = 0.5 * (bwd_chain_cost(d.N, ls, nseg, d.Hv * cols, d.Hv * sum_cols, kStepStateWg, sms, 2) +
+                               bwd_chain_cost(d.N, ls, nseg, d.Hv * cols, d.Hv * sum_cols, kStepDstate, sms, 1)) +
+                        (nseg > 1 ? 0.3 * double(nseg - 1) + 3.0 : 0.0);
+    if (cost < best - 1e-9) best = cost, P = nseg;
+  }
+  *why =
+      detail::str_cat("cost model (state chain at two CTAs per SM): N Hv V / 32 = ", base, " chain CTAs on ", sms,
+                      " SMs, ~", avg, " chunks each: P = ", P, " (", best, " chunk-steps)", P == 1 ? ": no split" : "");
+  return P;
 }
 
 }  // namespace
@@ -219,7 +273,7 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   const int64_t nch_total = ceil_div(d.T, kChunkFwdChunk);
   const int64_t avg = d.varlen ? ceil_div(nch_total, std::max<int64_t>(d.N, 1)) : nch_total;
   plan_segments(&pl, p.exec.chunk_bwd_segments, "exec.chunk_bwd_segments", d, avg, nch_total,
-                [&] { return auto_bwd_segments(d, avg, pl.sms, pl.state_pass, &pl.why); });
+                [&] { return auto_bwd_segments(d, avg, pl.sms, pl.state_pass, pl.state_stages, &pl.why); });
   if (pl.split) {
     pl.ws_items = 0;
     pl.ws_seq_first = align_up(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem));
