@@ -4,13 +4,14 @@
 # (wgmma, TMA, mbarriers: emu_sm90.hpp) and the segment split against the CPU oracle (state_wg_harness.cpp).
 # Usage: bash tools/emulate_chunk_bwd/run.sh [--tsan] [build dir with a CPU libflashgdn_static.a, default build-cpu]
 #   [cases]
-# (cases: numbers 0-10 for chunk_bwd, i0-i2 for the intra-chunk kernel, w0-w5 for the prefill on the wgmma state
-# pass, default all; 7-9 force the chains' segment split, 10 nearly parallel keys; w0 bf16 GQA 2 with a partial last
-# chunk, w1 varlen with a length-0 sequence and slack rows, w2 / w3 the split forced (decay windows / full
-# summaries), w4 fp16 v-major with checkpoints, w5 the wgmma model alone against plain products). --tsan builds with
-# ThreadSanitizer: it reports every pair of shared-memory accesses of two emulated threads (or async units: wgmma,
-# TMA) that no barrier, mbarrier phase or async wait orders (and fails the case). Under --tsan a w case takes 10-90 s
-# of CPU on two cores.
+# (cases: numbers 0-12 for chunk_bwd, i0-i2 for the intra-chunk kernel, w0-w5 for the prefill on the wgmma state
+# pass, default all; 7-9 and 11 force the chains' segment split, 10 nearly parallel keys, 11-12 K = V = 128 bf16;
+# EMU_STATE_STAGES=1 runs chunk_bwd's wgmma pass 2 in its one-stage form, =12 both forms, compared bitwise; w0 bf16
+# GQA 2 with a partial last chunk, w1 varlen with a length-0 sequence and slack rows, w2 / w3 the split forced (decay
+# windows / full summaries), w4 fp16 v-major with checkpoints, w5 the wgmma model alone against plain products).
+# --tsan builds with ThreadSanitizer: it reports every pair of shared-memory accesses of two emulated threads (or
+# async units: wgmma, TMA) that no barrier, mbarrier phase or async wait orders (and fails the case). Under --tsan a
+# w case takes 10-90 s of CPU on two cores, chunk_bwd's case 10 a few minutes.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 flags=(-O1 -Wno-psabi)
@@ -20,7 +21,7 @@ if [[ "${1:-}" == --tsan ]]; then
 fi
 lib="${1:-$root/build-cpu}/libflashgdn_static.a"
 shift || true
-cases="${*:-0 1 2 3 4 5 6 7 8 9 10 i0 i1 i2 w0 w1 w2 w3 w4 w5}"
+cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 i0 i1 i2 w0 w1 w2 w3 w4 w5}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 out="$(mktemp -d)"
 python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"
