@@ -611,7 +611,8 @@ TEST(CudaChunkBwd, StatePassWgmmaAgainstMmaSync) {
 // The wgmma pass 2 with one input stage (k single-buffered, U0 loaded into registers a step ahead: two CTAs per SM)
 // runs the same products in the same order as the two-stage form, only its loads are issued elsewhere: the gradients
 // bitwise equal to the two-stage run's, against the oracle, and bitwise over repeats (the early refill of the k tile is
-// where a race would show: a copy landing before another warp's K^T loads).
+// where a race would show: a warp's copy landing before its own K^T ldmatrix has read the tile, which the host
+// emulation cannot see).
 void check_state_stages(BwdCase b) {
   SCOPED_TRACE(b.c.name);
   const Problem pr = make_problem(b);

@@ -21,14 +21,16 @@
 //   Stages = 2  every input of chunk c + 1 (W hi / lo, k rows, U0 columns, record rows) is copied by cp.async into
 //               the other of two stages while chunk c computes, issued under product 1: 140 KiB, one CTA per SM.
 //   Stages = 1  W and the record rows keep two stages (W, 32 of the 57 KiB a step reads, still lands under a whole
-//               step); k has one tile, refilled with chunk c + 1's rows once every warp holds K^T in its registers
-//               (after the second barrier, issued under product 2); U0 never enters shared memory: each thread loads
-//               its own fragment elements of chunk c + 1 into registers after its last use of chunk c's (under
-//               product 2 as well), so they have the rest of the step and product 1 of the next to land. 106 KiB:
-//               two CTAs per SM (2 (106 + 1 + 1) KiB of the 228), 128 threads x 2 x <= 255 registers.
+//               step); k has one tile, which each warp refills with chunk c + 1's rows as soon as it holds its K^T in
+//               registers, under product 1 as in the two-stage form: the warp copies exactly the key pieces that its
+//               own ldmatrix reads (keys 16 wi .. of each key half), so a __syncwarp orders its reads before its
+//               refill and no other warp is involved; U0 never enters shared memory: each thread loads its own
+//               fragment elements of chunk c + 1 into registers after its last use of chunk c's (under product 2),
+//               so they have the rest of the step and product 1 of the next to land. 106 KiB: two CTAs per SM
+//               (2 (106 + 1 + 1) KiB of the 228), 128 threads x 2 x <= 255 registers.
 // (every copy a fixed trip count per thread; k rows past the chunk end land as zeros). Synchronization per chunk:
 // two CTA barriers (= the warpgroup), as in the mma.sync kernel: [stage c landed (wait + proxy fence by each copier),
-// S0^T written] and [(diag(kb) U)^T written, S0^T and the k tile read]. Every wgmma group is waited within its step
+// S0^T written] and [(diag(kb) U)^T written, S0^T read]. Every wgmma group is waited within its step
 // (no group in flight across the loop's back edge or a barrier), so the barriers order the async-proxy reads against
 // the next generic writes.
 #pragma once
@@ -74,9 +76,11 @@ static_assert(sizeof(StateWgSmem<1>::Stage) % 1024 == 0 && offsetof(StateWgSmem<
 
 // The cp.async copies of chunk c's inputs (the caller commits), the parts in PARTS: kCopyW W's record (hi [64][K],
 // then lo [64][K], bf16) into w and the record rows into rows; kCopyK the raw key rows into the swizzled key halves
-// (thread tid: piece tid % 16 of rows tid / 16 + 8 p); kCopyU0 U0's kBV columns into u0 (but for the M columns of a
-// summary: U0 = 0).
-enum : int { kCopyW = 1, kCopyK = 2, kCopyU0 = 4 };
+// (thread tid: piece tid % 16 of rows tid / 16 + 8 p); kCopyKWarp the same rows, but each warp wi only the 16-byte
+// pieces that its own K^T ldmatrix reads (keys 16 wi .. 16 wi + 15 of each key half, pieces 2 wi, 2 wi + 1 and
+// 8 + 2 wi, 9 + 2 wi; lane l: piece l % 4 of rows l / 4 + 8 p), so that no other warp reads what it refills; kCopyU0
+// U0's kBV columns into u0 (but for the M columns of a summary: U0 = 0).
+enum : int { kCopyW = 1, kCopyK = 2, kCopyU0 = 4, kCopyKWarp = 8 };
 template <class E, int V, int PARTS>
 __device__ __forceinline__ void state_wg_copy(const ChunkBwdArgs& a, unsigned char (*w_dst)[2][8192], float (*rows)[kC],
                                               unsigned char (*k_dst)[8192], float (*u0)[kLS], const ChainWork& w,
@@ -103,6 +107,20 @@ __device__ __forceinline__ void state_wg_copy(const ChunkBwdArgs& a, unsigned ch
       const int r = r0 + (NTH / 16) * p;
       const bool ok = r < nv;
       cp_async16_zfill(&k_dst[kv >> 3][wg::swz(r, kv & 7)], ok ? kp : k0, ok);  // row 0 is always valid
+    }
+  }
+  if constexpr ((PARTS & kCopyKWarp) != 0) {
+    const int nv = int(w.len - kC * c < kC ? w.len - kC * c : kC);
+    const int wi = tid >> 5, l = tid & 31, rr = l >> 2;
+    const int kp8 = ((l & 3) >> 1) * 8 + 2 * wi + (l & 1);  // the piece: keys 8 kp8 .. 8 kp8 + 7
+    const E* k0 = static_cast<const E*>(a.k) + w.sb * a.k_sb + (h / a.group) * a.k_sh + t0 * a.k_st + kp8 * 8;
+    const E* kp = k0 + rr * a.k_st;
+    const int64_t kstep = 8 * a.k_st;
+#pragma unroll
+    for (int p = 0; p < kC / 8; ++p, kp += kstep) {
+      const int r = rr + 8 * p;
+      const bool ok = r < nv;
+      cp_async16_zfill(&k_dst[kp8 >> 3][wg::swz(r, kp8 & 7)], ok ? kp : k0, ok);  // row 0 is always valid
     }
   }
   if constexpr ((PARTS & kCopyU0) != 0) {
@@ -189,7 +207,7 @@ __global__ void __launch_bounds__(kStateWgThreads, Stages == 1 ? 2 : 1)
   float2 x0[NJ][2];  // U0 of this thread's rows r0, r0 + 8 and columns 8 jn + 2 t4 (+ 1)
   if (w.c_begin < w.c_end) {
     if constexpr (kOne) {
-      state_wg_copy<E, V, kCopyW | kCopyK>(a, s.stg[0].w, s.stg[0].rows, s.k, nullptr, w, w.c_begin, h, tid);
+      state_wg_copy<E, V, kCopyW | kCopyKWarp>(a, s.stg[0].w, s.stg[0].rows, s.k, nullptr, w, w.c_begin, h, tid);
       state_wg_load_u0<V>(x0, a, w, w.c_begin, h, wi, lane);
     } else {
       state_wg_copy<E, V, kCopyW | kCopyK | kCopyU0>(a, s.stg[0].w, s.stg[0].rows, s.stg[0].k, s.stg[0].u0, w,
@@ -251,6 +269,13 @@ __global__ void __launch_bounds__(kStateWgThreads, Stages == 1 ? 2 : 1)
     uint32_t kt[2][4][4];
     chunk_detail::load_kt_frags(k_tile(bf), 16 * wi, lane, kt[0]);
     chunk_detail::load_kt_frags(k_tile(bf), 64 + 16 * wi, lane, kt[1]);
+    if constexpr (kOne) {  // chunk c + 1's key pieces that this warp's K^T reads, into the one k tile
+      __syncwarp();        // every lane's K^T reads of them before any lane's refill
+      if (c + 1 < w.c_end) {
+        state_wg_copy<E, V, kCopyKWarp>(a, nullptr, nullptr, s.k, nullptr, w, c + 1, h, tid);
+        cp_async_commit();
+      }
+    }
     wg::wait0();
     {  // U = U0 - W S0 stored (fp32, over U0); diag(kb) U as hi + lo, transposed, for product 2
       float* Ug = a.U + rec * (kC * V) + w.j0;
@@ -273,7 +298,7 @@ __global__ void __launch_bounds__(kStateWgThreads, Stages == 1 ? 2 : 1)
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc) ready_frag(InTile<__half>{nullptr, 0}, kt[mb][kc], ktl[mb][kc]);
     }
-    __syncthreads();  // (diag(kb) U)^T complete; every warp's product-1 reads of S0^T done (waited), K^T loaded
+    __syncthreads();  // (diag(kb) U)^T complete; every warp's product-1 reads of S0^T done (waited)
 
     // ---- product 2: S <- e_n S + K^T (diag(kb) U)_lo + K^T (diag(kb) U)_hi (+ K^T_lo (diag(kb) U)_hi for f16)
     wg::fence();
@@ -290,15 +315,9 @@ __global__ void __launch_bounds__(kStateWgThreads, Stages == 1 ? 2 : 1)
       for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, kt[mb][kc], wg::desc_at(ut_lo, kc * 32), 1);
     }
     wg::commit();
-    // Stages = 1, while product 2 runs: chunk c + 1's k rows into the one k tile (every warp's K^T reads are before
-    // the barrier above; product 2 reads K^T from the registers) and its U0 into x0 (this thread's last use of
-    // chunk c's was U above)
+    // Stages = 1, while product 2 runs: chunk c + 1's U0 into x0 (this thread's last use of chunk c's was U above)
     if constexpr (kOne) {
-      if (c + 1 < w.c_end) {
-        state_wg_copy<E, V, kCopyK>(a, nullptr, nullptr, s.k, nullptr, w, c + 1, h, tid);
-        cp_async_commit();
-        state_wg_load_u0<V>(x0, a, w, c + 1, h, wi, lane);
-      }
+      if (c + 1 < w.c_end) state_wg_load_u0<V>(x0, a, w, c + 1, h, wi, lane);
     }
     wg::wait0();
     if (c + 1 < w.c_end) put_state(c + 1);
