@@ -181,19 +181,23 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
 namespace {
 
 // The chain kernels' time per chunk step, in steps of the mma.sync state kernel (2.8 us on the H200 at T = 32K,
-// Hv = 32: 1.44 ms / 512 steps): the dstate kernel's 3.85 us (1.97 ms / 512), the wgmma state kernel's 2.07 us
-// (1.06 ms / 512), all measured by ncu.
-constexpr double kStepStateMma = 1.0, kStepStateWg = 0.74, kStepDstate = 1.37;
+// Hv = 32: 1.44 ms / 512 steps): the mma.sync dstate kernel's 3.85 us (1.97 ms / 512), the wgmma state kernel's
+// 2.07 us (1.06 ms / 512), all measured by ncu. The wgmma dstate kernel's step is an estimate, not yet measured: the
+// mma.sync one's times the ratio that pass 2 measured for the same move (0.74).
+constexpr double kStepStateMma = 1.0, kStepStateWg = 0.74, kStepDstateMma = 1.37, kStepDstateWg = 0.74 * 1.37;
 
 // The segment count of the backward's chains. A chain CTA (one per SM: the mma.sync state kernel's 8 warps and
-// 152 KiB, the wgmma one's warpgroup and 141 KiB, the dstate kernel's 206 KiB) walks the chunks of one (item, value
+// 152 KiB, the wgmma one's warpgroup and 141 KiB, the mma.sync dstate kernel's 206 KiB, the wgmma one's 191 KiB with
+// two stages) walks the chunks of one (item, value
 // head, 32 state columns); its summaries have (K + V) / 32 column CTAs per (item, head), each priced at 0.9 of a
 // walking CTA per chunk (no stores; the reverse chain's M columns skip the Q product), in cheapest_segments' model
 // with the two chains' mean step (both chains take the same P, and their grids are alike). At one CTA per SM a split
 // pays only where the unsplit CTAs leave SMs idle: N Hv V / 32 >= SMs is never split.
-int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, ChunkStatePass state, std::string* why) {
+int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, ChunkStatePass state, ChunkStatePass dstate,
+                          std::string* why) {
   const int64_t cols = d.V / kChunkBwdChainCols, sum_cols = (d.K + d.V) / kChunkBwdChainCols;
-  const double step = 0.5 * ((state == ChunkStatePass::wgmma ? kStepStateWg : kStepStateMma) + kStepDstate);
+  const double step = 0.5 * ((state == ChunkStatePass::wgmma ? kStepStateWg : kStepStateMma) +
+                             (dstate == ChunkStatePass::wgmma ? kStepDstateWg : kStepDstateMma));
   return cheapest_segments(d.N, avg, d.Hv * cols, d.Hv * sum_cols, 0.9, 1.0, step, sms, "N Hv V / 32", "chain CTAs",
                            why);
 }
@@ -205,10 +209,11 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   ChunkBwdPlan pl;
   pl.sms = std::max(dev.sms, 1);
   pl.state_pass = d.K == 128 && d.V == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync;
+  pl.dstate_pass = pl.state_pass;  // both chains on wgmma at K = V = 128
   const int64_t nch_total = ceil_div(d.T, kChunkFwdChunk);
   const int64_t avg = d.varlen ? ceil_div(nch_total, std::max<int64_t>(d.N, 1)) : nch_total;
   plan_segments(&pl, p.exec.chunk_bwd_segments, "exec.chunk_bwd_segments", d, avg, nch_total,
-                [&] { return auto_bwd_segments(d, avg, pl.sms, pl.state_pass, &pl.why); });
+                [&] { return auto_bwd_segments(d, avg, pl.sms, pl.state_pass, pl.dstate_pass, &pl.why); });
   if (pl.split) {
     pl.ws_items = 0;
     pl.ws_seq_first = align_up(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem));
@@ -228,9 +233,12 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
   s += str_cat("  prep pass: grid (", slots, ", ", d.Hv,
                "), one record per (chunk slot, value head); grads pass: ", std::min<int64_t>(slots * d.Hv, pl.sms),
                " persistent CTAs over the ", slots * d.Hv, " records\n");
-  const bool wg = pl.state_pass == ChunkStatePass::wgmma;
+  const bool wg = pl.state_pass == ChunkStatePass::wgmma, dwg = pl.dstate_pass == ChunkStatePass::wgmma;
   s += str_cat("  state pass: ", state_pass_name(pl.state_pass), wg ? " (K = V = 128), 128" : " (K or V = 64), 256",
-               " threads per CTA; dstate pass: mma.sync, 256 threads per CTA\n");
+               " threads per CTA; dstate pass: ", state_pass_name(pl.dstate_pass),
+               dwg ? " (K = V = 128), 128" : " (K or V = 64), 256", " threads per CTA",
+               dwg ? str_cat(", ", pl.dstate_stages, pl.dstate_stages == 1 ? " input stage" : " input stages") : "",
+               "\n");
   if (!pl.split) {
     s += str_cat("  state and dstate chains: grid (", d.N, ", ", d.Hv, ", ", cols, "), every chunk of a sequence\n");
   } else {

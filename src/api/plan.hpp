@@ -53,11 +53,16 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d);
 // The passes of docs/chunk_bwd.md. The two chains (the state pass forward over the chunks, the state-gradient pass
 // in reverse) walk one CTA per (sequence, value head, 32 state columns); with the segment split (gdn-math §6) each
 // runs three times: summaries [M | N] of its segments, the scan of the segment boundary states, every segment from
-// its boundary state. The state pass runs on wgmma where K = V = 128 (one warpgroup per CTA), on mma.sync where K or
-// V is 64.
+// its boundary state. Both chains run on wgmma where K = V = 128 (one warpgroup per CTA), on mma.sync where K or V is
+// 64.
 struct ChunkBwdPlan {
   int32_t sms = 0;
-  ChunkStatePass state_pass = ChunkStatePass::mma_sync;  // pass 2's kernel
+  ChunkStatePass state_pass = ChunkStatePass::mma_sync;   // pass 2's kernel
+  ChunkStatePass dstate_pass = ChunkStatePass::mma_sync;  // pass 3's kernel
+  // The wgmma pass 3's input stages: 2 (double-buffered, one CTA per SM: the faster at one chain alone) or 1 (early
+  // refill, two CTAs per SM; for running beside another kernel's CTAs). Set by the plan to 2; launch code and tests
+  // may set 1 (docs/chunk_bwd.md "Pass 3 on wgmma").
+  int32_t dstate_stages = 2;
   bool split = false;
   bool forced = false;     // exec.chunk_bwd_segments decided the split
   int64_t segments = 1;    // P: segments of a typical sequence

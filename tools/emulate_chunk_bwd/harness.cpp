@@ -1,6 +1,8 @@
 // The CUDA chunk_bwd (src/cuda/chunk_bwd/) run in the host emulation of emu.hpp against the CPU oracle (fp64
 // recurrence through the public API), on fresh random inputs with NaN outputs and NaN slack rows. Prints the
-// relative error of every gradient. Usage: harness <case 0-10> (run.sh builds and runs all).
+// relative error of every gradient. Usage: harness <case 0-12> [pass 3: 2 | 1 | mma] (run.sh builds and runs all;
+// the second argument runs pass 3 at K = V = 128 on the wgmma kernel with 2 input stages (the plan's choice), with 1,
+// or on the mma.sync kernel).
 #include "emu.hpp"
 
 // The kernels see the emulation above.
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
   c.name = "emu";
   c.dtype = DType::bf16;
   int which = argc > 1 ? atoi(argv[1]) : 0;
+  const std::string dstate = argc > 2 ? argv[2] : "2";
   bool gate = false, dht = true;
   int64_t slack = 0;
   c.B = 1;
@@ -125,6 +128,25 @@ int main(int argc, char** argv) {
     c.V = 128;
     c.Hqk = 1;
     c.Hv = 2;
+  }
+  if (which == 11) {  // K = V = 128 bf16, the split: varlen, boundaries inside sequences, an empty and a one-row
+    c.seqlens = {260, 0, 1, 190};  // sequence, slack rows, GQA 2
+    slack = 2;
+    c.K = 128;
+    c.V = 128;
+    c.Hqk = 1;
+    c.Hv = 2;
+    segments = 3;
+  }
+  if (which == 12) {  // K = V = 128 bf16, whole walks of 5 chunks (a partial last one), two batch entries, V-major
+    c.B = 2;
+    c.T = 300;
+    c.K = 128;
+    c.V = 128;
+    c.Hqk = 1;
+    c.Hv = 2;
+    c.layout = StateLayout::v_major;
+    c.g_scale = 0.02;
   }
   if (segments > 1) c.g_scale = 0.02;
   GdnInputs in = make_inputs(c);
@@ -218,6 +240,10 @@ int main(int argc, char** argv) {
       printf("plan: %s\n", s.message());
       return;
     }
+    if (dstate == "mma")
+      pl.dstate_pass = ChunkStatePass::mma_sync;
+    else
+      pl.dstate_stages = atoi(dstate.c_str());
     printf("%s", describe(pl, d).c_str());
     if (segments > 1 && !pl.split) printf("case %d: the split was not taken  FAIL\n", which), no_split = true;
     size_t ws = cuda::chunk_bwd_workspace_size(p, d, pl);
@@ -228,11 +254,12 @@ int main(int argc, char** argv) {
   std::vector<HostTensor> ref, got;
   run(true, DType::f64, DType::f64, ref);
   run(false, c.dtype, DType::f32, got);
-  printf("smem prep %zu %zu state %zu dstate %zu grads %zu %zu\n",
+  printf("smem prep %zu %zu state %zu dstate %zu dstate_wg %zu %zu grads %zu %zu\n",
          sizeof(cuda::bwd_detail::PrepSmem<__nv_bfloat16, 128, 128>),
          sizeof(cuda::bwd_detail::PrepSmem<__nv_bfloat16, 64, 128>),
          sizeof(cuda::bwd_detail::StateSmem<__nv_bfloat16, 128>),
-         sizeof(cuda::bwd_detail::DStateSmem<__nv_bfloat16, 128>),
+         sizeof(cuda::bwd_detail::DStateSmem<__nv_bfloat16, 128>), sizeof(cuda::bwd_detail::DStateWgSmem<2>),
+         sizeof(cuda::bwd_detail::DStateWgSmem<1>),
          sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 128>),
          sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 64>));
   if (slack) {

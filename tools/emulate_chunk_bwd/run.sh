@@ -4,8 +4,10 @@
 # (wgmma, TMA, mbarriers: emu_sm90.hpp) and the segment split against the CPU oracle (state_wg_harness.cpp).
 # Usage: bash tools/emulate_chunk_bwd/run.sh [--tsan] [build dir with a CPU libflashgdn_static.a, default build-cpu]
 #   [cases]
-# (cases: numbers 0-10 for chunk_bwd, i0-i2 for the intra-chunk kernel, w0-w5 for the prefill on the wgmma state
-# pass, default all; 7-9 force the chains' segment split, 10 nearly parallel keys; w0 bf16 GQA 2 with a partial last
+# (cases: numbers 0-12 for chunk_bwd, i0-i2 for the intra-chunk kernel, w0-w5 for the prefill on the wgmma state
+# pass, default all; 7-9 and 11 force the chains' segment split, 10 nearly parallel keys, 11-12 K = V = 128 bf16; a
+# chunk_bwd case N runs pass 3 (at K = V = 128) on the plan's wgmma kernel (2 input stages), Ns1 on its one-stage
+# form, Nm on the mma.sync kernel; w0 bf16 GQA 2 with a partial last
 # chunk, w1 varlen with a length-0 sequence and slack rows, w2 / w3 the split forced (decay windows / full
 # summaries), w4 fp16 v-major with checkpoints, w5 the wgmma model alone against plain products). --tsan builds with
 # ThreadSanitizer: it reports every pair of shared-memory accesses of two emulated threads (or async units: wgmma,
@@ -20,7 +22,7 @@ if [[ "${1:-}" == --tsan ]]; then
 fi
 lib="${1:-$root/build-cpu}/libflashgdn_static.a"
 shift || true
-cases="${*:-0 1 2 3 4 5 6 7 8 9 10 i0 i1 i2 w0 w1 w2 w3 w4 w5}"
+cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 i0 i1 i2 w0 w1 w2 w3 w4 w5}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 out="$(mktemp -d)"
 python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"
@@ -42,6 +44,10 @@ for c in $cases; do
     "$out/intra_harness" "${c#i}" || status=1
   elif [[ "$c" == w* ]]; then
     "$out/state_wg_harness" "${c#w}" || status=1
+  elif [[ "$c" == *s1 ]]; then
+    "$out/harness" "${c%s1}" 1 || status=1
+  elif [[ "$c" == *m ]]; then
+    "$out/harness" "${c%m}" mma || status=1
   else
     "$out/harness" "$c" || status=1
   fi

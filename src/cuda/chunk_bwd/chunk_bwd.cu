@@ -264,7 +264,8 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   if (need > 0 && (ws == nullptr || ws_bytes < need))
     return FGDN_INVALID("chunk_bwd: workspace: expected at least ", need, " bytes, got ", ws_bytes);
   ChunkBwdArgs a = make_args(p, d);
-  a.state_wg = pl.state_pass == ChunkStatePass::wgmma;  // the plan's choice (K = V = 128 only)
+  a.state_wg = pl.state_pass == ChunkStatePass::wgmma;  // the plan's choices (K = V = 128 only)
+  a.dstate_wg = pl.dstate_pass == ChunkStatePass::wgmma ? pl.dstate_stages : 0;
   auto* base = static_cast<unsigned char*>(ws);
   if (pl.split) {  // the split's part follows the records and scratch (wl.total is 256-byte aligned)
     unsigned char* sp = base + wl.total;

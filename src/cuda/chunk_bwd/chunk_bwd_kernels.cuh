@@ -1334,7 +1334,8 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
 
 }  // namespace flashgdn::cuda::bwd_detail
 
-// Pass 2 on wgmma (K = V = 128): built on the chain helpers above.
+// Passes 2 and 3 on wgmma (K = V = 128): built on the chain helpers above.
+#include "cuda/chunk_bwd/chunk_bwd_dstate_wg.cuh"
 #include "cuda/chunk_bwd/chunk_bwd_state_wg.cuh"
 
 namespace flashgdn::cuda::bwd_detail {
@@ -1366,17 +1367,33 @@ int launch_state(const ChunkBwdArgs& a, dim3 grid, std::atomic<uint64_t>* done, 
   return launch_one(chunk_bwd_state_kernel<E, K, V>, grid, sizeof(StateSmem<E, K>), done[0], st, a);
 }
 
-// done: [0] the mma.sync state kernel, [1] the wgmma one, [2] the dstate kernel.
+// Pass 3 in the ChainMode set in `a`: on wgmma where the plan chose it (a.dstate_wg = its input stages, 2 or 1;
+// K = V = 128 only: one warpgroup per CTA, the same grid), else on mma.sync. Two stages: one CTA per SM (190 KiB),
+// the next chunk's inputs land under the whole step; one stage: two CTAs per SM (111 KiB), the inputs land under
+// product 2 and the other CTA's work (chunk_bwd_dstate_wg.cuh).
+template <class E, int K, int V>
+int launch_dstate(const ChunkBwdArgs& a, dim3 grid, std::atomic<uint64_t>* done, cudaStream_t st) {
+  if constexpr (K == 128 && V == 128) {
+    if (a.dstate_wg == 1)
+      return launch_one(chunk_bwd_dstate_wg_kernel<E, V, 1>, grid, sizeof(DStateWgSmem<1>) + 1024, done[4], st, a,
+                        kDStateWgThreads);
+    if (a.dstate_wg == 2)
+      return launch_one(chunk_bwd_dstate_wg_kernel<E, V, 2>, grid, sizeof(DStateWgSmem<2>) + 1024, done[3], st, a,
+                        kDStateWgThreads);
+  }
+  return launch_one(chunk_bwd_dstate_kernel<E, K, V>, grid, sizeof(DStateSmem<E, K>), done[2], st, a);
+}
+
+// done: [0] the mma.sync state kernel, [1] the wgmma one, [2] the mma.sync dstate kernel, [3], [4] the wgmma one
+// (two stages, one stage).
 template <class E, int K, int V>
 int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStream_t st) {
   ChunkBwdArgs a = a0;
-  auto dstate = chunk_bwd_dstate_kernel<E, K, V>;
-  const size_t ds = sizeof(DStateSmem<E, K>);
   if (a.items == nullptr) {
     a.chain_mode = kChainWhole;
     const dim3 seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
     int e = launch_state<E, K, V>(a, seqs, done, st);
-    return e == 0 ? launch_one(dstate, seqs, ds, done[2], st, a) : e;
+    return e == 0 ? launch_dstate<E, K, V>(a, seqs, done, st) : e;
   }
   ChunkKernelArgs sc{};  // the scan's fields
   sc.items = a.items, sc.items_cap = a.items_cap, sc.mn = a.mn, sc.N = a.N, sc.Hv = a.Hv, sc.V = V;
@@ -1387,7 +1404,7 @@ int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStrea
   const dim3 sums(unsigned(a.items_cap), unsigned(a.Hv), unsigned((K + V) / kBV));
   for (int dir = 0; dir < 2 && e == 0; ++dir) {
     a.chain_mode = kChainSummary;
-    e = dir == 0 ? launch_state<E, K, V>(a, sums, done, st) : launch_one(dstate, sums, ds, done[2], st, a);
+    e = dir == 0 ? launch_state<E, K, V>(a, sums, done, st) : launch_dstate<E, K, V>(a, sums, done, st);
     if (dir == 0)
       sc.h0 = a.h0, sc.h0_sn = a.h0_sn, sc.h0_sh = a.h0_sh, sc.h0_sr = a.h0_sr;
     else
@@ -1395,14 +1412,14 @@ int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStrea
     if (e == 0) e = static_cast<int>(launch_chunk_scan(sc, a.seq_first, K, dir == 1, st));
     a.chain_mode = kChainSplit;
     if (e == 0)
-      e = dir == 0 ? launch_state<E, K, V>(a, items, done, st) : launch_one(dstate, items, ds, done[2], st, a);
+      e = dir == 0 ? launch_state<E, K, V>(a, items, done, st) : launch_dstate<E, K, V>(a, items, done, st);
   }
   return e;
 }
 
 template <class E, int K, int V>
 int launch_passes(const ChunkBwdArgs& a, void* stream) {
-  static std::atomic<uint64_t> done[5];  // prep, state (mma.sync, wgmma), dstate, grads
+  static std::atomic<uint64_t> done[7];  // prep, state (mma.sync, wgmma), dstate (mma.sync, wgmma 2, 1 stages), grads
   const auto st = static_cast<cudaStream_t>(stream);
   const dim3 chunks(unsigned(a.slots), unsigned(a.Hv)), seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
   int e = launch_one(chunk_bwd_prep_kernel<E, K, V>, chunks, sizeof(PrepSmem<E, K, V>), done[0], st, a);
@@ -1415,7 +1432,7 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
     const int64_t items = a.slots * a.Hv, sms = device_sm_count(dev);
     if (e == 0)
       e = launch_one(chunk_bwd_grads_kernel<E, K, V>, dim3(unsigned(items < sms ? items : sms)),
-                     sizeof(GradSmem<E, K, V>), done[4], st, a, kGradThreads);
+                     sizeof(GradSmem<E, K, V>), done[6], st, a, kGradThreads);
   }
   return e;
 }
