@@ -259,8 +259,7 @@ int main(int argc, char** argv) {
          sizeof(cuda::bwd_detail::PrepSmem<__nv_bfloat16, 64, 128>),
          sizeof(cuda::bwd_detail::StateSmem<__nv_bfloat16, 128>),
          sizeof(cuda::bwd_detail::DStateSmem<__nv_bfloat16, 128>), sizeof(cuda::bwd_detail::DStateWgSmem<2>),
-         sizeof(cuda::bwd_detail::DStateWgSmem<1>),
-         sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 128>),
+         sizeof(cuda::bwd_detail::DStateWgSmem<1>), sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 128>),
          sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 64>));
   if (slack) {
     int64_t bad = 0;

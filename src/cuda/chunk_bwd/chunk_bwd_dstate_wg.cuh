@@ -192,8 +192,9 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     float2 x0[NJ][2];
     uint32_t oh[NJ][2], ol[NJ][2];
     if constexpr (!HOM) {
-      for_pairs<NJ>(16 * wi, 0, lane,
-                    [&](int jn, int e, int r, int j) { x0[jn][e / 2] = *reinterpret_cast<const float2*>(&g.du0[r][j]); });
+      for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
+        x0[jn][e / 2] = *reinterpret_cast<const float2*>(&g.du0[r][j]);
+      });
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int r = r0 + 8 * hr;
@@ -214,7 +215,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     wg::pin(reinterpret_cast<float(&)[2 * 4 * NJ]>(dacc));
 
     // ---- product 1: K dS (k steps of 16 keys, key half at ks / 4); the terms lo*hi (f16), hi*lo, hi*hi
-    float u[NJ][4];  // written by the first wgmma (accumulate = 0)
+    float u[NJ][4];                // written by the first wgmma (accumulate = 0)
     uint32_t kf[8][4], kfl[8][4];  // f16 k: K = hi + lo in bf16 (exact: f16 has 11 significant bits); bf16: unused
     {
       float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
@@ -271,7 +272,8 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       float* dUg = a.dU + rec * (kC * V) + w.j0;
       float nd[NJ][4];
       for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
-        const float2 d0 = HOM ? make_float2(0.f, 0.f) : x0[jn][e / 2];
+        float2 d0 = make_float2(0.f, 0.f);  // HOM: dU0 = 0
+        if constexpr (!HOM) d0 = x0[jn][e / 2];
         const float2 uv = make_float2(fmaf(kb[e / 2], u[jn][e], d0.x), fmaf(kb[e / 2], u[jn][e + 1], d0.y));
         if (!sum) *reinterpret_cast<float2*>(dUg + r * V + j) = uv;
         nd[jn][e] = -uv.x, nd[jn][e + 1] = -uv.y;
@@ -342,7 +344,8 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
 // STAGES: 2 (double-buffered, one CTA per SM) or 1 (early refill, two CTAs per SM); launch_dstate picks it from
 // a.dstate_wg. The M columns of a summary walk their own instantiation (HOM), chosen once per CTA.
 template <class E, int V, int STAGES>
-__global__ void __launch_bounds__(kDStateWgThreads, STAGES == 1 ? 2 : 1) chunk_bwd_dstate_wg_kernel(const ChunkBwdArgs a) {
+__global__ void __launch_bounds__(kDStateWgThreads, STAGES == 1 ? 2 : 1)
+    chunk_bwd_dstate_wg_kernel(const ChunkBwdArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // aligned to 1024 bytes (the swizzle) by an offset from smem_raw, so that the compiler still sees shared memory
   auto& s = *reinterpret_cast<DStateWgSmem<STAGES>*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));

@@ -1411,8 +1411,7 @@ int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStrea
       sc.h0 = a.dht, sc.h0_sn = a.dht_sn, sc.h0_sh = a.dht_sh, sc.h0_sr = a.dht_sr;
     if (e == 0) e = static_cast<int>(launch_chunk_scan(sc, a.seq_first, K, dir == 1, st));
     a.chain_mode = kChainSplit;
-    if (e == 0)
-      e = dir == 0 ? launch_state<E, K, V>(a, items, done, st) : launch_dstate<E, K, V>(a, items, done, st);
+    if (e == 0) e = dir == 0 ? launch_state<E, K, V>(a, items, done, st) : launch_dstate<E, K, V>(a, items, done, st);
   }
   return e;
 }
