@@ -664,27 +664,39 @@ TEST(ChunkBwdPlan, AutomaticSegmentSplit) {
   EXPECT_TRUE(pl.split) << pl.why;
 }
 
-// Pass 2 runs on wgmma where K = V = 128 (bf16 and f16), on mma.sync where K or V is 64; the text says which. Its
-// cheaper step (the cost model's weights) keeps the unsplit training shapes unsplit and the few-head split at P = 8.
+// Passes 2 and 3 run on wgmma where K = V = 128 (bf16 and f16; pass 3 with 2 input stages), on mma.sync where K or V
+// is 64; the text says which. Their cheaper steps (the cost model's weights) keep the unsplit training shapes unsplit
+// and the few-head split at P = 8.
 TEST(ChunkBwdPlan, StatePassKernel) {
   ChunkShape s;
   s.T = 32768, s.Hqk = 16, s.Hv = 32;
   ChunkBwdPlan pl = bwd_plan(bwd_call(s));
   EXPECT_EQ(pl.state_pass, ChunkStatePass::wgmma);
+  EXPECT_EQ(pl.dstate_pass, ChunkStatePass::wgmma);
+  EXPECT_EQ(pl.dstate_stages, 2);
   EXPECT_FALSE(pl.split) << pl.why;
   std::string text = describe(pl, bwd_call(s).d);
   EXPECT_NE(text.find("state pass: wgmma (K = V = 128), 128 threads"), std::string::npos) << text;
+  EXPECT_NE(text.find("dstate pass: wgmma (K = V = 128), 128 threads per CTA, 2 input stages"), std::string::npos)
+      << text;
+  pl.dstate_stages = 1;  // the one-stage form (launch code and tests set it)
+  text = describe(pl, bwd_call(s).d);
+  EXPECT_NE(text.find("dstate pass: wgmma (K = V = 128), 128 threads per CTA, 1 input stage\n"), std::string::npos)
+      << text;
   s.Hqk = s.Hv = 4;
   pl = bwd_plan(bwd_call(s));
   EXPECT_EQ(pl.state_pass, ChunkStatePass::wgmma);
+  EXPECT_EQ(pl.dstate_pass, ChunkStatePass::wgmma);
   EXPECT_TRUE(pl.split) << pl.why;
   EXPECT_EQ(pl.segments, 8) << pl.why;
   for (auto [K, V] : {std::pair<int64_t, int64_t>{64, 64}, {64, 128}, {128, 64}}) {
     s.K = K, s.V = V;
     pl = bwd_plan(bwd_call(s));
     EXPECT_EQ(pl.state_pass, ChunkStatePass::mma_sync) << K << " " << V;
+    EXPECT_EQ(pl.dstate_pass, ChunkStatePass::mma_sync) << K << " " << V;
     text = describe(pl, bwd_call(s).d);
     EXPECT_NE(text.find("state pass: mma.sync (K or V = 64), 256 threads"), std::string::npos) << text;
+    EXPECT_NE(text.find("dstate pass: mma.sync (K or V = 64), 256 threads per CTA\n"), std::string::npos) << text;
   }
   // a forced split keeps the kernel choice
   s.K = s.V = 128;
@@ -693,6 +705,7 @@ TEST(ChunkBwdPlan, StatePassKernel) {
   pl = bwd_plan(c);
   EXPECT_TRUE(pl.split);
   EXPECT_EQ(pl.state_pass, ChunkStatePass::wgmma);
+  EXPECT_EQ(pl.dstate_pass, ChunkStatePass::wgmma);
 }
 
 TEST(ChunkBwdPlan, SegmentOverrideAndWorkspace) {
