@@ -14,10 +14,11 @@
 //               [value][key] hi / lo written by stmatrix.trans from the registers; an f16 k is split into bf16
 //               hi + lo in registers and adds K_lo dS_hi: 24 wgmma rs); dU stored (fp32, over dU0, for pass 4), -dU
 //               split into hi + lo and stored transposed (stmatrix.trans); diag(qg) dO split and stored transposed
+//               while product 1 runs
 //   product 2   dS <- e_n dS + Q^T (diag(qg) dO) + W^T (-dU) per key block: Q^T Ob_lo + Q^T Ob_hi (+ Q_lo^T Ob_hi
 //               for f16), W_lo^T (-dU)_hi + W_hi^T (-dU)_lo + W_hi^T (-dU)_hi (20 wgmma rs per key block, Q^T and
-//               W^T by ldmatrix.trans of the swizzled q and W tiles); then dS as the next step's dS^T (hi, lo) and
-//               as the fp32 record of chunk c - 1 (pass 4 reads it)
+//               W^T by ldmatrix.trans of the swizzled q and W tiles; 24 for f16); then dS as the next step's dS^T
+//               (hi, lo) and as the fp32 record of chunk c - 1 (pass 4 reads it)
 //
 // The M columns of a summary (`hom`: dU0 = 0, dO = 0) walk a second instantiation without the Q product, the q, dO
 // and dU0 loads (HOM: a template parameter, so that no wgmma group holds a data-dependent branch).
@@ -26,9 +27,9 @@
 // zeros): chunk c - 1's W (hi, lo), k, q, dO columns, dU0 columns and record rows. STAGES = 2: a second stage, issued
 // under chunk c's product 1, so that the step waits on no load (one CTA per SM). STAGES = 1 (early refill, two CTAs
 // per SM): the one stage is refilled as soon as every thread is done with it, at the step's second barrier: by then
-// each thread holds what it needs of the stage in registers (the factors, dU0 and dO of its rows, the Q^T and W^T
-// fragments of product 2) and product 1's reads of k are waited, so chunk c - 1's copies run under product 2 and the
-// end of the step. Synchronization per chunk: two CTA barriers (= the warpgroup), as in the mma.sync kernel:
+// each thread has read what it needs of the stage (the factors, dU0 and dO of its rows; the Q^T and W^T fragments
+// of product 2, in registers) and product 1's reads of k are waited, so chunk c - 1's copies run under product 2
+// and the end of the step. Synchronization per chunk: two CTA barriers (= the warpgroup), as in the mma.sync kernel:
 // [stage c landed (wait + proxy fence by each copier), dS^T written] and [(-dU)^T, Ob^T written; product 1 waited;
 // every read of the stage done]. Every wgmma group is waited within its step (no group in flight across the loop's
 // back edge or a barrier), so the barriers order the async-proxy reads against the next generic writes.
@@ -183,31 +184,9 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     wg::fence_async_smem();  // this thread's copies and dS^T stores, before the async proxy's (wgmma) reads
     __syncthreads();         // stage bf landed (every thread's copies); dS^T complete; (-dU)^T, Ob^T free
 
-    // the step's factors, dU0 and Ob into registers, before product 1 is issued (a branch while a wgmma group is in
-    // flight makes ptxas wait for it at the join): e_n = e^{gamma_{n-1}}, kb of rows r0, r0 + 8; qg_r = scale
-    // rho_q,r e^{gamma_r} (scale Gamma Q^ = diag(qg) Q), Ob = diag(qg) dO split into hi + lo
+    // e_n = e^{gamma_{n-1}} before product 1 (for dS <- e_n dS); every other factor and operand of the step is formed
+    // while product 1 runs
     const float gl = g.rows[0][nv - 1], en = expf(gl);
-    float kb[2];
-    row_kb(kb, g.rows, gl, nv, 16 * wi, lane);
-    float2 x0[NJ][2];
-    uint32_t oh[NJ][2], ol[NJ][2];
-    if constexpr (!HOM) {
-      for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
-        x0[jn][e / 2] = *reinterpret_cast<const float2*>(&g.du0[r][j]);
-      });
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int r = r0 + 8 * hr;
-        const float qg = r < nv ? a.scale * g.rows[1][r] * expf(g.rows[0][r]) : 0.f;
-#pragma unroll
-        for (int jn = 0; jn < NJ; ++jn) {
-          const float2 d =
-              chunk_detail::Elem<!kF16>::unpack(*reinterpret_cast<const uint32_t*>(&g.dO[r][8 * jn + 2 * t4]));
-          const Split2 y = split_pair<false>(qg * d.x, qg * d.y);
-          oh[jn][hr] = y.hi, ol[jn][hr] = y.lo;
-        }
-      }
-    }
 
     // dS <- e_n dS, pinned before product 1 (wg::pin): under product 1, ptxas waits for it before the multiplications
     // (C7517); sunk into product 2's group, the products would wait on it (C7519)
@@ -252,7 +231,20 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     if constexpr (STAGES == 2) {
       if (c > w.c_begin) dstate_wg_prefetch<E, V, HOM>(a, s.stg[bf ^ 1], w, c - 1, h, tid);
     }
-    if constexpr (!HOM) {
+    if constexpr (!HOM) {  // Ob = diag(qg) dO, qg_r = scale rho_q,r e^{gamma_r} (scale Gamma Q^ = diag(qg) Q), split
+      uint32_t oh[NJ][2], ol[NJ][2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = r0 + 8 * hr;
+        const float qg = r < nv ? a.scale * g.rows[1][r] * expf(g.rows[0][r]) : 0.f;
+#pragma unroll
+        for (int jn = 0; jn < NJ; ++jn) {
+          const float2 d =
+              chunk_detail::Elem<!kF16>::unpack(*reinterpret_cast<const uint32_t*>(&g.dO[r][8 * jn + 2 * t4]));
+          const Split2 y = split_pair<false>(qg * d.x, qg * d.y);
+          oh[jn][hr] = y.hi, ol[jn][hr] = y.lo;
+        }
+      }
       chunk_detail::store_transposed(obt_addr, oh, wi, lane);
       chunk_detail::store_transposed(obt_addr + 4096, ol, wi, lane);
     }
@@ -268,12 +260,15 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     if constexpr (!kF16) load_p2();
     wg::wait0();
     if constexpr (kF16) load_p2();
-    {  // dU = dU0 + diag(kb) K dS stored (fp32, over dU0); -dU as hi + lo, transposed, for product 2
+    {  // dU = dU0 + diag(kb) K dS stored (fp32, over dU0); -dU as hi + lo, transposed, for product 2; kb_r =
+       // rho_k,r e^{gamma_{n-1} - gamma_r} of rows r0, r0 + 8
+      float kb[2];
+      row_kb(kb, g.rows, gl, nv, 16 * wi, lane);
       float* dUg = a.dU + rec * (kC * V) + w.j0;
       float nd[NJ][4];
       for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
         float2 d0 = make_float2(0.f, 0.f);  // HOM: dU0 = 0
-        if constexpr (!HOM) d0 = x0[jn][e / 2];
+        if constexpr (!HOM) d0 = *reinterpret_cast<const float2*>(&g.du0[r][j]);
         const float2 uv = make_float2(fmaf(kb[e / 2], u[jn][e], d0.x), fmaf(kb[e / 2], u[jn][e + 1], d0.y));
         if (!sum) *reinterpret_cast<float2*>(dUg + r * V + j) = uv;
         nd[jn][e] = -uv.x, nd[jn][e + 1] = -uv.y;
