@@ -85,7 +85,8 @@ struct BenchOptions {
   std::vector<std::string> cases;
   std::string json_path;
   int reps = 20;
-  ExecOptions exec;  // kernel overrides for A/B runs (--recurrent-kernel, --chunk-segments, --chunk-bwd-segments)
+  ExecOptions exec;  // kernel overrides for A/B runs (--recurrent-kernel, --chunk-segments, --chunk-bwd-segments,
+                     // --chunk-bwd-chains)
   std::string gates = "uniform";  // the prefill's g per token (--gates)
 };
 
@@ -532,6 +533,11 @@ Command add_bench(CLI::App& app) {
                   "force the training backward's chain split: 1 off, P segments (exec.chunk_bwd_segments; 0 auto)")
       ->check(integer_in<int32_t>(0, 4096))
       ->type_name("P");
+  sub->add_option("--chunk-bwd-chains", opt->exec.chunk_bwd_chains,
+                  "the training backward's two state chains: 1 one after the other, 2 both at once "
+                  "(exec.chunk_bwd_chains; 0 auto)")
+      ->check(integer_in<int32_t>(0, 2))
+      ->type_name("C");
   return {sub, [opt] { return run_bench(*opt); }};
 }
 

@@ -181,85 +181,37 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
 namespace {
 
 // The chain kernels' time per chunk step, in steps of the mma.sync state kernel (2.8 us on the H200 at T = 32K,
-// Hv = 32: 1.44 ms / 512 steps): the dstate kernel's 3.85 us (1.97 ms / 512), the wgmma state kernel's 2.07 us
-// (1.06 ms / 512), all measured by ncu.
-constexpr double kStepStateMma = 1.0, kStepStateWg = 0.74, kStepDstate = 1.37;
+// Hv = 32: 1.44 ms / 512 steps): the mma.sync dstate kernel's 3.85 us (1.97 ms / 512), the wgmma state kernel's
+// 2.07 us (1.06 ms / 512), all measured by ncu. The wgmma dstate kernel's step is an estimate, not yet measured: the
+// mma.sync one's times the ratio that pass 2 measured for the same move (0.74).
+constexpr double kStepStateMma = 1.0, kStepStateWg = 0.74, kStepDstateMma = 1.37, kStepDstateWg = 0.74 * 1.37;
 
-// The wgmma pass 2's input stages (docs/chunk_bwd.md "Pass 2 on wgmma"): 2, every input of the next chunk in flight
-// for a whole step (141 KiB, one CTA per SM), or 1, k single-buffered and U0 in registers (107 KiB, two CTAs per SM;
-// the same bits). Two until the one-stage form is measured on the H200; an A/B builds with
-// -DFLASHGDN_BWD_STATE_STAGES=1 (plan.cpp alone reads it).
-#ifndef FLASHGDN_BWD_STATE_STAGES
-#define FLASHGDN_BWD_STATE_STAGES 2
-#endif
-constexpr int32_t kBwdStateStages = FLASHGDN_BWD_STATE_STAGES;
-static_assert(kBwdStateStages == 1 || kBwdStateStages == 2, "the wgmma state pass has one or two input stages");
-
-// The segment count of the backward's chains. A chain CTA (one per SM: the mma.sync state kernel's 8 warps and
-// 152 KiB, the wgmma one's warpgroup and 141 KiB, the dstate kernel's 206 KiB) walks the chunks of one (item, value
-// head, 32 state columns); its summaries have (K + V) / 32 column CTAs per (item, head), each priced at 0.9 of a
-// walking CTA per chunk (no stores; the reverse chain's M columns skip the Q product), in cheapest_segments' model
-// with the two chains' mean step (both chains take the same P, and their grids are alike). At one CTA per SM a split
-// pays only where the unsplit CTAs leave SMs idle: N Hv V / 32 >= SMs is never split.
-//
-// With the one-stage wgmma state pass (state_stages = 1: 107 KiB, two CTAs per SM) the state chain's walking and
-// summary CTAs run two per SM, and the model prices each chain on its own (the same P for both), per chain
-//   c(P) = step x(n) (Ls w + 20 (w - 1)) + [P > 1] step x(s) Ls 0.9 ceil(s / (m SMs)),   w = ceil(n / (m SMs)),
-// n = N P Hv V / 32 walking and s = N (P - 1) Hv (K + V) / 32 summary CTAs, m the CTAs per SM (2 for that state
-// chain, 1 for the dstate chain), x(n) = 1 where n <= SMs (one CTA per SM), else kStepShared: a step of two CTAs
-// sharing an SM against one alone, a guess (latency-bound steps overlap, but the L2 reads, ~60 % of the wgmma state
-// step at 128 CTAs, double); and
-//   cost(P) = (c_state(P) + c_dstate(P)) / 2 + [P > 1] (0.3 (P - 1) + 3),
-// which at m = 1 for both is cheapest_segments' cost with the mean step. B = 1, T = 32K, K = V = 128 (512 chunks,
-// 132 SMs): Hv = 32, P = 1: 128 CTAs, one per SM, 540 chunk-steps as before; P = 2: the state chain's 256 walking
-// and 256 summary CTAs at two per SM, (0.74 x 1.4 (256 + 0.9 x 256) + 1.37 (2 x 256 + 20 + 0.9 x 2 x 256)) / 2 + 3.3
-// = 935 (1051 at one per SM), so no split while the dstate chain runs one CTA per SM; Hv = 4, P = 8: 181 (194).
-// The unsplit CTAs end the search where they fill the SMs at two per SM (N Hv V / 32 >= 2 SMs).
+// Both chains at once (ChunkBwdPlan::chains_concurrent, K = V = 128): the one-stage wgmma state and dstate
+// kernels (107 and 111 KiB, two CTAs per SM) run in one launch per phase whose grid holds both chains' CTAs, so an SM
+// runs a state CTA beside a dstate CTA and their latency-bound steps overlap. kStepShared is a step of two CTAs
+// sharing an SM against one alone (a guess until measured: the L2 reads, ~60 % of the wgmma state step, double).
 constexpr double kStepShared = 1.4;
+// Whether the plan runs both chains at once where it can (exec.chunk_bwd_chains = 0).
+constexpr bool kChainsConcurrentByDefault = false;
 
-double bwd_chain_cost(int64_t N, int64_t ls, int64_t nseg, int64_t walk, int64_t sum, double step, int32_t sms,
-                      int per_sm) {
-  const auto x = [&](int64_t ctas) { return per_sm > 1 && ctas > sms ? kStepShared : 1.0; };
-  const int64_t n = N * nseg * walk, waves = ceil_div(n, int64_t(per_sm) * sms);
-  double c = step * x(n) * (double(ls) * double(waves) + 20.0 * double(waves - 1));
-  if (nseg > 1) {
-    const int64_t s = N * (nseg - 1) * sum;
-    c += step * x(s) * double(ls) * 0.9 * double(ceil_div(s, int64_t(per_sm) * sms));
-  }
-  return c;
-}
-
-int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, ChunkStatePass state, int32_t stages,
-                          std::string* why) {
+// The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 152 KiB, the wgmma
+// one's warpgroup and 141 KiB, the mma.sync dstate kernel's 206 KiB, the wgmma one's 191 KiB with two stages: one
+// per SM) walks the chunks of one (item, value head, 32 state columns); its summaries have (K + V) / 32 column CTAs
+// per (item, head), each priced at 0.9 of a walking CTA per chunk (no stores; the reverse chain's M columns skip the
+// Q product), in cheapest_segments' model with the two chains' mean step (both chains take the same P, and their
+// grids are alike). At one CTA per SM a split pays only where the unsplit CTAs leave SMs idle: N Hv V / 32 >= SMs
+// is never split. Concurrent chains: one grid of both chains' CTAs at two per SM (2 SMs slots), each phase as long
+// as the slower chain's step at kStepShared.
+int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, const ChunkBwdPlan& pl, std::string* why) {
   const int64_t cols = d.V / kChunkBwdChainCols, sum_cols = (d.K + d.V) / kChunkBwdChainCols;
-  const bool wg = state == ChunkStatePass::wgmma;
-  if (!wg || stages != 1) {
-    const double step = 0.5 * ((wg ? kStepStateWg : kStepStateMma) + kStepDstate);
-    return cheapest_segments(d.N, avg, d.Hv * cols, d.Hv * sum_cols, 0.9, 1.0, step, sms, "N Hv V / 32", "chain CTAs",
-                             why);
-  }
-  const int64_t base = d.N * d.Hv * cols;
-  if (base >= 2 * int64_t(sms)) {
-    *why = detail::str_cat("N Hv V / 32 = ", base, " CTAs fill the ", sms, " SMs at two per SM: no split");
-    return 1;
-  }
-  if (avg < 16) {
-    *why = detail::str_cat("sequences of ~", avg, " chunks (< 16): no split");
-    return 1;
-  }
-  double best = 1e30;
-  int64_t P = 1;
-  for (int cand = 1; cand <= 64; ++cand) {
-    const int64_t ls = ceil_div(avg, cand), nseg = ceil_div(avg, ls);
-    const double cost = 0.5 * (bwd_chain_cost(d.N, ls, nseg, d.Hv * cols, d.Hv * sum_cols, kStepStateWg, sms, 2) +
-                               bwd_chain_cost(d.N, ls, nseg, d.Hv * cols, d.Hv * sum_cols, kStepDstate, sms, 1)) +
-                        (nseg > 1 ? 0.3 * double(nseg - 1) + 3.0 : 0.0);
-    if (cost < best - 1e-9) best = cost, P = nseg;
-  }
-  *why =
-      detail::str_cat("cost model (state chain at two CTAs per SM): N Hv V / 32 = ", base, " chain CTAs on ", sms,
-                      " SMs, ~", avg, " chunks each: P = ", P, " (", best, " chunk-steps)", P == 1 ? ": no split" : "");
-  return P;
+  const double s_state = pl.state_pass == ChunkStatePass::wgmma ? kStepStateWg : kStepStateMma;
+  const double s_dstate = pl.dstate_pass == ChunkStatePass::wgmma ? kStepDstateWg : kStepDstateMma;
+  if (pl.chains_concurrent)
+    return cheapest_segments(d.N, avg, 2 * d.Hv * cols, 2 * d.Hv * sum_cols, 0.9, 1.0,
+                             kStepShared * std::max(s_state, s_dstate), 2 * sms, "2 N Hv V / 32",
+                             "chain CTAs (both chains, two per SM)", why);
+  return cheapest_segments(d.N, avg, d.Hv * cols, d.Hv * sum_cols, 0.9, 1.0, 0.5 * (s_state + s_dstate), sms,
+                           "N Hv V / 32", "chain CTAs", why);
 }
 
 }  // namespace
@@ -269,16 +221,32 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   ChunkBwdPlan pl;
   pl.sms = std::max(dev.sms, 1);
   pl.state_pass = d.K == 128 && d.V == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync;
-  pl.state_stages = kBwdStateStages;
+  pl.dstate_pass = pl.state_pass;  // both chains on wgmma at K = V = 128
+  const int32_t chains = p.exec.chunk_bwd_chains;
+  if (chains < 0 || chains > 2)
+    return FGDN_INVALID(
+        "chunk_bwd: exec.chunk_bwd_chains: expected 0 (auto), 1 (one after the other) or 2 (at once), "
+        "got ",
+        chains);
+  const bool wg = pl.state_pass == ChunkStatePass::wgmma;
+  if (chains == 2 && !wg)
+    return FGDN_ERROR(unsupported,
+                      "chunk_bwd: exec.chunk_bwd_chains = 2: both chains at once need K = V = 128, got K=", d.K,
+                      " V=", d.V);
+  pl.chains_concurrent = chains == 2 || (chains == 0 && wg && kChainsConcurrentByDefault);
+  pl.state_stages = pl.dstate_stages = pl.chains_concurrent ? 1 : 2;
   const int64_t nch_total = ceil_div(d.T, kChunkFwdChunk);
   const int64_t avg = d.varlen ? ceil_div(nch_total, std::max<int64_t>(d.N, 1)) : nch_total;
   plan_segments(&pl, p.exec.chunk_bwd_segments, "exec.chunk_bwd_segments", d, avg, nch_total,
-                [&] { return auto_bwd_segments(d, avg, pl.sms, pl.state_pass, pl.state_stages, &pl.why); });
+                [&] { return auto_bwd_segments(d, avg, pl.sms, pl, &pl.why); });
   if (pl.split) {
     pl.ws_items = 0;
     pl.ws_seq_first = align_up(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem));
     pl.ws_mn = pl.ws_seq_first + align_up(size_t(d.N) * sizeof(int32_t));
-    pl.split_bytes = pl.ws_mn + size_t(pl.cap) * size_t(d.Hv) * size_t(d.K) * size_t(d.K + d.V) * sizeof(float);
+    // one [M | N] buffer per chain when they run at once; else the reverse chain reuses the forward one's
+    const size_t mn = size_t(pl.cap) * size_t(d.Hv) * size_t(d.K) * size_t(d.K + d.V) * sizeof(float);
+    pl.ws_mn_rev = pl.chains_concurrent ? pl.ws_mn + align_up(mn) : pl.ws_mn;
+    pl.split_bytes = pl.ws_mn_rev + mn;
   }
   *out = std::move(pl);
   return Status::OK();
@@ -293,12 +261,18 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
   s += str_cat("  prep pass: grid (", slots, ", ", d.Hv,
                "), one record per (chunk slot, value head); grads pass: ", std::min<int64_t>(slots * d.Hv, pl.sms),
                " persistent CTAs over the ", slots * d.Hv, " records\n");
-  const bool wg = pl.state_pass == ChunkStatePass::wgmma;
-  s += str_cat(
-      "  state pass: ", state_pass_name(pl.state_pass), wg ? " (K = V = 128), 128" : " (K or V = 64), 256",
-      " threads per CTA",
-      wg ? (pl.state_stages == 1 ? ", 1 input stage (two CTAs per SM)" : ", 2 input stages (one CTA per SM)") : "",
-      "; dstate pass: mma.sync, 256 threads per CTA\n");
+  const bool wg = pl.state_pass == ChunkStatePass::wgmma, dwg = pl.dstate_pass == ChunkStatePass::wgmma;
+  const auto stages = [](int32_t n) {
+    return n == 1 ? ", 1 input stage (two CTAs per SM)" : ", 2 input stages (one CTA per SM)";
+  };
+  s += str_cat("  state pass: ", state_pass_name(pl.state_pass), wg ? " (K = V = 128), 128" : " (K or V = 64), 256",
+               " threads per CTA", wg ? stages(pl.state_stages) : "",
+               "; dstate pass: ", state_pass_name(pl.dstate_pass), dwg ? " (K = V = 128), 128" : " (K or V = 64), 256",
+               " threads per CTA", dwg ? stages(pl.dstate_stages) : "", "\n");
+  s += str_cat("  chains: ",
+               pl.chains_concurrent ? "both at once (one launch per phase, a state and a dstate CTA per SM)"
+                                    : "one after the other",
+               "\n");
   if (!pl.split) {
     s += str_cat("  state and dstate chains: grid (", d.N, ", ", d.Hv, ", ", cols, "), every chunk of a sequence\n");
   } else {

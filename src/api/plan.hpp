@@ -53,12 +53,19 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d);
 // The passes of docs/chunk_bwd.md. The two chains (the state pass forward over the chunks, the state-gradient pass
 // in reverse) walk one CTA per (sequence, value head, 32 state columns); with the segment split (gdn-math §6) each
 // runs three times: summaries [M | N] of its segments, the scan of the segment boundary states, every segment from
-// its boundary state. The state pass runs on wgmma where K = V = 128 (one warpgroup per CTA), on mma.sync where K or
-// V is 64.
+// its boundary state. Both chains run on wgmma where K = V = 128 (one warpgroup per CTA), on mma.sync where K or V is
+// 64.
 struct ChunkBwdPlan {
   int32_t sms = 0;
-  ChunkStatePass state_pass = ChunkStatePass::mma_sync;  // pass 2's kernel
-  int32_t state_stages = 2;  // the wgmma pass 2's input stages: 2 (141 KiB, one CTA per SM), 1 (107 KiB, two)
+  ChunkStatePass state_pass = ChunkStatePass::mma_sync;   // pass 2's kernel
+  ChunkStatePass dstate_pass = ChunkStatePass::mma_sync;  // pass 3's kernel
+  // The wgmma passes' input stages: 2 (double-buffered, one CTA per SM: the faster at one chain alone) or 1 (early
+  // refill, two CTAs per SM: both chains at once, `chains`). docs/chunk_bwd.md "Pass 2 on wgmma", "Pass 3 on wgmma".
+  int32_t state_stages = 2;
+  int32_t dstate_stages = 2;
+  // Both chains in one launch per phase (exec.chunk_bwd_chains; K = V = 128, both at one stage): a state and a dstate
+  // CTA per SM, so that their latency-bound steps overlap. Else pass 2, then pass 3.
+  bool chains_concurrent = false;
   bool split = false;
   bool forced = false;     // exec.chunk_bwd_segments decided the split
   int64_t segments = 1;    // P: segments of a typical sequence
@@ -66,8 +73,8 @@ struct ChunkBwdPlan {
   int64_t cap = 0;         // work items: an upper bound of the number of segments over all sequences (split)
   // The split's workspace, after the records and scratch (cuda::chunk_bwd_workspace_size adds them):
   // [items | seq_first | summaries], offsets from its start, each part 256-byte aligned.
-  size_t ws_items = 0, ws_seq_first = 0, ws_mn = 0, split_bytes = 0;
-  std::string why;  // the split decision
+  size_t ws_items = 0, ws_seq_first = 0, ws_mn = 0, ws_mn_rev = 0, split_bytes = 0;  // ws_mn_rev: the reverse chain's
+  std::string why;                                                                   // the split decision
 };
 
 inline constexpr int64_t kChunkBwdChainCols = 32;  // state columns per chain CTA

@@ -664,33 +664,84 @@ TEST(ChunkBwdPlan, AutomaticSegmentSplit) {
   EXPECT_TRUE(pl.split) << pl.why;
 }
 
-// Pass 2 runs on wgmma where K = V = 128 (bf16 and f16), on mma.sync where K or V is 64; the text says which. Its
-// cheaper step (the cost model's weights) keeps the unsplit training shapes unsplit and the few-head split at P = 8.
+// exec.chunk_bwd_chains: 0 the plan's, 1 one after the other, 2 both at once (K = V = 128 only); the split then
+// keeps one summary buffer per chain.
+TEST(ChunkBwdPlan, ChainsOverride) {
+  ChunkShape s;
+  s.T = 32768, s.Hqk = s.Hv = 4;  // split at P = 8
+  BwdCall c = bwd_call(s);
+  c.p.exec.chunk_bwd_chains = 1;
+  ChunkBwdPlan pl = bwd_plan(c);
+  EXPECT_FALSE(pl.chains_concurrent);
+  ASSERT_TRUE(pl.split) << pl.why;
+  const size_t mn = size_t(pl.cap) * 4 * 128 * 256 * sizeof(float);
+  EXPECT_EQ(pl.ws_mn_rev, pl.ws_mn);
+  EXPECT_EQ(pl.split_bytes, pl.ws_mn + mn);
+  c.p.exec.chunk_bwd_chains = 2;
+  pl = bwd_plan(c);
+  EXPECT_TRUE(pl.chains_concurrent);
+  ASSERT_TRUE(pl.split) << pl.why;
+  EXPECT_EQ(pl.ws_mn_rev, pl.ws_mn + up256(mn));
+  EXPECT_EQ(pl.split_bytes, pl.ws_mn_rev + mn);
+  c.p.exec.chunk_bwd_chains = 3;
+  ChunkBwdPlan bad;
+  Status st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
+  EXPECT_EQ(st.code(), StatusCode::invalid_argument) << st.message();
+  EXPECT_NE(st.message().find("exec.chunk_bwd_chains: expected 0 (auto), 1"), std::string::npos) << st.message();
+  s.K = s.V = 64;
+  c = bwd_call(s);
+  c.p.exec.chunk_bwd_chains = 2;
+  st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
+  EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();
+  EXPECT_NE(st.message().find("need K = V = 128, got K=64 V=64"), std::string::npos) << st.message();
+}
+
+// Passes 2 and 3 run on wgmma where K = V = 128 (bf16 and f16; pass 3 with 2 input stages), on mma.sync where K or V
+// is 64; the text says which. Their cheaper steps (the cost model's weights) keep the unsplit training shapes unsplit
+// and the few-head split at P = 8.
 TEST(ChunkBwdPlan, StatePassKernel) {
   ChunkShape s;
   s.T = 32768, s.Hqk = 16, s.Hv = 32;
   ChunkBwdPlan pl = bwd_plan(bwd_call(s));
   EXPECT_EQ(pl.state_pass, ChunkStatePass::wgmma);
+  EXPECT_EQ(pl.dstate_pass, ChunkStatePass::wgmma);
+  EXPECT_EQ(pl.dstate_stages, 2);
   EXPECT_FALSE(pl.split) << pl.why;
   std::string text = describe(pl, bwd_call(s).d);
   EXPECT_NE(text.find("state pass: wgmma (K = V = 128), 128 threads"), std::string::npos) << text;
-  // its input stages: 2 (one CTA per SM) unless the build says 1 (FLASHGDN_BWD_STATE_STAGES, plan.cpp), and the text
-  // says which
-  EXPECT_TRUE(pl.state_stages == 1 || pl.state_stages == 2) << pl.state_stages;
-  EXPECT_NE(text.find(pl.state_stages == 1 ? "1 input stage (two CTAs per SM)" : "2 input stages (one CTA per SM)"),
+  // the default: both chains with 2 input stages (one CTA per SM), one after the other, and the text says so
+  EXPECT_EQ(pl.state_stages, 2);
+  EXPECT_FALSE(pl.chains_concurrent);
+  EXPECT_NE(text.find("threads per CTA, 2 input stages (one CTA per SM); dstate pass: wgmma (K = V = 128), 128 threads "
+                      "per CTA, 2 input stages (one CTA per SM)\n  chains: one after the other\n"),
+            std::string::npos)
+      << text;
+  // both at once (exec.chunk_bwd_chains = 2): one stage each, one summary buffer per chain under a split
+  BwdCall both = bwd_call(s);
+  both.p.exec.chunk_bwd_chains = 2;
+  pl = bwd_plan(both);
+  EXPECT_TRUE(pl.chains_concurrent);
+  EXPECT_EQ(pl.state_stages, 1);
+  EXPECT_EQ(pl.dstate_stages, 1);
+  text = describe(pl, both.d);
+  EXPECT_NE(text.find("1 input stage (two CTAs per SM); dstate pass: wgmma (K = V = 128), 128 threads per CTA, 1 input "
+                      "stage (two CTAs per SM)\n  chains: both at once"),
             std::string::npos)
       << text;
   s.Hqk = s.Hv = 4;
   pl = bwd_plan(bwd_call(s));
   EXPECT_EQ(pl.state_pass, ChunkStatePass::wgmma);
+  EXPECT_EQ(pl.dstate_pass, ChunkStatePass::wgmma);
   EXPECT_TRUE(pl.split) << pl.why;
   EXPECT_EQ(pl.segments, 8) << pl.why;
   for (auto [K, V] : {std::pair<int64_t, int64_t>{64, 64}, {64, 128}, {128, 64}}) {
     s.K = K, s.V = V;
     pl = bwd_plan(bwd_call(s));
     EXPECT_EQ(pl.state_pass, ChunkStatePass::mma_sync) << K << " " << V;
+    EXPECT_EQ(pl.dstate_pass, ChunkStatePass::mma_sync) << K << " " << V;
     text = describe(pl, bwd_call(s).d);
     EXPECT_NE(text.find("state pass: mma.sync (K or V = 64), 256 threads"), std::string::npos) << text;
+    EXPECT_NE(text.find("dstate pass: mma.sync (K or V = 64), 256 threads per CTA\n"), std::string::npos) << text;
   }
   // a forced split keeps the kernel choice
   s.K = s.V = 128;
@@ -699,6 +750,7 @@ TEST(ChunkBwdPlan, StatePassKernel) {
   pl = bwd_plan(c);
   EXPECT_TRUE(pl.split);
   EXPECT_EQ(pl.state_pass, ChunkStatePass::wgmma);
+  EXPECT_EQ(pl.dstate_pass, ChunkStatePass::wgmma);
 }
 
 TEST(ChunkBwdPlan, SegmentOverrideAndWorkspace) {

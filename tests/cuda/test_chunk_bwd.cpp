@@ -5,7 +5,7 @@
 // bounded by twice that. Cases: gdn-math §10.4, varlen with empty sequences and NaN-filled slack rows (their
 // gradients must be exactly zero), GQA 1/2/4, K, V in {64, 128}, both layouts, the l2norm and gate chains, and
 // bitwise determinism, eager and CUDA-graph replay; the chains' segment split forced (P = 1 and P > 1) and chosen
-// by the plan; pass 2 on wgmma (K = V = 128, the plan's choice) against pass 2 on mma.sync.
+// by the plan; passes 2 and 3 on wgmma (K = V = 128, the plan's choice) against each on mma.sync.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,6 +38,7 @@ struct BwdCase {
   int special = 0;          // 1: identical keys, beta = 1, g = 0; 2: g = -30; 3: nearly parallel keys, beta = 1, g = 0
   int32_t segments = 0;     // exec.chunk_bwd_segments: 0 the plan's choice, 1 unsplit, P > 1 the chains' split
   double gate_decay = 1.0;  // the fused gate's e^{A_log} scaled by it
+  int32_t chains = 0;       // exec.chunk_bwd_chains: 0 the plan's choice, 1 one after the other, 2 both at once
 };
 
 BwdCase bcase(const std::string& name, int64_t B, int64_t T, int64_t Hqk, int64_t Hv, int64_t K, int64_t V) {
@@ -141,6 +142,7 @@ void set_options(const BwdCase& bc, ChunkBwdParams* p) {
   p->gate.use_beta_sigmoid_in_kernel = bc.gate;
   p->gate.allow_neg_eigval = bc.neg_eig;
   p->exec.chunk_bwd_segments = bc.segments;  // the CPU backend ignores it
+  p->exec.chunk_bwd_chains = bc.chains;
 }
 
 // The oracle: the public API on CPU tensors in fp64, inputs cast from the device's values.
@@ -646,6 +648,117 @@ TEST(CudaChunkBwd, StatePassSingleStageTwoCtasPerSm) {
   }
 }
 
+// Pass 3 on wgmma (the plan's choice at K = V = 128; two input stages, and the one-stage form) against pass 3 on
+// mma.sync, the same inputs through the same plan with only its dstate_pass (and dstate_stages) changed. The kernels
+// take the same operand splits with fp32 accumulation and differ only in the order of their sums (dS, dU agree to a
+// few fp32 roundings): the gradients within 2e-3 of each other, dh0 included; both against the oracle; the stage
+// count changes no sum (the one-stage run bitwise equal to the two-stage one), and the wgmma run is bitwise stable
+// over repeats.
+Grads run_gpu_dstate_pass(const BwdCase& bc, const Problem& pr, ChunkStatePass pass, int32_t stages) {
+  GpuRun run(bc, pr);
+  SeqDims d;
+  EXPECT_TRUE(validate(run.p, &d).ok());
+  int sms = 0;
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  ChunkBwdPlan pl;
+  EXPECT_TRUE(plan_chunk_bwd(run.p, d, DeviceFacts{sms}, &pl).ok());
+  EXPECT_EQ(pl.dstate_pass, d.K == 128 && d.V == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync);
+  EXPECT_EQ(pl.dstate_stages, 2);
+  pl.dstate_pass = pass;
+  pl.dstate_stages = stages;
+  EXPECT_LE(cuda::chunk_bwd_workspace_size(run.p, d, pl), run.ws_bytes);
+  run.poison();
+  const Status st = cuda::chunk_bwd(run.p, d, pl, run.ws, run.ws_bytes, nullptr);
+  EXPECT_TRUE(st.ok()) << st.message();
+  run.fetch();
+  return run.out;
+}
+
+// The public call with exec.chunk_bwd_chains = chains (2: both chains in one launch per phase, one stage each).
+Grads run_gpu_chains(BwdCase bc, const Problem& pr, int32_t chains) {
+  bc.chains = chains;
+  GpuRun run(bc, pr);
+  run.poison();
+  const Status st = run.launch();
+  EXPECT_TRUE(st.ok()) << st.message();
+  run.fetch();
+  return run.out;
+}
+
+void check_dstate_pass(BwdCase b) {
+  SCOPED_TRACE(b.c.name);
+  const Problem pr = make_problem(b);
+  const Grads ref = run_oracle(b, pr);
+  const Grads mma = run_gpu_dstate_pass(b, pr, ChunkStatePass::mma_sync, 2);
+  const Grads wg = run_gpu_dstate_pass(b, pr, ChunkStatePass::wgmma, 2);
+  const Grads wg1 = run_gpu_dstate_pass(b, pr, ChunkStatePass::wgmma, 1);
+  const std::string name = b.c.name;
+  b.c.name = name + "_mma_sync";
+  expect_close(b, pr, ref, mma);
+  b.c.name = name + "_wgmma";
+  expect_close(b, pr, ref, wg);
+  b.c.name = name + "_wgmma_1stage";
+  expect_close(b, pr, ref, wg1);
+  EXPECT_LE(rel_err(wg.dq, mma.dq), 2e-3) << name << " dq: wgmma vs mma.sync";
+  EXPECT_LE(rel_err(wg.dk, mma.dk), 2e-3) << name << " dk: wgmma vs mma.sync";
+  EXPECT_LE(rel_err(wg.dv, mma.dv), 2e-3) << name << " dv: wgmma vs mma.sync";
+  EXPECT_LE(rel_err(wg.dg, mma.dg), 2e-3) << name << " dg: wgmma vs mma.sync";
+  EXPECT_LE(rel_err(wg.dbeta, mma.dbeta), 2e-3) << name << " dbeta: wgmma vs mma.sync";
+  EXPECT_LE(rel_err(wg.dh0, mma.dh0), 2e-3) << name << " dh0: wgmma vs mma.sync";
+  EXPECT_TRUE(same_bits(wg, wg1)) << name << ": one stage against two";
+  // both chains at once (their one-stage forms in one launch per phase, the reverse summaries in a buffer of their
+  // own): the same products in the same order, so the same bits as one chain after the other
+  const Grads both = run_gpu_chains(b, pr, 2);
+  EXPECT_TRUE(same_bits(wg, both)) << name << ": both chains at once against one after the other";
+  EXPECT_TRUE(same_bits(wg, run_gpu_chains(b, pr, 1))) << name << ": exec.chunk_bwd_chains = 1";
+  for (int i = 0; i < 3; ++i)
+    EXPECT_TRUE(same_bits(wg, run_gpu_dstate_pass(b, pr, ChunkStatePass::wgmma, 2))) << name << " repeat " << i;
+}
+
+TEST(CudaChunkBwd, DStatePassWgmmaAgainstMmaSync) {
+  REQUIRE_GPU();
+  // a 64-chunk walk (weak decay: every chunk's gradient reaches the earlier ones), V-major, GQA 2
+  BwdCase b = bcase("dwg_walk_t4096_gqa2_vmajor", 1, 4096, 2, 4, 128, 128);
+  b.c.g_scale = 0.02;
+  b.c.layout = StateLayout::v_major;
+  b.segments = 1;
+  check_dstate_pass(b);
+  // f16 (k and Q^T split into bf16 hi + lo in registers), two batch entries, no h0
+  b = bcase("dwg_f16_b2_t700_no_h0", 2, 700, 2, 4, 128, 128);
+  b.c.dtype = DType::f16;
+  b.c.g_scale = 0.02;
+  b.c.has_h0 = false;
+  b.segments = 1;
+  check_dstate_pass(b);
+  // varlen: empty sequences, one-row and one-chunk sequences, slack rows, the fused gate
+  b = bcase("dwg_varlen_slack_gate", 1, 0, 2, 4, 128, 128);
+  b.c.seqlens = {0, 1, 64, 0, 777, 65, 0};
+  b.slack = 5;
+  b.gate = true;
+  b.gate_decay = 0.01;
+  b.segments = 1;
+  check_dstate_pass(b);
+  // the split forced: several segments per sequence (summaries with their M columns, the reverse scan, segments from
+  // their boundary gradients), an empty sequence and one shorter than a segment
+  b = bcase("dwg_split_varlen_p5", 1, 0, 2, 4, 128, 128);
+  b.c.seqlens = {900, 0, 40, 1300};
+  b.c.g_scale = 0.02;
+  b.slack = 3;
+  b.segments = 5;
+  check_dstate_pass(b);
+  b = bcase("dwg_split_f16_p3_no_dht", 1, 1000, 1, 2, 128, 128);
+  b.c.dtype = DType::f16;
+  b.c.g_scale = 0.02;
+  b.has_dht = false;
+  b.segments = 3;
+  check_dstate_pass(b);
+  // nearly parallel keys (W^T dU and K dS cancel most when the keys align)
+  b = bcase("dwg_near_parallel_keys", 1, 300, 1, 2, 128, 128);
+  b.special = 3;
+  b.segments = 1;
+  check_dstate_pass(b);
+}
+
 // Bitwise determinism over repeated runs, and a CUDA graph of the call replays to the eager result; unsplit and with
 // the chains' segment split.
 void check_deterministic(const BwdCase& b) {
@@ -695,6 +808,12 @@ TEST(CudaChunkBwd, DeterministicAndGraphReplayEqualsEager) {
   check_deterministic(b);
   b.c.name = "determinism_varlen_gqa_gate_split3";
   b.segments = 3;
+  check_deterministic(b);
+  b.c.name = "determinism_varlen_gqa_gate_split3_both_chains";  // both chains in one launch per phase
+  b.chains = 2;
+  check_deterministic(b);
+  b.c.name = "determinism_varlen_gqa_gate_both_chains";
+  b.segments = 1;
   check_deterministic(b);
 }
 

@@ -108,7 +108,8 @@ root, dst = sys.argv[1], sys.argv[2]
 src = os.path.join(root, "src/cuda")
 # (source, generated name); sources a branch does not have are skipped. The generated files include each other.
 SOURCES = (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk_bwd/chunk_bwd_mma.cuh", "chunk_bwd_mma.cuh"),
-           ("chunk_bwd/chunk_bwd_state_wg.cuh", "chunk_bwd_state_wg.cuh"), ("chunk_bwd/chunk_bwd.cu", "chunk_bwd_host.inc"),
+           ("chunk_bwd/chunk_bwd_state_wg.cuh", "chunk_bwd_state_wg.cuh"),
+           ("chunk_bwd/chunk_bwd_dstate_wg.cuh", "chunk_bwd_dstate_wg.cuh"), ("chunk_bwd/chunk_bwd.cu", "chunk_bwd_host.inc"),
            ("chunk_fwd/chunk_split.cuh", "chunk_split.cuh"), ("chunk_fwd/chunk_fwd_intra.cuh", "chunk_fwd_intra.cuh"),
            ("chunk_fwd/chunk_fwd_state_wg.cuh", "chunk_fwd_state_wg.cuh"), ("chunk_fwd/chunk_fwd.cu", "chunk_fwd_host.inc"))
 for name, out in SOURCES:

@@ -1,8 +1,9 @@
 // The CUDA chunk_bwd (src/cuda/chunk_bwd/) run in the host emulation of emu.hpp against the CPU oracle (fp64
 // recurrence through the public API), on fresh random inputs with NaN outputs and NaN slack rows. Prints the
-// relative error of every gradient. Usage: harness <case 0-12> (run.sh builds and runs all). EMU_STATE_STAGES=1 runs
-// the wgmma pass 2 (K = V = 128) in its one-stage form (the plan's state_stages), EMU_STATE_STAGES=12 both forms:
-// the one-stage run against the oracle and bitwise against the two-stage one.
+// relative error of every gradient. Usage: harness <case 0-12> [chains: 2 | 1 | c | mma] (run.sh builds and runs
+// all). At K = V = 128 the second argument runs the chains on the wgmma kernels with 2 input stages (the plan's
+// choice), with 1 stage each (one after the other), with 1 stage both at once (exec.chunk_bwd_chains = 2), or pass 3
+// on the mma.sync kernel; 1 and c are also compared bitwise with 2 (the same products in the same order).
 #include "emu.hpp"
 
 // The kernels see the emulation above.
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   c.name = "emu";
   c.dtype = DType::bf16;
   int which = argc > 1 ? atoi(argv[1]) : 0;
+  const std::string dstate = argc > 2 ? argv[2] : "2";
   bool gate = false, dht = true;
   int64_t slack = 0;
   c.B = 1;
@@ -146,6 +148,25 @@ int main(int argc, char** argv) {
     c.Hqk = 1;
     c.Hv = 2;
   }
+  if (which == 11) {  // K = V = 128 bf16, the split: varlen, boundaries inside sequences, an empty and a one-row
+    c.seqlens = {260, 0, 1, 190};  // sequence, slack rows, GQA 2
+    slack = 2;
+    c.K = 128;
+    c.V = 128;
+    c.Hqk = 1;
+    c.Hv = 2;
+    segments = 3;
+  }
+  if (which == 12) {  // K = V = 128 bf16, whole walks of 5 chunks (a partial last one), two batch entries, V-major
+    c.B = 2;
+    c.T = 300;
+    c.K = 128;
+    c.V = 128;
+    c.Hqk = 1;
+    c.Hv = 2;
+    c.layout = StateLayout::v_major;
+    c.g_scale = 0.02;
+  }
   if (segments > 1) c.g_scale = 0.02;
   GdnInputs in = make_inputs(c);
   if (which == 10) {  // nearly parallel keys (correlation ~0.99): the cancelling sums of pass 4 at their worst
@@ -188,9 +209,7 @@ int main(int argc, char** argv) {
   }
   if (slack)
     for (HostTensor* t : {&in.q, &in.k, &in.v, &in.g, &in.beta, &d_o}) *t = grow(*t, slack);
-  const char* stages_env = std::getenv("EMU_STATE_STAGES");
-  const std::string stages = stages_env ? stages_env : "2";
-  auto run = [&](bool oracle, DType io, DType f, std::vector<HostTensor>& outs, int32_t state_stages = 2) {
+  auto run = [&](bool oracle, DType io, DType f, std::vector<HostTensor>& outs, const std::string& form) {
     auto cv = [&](const HostTensor& t, DType dt) { return t.empty_shape() ? HostTensor() : t.cast(dt); };
     DType fin = oracle ? DType::f64 : DType::f32;
     HostTensor q = cv(in.q, io), k = cv(in.k, io), v = cv(in.v, io), g = cv(in.g, fin), b = cv(in.beta, fin),
@@ -234,13 +253,15 @@ int main(int argc, char** argv) {
       return;
     }
     p.exec.chunk_bwd_segments = segments;
+    p.exec.chunk_bwd_chains = form == "c" && c.K == 128 && c.V == 128 ? 2 : 1;
     ChunkBwdPlan pl;
     s = plan_chunk_bwd(p, d, DeviceFacts{132}, &pl);
     if (!s.ok()) {
       printf("plan: %s\n", s.message());
       return;
     }
-    pl.state_stages = state_stages;
+    if (form == "mma") pl.dstate_pass = ChunkStatePass::mma_sync;
+    if (form == "1") pl.state_stages = pl.dstate_stages = 1;
     printf("%s", describe(pl, d).c_str());
     if (segments > 1 && !pl.split) printf("case %d: the split was not taken  FAIL\n", which), no_split = true;
     size_t ws = cuda::chunk_bwd_workspace_size(p, d, pl);
@@ -249,22 +270,24 @@ int main(int argc, char** argv) {
     if (!s.ok()) printf("emu: %s\n", s.message());
   };
   std::vector<HostTensor> ref, got, two;
-  run(true, DType::f64, DType::f64, ref);
-  run(false, c.dtype, DType::f32, got, stages == "2" ? 2 : 1);
+  run(true, DType::f64, DType::f64, ref, "2");
+  run(false, c.dtype, DType::f32, got, dstate);
   int diff = 0;
-  if (stages == "12") {  // the two forms of the wgmma pass 2: the same products in the same order, the same bits
-    run(false, c.dtype, DType::f32, two, 2);
+  if (dstate == "1" || dstate == "c") {  // the one-stage forms: the same products in the same order, the same bits
+    run(false, c.dtype, DType::f32, two, "2");
     for (size_t i = 0; i < got.size(); ++i) {
       const bool same = got[i].bit_equal(two[i]);
       diff += !same;
-      printf("case %d output %zu: one stage vs two %s\n", which, i, same ? "bitwise equal" : "DIFFERENT  FAIL");
+      printf("case %d output %zu: chains %s vs 2 stages %s\n", which, i, dstate.c_str(),
+             same ? "bitwise equal" : "DIFFERENT  FAIL");
     }
   }
-  printf("smem prep %zu %zu state %zu state_wg %zu (one stage %zu) dstate %zu grads %zu %zu\n",
+  printf("smem prep %zu %zu state %zu state_wg %zu %zu dstate %zu dstate_wg %zu %zu grads %zu %zu\n",
          sizeof(cuda::bwd_detail::PrepSmem<__nv_bfloat16, 128, 128>),
          sizeof(cuda::bwd_detail::PrepSmem<__nv_bfloat16, 64, 128>),
          sizeof(cuda::bwd_detail::StateSmem<__nv_bfloat16, 128>), sizeof(cuda::bwd_detail::StateWgSmem<2>),
          sizeof(cuda::bwd_detail::StateWgSmem<1>), sizeof(cuda::bwd_detail::DStateSmem<__nv_bfloat16, 128>),
+         sizeof(cuda::bwd_detail::DStateWgSmem<2>), sizeof(cuda::bwd_detail::DStateWgSmem<1>),
          sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 128>),
          sizeof(cuda::bwd_detail::GradSmem<__nv_bfloat16, 128, 64>));
   if (slack) {

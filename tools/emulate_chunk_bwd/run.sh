@@ -5,13 +5,15 @@
 # Usage: bash tools/emulate_chunk_bwd/run.sh [--tsan] [build dir with a CPU libflashgdn_static.a, default build-cpu]
 #   [cases]
 # (cases: numbers 0-12 for chunk_bwd, i0-i2 for the intra-chunk kernel, w0-w5 for the prefill on the wgmma state
-# pass, default all; 7-9 and 11 force the chains' segment split, 10 nearly parallel keys, 11-12 K = V = 128 bf16;
-# EMU_STATE_STAGES=1 runs chunk_bwd's wgmma pass 2 in its one-stage form, =12 both forms, compared bitwise; w0 bf16
-# GQA 2 with a partial last chunk, w1 varlen with a length-0 sequence and slack rows, w2 / w3 the split forced (decay
-# windows / full summaries), w4 fp16 v-major with checkpoints, w5 the wgmma model alone against plain products).
-# --tsan builds with ThreadSanitizer: it reports every pair of shared-memory accesses of two emulated threads (or
-# async units: wgmma, TMA) that no barrier, mbarrier phase or async wait orders (and fails the case). Under --tsan a
-# w case takes 10-90 s of CPU on two cores, chunk_bwd's case 10 a few minutes.
+# pass, default all; 7-9 and 11 force the chains' segment split, 10 nearly parallel keys, 11-12 K = V = 128 bf16; a
+# chunk_bwd case N runs the chains (at K = V = 128) on the plan's wgmma kernels (2 input stages), Ns1 on their
+# one-stage forms one after the other, Nc both at once (exec.chunk_bwd_chains = 2; Ns1 and Nc are compared bitwise
+# with N), Nm pass 3 on the mma.sync kernel; w0 bf16 GQA 2 with a partial last chunk, w1 varlen with a length-0
+# sequence and slack rows, w2 / w3 the split forced (decay windows / full summaries), w4 fp16 v-major with
+# checkpoints, w5 the wgmma model alone against plain products). --tsan builds with ThreadSanitizer: it reports every
+# pair of shared-memory accesses of two emulated threads (or async units: wgmma, TMA) that no barrier, mbarrier phase
+# or async wait orders (and fails the case). Under --tsan a w case takes 10-90 s of CPU on two cores, chunk_bwd's
+# case 10 a few minutes.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 flags=(-O1 -Wno-psabi)
@@ -43,6 +45,12 @@ for c in $cases; do
     "$out/intra_harness" "${c#i}" || status=1
   elif [[ "$c" == w* ]]; then
     "$out/state_wg_harness" "${c#w}" || status=1
+  elif [[ "$c" == *s1 ]]; then
+    "$out/harness" "${c%s1}" 1 || status=1
+  elif [[ "$c" == *c ]]; then
+    "$out/harness" "${c%c}" c || status=1
+  elif [[ "$c" == *m ]]; then
+    "$out/harness" "${c%m}" mma || status=1
   else
     "$out/harness" "$c" || status=1
   fi

@@ -264,14 +264,17 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   if (need > 0 && (ws == nullptr || ws_bytes < need))
     return FGDN_INVALID("chunk_bwd: workspace: expected at least ", need, " bytes, got ", ws_bytes);
   ChunkBwdArgs a = make_args(p, d);
-  a.state_wg = pl.state_pass == ChunkStatePass::wgmma;  // the plan's choice (K = V = 128 only)
+  a.state_wg = pl.state_pass == ChunkStatePass::wgmma;  // the plan's choices (K = V = 128 only)
   a.state_stages = pl.state_stages;
+  a.dstate_wg = pl.dstate_pass == ChunkStatePass::wgmma ? pl.dstate_stages : 0;
+  a.chains_concurrent = pl.chains_concurrent;
   auto* base = static_cast<unsigned char*>(ws);
   if (pl.split) {  // the split's part follows the records and scratch (wl.total is 256-byte aligned)
     unsigned char* sp = base + wl.total;
     a.items = reinterpret_cast<const ChunkWorkItem*>(sp + pl.ws_items);
     a.seq_first = reinterpret_cast<int32_t*>(sp + pl.ws_seq_first);
     a.mn = reinterpret_cast<float*>(sp + pl.ws_mn);
+    a.mn_rev = reinterpret_cast<float*>(sp + pl.ws_mn_rev);
     a.items_cap = pl.cap;
     a.seg_chunks = pl.seg_chunks;
   }

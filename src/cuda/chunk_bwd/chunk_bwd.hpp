@@ -6,7 +6,7 @@
 //   2. state  (per sequence, value head, 32 state columns; serial over chunks): the chunk start states S0 and
 //             U = U0 - W S0 (on wgmma at K = V = 128, else mma.sync);
 //   3. dstate (per sequence, value head, 32 columns; serial, reverse): the chunk-end state gradients dS,
-//             dU += Kbar dS, and dh0;
+//             dU += Kbar dS, and dh0 (on wgmma at K = V = 128, else mma.sync);
 //      (2 and 3 may each run as the segment split of gdn-math §6: summaries, a scan, all segments in parallel;
 //      ChainMode below, plan_chunk_bwd decides);
 //   4. grads  (persistent CTAs over every chunk and value head): dq, dk (per value head), dv, dbeta, dgamma -> dg
@@ -83,6 +83,8 @@ struct ChunkBwdArgs {
   int64_t slots;         // chunk slots: B ceil(T / 64) (fixed length) or N + ceil(T / 64) (varlen)
   int32_t state_wg;      // 1: pass 2 on wgmma (chunk_bwd_state_wg.cuh; K = V = 128), 0: on mma.sync (plan_chunk_bwd)
   int32_t state_stages;  // the wgmma pass 2's input stages: 2 (one CTA per SM) or 1 (two CTAs per SM)
+  // pass 3 on wgmma (chunk_bwd_dstate_wg.cuh; K = V = 128) with 2 or 1 input stages, 0: on mma.sync (plan_chunk_bwd)
+  int32_t dstate_wg;
 
   // ---- workspace (fp32; S0 bf16), one record per (chunk slot, value head); rows past a chunk's end are zero
   float* rows;   // [slots, Hv, 4, 64]: gamma (cumsum of g), rho_q, rho_k (l2norm factors, 1 without), beta
@@ -102,8 +104,10 @@ struct ChunkBwdArgs {
   const ChunkWorkItem* items;  // [items_cap] segments (chunk_index_kernel)
   int32_t* seq_first;          // [N] each sequence's first item
   int64_t items_cap;
-  int64_t seg_chunks;  // chunks per segment
-  float* mn;           // [items_cap, Hv, K, K + V] summaries [M | N], then the scan's states (each chain in turn)
+  int64_t seg_chunks;         // chunks per segment
+  float* mn;                  // [items_cap, Hv, K, K + V] summaries [M | N], then the scan's states (the forward chain)
+  float* mn_rev;              // the same for the reverse chain: mn, or a buffer of its own when both chains run at once
+  int32_t chains_concurrent;  // 1: passes 2 and 3 in one launch per phase (K = V = 128, one input stage each)
 };
 
 // How a chain kernel (passes 2, 3) walks: every chunk of a sequence (grid (N, Hv, V / 32)); one segment from its

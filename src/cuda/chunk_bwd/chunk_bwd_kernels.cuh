@@ -498,15 +498,17 @@ __device__ __forceinline__ void copy_w(__nv_bfloat16 (&dst)[2][kC][tile_ld(K)], 
 struct ChainWork {
   int64_t item = 0, n = 0, sb = 0, st = 0, len = 0, c_begin = 0, c_end = 0;
   int seg = 0, nseg = 1, j0 = 0;
-  bool hom = false;
+  bool hom = false, reverse = false;  // reverse: the dstate chain (its summaries in a.mn_rev)
 };
 
 // false: no work (grid slack past the last segment, or a summary no scan reads: the forward chain's last segment,
 // the reverse chain's first).
+// z: the CTA's column tile within its chain's grid (blockIdx.z, or its part of a grid that holds both chains).
 template <int K>
-__device__ __forceinline__ bool chain_work(const ChunkBwdArgs& a, bool reverse, ChainWork* w) {
+__device__ __forceinline__ bool chain_work(const ChunkBwdArgs& a, bool reverse, ChainWork* w, int z = blockIdx.z) {
   w->item = blockIdx.x;
-  w->j0 = int(blockIdx.z) * kBV;
+  w->j0 = z * kBV;
+  w->reverse = reverse;
   if (a.chain_mode == kChainWhole) {
     w->n = blockIdx.x;
     seq_bounds(a, w->n, &w->sb, &w->st, &w->len);
@@ -525,10 +527,11 @@ __device__ __forceinline__ bool chain_work(const ChunkBwdArgs& a, bool reverse, 
   return true;
 }
 
-// Item `item`'s [M | N] (row stride K + V) and the offset of the CTA's columns in it.
+// Item `item`'s [M | N] (row stride K + V) of the forward or the reverse chain (the same buffer unless both chains
+// run at once).
 template <int K, int V>
-__device__ __forceinline__ float* chain_mn(const ChunkBwdArgs& a, int64_t item, int h) {
-  return a.mn + (item * a.Hv + h) * int64_t(K) * (K + V);
+__device__ __forceinline__ float* chain_mn(const ChunkBwdArgs& a, bool reverse, int64_t item, int h) {
+  return (reverse ? a.mn_rev : a.mn) + (item * a.Hv + h) * int64_t(K) * (K + V);
 }
 
 // The start of a chain CTA's walk, element (i, jj) of its columns: the summary's [I | 0]; the scan's state in the N
@@ -539,7 +542,7 @@ __device__ __forceinline__ float chain_start(const ChunkBwdArgs& a, const ChainW
                                              const float* edge, int64_t sn, int64_t sh, int64_t sr, int i, int jj) {
   if (a.chain_mode == kChainSummary) return w.hom && i == w.j0 + jj ? 1.f : 0.f;
   if (a.chain_mode == kChainSplit && w.seg != (reverse ? w.nseg - 1 : 0))
-    return chain_mn<K, V>(a, reverse ? w.item + 1 : w.item - 1, h)[i * (K + V) + K + w.j0 + jj];
+    return chain_mn<K, V>(a, reverse, reverse ? w.item + 1 : w.item - 1, h)[i * (K + V) + K + w.j0 + jj];
   return edge ? edge[w.n * sn + h * sh + state_off(a.state_vmajor, sr, i, w.j0 + jj)] : 0.f;
 }
 
@@ -558,7 +561,7 @@ __device__ __forceinline__ void chain_start_frags(float (&x)[ChainFrag<K>::NT][4
 template <int K, int V>
 __device__ __forceinline__ void store_summary(const ChunkBwdArgs& a, const ChainWork& w, int h,
                                               const float (&x)[ChainFrag<K>::NT][4], ChainFrag<K> f, int lane) {
-  float* dst = chain_mn<K, V>(a, w.item, h) + (w.hom ? 0 : K) + w.j0;
+  float* dst = chain_mn<K, V>(a, w.reverse, w.item, h) + (w.hom ? 0 : K) + w.j0;
   for_pairs<ChainFrag<K>::NT>(f.m0, f.n0, lane, [&](int nt, int e, int i, int j) {
     *reinterpret_cast<float2*>(dst + i * (K + V) + j) = make_float2(x[nt][e], x[nt][e + 1]);
   });
@@ -1334,12 +1337,27 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
 
 }  // namespace flashgdn::cuda::bwd_detail
 
-// Pass 2 on wgmma (K = V = 128): built on the chain helpers above.
+// Passes 2 and 3 on wgmma (K = V = 128): built on the chain helpers above.
+#include "cuda/chunk_bwd/chunk_bwd_dstate_wg.cuh"
 #include "cuda/chunk_bwd/chunk_bwd_state_wg.cuh"
 
 namespace flashgdn::cuda::bwd_detail {
 
 // ---- launch ----------------------------------------------------------------------------------------------------
+// Which kernels have had their launch attributes set (prepare_launch), one flag each.
+enum : int {
+  kDonePrep,
+  kDoneState,
+  kDoneStateWg2,
+  kDoneStateWg1,
+  kDoneDState,
+  kDoneDStateWg2,
+  kDoneDStateWg1,
+  kDoneGrads,
+  kDoneChains,
+  kDoneCount
+};
+
 template <class Kernel>
 int launch_one(Kernel kernel, dim3 grid, size_t smem, std::atomic<uint64_t>& done, cudaStream_t st,
                const ChunkBwdArgs& a, int threads = kThreads) {
@@ -1360,13 +1378,13 @@ template <class E, int K, int V>
 int launch_state(const ChunkBwdArgs& a, dim3 grid, std::atomic<uint64_t>* done, cudaStream_t st) {
   if constexpr (K == 128 && V == 128) {
     if (a.state_wg && a.state_stages == 1)
-      return launch_one(chunk_bwd_state_wg_kernel<E, V, 1>, grid, sizeof(StateWgSmem<1>) + 1024, done[4], st, a,
-                        kStateWgThreads);
+      return launch_one(chunk_bwd_state_wg_kernel<E, V, 1>, grid, sizeof(StateWgSmem<1>) + 1024, done[kDoneStateWg1],
+                        st, a, kStateWgThreads);
     if (a.state_wg)
-      return launch_one(chunk_bwd_state_wg_kernel<E, V, 2>, grid, sizeof(StateWgSmem<2>) + 1024, done[1], st, a,
-                        kStateWgThreads);
+      return launch_one(chunk_bwd_state_wg_kernel<E, V, 2>, grid, sizeof(StateWgSmem<2>) + 1024, done[kDoneStateWg2],
+                        st, a, kStateWgThreads);
   }
-  return launch_one(chunk_bwd_state_kernel<E, K, V>, grid, sizeof(StateSmem<E, K>), done[0], st, a);
+  return launch_one(chunk_bwd_state_kernel<E, K, V>, grid, sizeof(StateSmem<E, K>), done[kDoneState], st, a);
 }
 
 // Resident CTAs per SM of the wgmma pass 2 with Stages input stages, at the shared memory launch_state gives it.
@@ -1380,57 +1398,96 @@ int state_wg_ctas_per_sm(int* ctas) {
   return static_cast<int>(e);
 }
 
-// done: [0] the mma.sync state kernel, [1] the wgmma one (two stages), [2] the dstate kernel, [4] the wgmma state
-// kernel (one stage; [3] is pass 4's).
+// Pass 3 in the ChainMode set in `a`: on wgmma where the plan chose it (a.dstate_wg = its input stages, 2 or 1;
+// K = V = 128 only: one warpgroup per CTA, the same grid), else on mma.sync. Two stages: one CTA per SM (190 KiB),
+// the next chunk's inputs land under the whole step; one stage: two CTAs per SM (111 KiB), the inputs land under
+// product 2 and the other CTA's work (chunk_bwd_dstate_wg.cuh).
+template <class E, int K, int V>
+int launch_dstate(const ChunkBwdArgs& a, dim3 grid, std::atomic<uint64_t>* done, cudaStream_t st) {
+  if constexpr (K == 128 && V == 128) {
+    if (a.dstate_wg == 1)
+      return launch_one(chunk_bwd_dstate_wg_kernel<E, V, 1>, grid, sizeof(DStateWgSmem<1>) + 1024, done[kDoneDStateWg1],
+                        st, a, kDStateWgThreads);
+    if (a.dstate_wg == 2)
+      return launch_one(chunk_bwd_dstate_wg_kernel<E, V, 2>, grid, sizeof(DStateWgSmem<2>) + 1024, done[kDoneDStateWg2],
+                        st, a, kDStateWgThreads);
+  }
+  return launch_one(chunk_bwd_dstate_kernel<E, K, V>, grid, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
+}
+
+// Both chains in one launch (a.chains_concurrent, K = V = 128): the grid `g` of one chain, twice in z.
+template <class E, int K, int V>
+int launch_both(const ChunkBwdArgs& a, dim3 g, std::atomic<uint64_t>* done, cudaStream_t st) {
+  if constexpr (K == 128 && V == 128) {
+    constexpr size_t s1 = sizeof(StateWgSmem<1>), d1 = sizeof(DStateWgSmem<1>), smem = (s1 > d1 ? s1 : d1) + 1024;
+    return launch_one(chunk_bwd_chains_wg_kernel<E, V>, dim3(g.x, g.y, 2 * g.z), smem, done[kDoneChains], st, a,
+                      kDStateWgThreads);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);  // the plan sets chains_concurrent at K = V = 128 only
+}
+
 template <class E, int K, int V>
 int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStream_t st) {
   ChunkBwdArgs a = a0;
-  auto dstate = chunk_bwd_dstate_kernel<E, K, V>;
-  const size_t ds = sizeof(DStateSmem<E, K>);
+  const bool both = a.chains_concurrent != 0;
   if (a.items == nullptr) {
     a.chain_mode = kChainWhole;
     const dim3 seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
+    if (both) return launch_both<E, K, V>(a, seqs, done, st);
     int e = launch_state<E, K, V>(a, seqs, done, st);
-    return e == 0 ? launch_one(dstate, seqs, ds, done[2], st, a) : e;
+    return e == 0 ? launch_dstate<E, K, V>(a, seqs, done, st) : e;
   }
   ChunkKernelArgs sc{};  // the scan's fields
-  sc.items = a.items, sc.items_cap = a.items_cap, sc.mn = a.mn, sc.N = a.N, sc.Hv = a.Hv, sc.V = V;
+  sc.items = a.items, sc.items_cap = a.items_cap, sc.N = a.N, sc.Hv = a.Hv, sc.V = V;
   sc.state_vmajor = a.state_vmajor;
   int e = static_cast<int>(launch_chunk_index(a.cu_seqlens, a.cu_i64, a.N, a.T, a.seg_chunks,
                                               const_cast<ChunkWorkItem*>(a.items), a.items_cap, a.seq_first, st));
   const dim3 items(unsigned(a.items_cap), unsigned(a.Hv), unsigned(V / kBV));
   const dim3 sums(unsigned(a.items_cap), unsigned(a.Hv), unsigned((K + V) / kBV));
-  for (int dir = 0; dir < 2 && e == 0; ++dir) {
-    a.chain_mode = kChainSummary;
-    e = dir == 0 ? launch_state<E, K, V>(a, sums, done, st) : launch_one(dstate, sums, ds, done[2], st, a);
+  // the scan of one chain: forward start states from h0 over a.mn, reverse end gradients from dht over a.mn_rev
+  const auto scan = [&](int dir) {
+    sc.mn = dir == 0 ? a.mn : a.mn_rev;
     if (dir == 0)
       sc.h0 = a.h0, sc.h0_sn = a.h0_sn, sc.h0_sh = a.h0_sh, sc.h0_sr = a.h0_sr;
     else
       sc.h0 = a.dht, sc.h0_sn = a.dht_sn, sc.h0_sh = a.dht_sh, sc.h0_sr = a.dht_sr;
-    if (e == 0) e = static_cast<int>(launch_chunk_scan(sc, a.seq_first, K, dir == 1, st));
+    return static_cast<int>(launch_chunk_scan(sc, a.seq_first, K, dir == 1, st));
+  };
+  if (both) {  // summaries of both chains, both scans, every segment of both chains
+    a.chain_mode = kChainSummary;
+    if (e == 0) e = launch_both<E, K, V>(a, sums, done, st);
+    if (e == 0) e = scan(0);
+    if (e == 0) e = scan(1);
     a.chain_mode = kChainSplit;
-    if (e == 0)
-      e = dir == 0 ? launch_state<E, K, V>(a, items, done, st) : launch_one(dstate, items, ds, done[2], st, a);
+    if (e == 0) e = launch_both<E, K, V>(a, items, done, st);
+    return e;
+  }
+  for (int dir = 0; dir < 2 && e == 0; ++dir) {
+    a.chain_mode = kChainSummary;
+    e = dir == 0 ? launch_state<E, K, V>(a, sums, done, st) : launch_dstate<E, K, V>(a, sums, done, st);
+    if (e == 0) e = scan(dir);
+    a.chain_mode = kChainSplit;
+    if (e == 0) e = dir == 0 ? launch_state<E, K, V>(a, items, done, st) : launch_dstate<E, K, V>(a, items, done, st);
   }
   return e;
 }
 
 template <class E, int K, int V>
 int launch_passes(const ChunkBwdArgs& a, void* stream) {
-  static std::atomic<uint64_t> done[6];  // prep, state (mma.sync, wgmma), dstate, grads, state (wgmma, one stage)
+  static std::atomic<uint64_t> done[kDoneCount];  // per kernel: its launch attributes are set
   const auto st = static_cast<cudaStream_t>(stream);
   const dim3 chunks(unsigned(a.slots), unsigned(a.Hv)), seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
-  int e = launch_one(chunk_bwd_prep_kernel<E, K, V>, chunks, sizeof(PrepSmem<E, K, V>), done[0], st, a);
-  if (e == 0 && a.slots > 0) e = launch_chains<E, K, V>(a, done + 1, st);
+  int e = launch_one(chunk_bwd_prep_kernel<E, K, V>, chunks, sizeof(PrepSmem<E, K, V>), done[kDonePrep], st, a);
+  if (e == 0 && a.slots > 0) e = launch_chains<E, K, V>(a, done, st);
   if (e == 0 && a.slots == 0)  // no chunk at all: only dh0 = dht (or 0), from the unsplit reverse chain
-    e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[3], st, a);
+    e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
   if (e == 0) {  // pass 4: persistent, one CTA per SM (and none without an item)
     int dev = 0;
     e = static_cast<int>(cudaGetDevice(&dev));
     const int64_t items = a.slots * a.Hv, sms = device_sm_count(dev);
     if (e == 0)
       e = launch_one(chunk_bwd_grads_kernel<E, K, V>, dim3(unsigned(items < sms ? items : sms)),
-                     sizeof(GradSmem<E, K, V>), done[4], st, a, kGradThreads);
+                     sizeof(GradSmem<E, K, V>), done[kDoneGrads], st, a, kGradThreads);
   }
   return e;
 }

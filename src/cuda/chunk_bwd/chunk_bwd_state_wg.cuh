@@ -144,10 +144,9 @@ __device__ __forceinline__ void state_wg_load_u0(float2 (&x0)[NJ][2], const Chun
 // Per step c: [barrier: stage c landed, S0^T] U = U0 - W S0 (wgmma), U stored, (diag(kb) U)^T split
 // [barrier: (diag(kb) U)^T] S <- e_n S + K^T (diag(kb) U) (wgmma, in the registers), then S0^T of chunk c + 1 and its
 // record S0 (bf16, the hi part). A summary stores only its end state (store_summary's columns of [M | N]).
-// Stages = 1 fits two CTAs per SM (__launch_bounds__(128, 2): <= 255 registers a thread).
+// z: the CTA's column tile in its chain's grid (chunk_bwd_state_wg_kernel, chunk_bwd_chains_wg_kernel).
 template <class E, int V, int Stages>
-__global__ void __launch_bounds__(kStateWgThreads, Stages == 1 ? 2 : 1)
-    chunk_bwd_state_wg_kernel(const ChunkBwdArgs a) {
+__device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
   static_assert(Stages == 1 || Stages == 2, "state (wgmma): one or two input stages");
   constexpr int K = 128, NJ = kBV / 8;
   constexpr bool kF16 = std::is_same_v<E, __half>, kOne = Stages == 1;
@@ -160,7 +159,7 @@ __global__ void __launch_bounds__(kStateWgThreads, Stages == 1 ? 2 : 1)
   const int wi = __shfl_sync(0xffffffffu, tid >> 5, 0);
   const int h = blockIdx.y;
   ChainWork w;
-  if (!chain_work<K>(a, false, &w)) return;
+  if (!chain_work<K>(a, false, &w, z)) return;
   const bool sum = a.chain_mode == kChainSummary;
   const int r0 = 16 * wi + (lane >> 2);  // this thread's rows (tokens of product 1, keys of a block of product 2)
 
@@ -323,13 +322,20 @@ __global__ void __launch_bounds__(kStateWgThreads, Stages == 1 ? 2 : 1)
     if (c + 1 < w.c_end) put_state(c + 1);
   }
   if (sum) {  // this CTA's columns of the item's [M | N]
-    float* dst = chain_mn<K, V>(a, w.item, h) + (w.hom ? 0 : K) + w.j0;
+    float* dst = chain_mn<K, V>(a, w.reverse, w.item, h) + (w.hom ? 0 : K) + w.j0;
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb)
       for_pairs<NJ>(64 * mb + 16 * wi, 0, lane, [&](int jn, int e, int i, int j) {
         *reinterpret_cast<float2*>(dst + i * (K + V) + j) = make_float2(sacc[mb][jn][e], sacc[mb][jn][e + 1]);
       });
   }
+}
+
+// Stages = 1 fits two CTAs per SM (__launch_bounds__(128, 2): <= 255 registers a thread).
+template <class E, int V, int Stages>
+__global__ void __launch_bounds__(kStateWgThreads, Stages == 1 ? 2 : 1)
+    chunk_bwd_state_wg_kernel(const ChunkBwdArgs a) {
+  state_wg_chain<E, V, Stages>(a, int(blockIdx.z));
 }
 
 }  // namespace flashgdn::cuda::bwd_detail
