@@ -35,6 +35,7 @@
 // back edge or a barrier), so the barriers order the async-proxy reads against the next generic writes.
 #pragma once
 
+#include "cuda/chunk_bwd/chunk_bwd_state_wg.cuh"  // its tile layouts, and state_wg_chain (both chains at once)
 #include "cuda/chunk_fwd/chunk_fwd_state_wg.cuh"
 #include "cuda/common/wgmma.cuh"
 

@@ -1337,9 +1337,8 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
 
 }  // namespace flashgdn::cuda::bwd_detail
 
-// Passes 2 and 3 on wgmma (K = V = 128): built on the chain helpers above.
+// Passes 2 and 3 on wgmma (K = V = 128): built on the chain helpers above (the dstate file includes the state one).
 #include "cuda/chunk_bwd/chunk_bwd_dstate_wg.cuh"
-#include "cuda/chunk_bwd/chunk_bwd_state_wg.cuh"
 
 namespace flashgdn::cuda::bwd_detail {
 
