@@ -31,10 +31,13 @@ const char* state_pass_name(ChunkStatePass s) {
 // the unsplit CTAs (N walk) fill the SMs or the sequences are short (< 16 chunks). `what`: the unsplit CTAs' count
 // as a formula, `unit`: what they are.
 int64_t cheapest_segments(int64_t N, int64_t avg, int64_t walk, int64_t sum, double f, double full, double step,
-                          int32_t sms, const char* what, const char* unit, std::string* why) {
+                          int32_t sms, const char* what, const char* unit, std::string* why, int per_sm = 1) {
   const int64_t base = N * walk;
+  const char* at = per_sm > 1 ? " SMs at two CTAs per SM" : " SMs";
+  const int32_t real_sms = sms;
+  sms *= per_sm;  // CTA slots
   if (base >= sms) {
-    *why = detail::str_cat(what, " = ", base, " CTAs fill the ", sms, " SMs: no split");
+    *why = detail::str_cat(what, " = ", base, " CTAs fill the ", real_sms, at, ": no split");
     return 1;
   }
   if (avg < 16) {
@@ -53,8 +56,8 @@ int64_t cheapest_segments(int64_t N, int64_t avg, int64_t walk, int64_t sum, dou
     }
     if (cost < best - 1e-9) best = cost, P = nseg;
   }
-  *why = detail::str_cat("cost model: ", base, " ", unit, " on ", sms, " SMs, ~", avg, " chunks each: P = ", P, " (",
-                         best, " chunk-steps)", P == 1 ? ": no split" : "");
+  *why = detail::str_cat("cost model: ", base, " ", unit, " on ", real_sms, at, ", ~", avg, " chunks each: P = ", P,
+                         " (", best, " chunk-steps)", P == 1 ? ": no split" : "");
   return P;
 }
 
@@ -181,18 +184,19 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
 namespace {
 
 // The chain kernels' time per chunk step, in steps of the mma.sync state kernel (2.8 us on the H200 at T = 32K,
-// Hv = 32: 1.44 ms / 512 steps): the mma.sync dstate kernel's 3.85 us (1.97 ms / 512), the wgmma state kernel's
-// 2.07 us (1.06 ms / 512), all measured by ncu. The wgmma dstate kernel's step is an estimate, not yet measured: the
-// mma.sync one's times the ratio that pass 2 measured for the same move (0.74).
-constexpr double kStepStateMma = 1.0, kStepStateWg = 0.74, kStepDstateMma = 1.37, kStepDstateWg = 0.74 * 1.37;
+// Hv = 32: 1.44 ms / 512 steps), all measured by ncu at that shape: the mma.sync dstate kernel's 3.85 us
+// (1.97 ms / 512), the wgmma state kernel's 2.02 us (1.03 ms / 512) and the wgmma dstate kernel's 2.70 us
+// (1.38 ms / 512).
+constexpr double kStepStateMma = 1.0, kStepStateWg = 0.72, kStepDstateMma = 1.37, kStepDstateWg = 0.96;
 
-// Both chains at once (ChunkBwdPlan::chains_concurrent, K = V = 128): the one-stage wgmma state and dstate
-// kernels (107 and 111 KiB, two CTAs per SM) run in one launch per phase whose grid holds both chains' CTAs, so an SM
-// runs a state CTA beside a dstate CTA and their latency-bound steps overlap. kStepShared is a step of two CTAs
-// sharing an SM against one alone (a guess until measured: the L2 reads, ~60 % of the wgmma state step, double).
-constexpr double kStepShared = 1.4;
-// Whether the plan runs both chains at once where it can (exec.chunk_bwd_chains = 0).
-constexpr bool kChainsConcurrentByDefault = false;
+// Both chains at once (ChunkBwdPlan::chains_concurrent, K = V = 128): the one-stage wgmma state and dstate kernels
+// (107 and 111 KiB, two CTAs per SM) run in one launch per phase whose grid holds both chains' CTAs, so an SM runs a
+// state CTA beside a dstate CTA. kStepShared: the step of such a pair against the slower chain's step alone, measured
+// (ncu, T = 32K, Hv = 32): 2.27 ms / 512 = 4.44 us against the dstate kernel's 2.70 us alone. The two CTAs of an SM
+// mostly take turns (their steps are bound by the SM's shared-memory and L2 traffic more than by latency), so both
+// chains at once take 2.27 ms against 1.03 + 1.38 one after the other: 6 % of the chains, and the default.
+constexpr double kStepShared = 1.65;
+constexpr bool kChainsConcurrentByDefault = true;
 
 // The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 152 KiB, the wgmma
 // one's warpgroup and 141 KiB, the mma.sync dstate kernel's 206 KiB, the wgmma one's 191 KiB with two stages: one
@@ -208,8 +212,8 @@ int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, const Chun
   const double s_dstate = pl.dstate_pass == ChunkStatePass::wgmma ? kStepDstateWg : kStepDstateMma;
   if (pl.chains_concurrent)
     return cheapest_segments(d.N, avg, 2 * d.Hv * cols, 2 * d.Hv * sum_cols, 0.9, 1.0,
-                             kStepShared * std::max(s_state, s_dstate), 2 * sms, "2 N Hv V / 32",
-                             "chain CTAs (both chains, two per SM)", why);
+                             kStepShared * std::max(s_state, s_dstate), sms, "2 N Hv V / 32",
+                             "chain CTAs of both chains", why, 2);
   return cheapest_segments(d.N, avg, d.Hv * cols, d.Hv * sum_cols, 0.9, 1.0, 0.5 * (s_state + s_dstate), sms,
                            "N Hv V / 32", "chain CTAs", why);
 }

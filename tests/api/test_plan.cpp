@@ -696,36 +696,37 @@ TEST(ChunkBwdPlan, ChainsOverride) {
   EXPECT_NE(st.message().find("need K = V = 128, got K=64 V=64"), std::string::npos) << st.message();
 }
 
-// Passes 2 and 3 run on wgmma where K = V = 128 (bf16 and f16; pass 3 with 2 input stages), on mma.sync where K or V
-// is 64; the text says which. Their cheaper steps (the cost model's weights) keep the unsplit training shapes unsplit
-// and the few-head split at P = 8.
+// Passes 2 and 3 run on wgmma where K = V = 128 (bf16 and f16), both at once in their one-stage forms unless
+// exec.chunk_bwd_chains = 1, on mma.sync one after the other where K or V is 64; the text says which. Their cheaper
+// steps (the cost model's weights) keep the unsplit training shapes unsplit and the few-head split at P = 8.
 TEST(ChunkBwdPlan, StatePassKernel) {
   ChunkShape s;
   s.T = 32768, s.Hqk = 16, s.Hv = 32;
   ChunkBwdPlan pl = bwd_plan(bwd_call(s));
   EXPECT_EQ(pl.state_pass, ChunkStatePass::wgmma);
   EXPECT_EQ(pl.dstate_pass, ChunkStatePass::wgmma);
-  EXPECT_EQ(pl.dstate_stages, 2);
   EXPECT_FALSE(pl.split) << pl.why;
-  std::string text = describe(pl, bwd_call(s).d);
-  EXPECT_NE(text.find("state pass: wgmma (K = V = 128), 128 threads"), std::string::npos) << text;
-  // the default: both chains with 2 input stages (one CTA per SM), one after the other, and the text says so
-  EXPECT_EQ(pl.state_stages, 2);
-  EXPECT_FALSE(pl.chains_concurrent);
-  EXPECT_NE(text.find("threads per CTA, 2 input stages (one CTA per SM); dstate pass: wgmma (K = V = 128), 128 threads "
-                      "per CTA, 2 input stages (one CTA per SM)\n  chains: one after the other\n"),
-            std::string::npos)
-      << text;
-  // both at once (exec.chunk_bwd_chains = 2): one stage each, one summary buffer per chain under a split
-  BwdCall both = bwd_call(s);
-  both.p.exec.chunk_bwd_chains = 2;
-  pl = bwd_plan(both);
+  // the default: both chains at once (one launch per phase), each in its one-stage form, and the text says so
   EXPECT_TRUE(pl.chains_concurrent);
   EXPECT_EQ(pl.state_stages, 1);
   EXPECT_EQ(pl.dstate_stages, 1);
-  text = describe(pl, both.d);
-  EXPECT_NE(text.find("1 input stage (two CTAs per SM); dstate pass: wgmma (K = V = 128), 128 threads per CTA, 1 input "
-                      "stage (two CTAs per SM)\n  chains: both at once"),
+  std::string text = describe(pl, bwd_call(s).d);
+  EXPECT_NE(text.find("state pass: wgmma (K = V = 128), 128 threads per CTA, 1 input stage (two CTAs per SM); dstate "
+                      "pass: wgmma (K = V = 128), 128 threads per CTA, 1 input stage (two CTAs per SM)\n  chains: both "
+                      "at once"),
+            std::string::npos)
+      << text;
+  // one after the other (exec.chunk_bwd_chains = 1): two input stages each (one CTA per SM)
+  BwdCall serial = bwd_call(s);
+  serial.p.exec.chunk_bwd_chains = 1;
+  pl = bwd_plan(serial);
+  EXPECT_FALSE(pl.chains_concurrent);
+  EXPECT_EQ(pl.state_stages, 2);
+  EXPECT_EQ(pl.dstate_stages, 2);
+  EXPECT_FALSE(pl.split) << pl.why;
+  text = describe(pl, serial.d);
+  EXPECT_NE(text.find("threads per CTA, 2 input stages (one CTA per SM); dstate pass: wgmma (K = V = 128), 128 threads "
+                      "per CTA, 2 input stages (one CTA per SM)\n  chains: one after the other\n"),
             std::string::npos)
       << text;
   s.Hqk = s.Hv = 4;

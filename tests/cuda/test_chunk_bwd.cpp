@@ -519,7 +519,8 @@ TEST(CudaChunkBwd, SegmentSplitChosenByThePlan) {
 // to a few fp32 roundings of S0, U (S0 stored in bf16, so an element may round the other way: the 16-bit dq, dk, dv
 // within 2e-3, dg and dbeta within 2e-3), dh0 bitwise (pass 3 reads nothing of pass 2); both against the oracle, and
 // the wgmma run bitwise stable over repeats.
-Grads run_gpu_state_pass(const BwdCase& bc, const Problem& pr, ChunkStatePass pass, int32_t state_stages = 2) {
+Grads run_gpu_state_pass(BwdCase bc, const Problem& pr, ChunkStatePass pass, int32_t state_stages = 2) {
+  bc.chains = 1;  // one chain after the other: the plan's state_pass and state_stages pick pass 2's kernel
   GpuRun run(bc, pr);
   SeqDims d;
   EXPECT_TRUE(validate(run.p, &d).ok());
@@ -654,7 +655,8 @@ TEST(CudaChunkBwd, StatePassSingleStageTwoCtasPerSm) {
 // few fp32 roundings): the gradients within 2e-3 of each other, dh0 included; both against the oracle; the stage
 // count changes no sum (the one-stage run bitwise equal to the two-stage one), and the wgmma run is bitwise stable
 // over repeats.
-Grads run_gpu_dstate_pass(const BwdCase& bc, const Problem& pr, ChunkStatePass pass, int32_t stages) {
+Grads run_gpu_dstate_pass(BwdCase bc, const Problem& pr, ChunkStatePass pass, int32_t stages) {
+  bc.chains = 1;  // one chain after the other: the plan's dstate_pass and dstate_stages pick pass 3's kernel
   GpuRun run(bc, pr);
   SeqDims d;
   EXPECT_TRUE(validate(run.p, &d).ok());
