@@ -519,8 +519,11 @@ TEST(CudaChunkBwd, SegmentSplitChosenByThePlan) {
 // to a few fp32 roundings of S0, U (S0 stored in bf16, so an element may round the other way: the 16-bit dq, dk, dv
 // within 2e-3, dg and dbeta within 2e-3), dh0 bitwise (pass 3 reads nothing of pass 2); both against the oracle, and
 // the wgmma run bitwise stable over repeats.
-Grads run_gpu_state_pass(BwdCase bc, const Problem& pr, ChunkStatePass pass, int32_t state_stages = 2) {
-  bc.chains = 1;  // one chain after the other: the plan's state_pass and state_stages pick pass 2's kernel
+// The call through the internal entry points with the chains one after the other and the plan's kernel choice for
+// one of them changed by `choose` (the chains' other fields as planned).
+template <class Choose>
+Grads run_gpu_planned(BwdCase bc, const Problem& pr, Choose choose) {
+  bc.chains = 1;
   GpuRun run(bc, pr);
   SeqDims d;
   EXPECT_TRUE(validate(run.p, &d).ok());
@@ -528,15 +531,22 @@ Grads run_gpu_state_pass(BwdCase bc, const Problem& pr, ChunkStatePass pass, int
   EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   ChunkBwdPlan pl;
   EXPECT_TRUE(plan_chunk_bwd(run.p, d, DeviceFacts{sms}, &pl).ok());
-  EXPECT_EQ(pl.state_pass, d.K == 128 && d.V == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync);
-  pl.state_pass = pass;
-  pl.state_stages = state_stages;
+  const ChunkStatePass planned = d.K == 128 && d.V == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync;
+  EXPECT_EQ(pl.state_pass, planned);
+  EXPECT_EQ(pl.dstate_pass, planned);
+  EXPECT_EQ(pl.state_stages, 2);
+  EXPECT_EQ(pl.dstate_stages, 2);
+  choose(pl);
   EXPECT_LE(cuda::chunk_bwd_workspace_size(run.p, d, pl), run.ws_bytes);
   run.poison();
   const Status st = cuda::chunk_bwd(run.p, d, pl, run.ws, run.ws_bytes, nullptr);
   EXPECT_TRUE(st.ok()) << st.message();
   run.fetch();
   return run.out;
+}
+
+Grads run_gpu_state_pass(const BwdCase& bc, const Problem& pr, ChunkStatePass pass, int32_t state_stages = 2) {
+  return run_gpu_planned(bc, pr, [&](ChunkBwdPlan& pl) { pl.state_pass = pass, pl.state_stages = state_stages; });
 }
 
 void check_state_pass(BwdCase b) {
@@ -655,25 +665,8 @@ TEST(CudaChunkBwd, StatePassSingleStageTwoCtasPerSm) {
 // few fp32 roundings): the gradients within 2e-3 of each other, dh0 included; both against the oracle; the stage
 // count changes no sum (the one-stage run bitwise equal to the two-stage one), and the wgmma run is bitwise stable
 // over repeats.
-Grads run_gpu_dstate_pass(BwdCase bc, const Problem& pr, ChunkStatePass pass, int32_t stages) {
-  bc.chains = 1;  // one chain after the other: the plan's dstate_pass and dstate_stages pick pass 3's kernel
-  GpuRun run(bc, pr);
-  SeqDims d;
-  EXPECT_TRUE(validate(run.p, &d).ok());
-  int sms = 0;
-  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  ChunkBwdPlan pl;
-  EXPECT_TRUE(plan_chunk_bwd(run.p, d, DeviceFacts{sms}, &pl).ok());
-  EXPECT_EQ(pl.dstate_pass, d.K == 128 && d.V == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync);
-  EXPECT_EQ(pl.dstate_stages, 2);
-  pl.dstate_pass = pass;
-  pl.dstate_stages = stages;
-  EXPECT_LE(cuda::chunk_bwd_workspace_size(run.p, d, pl), run.ws_bytes);
-  run.poison();
-  const Status st = cuda::chunk_bwd(run.p, d, pl, run.ws, run.ws_bytes, nullptr);
-  EXPECT_TRUE(st.ok()) << st.message();
-  run.fetch();
-  return run.out;
+Grads run_gpu_dstate_pass(const BwdCase& bc, const Problem& pr, ChunkStatePass pass, int32_t stages) {
+  return run_gpu_planned(bc, pr, [&](ChunkBwdPlan& pl) { pl.dstate_pass = pass, pl.dstate_stages = stages; });
 }
 
 // The public call with exec.chunk_bwd_chains = chains (2: both chains in one launch per phase, one stage each).
