@@ -152,6 +152,28 @@ def test_chunk_backward_vs_oracle():
         assert rel(x.grad.double().cpu().numpy(), r.grad.numpy()) < tol
 
 
+def test_chunk_backward_chains_at_once_equal_one_after_the_other():
+    # exec_options(chunk_bwd_chains=...): both state chains in one launch (the default at K = V = 128) or one after
+    # the other give the same gradients bit for bit; K = 64 cannot run them at once and says so
+    q, k, v, g, beta = inputs(1, 300, 1, 2, 128, 128, torch.bfloat16, seed=5)
+    do = torch.randn(1, 300, 2, 128, device="cuda", dtype=torch.bfloat16)
+
+    def grads(chains, K=128):
+        xs = [x[..., :K].clone().requires_grad_(True) if x.dim() == 4 and x is not v else
+              x.clone().requires_grad_(True) for x in (q, k, v, g, beta)]
+        with flashgdn.exec_options(chunk_bwd_chains=chains):
+            o, _ = call(flashgdn.chunk_gated_delta_rule, *xs, use_qk_l2norm_in_kernel=True)
+            o.backward(do)
+        return [x.grad for x in xs]
+
+    for a, b in zip(grads(0), grads(1)):
+        assert torch.equal(a, b)
+    for a, b in zip(grads(0), grads(2)):
+        assert torch.equal(a, b)
+    with pytest.raises(Exception, match="chunk_bwd_chains"):
+        grads(2, K=64)
+
+
 def test_fused_recurrent_vs_oracle():
     lens = [1, 7, 0, 12]
     cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int64, device="cuda")

@@ -73,6 +73,27 @@ def test_autograd_fp32_tolerance():
         assert rel(to_np(x.grad)[0], r) < 1e-4
 
 
+def test_cuda_overrides_pass_through_and_leave_the_cpu_backward_alone():
+    # exec_options' CUDA kernel overrides (the chains' launch form and segment split) reach the op and the CPU backend
+    # ignores them: the same gradients, bit for bit
+    p = Problem(25, [70, 0, 129], Hqk=1, Hv=2, K=16, V=16)
+    rng = np.random.default_rng(26)
+    dO = torch.from_numpy(rng.standard_normal((1, p.cu[-1], p.Hv, p.V))).float()
+
+    def grads():
+        xs = [torch.from_numpy(np.ascontiguousarray(x[None])).float().requires_grad_(True)
+              for x in (p.q, p.k, p.v, p.g, p.beta)]
+        o, _ = flashgdn.chunk_gated_delta_rule(*xs, cu_seqlens=torch.from_numpy(p.cu), use_qk_l2norm_in_kernel=True)
+        o.backward(dO)
+        return [x.grad for x in xs]
+
+    base = grads()
+    for opts in (dict(chunk_bwd_chains=1), dict(chunk_bwd_chains=2, chunk_bwd_segments=3)):
+        with flashgdn.exec_options(**opts):
+            for a, b in zip(base, grads()):
+                assert torch.equal(a, b), opts
+
+
 def test_torch_compile_fullgraph():
     p = Problem(26, [16, 16], Hqk=2, Hv=4, K=8, V=8)
     B, T = 2, 16

@@ -123,24 +123,6 @@ int main(int argc, char** argv) {
     c.dtype = DType::f16;
     segments = 3;
   }
-  if (which == 11) {  // K = V = 128 bf16, the split: three segments with a partial last chunk, GQA 2, h0 and dht
-    c.T = 300;
-    c.K = 128;
-    c.V = 128;
-    c.Hqk = 1;
-    c.Hv = 2;
-    segments = 3;
-  }
-  if (which == 12) {  // K = V = 128 bf16, whole walks of five chunks (weak decay), two batch entries, V-major
-    c.B = 2;
-    c.T = 300;
-    c.K = 128;
-    c.V = 128;
-    c.Hqk = 1;
-    c.Hv = 1;
-    c.layout = StateLayout::v_major;
-    c.g_scale = 0.02;
-  }
   if (which == 10) {
     c.T = 128;
     c.K = 128;
