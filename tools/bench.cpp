@@ -515,8 +515,8 @@ Command add_bench(CLI::App& app) {
          "--recurrent-kernel",
          [opt](const std::string& s) {
            if (!recurrent_kernel_from_name(s.c_str(), &opt->exec.recurrent_kernel))
-             throw CLI::ValidationError("--recurrent-kernel",
-                                        "expected auto, persistent, direct, direct_pipe or wy, got '" + s + "'");
+             throw CLI::ValidationError(
+                 "--recurrent-kernel", "expected auto, persistent, direct, direct_pipe, wy or wy_mma, got '" + s + "'");
          },
          "force the decode kernel (exec.recurrent_kernel)")
       ->type_name("NAME");

@@ -25,7 +25,7 @@ std::string plan_help() {
       "                  (exec.chunk_bwd_chains)\n"
       "  recurrent keys: N T Hqk Hv K V (defaults 1 1 16 32 128 128), pool=f32|bf16|f16|none, layout=k|v,\n"
       "                  verify=0|1 (bf16 intermediate states, no commit), kernel=auto|persistent|direct|\n"
-      "                  direct_pipe|wy (exec.recurrent_kernel), sms\n"
+      "                  direct_pipe|wy|wy_mma (exec.recurrent_kernel), sms\n"
       "  mixer_decode keys: N T Hqk Hv (defaults 1 1 16 32; K = V = 128, Kc = 4, bf16 activations),\n"
       "                  pool=f32|bf16, layout=k|v, split=0|1|2|4 (exec.mixer_split), sms\n");
 }
@@ -40,7 +40,8 @@ DType dtype_of(const std::string& s) {
 RecurrentKernel kernel_of(const std::string& s) {
   RecurrentKernel k;
   if (!recurrent_kernel_from_name(s.c_str(), &k))
-    throw CLI::ValidationError("kernel", "expected auto, persistent, direct, direct_pipe or wy, got '" + s + "'");
+    throw CLI::ValidationError("kernel",
+                               "expected auto, persistent, direct, direct_pipe, wy or wy_mma, got '" + s + "'");
   return k;
 }
 

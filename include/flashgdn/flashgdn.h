@@ -44,7 +44,8 @@ typedef enum {
   FLASHGDN_RECURRENT_PERSISTENT = 1,
   FLASHGDN_RECURRENT_DIRECT = 2,
   FLASHGDN_RECURRENT_DIRECT_PIPE = 3,
-  FLASHGDN_RECURRENT_WY = 4
+  FLASHGDN_RECURRENT_WY = 4,
+  FLASHGDN_RECURRENT_WY_MMA = 5
 } flashgdn_recurrent_kernel;
 
 /* The fields of every options and params struct are expanded from the op table, flashgdn_ops.h, where each one

@@ -106,6 +106,8 @@ enum class RecurrentKernel : int32_t {
   direct_pipe = 3,  // single-token, persistent CTAs with a 2-stage cp.async ring of state tiles: fixed T = 1 on a
                     // K-major pool, 1-D state_indices, no intermediate_states
   wy = 4,           // chunked WY form over a row's tokens: K-major states in a pool
+  wy_mma = 5,       // the WY form on the tensor cores, final state only: multi-token rows on a K-major pool, 16-bit
+                    // q, k, v, no intermediate_states, no per-token commit (2-D state_indices with commit)
 };
 FLASHGDN_CXX_API const char* recurrent_kernel_name(RecurrentKernel k);                   // "auto", "persistent", ...
 FLASHGDN_CXX_API bool recurrent_kernel_from_name(const char* name, RecurrentKernel* k);  // false: no such kernel

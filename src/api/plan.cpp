@@ -346,11 +346,23 @@ bool pipe_supported(const RecurrentDims& d, const RecShape& r) {
   return r.pool16 && r.kmajor && !r.varlen && d.T == 1 && r.T_max == 0 && !r.inter && d.V % kPipeBv == 0;
 }
 
+// wy_mma: the WY form on the tensor cores (one CTA per 64 state columns), final state only: a K-major pool, 16-bit q,
+// k (bf16 operands: exact, or f16 split into two) and v, no per-token states (intermediate_states, or the per-token
+// commit of 2-D state_indices).
+constexpr int32_t kWyMmaBv = 64;
+bool is16(DType t) {
+  return t == DType::bf16 || t == DType::f16;
+}
+bool wy_mma_supported(const RecurrentParams& p, const RecShape& r) {
+  return r.pool && r.kmajor && !r.verify && is16(p.q.dtype) && is16(p.k.dtype) && p.q.dtype == p.k.dtype &&
+         is16(p.v.dtype);
+}
+
 }  // namespace
 
 // Indexed by RecurrentKernel.
-constexpr const char* kRecurrentKernelNames[] = {"auto", "persistent", "direct", "direct_pipe", "wy"};
-static_assert(sizeof(kRecurrentKernelNames) / sizeof(kRecurrentKernelNames[0]) == size_t(RecurrentKernel::wy) + 1,
+constexpr const char* kRecurrentKernelNames[] = {"auto", "persistent", "direct", "direct_pipe", "wy", "wy_mma"};
+static_assert(sizeof(kRecurrentKernelNames) / sizeof(kRecurrentKernelNames[0]) == size_t(RecurrentKernel::wy_mma) + 1,
               "one name per RecurrentKernel");
 
 const char* recurrent_kernel_name(RecurrentKernel k) {
@@ -359,7 +371,7 @@ const char* recurrent_kernel_name(RecurrentKernel k) {
 }
 
 bool recurrent_kernel_from_name(const char* name, RecurrentKernel* k) {
-  for (int32_t i = 0; name && k && i <= int32_t(RecurrentKernel::wy); ++i)
+  for (int32_t i = 0; name && k && i <= int32_t(RecurrentKernel::wy_mma); ++i)
     if (std::string(name) == recurrent_kernel_name(RecurrentKernel(i))) {
       *k = RecurrentKernel(i);
       return true;
@@ -371,8 +383,8 @@ Status plan_recurrent(const RecurrentParams& p, const RecurrentDims& d, const De
   if (d.K != 64 && d.K != 128) return FGDN_ERROR(unsupported, "recurrent: K = ", d.K, " on CUDA; expected 64 or 128");
   if (d.V != 64 && d.V != 128) return FGDN_ERROR(unsupported, "recurrent: V = ", d.V, " on CUDA; expected 64 or 128");
   const RecurrentKernel force = p.exec.recurrent_kernel;
-  if (int32_t(force) < 0 || int32_t(force) > int32_t(RecurrentKernel::wy))
-    return FGDN_INVALID("recurrent: exec.recurrent_kernel: expected 0 (auto) .. 4 (wy), got ", int32_t(force));
+  if (int32_t(force) < 0 || int32_t(force) > int32_t(RecurrentKernel::wy_mma))
+    return FGDN_INVALID("recurrent: exec.recurrent_kernel: expected 0 (auto) .. 5 (wy_mma), got ", int32_t(force));
   RecurrentPlan pl;
   pl.sms = std::max(dev.sms, 1);
   const RecShape r = rec_shape(p, d);
@@ -395,6 +407,16 @@ Status plan_recurrent(const RecurrentParams& p, const RecurrentDims& d, const De
     if (force == RecurrentKernel::wy && !(r.pool && r.kmajor))
       return FGDN_ERROR(unsupported, "recurrent: exec.recurrent_kernel: wy takes K-major states in a state_pool; got ",
                         r.pool ? "a V-major pool" : "no pool (initial_state / final_state)");
+    if (force == RecurrentKernel::wy_mma && !wy_mma_supported(p, r))
+      return FGDN_ERROR(unsupported,
+                        "recurrent: exec.recurrent_kernel: wy_mma takes a K-major state_pool, 16-bit q, k and v, no "
+                        "intermediate_states and no per-token commit (2-D state_indices with commit); got ",
+                        !r.pool    ? "no pool"
+                        : r.kmajor ? "a K-major pool"
+                                   : "a V-major pool",
+                        ", q ", dtype_name(p.q.dtype), ", v ", dtype_name(p.v.dtype),
+                        r.inter ? ", intermediate_states" : "",
+                        r.T_max > 0 && p.commit ? ", 2-D state_indices with commit" : "");
   } else if (pl.single_token) {
     // One token per row: the direct kernel (every load in flight) is fastest, except large batches on a K-major
     // 16-bit pool (>= 8 tiles of 128 columns per SM), where direct_pipe streams the tiles through shared memory
@@ -406,7 +428,10 @@ Status plan_recurrent(const RecurrentParams& p, const RecurrentDims& d, const De
     // Multi-token rows: the wy kernel (chunked WY form) on K-major pools, every batch size and a verify's
     // per-token state stores included (H200, verify T = 12 N = 1: wy 14.2 vs persistent 15.8 us); the persistent
     // kernel for V-major or pool-less rows.
-    if (r.pool && r.kmajor) {
+    if (wy_mma_supported(p, r)) {
+      pl.kernel = RecurrentKernel::wy_mma;
+      pl.why = "multi-token rows on a K-major pool, final state only, 16-bit activations";
+    } else if (r.pool && r.kmajor) {
       pl.kernel = RecurrentKernel::wy;
       pl.why = "multi-token rows on a K-major pool";
     } else {
@@ -423,6 +448,9 @@ Status plan_recurrent(const RecurrentParams& p, const RecurrentDims& d, const De
       break;
     case RecurrentKernel::direct_pipe:
       pl.bv = kPipeBv;
+      break;
+    case RecurrentKernel::wy_mma:
+      pl.bv = kWyMmaBv;
       break;
     default:
       pl.bv = direct_bv(d, r, pl.sms);

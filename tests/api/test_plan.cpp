@@ -387,7 +387,7 @@ TEST(ChunkFwdPlan, UnsupportedShapesNamed) {
 struct RecShapeSpec {
   int64_t N = 1, T = 1, Hqk = 16, Hv = 32, K = 128, V = 128;
   bool varlen = false, pool = true, inter = false, commit = true;
-  DType pool_dt = DType::f32;
+  DType pool_dt = DType::f32, act_dt = DType::bf16;
   StateLayout layout = StateLayout::k_major;
   int64_t T_max = 0;  // > 0: 2-D state_indices
   RecurrentKernel force = RecurrentKernel::auto_;
@@ -401,9 +401,9 @@ struct RecCall {
 RecCall rec_call(const RecShapeSpec& s) {
   RecCall c;
   const int64_t B = s.varlen ? 1 : s.N, T = s.varlen ? s.N * s.T : s.T;
-  c.p.q = shape_only(DType::bf16, {B, T, s.Hqk, s.K});
+  c.p.q = shape_only(s.act_dt, {B, T, s.Hqk, s.K});
   c.p.k = c.p.q;
-  c.p.v = shape_only(DType::bf16, {B, T, s.Hv, s.V});
+  c.p.v = shape_only(s.act_dt, {B, T, s.Hv, s.V});
   c.p.o = c.p.v;
   if (s.varlen) c.p.cu_seqlens = shape_only(DType::i32, {s.N + 1});
   if (s.pool) {
@@ -468,15 +468,23 @@ TEST(RecurrentPlan, SingleTokenDecode) {
 TEST(RecurrentPlan, MultiTokenAndVerify) {
   RecShapeSpec s;
   s.T = 12, s.N = 32;
-  RecurrentPlan pl = rec_plan(s);
-  EXPECT_EQ(pl.kernel, RecurrentKernel::wy);
+  RecurrentPlan pl = rec_plan(s);  // final state only, 16-bit activations: the tensor-core WY form, 64 columns
+  EXPECT_EQ(pl.kernel, RecurrentKernel::wy_mma);
   EXPECT_FALSE(pl.single_token);
-  EXPECT_EQ(pl.bv, 32);
-  s.N = 1;  // a small batch: 16 columns (K = 128)
+  EXPECT_EQ(pl.bv, 64);
+  s.N = 1, s.K = 64;
+  EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::wy_mma);
+  s.act_dt = DType::f32;  // fp32 activations: the CUDA-core wy kernel
+  pl = rec_plan(s);
+  EXPECT_EQ(pl.kernel, RecurrentKernel::wy);
+  EXPECT_EQ(pl.bv, 32);  // K = 64: the wy kernel's 32 columns only
+  s.K = 128;             // a small batch: 16 columns (K = 128)
   EXPECT_EQ(rec_plan(s).bv, 16);
-  s.K = 64;  // K = 64: the wy kernel's 32 columns only
+  s.N = 32;
   EXPECT_EQ(rec_plan(s).bv, 32);
-  s.K = 128, s.layout = StateLayout::v_major;
+  s.act_dt = DType::bf16, s.commit = false, s.T_max = 12;  // 2-D slots without commit: final state only
+  EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::wy_mma);
+  s.commit = true, s.T_max = 0, s.layout = StateLayout::v_major;
   EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
   s.layout = StateLayout::k_major, s.pool = false;
   EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
@@ -493,8 +501,8 @@ TEST(RecurrentPlan, MultiTokenAndVerify) {
 TEST(RecurrentPlan, OverridesHonouredOrRejected) {
   RecShapeSpec s;
   s.N = 256, s.pool_dt = DType::bf16;
-  for (RecurrentKernel k :
-       {RecurrentKernel::persistent, RecurrentKernel::direct, RecurrentKernel::direct_pipe, RecurrentKernel::wy}) {
+  for (RecurrentKernel k : {RecurrentKernel::persistent, RecurrentKernel::direct, RecurrentKernel::direct_pipe,
+                            RecurrentKernel::wy, RecurrentKernel::wy_mma}) {
     s.force = k;
     const RecurrentPlan pl = rec_plan(s);
     EXPECT_EQ(pl.kernel, k);
@@ -518,8 +526,19 @@ TEST(RecurrentPlan, OverridesHonouredOrRejected) {
   rejected(s, "V-major");
   s.force = RecurrentKernel::wy;
   rejected(s, "V-major pool");
+  s.force = RecurrentKernel::wy_mma;
+  rejected(s, "V-major pool");
   s.layout = StateLayout::k_major, s.pool = false;
   rejected(s, "no pool");
+  s.force = RecurrentKernel::wy;
+  rejected(s, "no pool");
+  s.force = RecurrentKernel::wy_mma, s.pool = true, s.inter = true, s.commit = false;
+  rejected(s, "intermediate_states");
+  s.inter = false, s.commit = true, s.T_max = 4;
+  rejected(s, "2-D state_indices with commit");
+  s.T_max = 0, s.act_dt = DType::f32;
+  rejected(s, "q float32");
+  s.act_dt = DType::bf16;
   // The persistent and direct kernels take every call.
   s.force = RecurrentKernel::persistent;
   EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
@@ -534,13 +553,13 @@ TEST(RecurrentPlan, OverridesHonouredOrRejected) {
 
 TEST(RecurrentPlan, KernelNames) {
   for (RecurrentKernel k : {RecurrentKernel::auto_, RecurrentKernel::persistent, RecurrentKernel::direct,
-                            RecurrentKernel::direct_pipe, RecurrentKernel::wy}) {
+                            RecurrentKernel::direct_pipe, RecurrentKernel::wy, RecurrentKernel::wy_mma}) {
     RecurrentKernel back = RecurrentKernel::auto_;
     EXPECT_TRUE(recurrent_kernel_from_name(recurrent_kernel_name(k), &back)) << recurrent_kernel_name(k);
     EXPECT_EQ(back, k);
   }
   RecurrentKernel x = RecurrentKernel::wy;
-  EXPECT_FALSE(recurrent_kernel_from_name("wy_mma", &x));
+  EXPECT_FALSE(recurrent_kernel_from_name("wy_tc", &x));
   EXPECT_FALSE(recurrent_kernel_from_name(nullptr, &x));
   EXPECT_EQ(x, RecurrentKernel::wy);
 }

@@ -605,8 +605,8 @@ TEST(CudaRecurrent, EveryKernelForced) {
   s.pool = false, s.T = 5;
   specs.push_back(s);  // no pool: initial / final state
   for (size_t i = 0; i < specs.size(); ++i)
-    for (RecurrentKernel k :
-         {RecurrentKernel::persistent, RecurrentKernel::direct, RecurrentKernel::direct_pipe, RecurrentKernel::wy}) {
+    for (RecurrentKernel k : {RecurrentKernel::persistent, RecurrentKernel::direct, RecurrentKernel::direct_pipe,
+                              RecurrentKernel::wy, RecurrentKernel::wy_mma}) {
       Spec x = specs[i];
       x.kernel = k;
       SCOPED_TRACE("case " + std::to_string(i) + " kernel " + recurrent_kernel_name(k));
@@ -706,15 +706,54 @@ TEST(CudaRecurrent, WyChunkSolveHardChunks) {
       }
 }
 
-// The wy kernel run 10 more times on the same inputs (the pool restored, the outputs poisoned between runs) gives
-// the first run's bytes: a grouped multi-token commit (the row's T shared by its V-tiles) and a verify (single tiles).
+// The wy_mma kernel (the WY form on the tensor cores, final state only) on hard chunks: nearly parallel keys, no
+// decay, raw gates with beta in (0, 2), random keys; rows of 1 .. 20 tokens and one of 33 (three chunks of 16), an
+// invalid slot; bf16 and f16 q, k, v (f16 split into bf16 hi + lo operands), every pool dtype, its three tile
+// geometries; and 2-D slots with num_accepted_tokens and no commit (a verify that keeps only o).
+TEST(CudaRecurrent, WyMmaHardChunks) {
+  FGDN_SKIP_WITHOUT_GPU();
+  struct Tile {
+    int64_t K, V, N, Hv;
+  };
+  for (const Tile& g : {Tile{128, 128, 10, 8}, Tile{128, 64, 3, 4}, Tile{64, 128, 3, 4}})
+    for (int var = 0; var < 4; ++var) {
+      Spec s;
+      s.K = g.K, s.V = g.V, s.Hv = g.Hv, s.Hqk = g.Hv / 2;
+      for (int64_t n = 0; n < g.N; ++n) s.seqlens.push_back(1 + (n * 7 + var * 3) % 20);
+      s.seqlens.push_back(33), s.seqlens.push_back(16), s.seqlens.push_back(0);
+      s.slot_set = {{1, 0, -1}};
+      s.kernel = RecurrentKernel::wy_mma;
+      s.act_dt = var % 2 ? DType::f16 : DType::bf16;
+      s.pool_dt = std::array<DType, 4>{DType::f32, DType::bf16, DType::f32, DType::f16}[size_t(var)];
+      s.key_corr = var == 3 ? 0.0 : 0.05;
+      if (var == 1) s.has_g = false;                                                     // no decay
+      if (var == 2) s.gate_raw = true, s.beta_raw = true, s.neg_eig = true;              // beta in (0, 2)
+      if (var == 3) s.gate_raw = true, s.beta_raw = true, s.neg_eig = true, s.seed = 7;  // random keys
+      s.seed += uint64_t(var);
+      SCOPED_TRACE("K " + std::to_string(g.K) + " V " + std::to_string(g.V) + " variant " + std::to_string(var));
+      check(s);
+    }
+  Spec s;
+  s.N = 5, s.T = 16, s.T_max = 16, s.nacc = true, s.commit = false, s.K = 128, s.V = 128, s.act_dt = DType::bf16;
+  s.nacc_set = {{0, 0, 1}, {1, 0, 16}, {2, 0, 7}, {3, 0, 0}, {4, 0, 17}};
+  s.slot_set = {{2, 6, -1}};
+  s.kernel = RecurrentKernel::wy_mma;
+  check(s);
+  s.kernel = RecurrentKernel::auto_, s.l2 = false, s.scale = 0.3f;  // the plan's choice; no l2norm, a custom scale
+  check(s);
+}
+
+// The wy kernels run 10 more times on the same inputs (the pool restored, the outputs poisoned between runs) give
+// the first run's bytes: a multi-token commit (wy: the grouped walk, the row's T shared by its V-tiles; wy_mma) and a
+// verify (wy, single tiles).
 TEST(CudaRecurrent, WyBitwiseStableRepeated) {
   FGDN_SKIP_WITHOUT_GPU();
-  for (int verify = 0; verify < 2; ++verify) {
+  for (int verify = 0; verify < 3; ++verify) {
     Spec s;
     s.N = 140, s.T = 12, s.V = 128, s.K = 128, s.act_dt = DType::bf16, s.kernel = RecurrentKernel::wy;
-    if (verify) s.inter = true, s.inter_dt = DType::bf16, s.commit = false;
-    SCOPED_TRACE(verify ? "verify" : "multi-token commit");
+    if (verify == 1) s.inter = true, s.inter_dt = DType::bf16, s.commit = false;
+    if (verify == 2) s.kernel = RecurrentKernel::wy_mma, s.T = 20;
+    SCOPED_TRACE(verify == 1 ? "verify" : verify ? "multi-token commit, wy_mma" : "multi-token commit");
     Inputs in = make(s);
     auto dev = prepare_device(s, in);
     ASSERT_TRUE(recurrent(dev->p).ok());
@@ -725,7 +764,7 @@ TEST(CudaRecurrent, WyBitwiseStableRepeated) {
     for (int rep = 0; rep < 10; ++rep) {
       dev->out.pool = in.pool;
       dev->out.o.fill_nan();
-      if (verify) dev->out.inter.fill_nan();
+      if (verify == 1) dev->out.inter.fill_nan();
       for (auto& m : dev->m)
         if (m.h == &dev->out.pool || m.h == &dev->out.o || m.h == &dev->out.inter) m.upload();
       ASSERT_TRUE(recurrent(dev->p).ok());
@@ -733,7 +772,7 @@ TEST(CudaRecurrent, WyBitwiseStableRepeated) {
       download_outputs(*dev);
       ASSERT_TRUE(dev->out.o.bit_equal(first.o)) << "rep " << rep << ": o";
       ASSERT_TRUE(dev->out.pool.bit_equal(first.pool)) << "rep " << rep << ": pool";
-      if (verify) ASSERT_TRUE(dev->out.inter.bit_equal(first.inter)) << "rep " << rep << ": intermediate states";
+      if (verify == 1) ASSERT_TRUE(dev->out.inter.bit_equal(first.inter)) << "rep " << rep << ": intermediate states";
     }
   }
 }

@@ -20,6 +20,8 @@ template <class ST, int K, int BV, int S, int NT>
 cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs& a, cudaStream_t stream);
 template <class ST, int K, int BV>
 cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t stream);
+template <class ST, int K>
+cudaError_t launch_recurrent_wy_mma(const RecurrentArgs& a, cudaStream_t stream);
 
 namespace {
 
@@ -55,6 +57,9 @@ cudaError_t launch_k(const RecurrentArgs& a, const RecurrentPlan& pl, cudaStream
           if (pl.bv == 16) return launch_recurrent_wy<ST, K, 16>(a, pl.sms, s);
         return launch_recurrent_wy<ST, K, 32>(a, pl.sms, s);
       }
+      return cudaErrorInvalidConfiguration;
+    case RecurrentKernel::wy_mma:  // K-major pools, 16-bit q, k, v (the plan checks)
+      if constexpr (L == StateLayout::k_major) return launch_recurrent_wy_mma<ST, K>(a, s);
       return cudaErrorInvalidConfiguration;
     default:
       return cudaErrorInvalidConfiguration;
