@@ -187,6 +187,9 @@ inline unsigned __float_as_uint(float x) {
   std::memcpy(&u, &x, 4);
   return u;
 }
+inline unsigned __umulhi(unsigned x, unsigned y) {
+  return unsigned(uint64_t(x) * y >> 32);
+}
 inline float rsqrtf(float x) {
   return 1.f / std::sqrt(x);
 }

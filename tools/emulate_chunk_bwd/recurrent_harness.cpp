@@ -1,20 +1,29 @@
 // The CUDA recurrent kernels of multi-token rows run in the host emulation of emu.hpp against the CPU oracle (the
 // public API on fp64 copies, exec.cpu_fp64, CpuAlgo::recurrent): the wy kernel (src/cuda/recurrent/wy_kernel.cuh,
 // through cuda::recurrent and its plan, the kernel forced to wy) and, where the branch has it, the wy kernel on
-// mma.sync (wy_mma_kernel.cuh, launch_recurrent_wy_mma called directly). Inputs as the GPU suite builds them
-// (tests/cuda/test_recurrent.cpp): K-major pool of 0.1 N(0, 1) with 1-D state_indices in reverse order and commit,
-// l2norm on, outputs poisoned with NaN. Bounds as that suite holds them: relative Frobenius error of o 3e-3 (bf16),
-// 1e-3 (f16), doubled with a 16-bit pool, of the pool 1e-5 (fp32) or 1e-2 (bf16); the worst head (o: value head; pool:
-// (slot, head) block) within 3 times that. The pool slots the oracle left unchanged (no row addresses them, an
-// invalid row's, a length-0 row's) must be bitwise unchanged, and an invalid row's o exact zeros.
+// mma.sync (wy_mma_kernel.cuh, launch_recurrent_wy_mma called directly: the harness compiles without it). Inputs as
+// the GPU suite builds them (tests/cuda/test_recurrent.cpp): a K-major pool of 0.1 N(0, 1), 1-D state_indices in
+// reverse order and 3 slots no row addresses, commit, l2norm on, o poisoned with NaN. Bounds as that suite holds
+// them: relative Frobenius error of o 3e-3 (bf16), 1e-3 (f16), doubled with a 16-bit pool, of the pool 1e-5 (fp32),
+// 1e-2 (bf16), 2e-3 (f16); the worst head (o: value head; pool: (slot, head) block) within 3 times that. The pool
+// slots the oracle left unchanged (no row addresses them, an invalid row's, a length-0 row's) must be bitwise
+// unchanged, and an invalid row's o exact +0.
 // Two emulated SMs: the wy kernel's persistent CTAs (4 per SM) then walk several tiles each, grouped by row, so the
 // next tile's prefetch and a row's shared staging across its V-tiles run too.
-// Usage: recurrent_harness <case 0-5> [mma] (0: Hqk = 2, Hv = 4, K = V = 128, bf16, fixed T = 12, N = 3, fp32 pool;
+// Usage: recurrent_harness <case 0-7> [mma] (0: Hqk = 2, Hv = 4, K = V = 128, bf16, fixed T = 12, N = 3, fp32 pool;
 // 1: varlen {12, 0, 1, 17, 33} with slot -1 for the 17-token row, fused gate (A_log, dt_bias) and beta sigmoid;
-// 2: bf16 pool; 3: f16 activations; 4: K = 64, V = 128; 5: case 1 on 16-column tiles (the wy kernel only))
+// 2: a bf16 pool; 3: f16 activations; 4: K = 64, V = 128; 5: case 1 on 16-column tiles (the wy kernel's choice; the
+// mma kernel has one width); 6: one row of T = 160; 7: an f16 pool)
 #include "emu.hpp"
 
 // The kernels see the emulation above.
+#include "cuda/recurrent/recurrent_args.hpp"
+namespace flashgdn::cuda {
+// recurrent_args.hpp defines udiv for device code only (__CUDACC__): its multiply-high form here.
+inline uint32_t udiv(uint32_t x, const DivU32& q) {
+  return (__umulhi(x, q.m) + x) >> q.l;
+}
+}  // namespace flashgdn::cuda
 #include "wy_kernel.cuh"
 #if __has_include("wy_mma_kernel.cuh")
 #include "wy_mma_kernel.cuh"
@@ -176,7 +185,8 @@ bool run_emulated(const Spec& s, Inputs& x, bool mma, const char* tag) {
     return st.ok();
   }
 #if EMU_HAVE_WY_MMA
-  const cuda::RecurrentArgs a = cuda::make_recurrent_args(p, d);
+  cuda::RecurrentArgs a = cuda::make_recurrent_args(p, d);
+  a.vt = cuda::DivU32::of(uint32_t(a.V / 64));  // as cuda::recurrent sets it for the plan's 64-column tiles
   cudaError_t e = cudaErrorInvalidValue;
   switch (a.pool_dtype) {
     case DType::bf16:
@@ -230,6 +240,8 @@ Spec spec_of(int which) {
   if (which == 2) s.pool_dt = DType::bf16;
   if (which == 3) s.act = DType::f16;
   if (which == 4) s.K = 64;
+  if (which == 6) s.T = 160, s.N = 1;  // 10 chunks of wy_mma, 20 of wy: the state's error must not grow with them
+  if (which == 7) s.pool_dt = DType::f16;
   s.seed = 100 + uint64_t(which);
   return s;
 }
@@ -248,11 +260,17 @@ int main(int argc, char** argv) {
   if (!run_oracle(s, ref) || !run_emulated(s, got, mma, tag.c_str())) return 1;
 
   int fails = 0;
-  const auto line = [&](const char* name, double e, double w, double bound) {
+  // floor: the error of the oracle's values rounded once to the output's storage type, the least a kernel can reach
+  // (so that an error of the kernel's own far below the bound still shows as an excess over it)
+  const auto line = [&](const char* name, double e, double w, double bound, double floor) {
     const bool ok = e <= bound && w <= 3 * bound;
     fails += !ok;
-    printf("case %s %-4s rel %.3e worst head %.3e (bounds %.0e, %.0e)%s\n", tag.c_str(), name, e, w, bound, 3 * bound,
-           ok ? "" : "  FAIL");
+    printf("case %s %-4s rel %.3e worst head %.3e (bounds %.0e, %.0e; rounding alone %.3e)%s\n", tag.c_str(), name, e,
+           w, bound, 3 * bound, floor, ok ? "" : "  FAIL");
+  };
+  const auto rounded = [](const HostTensor& ref, DType dt) {
+    std::string w;
+    return err_written(ref.cast(dt), ref, &w);
   };
   std::string why;
   // o: every row of a valid row's tokens is written (length-0 rows have none); invalid rows' are exact zeros
@@ -262,7 +280,7 @@ int main(int argc, char** argv) {
     HostTensor go = got.o.cast(DType::f64), ro = ref.o;
     for (int64_t i = 0; i < ro.numel(); ++i)
       if (std::isnan(ro.get(i))) ro.set(i, 0.0), go.set(i, 0.0);
-    line("o", e, max_head_err(go, ro, s.Hv, [&](int64_t i) { return (i / s.V) % s.Hv; }), tol_o);
+    line("o", e, max_head_err(go, ro, s.Hv, [&](int64_t i) { return (i / s.V) % s.Hv; }), tol_o, rounded(ref.o, s.act));
     if (!std::isfinite(e) && !why.empty()) printf("case %s o: %s\n", tag.c_str(), why.c_str());
   }
   {
@@ -284,11 +302,12 @@ int main(int argc, char** argv) {
     }
   }
   // the pool
-  const double tol_s = s.pool_dt == DType::f32 ? 1e-5 : 1e-2;
+  const double tol_s = s.pool_dt == DType::f32 ? 1e-5 : s.pool_dt == DType::bf16 ? 1e-2 : 2e-3;
   const int64_t blk = s.K * s.V, slots = in.pool.shape[0];
   {
     const double e = err_written(got.pool, ref.pool, &why);
-    line("pool", e, max_head_err(got.pool, ref.pool, slots * s.Hv, [&](int64_t i) { return i / blk; }), tol_s);
+    line("pool", e, max_head_err(got.pool, ref.pool, slots * s.Hv, [&](int64_t i) { return i / blk; }), tol_s,
+         rounded(ref.pool, s.pool_dt));
   }
   {
     // slots the oracle left unchanged: bitwise unchanged
