@@ -10,10 +10,12 @@
 // unchanged, and an invalid row's o exact +0.
 // Two emulated SMs: the wy kernel's persistent CTAs (4 per SM) then walk several tiles each, grouped by row, so the
 // next tile's prefetch and a row's shared staging across its V-tiles run too.
-// Usage: recurrent_harness <case 0-7> [mma] (0: Hqk = 2, Hv = 4, K = V = 128, bf16, fixed T = 12, N = 3, fp32 pool;
+// Usage: recurrent_harness <case 0-9> [mma] (0: Hqk = 2, Hv = 4, K = V = 128, bf16, fixed T = 12, N = 3, fp32 pool;
 // 1: varlen {12, 0, 1, 17, 33} with slot -1 for the 17-token row, fused gate (A_log, dt_bias) and beta sigmoid;
 // 2: a bf16 pool; 3: f16 activations; 4: K = 64, V = 128; 5: case 1 on 16-column tiles (the wy kernel's choice; the
-// mma kernel has one width); 6: one row of T = 160; 7: an f16 pool)
+// mma kernel has one width); 6: one row of T = 160; 7: an f16 pool; 8: 2-D state_indices [4, 12] with
+// num_accepted_tokens, one row's 0 (invalid), commit off (o only); 9: no state_indices (row n on slot n) with
+// null_slot_is_invalid (row 0 invalid), MHA 4 heads, V = 64, g and beta absent)
 #include "emu.hpp"
 
 // The kernels see the emulation above.
@@ -63,15 +65,19 @@ struct Spec {
   std::vector<int64_t> seqlens;  // non-empty: varlen
   int64_t Hqk = 2, Hv = 4, K = 128, V = 128;
   DType act = DType::bf16, pool_dt = DType::f32;
-  bool raw_gate = false;         // use_gate_in_kernel (A_log, dt_bias) and use_beta_sigmoid_in_kernel
-  std::vector<int64_t> invalid;  // rows whose slot is -1
-  int64_t extra_slots = 3;       // slots no row addresses
-  int32_t bv = 0;                // 0: the plan's tile width
+  bool raw_gate = false;  // use_gate_in_kernel (A_log, dt_bias) and use_beta_sigmoid_in_kernel
+  bool has_g = true, has_beta = true;
+  std::vector<int64_t> invalid;  // invalid rows: slot -1 (1-D), num_accepted_tokens 0 (2-D), slot 0 (no indices)
+  bool has_si = true;            // false: row n starts from slot n
+  int64_t T_max = 0;             // > 0: 2-D state_indices [N, T_max] with num_accepted_tokens (1 + 3 n % T_max)
+  bool commit = true, null_invalid = false;
+  int64_t extra_slots = 3;  // slots no row addresses
+  int32_t bv = 0;           // 0: the plan's tile width
   uint64_t seed = 1;
 };
 
 struct Inputs {
-  HostTensor q, k, v, g, beta, A_log, dt_bias, cu, o, pool, si;
+  HostTensor q, k, v, g, beta, A_log, dt_bias, cu, o, pool, si, na;
   int64_t N = 0;
 };
 
@@ -94,10 +100,14 @@ Inputs make(const Spec& s) {
   in.o = HostTensor(s.act, {B, T, s.Hv, s.V});
   for (HostTensor* t : {&in.q, &in.k, &in.v})
     for (int64_t i = 0; i < t->numel(); ++i) t->set(i, rng.normal());
-  in.g = HostTensor(DType::f32, {B, T, s.Hv});
-  in.beta = HostTensor(DType::f32, {B, T, s.Hv});
-  for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, s.raw_gate ? rng.normal() : -rng.uniform());
-  for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, s.raw_gate ? rng.normal() : rng.uniform());
+  if (s.has_g) {
+    in.g = HostTensor(DType::f32, {B, T, s.Hv});
+    for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, s.raw_gate ? rng.normal() : -rng.uniform());
+  }
+  if (s.has_beta) {
+    in.beta = HostTensor(DType::f32, {B, T, s.Hv});
+    for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, s.raw_gate ? rng.normal() : rng.uniform());
+  }
   if (s.raw_gate) {
     in.A_log = HostTensor(DType::f32, {s.Hv});
     in.dt_bias = HostTensor(DType::f32, {s.Hv});
@@ -109,12 +119,20 @@ Inputs make(const Spec& s) {
     in.cu.set(0, 0);
     for (int64_t n = 0; n < in.N; ++n) acc += s.seqlens[size_t(n)], in.cu.set(n + 1, double(acc));
   }
-  const int64_t slots = in.N + s.extra_slots;
+  const int64_t cols = s.T_max > 0 ? s.T_max : 1, slots = in.N * cols + s.extra_slots;
   in.pool = HostTensor(s.pool_dt, {slots, s.Hv, s.K, s.V});
   for (int64_t i = 0; i < in.pool.numel(); ++i) in.pool.set(i, 0.1 * rng.normal());
-  in.si = HostTensor(DType::i32, {in.N});
-  for (int64_t n = 0; n < in.N; ++n) in.si.set(n, double(slots - 1 - n));
-  for (int64_t n : s.invalid) in.si.set(n, -1.0);
+  if (s.T_max > 0) {
+    in.si = HostTensor(DType::i32, {in.N, s.T_max});
+    for (int64_t i = 0; i < in.si.numel(); ++i) in.si.set(i, double(slots - 1 - i));
+    in.na = HostTensor(DType::i32, {in.N});
+    for (int64_t n = 0; n < in.N; ++n) in.na.set(n, double(1 + 3 * n % s.T_max));
+    for (int64_t n : s.invalid) in.na.set(n, 0.0);
+  } else if (s.has_si) {
+    in.si = HostTensor(DType::i32, {in.N});
+    for (int64_t n = 0; n < in.N; ++n) in.si.set(n, double(slots - 1 - n));
+    for (int64_t n : s.invalid) in.si.set(n, -1.0);
+  }
   in.o.fill_nan();
   return in;
 }
@@ -129,7 +147,8 @@ HostTensor f64(const HostTensor& t) {
 
 RecurrentParams params(const Spec& s) {
   RecurrentParams p;
-  p.commit = true;
+  p.commit = s.commit;
+  p.null_slot_is_invalid = s.null_invalid;
   p.use_qk_l2norm_in_kernel = true;
   p.gate.use_gate_in_kernel = s.raw_gate;
   p.gate.use_beta_sigmoid_in_kernel = s.raw_gate;
@@ -141,7 +160,8 @@ RecurrentParams params(const Spec& s) {
 void bind(RecurrentParams& p, Inputs& x) {
   p.q = x.q.view(), p.k = x.k.view(), p.v = x.v.view(), p.g = view_or_absent(x.g), p.beta = view_or_absent(x.beta);
   p.A_log = view_or_absent(x.A_log), p.dt_bias = view_or_absent(x.dt_bias), p.cu_seqlens = view_or_absent(x.cu);
-  p.o = x.o.view(), p.state_pool = x.pool.view(), p.state_indices = x.si.view();
+  p.o = x.o.view(), p.state_pool = x.pool.view(), p.state_indices = view_or_absent(x.si);
+  p.num_accepted_tokens = view_or_absent(x.na);
 }
 
 bool run_oracle(const Spec& s, Inputs& x) {
@@ -150,7 +170,7 @@ bool run_oracle(const Spec& s, Inputs& x) {
   p.exec.cpu_fp64 = true;
   p.exec.cpu_algo = CpuAlgo::recurrent;
   const Status st = recurrent(p);
-  if (!st.ok()) printf("oracle: %s\n", st.message());
+  if (!st.ok()) printf("oracle: %s\n", st.message().c_str());
   return st.ok();
 }
 
@@ -174,14 +194,14 @@ bool run_emulated(const Spec& s, Inputs& x, bool mma, const char* tag) {
   RecurrentPlan pl;
   if (st.ok()) st = plan_recurrent(p, d, DeviceFacts{kSms}, &pl);
   if (!st.ok()) {
-    printf("case %s: %s  FAIL\n", tag, st.message());
+    printf("case %s: %s  FAIL\n", tag, st.message().c_str());
     return false;
   }
   if (!mma) {
     if (s.bv) pl.bv = s.bv;
     printf("%s", describe(pl, d).c_str());
     st = cuda::recurrent(p, d, pl, nullptr);
-    if (!st.ok()) printf("case %s: %s  FAIL\n", tag, st.message());
+    if (!st.ok()) printf("case %s: %s  FAIL\n", tag, st.message().c_str());
     return st.ok();
   }
 #if EMU_HAVE_WY_MMA
@@ -242,6 +262,11 @@ Spec spec_of(int which) {
   if (which == 4) s.K = 64;
   if (which == 6) s.T = 160, s.N = 1;  // 10 chunks of wy_mma, 20 of wy: the state's error must not grow with them
   if (which == 7) s.pool_dt = DType::f16;
+  if (which == 8) s.N = 4, s.T_max = 12, s.commit = false, s.invalid = {2};  // o only: the pool stays as it was
+  if (which == 9) {  // row n on slot n, row 0 invalid (slot 0); no g (0) and no beta (1)
+    s.Hqk = s.Hv = 4, s.V = 64, s.has_si = false, s.null_invalid = true, s.invalid = {0};
+    s.has_g = s.has_beta = false;
+  }
   s.seed = 100 + uint64_t(which);
   return s;
 }
