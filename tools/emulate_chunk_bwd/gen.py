@@ -120,8 +120,16 @@ for name, out in SOURCES:
     if not os.path.exists(os.path.join(src, name)):
         continue
     s = open(os.path.join(src, name)).read()
-    s = s.replace("extern __shared__ __align__(16) unsigned char smem_raw[];", "unsigned char* smem_raw = g_smem;")
-    s = s.replace("extern __shared__ unsigned char smem_raw[];", "unsigned char* smem_raw = g_smem;")
+    # the dynamic shared memory (extern __shared__ unsigned char x[]): the host buffer
+    s = re.sub(r"extern __shared__\s+(?:__align__\(\d+\)\s+)?unsigned char\s+(\w+)\[\];",
+               r"unsigned char* \1 = g_smem;", s)
+    # an mma.sync m16n8k16 written inline (16-bit operands, fp32 accumulators d[0..3] += a[0..3] b0 b1; the string may
+    # be split into several literals): emu_mma
+    s = re.sub(r'asm(?:\s+volatile)?\s*\(\s*"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.(bf16|f16)\.\1\.f32[^"]*"'
+               r'(?:\s*"[^"]*")*\s*:\s*"\+f"\((\w+)\[0\]\)(?:\s*,\s*"\+f"\(\2\[\d\]\))*\s*'
+               r':\s*"r"\((\w+)\[0\]\)(?:\s*,\s*"r"\(\3\[\d\]\))*\s*,\s*"r"\((\w+)\)\s*,\s*"r"\((\w+)\)\s*\);',
+               lambda m: "emu_mma<%s>(%s, %s, %s, %s);" % ("true" if m.group(1) == "bf16" else "false", m.group(2),
+                                                         m.group(3), m.group(4), m.group(5)), s)
     for other, gen in SOURCES:
         if other.endswith(".cuh"):
             s = s.replace('#include "cuda/%s"' % other, '#include "%s"' % gen)
