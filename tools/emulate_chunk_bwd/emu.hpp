@@ -113,13 +113,28 @@ inline float __shfl_xor_sync(unsigned, float x, int m) {
 inline unsigned __shfl_xor_sync(unsigned, unsigned x, int m) {
   return emu_shfl_xor(x, m);
 }
-inline int __shfl_sync(unsigned, int x, int src) {
+inline uint32_t emu_shfl_idx(uint32_t x, int src) {
   emu::Barrier& wb = *g_wbar[threadIdx.x / 32];
-  g_xch[threadIdx.x] = uint32_t(x);
+  g_xch[threadIdx.x] = x;
   wb.arrive_and_wait();
-  const int y = int(g_xch[threadIdx.x / 32 * 32 + unsigned(src) % 32]);
+  const uint32_t y = g_xch[threadIdx.x / 32 * 32 + unsigned(src) % 32];
   wb.arrive_and_wait();
   return y;
+}
+// One overload per 32-bit type the kernels shuffle (an exact match each: a float through the int form would be
+// converted to an integer).
+inline int __shfl_sync(unsigned, int x, int src) {
+  return int(emu_shfl_idx(uint32_t(x), src));
+}
+inline unsigned __shfl_sync(unsigned, unsigned x, int src) {
+  return emu_shfl_idx(x, src);
+}
+inline float __shfl_sync(unsigned, float x, int src) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = emu_shfl_idx(u, src);
+  std::memcpy(&x, &u, 4);
+  return x;
 }
 inline float __shfl_up_sync(unsigned, float x, int d) {
   emu::Barrier& wb = *g_wbar[threadIdx.x / 32];
@@ -171,6 +186,9 @@ inline unsigned __float_as_uint(float x) {
   unsigned u;
   std::memcpy(&u, &x, 4);
   return u;
+}
+inline unsigned __umulhi(unsigned x, unsigned y) {
+  return unsigned(uint64_t(x) * y >> 32);
 }
 inline float rsqrtf(float x) {
   return 1.f / std::sqrt(x);
@@ -259,6 +277,11 @@ inline void emu_cp_async16_zfill(void* dst, const void* src, bool valid) {
     std::memcpy(dst, src, 16);
   else
     std::memset(dst, 0, 16);
+}
+template <int BYTES>
+inline void emu_cp_async(void* dst, const void* src) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async of 4, 8 or 16 bytes");
+  std::memcpy(dst, src, BYTES);
 }
 inline void emu_cp_async_commit() {}
 inline void emu_cp_async_wait_all() {}

@@ -1,7 +1,9 @@
-"""Rewrites the CUDA chunk_bwd sources and the prefill's intra-chunk kernel for the host emulation (emu.hpp): kernel
-launches `k<<<grid, block, smem, stream>>>(args)` become `emu_launch(k, grid, block, args)`, the dynamic shared memory
-becomes one host buffer and the tensor-core products, ldmatrix, the cp.async copies (cuda/common/ptx.cuh), the warp
-vote, __expf and the ex2 asm become emu_*.
+"""Rewrites the CUDA chunk_bwd sources, the prefill's kernels and the recurrent wy kernels (wy_kernel.cuh and, where
+the branch has it, wy_mma_kernel.cuh) for the host emulation (emu.hpp): kernel launches
+`k<<<grid, block, smem, stream>>>(args)` become `emu_launch(k, grid, block, args)`, the dynamic shared memory becomes
+one host buffer and the tensor-core products, ldmatrix, the cp.async copies (cuda/common/ptx.cuh), the warp
+vote, __expf and the ex2 asm become emu_*; the register pins of the wy kernel (wy::opaque) become no-ops and its
+%nctaid.x read gridDim.x.
 The Hopper headers (cuda/common/wgmma.cuh, mbarrier.cuh, tma.cuh) are rewritten into <output dir>/cuda/common/, which
 run.sh puts first on the include path: every function there whose body is inline PTX forwards to the model of the
 same name in emu_sm90.hpp (emu::wg::, emu::mbar::, emu::tma::), so that the kernels' calls stay as written and a new
@@ -111,18 +113,31 @@ SOURCES = (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk
            ("chunk_bwd/chunk_bwd_state_wg.cuh", "chunk_bwd_state_wg.cuh"),
            ("chunk_bwd/chunk_bwd_dstate_wg.cuh", "chunk_bwd_dstate_wg.cuh"), ("chunk_bwd/chunk_bwd.cu", "chunk_bwd_host.inc"),
            ("chunk_fwd/chunk_split.cuh", "chunk_split.cuh"), ("chunk_fwd/chunk_fwd_intra.cuh", "chunk_fwd_intra.cuh"),
-           ("chunk_fwd/chunk_fwd_state_wg.cuh", "chunk_fwd_state_wg.cuh"), ("chunk_fwd/chunk_fwd.cu", "chunk_fwd_host.inc"))
+           ("chunk_fwd/chunk_fwd_state_wg.cuh", "chunk_fwd_state_wg.cuh"), ("chunk_fwd/chunk_fwd.cu", "chunk_fwd_host.inc"),
+           ("recurrent/wy_kernel.cuh", "wy_kernel.cuh"),
+           ("recurrent/wy_mma_kernel.cuh", "wy_mma_kernel.cuh"))
 for name, out in SOURCES:
     if not os.path.exists(os.path.join(src, name)):
         continue
     s = open(os.path.join(src, name)).read()
-    s = s.replace("extern __shared__ __align__(16) unsigned char smem_raw[];", "unsigned char* smem_raw = g_smem;")
-    s = s.replace("extern __shared__ unsigned char smem_raw[];", "unsigned char* smem_raw = g_smem;")
+    # the dynamic shared memory (extern __shared__ unsigned char x[]): the host buffer
+    s = re.sub(r"extern __shared__\s+(?:__align__\(\d+\)\s+)?unsigned char\s+(\w+)\[\];",
+               r"unsigned char* \1 = g_smem;", s)
+    # an mma.sync m16n8k16 written inline (16-bit operands, fp32 accumulators d[0..3] += a[0..3] b0 b1; the string may
+    # be split into several literals): emu_mma
+    s = re.sub(r'asm(?:\s+volatile)?\s*\(\s*"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.(bf16|f16)\.\1\.f32[^"]*"'
+               r'(?:\s*"[^"]*")*\s*:\s*"\+f"\((\w+)\[0\]\)(?:\s*,\s*"\+f"\(\2\[\d\]\))*\s*'
+               r':\s*"r"\((\w+)\[0\]\)(?:\s*,\s*"r"\(\3\[\d\]\))*\s*,\s*"r"\((\w+)\)\s*,\s*"r"\((\w+)\)\s*\);',
+               lambda m: "emu_mma<%s>(%s, %s, %s, %s);" % ("true" if m.group(1) == "bf16" else "false", m.group(2),
+                                                         m.group(3), m.group(4), m.group(5)), s)
     for other, gen in SOURCES:
         if other.endswith(".cuh"):
             s = s.replace('#include "cuda/%s"' % other, '#include "%s"' % gen)
     # empty asm statements that pin a value for the scheduler (asm volatile("" : "+f"(x))): no effect here
     s = re.sub(r'asm volatile\(""\s*:[^;]*\);', ";", s)
+    # wy::opaque: a register pin (mov x, x) that hides a value's origin from the compiler; wy::grid_ctas: %nctaid.x
+    s = re.sub(r'asm volatile\("mov\.b32 %0, %0;"\s*:[^;]*\);', ";", s)
+    s = re.sub(r'asm volatile\("mov\.u32 %0, %%nctaid\.x;"\s*:\s*"=r"\((\w+)\)\);', r"\1 = int32_t(gridDim.x);", s)
     # exp_ftz (chunk_fwd_intra.cuh): e^x as ex2.approx.ftz(x log2 e)
     s = s.replace('asm("ex2.approx.ftz.f32 %0, %1;\\n" : "=f"(y) : "f"(x * 1.4426950408889634f));', "y = std::exp(x);")
     # mma_m16n8k16<BF16>: bf16 or fp16 fragments, as the kernel's instantiation says
@@ -131,9 +146,12 @@ for name, out in SOURCES:
                  ("cp_async<16>", "cp_async16"),
                  ("cp_async16_zfill", "cp_async16_zfill"), ("cp_async_commit", "cp_async_commit"),
                  ("cp_async_wait_all", "cp_async_wait_all"), ("cp_async_wait<1>", "cp_async_wait_all"),
+                 ("cp_async_wait<0>", "cp_async_wait_all"),
                  ("ldsm_x4_t", "ldsm_x4_t"), ("ldsm_x4", "ldsm_x4"), ("st_global_v4", "st_global_v4"),
                  ("named_barrier<128>", "named_barrier<128>"), ("named_barrier<64>", "named_barrier<64>")):
         s = s.replace(f + "(", "emu_%s(" % e)
+    # cp.async of any other width (the wy kernel's 4 sizeof(ST) bytes): emu_cp_async<BYTES>
+    s = re.sub(r"(?<![\w])cp_async<", "emu_cp_async<", s)
     open(os.path.join(dst, out), "w").write(rewrite_launches(s))
 os.makedirs(os.path.join(dst, "cuda/common"), exist_ok=True)
 for name, ns in (("wgmma.cuh", "wg"), ("mbarrier.cuh", "mbar"), ("tma.cuh", "tma")):

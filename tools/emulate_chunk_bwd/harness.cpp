@@ -225,13 +225,13 @@ int main(int argc, char** argv) {
       p.exec.cpu_fp64 = true;
       p.exec.cpu_threads = 2;
       Status s = chunk_bwd(p);
-      if (!s.ok()) printf("oracle: %s\n", s.message());
+      if (!s.ok()) printf("oracle: %s\n", s.message().c_str());
       return;
     }
     SeqDims d;
     Status s = validate(p, &d);
     if (!s.ok()) {
-      printf("validate: %s\n", s.message());
+      printf("validate: %s\n", s.message().c_str());
       return;
     }
     p.exec.chunk_bwd_segments = segments;
@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
     ChunkBwdPlan pl;
     s = plan_chunk_bwd(p, d, DeviceFacts{132}, &pl);
     if (!s.ok()) {
-      printf("plan: %s\n", s.message());
+      printf("plan: %s\n", s.message().c_str());
       return;
     }
     if (form == "mma") pl.dstate_pass = ChunkStatePass::mma_sync;
@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
     size_t ws = cuda::chunk_bwd_workspace_size(p, d, pl);
     std::vector<unsigned char> w(ws, 0xff);
     s = cuda::chunk_bwd(p, d, pl, w.data(), ws, nullptr);
-    if (!s.ok()) printf("emu: %s\n", s.message());
+    if (!s.ok()) printf("emu: %s\n", s.message().c_str());
   };
   std::vector<HostTensor> ref, got, two;
   run(true, DType::f64, DType::f64, ref, "2");

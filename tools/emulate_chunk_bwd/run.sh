@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Host emulation of the CUDA chunk_bwd kernels against the CPU oracle (no GPU needed; nvcc's headers are), of the
-# prefill's intra-chunk kernel against fp64 (intra_harness.cpp), and of the whole prefill with its wgmma state pass
-# (wgmma, TMA, mbarriers: emu_sm90.hpp) and the segment split against the CPU oracle (state_wg_harness.cpp).
+# prefill's intra-chunk kernel against fp64 (intra_harness.cpp), of the whole prefill with its wgmma state pass
+# (wgmma, TMA, mbarriers: emu_sm90.hpp) and the segment split against the CPU oracle (state_wg_harness.cpp), and of
+# the recurrent wy kernels on multi-token rows against the CPU oracle (recurrent_harness.cpp).
 # Usage: bash tools/emulate_chunk_bwd/run.sh [--tsan] [build dir with a CPU libflashgdn_static.a, default build-cpu]
 #   [cases]
 # (cases: numbers 0-12 for chunk_bwd, i0-i2 for the intra-chunk kernel, w0-w5 for the prefill on the wgmma state
@@ -10,10 +11,15 @@
 # one-stage forms one after the other, Nc both at once (exec.chunk_bwd_chains = 2; Ns1 and Nc are compared bitwise
 # with N), Nm pass 3 on the mma.sync kernel; w0 bf16 GQA 2 with a partial last chunk, w1 varlen with a length-0
 # sequence and slack rows, w2 / w3 the split forced (decay windows / full summaries), w4 fp16 v-major with
-# checkpoints, w5 the wgmma model alone against plain products). --tsan builds with ThreadSanitizer: it reports every
-# pair of shared-memory accesses of two emulated threads (or async units: wgmma, TMA) that no barrier, mbarrier phase
-# or async wait orders (and fails the case). Under --tsan a w case takes 10-90 s of CPU on two cores, chunk_bwd's
-# case 10 a few minutes.
+# checkpoints, w5 the wgmma model alone against plain products; r0-r9 for the recurrent wy kernel on multi-token
+# rows, K-major pool, 1-D slots, commit, GQA 2, K = V = 128: r0 bf16 T = 12 N = 3, r1 varlen {12, 0, 1, 17, 33}
+# with an invalid slot and the fused gate, r2 a bf16 pool, r3 fp16 activations, r4 K = 64, r5 r1 on 16-column
+# tiles, r6 one row of 160 tokens, r7 an f16 pool, r8 2-D slots with num_accepted_tokens and commit off, r9 no
+# state_indices with null_slot_is_invalid, MHA, V = 64, no g and beta; rNm runs case N on the wy kernel on mma.sync,
+# wy_mma_kernel.cuh, where the branch has it, and is not in the default list). --tsan builds with ThreadSanitizer: it
+# reports every pair of shared-memory accesses of two emulated threads (or async units: wgmma, TMA) that no barrier,
+# mbarrier phase or async wait orders (and fails the case). Under --tsan a w case takes 10-90 s of CPU on two cores,
+# chunk_bwd's case 10 a few minutes, an r case under a minute.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 flags=(-O1 -Wno-psabi)
@@ -23,7 +29,7 @@ if [[ "${1:-}" == --tsan ]]; then
 fi
 lib="${1:-$root/build-cpu}/libflashgdn_static.a"
 shift || true
-cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 i0 i1 i2 w0 w1 w2 w3 w4 w5}"
+cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 i0 i1 i2 w0 w1 w2 w3 w4 w5 r0 r1 r2 r3 r4 r5 r6 r7 r8 r9}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 out="$(mktemp -d)"
 python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"
@@ -31,7 +37,7 @@ python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"
 # for the device headers
 need=()
 for c in $cases; do
-  case "$c" in i*) h=intra_harness ;; w*) h=state_wg_harness ;; *) h=harness ;; esac
+  case "$c" in i*) h=intra_harness ;; w*) h=state_wg_harness ;; r*) h=recurrent_harness ;; *) h=harness ;; esac
   [[ " ${need[*]} " == *" $h "* ]] || need+=("$h")
 done
 for h in "${need[@]}"; do
@@ -45,6 +51,11 @@ for c in $cases; do
     "$out/intra_harness" "${c#i}" || status=1
   elif [[ "$c" == w* ]]; then
     "$out/state_wg_harness" "${c#w}" || status=1
+  elif [[ "$c" == r*m ]]; then
+    c="${c#r}"
+    "$out/recurrent_harness" "${c%m}" mma || status=1
+  elif [[ "$c" == r* ]]; then
+    "$out/recurrent_harness" "${c#r}" || status=1
   elif [[ "$c" == *s1 ]]; then
     "$out/harness" "${c%s1}" 1 || status=1
   elif [[ "$c" == *c ]]; then

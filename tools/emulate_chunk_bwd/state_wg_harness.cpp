@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
       p.exec.cpu_fp64 = true;
       p.exec.cpu_algo = CpuAlgo::recurrent;
       const Status s = chunk_fwd(p);
-      if (!s.ok()) printf("oracle: %s\n", s.message());
+      if (!s.ok()) printf("oracle: %s\n", s.message().c_str());
       return s.ok();
     }
     p.exec.chunk_fwd_segments = segments;
@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
     ChunkFwdPlan pl;
     if (s.ok()) s = plan_chunk_fwd(p, d, DeviceFacts{132}, &pl);
     if (!s.ok()) {
-      printf("emu: %s\n", s.message());
+      printf("emu: %s\n", s.message().c_str());
       return false;
     }
     printf("%s", describe(pl, d).c_str());
@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
     }
     std::vector<unsigned char> ws(pl.workspace_bytes, 0xff);
     s = cuda::chunk_fwd(p, d, pl, ws.data(), ws.size(), nullptr);
-    if (!s.ok()) printf("emu: %s\n", s.message());
+    if (!s.ok()) printf("emu: %s\n", s.message().c_str());
     return s.ok();
   };
   Out ref, got;

@@ -1,0 +1,354 @@
+// The CUDA recurrent kernels of multi-token rows run in the host emulation of emu.hpp against the CPU oracle (the
+// public API on fp64 copies, exec.cpu_fp64, CpuAlgo::recurrent): the wy kernel (src/cuda/recurrent/wy_kernel.cuh,
+// through cuda::recurrent and its plan, the kernel forced to wy) and, where the branch has it, the wy kernel on
+// mma.sync (wy_mma_kernel.cuh, launch_recurrent_wy_mma called directly: the harness compiles without it). Inputs as
+// the GPU suite builds them (tests/cuda/test_recurrent.cpp): a K-major pool of 0.1 N(0, 1), 1-D state_indices in
+// reverse order and 3 slots no row addresses, commit, l2norm on, o poisoned with NaN. Bounds as that suite holds
+// them: relative Frobenius error of o 3e-3 (bf16), 1e-3 (f16), doubled with a 16-bit pool, of the pool 1e-5 (fp32),
+// 1e-2 (bf16), 2e-3 (f16); the worst head (o: value head; pool: (slot, head) block) within 3 times that. The pool
+// slots the oracle left unchanged (no row addresses them, an invalid row's, a length-0 row's) must be bitwise
+// unchanged, and an invalid row's o exact +0.
+// Two emulated SMs: the wy kernel's persistent CTAs (4 per SM) then walk several tiles each, grouped by row, so the
+// next tile's prefetch and a row's shared staging across its V-tiles run too.
+// Usage: recurrent_harness <case 0-9> [mma] (0: Hqk = 2, Hv = 4, K = V = 128, bf16, fixed T = 12, N = 3, fp32 pool;
+// 1: varlen {12, 0, 1, 17, 33} with slot -1 for the 17-token row, fused gate (A_log, dt_bias) and beta sigmoid;
+// 2: a bf16 pool; 3: f16 activations; 4: K = 64, V = 128; 5: case 1 on 16-column tiles (the wy kernel's choice; the
+// mma kernel has one width); 6: one row of T = 160; 7: an f16 pool; 8: 2-D state_indices [4, 12] with
+// num_accepted_tokens, one row's 0 (invalid), commit off (o only); 9: no state_indices (row n on slot n) with
+// null_slot_is_invalid (row 0 invalid), MHA 4 heads, V = 64, g and beta absent)
+#include "emu.hpp"
+
+// The kernels see the emulation above.
+#include "cuda/recurrent/recurrent_args.hpp"
+namespace flashgdn::cuda {
+// recurrent_args.hpp defines udiv for device code only (__CUDACC__): its multiply-high form here.
+inline uint32_t udiv(uint32_t x, const DivU32& q) {
+  return (__umulhi(x, q.m) + x) >> q.l;
+}
+}  // namespace flashgdn::cuda
+#include "wy_kernel.cuh"
+#if __has_include("wy_mma_kernel.cuh")
+#include "wy_mma_kernel.cuh"
+#define EMU_HAVE_WY_MMA 1
+#else
+#define EMU_HAVE_WY_MMA 0
+#endif
+// recurrent.cu's other launchers: not part of this harness (the plan is forced to wy).
+namespace flashgdn::cuda {
+template <StateLayout L, class ST, int K, int BV>
+cudaError_t launch_recurrent(const RecurrentArgs&, int, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+template <StateLayout L, class ST, int K, int BV>
+cudaError_t launch_recurrent_direct(const RecurrentArgs&, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+template <class ST, int K, int BV, int S, int NT>
+cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs&, cudaStream_t) {
+  return cudaErrorNotSupported;
+}
+}  // namespace flashgdn::cuda
+#include "api/plan.hpp"
+#include "cuda/recurrent/recurrent.cu"
+#include "test_util.hpp"
+
+#include <functional>
+#include <string>
+
+using namespace flashgdn;
+using namespace flashgdn::test;
+
+namespace {
+
+struct Spec {
+  int64_t N = 3, T = 12;         // fixed length: N rows of T tokens
+  std::vector<int64_t> seqlens;  // non-empty: varlen
+  int64_t Hqk = 2, Hv = 4, K = 128, V = 128;
+  DType act = DType::bf16, pool_dt = DType::f32;
+  bool raw_gate = false;  // use_gate_in_kernel (A_log, dt_bias) and use_beta_sigmoid_in_kernel
+  bool has_g = true, has_beta = true;
+  std::vector<int64_t> invalid;  // invalid rows: slot -1 (1-D), num_accepted_tokens 0 (2-D), slot 0 (no indices)
+  bool has_si = true;            // false: row n starts from slot n
+  int64_t T_max = 0;             // > 0: 2-D state_indices [N, T_max] with num_accepted_tokens (1 + 3 n % T_max)
+  bool commit = true, null_invalid = false;
+  int64_t extra_slots = 3;  // slots no row addresses
+  int32_t bv = 0;           // 0: the plan's tile width
+  uint64_t seed = 1;
+};
+
+struct Inputs {
+  HostTensor q, k, v, g, beta, A_log, dt_bias, cu, o, pool, si, na;
+  int64_t N = 0;
+};
+
+// As test_recurrent.cpp's make(): q, k, v ~ N(0, 1); g ~ -U(0, 1) and beta ~ U(0, 1), or raw N(0, 1) with the fused
+// gate; A_log ~ U(-1.5, -0.5), dt_bias ~ N(0, 1); distinct slots in reverse order, never slot 0.
+Inputs make(const Spec& s) {
+  Rng rng(s.seed);
+  Inputs in;
+  const bool varlen = !s.seqlens.empty();
+  in.N = varlen ? int64_t(s.seqlens.size()) : s.N;
+  const int64_t B = varlen ? 1 : in.N;
+  int64_t T = s.T;
+  if (varlen) {
+    T = 0;
+    for (auto l : s.seqlens) T += l;
+  }
+  in.q = HostTensor(s.act, {B, T, s.Hqk, s.K});
+  in.k = HostTensor(s.act, {B, T, s.Hqk, s.K});
+  in.v = HostTensor(s.act, {B, T, s.Hv, s.V});
+  in.o = HostTensor(s.act, {B, T, s.Hv, s.V});
+  for (HostTensor* t : {&in.q, &in.k, &in.v})
+    for (int64_t i = 0; i < t->numel(); ++i) t->set(i, rng.normal());
+  if (s.has_g) {
+    in.g = HostTensor(DType::f32, {B, T, s.Hv});
+    for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, s.raw_gate ? rng.normal() : -rng.uniform());
+  }
+  if (s.has_beta) {
+    in.beta = HostTensor(DType::f32, {B, T, s.Hv});
+    for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, s.raw_gate ? rng.normal() : rng.uniform());
+  }
+  if (s.raw_gate) {
+    in.A_log = HostTensor(DType::f32, {s.Hv});
+    in.dt_bias = HostTensor(DType::f32, {s.Hv});
+    for (int64_t h = 0; h < s.Hv; ++h) in.A_log.set(h, rng.uniform(-1.5, -0.5)), in.dt_bias.set(h, rng.normal());
+  }
+  if (varlen) {
+    in.cu = HostTensor(DType::i32, {in.N + 1});
+    int64_t acc = 0;
+    in.cu.set(0, 0);
+    for (int64_t n = 0; n < in.N; ++n) acc += s.seqlens[size_t(n)], in.cu.set(n + 1, double(acc));
+  }
+  const int64_t cols = s.T_max > 0 ? s.T_max : 1, slots = in.N * cols + s.extra_slots;
+  in.pool = HostTensor(s.pool_dt, {slots, s.Hv, s.K, s.V});
+  for (int64_t i = 0; i < in.pool.numel(); ++i) in.pool.set(i, 0.1 * rng.normal());
+  if (s.T_max > 0) {
+    in.si = HostTensor(DType::i32, {in.N, s.T_max});
+    for (int64_t i = 0; i < in.si.numel(); ++i) in.si.set(i, double(slots - 1 - i));
+    in.na = HostTensor(DType::i32, {in.N});
+    for (int64_t n = 0; n < in.N; ++n) in.na.set(n, double(1 + 3 * n % s.T_max));
+    for (int64_t n : s.invalid) in.na.set(n, 0.0);
+  } else if (s.has_si) {
+    in.si = HostTensor(DType::i32, {in.N});
+    for (int64_t n = 0; n < in.N; ++n) in.si.set(n, double(slots - 1 - n));
+    for (int64_t n : s.invalid) in.si.set(n, -1.0);
+  }
+  in.o.fill_nan();
+  return in;
+}
+
+TensorView view_or_absent(const HostTensor& t) {
+  return t.empty_shape() ? TensorView{} : t.view();
+}
+// The oracle's fp64 copy of a float tensor (indices keep their dtype).
+HostTensor f64(const HostTensor& t) {
+  return t.empty_shape() || t.dtype == DType::i32 || t.dtype == DType::i64 ? t : t.cast(DType::f64);
+}
+
+RecurrentParams params(const Spec& s) {
+  RecurrentParams p;
+  p.commit = s.commit;
+  p.null_slot_is_invalid = s.null_invalid;
+  p.use_qk_l2norm_in_kernel = true;
+  p.gate.use_gate_in_kernel = s.raw_gate;
+  p.gate.use_beta_sigmoid_in_kernel = s.raw_gate;
+  p.state_layout = StateLayout::k_major;
+  return p;
+}
+
+// Fills p's tensors from x (o and pool written in place).
+void bind(RecurrentParams& p, Inputs& x) {
+  p.q = x.q.view(), p.k = x.k.view(), p.v = x.v.view(), p.g = view_or_absent(x.g), p.beta = view_or_absent(x.beta);
+  p.A_log = view_or_absent(x.A_log), p.dt_bias = view_or_absent(x.dt_bias), p.cu_seqlens = view_or_absent(x.cu);
+  p.o = x.o.view(), p.state_pool = x.pool.view(), p.state_indices = view_or_absent(x.si);
+  p.num_accepted_tokens = view_or_absent(x.na);
+}
+
+bool run_oracle(const Spec& s, Inputs& x) {
+  RecurrentParams p = params(s);
+  bind(p, x);
+  p.exec.cpu_fp64 = true;
+  p.exec.cpu_algo = CpuAlgo::recurrent;
+  const Status st = recurrent(p);
+  if (!st.ok()) printf("oracle: %s\n", st.message().c_str());
+  return st.ok();
+}
+
+constexpr int32_t kSms = 2;
+
+#if EMU_HAVE_WY_MMA
+template <class ST>
+cudaError_t launch_mma(const cuda::RecurrentArgs& a) {
+  return a.K == 64 ? cuda::launch_recurrent_wy_mma<ST, 64>(a, nullptr)
+                   : cuda::launch_recurrent_wy_mma<ST, 128>(a, nullptr);
+}
+#endif
+
+// The emulated run on x (storage dtypes as the case says).
+bool run_emulated(const Spec& s, Inputs& x, bool mma, const char* tag) {
+  RecurrentParams p = params(s);
+  bind(p, x);
+  p.exec.recurrent_kernel = RecurrentKernel::wy;
+  RecurrentDims d;
+  Status st = validate(p, &d);
+  RecurrentPlan pl;
+  if (st.ok()) st = plan_recurrent(p, d, DeviceFacts{kSms}, &pl);
+  if (!st.ok()) {
+    printf("case %s: %s  FAIL\n", tag, st.message().c_str());
+    return false;
+  }
+  if (!mma) {
+    if (s.bv) pl.bv = s.bv;
+    printf("%s", describe(pl, d).c_str());
+    st = cuda::recurrent(p, d, pl, nullptr);
+    if (!st.ok()) printf("case %s: %s  FAIL\n", tag, st.message().c_str());
+    return st.ok();
+  }
+#if EMU_HAVE_WY_MMA
+  cuda::RecurrentArgs a = cuda::make_recurrent_args(p, d);
+  a.vt = cuda::DivU32::of(uint32_t(a.V / 64));  // as cuda::recurrent sets it for the plan's 64-column tiles
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (a.pool_dtype) {
+    case DType::bf16:
+      e = launch_mma<__nv_bfloat16>(a);
+      break;
+    case DType::f16:
+      e = launch_mma<__half>(a);
+      break;
+    default:
+      e = launch_mma<float>(a);
+      break;
+  }
+  printf("wy_mma: launch_recurrent_wy_mma<%s, %d>\n", dtype_name(a.pool_dtype), a.K);
+  if (e != cudaSuccess) printf("case %s: launch_recurrent_wy_mma returned %d  FAIL\n", tag, int(e));
+  return e == cudaSuccess;
+#else
+  printf("case %s: this branch has no src/cuda/recurrent/wy_mma_kernel.cuh  FAIL\n", tag);
+  return false;
+#endif
+}
+
+// Relative error where the oracle wrote; where it left the NaN poison, the emulated run must have too.
+double err_written(const HostTensor& x, const HostTensor& ref, std::string* why) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double a = x.get(i), b = ref.get(i);
+    if (std::isnan(b)) {
+      if (!std::isnan(a)) {
+        *why = "element " + std::to_string(i) + " written where the oracle wrote nothing";
+        return INFINITY;
+      }
+      continue;
+    }
+    if (!std::isfinite(a)) {
+      *why = "element " + std::to_string(i) + " non-finite";
+      return INFINITY;
+    }
+    num += (a - b) * (a - b), den += b * b;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+Spec spec_of(int which) {
+  Spec s;
+  if (which == 1 || which == 5) {
+    s.seqlens = {12, 0, 1, 17, 33};
+    s.invalid = {3};
+    s.raw_gate = true;
+    if (which == 5) s.bv = 16;
+  }
+  if (which == 2) s.pool_dt = DType::bf16;
+  if (which == 3) s.act = DType::f16;
+  if (which == 4) s.K = 64;
+  if (which == 6) s.T = 160, s.N = 1;  // 10 chunks of wy_mma, 20 of wy: the state's error must not grow with them
+  if (which == 7) s.pool_dt = DType::f16;
+  if (which == 8) s.N = 4, s.T_max = 12, s.commit = false, s.invalid = {2};  // o only: the pool stays as it was
+  if (which == 9) {  // row n on slot n, row 0 invalid (slot 0); no g (0) and no beta (1)
+    s.Hqk = s.Hv = 4, s.V = 64, s.has_si = false, s.null_invalid = true, s.invalid = {0};
+    s.has_g = s.has_beta = false;
+  }
+  s.seed = 100 + uint64_t(which);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int which = argc > 1 ? atoi(argv[1]) : 0;
+  const bool mma = argc > 2 && std::string(argv[2]) == "mma";
+  const std::string tag = "r" + std::to_string(which) + (mma ? "m" : "");
+  const Spec s = spec_of(which);
+  const Inputs in = make(s);
+  Inputs ref = in, got = in;
+  for (HostTensor* t : {&ref.q, &ref.k, &ref.v, &ref.g, &ref.beta, &ref.A_log, &ref.dt_bias, &ref.o, &ref.pool})
+    *t = f64(*t);
+  if (!run_oracle(s, ref) || !run_emulated(s, got, mma, tag.c_str())) return 1;
+
+  int fails = 0;
+  // floor: the error of the oracle's values rounded once to the output's storage type, the least a kernel can reach
+  // (so that an error of the kernel's own far below the bound still shows as an excess over it)
+  const auto line = [&](const char* name, double e, double w, double bound, double floor) {
+    const bool ok = e <= bound && w <= 3 * bound;
+    fails += !ok;
+    printf("case %s %-4s rel %.3e worst head %.3e (bounds %.0e, %.0e; rounding alone %.3e)%s\n", tag.c_str(), name, e,
+           w, bound, 3 * bound, floor, ok ? "" : "  FAIL");
+  };
+  const auto rounded = [](const HostTensor& ref, DType dt) {
+    std::string w;
+    return err_written(ref.cast(dt), ref, &w);
+  };
+  std::string why;
+  // o: every row of a valid row's tokens is written (length-0 rows have none); invalid rows' are exact zeros
+  const double tol_o = (s.act == DType::bf16 ? 3e-3 : 1e-3) * (s.pool_dt == DType::f32 ? 1 : 2);
+  {
+    const double e = err_written(got.o, ref.o, &why);
+    HostTensor go = got.o.cast(DType::f64), ro = ref.o;
+    for (int64_t i = 0; i < ro.numel(); ++i)
+      if (std::isnan(ro.get(i))) ro.set(i, 0.0), go.set(i, 0.0);
+    line("o", e, max_head_err(go, ro, s.Hv, [&](int64_t i) { return (i / s.V) % s.Hv; }), tol_o, rounded(ref.o, s.act));
+    if (!std::isfinite(e) && !why.empty()) printf("case %s o: %s\n", tag.c_str(), why.c_str());
+  }
+  {
+    int64_t rows = 0, bad = 0;
+    for (int64_t n : s.invalid) {
+      const int64_t t0 = s.seqlens.empty() ? n * s.T : int64_t(ref.cu.get(n)),
+                    len = s.seqlens.empty() ? s.T : s.seqlens[size_t(n)];
+      for (int64_t t = t0; t < t0 + len; ++t)
+        for (int64_t h = 0; h < s.Hv; ++h, ++rows)
+          for (int64_t j = 0; j < s.V; ++j) {
+            const double x = got.o.get((t * s.Hv + h) * s.V + j);
+            bad += x != 0.0 || std::signbit(x);
+          }
+    }
+    if (!s.invalid.empty()) {
+      printf("case %s invalid rows: %ld (token, head) rows of o, %ld elements not +0%s\n", tag.c_str(), long(rows),
+             long(bad), bad ? "  FAIL" : "");
+      fails += bad != 0;
+    }
+  }
+  // the pool
+  const double tol_s = s.pool_dt == DType::f32 ? 1e-5 : s.pool_dt == DType::bf16 ? 1e-2 : 2e-3;
+  const int64_t blk = s.K * s.V, slots = in.pool.shape[0];
+  {
+    const double e = err_written(got.pool, ref.pool, &why);
+    line("pool", e, max_head_err(got.pool, ref.pool, slots * s.Hv, [&](int64_t i) { return i / blk; }), tol_s,
+         rounded(ref.pool, s.pool_dt));
+  }
+  {
+    // slots the oracle left unchanged: bitwise unchanged
+    const size_t bytes = size_t(s.Hv * blk * dtype_size(s.pool_dt));
+    int64_t kept = 0, changed = 0;
+    for (int64_t sl = 0; sl < slots; ++sl) {
+      bool touched = false;
+      for (int64_t i = sl * s.Hv * blk; i < (sl + 1) * s.Hv * blk && !touched; ++i)
+        touched = ref.pool.get(i) != in.pool.get(i);
+      if (touched) continue;
+      ++kept;
+      changed += std::memcmp(got.pool.bytes.data() + sl * bytes, in.pool.bytes.data() + sl * bytes, bytes) != 0;
+    }
+    printf("case %s untouched slots: %ld of %ld, %ld changed%s\n", tag.c_str(), long(kept), long(slots), long(changed),
+           changed ? "  FAIL" : "");
+    fails += changed != 0;
+  }
+  return fails ? 1 : 0;
+}
