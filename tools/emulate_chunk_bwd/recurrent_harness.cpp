@@ -179,8 +179,8 @@ constexpr int32_t kSms = 2;
 #if EMU_HAVE_WY_MMA
 template <class ST>
 cudaError_t launch_mma(const cuda::RecurrentArgs& a) {
-  return a.K == 64 ? cuda::launch_recurrent_wy_mma<ST, 64>(a, nullptr)
-                   : cuda::launch_recurrent_wy_mma<ST, 128>(a, nullptr);
+  return a.K == 64 ? cuda::launch_recurrent_wy_mma<ST, 64>(a, 2, nullptr)
+                   : cuda::launch_recurrent_wy_mma<ST, 128>(a, 2, nullptr);
 }
 #endif
 

@@ -21,7 +21,7 @@ cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs& a, cudaStream_t st
 template <class ST, int K, int BV>
 cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t stream);
 template <class ST, int K>
-cudaError_t launch_recurrent_wy_mma(const RecurrentArgs& a, cudaStream_t stream);
+cudaError_t launch_recurrent_wy_mma(const RecurrentArgs& a, int sms, cudaStream_t stream);
 
 namespace {
 
@@ -59,7 +59,7 @@ cudaError_t launch_k(const RecurrentArgs& a, const RecurrentPlan& pl, cudaStream
       }
       return cudaErrorInvalidConfiguration;
     case RecurrentKernel::wy_mma:  // K-major pools, 16-bit q, k, v (the plan checks)
-      if constexpr (L == StateLayout::k_major) return launch_recurrent_wy_mma<ST, K>(a, s);
+      if constexpr (L == StateLayout::k_major) return launch_recurrent_wy_mma<ST, K>(a, pl.sms, s);
       return cudaErrorInvalidConfiguration;
     default:
       return cudaErrorInvalidConfiguration;

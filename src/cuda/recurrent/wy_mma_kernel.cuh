@@ -45,6 +45,7 @@ namespace flashgdn::cuda {
 namespace wymma {
 
 inline constexpr int kThreads = 128;  // 4 warps, 16 state columns each
+inline constexpr int kMinBlocks = 2;  // CTAs per SM (__launch_bounds__: <= 255 registers, no spills)
 inline constexpr int kCols = 64;      // state columns per CTA
 inline constexpr int kChunk = 16;     // tokens per chunk (one k16 step of the token products)
 inline constexpr int kLd = 24;        // 16-bit elements per staged row: 16 tokens + 8 (48-byte rows:
@@ -100,6 +101,13 @@ constexpr size_t state_stage_bytes() {
   return size_t(K / 2) * kThreads * sizeof(ST);
 }
 
+// A tile's row: coordinates, token range, start slot (-1: invalid), the head's gate parameters.
+struct Row {
+  int32_t h = 0, hq = 0, j0 = 0;
+  int64_t n = 0, b = 0, bos = 0, len = 0, slot = -1;
+  float alog = 0.f, dtb = 0.f;
+};
+
 __device__ __forceinline__ bool slot_ok(int64_t s, int64_t slots, bool null_invalid) {
   return s >= 0 && s < slots && !(null_invalid && s == 0);
 }
@@ -129,10 +137,12 @@ __device__ __forceinline__ uint32_t act_bits(float x, float y, bool bf16) {
 
 }  // namespace wymma
 
-// One CTA per (row, value head, 64 state columns), 4 warps of 16 columns. QK_BF16: q and k are bf16 (exact bf16
-// operands); else f16, split into bf16 hi + lo (exact). v and o are 16-bit (bf16 or f16, runtime).
+// Persistent CTAs of 4 warps walk the tiles (row, value head, 64 state columns), a warp 16 columns; the next tile's
+// index loads, state copy and first chunk are in flight during this tile's products. QK_BF16: q and k are bf16 (exact
+// bf16 operands); else f16, split into bf16 hi + lo (exact). v and o are 16-bit (bf16 or f16, runtime).
+// H200 (docs/recurrent.md): T = 12 at N = 1 / 256 in 9.3 us / 0.630 ms against the wy kernel's 12.3 us / 0.672 ms.
 template <class ST, int K, bool QK_BF16>
-__global__ void __launch_bounds__(wymma::kThreads, 2) recurrent_wy_mma_kernel(const RecurrentArgs a) {
+__global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_wy_mma_kernel(const RecurrentArgs a) {
   using namespace wymma;
   constexpr int NJ = K / 8;            // n8 tiles of a warp's state (keys)
   constexpr int NP = QK_BF16 ? 1 : 2;  // parts of a staged k / q element
@@ -154,28 +164,59 @@ __global__ void __launch_bounds__(wymma::kThreads, 2) recurrent_wy_mma_kernel(co
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const int mi = lane >> 3, mr = lane & 7;  // ldmatrix: the matrix and row this lane addresses
 
-  // ---- the tile: row n, value head h, columns j0 .. j0 + 63 ----
-  const uint32_t tile = blockIdx.x;
-  const uint32_t nh = udiv(tile, a.vt), n = udiv(nh, a.hv);
-  const int h = int(nh - n * uint32_t(a.Hv)), hq = int(udiv(uint32_t(h), a.gqa));
-  const int j0 = int(tile - nh * uint32_t(a.V / kCols)) * kCols;
-  const int c0 = j0 + 16 * warp + 2 * g;  // this thread's state columns c0, c0 + 1
-  int64_t bos = 0, len = a.T;
-  if (a.varlen) {
-    const int64_t cu0 = load_index(a.cu_seqlens, a.cu_i64, n), cu1 = load_index(a.cu_seqlens, a.cu_i64, n + 1);
-    bos = cu0 < 0 ? 0 : (cu0 > a.T ? a.T : cu0);
-    len = (cu1 < bos ? bos : (cu1 > a.T ? a.T : cu1)) - bos;
-  }
-  if (len <= 0) return;  // an empty row touches nothing
-  const int64_t b = a.varlen ? 0 : n;
+  // ---- a tile's row: coordinates, token range, start slot (index loads; issued here, waited where first used) ----
+  auto row_of = [&](uint32_t tile) {
+    Row r;
+    const uint32_t nh = udiv(tile, a.vt), n = udiv(nh, a.hv);
+    r.n = n, r.h = int(nh - n * uint32_t(a.Hv)), r.hq = int(udiv(uint32_t(r.h), a.gqa));
+    r.j0 = int(tile - nh * uint32_t(a.V / kCols)) * kCols;
+    r.b = a.varlen ? 0 : n, r.bos = 0, r.len = a.T;
+    if (a.varlen) {
+      const int64_t cu0 = load_index(a.cu_seqlens, a.cu_i64, n), cu1 = load_index(a.cu_seqlens, a.cu_i64, n + 1);
+      r.bos = cu0 < 0 ? 0 : (cu0 > a.T ? a.T : cu0);
+      r.len = (cu1 < r.bos ? r.bos : (cu1 > a.T ? a.T : cu1)) - r.bos;
+    }
+    int64_t slot = n;
+    if (a.T_max > 0) {  // start slot [n, a - 1], a = num_accepted_tokens[n] (1 when absent)
+      const int64_t acc = a.num_accepted ? load_index(a.num_accepted, a.na_i64, n * a.na_s) : 1;
+      slot = acc >= 1 && acc <= a.T_max ? load_index(a.state_indices, a.si_i64, n * a.si_s[0] + (acc - 1) * a.si_s[1])
+                                        : -1;
+    } else if (a.state_indices) {
+      slot = load_index(a.state_indices, a.si_i64, n * a.si_s[0]);
+    }
+    r.slot = slot_ok(slot, a.slots, a.null_slot_is_invalid) ? slot : -1;
+    r.alog = a.gate_in_kernel ? load1(a.A_log, a.A_log_dtype, r.h * a.A_log_s) : 0.f;
+    r.dtb = a.gate_in_kernel && a.dt_bias ? load1(a.dt_bias, a.dt_bias_dtype, r.h * a.dt_bias_s) : 0.f;
+    return r;
+  };
+  const int kb = (K / 4) * t4;  // this thread's first key
   const bool v_bf16 = a.v_dtype == DType::bf16;
+  const int64_t rs = a.pool_s[2];
+  auto pool_at = [&](const Row& r) {  // this thread's element (key kb, column c0) of the row's start slot
+    return static_cast<ST*>(a.pool) + r.slot * a.pool_s[0] + r.h * a.pool_s[1] + r.j0 + 16 * warp + 2 * g + kb * rs;
+  };
+  // The state: S^T in accumulator tiles, s[j][e]: column c0 + e / 2, physical key kb + 2 j + e % 2. Copied to s_st
+  // (one commit group per tile), read into registers before the tile's first product; the next tile's copy is issued
+  // as soon as this thread has read its pairs (each thread copies and reads only its own).
+  auto issue_state = [&](const Row& r) {
+    if (r.slot >= 0 && r.len > 0) {
+      const ST* src = pool_at(r);
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) cp_async<2 * sizeof(ST)>(&s_st[2 * j + e][tid][0], src + (2 * j + e) * rs);
+    }
+    cp_async_commit();
+  };
 
   // ---- a chunk's activations as bits (warp w: tokens 4 w .. 4 w + 3; this thread's v pairs: tokens nt 8 + 2 t4 + ee,
-  // columns c0, c0 + 1). Every load of a chunk is issued before the first is used: the chunk's tokens, then (chunk 0)
-  // the slot and the state, are one round trip, not one per token ----
+  // columns c0, c0 + 1). Every load of a chunk is issued before the first is used (one round trip, not one per
+  // token), and a tile's first chunk is loaded during the previous tile ----
   uint2 rq4[C / 4], rk4[C / 4];  // 4 16-bit elements each (bf16 or f16: the plan checks)
   uint32_t rg[C / 4], rb[C / 4], vb[2][2];
-  auto load_chunk = [&](int64_t t0, int tc) {
+  auto load_chunk = [&](const Row& r, int64_t t0) {
+    const int tc = int(r.len - t0 < C ? r.len - t0 : C);
+    const int64_t b = r.b, bos = r.bos;
 #pragma unroll
     for (int m = 0; m < C / 4; ++m) {
       const int t = 4 * warp + m;
@@ -185,346 +226,355 @@ __global__ void __launch_bounds__(wymma::kThreads, 2) recurrent_wy_mma_kernel(co
         const int64_t tok = bos + t0 + t;
         if (4 * lane < K) {
           rq4[m] = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(a.q) + b * a.q_s[0] + tok * a.q_s[1] +
-                                                   hq * a.q_s[2] + 4 * lane);
+                                                   r.hq * a.q_s[2] + 4 * lane);
           rk4[m] = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(a.k) + b * a.k_s[0] + tok * a.k_s[1] +
-                                                   hq * a.k_s[2] + 4 * lane);
+                                                   r.hq * a.k_s[2] + 4 * lane);
         }
-        if (a.g) rg[m] = load1_bits(a.g, a.g_dtype, b * a.g_s[0] + tok * a.g_s[1] + h * a.g_s[2]);
-        if (a.beta) rb[m] = load1_bits(a.beta, a.beta_dtype, b * a.beta_s[0] + tok * a.beta_s[1] + h * a.beta_s[2]);
+        if (a.g) rg[m] = load1_bits(a.g, a.g_dtype, b * a.g_s[0] + tok * a.g_s[1] + r.h * a.g_s[2]);
+        if (a.beta) rb[m] = load1_bits(a.beta, a.beta_dtype, b * a.beta_s[0] + tok * a.beta_s[1] + r.h * a.beta_s[2]);
       }
     }
+    const int c0 = r.j0 + 16 * warp + 2 * g;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int ee = 0; ee < 2; ++ee) {
         const int t = nt * 8 + 2 * t4 + ee;
         vb[nt][ee] = t < tc ? *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(a.v) + b * a.v_s[0] +
-                                                                 (bos + t0 + t) * a.v_s[1] + h * a.v_s[2] + c0)
+                                                                 (bos + t0 + t) * a.v_s[1] + r.h * a.v_s[2] + c0)
                             : 0u;
       }
   };
-  load_chunk(0, int(len < C ? len : C));
 
-  int64_t slot = n;
-  if (a.T_max > 0) {  // start slot [n, a - 1], a = num_accepted_tokens[n] (1 when absent)
-    const int64_t acc = a.num_accepted ? load_index(a.num_accepted, a.na_i64, n * a.na_s) : 1;
-    slot =
-        acc >= 1 && acc <= a.T_max ? load_index(a.state_indices, a.si_i64, n * a.si_s[0] + (acc - 1) * a.si_s[1]) : -1;
-  } else if (a.state_indices) {
-    slot = load_index(a.state_indices, a.si_i64, n * a.si_s[0]);
-  }
-  if (!slot_ok(slot, a.slots, a.null_slot_is_invalid)) {  // invalid row: exact zeros to its o, nothing else
-    for (int64_t x = tid; x < len * (kCols / 2); x += kThreads) {
-      const int64_t t = bos + x / (kCols / 2);
-      *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(a.o) + b * a.o_s[0] + t * a.o_s[1] + h * a.o_s[2] + j0 +
-                                   2 * (x % (kCols / 2))) = 0u;
-    }
-    return;
-  }
-
-  // ---- the state: S^T in accumulator tiles, s[j][e]: column c0 + e / 2, physical key (K / 4) t4 + 2 j + e % 2;
-  // copied to s_st now, read into registers before the first product ----
-  ST* const pool = static_cast<ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1] + c0;
-  const int64_t rs = a.pool_s[2];
-  const int kb = (K / 4) * t4;
-#pragma unroll
-  for (int j = 0; j < NJ; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) cp_async<2 * sizeof(ST)>(&s_st[2 * j + e][tid][0], pool + (kb + 2 * j + e) * rs);
-  cp_async_commit();
+  // ---- persistent walk over the tiles t = blockIdx.x + i gridDim.x; the next tile's index loads, state copy and
+  // first chunk fly during this tile's products ----
+  const uint32_t ntiles = uint32_t(a.N * a.Hv * (a.V / kCols));  // < 2^31 (the launcher checks)
+  uint32_t tile = blockIdx.x;
+  Row r = row_of(tile);
+  issue_state(r);
+  if (r.len > 0) load_chunk(r, 0);
   float s[NJ][4];
-
-  const float alog = a.gate_in_kernel ? load1(a.A_log, a.A_log_dtype, h * a.A_log_s) : 0.f;
-  const float dtb = a.gate_in_kernel && a.dt_bias ? load1(a.dt_bias, a.dt_bias_dtype, h * a.dt_bias_s) : 0.f;
-
 #pragma unroll 1
-  for (int64_t t0 = 0; t0 < len; t0 += C) {
-    const int tc = int(len - t0 < C ? len - t0 : C);
-    if (t0 > 0) {
-      __syncthreads();  // every warp is done with the previous chunk's staged data
-      load_chunk(t0, tc);
-    }
-
-    // ---- staging: raw q, k into the tiles at their keys' logical positions (the warp's 4 tokens as one 8-byte
-    // row piece per key), the row factors, gate and beta (zeros past the row's end) ----
-    // the row factors (qk_norm_factors' sums in its order): the warp's 4 tokens' sums reduced together
-    float sq[C / 4], sk[C / 4];
-#pragma unroll
-    for (int m = 0; m < C / 4; ++m) {
-      float q[4], k[4];
-      from_bits4<QK>(make_uint4(rq4[m].x, rq4[m].y, 0u, 0u), q);
-      from_bits4<QK>(make_uint4(rk4[m].x, rk4[m].y, 0u, 0u), k);
-      sq[m] = sk[m] = 0.f;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sq[m] = fmaf(q[e], q[e], sq[m]), sk[m] = fmaf(k[e], k[e], sk[m]);
-    }
-#pragma unroll
-    for (int m = 0; m < C / 4; ++m) sq[m] = lane_sum<1, 32>(sq[m]), sk[m] = lane_sum<1, 32>(sk[m]);
-    if (lane < C / 4) {  // lane m: token 4 warp + m
-      const int m = lane, t = 4 * warp + m;
-      float gg = 0.f, be = 0.f, rq = a.scale, rk = 1.f;
-#pragma unroll
-      for (int x = 0; x < C / 4; ++x)
-        if (x == m) gg = from_bits1(a.g_dtype, rg[x]), be = from_bits1(a.beta_dtype, rb[x]), rq = sq[x], rk = sk[x];
-      if (a.l2norm)
-        rq = a.scale * l2_rnorm(rq), rk = l2_rnorm(rk);
-      else
-        rq = a.scale, rk = 1.f;
-      if (t < tc) {
-        if (!a.g) gg = 0.f;
-        if (!a.beta) be = 1.f;
-        if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
-          gg = gate_from_raw(gg, alog, dtb, a.softplus_beta, a.softplus_threshold);
-        if (a.beta_sigmoid) be = beta_from_raw(be, a.allow_neg_eigval);
-      } else {
-        gg = be = rq = rk = 0.f;
+  for (;;) {
+    const uint32_t nxt = tile + gridDim.x;
+    const bool has_next = nxt < ntiles;
+    Row rn;
+    if (has_next) rn = row_of(nxt);
+    const int64_t len = r.len, bos = r.bos, b = r.b;
+    const int h = r.h, j0 = r.j0, c0 = j0 + 16 * warp + 2 * g;
+    if (len > 0 && r.slot < 0) {  // invalid row: exact zeros to its o, nothing else
+      for (int64_t x = tid; x < len * (kCols / 2); x += kThreads) {
+        const int64_t t = bos + x / (kCols / 2);
+        *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(a.o) + b * a.o_s[0] + t * a.o_s[1] + h * a.o_s[2] + j0 +
+                                     2 * (x % (kCols / 2))) = 0u;
       }
-      s_g[t] = gg, s_be[t] = be, s_rk[t] = rk, s_rq[t] = rq;
     }
-    if (4 * lane < K) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int p = key_pos<K>(4 * lane + e);
-        if constexpr (QK_BF16) {  // the raw bits: element e of each token's 4-vector
-          auto bits = [&](const uint2(&x)[C / 4], int m) {
-            return (e < 2 ? x[m].x : x[m].y) >> (16 * (e & 1)) & 0xffffu;
-          };
-          *reinterpret_cast<uint2*>(&s_k[0][p][4 * warp]) =
-              make_uint2(bits(rk4, 0) | bits(rk4, 1) << 16, bits(rk4, 2) | bits(rk4, 3) << 16);
-          *reinterpret_cast<uint2*>(&s_q[0][p][4 * warp]) =
-              make_uint2(bits(rq4, 0) | bits(rq4, 1) << 16, bits(rq4, 2) | bits(rq4, 3) << 16);
-        } else {  // f16 = bf16 hi + lo, exactly
-          auto val = [&](const uint2(&x)[C / 4], int m) { return Storage<__half>::to2(e < 2 ? x[m].x : x[m].y); };
-          uint32_t kh[2], kl[2], qh[2], ql[2];
-#pragma unroll
-          for (int m2 = 0; m2 < 2; ++m2) {
-            const float2 k0 = val(rk4, 2 * m2), k1 = val(rk4, 2 * m2 + 1);
-            const float2 q0 = val(rq4, 2 * m2), q1 = val(rq4, 2 * m2 + 1);
-            split2(e & 1 ? k0.y : k0.x, e & 1 ? k1.y : k1.x, kh[m2], kl[m2]);
-            split2(e & 1 ? q0.y : q0.x, e & 1 ? q1.y : q1.x, qh[m2], ql[m2]);
-          }
-          *reinterpret_cast<uint2*>(&s_k[0][p][4 * warp]) = make_uint2(kh[0], kh[1]);
-          *reinterpret_cast<uint2*>(&s_k[1][p][4 * warp]) = make_uint2(kl[0], kl[1]);
-          *reinterpret_cast<uint2*>(&s_q[0][p][4 * warp]) = make_uint2(qh[0], qh[1]);
-          *reinterpret_cast<uint2*>(&s_q[1][p][4 * warp]) = make_uint2(ql[0], ql[1]);
+    if (len <= 0 || r.slot < 0) {  // an empty or invalid row touches nothing else: on to the next tile
+      if (has_next) {
+        issue_state(rn);
+        if (rn.len > 0) load_chunk(rn, 0);
+      }
+    } else {
+      const float alog = r.alog, dtb = r.dtb;
+#pragma unroll 1
+      for (int64_t t0 = 0; t0 < len; t0 += C) {
+        const int tc = int(len - t0 < C ? len - t0 : C);
+        if (t0 > 0) {
+          __syncthreads();  // every warp is done with the previous chunk's staged data
+          load_chunk(r, t0);
         }
-      }
-    }
-    __syncthreads();
 
-    // gamma_t (inclusive scan over the chunk's tokens, lanes 0-15), e^{gamma_t}, e^{gamma_last - gamma_t}
-    float gam = lane < C ? s_g[lane] : 0.f;
+        // ---- staging: raw q, k into the tiles at their keys' logical positions (the warp's 4 tokens as one 8-byte
+        // row piece per key), the row factors, gate and beta (zeros past the row's end) ----
+        // the row factors (qk_norm_factors' sums in its order): the warp's 4 tokens' sums reduced together
+        float sq[C / 4], sk[C / 4];
 #pragma unroll
-    for (int m = 1; m < C; m <<= 1) {
-      const float y = __shfl_up_sync(0xffffffffu, gam, m);
-      if (lane >= m) gam += y;
-    }
-    const float gam_last = __shfl_sync(0xffffffffu, gam, tc - 1);
-    if (warp == 0 && lane < C) s_d[lane] = expf(gam), s_e[lane] = lane < tc ? expf(gam_last - gam) : 0.f;
+        for (int m = 0; m < C / 4; ++m) {
+          float q[4], k[4];
+          from_bits4<QK>(make_uint4(rq4[m].x, rq4[m].y, 0u, 0u), q);
+          from_bits4<QK>(make_uint4(rk4[m].x, rk4[m].y, 0u, 0u), k);
+          sq[m] = sk[m] = 0.f;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sq[m] = fmaf(q[e], q[e], sq[m]), sk[m] = fmaf(k[e], k[e], sk[m]);
+        }
+#pragma unroll
+        for (int m = 0; m < C / 4; ++m) sq[m] = lane_sum<1, 32>(sq[m]), sk[m] = lane_sum<1, 32>(sk[m]);
+        if (lane < C / 4) {  // lane m: token 4 warp + m
+          const int m = lane, t = 4 * warp + m;
+          float gg = 0.f, be = 0.f, rq = a.scale, rk = 1.f;
+#pragma unroll
+          for (int x = 0; x < C / 4; ++x)
+            if (x == m) gg = from_bits1(a.g_dtype, rg[x]), be = from_bits1(a.beta_dtype, rb[x]), rq = sq[x], rk = sk[x];
+          if (a.l2norm)
+            rq = a.scale * l2_rnorm(rq), rk = l2_rnorm(rk);
+          else
+            rq = a.scale, rk = 1.f;
+          if (t < tc) {
+            if (!a.g) gg = 0.f;
+            if (!a.beta) be = 1.f;
+            if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
+              gg = gate_from_raw(gg, alog, dtb, a.softplus_beta, a.softplus_threshold);
+            if (a.beta_sigmoid) be = beta_from_raw(be, a.allow_neg_eigval);
+          } else {
+            gg = be = rq = rk = 0.f;
+          }
+          s_g[t] = gg, s_be[t] = be, s_rk[t] = rk, s_rq[t] = rq;
+        }
+        if (4 * lane < K) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int p = key_pos<K>(4 * lane + e);
+            if constexpr (QK_BF16) {  // the raw bits: element e of each token's 4-vector
+              auto bits = [&](const uint2(&x)[C / 4], int m) {
+                return (e < 2 ? x[m].x : x[m].y) >> (16 * (e & 1)) & 0xffffu;
+              };
+              *reinterpret_cast<uint2*>(&s_k[0][p][4 * warp]) =
+                  make_uint2(bits(rk4, 0) | bits(rk4, 1) << 16, bits(rk4, 2) | bits(rk4, 3) << 16);
+              *reinterpret_cast<uint2*>(&s_q[0][p][4 * warp]) =
+                  make_uint2(bits(rq4, 0) | bits(rq4, 1) << 16, bits(rq4, 2) | bits(rq4, 3) << 16);
+            } else {  // f16 = bf16 hi + lo, exactly
+              auto val = [&](const uint2(&x)[C / 4], int m) { return Storage<__half>::to2(e < 2 ? x[m].x : x[m].y); };
+              uint32_t kh[2], kl[2], qh[2], ql[2];
+#pragma unroll
+              for (int m2 = 0; m2 < 2; ++m2) {
+                const float2 k0 = val(rk4, 2 * m2), k1 = val(rk4, 2 * m2 + 1);
+                const float2 q0 = val(rq4, 2 * m2), q1 = val(rq4, 2 * m2 + 1);
+                split2(e & 1 ? k0.y : k0.x, e & 1 ? k1.y : k1.x, kh[m2], kl[m2]);
+                split2(e & 1 ? q0.y : q0.x, e & 1 ? q1.y : q1.x, qh[m2], ql[m2]);
+              }
+              *reinterpret_cast<uint2*>(&s_k[0][p][4 * warp]) = make_uint2(kh[0], kh[1]);
+              *reinterpret_cast<uint2*>(&s_k[1][p][4 * warp]) = make_uint2(kl[0], kl[1]);
+              *reinterpret_cast<uint2*>(&s_q[0][p][4 * warp]) = make_uint2(qh[0], qh[1]);
+              *reinterpret_cast<uint2*>(&s_q[1][p][4 * warp]) = make_uint2(ql[0], ql[1]);
+            }
+          }
+        }
+        __syncthreads();
 
-    // ---- token dots (warp 0: K K^T -> A -> T; warp 1: Q K^T -> B) by the tensor cores, raw rows, the factors
-    // after: k^_t.k^_s = rk_t rk_s (k_t.k_s), q'_t.k^_s = rq_t rk_s (q_t.k_s) ----
-    if (warp < 2) {
-      const uint16_t(*xs)[K][kLd] = warp == 0 ? s_k : s_q;
-      float acc[2][4] = {};
+        // gamma_t (inclusive scan over the chunk's tokens, lanes 0-15), e^{gamma_t}, e^{gamma_last - gamma_t}
+        float gam = lane < C ? s_g[lane] : 0.f;
 #pragma unroll
-      for (int ks = 0; ks < K / 16; ++ks) {
-        // matrices (key half, token half) in the order (0,0), (1,0), (0,1), (1,1): B fragments of k as they are,
-        // A fragments of x [token][key] as {0, 2, 1, 3}
-        const int row = 16 * ks + (mi & 1) * 8 + mr, col = (mi >> 1) * 8;
-        uint32_t bh[4], xh[4];
-        ldsm_x4_t(bh, &s_k[0][row][col]);
-        ldsm_x4_t(xh, &xs[0][row][col]);
-        const uint32_t ah[4] = {xh[0], xh[2], xh[1], xh[3]};
-        if constexpr (NP == 1) {
-          mma(acc[0], ah, bh[0], bh[1]);
-          mma(acc[1], ah, bh[2], bh[3]);
-        } else {  // all four parts: the f16 dots stay exact to fp32 accumulation
-          uint32_t bl[4], xl[4];
-          ldsm_x4_t(bl, &s_k[1][row][col]);
-          ldsm_x4_t(xl, &xs[1][row][col]);
-          const uint32_t al[4] = {xl[0], xl[2], xl[1], xl[3]};
+        for (int m = 1; m < C; m <<= 1) {
+          const float y = __shfl_up_sync(0xffffffffu, gam, m);
+          if (lane >= m) gam += y;
+        }
+        const float gam_last = __shfl_sync(0xffffffffu, gam, tc - 1);
+        if (warp == 0 && lane < C) s_d[lane] = expf(gam), s_e[lane] = lane < tc ? expf(gam_last - gam) : 0.f;
+
+        // ---- token dots (warp 0: K K^T -> A -> T; warp 1: Q K^T -> B) by the tensor cores, raw rows, the factors
+        // after: k^_t.k^_s = rk_t rk_s (k_t.k_s), q'_t.k^_s = rq_t rk_s (q_t.k_s) ----
+        if (warp < 2) {
+          const uint16_t(*xs)[K][kLd] = warp == 0 ? s_k : s_q;
+          float acc[2][4] = {};
+#pragma unroll
+          for (int ks = 0; ks < K / 16; ++ks) {
+            // matrices (key half, token half) in the order (0,0), (1,0), (0,1), (1,1): B fragments of k as they are,
+            // A fragments of x [token][key] as {0, 2, 1, 3}
+            const int row = 16 * ks + (mi & 1) * 8 + mr, col = (mi >> 1) * 8;
+            uint32_t bh[4], xh[4];
+            ldsm_x4_t(bh, &s_k[0][row][col]);
+            ldsm_x4_t(xh, &xs[0][row][col]);
+            const uint32_t ah[4] = {xh[0], xh[2], xh[1], xh[3]};
+            if constexpr (NP == 1) {
+              mma(acc[0], ah, bh[0], bh[1]);
+              mma(acc[1], ah, bh[2], bh[3]);
+            } else {  // all four parts: the f16 dots stay exact to fp32 accumulation
+              uint32_t bl[4], xl[4];
+              ldsm_x4_t(bl, &s_k[1][row][col]);
+              ldsm_x4_t(xl, &xs[1][row][col]);
+              const uint32_t al[4] = {xl[0], xl[2], xl[1], xl[3]};
+#pragma unroll
+              for (int nt = 0; nt < 2; ++nt) {
+                mma(acc[nt], ah, bh[2 * nt], bh[2 * nt + 1]);
+                mma(acc[nt], al, bh[2 * nt], bh[2 * nt + 1]);
+                mma(acc[nt], ah, bl[2 * nt], bl[2 * nt + 1]);
+                mma(acc[nt], al, bl[2 * nt], bl[2 * nt + 1]);
+              }
+            }
+          }
+          // element (t, s) of acc[nt][e]: t = g + 8 (e / 2), s = 8 nt + 2 t4 + e % 2
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int t = g + 8 * (e >> 1), sx = 8 * nt + 2 * t4 + (e & 1);
+              const float dg = __shfl_sync(0xffffffffu, gam, t) - __shfl_sync(0xffffffffu, gam, sx);
+              if (warp == 0) {  // select, never a multiplied mask (§5.8)
+                s_a[t][sx] = sx < t && t < tc ? s_be[t] * expf(dg) * s_rk[t] * s_rk[sx] * acc[nt][e] : 0.f;
+              } else {
+                const float x = sx <= t && t < tc ? expf(dg) * s_rq[t] * s_rk[sx] * acc[nt][e] : 0.f;
+                uint32_t hi, lo;
+                split2(x, 0.f, hi, lo);
+                s_b[0][t][sx] = uint16_t(hi), s_b[1][t][sx] = uint16_t(lo);
+              }
+            }
+          if (warp == 0) {
+            __syncwarp();
+            // T = (I + A)^{-1} by forward substitution, column m per lane (gdn-math §5.7): T[t][m] = [t = m] -
+            // sum_{s<t} A[t][s] T[s][m]; rows past the chunk's tokens are zero
+            if (lane < C) {
+              float tcol[C];
+#pragma unroll
+              for (int t = 0; t < C; ++t) {
+                float ar[C];  // row t of A (broadcast 16-byte loads, independent of tcol: issued ahead)
+#pragma unroll
+                for (int x4 = 0; x4 < C / 4; ++x4) {
+                  const float4 v4 = *reinterpret_cast<const float4*>(&s_a[t][4 * x4]);
+                  ar[4 * x4] = v4.x, ar[4 * x4 + 1] = v4.y, ar[4 * x4 + 2] = v4.z, ar[4 * x4 + 3] = v4.w;
+                }
+                float x0 = t == lane ? 1.f : 0.f, x1 = 0.f;  // two partial sums: half the dependent chain
+#pragma unroll
+                for (int sx = 0; sx < t; ++sx) {
+                  if (sx & 1)
+                    x1 = fmaf(-ar[sx], tcol[sx], x1);
+                  else
+                    x0 = fmaf(-ar[sx], tcol[sx], x0);
+                }
+                tcol[t] = t < tc ? x0 + x1 : 0.f;
+                uint32_t hi, lo;
+                split2(tcol[t], 0.f, hi, lo);
+                s_t[0][t][lane] = uint16_t(hi), s_t[1][t][lane] = uint16_t(lo);
+              }
+            }
+          }
+        }
+
+        if (t0 == 0) {  // the start state, landed (this thread's own copies) into the accumulator tiles
+          cp_async_wait_all();
+#pragma unroll
+          for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float2 x = load_pair(&s_st[2 * j + e][tid][0]);
+              s[j][e] = x.x, s[j][2 + e] = x.y;
+            }
+          if (has_next) issue_state(rn);  // into this thread's own pairs, just read
+        }
+
+        // ---- S0^T k_t and S0^T q_t (raw rows), 16 columns x 16 tokens each, over the keys ----
+        float acck[2][4] = {}, accq[2][4] = {};
+#pragma unroll
+        for (int ks = 0; ks < K / 16; ++ks) {
+          uint32_t ah[4], al[4];
+          afrag(s[2 * ks], s[2 * ks + 1], ah, al);
+          pin(ah), pin(al);  // formed after the previous step's products, not all 8 steps ahead (64 registers)
+          const int row = 16 * ks + (mi & 1) * 8 + mr, col = (mi >> 1) * 8;
+          uint32_t fk[NP][4], fq[NP][4];
+#pragma unroll
+          for (int p = 0; p < NP; ++p) ldsm_x4_t(fk[p], &s_k[p][row][col]), ldsm_x4_t(fq[p], &s_q[p][row][col]);
 #pragma unroll
           for (int nt = 0; nt < 2; ++nt) {
-            mma(acc[nt], ah, bh[2 * nt], bh[2 * nt + 1]);
-            mma(acc[nt], al, bh[2 * nt], bh[2 * nt + 1]);
-            mma(acc[nt], ah, bl[2 * nt], bl[2 * nt + 1]);
-            mma(acc[nt], al, bl[2 * nt], bl[2 * nt + 1]);
+            mma_split<NP>(acck[nt], ah, al, &fk[0][2 * nt], &fk[NP - 1][2 * nt]);
+            mma_split<NP>(accq[nt], ah, al, &fq[0][2 * nt], &fq[NP - 1][2 * nt]);
+          }
+        }
+        __syncthreads();  // T, B, the decay scalars
+
+        // ---- r^T = beta (v - e^{gamma} rk S0^T k), qs^T = e^{gamma} rq S0^T q: element (column c0 + e / 2, token
+        // 8 nt + 2 t4 + e % 2) ----
+        float r[2][4], o[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int ee = 0; ee < 2; ++ee) {
+            const int t = nt * 8 + 2 * t4 + ee;
+            const float2 vv = act_pair(vb[nt][ee], v_bf16);
+            const float be = s_be[t], dk = s_d[t] * s_rk[t], dq = s_d[t] * s_rq[t];
+            r[nt][ee] = be * (vv.x - dk * acck[nt][ee]);
+            r[nt][2 + ee] = be * (vv.y - dk * acck[nt][2 + ee]);
+            o[nt][ee] = dq * accq[nt][ee], o[nt][2 + ee] = dq * accq[nt][2 + ee];
+          }
+        // ---- u^T = r^T T^T, then o^T += u^T B^T (B fragments of T and B: matrices (token half, s half) in the order
+        // (0,0), (0,1), (1,0), (1,1)) ----
+        float u[2][4] = {};
+        {
+          const int row = (mi >> 1) * 8 + mr, col = (mi & 1) * 8;
+          uint32_t ah[4], al[4], fh[4], fl[4];  // (one operand pair at a time: the register peak is here)
+          afrag(r[0], r[1], ah, al);
+          ldsm_x4(fh, &s_t[0][row][col]), ldsm_x4(fl, &s_t[1][row][col]);
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) mma_split<2>(u[nt], ah, al, &fh[2 * nt], &fl[2 * nt]);
+          afrag(u[0], u[1], ah, al);
+          ldsm_x4(fh, &s_b[0][row][col]), ldsm_x4(fl, &s_b[1][row][col]);
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) mma_split<2>(o[nt], ah, al, &fh[2 * nt], &fl[2 * nt]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int ee = 0; ee < 2; ++ee) {
+            const int t = nt * 8 + 2 * t4 + ee;
+            if (t < tc)
+              *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(a.o) + b * a.o_s[0] + (bos + t0 + t) * a.o_s[1] +
+                                           h * a.o_s[2] + c0) = act_bits(o[nt][ee], o[nt][2 + ee], v_bf16);
+            const float w = s_e[t] * s_rk[t];  // w_t = e^{gamma_last - gamma_t} rk_t u_t (k^_t = rk_t k_t)
+            u[nt][ee] *= w, u[nt][2 + ee] *= w;
+          }
+
+        // ---- S^T = e^{gamma_last} S0^T + w^T K (B fragments of k: matrices (key tile, token half) in the order
+        // (j, 0), (j, 1), (j + 1, 0), (j + 1, 1)) ----
+        const float dl = s_d[tc - 1];  // e^{gamma_last}
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[j][e] *= dl;
+        {
+          uint32_t ah[4], al[4];
+          afrag(u[0], u[1], ah, al);
+#pragma unroll
+          for (int jp = 0; jp < NJ / 2; ++jp) {
+            const int row = 8 * (2 * jp + (mi >> 1)) + mr, col = (mi & 1) * 8;
+            uint32_t f[NP][4];
+#pragma unroll
+            for (int p = 0; p < NP; ++p) ldsm_x4(f[p], &s_k[p][row][col]);
+            mma_split<NP>(s[2 * jp], ah, al, &f[0][0], &f[NP - 1][0]);
+            mma_split<NP>(s[2 * jp + 1], ah, al, &f[0][2], &f[NP - 1][2]);
           }
         }
       }
-      // element (t, s) of acc[nt][e]: t = g + 8 (e / 2), s = 8 nt + 2 t4 + e % 2
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int t = g + 8 * (e >> 1), sx = 8 * nt + 2 * t4 + (e & 1);
-          const float dg = __shfl_sync(0xffffffffu, gam, t) - __shfl_sync(0xffffffffu, gam, sx);
-          if (warp == 0) {  // select, never a multiplied mask (§5.8)
-            s_a[t][sx] = sx < t && t < tc ? s_be[t] * expf(dg) * s_rk[t] * s_rk[sx] * acc[nt][e] : 0.f;
-          } else {
-            const float x = sx <= t && t < tc ? expf(dg) * s_rq[t] * s_rk[sx] * acc[nt][e] : 0.f;
-            uint32_t hi, lo;
-            split2(x, 0.f, hi, lo);
-            s_b[0][t][sx] = uint16_t(hi), s_b[1][t][sx] = uint16_t(lo);
-          }
-        }
-      if (warp == 0) {
-        __syncwarp();
-        // T = (I + A)^{-1} by forward substitution, column m per lane (gdn-math §5.7): T[t][m] = [t = m] -
-        // sum_{s<t} A[t][s] T[s][m]; rows past the chunk's tokens are zero
-        if (lane < C) {
-          float tcol[C];
-#pragma unroll
-          for (int t = 0; t < C; ++t) {
-            float ar[C];  // row t of A (broadcast 16-byte loads, independent of tcol: issued ahead)
-#pragma unroll
-            for (int x4 = 0; x4 < C / 4; ++x4) {
-              const float4 v4 = *reinterpret_cast<const float4*>(&s_a[t][4 * x4]);
-              ar[4 * x4] = v4.x, ar[4 * x4 + 1] = v4.y, ar[4 * x4 + 2] = v4.z, ar[4 * x4 + 3] = v4.w;
-            }
-            float x0 = t == lane ? 1.f : 0.f, x1 = 0.f;  // two partial sums: half the dependent chain
-#pragma unroll
-            for (int sx = 0; sx < t; ++sx) {
-              if (sx & 1)
-                x1 = fmaf(-ar[sx], tcol[sx], x1);
-              else
-                x0 = fmaf(-ar[sx], tcol[sx], x0);
-            }
-            tcol[t] = t < tc ? x0 + x1 : 0.f;
-            uint32_t hi, lo;
-            split2(tcol[t], 0.f, hi, lo);
-            s_t[0][t][lane] = uint16_t(hi), s_t[1][t][lane] = uint16_t(lo);
-          }
-        }
-      }
-    }
 
-    if (t0 == 0) {  // the start state, landed (this thread's own copies) into the accumulator tiles
-      cp_async_wait_all();
+      if (has_next && rn.len > 0) load_chunk(rn, 0);  // (the last chunk's v pairs are consumed)
+      // ---- the final state to the start slot (1-D slots, commit) ----
+      if (a.commit && a.T_max == 0) {
+        ST* const dst = pool_at(r);
 #pragma unroll
-      for (int j = 0; j < NJ; ++j)
+        for (int j = 0; j < NJ; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float2 x = load_pair(&s_st[2 * j + e][tid][0]);
-          s[j][e] = x.x, s[j][2 + e] = x.y;
-        }
-    }
-
-    // ---- S0^T k_t and S0^T q_t (raw rows), 16 columns x 16 tokens each, over the keys ----
-    float acck[2][4] = {}, accq[2][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < K / 16; ++ks) {
-      uint32_t ah[4], al[4];
-      afrag(s[2 * ks], s[2 * ks + 1], ah, al);
-      pin(ah), pin(al);  // formed after the previous step's products, not all 8 steps ahead (64 registers)
-      const int row = 16 * ks + (mi & 1) * 8 + mr, col = (mi >> 1) * 8;
-      uint32_t fk[NP][4], fq[NP][4];
-#pragma unroll
-      for (int p = 0; p < NP; ++p) ldsm_x4_t(fk[p], &s_k[p][row][col]), ldsm_x4_t(fq[p], &s_q[p][row][col]);
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        mma_split<NP>(acck[nt], ah, al, &fk[0][2 * nt], &fk[NP - 1][2 * nt]);
-        mma_split<NP>(accq[nt], ah, al, &fq[0][2 * nt], &fq[NP - 1][2 * nt]);
+          for (int e = 0; e < 2; ++e) store_pair(dst + (2 * j + e) * rs, s[j][e], s[j][2 + e]);
       }
     }
-    __syncthreads();  // T, B, the decay scalars
-
-    // ---- r^T = beta (v - e^{gamma} rk S0^T k), qs^T = e^{gamma} rq S0^T q: element (column c0 + e / 2, token
-    // 8 nt + 2 t4 + e % 2) ----
-    float r[2][4], o[2][4];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int ee = 0; ee < 2; ++ee) {
-        const int t = nt * 8 + 2 * t4 + ee;
-        const float2 vv = act_pair(vb[nt][ee], v_bf16);
-        const float be = s_be[t], dk = s_d[t] * s_rk[t], dq = s_d[t] * s_rq[t];
-        r[nt][ee] = be * (vv.x - dk * acck[nt][ee]);
-        r[nt][2 + ee] = be * (vv.y - dk * acck[nt][2 + ee]);
-        o[nt][ee] = dq * accq[nt][ee], o[nt][2 + ee] = dq * accq[nt][2 + ee];
-      }
-    // ---- u^T = r^T T^T, then o^T += u^T B^T (B fragments of T and B: matrices (token half, s half) in the order
-    // (0,0), (0,1), (1,0), (1,1)) ----
-    float u[2][4] = {};
-    {
-      const int row = (mi >> 1) * 8 + mr, col = (mi & 1) * 8;
-      uint32_t ah[4], al[4], fh[4], fl[4];  // (one operand pair at a time: the register peak is here)
-      afrag(r[0], r[1], ah, al);
-      ldsm_x4(fh, &s_t[0][row][col]), ldsm_x4(fl, &s_t[1][row][col]);
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) mma_split<2>(u[nt], ah, al, &fh[2 * nt], &fl[2 * nt]);
-      afrag(u[0], u[1], ah, al);
-      ldsm_x4(fh, &s_b[0][row][col]), ldsm_x4(fl, &s_b[1][row][col]);
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) mma_split<2>(o[nt], ah, al, &fh[2 * nt], &fl[2 * nt]);
-    }
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int ee = 0; ee < 2; ++ee) {
-        const int t = nt * 8 + 2 * t4 + ee;
-        if (t < tc)
-          *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(a.o) + b * a.o_s[0] + (bos + t0 + t) * a.o_s[1] +
-                                       h * a.o_s[2] + c0) = act_bits(o[nt][ee], o[nt][2 + ee], v_bf16);
-        const float w = s_e[t] * s_rk[t];  // w_t = e^{gamma_last - gamma_t} rk_t u_t (k^_t = rk_t k_t)
-        u[nt][ee] *= w, u[nt][2 + ee] *= w;
-      }
-
-    // ---- S^T = e^{gamma_last} S0^T + w^T K (B fragments of k: matrices (key tile, token half) in the order
-    // (j, 0), (j, 1), (j + 1, 0), (j + 1, 1)) ----
-    const float dl = s_d[tc - 1];  // e^{gamma_last}
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] *= dl;
-    {
-      uint32_t ah[4], al[4];
-      afrag(u[0], u[1], ah, al);
-#pragma unroll
-      for (int jp = 0; jp < NJ / 2; ++jp) {
-        const int row = 8 * (2 * jp + (mi >> 1)) + mr, col = (mi & 1) * 8;
-        uint32_t f[NP][4];
-#pragma unroll
-        for (int p = 0; p < NP; ++p) ldsm_x4(f[p], &s_k[p][row][col]);
-        mma_split<NP>(s[2 * jp], ah, al, &f[0][0], &f[NP - 1][0]);
-        mma_split<NP>(s[2 * jp + 1], ah, al, &f[0][2], &f[NP - 1][2]);
-      }
-    }
+    if (!has_next) break;
+    __syncthreads();  // every warp is done with this tile's shared data before the next tile stages its own
+    tile = nxt, r = rn;
   }
-
-  // ---- the final state to the start slot (1-D slots, commit) ----
-  if (a.commit && a.T_max == 0) {
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) store_pair(pool + (kb + 2 * j + e) * rs, s[j][e], s[j][2 + e]);
-  }
+  cp_async_wait_all();  // (an empty group at most: no copy may be in flight at exit)
 }
 
-// grid = N x Hv x V / 64 CTAs (the launcher checks the 32-bit tile index); K-major pool, 16-bit q, k, v (the plan
-// checks).
+// grid = min(tiles, kMinBlocks x SMs) persistent CTAs over the N x Hv x V / 64 tiles (the launcher checks the 32-bit
+// tile index); K-major pool, 16-bit q, k, v (the plan checks).
 template <class ST, int K>
-cudaError_t launch_recurrent_wy_mma(const RecurrentArgs& a, cudaStream_t stream) {
+cudaError_t launch_recurrent_wy_mma(const RecurrentArgs& a, int sms, cudaStream_t stream) {
   const int64_t ntiles = a.N * a.Hv * (a.V / wymma::kCols);
   if (ntiles == 0) return cudaSuccess;
-  if (ntiles > 0x7fffffff || a.V % wymma::kCols != 0) return cudaErrorInvalidConfiguration;
+  if (ntiles + int64_t(wymma::kMinBlocks) * sms > 0x7fffffff || a.V % wymma::kCols != 0)
+    return cudaErrorInvalidConfiguration;
+  const int64_t grid = ntiles < int64_t(wymma::kMinBlocks) * sms ? ntiles : int64_t(wymma::kMinBlocks) * sms;
   constexpr size_t smem = wymma::state_stage_bytes<ST, K>();
   static std::atomic<uint64_t> done_bf16{0}, done_f16{0};
   if (a.qk_dtype == DType::bf16) {
     if (const int e = prepare_launch(recurrent_wy_mma_kernel<ST, K, true>, smem, done_bf16))
       return static_cast<cudaError_t>(e);
-    recurrent_wy_mma_kernel<ST, K, true><<<dim3(unsigned(ntiles)), wymma::kThreads, smem, stream>>>(a);
+    recurrent_wy_mma_kernel<ST, K, true><<<dim3(unsigned(grid)), wymma::kThreads, smem, stream>>>(a);
   } else {
     if (const int e = prepare_launch(recurrent_wy_mma_kernel<ST, K, false>, smem, done_f16))
       return static_cast<cudaError_t>(e);
-    recurrent_wy_mma_kernel<ST, K, false><<<dim3(unsigned(ntiles)), wymma::kThreads, smem, stream>>>(a);
+    recurrent_wy_mma_kernel<ST, K, false><<<dim3(unsigned(grid)), wymma::kThreads, smem, stream>>>(a);
   }
   return cudaGetLastError();
 }
 
-#define FGDN_INSTANTIATE_RECURRENT_WY_MMA(ST)                                               \
-  template cudaError_t launch_recurrent_wy_mma<ST, 64>(const RecurrentArgs&, cudaStream_t); \
-  template cudaError_t launch_recurrent_wy_mma<ST, 128>(const RecurrentArgs&, cudaStream_t);
+#define FGDN_INSTANTIATE_RECURRENT_WY_MMA(ST)                                                    \
+  template cudaError_t launch_recurrent_wy_mma<ST, 64>(const RecurrentArgs&, int, cudaStream_t); \
+  template cudaError_t launch_recurrent_wy_mma<ST, 128>(const RecurrentArgs&, int, cudaStream_t);
 
 }  // namespace flashgdn::cuda
