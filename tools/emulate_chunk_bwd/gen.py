@@ -112,9 +112,10 @@ src = os.path.join(root, "src/cuda")
 SOURCES = (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk_bwd/chunk_bwd_mma.cuh", "chunk_bwd_mma.cuh"),
            ("chunk_bwd/chunk_bwd_state_wg.cuh", "chunk_bwd_state_wg.cuh"),
            ("chunk_bwd/chunk_bwd_dstate_wg.cuh", "chunk_bwd_dstate_wg.cuh"), ("chunk_bwd/chunk_bwd.cu", "chunk_bwd_host.inc"),
-           ("chunk_fwd/chunk_split.cuh", "chunk_split.cuh"), ("chunk_fwd/chunk_fwd_intra.cuh", "chunk_fwd_intra.cuh"),
-           ("chunk_fwd/chunk_fwd_state_wg.cuh", "chunk_fwd_state_wg.cuh"), ("chunk_fwd/chunk_fwd.cu", "chunk_fwd_host.inc"),
-           ("recurrent/wy_kernel.cuh", "wy_kernel.cuh"),
+           ("chunk_fwd/chunk_fwd_common.cuh", "chunk_fwd_common.cuh"), ("chunk_fwd/chunk_split.cuh", "chunk_split.cuh"),
+           ("chunk_fwd/chunk_fwd_intra.cuh", "chunk_fwd_intra.cuh"),
+           ("chunk_fwd/chunk_fwd_state_wg.cuh", "chunk_fwd_state_wg.cuh"), ("chunk_fwd/chunk_fwd_state.cuh", "chunk_fwd_state.cuh"),
+           ("chunk_fwd/chunk_fwd.cu", "chunk_fwd_host.inc"), ("recurrent/wy_kernel.cuh", "wy_kernel.cuh"),
            ("recurrent/wy_mma_kernel.cuh", "wy_mma_kernel.cuh"))
 for name, out in SOURCES:
     if not os.path.exists(os.path.join(src, name)):

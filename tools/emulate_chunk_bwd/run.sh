@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
 # Host emulation of the CUDA chunk_bwd kernels against the CPU oracle (no GPU needed; nvcc's headers are), of the
 # prefill's intra-chunk kernel against fp64 (intra_harness.cpp), of the whole prefill with its wgmma state pass
-# (wgmma, TMA, mbarriers: emu_sm90.hpp) and the segment split against the CPU oracle (state_wg_harness.cpp), and of
-# the recurrent wy kernels on multi-token rows against the CPU oracle (recurrent_harness.cpp).
+# (wgmma, TMA, mbarriers: emu_sm90.hpp) or its mma.sync one and the segment split against the CPU oracle
+# (state_wg_harness.cpp), and of the recurrent wy kernels on multi-token rows against the CPU oracle
+# (recurrent_harness.cpp).
 # Usage: bash tools/emulate_chunk_bwd/run.sh [--tsan] [build dir with a CPU libflashgdn_static.a, default build-cpu]
 #   [cases]
-# (cases: numbers 0-12 for chunk_bwd, i0-i2 for the intra-chunk kernel, w0-w5 for the prefill on the wgmma state
-# pass, default all; 7-9 and 11 force the chains' segment split, 10 nearly parallel keys, 11-12 K = V = 128 bf16; a
-# chunk_bwd case N runs the chains (at K = V = 128) on the plan's wgmma kernels (2 input stages), Ns1 on their
-# one-stage forms one after the other, Nc both at once (exec.chunk_bwd_chains = 2; Ns1 and Nc are compared bitwise
-# with N), Nm pass 3 on the mma.sync kernel; w0 bf16 GQA 2 with a partial last chunk, w1 varlen with a length-0
-# sequence and slack rows, w2 / w3 the split forced (decay windows / full summaries), w4 fp16 v-major with
-# checkpoints, w5 the wgmma model alone against plain products; r0-r9 for the recurrent wy kernel on multi-token
-# rows, K-major pool, 1-D slots, commit, GQA 2, K = V = 128: r0 bf16 T = 12 N = 3, r1 varlen {12, 0, 1, 17, 33}
-# with an invalid slot and the fused gate, r2 a bf16 pool, r3 fp16 activations, r4 K = 64, r5 r1 on 16-column
-# tiles, r6 one row of 160 tokens, r7 an f16 pool, r8 2-D slots with num_accepted_tokens and commit off, r9 no
-# state_indices with null_slot_is_invalid, MHA, V = 64, no g and beta; rNm runs case N on the wy kernel on mma.sync,
-# wy_mma_kernel.cuh, where the branch has it, and is not in the default list). --tsan builds with ThreadSanitizer: it
-# reports every pair of shared-memory accesses of two emulated threads (or async units: wgmma, TMA) that no barrier,
-# mbarrier phase or async wait orders (and fails the case). Under --tsan a w case takes 10-90 s of CPU on two cores,
-# chunk_bwd's case 10 a few minutes, an r case under a minute.
+# (cases: numbers 0-12 for chunk_bwd, i0-i2 for the intra-chunk kernel, w0-w11 for the prefill, default all; 7-9 and
+# 11 force the chains' segment split, 10 nearly parallel keys, 11-12 K = V = 128 bf16; a chunk_bwd case N runs the
+# chains (at K = V = 128) on the plan's wgmma kernels (2 input stages), Ns1 on their one-stage forms one after the
+# other, Nc both at once (exec.chunk_bwd_chains = 2; Ns1 and Nc are compared bitwise with N), Nm pass 3 on the
+# mma.sync kernel; w0 bf16 GQA 2 with a partial last chunk, w1 varlen with a length-0 sequence and slack rows, w2 / w3
+# the split forced (decay windows / full summaries), w4 fp16 v-major with checkpoints, w5 the wgmma model alone
+# against plain products, w6 nearly parallel keys, w7 identical keys with a full last chunk, w8 the same with the
+# split forced, w9-w11 K = V = 64 on the mma.sync state pass (bf16 GQA 2, w6's and w7's inputs); r0-r9 for the
+# recurrent wy kernel on multi-token rows, K-major pool, 1-D slots, commit, GQA 2, K = V = 128: r0 bf16 T = 12 N = 3,
+# r1 varlen {12, 0, 1, 17, 33} with an invalid slot and the fused gate, r2 a bf16 pool, r3 fp16 activations, r4 K =
+# 64, r5 r1 on 16-column tiles, r6 one row of 160 tokens, r7 an f16 pool, r8 2-D slots with num_accepted_tokens and
+# commit off, r9 no state_indices with null_slot_is_invalid, MHA, V = 64, no g and beta; rNm runs case N on the wy
+# kernel on mma.sync, wy_mma_kernel.cuh, where the branch has it, and is not in the default list). --tsan builds with
+# ThreadSanitizer: it reports every pair of shared-memory accesses of two emulated threads (or async units: wgmma,
+# TMA) that no barrier, mbarrier phase or async wait orders (and fails the case). Under --tsan a w case takes 10-90 s
+# of CPU on two cores, chunk_bwd's case 10 a few minutes, an r case under a minute.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 flags=(-O1 -Wno-psabi)
@@ -29,7 +31,7 @@ if [[ "${1:-}" == --tsan ]]; then
 fi
 lib="${1:-$root/build-cpu}/libflashgdn_static.a"
 shift || true
-cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 i0 i1 i2 w0 w1 w2 w3 w4 w5 r0 r1 r2 r3 r4 r5 r6 r7 r8 r9}"
+cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 i0 i1 i2 w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 r0 r1 r2 r3 r4 r5 r6 r7 r8 r9}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 out="$(mktemp -d)"
 python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"

@@ -1,18 +1,25 @@
 // The CUDA prefill with its wgmma state pass (src/cuda/chunk_fwd/: the intra-chunk pass, chunk_fwd_state_wg.cuh on
 // wgmma, TMA and mbarriers, and the segment split's index, summaries and scan, chunk_split.cuh) run in the host
-// emulation of emu.hpp / emu_sm90.hpp through cuda::chunk_fwd and its plan, K = V = 128, against the CPU oracle (the
-// public API, fp64 recurrence) on fresh random inputs with NaN-poisoned outputs and NaN slack rows. Bounds: gdn-math
-// §10.3 as the GPU suite holds them (tests/cuda/test_chunk_fwd.cpp): relative Frobenius error <= 5e-3 for o and hT,
-// 1e-2 for the worst head. Built with -fsanitize=thread (run.sh --tsan), ThreadSanitizer reports every pair of
-// shared-memory accesses that no barrier, mbarrier phase or async wait orders.
-// Usage: state_wg_harness <case 0-4> (0: bf16, T = 200 (a partial last chunk), GQA 2, h0; 1: varlen 70, 0, 130
-// with slack rows (the cp.async path inside the tensor, TMA at its end), fused gate; 2: the split forced, 3 segments,
-// strong decay (every summary a decay window); 3: the split forced, weak decay (full [M | N] summaries), varlen; 4:
-// fp16, v-major state, checkpoints; 5: the wgmma model alone, every form against a plain product)
+// emulation of emu.hpp / emu_sm90.hpp through cuda::chunk_fwd and its plan, K = V = 128 (cases 9-11: K = V = 64, the
+// mma.sync state pass chunk_fwd_state.cuh), against the CPU oracle (the public API, fp64 recurrence) on fresh random
+// inputs with NaN-poisoned outputs and NaN slack rows. Bounds: gdn-math §10.3 as the GPU suite holds them
+// (tests/cuda/test_chunk_fwd.cpp): relative Frobenius error <= 5e-3 for o and hT, 1e-2 for the worst head. Built with
+// -fsanitize=thread (run.sh --tsan), ThreadSanitizer reports every pair of shared-memory accesses that no barrier,
+// mbarrier phase or async wait orders. Usage: state_wg_harness <case 0-11> (0: bf16, T = 200 (a partial last chunk),
+// GQA 2, h0; 1: varlen 70, 0, 130 with slack rows (the cp.async path inside the tensor, TMA at its end), fused gate; 2:
+// the split forced, 3 segments, strong decay (every summary a decay window); 3: the split forced, weak decay (full [M |
+// N] summaries), varlen; 4: fp16, v-major state, checkpoints; 5: the wgmma model alone, every form against a plain
+// product; 6: nearly parallel keys, k_t = k_0 + 0.05 noise (l2norm, beta in [0.95, 1], g in [-0.01, 0], full chunks):
+// the update K^T diag(dk) U and P U telescope over U's rows, so the 16-bit roundings of A diag(beta) and P add up (the
+// GPU test CudaChunkFwd.NearlyParallelKeys); 7: identical keys, beta = 1, g = 0, a full last chunk (the telescoping
+// update, tests/cuda CudaChunkFwd.IdenticalKeysFullLastChunk); 8: the same with the split forced (3 segments: the
+// summary mode); 9: the mma.sync state pass (K = V = 64), bf16, T = 200, GQA 2, h0; 10: case 6 at K = V = 64
+// (mma.sync); 11: case 7 at K = V = 64, T = 64 (mma.sync))
 #include "emu.hpp"
 
 // The kernels see the emulation above.
 #include "chunk_fwd_intra.cuh"
+#include "chunk_fwd_state.cuh"
 #include "chunk_fwd_state_wg.cuh"
 namespace flashgdn::cuda {
 int launch_chunk_intra_bf16(const ChunkKernelArgs& a, int64_t K, void* s) {
@@ -30,12 +37,12 @@ int launch_chunk_state_wg_f16(const ChunkKernelArgs& a, const ChunkStateMaps& m,
                               void* s) {
   return chunk_detail::launch_chunk_state_wg<false>(a, m, items, tiles, s);
 }
-// The mma.sync state pass (K or V = 64) is not part of this harness.
-int launch_chunk_state_bf16(const ChunkKernelArgs&, int64_t, int64_t, int64_t, void*) {
-  return static_cast<int>(cudaErrorNotSupported);
+// The mma.sync state pass (K or V = 64): cases 9-11.
+int launch_chunk_state_bf16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* s) {
+  return chunk_detail::launch_chunk_state_for<true>(a, K, items, tiles, s);
 }
-int launch_chunk_state_f16(const ChunkKernelArgs&, int64_t, int64_t, int64_t, void*) {
-  return static_cast<int>(cudaErrorNotSupported);
+int launch_chunk_state_f16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* s) {
+  return chunk_detail::launch_chunk_state_for<false>(a, K, items, tiles, s);
 }
 }  // namespace flashgdn::cuda
 #include "api/plan.hpp"
@@ -151,7 +158,27 @@ int main(int argc, char** argv) {
   if (which == 2) c.T = 330, c.Hv = 1, segments = 3;  // g ~ -U(0, 1): a chunk decays by ~e^-32, every window drops M
   if (which == 3) c.seqlens = {200, 0, 129}, c.Hv = 1, segments = 2, c.g_scale = 0.02;  // a chunk ~e^-0.6: full [M | N]
   if (which == 4) c.dtype = DType::f16, c.layout = StateLayout::v_major, c.B = 2, c.T = 130, c.Hv = 1, ckpt = 64;
+  if (which == 6) c.T = 256, c.g_scale = 0.01;
+  if (which == 7) c.T = 128, c.Hqk = 2, c.Hv = 4;                // CudaChunkFwd.IdenticalKeysFullLastChunk's shape
+  if (which == 8) c.T = 192, c.Hqk = 2, c.Hv = 4, segments = 3;  // ... and identical_keys_t192_split3's
+  if (which == 9) c.T = 200, c.Hqk = 1, c.Hv = 2, c.K = 64, c.V = 64;  // the mma.sync state pass (K = V = 64)
+  if (which == 10) c.T = 256, c.g_scale = 0.01, c.K = 64, c.V = 64;    // case 6 on the mma.sync state pass
+  if (which == 11) c.T = 64, c.Hqk = 2, c.Hv = 4, c.K = 64, c.V = 64;  // case 7 there (identical_keys_t64_k64)
+  const bool mma_pass = which >= 9;
   GdnInputs in = make_inputs(c);
+  // k_t = k_0 + 0.05 noise per q/k head (k_0: the head's first key; the op normalizes), beta near 1
+  if (which == 6 || which == 10) {
+    Rng kr(61);
+    for (int64_t row = c.Hqk; row < in.k.numel() / c.K; ++row)
+      for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get((row % c.Hqk) * c.K + i) + 0.05 * kr.normal());
+    for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, 1.0 - 0.05 * kr.uniform());
+  }
+  if (which == 7 || which == 8 || which == 11) {  // identical keys, beta = 1, g = 0
+    for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
+      for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i));
+    in.beta.fill(1.0);
+    in.g.fill(0.0);
+  }
   Rng rng(91);
   HostTensor alog, dtb;
   if (gate) {
@@ -220,8 +247,9 @@ int main(int argc, char** argv) {
       return false;
     }
     printf("%s", describe(pl, d).c_str());
-    if (pl.state_pass != ChunkStatePass::wgmma || pl.split != (segments > 1)) {
-      printf("case %d: not the wgmma state pass with the split %s  FAIL\n", which, segments > 1 ? "on" : "off");
+    if ((pl.state_pass == ChunkStatePass::wgmma) == mma_pass || pl.split != (segments > 1)) {
+      printf("case %d: not the %s state pass with the split %s  FAIL\n", which, mma_pass ? "mma.sync" : "wgmma",
+             segments > 1 ? "on" : "off");
       return false;
     }
     std::vector<unsigned char> ws(pl.workspace_bytes, 0xff);
