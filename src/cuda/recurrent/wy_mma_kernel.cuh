@@ -71,9 +71,8 @@ __device__ __forceinline__ void afrag(const float (&c0)[4], const float (&c1)[4]
   split2(c1[0], c1[1], hi[2], lo[2]);
   split2(c1[2], c1[3], hi[3], lo[3]);
 }
-// m16n8k16, bf16 operands, fp32 accumulation. volatile: the products keep their place among the ldmatrix loads
-// (also volatile), so ptxas cannot hoist every k-step's fragments ahead of the first product (the register peak
-// would spill); the loops load one step ahead by hand instead.
+// m16n8k16, bf16 operands, fp32 accumulation. volatile: each product keeps its program-order place among the
+// ldmatrix loads (also volatile), so one k-step's operand fragments are live at a time.
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -457,7 +456,7 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
         for (int ks = 0; ks < K / 16; ++ks) {
           uint32_t ah[4], al[4];
           afrag(s[2 * ks], s[2 * ks + 1], ah, al);
-          pin(ah), pin(al);  // formed after the previous step's products, not all 8 steps ahead (64 registers)
+          pin(ah), pin(al);  // formed after the previous step's products, not all K / 16 steps ahead
           const int row = 16 * ks + (mi & 1) * 8 + mr, col = (mi >> 1) * 8;
           uint32_t fk[NP][4], fq[NP][4];
 #pragma unroll
