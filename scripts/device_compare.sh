@@ -5,7 +5,7 @@
 # kernel and split; speed is the CLI benchmark with `--recurrent-kernel K` / `--chunk-segments P` /
 # `--chunk-bwd-segments P`, plus per-kernel GPU times of one prefill call (Nsight Compute).
 # Run after `scripts/device_run.sh build` (same BUILD_DIR).
-#   RECURRENT_KERNELS = auto persistent direct direct_pipe wy    (decode cases; a kernel that cannot take a case
+#   RECURRENT_KERNELS = auto persistent direct direct_pipe wy wy_mma (decode cases; a kernel that cannot take a case
 #                                                                 reports it unsupported)
 #   SEGMENTS          = 0 (auto) 1 (off) P ...                   (prefill cases)
 #   BWD_SEGMENTS      = 0 (auto) 1 (off) P ...                   (training backward cases)
@@ -33,7 +33,7 @@ for seg in ${BWD_SEGMENTS-0 1 4 8 16}; do
   timeout 120 $B/flashgdn bench --reps 8 --chunk-bwd-segments $seg train 2>&1 | bench_rows |
     sed "s/^| train/| seg=$seg train/" | tee -a "$res"
 done
-for k in ${RECURRENT_KERNELS-auto persistent direct direct_pipe wy}; do
+for k in ${RECURRENT_KERNELS-auto persistent direct direct_pipe wy wy_mma}; do
   echo "### decode, recurrent_kernel=$k" | tee -a "$res"
   timeout 90 $B/flashgdn bench --reps 20 --recurrent-kernel $k decode 2>&1 | bench_rows | sed "s/^| /| $k /" | tee -a "$res"
 done
