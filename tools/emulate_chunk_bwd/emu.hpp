@@ -22,6 +22,7 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <bit>
 
 #include <algorithm>
 #include <atomic>
@@ -104,11 +105,7 @@ inline uint32_t emu_shfl_xor(uint32_t x, int m) {
   return y;
 }
 inline float __shfl_xor_sync(unsigned, float x, int m) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u = emu_shfl_xor(u, m);
-  std::memcpy(&x, &u, 4);
-  return x;
+  return std::bit_cast<float>(emu_shfl_xor(std::bit_cast<uint32_t>(x), m));
 }
 inline unsigned __shfl_xor_sync(unsigned, unsigned x, int m) {
   return emu_shfl_xor(x, m);
@@ -130,11 +127,7 @@ inline unsigned __shfl_sync(unsigned, unsigned x, int src) {
   return emu_shfl_idx(x, src);
 }
 inline float __shfl_sync(unsigned, float x, int src) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u = emu_shfl_idx(u, src);
-  std::memcpy(&x, &u, 4);
-  return x;
+  return std::bit_cast<float>(emu_shfl_idx(std::bit_cast<uint32_t>(x), src));
 }
 inline float __shfl_up_sync(unsigned, float x, int d) {
   emu::Barrier& wb = *g_wbar[threadIdx.x / 32];

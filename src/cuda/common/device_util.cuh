@@ -181,6 +181,10 @@ __device__ __forceinline__ float from_bits1(DType dt, uint32_t w) {
 __device__ __forceinline__ int64_t load_index(const void* base, bool i64, int64_t off) {
   return i64 ? static_cast<const int64_t*>(base)[off] : int64_t(static_cast<const int32_t*>(base)[off]);
 }
+// A state-pool slot is valid in [0, slots), and slot 0 not with null_slot_is_invalid (gdn-math §8.1).
+__device__ __forceinline__ bool slot_ok(int64_t s, int64_t slots, bool null_invalid) {
+  return s >= 0 && s < slots && !(null_invalid && s == 0);
+}
 
 // ---- reductions ------------------------------------------------------------------------------------------
 // Butterfly sum over the lanes that differ in the bits [FROM, TO) of the lane id; every lane gets the sum.

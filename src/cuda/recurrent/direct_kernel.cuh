@@ -157,10 +157,6 @@ __device__ __forceinline__ void store_n(void* base, DType dt, int64_t off, const
   }
 }
 
-__device__ __forceinline__ bool slot_ok(int64_t s, int64_t slots, bool null_invalid) {
-  return s >= 0 && s < slots && !(null_invalid && s == 0);
-}
-
 template <StateLayout L, class ST, int K, int BV>
 struct Tile {
   static constexpr bool kmaj = L == StateLayout::k_major;
@@ -293,7 +289,7 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
     x.wslot = -1;
     if (has_pool && a.commit && a.T_max > 0 && tr < a.T_max) {
       const int64_t s = load_index(a.state_indices, a.si_i64, n * a.si_s[0] + tr * a.si_s[1]);
-      x.wslot = direct::slot_ok(s, a.slots, a.null_slot_is_invalid) ? s : -1;
+      x.wslot = slot_ok(s, a.slots, a.null_slot_is_invalid) ? s : -1;
     }
   };
   auto widen = [&](const Bits& x, Tok& y) {
@@ -332,7 +328,7 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
     } else {
       slot = idx;
     }
-    valid = ok && direct::slot_ok(slot, a.slots, a.null_slot_is_invalid);
+    valid = ok && slot_ok(slot, a.slots, a.null_slot_is_invalid);
     load = valid && len > 0;
   } else {
     load = a.h0 != nullptr && (len > 0 || a.hT != nullptr);

@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
     if (t >= ntiles) return -1;
     const int64_t n = udiv(udiv(t, a.vt), a.hv);
     const int64_t s = a.state_indices ? load_index(a.state_indices, a.si_i64, n * a.si_s[0]) : n;
-    return direct::slot_ok(s, a.slots, a.null_slot_is_invalid) ? s : -1;
+    return slot_ok(s, a.slots, a.null_slot_is_invalid) ? s : -1;
   };
   // A tile's copy sources for this thread, computed ahead of the copy (so that the refill issued while the current
   // tile's state is live in registers needs only two pointers): its first state vector (null: nothing to stage,

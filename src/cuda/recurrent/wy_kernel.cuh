@@ -72,10 +72,6 @@ struct Geo {
   static_assert(K / 4 <= 32, "one warp stages a token (4 elements per lane)");
 };
 
-__device__ __forceinline__ bool slot_ok(int64_t s, int64_t slots, bool null_invalid) {
-  return s >= 0 && s < slots && !(null_invalid && s == 0);
-}
-
 // Register pressure (128 per thread): what is derived from an opaque copy is recomputed where it is used instead of
 // being hoisted out of the tile loop and kept live (or spilled) through the staging, the kernel's register peak.
 __device__ __forceinline__ int opaque(int x) {
@@ -253,7 +249,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
       } else {
         slot = x.idx;
       }
-      r.valid = wy::slot_ok(slot, a.slots, a.null_slot_is_invalid);
+      r.valid = slot_ok(slot, a.slots, a.null_slot_is_invalid);
       r.slot = r.valid ? int32_t(slot) : -1;
       r.load = r.valid && r.len > 0;
     }
@@ -330,7 +326,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
       int64_t ws = -1;
       if (a.commit && a.T_max > 0 && sc0 + tid < a.T_max) {
         const int64_t sl = load_index(a.state_indices, a.si_i64, r.n * a.si_s[0] + (sc0 + tid) * a.si_s[1]);
-        ws = wy::slot_ok(sl, a.slots, a.null_slot_is_invalid) ? sl : -1;
+        ws = slot_ok(sl, a.slots, a.null_slot_is_invalid) ? sl : -1;
       }
       s_ws[tid] = ws;
     }

@@ -107,10 +107,6 @@ struct Row {
   float alog = 0.f, dtb = 0.f;
 };
 
-__device__ __forceinline__ bool slot_ok(int64_t s, int64_t slots, bool null_invalid) {
-  return s >= 0 && s < slots && !(null_invalid && s == 0);
-}
-
 // Two adjacent state elements (columns c, c + 1 of one key row) of storage type ST, as fp32.
 template <class ST>
 __device__ __forceinline__ float2 load_pair(const ST* p) {
