@@ -190,7 +190,7 @@ namespace {
 constexpr double kStepStateMma = 1.0, kStepStateWg = 0.72, kStepDstateMma = 1.37, kStepDstateWg = 0.96;
 
 // Both chains at once (ChunkBwdPlan::chains_concurrent, K = V = 128): the one-stage wgmma state and dstate kernels
-// (107 and 111 KiB, two CTAs per SM) run in one launch per phase whose grid holds both chains' CTAs, so an SM runs a
+// (74 and 95 KiB, two CTAs per SM) run in one launch per phase whose grid holds both chains' CTAs, so an SM runs a
 // state CTA beside a dstate CTA. kStepShared: the step of such a pair against the slower chain's step alone, measured
 // (ncu, T = 32K, Hv = 32): 2.27 ms / 512 = 4.44 us against the dstate kernel's 2.70 us alone. The two CTAs of an SM
 // mostly take turns (their steps are bound by the SM's shared-memory and L2 traffic more than by latency), so both
@@ -198,14 +198,14 @@ constexpr double kStepStateMma = 1.0, kStepStateWg = 0.72, kStepDstateMma = 1.37
 constexpr double kStepShared = 1.65;
 constexpr bool kChainsConcurrentByDefault = true;
 
-// The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 152 KiB, the wgmma
-// one's warpgroup and 141 KiB, the mma.sync dstate kernel's 206 KiB, the wgmma one's 191 KiB with two stages: one
-// per SM) walks the chunks of one (item, value head, 32 state columns); its summaries have (K + V) / 32 column CTAs
-// per (item, head), each priced at 0.9 of a walking CTA per chunk (no stores; the reverse chain's M columns skip the
-// Q product), in cheapest_segments' model with the two chains' mean step (both chains take the same P, and their
-// grids are alike). At one CTA per SM a split pays only where the unsplit CTAs leave SMs idle: N Hv V / 32 >= SMs
-// is never split. Concurrent chains: one grid of both chains' CTAs at two per SM (2 SMs slots), each phase as long
-// as the slower chain's step at kStepShared.
+// The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 118 KiB, the wgmma
+// one's warpgroup and 109 KiB, the mma.sync dstate kernel's 172 KiB, the wgmma one's 159 KiB with two stages: priced at
+// one per SM, although the two-stage wgmma state kernel's 109 KiB would fit two) walks the chunks of one (item, value
+// head, 32 state columns); its summaries have (K + V) / 32 column CTAs per (item, head), each priced at 0.9 of a
+// walking CTA per chunk (no stores; the reverse chain's M columns skip the Q product), in cheapest_segments' model with
+// the two chains' mean step (both chains take the same P, and their grids are alike). At one CTA per SM a split pays
+// only where the unsplit CTAs leave SMs idle: N Hv V / 32 >= SMs is never split. Concurrent chains: one grid of both
+// chains' CTAs at two per SM (2 SMs slots), each phase as long as the slower chain's step at kStepShared.
 int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, const ChunkBwdPlan& pl, std::string* why) {
   const int64_t cols = d.V / kChunkBwdChainCols, sum_cols = (d.K + d.V) / kChunkBwdChainCols;
   const double s_state = pl.state_pass == ChunkStatePass::wgmma ? kStepStateWg : kStepStateMma;

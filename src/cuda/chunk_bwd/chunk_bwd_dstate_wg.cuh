@@ -16,23 +16,23 @@
 //               split into hi + lo and stored transposed (stmatrix.trans); diag(qg) dO split and stored transposed
 //               while product 1 runs
 //   product 2   dS <- e_n dS + Q^T (diag(qg) dO) + W^T (-dU) per key block: Q^T Ob_lo + Q^T Ob_hi (+ Q_lo^T Ob_hi
-//               for f16), W_lo^T (-dU)_hi + W_hi^T (-dU)_lo + W_hi^T (-dU)_hi (20 wgmma rs per key block, Q^T and
-//               W^T by ldmatrix.trans of the swizzled q and W tiles; 24 for f16); then dS as the next step's dS^T
-//               (hi, lo) and as the fp32 record of chunk c - 1 (pass 4 reads it)
+//               for f16), W^T (-dU)_lo + W^T (-dU)_hi (W in bf16 as prep stores it, gdn-math §10.2; 16 wgmma rs per
+//               key block, Q^T and W^T by ldmatrix.trans of the swizzled q and W tiles; 20 for f16); then dS as the
+//               next step's dS^T (hi, lo) and as the fp32 record of chunk c - 1 (pass 4 reads it)
 //
 // The M columns of a summary (`hom`: dU0 = 0, dO = 0) walk a second instantiation without the Q product, the q, dO
 // and dU0 loads (HOM: a template parameter, so that no wgmma group holds a data-dependent branch).
 //
 // Loads (cp.async, a fixed trip count per thread, to the swizzled addresses; k and q rows past the chunk end land as
-// zeros): chunk c - 1's W (hi, lo), k, q, dO columns, dU0 columns and record rows. STAGES = 2: a second stage, issued
-// under chunk c's product 1, so that the step waits on no load (one CTA per SM). STAGES = 1 (early refill, two CTAs
-// per SM): the one stage is refilled as soon as every thread is done with it, at the step's second barrier: by then
-// each thread has read what it needs of the stage (the factors, dU0 and dO of its rows; the Q^T and W^T fragments
-// of product 2, in registers) and product 1's reads of k are waited, so chunk c - 1's copies run under product 2
-// and the end of the step. Synchronization per chunk: two CTA barriers (= the warpgroup), as in the mma.sync kernel:
-// [stage c landed (wait + proxy fence by each copier), dS^T written] and [(-dU)^T, Ob^T written; product 1 waited;
-// every read of the stage done]. Every wgmma group is waited within its step (no group in flight across the loop's
-// back edge or a barrier), so the barriers order the async-proxy reads against the next generic writes.
+// zeros): chunk c - 1's W, k, q, dO columns, dU0 columns and record rows. STAGES = 2: a second stage, issued under
+// chunk c's product 1, so that the step waits on no load (one CTA per SM). STAGES = 1 (early refill, two CTAs per SM):
+// the one stage is refilled as soon as every thread is done with it, at the step's second barrier: by then each thread
+// has read what it needs of the stage (the factors, dU0 and dO of its rows; the Q^T and W^T fragments of product 2, in
+// registers) and product 1's reads of k are waited, so chunk c - 1's copies run under product 2 and the end of the
+// step. Synchronization per chunk: two CTA barriers (= the warpgroup), as in the mma.sync kernel: [stage c landed (wait
+// + proxy fence by each copier), dS^T written] and [(-dU)^T, Ob^T written; product 1 waited; every read of the stage
+// done]. Every wgmma group is waited within its step (no group in flight across the loop's back edge or a barrier), so
+// the barriers order the async-proxy reads against the next generic writes.
 #pragma once
 
 #include "cuda/chunk_bwd/chunk_bwd_state_wg.cuh"  // its tile layouts, and state_wg_chain (both chains at once)
@@ -43,7 +43,7 @@ namespace flashgdn::cuda::bwd_detail {
 
 constexpr int kDStateWgThreads = 128;  // one warpgroup
 
-// Shared memory: 32 KiB of step operands and STAGES stages of 79 KiB: 190 KiB at STAGES = 2 (one CTA per SM), 111 KiB
+// Shared memory: 32 KiB of step operands and STAGES stages of 63 KiB: 158 KiB at STAGES = 2 (one CTA per SM), 95 KiB
 // at STAGES = 1 (two CTAs per SM). Every swizzled region is 1024-byte aligned (the struct is, and every region and
 // stage size a multiple of 1024).
 template <int STAGES>
@@ -52,12 +52,12 @@ struct alignas(1024) DStateWgSmem {
   unsigned char dut[2][4096];     // (-dU)^T [hi, lo][32 values x 64 tokens]
   unsigned char obt[2][4096];     // (diag(qg) dO)^T [hi, lo][32 values x 64 tokens]
   struct Stage {
-    unsigned char w[2][2][8192];  // W [hi, lo][key half][64 tokens x 64 keys]
-    unsigned char k[2][8192];     // k [key half][64 tokens x 64 keys], zero past the chunk end
-    unsigned char q[2][8192];     // q, the same
-    float du0[kC][kLS];           // dU0 = scale P^T dO, these columns
-    uint16_t dO[kC][kLB];         // dO, these columns (16-bit inputs as stored)
-    float rows[4][kC];            // the record's gamma, rho_q, rho_k, beta
+    unsigned char w[2][8192];  // W (bf16) [key half][64 tokens x 64 keys]
+    unsigned char k[2][8192];  // k [key half][64 tokens x 64 keys], zero past the chunk end
+    unsigned char q[2][8192];  // q, the same
+    float du0[kC][kLS];        // dU0 = scale P^T dO, these columns
+    uint16_t dO[kC][kLB];      // dO, these columns (16-bit inputs as stored)
+    float rows[4][kC];         // the record's gamma, rho_q, rho_k, beta
   } stg[STAGES];
 };
 static_assert(sizeof(DStateWgSmem<1>::Stage) % 1024 == 0, "dstate (wgmma): swizzled stages");
@@ -85,9 +85,8 @@ __device__ __forceinline__ void copy_key_rows(unsigned char (&dst)[2][8192], con
   }
 }
 
-// Issue the cp.async copies of chunk c's inputs into stage g: W's record (hi [64][K], then lo [64][K], bf16), the key
-// rows and, but for the M columns of a summary (HOM: dU0 = 0, dO = 0), the query rows, dU0's and dO's kBV columns;
-// the record rows.
+// Issue the cp.async copies of chunk c's inputs into stage g: W's record ([64][K], bf16), the key rows and, but for the
+// M columns of a summary (HOM: dU0 = 0, dO = 0), the query rows, dU0's and dO's kBV columns; the record rows.
 template <class E, int V, bool HOM, class Stage>
 __device__ __forceinline__ void dstate_wg_prefetch(const ChunkBwdArgs& a, Stage& g, const ChainWork& w, int64_t c,
                                                    int h, int tid) {
@@ -98,11 +97,8 @@ __device__ __forceinline__ void dstate_wg_prefetch(const ChunkBwdArgs& a, Stage&
     const int r0 = tid >> 4, kv = tid & 15;
     const auto* wsrc = reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (kC * K)) + r0 * K + kv * 8;
 #pragma unroll
-    for (int part = 0; part < 2; ++part)
-#pragma unroll
-      for (int p = 0; p < kC / (NTH / 16); ++p)
-        cp_async<16>(&g.w[part][kv >> 3][wg::swz(r0 + (NTH / 16) * p, kv & 7)],
-                     wsrc + part * (kC * K) + (NTH / 16) * p * K);
+    for (int p = 0; p < kC / (NTH / 16); ++p)
+      cp_async<16>(&g.w[kv >> 3][wg::swz(r0 + (NTH / 16) * p, kv & 7)], wsrc + (NTH / 16) * p * K);
   }
   copy_key_rows(g.k, static_cast<const E*>(a.k) + w.sb * a.k_sb + hk * a.k_sh + t0 * a.k_st, a.k_st, nv, tid);
   if constexpr (!HOM) {
@@ -227,8 +223,8 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       wg::commit();
     }
     // while product 1 runs (the issue slots are idle): chunk c - 1's copies into the other stage (two stages), Ob^T,
-    // and (bf16) the A fragments of product 2: Q^T and W^T (hi, lo) of key blocks 0, 1 (keys 64 mb + 16 wi ..; k
-    // steps of 16 tokens). An f16 walk loads them after the wait, into the registers of the k fragments.
+    // and (bf16) the A fragments of product 2: Q^T and W^T of key blocks 0, 1 (keys 64 mb + 16 wi ..; k steps of 16
+    // tokens). An f16 walk loads them after the wait, into the registers of the k fragments.
     if constexpr (STAGES == 2) {
       if (c > w.c_begin) dstate_wg_prefetch<E, V, HOM>(a, s.stg[bf ^ 1], w, c - 1, h, tid);
     }
@@ -249,13 +245,12 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       chunk_detail::store_transposed(obt_addr, oh, wi, lane);
       chunk_detail::store_transposed(obt_addr + 4096, ol, wi, lane);
     }
-    uint32_t qt[2][4][4], wth[2][4][4], wtl[2][4][4];
+    uint32_t qt[2][4][4], wt[2][4][4];
     const auto load_p2 = [&] {
 #pragma unroll
       for (int mb = 0; mb < 2; ++mb) {
         if constexpr (!HOM) chunk_detail::load_kt_frags(g.q, 64 * mb + 16 * wi, lane, qt[mb]);
-        chunk_detail::load_kt_frags(g.w[0], 64 * mb + 16 * wi, lane, wth[mb]);
-        chunk_detail::load_kt_frags(g.w[1], 64 * mb + 16 * wi, lane, wtl[mb]);
+        chunk_detail::load_kt_frags(g.w, 64 * mb + 16 * wi, lane, wt[mb]);
       }
     };
     if constexpr (!kF16) load_p2();
@@ -305,11 +300,9 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
         for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, qt[mb][kc], wg::desc_at(obt_lo, kc * 32), 1);
       }
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, wtl[mb][kc], wg::desc_at(dut_lo, kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, wt[mb][kc], wg::desc_at(dut_lo, 4096 + kc * 32), 1);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, wth[mb][kc], wg::desc_at(dut_lo, 4096 + kc * 32), 1);
-#pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, wth[mb][kc], wg::desc_at(dut_lo, kc * 32), 1);
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, wt[mb][kc], wg::desc_at(dut_lo, kc * 32), 1);
     }
     wg::commit();
     // one stage: refilled with chunk c - 1 now that every thread is done with it (the barrier above), under product 2
@@ -364,7 +357,7 @@ __global__ void __launch_bounds__(kDStateWgThreads, STAGES == 1 ? 2 : 1)
 
 // Passes 2 and 3 at once (the plan's chains_concurrent, K = V = 128): the grid's z holds the state chain's column
 // tiles, then the dstate chain's (zs each: V / 32, or (K + V) / 32 for the summaries), every CTA one warpgroup of its
-// chain in its one-stage form (107 / 111 KiB, two CTAs per SM), so that an SM runs a state and a dstate CTA side by
+// chain in its one-stage form (74 / 95 KiB, two CTAs per SM), so that an SM runs a state and a dstate CTA side by
 // side and their latency-bound steps overlap. The chains share nothing (the reverse one's summaries in a.mn_rev).
 template <class E, int V>
 __global__ void __launch_bounds__(kDStateWgThreads, 2) chunk_bwd_chains_wg_kernel(const ChunkBwdArgs a) {
