@@ -651,8 +651,8 @@ TEST(CudaChunkBwd, StatePassSingleStageBitwise) {
   for (const BwdCase& b : state_pass_cases()) check_state_stages(b);
 }
 
-// The one-stage wgmma pass 2 fits two CTAs per SM (shared memory and registers as compiled), and so does the
-// two-stage form since W is one bf16 tile (108 KiB + 1 KiB of alignment; its __launch_bounds__(128, 1) leaves ptxas
+// The one-stage wgmma pass 2 fits at least two CTAs per SM (shared memory and registers as compiled; bf16 three on
+// the H200), and so does the two-stage form since W is one bf16 tile (108 KiB + 1 KiB of alignment; its __launch_bounds__(128, 1) leaves ptxas
 // <= 255 registers, which two CTAs of 128 threads still fit).
 TEST(CudaChunkBwd, StatePassSingleStageTwoCtasPerSm) {
   REQUIRE_GPU();
@@ -662,7 +662,7 @@ TEST(CudaChunkBwd, StatePassSingleStageTwoCtasPerSm) {
       const int e = bf16 ? cuda::chunk_bwd_state_wg_ctas_per_sm_bf16(stages, &ctas)
                          : cuda::chunk_bwd_state_wg_ctas_per_sm_f16(stages, &ctas);
       ASSERT_EQ(e, 0) << cudaGetErrorString(cudaError_t(e));
-      EXPECT_EQ(ctas, 2) << (bf16 ? "bf16" : "f16") << ", " << stages << " stage(s)";
+      EXPECT_GE(ctas, 2) << (bf16 ? "bf16" : "f16") << ", " << stages << " stage(s)";
     }
   }
 }
