@@ -402,6 +402,39 @@ __device__ __forceinline__ void build_LP(const float (&acc)[5][2][4], float* L, 
   build_P_block<wp.blk[1].i, wp.blk[1].j, P>(rec_p, acc[3], d, lane);
 }
 
+// slot_chunk (chunk_fwd_common.cuh) with the varlen search done by the warp at once. The sequence of slot is the
+// largest m with first(m) = m + floor(cu_seqlens[m] / 64) <= slot; slot_chunk's binary search takes log2(N)
+// dependent global loads (six at N = 64, each an L2 round trip) before the q, k rows can even be requested, and at
+// 64 x 512 tokens that search held ~9% of the pass's warp samples. Here lane l probes m = l + 32 j (j < 4) for every
+// m < N <= 128 in one round of independent loads, and the answer is the count of probes at or below the slot minus
+// one (first() increases with m for any non-decreasing cu_seqlens, so those probes are m = 0 .. answer). The same
+// (n, c) as slot_chunk for every valid table; for a garbage one some n in [0, N), as there. N > 128 (and fixed
+// length): slot_chunk itself. Every lane of the warp must call it (the ballots); the result is warp-uniform.
+__device__ __forceinline__ bool slot_chunk_warp(const ChunkKernelArgs& a, int64_t slot, int64_t* n, int64_t* c,
+                                                int lane) {
+  constexpr int kProbes = 4;  // per lane: N up to 128 in one round
+  if (a.cu_seqlens == nullptr || a.N <= 0 || a.N > 32 * kProbes) return slot_chunk(a, slot, n, c);
+  const auto first = [&](int64_t m) {  // as in slot_chunk
+    int64_t s0 = a.cu_i64 ? static_cast<const int64_t*>(a.cu_seqlens)[m] : static_cast<const int32_t*>(a.cu_seqlens)[m];
+    s0 = s0 < 0 ? 0 : (s0 > a.T ? a.T : s0);
+    return m + s0 / kC;
+  };
+  int cnt = 0;  // probes m < N with first(m) <= slot
+#pragma unroll
+  for (int j = 0; j < kProbes; ++j) {
+    const int m = lane + 32 * j;
+    cnt += __popc(__ballot_sync(0xffffffffu, m < a.N && first(m) <= slot));
+  }
+  if (cnt == 0 || first(0) > slot) return false;  // a slot before sequence 0 (slot_chunk's first test)
+  const int64_t m = cnt - 1;
+  int64_t bidx, t0, len;
+  seq_bounds(a, m, &bidx, &t0, &len);
+  const int64_t cc = slot - first(m);
+  *n = m;
+  *c = cc;
+  return cc >= 0 && cc * kC < len;
+}
+
 // One CTA per (chunk slot, q/k head): the products K K^T and Q K^T (and the l2 norms) are computed once and kept in
 // registers, then every value head of the GQA group (group = Hv / Hqk) builds its own L, inverse and P from them
 // with its own gates. Warp w holds five blocks (kWarpProducts: 2 or 3 of L, 3 or 2 of P) through the head loop.
@@ -418,7 +451,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   const int hk = static_cast<int>(blockIdx.x % a.Hqk);
   const int64_t slot = blockIdx.x / a.Hqk;
   int64_t n, c;
-  if (!slot_chunk(a, slot, &n, &c)) return;  // a varlen slot without a chunk
+  if (!slot_chunk_warp(a, slot, &n, &c, lane)) return;  // a varlen slot without a chunk
   int64_t bidx, t0, len;
   seq_bounds(a, n, &bidx, &t0, &len);
   const int64_t tok = t0 + c * kC;  // first token of the chunk
