@@ -355,6 +355,18 @@ TEST(CudaChunkFwd, VarlenWithEmptySequences) {
   check(g);
 }
 
+// Many short sequences (0 to 89 tokens, every seventh empty): the intra pass's slot search (chunk_of_slot) probes
+// every cu_seqlens entry at once up to N = 127 (lanes l + 32 j, j < 4) and falls back to the binary search from
+// N = 128; both sides of that bound, GQA 2, K = V = 64 and 128.
+TEST(CudaChunkFwd, VarlenManySequences) {
+  REQUIRE_GPU();
+  for (int N : {100, 127, 128, 160}) {
+    GpuCase g = gcase("varlen_many_" + std::to_string(N), 1, 0, 1, 2, N % 2 ? 128 : 64, N % 2 ? 128 : 64);
+    for (int n = 0; n < N; ++n) g.c.seqlens.push_back(n % 7 == 3 ? 0 : (37 * n + 11) % 90);
+    check(g);
+  }
+}
+
 TEST(CudaChunkFwd, BatchGqaAndShapes) {
   REQUIRE_GPU();
   check(gcase("B3_gqa2_k128v128", 3, 90, 2, 4, 128, 128));

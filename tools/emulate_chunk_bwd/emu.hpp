@@ -148,6 +148,19 @@ inline bool emu_all_sync(unsigned, bool p) {
   g_wbar[w]->arrive_and_wait();
   return all;
 }
+// __ballot_sync over the whole warp (every lane reaches it): bit l set where lane l's predicate holds.
+inline unsigned __ballot_sync(unsigned, bool p) {
+  const unsigned w = threadIdx.x / 32;
+  g_xch[threadIdx.x] = p;
+  g_wbar[w]->arrive_and_wait();
+  unsigned bits = 0;
+  for (unsigned l = 0; l < 32; ++l) bits |= (g_xch[32 * w + l] != 0 ? 1u : 0u) << l;
+  g_wbar[w]->arrive_and_wait();
+  return bits;
+}
+inline int __popc(unsigned x) {
+  return std::popcount(x);
+}
 inline float emu_expf(float x) {
   return std::exp(x);
 }

@@ -2,8 +2,8 @@
 // launched directly on varlen batches with GQA groups (bf16, l2norm, decay table on), its records' A diag(beta)
 // blocks checked against (I + L)^-1 in fp64. Built with -fsanitize=thread (run.sh tsan), ThreadSanitizer reports
 // every pair of shared-memory accesses of two emulated threads that no barrier of the kernel orders.
-// Usage: intra_harness <case 0-2> (0: K = 128, group 4; 1: the shape of CudaChunkFwd.GqaGroupOfFourVarlen, fused
-// gate and beta sigmoid; 2: K = 64, group 4)
+// Usage: intra_harness <case 0-4> (0: K = 128, group 4; 1: the shape of CudaChunkFwd.GqaGroupOfFourVarlen, fused
+// gate and beta sigmoid; 2: K = 64, group 4; 3, 4: 127 and 128 short sequences, K = 64, one head)
 #include "emu.hpp"
 
 // The kernel sees the emulation above.
@@ -118,8 +118,18 @@ int run(const std::vector<int32_t>& cu, int64_t Hqk, int64_t Hv, bool gate) {
   return ok ? 0 : 1;
 }
 
+// N short sequences (0 to 89 tokens, every seventh empty): the record slots of many sequences (chunk_of_slot's
+// one-round search over N < 128 probes, its fallback to the binary search from N = 128).
+std::vector<int32_t> many_sequences(int N) {
+  std::vector<int32_t> cu{0};
+  for (int n = 0; n < N; ++n) cu.push_back(cu.back() + (n % 7 == 3 ? 0 : (37 * n + 11) % 90));
+  return cu;
+}
+
 int main(int argc, char** argv) {
   const int which = argc > 1 ? atoi(argv[1]) : 0;
+  if (which == 3) return run<64>(many_sequences(127), 1, 1, false);
+  if (which == 4) return run<64>(many_sequences(128), 1, 1, false);
   if (which == 1) return run<128>({0, 129, 129, 193, 194, 394, 457}, 2, 8, true);
   if (which == 2) return run<64>({0, 65, 195, 195, 202}, 1, 4, false);
   return run<128>({0, 70, 70, 200}, 1, 4, false);  // sequences of 70, 0 and 130 tokens

@@ -402,6 +402,57 @@ __device__ __forceinline__ void build_LP(const float (&acc)[5][2][4], float* L, 
   build_P_block<wp.blk[1].i, wp.blk[1].j, P>(rec_p, acc[3], d, lane);
 }
 
+// slot_chunk and seq_bounds (chunk_fwd_common.cuh) with the varlen search done by the warp at once: the chunk c of
+// sequence n in record slot `slot`, and the sequence's batch entry, first token and length. The sequence is the
+// largest n with first(n) = n + floor(s_n / 64) <= slot (s_n = cu_seqlens[n] clamped to [0, T]); slot_chunk's
+// binary search takes log2(N) dependent global loads (six at N = 64, each an L2 round trip) and seq_bounds one
+// more before the q, k rows can even be requested; at 64 x 512 tokens that search held ~9% of the pass's warp
+// samples. Here lane l loads s_m for m = l + 32 j <= N (j < 4, N < 128) in one round of independent loads, the
+// answer is the count of probes m < N with first(m) <= slot, minus one (first() increases with m for any
+// non-decreasing cu_seqlens, so those probes are m = 0 .. answer), and s_n, s_{n + 1} come from the lanes that
+// loaded them (shuffles). The same results as slot_chunk and seq_bounds for every valid table; for a garbage one some
+// n in [0, N), as there. N >= 128 (and fixed length): slot_chunk and seq_bounds themselves. Every lane of the warp
+// must call it (ballots, shuffles); the results are warp-uniform.
+__device__ __forceinline__ int64_t shfl_i64(int64_t x, int src) {
+  const uint32_t lo = __shfl_sync(0xffffffffu, static_cast<uint32_t>(x), src);
+  const uint32_t hi = __shfl_sync(0xffffffffu, static_cast<uint32_t>(static_cast<uint64_t>(x) >> 32), src);
+  return static_cast<int64_t>((static_cast<uint64_t>(hi) << 32) | lo);
+}
+__device__ __forceinline__ bool chunk_of_slot(const ChunkKernelArgs& a, int64_t slot, int lane, int64_t* n, int64_t* c,
+                                              int64_t* bidx, int64_t* t0, int64_t* len) {
+  constexpr int kProbes = 4;  // per lane: s_0 .. s_N, N < 128, in one round
+  if (a.cu_seqlens == nullptr || a.N <= 0 || a.N >= 32 * kProbes) {
+    if (!slot_chunk(a, slot, n, c)) return false;
+    seq_bounds(a, *n, bidx, t0, len);
+    return true;
+  }
+  int64_t s[kProbes];  // s_m, m = lane + 32 j (0 past N)
+  int cnt = 0;         // probes m < N with first(m) <= slot
+#pragma unroll
+  for (int j = 0; j < kProbes; ++j) {
+    const int m = lane + 32 * j;
+    int64_t v = 0;
+    if (m <= a.N)
+      v = a.cu_i64 ? static_cast<const int64_t*>(a.cu_seqlens)[m] : static_cast<const int32_t*>(a.cu_seqlens)[m];
+    s[j] = v < 0 ? 0 : (v > a.T ? a.T : v);
+    cnt += __popc(__ballot_sync(0xffffffffu, m < a.N && m + s[j] / kC <= slot));
+  }
+  // s_m of the lane that loaded it (m <= N, warp-uniform)
+  const auto s_at = [&](int m) {
+    const int j = m >> 5;
+    return shfl_i64(j == 0 ? s[0] : (j == 1 ? s[1] : (j == 2 ? s[2] : s[3])), m & 31);
+  };
+  if (cnt == 0 || s_at(0) / kC > slot) return false;  // a slot before sequence 0 (slot_chunk's first test)
+  const int m = cnt - 1;
+  const int64_t s0 = s_at(m), s1 = s_at(m + 1);
+  *n = m;
+  *c = slot - (m + s0 / kC);
+  *bidx = 0;
+  *t0 = s0;
+  *len = s1 > s0 ? s1 - s0 : 0;
+  return *c >= 0 && *c * kC < *len;
+}
+
 // One CTA per (chunk slot, q/k head): the products K K^T and Q K^T (and the l2 norms) are computed once and kept in
 // registers, then every value head of the GQA group (group = Hv / Hqk) builds its own L, inverse and P from them
 // with its own gates. Warp w holds five blocks (kWarpProducts: 2 or 3 of L, 3 or 2 of P) through the head loop.
@@ -418,10 +469,9 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   const int hk = static_cast<int>(blockIdx.x % a.Hqk);
   const int64_t slot = blockIdx.x / a.Hqk;
   int64_t n, c;
-  if (!slot_chunk(a, slot, &n, &c)) return;  // a varlen slot without a chunk
   int64_t bidx, t0, len;
-  seq_bounds(a, n, &bidx, &t0, &len);
-  const int64_t tok = t0 + c * kC;  // first token of the chunk
+  if (!chunk_of_slot(a, slot, lane, &n, &c, &bidx, &t0, &len)) return;  // a varlen slot without a chunk
+  const int64_t tok = t0 + c * kC;                                      // first token of the chunk
   const int nvalid = static_cast<int>((len - c * kC) < kC ? (len - c * kC) : kC);
 
   // ---- q, k rows by cp.async, rows past the end zero-filled by the same copy (src-size 0, the source clamped to row
