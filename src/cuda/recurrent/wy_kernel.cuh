@@ -44,8 +44,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <type_traits>
 
+#include "cuda/common/cuda_check.cuh"
 #include "cuda/common/device_util.cuh"
 #include "cuda/recurrent/recurrent_args.hpp"
 
@@ -54,8 +56,11 @@ namespace wy {
 
 inline constexpr int kThreads = 128;
 inline constexpr int kWarps = kThreads / 32;
-inline constexpr int kChunk = 8;      // tokens per pass (C); longer rows take several passes
-inline constexpr int kMinBlocks = 4;  // CTAs per SM (__launch_bounds__: 128 registers per thread)
+inline constexpr int kChunk = 8;  // tokens per pass (C); longer rows take several passes
+// CTAs per SM (__launch_bounds__): 4 (128 registers per thread) for tiles of 16 and 32 columns; 3 (168 registers,
+// 3 x ~74 KB of shared memory at most) for 64 columns, whose 64 fp32 state values a thread do not fit 128.
+template <int BV>
+inline constexpr int kMinBlocks = BV == 64 ? 3 : 4;
 
 template <int K, int BV>
 struct Geo {
@@ -64,13 +69,18 @@ struct Geo {
   static constexpr int RPP = kThreads / TPR;  // row groups per CTA
   static constexpr int P = K / RPP;           // contiguous rows per thread
   // Tokens per batch of reduction accumulators (2 x 4 x GR registers); the reduce-scatter over the NL lanes
-  // then leaves each lane KEEP = 2 x 4 x GR / NL consecutive columns of one (kind, token).
+  // then leaves each lane KEEP = 2 x 4 x GR / NL consecutive flat indices [kind][token][column]: 2 or 4 columns of
+  // one (kind, token), or at 64 columns (NL = 2) the 4 columns of both tokens of one kind.
   static constexpr int GR = 2;
   static constexpr int KEEP = 2 * 4 * GR / NL;
-  static_assert(KEEP == 2 || KEEP == 4, "a lane keeps a 2- or 4-column vector");
+  static_assert(KEEP == 2 || KEEP == 4 || (KEEP == 8 && GR == 2),
+                "a lane keeps a 2- or 4-column vector, or two 4-column ones");
   static_assert(P % 4 == 0, "rows per thread: a multiple of 4 (16-byte shared loads)");
   static_assert(K / 4 <= 32, "one warp stages a token (4 elements per lane)");
 };
+// The next tile's state stage (dynamic shared memory): P vectors of 4 elements per thread.
+template <class ST, int K, int BV>
+inline constexpr size_t kStageBytes = size_t(Geo<K, BV>::P) * kThreads * 4 * sizeof(ST);
 
 // Register pressure (128 per thread): what is derived from an opaque copy is recomputed where it is used instead of
 // being hoisted out of the tile loop and kept live (or spilled) through the staging, the kernel's register peak.
@@ -171,7 +181,7 @@ struct WyIdx {
 
 // The state reductions (S0^T k_t, S0^T q'_t) and the update are CUDA-core FMAs over the thread's P rows x 4 columns.
 template <class ST, int K, int BV>
-__global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_kernel(const RecurrentArgs a) {
+__global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy_kernel(const RecurrentArgs a) {
   using G = wy::Geo<K, BV>;
   constexpr int TPR = G::TPR, P = G::P;
   constexpr int C = wy::kChunk, GR = G::GR, NW = wy::kWarps;
@@ -184,8 +194,10 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
 
   // Token data are indexed by the token's position in the superchunk (chunk ch = t / C); gamma restarts at
   // every chunk.
-  // next tile's state, each thread's own vectors (P of 4 elements)
-  __shared__ __align__(16) ST s_stage[P][wy::kThreads][4];
+  // next tile's state, each thread's own vectors (P of 4 elements): dynamic shared memory (wy::stage_bytes; at 64
+  // columns the static arrays below and a 32 KB fp32 stage exceed the 48 KB of static shared memory)
+  extern __shared__ __align__(16) unsigned char s_dyn[];
+  auto s_stage = reinterpret_cast<ST(*)[wy::kThreads][4]>(s_dyn);
   __shared__ __align__(16) float s_tok[2][SC][K];  // [0] q' = scale q^, [1] k^; zeros past the end
   // per-warp partials of S0^T k_t, S0^T q'_t; then (columns phase) [0][0] r_t, [0][1] e^{gamma_t} S0^T q'_t
   __shared__ __align__(16) float s_red[NW][2][C][BV];
@@ -414,14 +426,18 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
       }
     }
   };
-  // v_t of the superchunk for this tile's columns: one 4-vector per thread (SC x BV / 4 <= 128)
+  // v_t of the superchunk for this tile's columns: SC x BV / 4 4-vectors, one per thread (two at 64 columns)
   auto stage_v = [&](const WyRow& r, int32_t sc0, int tsc) {
-    const int x = wy::opaque(tid);
-    if (x < tsc * TPR) {
-      const int64_t tok = r.bos + sc0 + x / TPR;
-      float vv[4];
-      load4(a.v, a.v_dtype, r.b * a.v_s[0] + tok * a.v_s[1] + r.h * a.v_s[2] + r.j0 + 4 * (x % TPR), vv);
-      *reinterpret_cast<float4*>(&s_v[x / TPR][4 * (x % TPR)]) = make_float4(vv[0], vv[1], vv[2], vv[3]);
+    constexpr int NV = (SC * TPR + wy::kThreads - 1) / wy::kThreads;
+#pragma unroll
+    for (int m = 0; m < NV; ++m) {
+      const int x = wy::opaque(tid) + m * wy::kThreads;
+      if (x < tsc * TPR) {
+        const int64_t tok = r.bos + sc0 + x / TPR;
+        float vv[4];
+        load4(a.v, a.v_dtype, r.b * a.v_s[0] + tok * a.v_s[1] + r.h * a.v_s[2] + r.j0 + 4 * (x % TPR), vv);
+        *reinterpret_cast<float4*>(&s_v[x / TPR][4 * (x % TPR)]) = make_float4(vv[0], vv[1], vv[2], vv[3]);
+      }
     }
   };
 
@@ -528,10 +544,14 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
             wy::rs_sum<M, 16, TPR, (M - 1) & ~3>(acc, lane);  // over the NL lanes with this column group
             const int f = rk * G::KEEP;                       // flat index [kind][g][e] of acc[0]
             float* dst = &s_red[warp][f / (GR * 4)][t0 + (f / 4) % GR][4 * c + f % 4];
-            if constexpr (G::KEEP == 4)
+            if constexpr (G::KEEP == 8) {  // [kind][0][0 .. 3] and [kind][1][0 .. 3]: tokens t0 and t0 + 1
               *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-            else
+              *reinterpret_cast<float4*>(dst + BV) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+            } else if constexpr (G::KEEP == 4) {
+              *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            } else {
               *reinterpret_cast<float2*>(dst) = make_float2(acc[0], acc[1]);
+            }
           }
 
           __syncthreads();
@@ -645,9 +665,12 @@ cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t st
   const int64_t ntiles = a.N * a.Hv * (a.V / BV);
   if (ntiles == 0) return cudaSuccess;
   int64_t grid = ntiles;
-  if (grid > int64_t(wy::kMinBlocks) * sms) grid = int64_t(wy::kMinBlocks) * sms;
+  if (grid > int64_t(wy::kMinBlocks<BV>) * sms) grid = int64_t(wy::kMinBlocks<BV>) * sms;
   if (ntiles + grid * (a.V / BV) > 0x7fffffff) return cudaErrorInvalidConfiguration;  // 32-bit tile indices
-  recurrent_wy_kernel<ST, K, BV><<<dim3(unsigned(grid)), wy::kThreads, 0, stream>>>(a);
+  constexpr size_t smem = wy::kStageBytes<ST, K, BV>;
+  static std::atomic<uint64_t> done{0};
+  if (const int e = prepare_launch(recurrent_wy_kernel<ST, K, BV>, smem, done)) return static_cast<cudaError_t>(e);
+  recurrent_wy_kernel<ST, K, BV><<<dim3(unsigned(grid)), wy::kThreads, smem, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -655,6 +678,7 @@ cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t st
 #define FGDN_INSTANTIATE_RECURRENT_WY(ST)                                                         \
   template cudaError_t launch_recurrent_wy<ST, 64, 32>(const RecurrentArgs&, int, cudaStream_t);  \
   template cudaError_t launch_recurrent_wy<ST, 128, 16>(const RecurrentArgs&, int, cudaStream_t); \
-  template cudaError_t launch_recurrent_wy<ST, 128, 32>(const RecurrentArgs&, int, cudaStream_t);
+  template cudaError_t launch_recurrent_wy<ST, 128, 32>(const RecurrentArgs&, int, cudaStream_t); \
+  template cudaError_t launch_recurrent_wy<ST, 128, 64>(const RecurrentArgs&, int, cudaStream_t);
 
 }  // namespace flashgdn::cuda
