@@ -8,23 +8,23 @@
 // 1e-2 (bf16), 2e-3 (f16); the worst head (o: value head; pool: (slot, head) block) within 3 times that. The pool
 // slots the oracle left unchanged (no row addresses them, an invalid row's, a length-0 row's) must be bitwise
 // unchanged, and an invalid row's o exact +0.
-// Two emulated SMs: the wy kernel's persistent CTAs (4 per SM) then walk several tiles each, grouped by row, so the
-// next tile's prefetch and a row's shared staging across its V-tiles run too.
-// Usage: recurrent_harness <case 0-20> [mma] (0: Hqk = 2, Hv = 4, K = V = 128, bf16, fixed T = 12, N = 3, fp32 pool;
-// 1: varlen {12, 0, 1, 17, 33} with slot -1 for the 17-token row, fused gate (A_log, dt_bias) and beta sigmoid;
-// 2: a bf16 pool; 3: f16 activations; 4: K = 64, V = 128; 5: case 1 on 16-column tiles (the wy kernel's choice; the
-// mma kernel has one width); 6: one row of T = 160; 7: an f16 pool; 8: 2-D state_indices [4, 12] with
-// num_accepted_tokens, one row's 0 (invalid), commit off (o only); 9: no state_indices (row n on slot n) with
-// null_slot_is_invalid (row 0 invalid), MHA 4 heads, V = 64, g and beta absent; verify, the walk: 10: case 1 with bf16
-// intermediate states, commit off, row 0's buffer -1, T_buf cut to 20 in the mma kernel's arguments; 11: fp32
-// intermediate states with the 1-D commit, T = 20, row 1's buffer out of range; 12: protocol A (2-D slots, commit)
-// with bf16 intermediate states on a bf16 pool, row 2 invalid, row 1's slot of token 5 -1; 13: protocol A alone, f16
-// activations and pool, K = 64, varlen {16, 3, 0, 9} on T_max = 16, row 0's slot of token 15 -1; 14: 2-D slots,
-// commit off, f16 intermediate states, MHA, V = 64, no g, row 1 invalid; 15: protocol A on an fp32 pool with fp32
-// intermediate states, T = 20 on T_max = 24, slot 0 under null_slot_is_invalid for token 7 of row 0). Intermediate
-// states: the oracle's where it wrote, the NaN poison where it did not (skipped rows and buffers, tokens past a row or
-// the cut T_buf), bounds of the pool's dtype; protocol A with entries of the pool's dtype: each written slot equals its
-// entry bit for bit. 16-20: cases 10, 12, 1, 15 and 14 on 64-column tiles.
+// Two emulated SMs: the wy kernel's persistent CTAs (4 per SM, 3 at 64 columns) then walk several tiles each, grouped
+// by row, so the next tile's prefetch and a row's shared staging across its V-tiles run too. Usage: recurrent_harness
+// <case 0-20> [mma] (0: Hqk = 2, Hv = 4, K = V = 128, bf16, fixed T = 12, N = 3, fp32 pool; 1: varlen {12, 0, 1, 17,
+// 33} with slot -1 for the 17-token row, fused gate (A_log, dt_bias) and beta sigmoid; 2: a bf16 pool; 3: f16
+// activations; 4: K = 64, V = 128; 5: case 1 on 16-column tiles (the wy kernel's choice; the mma kernel has one width);
+// 6: one row of T = 160; 7: an f16 pool; 8: 2-D state_indices [4, 12] with num_accepted_tokens, one row's 0 (invalid),
+// commit off (o only); 9: no state_indices (row n on slot n) with null_slot_is_invalid (row 0 invalid), MHA 4 heads, V
+// = 64, g and beta absent; verify, the walk: 10: case 1 with bf16 intermediate states, commit off, row 0's buffer -1,
+// T_buf cut to 20 in the mma kernel's arguments; 11: fp32 intermediate states with the 1-D commit, T = 20, row 1's
+// buffer out of range; 12: protocol A (2-D slots, commit) with bf16 intermediate states on a bf16 pool, row 2 invalid,
+// row 1's slot of token 5 -1; 13: protocol A alone, f16 activations and pool, K = 64, varlen {16, 3, 0, 9} on T_max =
+// 16, row 0's slot of token 15 -1; 14: 2-D slots, commit off, f16 intermediate states, MHA, V = 64, no g, row 1
+// invalid; 15: protocol A on an fp32 pool with fp32 intermediate states, T = 20 on T_max = 24, slot 0 under
+// null_slot_is_invalid for token 7 of row 0). Intermediate states: the oracle's where it wrote, the NaN poison where it
+// did not (skipped rows and buffers, tokens past a row or the cut T_buf), bounds of the pool's dtype; protocol A with
+// entries of the pool's dtype: each written slot equals its entry bit for bit. 16-20: cases 10, 12, 1, 15 and 14 on
+// 64-column tiles.
 #include "emu.hpp"
 
 // The kernels see the emulation above.

@@ -22,6 +22,8 @@
 // Work split: grid = N x Hv x (V / BV) CTAs of 128 threads, one (row, head, V-tile) tile per CTA, the K x BV
 // tile in fp32 registers. Thread (row group rg, column group c) holds P contiguous rows i0 = rg P .. + P - 1 and
 // 4 columns j0 + 4c .. + 3 (16-byte fp32 / 8-byte 16-bit vectors; 4 threads x 128 B rows per warp load).
+// BV = 16, 32 (4 CTAs per SM) or 64 (3 CTAs per SM, P = 16 at K = 128): the plan takes 64 for per-token 16-bit
+// state stores, whose 128-byte tile rows are whole L2 lines (a 32-column tile writes 64-byte halves of lines).
 //   1. stage (per warp, tokens t = warp, warp + 4, ..): q', k^ (l2norm in fp32) into s_tok, g, beta, v slice,
 //      protocol-A write slots. The first chunk's activation loads are issued before the slot-dependent state
 //      loads. Barrier. Token dots (per warp, its tokens): k_t.k_s and q'_t.k_s for all s (lane slices, one
@@ -449,6 +451,8 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
   // Only without per-token state stores: grouped, a row's V-tiles run at different times, so the 64-byte (bf16,
   // 32 columns) pieces of each intermediate-state row are written far apart in time, and the H200 measured verify
   // at N = 256 slower grouped (2.23 ms) than ungrouped (1.55 ms), where neighbouring V-tiles run side by side.
+  // 64-column tiles write whole 128-byte lines, but the two lines of a 256-byte row would still be a tile apart
+  // grouped (not measured): they walk single tiles too.
   const bool grouped = nvt > 1 && nrows >= int32_t(gridDim.x) && a.inter == nullptr && !(a.commit && a.T_max > 0);
   auto next_tile = [&](int32_t t) -> int32_t {  // no overflow: ntiles + grid nvt < 2^31 (launcher)
     if (!grouped) return t + wy::grid_ctas();
