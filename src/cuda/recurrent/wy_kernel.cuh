@@ -36,7 +36,7 @@
 //      e^{gamma_t} S0^T q'_t. Barrier. u_t = (T r)_t and o_t; the state weights (u, or the closed-form
 //      e^{gamma_C - gamma_t} u) to shared memory. Barrier.
 //   4. state (every thread, its own rows): walk or closed form from k_t and the weights (shared); the walk's
-//      per-token states go out as 16-byte stores (wy::store_rows).
+//      per-token states go out as 16-byte stores (8-byte 16-bit ones at 64 columns: wy::store_rows).
 // Three barriers per chunk of 8 tokens, each after a phase that every warp shares (plus two per staging round);
 // sums in a fixed order: bitwise reproducible. A tile is owned by one CTA and read whole before its first store
 // (protocol A is safe, §8.2). V-major states are not covered (the reduction over K would be across lanes):
@@ -138,14 +138,21 @@ __device__ __forceinline__ void rs_sum(float (&x)[M], int lane) {
 // columns 8 (c / 2) .. + 7; one shuffle per 32-bit word, the lane sends the half row its partner stores:
 //   even lane: row m     = {own x_m, partner's x_m}              sends its x_{m + 1}
 //   odd lane:  row m + 1 = {partner's x_{m + 1}, own x_{m + 1}}  sends its x_m
+// 16-bit at 64 columns (TPR = 16 threads per row): no trade; each lane stores its own 4 elements (8 bytes) of each
+// row, so the 16 lanes of a row group write the row's 128 bytes, a whole line, in one instruction (a warp's store:
+// 2 lines), per row 2 F2FP + 1 STG.64 instead of 2 F2FP + 3 SEL + 1 SHFL + half an STG.128; the same bits.
 // dst: the thread's element (i0, 4c); rs: the row stride in elements. Every lane of the warp calls it.
-template <class T, int P>
+template <class T, int P, int TPR>
 __device__ __forceinline__ void store_rows(T* dst, int64_t rs, const float (&s)[P][4], bool odd) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
     for (int p = 0; p < P; ++p)
       st_global_v4(dst + p * rs, __float_as_uint(s[p][0]), __float_as_uint(s[p][1]), __float_as_uint(s[p][2]),
                    __float_as_uint(s[p][3]));
+  } else if constexpr (TPR == 16) {
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      st_global_v2(dst + p * rs, Storage<T>::from2(s[p][0], s[p][1]), Storage<T>::from2(s[p][2], s[p][3]));
   } else {
     dst += odd ? rs - 4 : 0;  // the odd lane's element (i0 + 1, 4c - 4)
 #pragma unroll
@@ -196,7 +203,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
 
   // Token data are indexed by the token's position in the superchunk (chunk ch = t / C); gamma restarts at
   // every chunk.
-  // next tile's state, each thread's own vectors (P of 4 elements): dynamic shared memory (wy::stage_bytes; at 64
+  // next tile's state, each thread's own vectors (P of 4 elements): dynamic shared memory (wy::kStageBytes; at 64
   // columns the static arrays below and a 32 KB fp32 stage exceed the 48 KB of static shared memory)
   extern __shared__ __align__(16) unsigned char s_dyn[];
   auto s_stage = reinterpret_cast<ST(*)[wy::kThreads][4]>(s_dyn);
@@ -619,12 +626,13 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
               if (r.ibuf >= 0 && tr < a.T_buf)
                 with_storage(a.inter_dtype, [&](auto it) {  // typed 16-byte stores
                   using IT = typename decltype(it)::type;
-                  wy::store_rows<IT, P>(static_cast<IT*>(a.inter) + ib + tr * a.inter_s[1], a.inter_s[3], s, odd());
+                  wy::store_rows<IT, P, TPR>(static_cast<IT*>(a.inter) + ib + tr * a.inter_s[1], a.inter_s[3], s,
+                                             odd());
                 });
               if (a.commit && a.T_max > 0) {  // protocol A (a uniform test: no slot load per token otherwise)
                 const int64_t ws = s_ws[tb + t];
                 if (ws >= 0)
-                  wy::store_rows<ST, P>(
+                  wy::store_rows<ST, P, TPR>(
                       static_cast<ST*>(a.pool) + ws * a.pool_s[0] + r.h * a.pool_s[1] + tile_off(r, 0, a.pool_s[2]),
                       a.pool_s[2], s, odd());
               }
@@ -652,7 +660,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
 
       // ---- final state: pool[slot] (1-D slots, commit) ----
       if (a.commit && a.T_max == 0)
-        wy::store_rows<ST, P>(
+        wy::store_rows<ST, P, TPR>(
             static_cast<ST*>(a.pool) + r.slot * a.pool_s[0] + r.h * a.pool_s[1] + tile_off(r, 0, a.pool_s[2]),
             a.pool_s[2], s, odd());
     }
