@@ -301,6 +301,7 @@ namespace {
 // The facts of a recurrent call the plan reads.
 struct RecShape {
   bool pool = false, pool16 = false, kmajor = true, varlen = false, inter = false, verify = false;
+  bool store16 = false;  // per-token 16-bit state stores: 16-bit intermediate states, or protocol A on a 16-bit pool
   int64_t T_max = 0, heads = 0;  // heads: N Hv (sequence, value head) pairs
 };
 
@@ -313,18 +314,26 @@ RecShape rec_shape(const RecurrentParams& p, const RecurrentDims& d) {
   r.inter = p.intermediate_states.defined();
   r.T_max = p.state_indices.defined() && p.state_indices.ndim == 2 ? p.state_indices.shape[1] : 0;
   r.verify = r.inter || (p.commit && r.T_max > 0);
+  r.store16 = (r.inter && p.intermediate_states.dtype != DType::f32) || (p.commit && r.T_max > 0 && r.pool16);
   r.heads = d.N * d.Hv;
   return r;
 }
 
 // The persistent kernel's tile width: wide tiles amortize the per-tile staging, lookups and barriers over more
 // state; narrow ones spread a small batch (N = 1: 32 heads) over more SMs. 32 columns once that gives two tiles
-// per SM. The wy kernel uses the same rule (K = 64 always takes 32: 16 columns would spill there).
+// per SM. The wy kernel uses the same rule (K = 64 always takes 32: 16 columns would spill there), except for
+// per-token 16-bit state stores on a batch that fills every SM with a wave of its 3 CTAs of 64 columns (N >= 7 at
+// Hv = 32, V = 128, 132 SMs): a 64-column tile writes each 256-byte key row of a state in two whole 128-byte lines,
+// a 32-column one in 64-byte halves of lines that another CTA completes, and the staging, index loads and T are
+// shared by twice the columns (~30% fewer instructions per state: an estimate, not yet measured on the H200;
+// docs/recurrent.md, Next steps 2).
 int32_t persistent_bv(const RecurrentDims& d, const RecShape& r, int32_t sms) {
   return d.V % 32 == 0 && r.heads * (d.V / 32) >= 2 * int64_t(sms) ? 32 : 16;
 }
 int32_t wy_bv(const RecurrentDims& d, const RecShape& r, int32_t sms) {
-  return d.K == 64 ? 32 : persistent_bv(d, r, sms);
+  if (d.K == 64) return 32;
+  if (r.store16 && d.V % 64 == 0 && r.heads * (d.V / 64) >= 3 * int64_t(sms)) return 64;
+  return persistent_bv(d, r, sms);
 }
 
 // The direct kernel's tile width (one CTA per tile, no persistence). Single-token, large batches (>= 2 waves of 4
@@ -445,6 +454,7 @@ Status plan_recurrent(const RecurrentParams& p, const RecurrentDims& d, const De
       break;
     case RecurrentKernel::wy:
       pl.bv = wy_bv(d, r, pl.sms);
+      if (pl.bv == 64) pl.why += "; 64-column tiles: the per-token 16-bit state stores write whole 128-byte lines";
       break;
     case RecurrentKernel::direct_pipe:
       pl.bv = kPipeBv;

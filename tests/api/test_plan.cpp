@@ -488,12 +488,28 @@ TEST(RecurrentPlan, MultiTokenAndVerify) {
   EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
   s.layout = StateLayout::k_major, s.pool = false;
   EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
-  s.pool = true, s.inter = true, s.commit = false;  // verify, N = 1: per-token stores, still wy
+  s.pool = true, s.inter = true, s.commit = false, s.N = 1;  // verify, N = 1: per-token stores, still wy
   EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::wy);
-  s.N = 256;  // verify, a large batch: wy
+  EXPECT_EQ(rec_plan(s).bv, 16);
+  s.N = 256;  // verify, a large batch: wy, 64-column tiles for its bf16 per-token states (whole 128-byte lines)
+  pl = rec_plan(s);
+  EXPECT_EQ(pl.kernel, RecurrentKernel::wy);
+  EXPECT_EQ(pl.bv, 64);
+  s.N = 7;  // 224 heads x 2 tiles of 64 >= 3 x 132 (a wave of 3 CTAs per SM)
+  EXPECT_EQ(rec_plan(s).bv, 64);
+  s.N = 6;  // 192 x 2 < 3 x 132: the persistent rule's 32
+  EXPECT_EQ(rec_plan(s).bv, 32);
+  s.N = 256, s.K = 64;  // K = 64: 32 columns only
+  EXPECT_EQ(rec_plan(s).bv, 32);
+  s.K = 128, s.inter = false, s.commit = true, s.T_max = 12, s.N = 1;  // protocol A, small: wy
   EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::wy);
-  s.inter = false, s.commit = true, s.T_max = 12, s.N = 1;  // protocol A, small: wy
-  EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::wy);
+  s.N = 256;  // protocol A on an fp32 pool: fp32 per-token stores, 32 columns (128-byte rows already)
+  EXPECT_EQ(rec_plan(s).bv, 32);
+  s.pool_dt = DType::bf16;  // on a bf16 pool: 16-bit stores, 64 columns
+  EXPECT_EQ(rec_plan(s).bv, 64);
+  s.commit = false;  // 2-D slots without commit: final state only (wy_mma)
+  EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::wy_mma);
+  s.commit = true, s.pool_dt = DType::f32, s.N = 1;
   s.layout = StateLayout::v_major;  // protocol A on a V-major pool: persistent
   EXPECT_EQ(rec_plan(s).kernel, RecurrentKernel::persistent);
 }

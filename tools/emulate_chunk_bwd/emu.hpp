@@ -185,6 +185,11 @@ inline void emu_st_global_v4(void* p, uint32_t x, uint32_t y, uint32_t z, uint32
   const uint32_t v[4] = {x, y, z, w};
   std::memcpy(p, v, 16);
 }
+// st.global.v2.b32 as a plain 8-byte store.
+inline void emu_st_global_v2(void* p, uint32_t x, uint32_t y) {
+  const uint32_t v[2] = {x, y};
+  std::memcpy(p, v, 8);
+}
 inline float __uint_as_float(unsigned u) {
   return flashgdn::detail::bits_float(u);
 }

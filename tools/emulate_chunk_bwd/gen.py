@@ -149,6 +149,7 @@ for name, out in SOURCES:
                  ("cp_async_wait_all", "cp_async_wait_all"), ("cp_async_wait<1>", "cp_async_wait_all"),
                  ("cp_async_wait<0>", "cp_async_wait_all"),
                  ("ldsm_x4_t", "ldsm_x4_t"), ("ldsm_x4", "ldsm_x4"), ("st_global_v4", "st_global_v4"),
+                 ("st_global_v2", "st_global_v2"),
                  ("named_barrier<128>", "named_barrier<128>"), ("named_barrier<64>", "named_barrier<64>")):
         s = s.replace(f + "(", "emu_%s(" % e)
     # cp.async of any other width (the wy kernel's 4 sizeof(ST) bytes): emu_cp_async<BYTES>

@@ -8,14 +8,23 @@
 // 1e-2 (bf16), 2e-3 (f16); the worst head (o: value head; pool: (slot, head) block) within 3 times that. The pool
 // slots the oracle left unchanged (no row addresses them, an invalid row's, a length-0 row's) must be bitwise
 // unchanged, and an invalid row's o exact +0.
-// Two emulated SMs: the wy kernel's persistent CTAs (4 per SM) then walk several tiles each, grouped by row, so the
-// next tile's prefetch and a row's shared staging across its V-tiles run too.
-// Usage: recurrent_harness <case 0-9> [mma] (0: Hqk = 2, Hv = 4, K = V = 128, bf16, fixed T = 12, N = 3, fp32 pool;
-// 1: varlen {12, 0, 1, 17, 33} with slot -1 for the 17-token row, fused gate (A_log, dt_bias) and beta sigmoid;
-// 2: a bf16 pool; 3: f16 activations; 4: K = 64, V = 128; 5: case 1 on 16-column tiles (the wy kernel's choice; the
-// mma kernel has one width); 6: one row of T = 160; 7: an f16 pool; 8: 2-D state_indices [4, 12] with
-// num_accepted_tokens, one row's 0 (invalid), commit off (o only); 9: no state_indices (row n on slot n) with
-// null_slot_is_invalid (row 0 invalid), MHA 4 heads, V = 64, g and beta absent)
+// Two emulated SMs: the wy kernel's persistent CTAs (4 per SM, 3 at 64 columns) then walk several tiles each, grouped
+// by row, so the next tile's prefetch and a row's shared staging across its V-tiles run too. Usage: recurrent_harness
+// <case 0-20> [mma] (0: Hqk = 2, Hv = 4, K = V = 128, bf16, fixed T = 12, N = 3, fp32 pool; 1: varlen {12, 0, 1, 17,
+// 33} with slot -1 for the 17-token row, fused gate (A_log, dt_bias) and beta sigmoid; 2: a bf16 pool; 3: f16
+// activations; 4: K = 64, V = 128; 5: case 1 on 16-column tiles (the wy kernel's choice; the mma kernel has one width);
+// 6: one row of T = 160; 7: an f16 pool; 8: 2-D state_indices [4, 12] with num_accepted_tokens, one row's 0 (invalid),
+// commit off (o only); 9: no state_indices (row n on slot n) with null_slot_is_invalid (row 0 invalid), MHA 4 heads, V
+// = 64, g and beta absent; verify, the walk: 10: case 1 with bf16 intermediate states, commit off, row 0's buffer -1,
+// T_buf cut to 20 in the mma kernel's arguments; 11: fp32 intermediate states with the 1-D commit, T = 20, row 1's
+// buffer out of range; 12: protocol A (2-D slots, commit) with bf16 intermediate states on a bf16 pool, row 2 invalid,
+// row 1's slot of token 5 -1; 13: protocol A alone, f16 activations and pool, K = 64, varlen {16, 3, 0, 9} on T_max =
+// 16, row 0's slot of token 15 -1; 14: 2-D slots, commit off, f16 intermediate states, MHA, V = 64, no g, row 1
+// invalid; 15: protocol A on an fp32 pool with fp32 intermediate states, T = 20 on T_max = 24, slot 0 under
+// null_slot_is_invalid for token 7 of row 0). Intermediate states: the oracle's where it wrote, the NaN poison where it
+// did not (skipped rows and buffers, tokens past a row or the cut T_buf), bounds of the pool's dtype; protocol A with
+// entries of the pool's dtype: each written slot equals its entry bit for bit. 16-20: cases 10, 12, 1, 15 and 14 on
+// 64-column tiles.
 #include "emu.hpp"
 
 // The kernels see the emulation above.
@@ -74,10 +83,18 @@ struct Spec {
   int64_t extra_slots = 3;  // slots no row addresses
   int32_t bv = 0;           // 0: the plan's tile width
   uint64_t seed = 1;
+  // intermediate states [N + 1, T_buf, Hv, K, V] of inter_dt (entry 0 unused: row n on entry N - n, buf_set
+  // overrides it: {row, value}); tbuf_cut > 0: the kernel's T_buf cut to it (the tensor as it was: entries of tokens
+  // >= tbuf_cut must stay unwritten; the API rejects rows longer than T_buf, so only the arguments can say it)
+  bool inter = false;
+  DType inter_dt = DType::f32;
+  std::vector<std::array<int64_t, 2>> buf_set;
+  int64_t tbuf_cut = 0;
+  std::vector<std::array<int64_t, 3>> slot_set;  // 2-D state_indices overrides {row, token, slot}
 };
 
 struct Inputs {
-  HostTensor q, k, v, g, beta, A_log, dt_bias, cu, o, pool, si, na;
+  HostTensor q, k, v, g, beta, A_log, dt_bias, cu, o, pool, si, na, inter, ii;
   int64_t N = 0;
 };
 
@@ -128,10 +145,20 @@ Inputs make(const Spec& s) {
     in.na = HostTensor(DType::i32, {in.N});
     for (int64_t n = 0; n < in.N; ++n) in.na.set(n, double(1 + 3 * n % s.T_max));
     for (int64_t n : s.invalid) in.na.set(n, 0.0);
+    for (auto& o : s.slot_set) in.si.set(o[0] * s.T_max + o[1], double(o[2]));
   } else if (s.has_si) {
     in.si = HostTensor(DType::i32, {in.N});
     for (int64_t n = 0; n < in.N; ++n) in.si.set(n, double(slots - 1 - n));
     for (int64_t n : s.invalid) in.si.set(n, -1.0);
+  }
+  if (s.inter) {
+    int64_t tb = varlen ? 0 : T;
+    for (auto l : s.seqlens) tb = std::max(tb, l);
+    in.inter = HostTensor(s.inter_dt, {in.N + 1, tb, s.Hv, s.K, s.V});
+    in.inter.fill_nan();
+    in.ii = HostTensor(DType::i32, {in.N});
+    for (int64_t n = 0; n < in.N; ++n) in.ii.set(n, double(in.N - n));
+    for (auto& o : s.buf_set) in.ii.set(o[0], double(o[1]));
   }
   in.o.fill_nan();
   return in;
@@ -162,6 +189,7 @@ void bind(RecurrentParams& p, Inputs& x) {
   p.A_log = view_or_absent(x.A_log), p.dt_bias = view_or_absent(x.dt_bias), p.cu_seqlens = view_or_absent(x.cu);
   p.o = x.o.view(), p.state_pool = x.pool.view(), p.state_indices = view_or_absent(x.si);
   p.num_accepted_tokens = view_or_absent(x.na);
+  p.intermediate_states = view_or_absent(x.inter), p.intermediate_indices = view_or_absent(x.ii);
 }
 
 bool run_oracle(const Spec& s, Inputs& x) {
@@ -207,6 +235,7 @@ bool run_emulated(const Spec& s, Inputs& x, bool mma, const char* tag) {
 #if EMU_HAVE_WY_MMA
   cuda::RecurrentArgs a = cuda::make_recurrent_args(p, d);
   a.vt = cuda::DivU32::of(uint32_t(a.V / 64));  // as cuda::recurrent sets it for the plan's 64-column tiles
+  if (s.tbuf_cut > 0) a.T_buf = s.tbuf_cut;
   cudaError_t e = cudaErrorInvalidValue;
   switch (a.pool_dtype) {
     case DType::bf16:
@@ -267,7 +296,48 @@ Spec spec_of(int which) {
     s.Hqk = s.Hv = 4, s.V = 64, s.has_si = false, s.null_invalid = true, s.invalid = {0};
     s.has_g = s.has_beta = false;
   }
+  if (which == 10) {  // verify, protocol B: bf16 entries, commit off, row 0's buffer invalid, T_buf cut to 20
+    s.seqlens = {12, 0, 1, 17, 33};
+    s.invalid = {3};
+    s.raw_gate = true;
+    s.inter = true, s.inter_dt = DType::bf16, s.commit = false, s.buf_set = {{0, -1}}, s.tbuf_cut = 20;
+  }
+  if (which == 11) {  // fp32 entries with the 1-D commit (the walk's last state committed), 2 chunks; row 1's buffer
+                      // out of range (its final state by the closed form)
+    s.N = 3, s.T = 20, s.inter = true, s.inter_dt = DType::f32, s.buf_set = {{1, 4}};
+  }
+  if (which == 12) {  // protocol A with bf16 entries on a bf16 pool: 2-D slots, num_accepted_tokens, row 2 invalid
+                      // (count 0), row 1's slot of token 5 invalid
+    s.N = 4, s.T_max = 12, s.invalid = {2}, s.slot_set = {{1, 5, -1}}, s.pool_dt = DType::bf16;
+    s.inter = true, s.inter_dt = DType::bf16;
+  }
+  if (which == 13) {  // protocol A alone: f16 activations and pool, K = 64, varlen rows of 16, 3, 0, 9 tokens on
+                      // T_max = 16, row 0's slot of token 15 invalid
+    s.seqlens = {16, 3, 0, 9}, s.T_max = 16, s.act = DType::f16, s.pool_dt = DType::f16, s.K = 64;
+    s.slot_set = {{0, 15, -1}};
+  }
+  if (which == 14) {  // verify, commit off, 2-D slots: f16 entries, V = 64, MHA, no g, row 1 invalid (count 0)
+    s.N = 4, s.T_max = 12, s.commit = false, s.invalid = {1}, s.inter = true, s.inter_dt = DType::f16;
+    s.Hqk = s.Hv = 4, s.V = 64, s.has_g = false;
+  }
+  if (which == 15) {  // protocol A on an fp32 pool with fp32 entries, 2 chunks (T = 20 on T_max = 24), slot 0 invalid
+                      // (null_slot_is_invalid) for token 7 of row 0
+    s.N = 3, s.T = 20, s.T_max = 24, s.null_invalid = true, s.slot_set = {{0, 7, 0}};
+    s.inter = true, s.inter_dt = DType::f32;
+  }
   s.seed = 100 + uint64_t(which);
+  return s;
+}
+
+// Cases 16-20 rerun a case on the wy kernel's 64-column tiles (the plan's for 16-bit per-token stores on large
+// batches; the small ones here get 32): 16: case 10, 17: case 12 (protocol A, bf16 pool and entries), 18: case 1
+// (final state only: the closed form, the grouped walk), 19: case 15 (fp32 stores), 20: case 14 (V = 64: one tile
+// a head).
+Spec spec_of_case(int which) {
+  constexpr int kBase[5] = {10, 12, 1, 15, 14};
+  if (which < 16 || which > 20) return spec_of(which);
+  Spec s = spec_of(kBase[which - 16]);
+  s.bv = 64;
   return s;
 }
 
@@ -277,10 +347,11 @@ int main(int argc, char** argv) {
   const int which = argc > 1 ? atoi(argv[1]) : 0;
   const bool mma = argc > 2 && std::string(argv[2]) == "mma";
   const std::string tag = "r" + std::to_string(which) + (mma ? "m" : "");
-  const Spec s = spec_of(which);
+  const Spec s = spec_of_case(which);
   const Inputs in = make(s);
   Inputs ref = in, got = in;
-  for (HostTensor* t : {&ref.q, &ref.k, &ref.v, &ref.g, &ref.beta, &ref.A_log, &ref.dt_bias, &ref.o, &ref.pool})
+  for (HostTensor* t :
+       {&ref.q, &ref.k, &ref.v, &ref.g, &ref.beta, &ref.A_log, &ref.dt_bias, &ref.o, &ref.pool, &ref.inter})
     *t = f64(*t);
   if (!run_oracle(s, ref) || !run_emulated(s, got, mma, tag.c_str())) return 1;
 
@@ -349,6 +420,51 @@ int main(int argc, char** argv) {
     printf("case %s untouched slots: %ld of %ld, %ld changed%s\n", tag.c_str(), long(kept), long(slots), long(changed),
            changed ? "  FAIL" : "");
     fails += changed != 0;
+  }
+  if (s.inter) {  // the intermediate entries: where the oracle left the NaN poison (a skipped row or buffer, tokens
+                  // past a row's end or the cut T_buf) the kernel must have too
+    const int64_t Tb = in.inter.shape[1];
+    HostTensor ri = ref.inter;
+    if (mma && s.tbuf_cut > 0)
+      for (int64_t i = 0; i < ri.numel(); ++i)
+        if ((i / (s.Hv * blk)) % Tb >= s.tbuf_cut) ri.set(i, NAN);
+    const double e = err_written(got.inter, ri, &why);
+    HostTensor gi = got.inter.cast(DType::f64);
+    int64_t written = 0;
+    for (int64_t i = 0; i < ri.numel(); ++i)
+      if (std::isnan(ri.get(i)))
+        ri.set(i, 0.0), gi.set(i, 0.0);
+      else
+        ++written;
+    line("inter", e, max_head_err(gi, ri, ri.numel() / blk, [&](int64_t i) { return i / blk; }),
+         s.inter_dt == DType::f32    ? 1e-5
+         : s.inter_dt == DType::bf16 ? 1e-2
+                                     : 2e-3,
+         rounded(ref.inter, s.inter_dt));
+    printf("case %s inter: %ld of %ld elements written by the oracle%s\n", tag.c_str(), long(written), long(ri.numel()),
+           std::isfinite(e) ? "" : (" (" + why + ")").c_str());
+  }
+  if (s.inter && s.T_max > 0 && s.commit && s.inter_dt == s.pool_dt) {
+    // protocol A with entries of the pool's dtype: slot [n, t] holds entry [buf, t] bit for bit (one fp32 state
+    // rounded once, twice)
+    const size_t bytes = size_t(s.Hv * blk * dtype_size(s.pool_dt));
+    const int64_t Tb = in.inter.shape[1];
+    int64_t pairs = 0, differ = 0;
+    for (int64_t n = 0; n < in.N; ++n) {
+      const int64_t len = s.seqlens.empty() ? s.T : s.seqlens[size_t(n)], buf = int64_t(in.ii.get(n));
+      const int64_t acc = int64_t(in.na.get(n));
+      if (acc < 1 || acc > s.T_max || buf < 0 || buf >= in.N + 1) continue;
+      for (int64_t t = 0; t < len && t < s.T_max && t < Tb; ++t) {
+        const int64_t sl = int64_t(in.si.get(n * s.T_max + t));
+        if (sl < 0 || sl >= slots || (s.null_invalid && sl == 0)) continue;
+        ++pairs;
+        differ += std::memcmp(got.pool.bytes.data() + sl * bytes, got.inter.bytes.data() + (buf * Tb + t) * bytes,
+                              bytes) != 0;
+      }
+    }
+    printf("case %s protocol A: %ld (row, token) slots, %ld differ from their entry%s\n", tag.c_str(), long(pairs),
+           long(differ), differ || !pairs ? "  FAIL" : "");
+    fails += differ != 0 || pairs == 0;
   }
   return fails ? 1 : 0;
 }

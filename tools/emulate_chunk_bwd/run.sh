@@ -17,11 +17,16 @@
 # recurrent wy kernel on multi-token rows, K-major pool, 1-D slots, commit, GQA 2, K = V = 128: r0 bf16 T = 12 N = 3,
 # r1 varlen {12, 0, 1, 17, 33} with an invalid slot and the fused gate, r2 a bf16 pool, r3 fp16 activations, r4 K =
 # 64, r5 r1 on 16-column tiles, r6 one row of 160 tokens, r7 an f16 pool, r8 2-D slots with num_accepted_tokens and
-# commit off, r9 no state_indices with null_slot_is_invalid, MHA, V = 64, no g and beta; rNm runs case N on the wy
-# kernel on mma.sync, wy_mma_kernel.cuh, where the branch has it, and is not in the default list). --tsan builds with
-# ThreadSanitizer: it reports every pair of shared-memory accesses of two emulated threads (or async units: wgmma,
-# TMA) that no barrier, mbarrier phase or async wait orders (and fails the case). Under --tsan a w case takes 10-90 s
-# of CPU on two cores, chunk_bwd's case 10 a few minutes, an r case under a minute.
+# commit off, r9 no state_indices with null_slot_is_invalid, MHA, V = 64, no g and beta; r10-r15 verify (per-token
+# states): r10 r1 with bf16 intermediate states, commit off, an invalid buffer, r11 fp32 intermediate states with the
+# 1-D commit, r12 protocol A with bf16 intermediate states on a bf16 pool, an invalid count and slot, r13 protocol A
+# alone (f16, K = 64, varlen), r14 2-D slots with commit off and f16 intermediate states, r15 protocol A on an fp32
+# pool with fp32 intermediate states over 2 chunks; r16-r20 r10, r12, r1, r15, r14 on the wy kernel's 64-column
+# tiles; rNm runs case N on the wy kernel on mma.sync, wy_mma_kernel.cuh, where the branch has it, and is not in the
+# default list). --tsan builds with ThreadSanitizer: it reports every pair of shared-memory accesses of two emulated
+# threads (or async units: wgmma, TMA) that no barrier, mbarrier phase or async wait orders (and fails the case).
+# Under --tsan a w case takes 10-90 s of CPU on two cores, chunk_bwd's case 10 a few minutes, an r case under a
+# minute.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 flags=(-O1 -Wno-psabi)
@@ -31,7 +36,7 @@ if [[ "${1:-}" == --tsan ]]; then
 fi
 lib="${1:-$root/build-cpu}/libflashgdn_static.a"
 shift || true
-cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 i0 i1 i2 i3 i4 w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 r0 r1 r2 r3 r4 r5 r6 r7 r8 r9}"
+cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 i0 i1 i2 i3 i4 w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 r0 r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 r11 r12 r13 r14 r15 r16 r17 r18 r19 r20}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 out="$(mktemp -d)"
 python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"

@@ -47,6 +47,10 @@ __device__ __forceinline__ void cp_async_wait_all() {
 __device__ __forceinline__ void st_global_v4(void* p, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(x), "r"(y), "r"(z), "r"(w));
 }
+// One 8-byte global store of two 32-bit words (a uint2 store through a cast __half pointer compiled to two).
+__device__ __forceinline__ void st_global_v2(void* p, uint32_t x, uint32_t y) {
+  asm volatile("st.global.v2.b32 [%0], {%1, %2};\n" ::"l"(p), "r"(x), "r"(y));
+}
 
 // Named barrier `id` (1-15; 0 is __syncthreads) over COUNT threads, a multiple of 32: ordering inside a group of
 // warps (a warpgroup, a column half) without stopping the rest of the CTA.

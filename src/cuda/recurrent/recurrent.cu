@@ -53,8 +53,10 @@ cudaError_t launch_k(const RecurrentArgs& a, const RecurrentPlan& pl, cudaStream
       return cudaErrorInvalidConfiguration;
     case RecurrentKernel::wy:  // K-major pools (the plan checks); K = 64 takes 32 columns only
       if constexpr (L == StateLayout::k_major) {
-        if constexpr (K == 128)
+        if constexpr (K == 128) {
           if (pl.bv == 16) return launch_recurrent_wy<ST, K, 16>(a, pl.sms, s);
+          if (pl.bv == 64) return launch_recurrent_wy<ST, K, 64>(a, pl.sms, s);
+        }
         return launch_recurrent_wy<ST, K, 32>(a, pl.sms, s);
       }
       return cudaErrorInvalidConfiguration;

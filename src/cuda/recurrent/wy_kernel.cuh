@@ -22,6 +22,8 @@
 // Work split: grid = N x Hv x (V / BV) CTAs of 128 threads, one (row, head, V-tile) tile per CTA, the K x BV
 // tile in fp32 registers. Thread (row group rg, column group c) holds P contiguous rows i0 = rg P .. + P - 1 and
 // 4 columns j0 + 4c .. + 3 (16-byte fp32 / 8-byte 16-bit vectors; 4 threads x 128 B rows per warp load).
+// BV = 16, 32 (4 CTAs per SM) or 64 (3 CTAs per SM, P = 16 at K = 128): the plan takes 64 for per-token 16-bit
+// state stores, whose 128-byte tile rows are whole L2 lines (a 32-column tile writes 64-byte halves of lines).
 //   1. stage (per warp, tokens t = warp, warp + 4, ..): q', k^ (l2norm in fp32) into s_tok, g, beta, v slice,
 //      protocol-A write slots. The first chunk's activation loads are issued before the slot-dependent state
 //      loads. Barrier. Token dots (per warp, its tokens): k_t.k_s and q'_t.k_s for all s (lane slices, one
@@ -34,7 +36,7 @@
 //      e^{gamma_t} S0^T q'_t. Barrier. u_t = (T r)_t and o_t; the state weights (u, or the closed-form
 //      e^{gamma_C - gamma_t} u) to shared memory. Barrier.
 //   4. state (every thread, its own rows): walk or closed form from k_t and the weights (shared); the walk's
-//      per-token states go out as 16-byte stores (wy::store_rows).
+//      per-token states go out as 16-byte stores (8-byte 16-bit ones at 64 columns: wy::store_rows).
 // Three barriers per chunk of 8 tokens, each after a phase that every warp shares (plus two per staging round);
 // sums in a fixed order: bitwise reproducible. A tile is owned by one CTA and read whole before its first store
 // (protocol A is safe, §8.2). V-major states are not covered (the reduction over K would be across lanes):
@@ -44,8 +46,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <type_traits>
 
+#include "cuda/common/cuda_check.cuh"
 #include "cuda/common/device_util.cuh"
 #include "cuda/recurrent/recurrent_args.hpp"
 
@@ -54,8 +58,11 @@ namespace wy {
 
 inline constexpr int kThreads = 128;
 inline constexpr int kWarps = kThreads / 32;
-inline constexpr int kChunk = 8;      // tokens per pass (C); longer rows take several passes
-inline constexpr int kMinBlocks = 4;  // CTAs per SM (__launch_bounds__: 128 registers per thread)
+inline constexpr int kChunk = 8;  // tokens per pass (C); longer rows take several passes
+// CTAs per SM (__launch_bounds__): 4 (128 registers per thread) for tiles of 16 and 32 columns; 3 (168 registers,
+// 3 x ~74 KB of shared memory at most) for 64 columns, whose 64 fp32 state values a thread do not fit 128.
+template <int BV>
+inline constexpr int kMinBlocks = BV == 64 ? 3 : 4;
 
 template <int K, int BV>
 struct Geo {
@@ -64,13 +71,18 @@ struct Geo {
   static constexpr int RPP = kThreads / TPR;  // row groups per CTA
   static constexpr int P = K / RPP;           // contiguous rows per thread
   // Tokens per batch of reduction accumulators (2 x 4 x GR registers); the reduce-scatter over the NL lanes
-  // then leaves each lane KEEP = 2 x 4 x GR / NL consecutive columns of one (kind, token).
+  // then leaves each lane KEEP = 2 x 4 x GR / NL consecutive flat indices [kind][token][column]: 2 or 4 columns of
+  // one (kind, token), or at 64 columns (NL = 2) the 4 columns of both tokens of one kind.
   static constexpr int GR = 2;
   static constexpr int KEEP = 2 * 4 * GR / NL;
-  static_assert(KEEP == 2 || KEEP == 4, "a lane keeps a 2- or 4-column vector");
+  static_assert(KEEP == 2 || KEEP == 4 || (KEEP == 8 && GR == 2),
+                "a lane keeps a 2- or 4-column vector, or two 4-column ones");
   static_assert(P % 4 == 0, "rows per thread: a multiple of 4 (16-byte shared loads)");
   static_assert(K / 4 <= 32, "one warp stages a token (4 elements per lane)");
 };
+// The next tile's state stage (dynamic shared memory): P vectors of 4 elements per thread.
+template <class ST, int K, int BV>
+inline constexpr size_t kStageBytes = size_t(Geo<K, BV>::P) * kThreads * 4 * sizeof(ST);
 
 // Register pressure (128 per thread): what is derived from an opaque copy is recomputed where it is used instead of
 // being hoisted out of the tile loop and kept live (or spilled) through the staging, the kernel's register peak.
@@ -126,14 +138,21 @@ __device__ __forceinline__ void rs_sum(float (&x)[M], int lane) {
 // columns 8 (c / 2) .. + 7; one shuffle per 32-bit word, the lane sends the half row its partner stores:
 //   even lane: row m     = {own x_m, partner's x_m}              sends its x_{m + 1}
 //   odd lane:  row m + 1 = {partner's x_{m + 1}, own x_{m + 1}}  sends its x_m
+// 16-bit at 64 columns (TPR = 16 threads per row): no trade; each lane stores its own 4 elements (8 bytes) of each
+// row, so the 16 lanes of a row group write the row's 128 bytes, a whole line, in one instruction (a warp's store:
+// 2 lines), per row 2 F2FP + 1 STG.64 instead of 2 F2FP + 3 SEL + 1 SHFL + half an STG.128; the same bits.
 // dst: the thread's element (i0, 4c); rs: the row stride in elements. Every lane of the warp calls it.
-template <class T, int P>
+template <class T, int P, int TPR>
 __device__ __forceinline__ void store_rows(T* dst, int64_t rs, const float (&s)[P][4], bool odd) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
     for (int p = 0; p < P; ++p)
       st_global_v4(dst + p * rs, __float_as_uint(s[p][0]), __float_as_uint(s[p][1]), __float_as_uint(s[p][2]),
                    __float_as_uint(s[p][3]));
+  } else if constexpr (TPR == 16) {
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      st_global_v2(dst + p * rs, Storage<T>::from2(s[p][0], s[p][1]), Storage<T>::from2(s[p][2], s[p][3]));
   } else {
     dst += odd ? rs - 4 : 0;  // the odd lane's element (i0 + 1, 4c - 4)
 #pragma unroll
@@ -171,7 +190,7 @@ struct WyIdx {
 
 // The state reductions (S0^T k_t, S0^T q'_t) and the update are CUDA-core FMAs over the thread's P rows x 4 columns.
 template <class ST, int K, int BV>
-__global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_kernel(const RecurrentArgs a) {
+__global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy_kernel(const RecurrentArgs a) {
   using G = wy::Geo<K, BV>;
   constexpr int TPR = G::TPR, P = G::P;
   constexpr int C = wy::kChunk, GR = G::GR, NW = wy::kWarps;
@@ -184,8 +203,10 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
 
   // Token data are indexed by the token's position in the superchunk (chunk ch = t / C); gamma restarts at
   // every chunk.
-  // next tile's state, each thread's own vectors (P of 4 elements)
-  __shared__ __align__(16) ST s_stage[P][wy::kThreads][4];
+  // next tile's state, each thread's own vectors (P of 4 elements): dynamic shared memory (wy::kStageBytes; at 64
+  // columns the static arrays below and a 32 KB fp32 stage exceed the 48 KB of static shared memory)
+  extern __shared__ __align__(16) unsigned char s_dyn[];
+  auto s_stage = reinterpret_cast<ST(*)[wy::kThreads][4]>(s_dyn);
   __shared__ __align__(16) float s_tok[2][SC][K];  // [0] q' = scale q^, [1] k^; zeros past the end
   // per-warp partials of S0^T k_t, S0^T q'_t; then (columns phase) [0][0] r_t, [0][1] e^{gamma_t} S0^T q'_t
   __shared__ __align__(16) float s_red[NW][2][C][BV];
@@ -414,14 +435,18 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
       }
     }
   };
-  // v_t of the superchunk for this tile's columns: one 4-vector per thread (SC x BV / 4 <= 128)
+  // v_t of the superchunk for this tile's columns: SC x BV / 4 4-vectors, one per thread (two at 64 columns)
   auto stage_v = [&](const WyRow& r, int32_t sc0, int tsc) {
-    const int x = wy::opaque(tid);
-    if (x < tsc * TPR) {
-      const int64_t tok = r.bos + sc0 + x / TPR;
-      float vv[4];
-      load4(a.v, a.v_dtype, r.b * a.v_s[0] + tok * a.v_s[1] + r.h * a.v_s[2] + r.j0 + 4 * (x % TPR), vv);
-      *reinterpret_cast<float4*>(&s_v[x / TPR][4 * (x % TPR)]) = make_float4(vv[0], vv[1], vv[2], vv[3]);
+    constexpr int NV = (SC * TPR + wy::kThreads - 1) / wy::kThreads;
+#pragma unroll
+    for (int m = 0; m < NV; ++m) {
+      const int x = wy::opaque(tid) + m * wy::kThreads;
+      if (x < tsc * TPR) {
+        const int64_t tok = r.bos + sc0 + x / TPR;
+        float vv[4];
+        load4(a.v, a.v_dtype, r.b * a.v_s[0] + tok * a.v_s[1] + r.h * a.v_s[2] + r.j0 + 4 * (x % TPR), vv);
+        *reinterpret_cast<float4*>(&s_v[x / TPR][4 * (x % TPR)]) = make_float4(vv[0], vv[1], vv[2], vv[3]);
+      }
     }
   };
 
@@ -433,6 +458,8 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
   // Only without per-token state stores: grouped, a row's V-tiles run at different times, so the 64-byte (bf16,
   // 32 columns) pieces of each intermediate-state row are written far apart in time, and the H200 measured verify
   // at N = 256 slower grouped (2.23 ms) than ungrouped (1.55 ms), where neighbouring V-tiles run side by side.
+  // 64-column tiles write whole 128-byte lines, but the two lines of a 256-byte row would still be a tile apart
+  // grouped (not measured): they walk single tiles too.
   const bool grouped = nvt > 1 && nrows >= int32_t(gridDim.x) && a.inter == nullptr && !(a.commit && a.T_max > 0);
   auto next_tile = [&](int32_t t) -> int32_t {  // no overflow: ntiles + grid nvt < 2^31 (launcher)
     if (!grouped) return t + wy::grid_ctas();
@@ -528,10 +555,14 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
             wy::rs_sum<M, 16, TPR, (M - 1) & ~3>(acc, lane);  // over the NL lanes with this column group
             const int f = rk * G::KEEP;                       // flat index [kind][g][e] of acc[0]
             float* dst = &s_red[warp][f / (GR * 4)][t0 + (f / 4) % GR][4 * c + f % 4];
-            if constexpr (G::KEEP == 4)
+            if constexpr (G::KEEP == 8) {  // [kind][0][0 .. 3] and [kind][1][0 .. 3]: tokens t0 and t0 + 1
               *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-            else
+              *reinterpret_cast<float4*>(dst + BV) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+            } else if constexpr (G::KEEP == 4) {
+              *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            } else {
               *reinterpret_cast<float2*>(dst) = make_float2(acc[0], acc[1]);
+            }
           }
 
           __syncthreads();
@@ -595,12 +626,13 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
               if (r.ibuf >= 0 && tr < a.T_buf)
                 with_storage(a.inter_dtype, [&](auto it) {  // typed 16-byte stores
                   using IT = typename decltype(it)::type;
-                  wy::store_rows<IT, P>(static_cast<IT*>(a.inter) + ib + tr * a.inter_s[1], a.inter_s[3], s, odd());
+                  wy::store_rows<IT, P, TPR>(static_cast<IT*>(a.inter) + ib + tr * a.inter_s[1], a.inter_s[3], s,
+                                             odd());
                 });
               if (a.commit && a.T_max > 0) {  // protocol A (a uniform test: no slot load per token otherwise)
                 const int64_t ws = s_ws[tb + t];
                 if (ws >= 0)
-                  wy::store_rows<ST, P>(
+                  wy::store_rows<ST, P, TPR>(
                       static_cast<ST*>(a.pool) + ws * a.pool_s[0] + r.h * a.pool_s[1] + tile_off(r, 0, a.pool_s[2]),
                       a.pool_s[2], s, odd());
               }
@@ -628,7 +660,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks) recurrent_wy_ker
 
       // ---- final state: pool[slot] (1-D slots, commit) ----
       if (a.commit && a.T_max == 0)
-        wy::store_rows<ST, P>(
+        wy::store_rows<ST, P, TPR>(
             static_cast<ST*>(a.pool) + r.slot * a.pool_s[0] + r.h * a.pool_s[1] + tile_off(r, 0, a.pool_s[2]),
             a.pool_s[2], s, odd());
     }
@@ -645,9 +677,12 @@ cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t st
   const int64_t ntiles = a.N * a.Hv * (a.V / BV);
   if (ntiles == 0) return cudaSuccess;
   int64_t grid = ntiles;
-  if (grid > int64_t(wy::kMinBlocks) * sms) grid = int64_t(wy::kMinBlocks) * sms;
+  if (grid > int64_t(wy::kMinBlocks<BV>) * sms) grid = int64_t(wy::kMinBlocks<BV>) * sms;
   if (ntiles + grid * (a.V / BV) > 0x7fffffff) return cudaErrorInvalidConfiguration;  // 32-bit tile indices
-  recurrent_wy_kernel<ST, K, BV><<<dim3(unsigned(grid)), wy::kThreads, 0, stream>>>(a);
+  constexpr size_t smem = wy::kStageBytes<ST, K, BV>;
+  static std::atomic<uint64_t> done{0};
+  if (const int e = prepare_launch(recurrent_wy_kernel<ST, K, BV>, smem, done)) return static_cast<cudaError_t>(e);
+  recurrent_wy_kernel<ST, K, BV><<<dim3(unsigned(grid)), wy::kThreads, smem, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -655,6 +690,7 @@ cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t st
 #define FGDN_INSTANTIATE_RECURRENT_WY(ST)                                                         \
   template cudaError_t launch_recurrent_wy<ST, 64, 32>(const RecurrentArgs&, int, cudaStream_t);  \
   template cudaError_t launch_recurrent_wy<ST, 128, 16>(const RecurrentArgs&, int, cudaStream_t); \
-  template cudaError_t launch_recurrent_wy<ST, 128, 32>(const RecurrentArgs&, int, cudaStream_t);
+  template cudaError_t launch_recurrent_wy<ST, 128, 32>(const RecurrentArgs&, int, cudaStream_t); \
+  template cudaError_t launch_recurrent_wy<ST, 128, 64>(const RecurrentArgs&, int, cudaStream_t);
 
 }  // namespace flashgdn::cuda
