@@ -369,15 +369,43 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   // the transposed 16-bit copy
   {
     const StateRef src = start_state(a, wk, item, h, K);
+    const bool ident = m_tile && !wk.drop_m;  // a summary's M tile starts at [I | 0]
 #pragma unroll
-    for (int mb = 0; mb < 2; ++mb) {
+    for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
       for (int jn = 0; jn < NJ; ++jn)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = 64 * mb + r0 + (e >> 1) * 8, j = cb + jn * 8 + 2 * t4 + (e & 1);
-          sacc[mb][jn][e] = start_value(src, m_tile && !wk.drop_m, active, tile, vcol0, i, j);
+          sacc[mb][jn][e] = ident && i == tile * kBV + j ? 1.f : 0.f;
         }
+    // A start state in memory (h0, or a segment's start from the scan): the loads from one base per thread, K-major
+    // as 8-byte pairs of adjacent columns. Without one (no h0: the common prefill) nothing is loaded, and the
+    // per-element address arithmetic (~1000 instructions per warp, as long as the first chunk's copies) is skipped.
+    if (src.p && active && !ident) {
+      if (!src.vmajor) {
+        const float* base = src.p + int64_t(r0) * src.rs + vcol0 + cb + 2 * t4;
+#pragma unroll
+        for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+          for (int jn = 0; jn < NJ; ++jn)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              const float2 x = *reinterpret_cast<const float2*>(base + (64 * mb + 8 * hr) * src.rs + 8 * jn);
+              sacc[mb][jn][2 * hr] = x.x, sacc[mb][jn][2 * hr + 1] = x.y;
+            }
+      } else {
+        const float* base = src.p + int64_t(vcol0 + cb + 2 * t4) * src.rs + r0;
+#pragma unroll
+        for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+          for (int jn = 0; jn < NJ; ++jn)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sacc[mb][jn][e] = base[(8 * jn + (e & 1)) * src.rs + 64 * mb + 8 * (e >> 1)];
+      }
+    }
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb) {
       uint32_t x[NJ][2];
       pack_acc<BF16>(sacc[mb], x);
       store_transposed(st_slice + 8192 * mb, x, wi, lane);
