@@ -80,6 +80,48 @@ __device__ __forceinline__ void store_transposed(uint32_t region, const uint32_t
   }
 }
 
+// Store a warpgroup's fp32 state, key block mb of `s` (keys 64 mb + 16 wi + g8 (+ 8), columns 8 jn + 2 t4 (+ 1) of
+// its 64 columns, which start at column j0 of dst), through the shared-memory tiles stage[mb] ([64 rows][64 floats]
+// each, rows keys (K-major) or columns (V-major)), so that every global store is a 16-byte vector of one row: a warp
+// writes two whole 256-byte row pieces per instruction. The API keeps the states dense (unit last stride, 16-byte
+// aligned pointer and strides), so the vectors are aligned. Stored from the fragments directly, each warp
+// instruction would write 4 bytes in each of 8 rows (64 stores per thread), and those hold the LSU queue at the end
+// of every CTA (ncu, varlen 64 x 512, 8 chunks a CTA: 8.7% of the pass's stall samples). A row's 16-byte chunk c
+// sits at c ^ (row & 7): the staging writes (8-byte pairs K-major, 4-byte V-major) and the vector reads are free of
+// bank conflicts. The caller orders every earlier use of the tiles before the call; between the staging writes and
+// the reads the warpgroup meets at its named barrier `bar`.
+template <int NJ>
+__device__ __forceinline__ void store_state_vec(const StateRef& dst, const float (&s)[2][NJ][4],
+                                                float* const (&stage)[2], int j0, int wi, int g8, int t4, int t128,
+                                                int bar) {
+  auto at = [](float* t, int row, int col) { return t + row * 64 + ((((col >> 2) ^ (row & 7)) << 2) | (col & 3)); };
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+    for (int jn = 0; jn < NJ; ++jn)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {  // rows g8, g8 + 8 of the warp's 16 keys
+        const int key = 16 * wi + g8 + 8 * hr, col = 8 * jn + 2 * t4;
+        const float x0 = s[mb][jn][2 * hr], x1 = s[mb][jn][2 * hr + 1];
+        if (dst.vmajor) {
+          *at(stage[mb], col, key) = x0;
+          *at(stage[mb], col + 1, key) = x1;
+        } else {
+          *reinterpret_cast<float2*>(at(stage[mb], key, col)) = make_float2(x0, x1);
+        }
+      }
+  named_barrier<128>(bar);
+#pragma unroll
+  for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {  // 64 rows x 16 vectors a tile, 128 threads
+      const int idx = t128 + 128 * u, row = idx >> 4, c4 = 4 * (idx & 15);
+      const float4 x = *reinterpret_cast<const float4*>(at(stage[mb], row, c4));
+      const int64_t off = dst.vmajor ? dst.off(64 * mb + c4, j0 + row) : dst.off(64 * mb + row, j0 + c4);
+      *reinterpret_cast<float4*>(dst.p + off) = x;
+    }
+}
+
 // The two 16-bit values of a packed pair (low half first) as fp32, exactly. bf16 is the top half of an fp32, so
 // one shift and one mask (the library conversion compiles to a PRMT and a shift per value here, ~50 extra
 // instructions per chunk step); fp16 by the conversion.
@@ -205,25 +247,7 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   const uint32_t st_lo = wg::desc_lo(st_slice), rt_lo = wg::desc_lo(rt_slice), ut_lo = wg::desc_lo(uh_slice);
   const uint32_t k_lo0 = wg::desc_lo(smem_addr(&sm.k[0][0][0])), q_lo0 = wg::desc_lo(smem_addr(&sm.q[0][0][0]));
 
-  // ---- start state: fp32 accumulators (key block mb: keys 64 mb + r0 (+ 8), columns cb + 8 jn + 2 t4 (+ 1)) and
-  // the transposed 16-bit copy
-  float sacc[2][NJ][4];
-  {
-    const StateRef src = start_state(a, wk, item, h, K);
-#pragma unroll
-    for (int mb = 0; mb < 2; ++mb) {
-#pragma unroll
-      for (int jn = 0; jn < NJ; ++jn)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = 64 * mb + r0 + (e >> 1) * 8, j = cb + jn * 8 + 2 * t4 + (e & 1);
-          sacc[mb][jn][e] = start_value(src, m_tile && !wk.drop_m, active, tile, vcol0, i, j);
-        }
-      uint32_t x[NJ][2];
-      pack_acc<BF16>(sacc[mb], x);
-      store_transposed(st_slice + 8192 * mb, x, wi, lane);
-    }
-  }
+  float sacc[2][NJ][4];  // the state: key block mb, keys 64 mb + r0 (+ 8), columns cb + 8 jn + 2 t4 (+ 1)
 
   const E* qbase = static_cast<const E*>(a.q) + bidx * a.q_sb + hk * a.q_sh;
   const E* kbase = static_cast<const E*>(a.k) + bidx * a.k_sb + hk * a.k_sh;
@@ -336,9 +360,60 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
     mbar::init(&sm.full[0], NTH), mbar::init(&sm.full[1], NTH);
     mbar::init(&sm.empty[0], NTH), mbar::init(&sm.empty[1], NTH);
   }
-  wg::fence_async_smem();  // the start state's S0^T (stmatrix) before the first wgmma read
-  __syncthreads();         // the barriers are initialized; S0^T is complete
+  wg::fence_async_smem();  // the barriers' initialization before the copies complete on them
+  __syncthreads();         // the barriers are initialized
+  // the first chunk's copies go out before the start state's loads, so that the two latencies overlap
   if (c_begin < c_end) issue(c_begin, 0);
+
+  // ---- start state: fp32 accumulators (key block mb: keys 64 mb + r0 (+ 8), columns cb + 8 jn + 2 t4 (+ 1)) and
+  // the transposed 16-bit copy
+  {
+    const StateRef src = start_state(a, wk, item, h, K);
+    const bool ident = m_tile && !wk.drop_m;  // a summary's M tile starts at [I | 0]
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+      for (int jn = 0; jn < NJ; ++jn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 64 * mb + r0 + (e >> 1) * 8, j = cb + jn * 8 + 2 * t4 + (e & 1);
+          sacc[mb][jn][e] = ident && i == tile * kBV + j ? 1.f : 0.f;
+        }
+    // A start state in memory (h0, or a segment's start from the scan): the loads from one base per thread, K-major
+    // as 8-byte pairs of adjacent columns. Without one (no h0: the common prefill) nothing is loaded, and the
+    // per-element address arithmetic (~1000 instructions per warp, as long as the first chunk's copies) is skipped.
+    if (src.p && active && !ident) {
+      if (!src.vmajor) {
+        const float* base = src.p + int64_t(r0) * src.rs + vcol0 + cb + 2 * t4;
+#pragma unroll
+        for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+          for (int jn = 0; jn < NJ; ++jn)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              const float2 x = *reinterpret_cast<const float2*>(base + (64 * mb + 8 * hr) * src.rs + 8 * jn);
+              sacc[mb][jn][2 * hr] = x.x, sacc[mb][jn][2 * hr + 1] = x.y;
+            }
+      } else {
+        const float* base = src.p + int64_t(vcol0 + cb + 2 * t4) * src.rs + r0;
+#pragma unroll
+        for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+          for (int jn = 0; jn < NJ; ++jn)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sacc[mb][jn][e] = base[(8 * jn + (e & 1)) * src.rs + 64 * mb + 8 * (e >> 1)];
+      }
+    }
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb) {
+      uint32_t x[NJ][2];
+      pack_acc<BF16>(sacc[mb], x);
+      store_transposed(st_slice + 8192 * mb, x, wi, lane);
+    }
+  }
+
+  wg::fence_async_smem();  // the start state's S0^T (stmatrix) before the first wgmma read
+  __syncthreads();         // S0^T is complete
 
   // Chunk c of the walk is its i = c - c_begin-th, in buffer bf = i & 1.
   // Fill buffer bf ^ 1 with chunk c + 1 once every warp has released chunk c - 1 (its last user). By TMA: thread 0
@@ -616,7 +691,7 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
         }
       }
     }
-    if (o_leader) tma::wait_stores();  // (no bulk store may be in flight at exit)
+    if (o_leader) tma::wait_stores_read();  // (no bulk store may read shared memory at exit or past here)
   }
   cp_async_commit();    // (the copies are tracked by the barriers, not by groups: commit them to wait for them)
   cp_async_wait_all();  // no copy may be in flight at exit
@@ -626,10 +701,11 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   StateRef dst = end_state(a, wk, item, h, K);
   if constexpr (summary) dst.vmajor = false;  // (the summaries [M | N] are K-major: one address form)
   if (dst.p) {
-#pragma unroll
-    for (int mb = 0; mb < 2; ++mb)
-      store_state(dst, reinterpret_cast<const float(&)[1][NJ][4]>(sacc[mb]), 64 * mb + 16 * wi, cb,
-                  summary ? tile * kBV : vcol0, g8, t4);
+    // staged over this half's S0^T and U^T (32 KiB): every wgmma that read them is waited, and the o store's read of
+    // U^T is complete (its leader waited above); the barrier orders those before the staging writes
+    named_barrier<128>(1 + wgi);
+    float* const stage[2] = {reinterpret_cast<float*>(sm.st[hf][0]), reinterpret_cast<float*>(sm.ut[hf][0])};
+    store_state_vec<NJ>(dst, sacc, stage, summary ? tile * kBV : vcol0, wi, g8, t4, tid & (HTH - 1), 1 + wgi);
   }
 }
 
