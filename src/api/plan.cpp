@@ -325,7 +325,7 @@ RecShape rec_shape(const RecurrentParams& p, const RecurrentDims& d) {
 // per-token 16-bit state stores on a batch that fills every SM with a wave of its 3 CTAs of 64 columns (N >= 7 at
 // Hv = 32, V = 128, 132 SMs): a 64-column tile writes each 256-byte key row of a state in two whole 128-byte lines,
 // a 32-column one in 64-byte halves of lines that another CTA completes, and the staging, index loads and T are
-// shared by twice the columns (~30% fewer instructions per state: an estimate, not yet measured on the H200;
+// shared by twice the columns (H200, verify T=12 N=256 with bf16 states: 1.29 ms against 1.52 on 32 columns;
 // docs/recurrent.md, Next steps 2).
 int32_t persistent_bv(const RecurrentDims& d, const RecShape& r, int32_t sms) {
   return d.V % 32 == 0 && r.heads * (d.V / 32) >= 2 * int64_t(sms) ? 32 : 16;

@@ -129,6 +129,11 @@ inline unsigned __shfl_sync(unsigned, unsigned x, int src) {
 inline float __shfl_sync(unsigned, float x, int src) {
   return std::bit_cast<float>(emu_shfl_idx(std::bit_cast<uint32_t>(x), src));
 }
+inline int64_t __shfl_sync(unsigned, int64_t x, int src) {  // CUDA's 64-bit overload: two 32-bit exchanges
+  const uint32_t lo = emu_shfl_idx(uint32_t(uint64_t(x)), src);
+  const uint32_t hi = emu_shfl_idx(uint32_t(uint64_t(x) >> 32), src);
+  return int64_t((uint64_t(hi) << 32) | lo);
+}
 inline float __shfl_up_sync(unsigned, float x, int d) {
   emu::Barrier& wb = *g_wbar[threadIdx.x / 32];
   std::memcpy(&g_xch[threadIdx.x], &x, 4);

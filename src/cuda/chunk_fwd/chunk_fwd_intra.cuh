@@ -413,11 +413,6 @@ __device__ __forceinline__ void build_LP(const float (&acc)[5][2][4], float* L, 
 // loaded them (shuffles). The same results as slot_chunk and seq_bounds for every valid table; for a garbage one some
 // n in [0, N), as there. N >= 128 (and fixed length): slot_chunk and seq_bounds themselves. Every lane of the warp
 // must call it (ballots, shuffles); the results are warp-uniform.
-__device__ __forceinline__ int64_t shfl_i64(int64_t x, int src) {
-  const uint32_t lo = __shfl_sync(0xffffffffu, static_cast<uint32_t>(x), src);
-  const uint32_t hi = __shfl_sync(0xffffffffu, static_cast<uint32_t>(static_cast<uint64_t>(x) >> 32), src);
-  return static_cast<int64_t>((static_cast<uint64_t>(hi) << 32) | lo);
-}
 __device__ __forceinline__ bool chunk_of_slot(const ChunkKernelArgs& a, int64_t slot, int lane, int64_t* n, int64_t* c,
                                               int64_t* bidx, int64_t* t0, int64_t* len) {
   constexpr int kProbes = 4;  // per lane: s_0 .. s_N, N < 128, in one round
@@ -440,7 +435,7 @@ __device__ __forceinline__ bool chunk_of_slot(const ChunkKernelArgs& a, int64_t 
   // s_m of the lane that loaded it (m <= N, warp-uniform)
   const auto s_at = [&](int m) {
     const int j = m >> 5;
-    return shfl_i64(j == 0 ? s[0] : (j == 1 ? s[1] : (j == 2 ? s[2] : s[3])), m & 31);
+    return __shfl_sync(0xffffffffu, j == 0 ? s[0] : (j == 1 ? s[1] : (j == 2 ? s[2] : s[3])), m & 31);
   };
   if (cnt == 0 || s_at(0) / kC > slot) return false;  // a slot before sequence 0 (slot_chunk's first test)
   const int m = cnt - 1;
