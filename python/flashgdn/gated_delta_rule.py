@@ -148,12 +148,12 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
             if core_attn_out is not None:
                 raise ValueError("chunk_gated_delta_rule: core_attn_out (vLLM's output buffer) is eager inference "
                                  "only: not under autograd, torch.compile or fake tensors")
-            o, ht = _torch_ops.chunk_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
-                                         0.0 if scale is None else float(scale), bool(output_final_state),
-                                         bool(use_qk_l2norm_in_kernel), bool(use_gate_in_kernel),
-                                         bool(use_beta_sigmoid_in_kernel), bool(allow_neg_eigval),
-                                         bool(state_v_first), int(chunk_size), float(softplus_beta),
-                                         float(softplus_threshold))
+            o, ht = _torch_ops.differentiable("chunk_fwd", q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
+                                              0.0 if scale is None else float(scale), bool(output_final_state),
+                                              bool(use_qk_l2norm_in_kernel), bool(use_gate_in_kernel),
+                                              bool(use_beta_sigmoid_in_kernel), bool(allow_neg_eigval),
+                                              bool(state_v_first), int(chunk_size), float(softplus_beta),
+                                              float(softplus_threshold))
             return o, (ht if output_final_state else None)
         if core_attn_out is not None:
             core_attn_out = _flat_output(core_attn_out, v, "chunk_gated_delta_rule", "core_attn_out")
@@ -203,11 +203,12 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     if fw is _fw.TorchFw:
         cu_seqlens = _same_device(cu_seqlens, q)
         if _needs_torch_op((q, k, v, g, beta, initial_state, A_log, dt_bias)):
-            o, ht = _torch_ops.recurrent_fwd(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
-                                             0.0 if scale is None else float(scale), bool(output_final_state),
-                                             bool(use_qk_l2norm_in_kernel), bool(use_gate_in_kernel),
-                                             bool(use_beta_sigmoid_in_kernel), bool(allow_neg_eigval),
-                                             bool(state_v_first), float(softplus_beta), float(softplus_threshold))
+            o, ht = _torch_ops.differentiable("recurrent_fwd", q, k, v, g, beta, A_log, dt_bias, initial_state,
+                                              cu_seqlens, 0.0 if scale is None else float(scale),
+                                              bool(output_final_state), bool(use_qk_l2norm_in_kernel),
+                                              bool(use_gate_in_kernel), bool(use_beta_sigmoid_in_kernel),
+                                              bool(allow_neg_eigval), bool(state_v_first), float(softplus_beta),
+                                              float(softplus_threshold))
             return o, (ht if output_final_state else None)
     elif fw is None:
         like = q

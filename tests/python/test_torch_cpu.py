@@ -94,6 +94,41 @@ def test_cuda_overrides_pass_through_and_leave_the_cpu_backward_alone():
                 assert torch.equal(a, b), opts
 
 
+@pytest.mark.parametrize("entry", ["chunk", "fused_recurrent"])
+def test_eager_autograd_path_equals_the_registered_op(entry, monkeypatch):
+    # A plain eager differentiable call skips torch.library's autograd kernel (_torch_ops._Eager); its outputs and
+    # gradients must be the registered op's (what torch.compile and direct torch.ops callers get), bit for bit, with
+    # raw gates, h0, varlen and GQA.
+    from flashgdn import _torch_ops
+
+    p = Problem(23, [19, 0, 40], Hqk=2, Hv=4, K=16, V=8)
+    cu = torch.from_numpy(p.cu)
+    xs = [t64(x, True) for x in (p.q[None], p.k[None], p.v[None], p.a[None], p.b_raw[None], p.A_log, p.dt_bias,
+                                  p.h0)]
+    fn = flashgdn.chunk_gated_delta_rule if entry == "chunk" else flashgdn.fused_recurrent_gated_delta_rule
+    taken = []
+    eager_apply = _torch_ops._Eager.apply
+    monkeypatch.setattr(_torch_ops._Eager, "apply", lambda *a: taken.append(1) or eager_apply(*a))
+
+    def run():
+        q, k, v, a, b, A_log, dt_bias, h0 = xs
+        o, ht = fn(q, k, v, a, b, initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=True,
+                   cu_seqlens=cu, use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias,
+                   use_beta_sigmoid_in_kernel=True)
+        grads = torch.autograd.grad((o * o).sum() + ht.sum(), xs)
+        return [o, ht, *grads]
+
+    with flashgdn.exec_options(cpu_fp64=True):
+        fast = run()
+        assert len(taken) == 1
+        monkeypatch.setattr(_torch_ops, "differentiable",
+                            lambda name, *a: getattr(_torch_ops, name)(*a))  # force the registered op
+        registered = run()
+    assert len(taken) == 1
+    for x, y in zip(fast, registered):
+        assert torch.equal(x, y)
+
+
 def test_torch_compile_fullgraph():
     p = Problem(26, [16, 16], Hqk=2, Hv=4, K=8, V=8)
     B, T = 2, 16
