@@ -137,12 +137,15 @@ def _setup_context(op):
     return setup
 
 
-def _backward(ctx, d_o, d_ht):
+def _backward(ctx, d_o, d_ht, direct=False):
     a = dict(zip(ctx.inputs, ctx.saved_tensors))
     # Upstream gradients come as autograd makes them (expanded zero-stride ones from a .sum(), transposes): the
     # extension reads any strides, copying where the kernels cannot take them.
     a.update(ctx.scalars, d_o=d_o, d_ht=d_ht if ctx.output_final_state else None)
-    grads = torch.ops.flashgdn.chunk_bwd(*(a[n] for n in CHUNK_BWD.names))
+    if direct:  # plain eager tensors: the runner itself, no dispatcher
+        grads = _chunk_bwd(**{n: a[n] for n in CHUNK_BWD.names})
+    else:
+        grads = torch.ops.flashgdn.chunk_bwd(*(a[n] for n in CHUNK_BWD.names))
     by_input = {}
     for name, dx in zip(_GRADS_OF, grads):
         x = a[name]
@@ -156,7 +159,7 @@ recurrent_fwd.register_autograd(_backward, setup_context=_setup_context(RECURREN
 
 
 class _Eager(torch.autograd.Function):
-    """Plain eager autograd of the two forwards: the registered autograd's setup and backward around the runner,
+    """Plain eager autograd of the two forwards: the registered autograd's setup and backward around the runners,
     without the dispatcher. torch.library's autograd kernel rebuilds the op's defaults on every differentiable call
     (torch._library.utils.fill_defaults reads the schema's argument list once per argument: ~80 us of host time a
     call at these ops' 19 arguments, torch 2.11-2.15), a fifth of an eager training step's host time at T = 8K."""
@@ -169,20 +172,25 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_o, d_ht):
-        return (None, None, None) + _backward(ctx, d_o, d_ht)
+        return (None, None, None) + _backward(ctx, d_o, d_ht, direct=_plain_eager(d_o))
 
 
 _EAGER = {"chunk_fwd": (CHUNK_FWD, _forward(_ops.chunk_fwd), _setup_context(CHUNK_FWD)),
           "recurrent_fwd": (RECURRENT_FWD, _forward(_ops.recurrent), _setup_context(RECURRENT_FWD))}
 
 
+def _plain_eager(t):
+    """A plain tensor with memory, in eager mode: not under torch.compile (or compiled autograd), a dispatch mode
+    (fake tensors, tracing) or a torch.func transform."""
+    return (type(t) is torch.Tensor and not t.is_meta and not torch.compiler.is_compiling()
+            and torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is None
+            and not torch._C._len_torch_dispatch_stack() and not torch._C._are_functorch_transforms_active())
+
+
 def differentiable(name, *args):
     """chunk_fwd / recurrent_fwd under autograd: through _Eager for plain tensors in eager mode, else through the
     registered op (torch.compile, fake and meta tensors, subclasses, dispatch modes, torch.func transforms)."""
-    q = args[0]
-    if (type(q) is torch.Tensor and not q.is_meta and not torch.compiler.is_compiling()
-            and torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is None
-            and not torch._C._len_torch_dispatch_stack() and not torch._C._are_functorch_transforms_active()):
+    if _plain_eager(args[0]):
         return _Eager.apply(*_EAGER[name], *args)
     return (chunk_fwd if name == "chunk_fwd" else recurrent_fwd)(*args)
 
