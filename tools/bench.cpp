@@ -88,6 +88,7 @@ struct BenchOptions {
   ExecOptions exec;  // kernel overrides for A/B runs (--recurrent-kernel, --chunk-segments, --chunk-bwd-segments,
                      // --chunk-bwd-chains)
   std::string gates = "uniform";  // the prefill's g per token (--gates)
+  int64_t ws_offset = 0;          // bytes between the workspace allocation and the pointer the op gets (--ws-offset)
 };
 
 #if FLASHGDN_WITH_CUDA
@@ -202,10 +203,10 @@ Ceilings measure_ceilings() {
   return c;
 }
 
-// One call of an op with its workspace, timed over `rotations` input sets (`set(r)` selects set r before its
-// launch; graph replay and eager); a failed call throws.
+// One call of an op with its workspace (`ws_offset` bytes into its allocation), timed over `rotations` input sets
+// (`set(r)` selects set r before its launch; graph replay and eager); a failed call throws.
 template <class Params, class Set>
-BenchResult time_op(const Params& p, int rotations, int reps, Set set) {
+BenchResult time_op(const Params& p, int rotations, int reps, Set set, int64_t ws_offset = 0) {
   const auto ws_size = [&](size_t* b) {
     if constexpr (std::is_same_v<Params, ChunkFwdParams>) return chunk_fwd_workspace_size(p, b);
     if constexpr (std::is_same_v<Params, ChunkBwdParams>) return chunk_bwd_workspace_size(p, b);
@@ -213,7 +214,8 @@ BenchResult time_op(const Params& p, int rotations, int reps, Set set) {
   };
   size_t ws_bytes = 0;
   check(ws_size(&ws_bytes), "workspace_size");
-  DeviceTensor ws(DType::i32, {int64_t(ws_bytes / 4 + 1)});
+  DeviceTensor ws_alloc(DType::i32, {int64_t((ws_bytes + size_t(ws_offset)) / 4 + 1)});
+  char* const ws = static_cast<char*>(ws_alloc.ptr) + ws_offset;
   BenchResult res;
   res.ws_bytes = double(ws_bytes);
   Status last;
@@ -222,9 +224,9 @@ BenchResult time_op(const Params& p, int rotations, int reps, Set set) {
       [&](int r, cudaStream_t st) {
         set(r);
         Status e;
-        if constexpr (std::is_same_v<Params, ChunkFwdParams>) e = chunk_fwd(p, ws.ptr, ws_bytes, st);
-        if constexpr (std::is_same_v<Params, ChunkBwdParams>) e = chunk_bwd(p, ws.ptr, ws_bytes, st);
-        if constexpr (std::is_same_v<Params, RecurrentParams>) e = recurrent(p, ws.ptr, ws_bytes, st);
+        if constexpr (std::is_same_v<Params, ChunkFwdParams>) e = chunk_fwd(p, ws, ws_bytes, st);
+        if constexpr (std::is_same_v<Params, ChunkBwdParams>) e = chunk_bwd(p, ws, ws_bytes, st);
+        if constexpr (std::is_same_v<Params, RecurrentParams>) e = recurrent(p, ws, ws_bytes, st);
         if (!e.ok()) last = e;
       },
       &res.eager_ms);
@@ -305,7 +307,7 @@ struct PrefillShape {
   DType dtype = DType::bf16;
 };
 
-BenchResult bench_prefill(const PrefillShape& s, int reps, const ExecOptions& exec, const std::string& gates) {
+BenchResult bench_prefill(const PrefillShape& s, int reps, const BenchOptions& opt) {
   const int64_t K = 128, V = 128, C = 64, Hqk = s.Hqk, Hv = s.Hv;
   int64_t T = 0;
   for (auto l : s.lens) T += l;
@@ -315,12 +317,12 @@ BenchResult bench_prefill(const PrefillShape& s, int reps, const ExecOptions& ex
   DeviceTensor g(DType::f32, {1, T, Hv}), beta(DType::f32, {1, T, Hv}), o(s.dtype, {1, T, Hv, V});
   DeviceTensor ht(DType::f32, {N, Hv, K, V}), cu;
   fill_random(q, 21), fill_random(k, 22), fill_random(v, 23);
-  fill_gates(g, T, Hv, gates), fill_random(beta, 25, 1.0, 0.0, true);
+  fill_gates(g, T, Hv, opt.gates), fill_random(beta, 25, 1.0, 0.0, true);
   ChunkFwdParams p;
   p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = g.view(), p.beta = beta.view(), p.o = o.view();
   p.final_state = ht.view();
   p.use_qk_l2norm_in_kernel = true;
-  p.exec = exec;
+  p.exec = opt.exec;
   if (varlen) {
     HostTensor hcu(DType::i32, {N + 1});
     int64_t acc = 0;
@@ -329,7 +331,8 @@ BenchResult bench_prefill(const PrefillShape& s, int reps, const ExecOptions& ex
     cu = DeviceTensor(hcu);
     p.cu_seqlens = cu.view();
   }
-  BenchResult res = time_op(p, 1, reps, [](int) {});
+  BenchResult res = time_op(
+      p, 1, reps, [](int) {}, opt.ws_offset);
   const double es = double(dtype_size(s.dtype));
   res.bytes = T * (2.0 * Hqk * K * es + 2.0 * Hv * V * es + Hv * 8.0) + N * Hv * K * V * 4.0;
   res.flops = double(T) * Hv * (6.0 * K * V + 2.0 * C * (3 * K + 2 * V) + C * C / 3.0);
@@ -337,7 +340,7 @@ BenchResult bench_prefill(const PrefillShape& s, int reps, const ExecOptions& ex
 }
 
 // ---- training backward cases (chunk_bwd alone: the forward is the prefill's) ---------------------------------
-BenchResult bench_train_bwd(int64_t T, int64_t Hqk, int64_t Hv, int reps, const ExecOptions& exec) {
+BenchResult bench_train_bwd(int64_t T, int64_t Hqk, int64_t Hv, int reps, const BenchOptions& opt) {
   const int64_t K = 128, V = 128, C = 64;
   const DType dt = DType::bf16;
   DeviceTensor q(dt, {1, T, Hqk, K}), k(dt, {1, T, Hqk, K}), v(dt, {1, T, Hv, V}), d_o(dt, {1, T, Hv, V});
@@ -350,25 +353,26 @@ BenchResult bench_train_bwd(int64_t T, int64_t Hqk, int64_t Hv, int reps, const 
   p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = g.view(), p.beta = beta.view(), p.d_o = d_o.view();
   p.dq = dq.view(), p.dk = dk.view(), p.dv = dv.view(), p.dg = dg.view(), p.dbeta = dbeta.view();
   p.use_qk_l2norm_in_kernel = true;
-  p.exec = exec;
-  BenchResult res = time_op(p, 1, reps, [](int) {});
+  p.exec = opt.exec;
+  BenchResult res = time_op(
+      p, 1, reps, [](int) {}, opt.ws_offset);
   // q, k, v, d_o in and dq, dk, dv out (bf16), g, beta in and dg, dbeta out (fp32); gdn-math §9.3's backward FLOPs
   res.bytes = T * (4.0 * Hqk * K * 2 + 4.0 * Hv * V * 2 + Hv * 16.0);
   res.flops = double(T) * Hv * (16.0 * K * V + 2.0 * C * (9 * K + 5 * V) + 4.0 * C * C);
   return res;
 }
 
-BenchResult run_case(const std::string& name, int reps, const ExecOptions& exec, const std::string& gates) {
+BenchResult run_case(const std::string& name, int reps, const BenchOptions& opt) {
   BenchResult r;
   auto rec = [&](int64_t N, int64_t T, DType pd, bool verify) {
     RecurrentShape s;
     s.N = N, s.T = T, s.pool_dtype = pd, s.verify = verify;
-    return bench_recurrent(s, reps, exec);
+    return bench_recurrent(s, reps, opt.exec);
   };
   auto pre = [&](std::vector<int64_t> lens, int64_t hqk, int64_t hv, DType dt) {
     PrefillShape s;
     s.lens = std::move(lens), s.Hqk = hqk, s.Hv = hv, s.dtype = dt;
-    return bench_prefill(s, std::max(3, reps / 4), exec, gates);
+    return bench_prefill(s, std::max(3, reps / 4), opt);
   };
   if (name == "decode_n1")
     r = rec(1, 1, DType::f32, false);
@@ -407,9 +411,9 @@ BenchResult run_case(const std::string& name, int reps, const ExecOptions& exec,
   else if (name == "prefill_fp16_t128k_h16")
     r = pre({131072}, 16, 16, DType::f16);
   else if (name == "train_bwd_t32k_h16_32")
-    r = bench_train_bwd(32768, 16, 32, std::max(3, reps / 4), exec);
+    r = bench_train_bwd(32768, 16, 32, std::max(3, reps / 4), opt);
   else if (name == "train_bwd_t32k_h4")
-    r = bench_train_bwd(32768, 4, 4, std::max(3, reps / 4), exec);
+    r = bench_train_bwd(32768, 4, 4, std::max(3, reps / 4), opt);
   else
     throw std::runtime_error("unknown case " + name);
   return r;
@@ -446,7 +450,7 @@ int run_bench(const BenchOptions& opt) {
     std::fflush(stdout);
     BenchResult r;
     try {
-      r = run_case(names[i], reps, opt.exec, opt.gates);
+      r = run_case(names[i], reps, opt);
     } catch (const std::exception& e) {
       r.status = e.what();
     }
@@ -529,6 +533,15 @@ Command add_bench(CLI::App& app) {
                   "logsigmoid(N(0, 1)) / 16 with every fourth value head at 0")
       ->check(CLI::IsMember({"uniform", "logsigmoid", "flashqla"}))
       ->capture_default_str();
+  sub->add_option("--ws-offset", opt->ws_offset,
+                  "start the prefill's and the backward's workspace this many bytes into its allocation (a multiple "
+                  "of 256: how the time depends on where the workspace lands)")
+      ->check(integer_in<int64_t>(0, int64_t(1) << 30))
+      ->each([](const std::string& v) {
+        if (std::stoll(v) % 256 != 0) throw CLI::ValidationError("expected a multiple of 256, got " + v);
+      })
+      ->capture_default_str()
+      ->type_name("BYTES");
   sub->add_option("--chunk-bwd-segments", opt->exec.chunk_bwd_segments,
                   "force the training backward's chain split: 1 off, P segments (exec.chunk_bwd_segments; 0 auto)")
       ->check(integer_in<int32_t>(0, 4096))
