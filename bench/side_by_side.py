@@ -280,20 +280,19 @@ class Bench:
         # Graph timings in GRAPH_ROUNDS rounds that alternate the implementations, each round a fresh capture (its
         # own output and workspace addresses): the median of the rounds' medians, and their spread, so that drift
         # over the run and the placement of one capture's buffers fall on every implementation alike.
-        rounds = {id(row): [] for row, _ in graphed}
         for _ in range(GRAPH_ROUNDS):
             for row, calls in graphed:
                 if "graph_note" in row:
                     continue
                 try:
-                    rounds[id(row)].append(self.time_graph(calls))
+                    row.setdefault("graph_rounds", []).append(self.time_graph(calls))
                 except Exception as e:  # noqa: BLE001
                     row["graph_note"] = _short(e)
+                    row.pop("graph_rounds", None)
                     _recover(torch)
         for row, _ in graphed:
-            t = rounds[id(row)]
-            if t and "graph_note" not in row:
-                row.update(graph_ms=statistics.median(t), graph_copies=copies, graph_rounds=t)
+            if "graph_rounds" in row:
+                row.update(graph_ms=statistics.median(row["graph_rounds"]), graph_copies=copies)
         del graphed
         del base
         torch.cuda.empty_cache()

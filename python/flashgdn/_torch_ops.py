@@ -123,17 +123,21 @@ chunk_bwd = CHUNK_BWD.define(_chunk_bwd, _fake_chunk_bwd)
 
 
 # ---- autograd of both forwards through chunk_bwd -------------------------------------------------------------
+def _save(ctx, op, a):
+    """What the backward needs, from a forward's arguments bound to their names (a)."""
+    ctx.save_for_backward(*(a[n] for n in op.tensors))
+    ctx.inputs = op.tensors
+    ctx.names = op.names
+    # chunk_bwd's scalars from the forward's. The token-by-token forward computes the chunked forward's function,
+    # so the chunk backward (at the default chunk size) is its exact gradient.
+    ctx.scalars = {n: a[n] for n in CHUNK_BWD.names if n not in CHUNK_BWD.tensors and n in a}
+    ctx.scalars.setdefault("chunk_size", 64)
+    ctx.output_final_state = a["output_final_state"]
+
+
 def _setup_context(op):
     def setup(ctx, inputs, output):
-        a = op.bind(inputs)
-        ctx.save_for_backward(*(a[n] for n in op.tensors))
-        ctx.inputs = op.tensors
-        ctx.names = op.names
-        # chunk_bwd's scalars from the forward's. The token-by-token forward computes the chunked forward's
-        # function, so the chunk backward (at the default chunk size) is its exact gradient.
-        ctx.scalars = {n: a[n] for n in CHUNK_BWD.names if n not in CHUNK_BWD.tensors and n in a}
-        ctx.scalars.setdefault("chunk_size", 64)
-        ctx.output_final_state = a["output_final_state"]
+        _save(ctx, op, op.bind(inputs))
     return setup
 
 
@@ -165,18 +169,19 @@ class _Eager(torch.autograd.Function):
     call at these ops' 19 arguments, torch 2.11-2.15), a fifth of an eager training step's host time at T = 8K."""
 
     @staticmethod
-    def forward(ctx, spec, impl, setup, *args):
-        out = impl(**spec.bind(args))
-        setup(ctx, args, out)
-        return out
+    def forward(ctx, spec, impl, *args):
+        a = spec.bind(args)  # once: the runner's arguments and what the backward saves
+        _save(ctx, spec, a)
+        return impl(**a)
 
     @staticmethod
     def backward(ctx, d_o, d_ht):
-        return (None, None, None) + _backward(ctx, d_o, d_ht, direct=_plain_eager(d_o))
+        return (None, None) + _backward(ctx, d_o, d_ht, direct=_plain_eager(d_o))
 
 
-_EAGER = {"chunk_fwd": (CHUNK_FWD, _forward(_ops.chunk_fwd), _setup_context(CHUNK_FWD)),
-          "recurrent_fwd": (RECURRENT_FWD, _forward(_ops.recurrent), _setup_context(RECURRENT_FWD))}
+# name: (the registered op, its schema, its runner)
+_DIFFERENTIABLE = {"chunk_fwd": (chunk_fwd, CHUNK_FWD, _forward(_ops.chunk_fwd)),
+                   "recurrent_fwd": (recurrent_fwd, RECURRENT_FWD, _forward(_ops.recurrent))}
 
 
 def _plain_eager(t):
@@ -190,9 +195,8 @@ def _plain_eager(t):
 def differentiable(name, *args):
     """chunk_fwd / recurrent_fwd under autograd: through _Eager for plain tensors in eager mode, else through the
     registered op (torch.compile, fake and meta tensors, subclasses, dispatch modes, torch.func transforms)."""
-    if _plain_eager(args[0]):
-        return _Eager.apply(*_EAGER[name], *args)
-    return (chunk_fwd if name == "chunk_fwd" else recurrent_fwd)(*args)
+    op, spec, impl = _DIFFERENTIABLE[name]
+    return _Eager.apply(spec, impl, *args) if _plain_eager(args[0]) else op(*args)
 
 
 # ---- state pool: decode / multi-token / verify, and the commit -------------------------------------------
