@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "mixer_test_util.hpp"
@@ -251,6 +252,69 @@ TEST_P(CudaMixerDecodeSplit, GraphReplayEqualsEagerAndRepeatsAreBitwise) {
 #endif
 }
 INSTANTIATE_TEST_SUITE_P(Splits, CudaMixerDecodeSplit, testing::Values(0, 1, 2, 4));
+
+// Steps back to back on one pool and conv state: the kernel is launched with programmatic dependent launch, so
+// step i + 1 may start while step i runs; its pdl_wait must order the conv state and pool reads after step i's
+// writes. Eight steps without synchronization (eager, and captured in one graph) must leave out, the conv state and
+// the pool bit for bit as eight steps synchronized one by one.
+TEST(CudaMixerDecode, StepsBackToBackEqualSynchronizedSteps) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+#if FLASHGDN_WITH_CUDA
+  constexpr int kSteps = 8;
+  for (const int64_t B : {int64_t(1), int64_t(8)}) {
+    SCOPED_TRACE("B " + std::to_string(B));
+    MixerCase c = gpu_case(16, 32);
+    c.B = B;
+    MixerTensors m = make_mixer(c);
+    const HostTensor pool0 = m.pool, conv0 = m.conv_state;
+    DevCase d(c, m);
+    Dev* dpool = nullptr;
+    Dev* dconv = nullptr;
+    for (auto& x : d.all) {
+      if (x->h == &m.pool) dpool = x.get();
+      if (x->h == &m.conv_state) dconv = x.get();
+    }
+    ASSERT_TRUE(dpool && dconv);
+    auto reset = [&] {
+      ASSERT_EQ(cudaMemcpy(dpool->ptr, pool0.data(), pool0.bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(dconv->ptr, conv0.data(), conv0.bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    };
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+    auto steps = [&](bool sync) {
+      for (int i = 0; i < kSteps; ++i) {
+        ASSERT_TRUE(mixer_decode(d.p, s).ok());
+        if (sync) ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      }
+    };
+    auto result = [&] {
+      EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      d.back();
+      return std::vector<HostTensor>{m.out, m.conv_state, m.pool};
+    };
+    steps(true);
+    const std::vector<HostTensor> ref = result();
+    EXPECT_FALSE(ref[2].bit_equal(pool0)) << "the steps must change the pool";
+    reset();
+    steps(false);
+    const std::vector<HostTensor> eager = result();
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_TRUE(eager[i].bit_equal(ref[i])) << "eager, tensor " << i;
+    reset();
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    steps(false);
+    ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+    const std::vector<HostTensor> graphed = result();
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_TRUE(graphed[i].bit_equal(ref[i])) << "graph, tensor " << i;
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+  }
+#endif
+}
 
 TEST(CudaMixerDecode, UnsupportedShapesAreRejected) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";

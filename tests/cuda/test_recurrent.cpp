@@ -994,6 +994,73 @@ TEST(CudaRecurrent, GraphReplayAndBitwiseStability) {
 #endif
 }
 
+// Decode steps back to back on one pool: every kernel but the persistent one is launched with programmatic
+// dependent launch (launch_pdl), so step i + 1 may start while step i runs; its pdl_wait must order every pool read
+// after step i's writes. Eight steps with no synchronization between them, eager and captured in one graph, must
+// leave o and the pool bit for bit as eight steps synchronized one by one (a read of the pool before the previous
+// step's write changes the state of every later step).
+TEST(CudaRecurrent, StepsBackToBackEqualSynchronizedSteps) {
+  FGDN_SKIP_WITHOUT_GPU();
+#if FLASHGDN_WITH_CUDA
+  constexpr int kSteps = 8;
+  struct Case {
+    RecurrentKernel kernel;
+    int64_t N, T;
+    DType pool_dt;
+  };
+  for (const Case& c :
+       {Case{RecurrentKernel::direct, 3, 1, DType::f32}, Case{RecurrentKernel::direct, 2, 1, DType::bf16},
+        Case{RecurrentKernel::direct_pipe, 40, 1, DType::bf16}, Case{RecurrentKernel::wy, 3, 5, DType::f32},
+        Case{RecurrentKernel::wy_mma, 3, 12, DType::bf16}, Case{RecurrentKernel::persistent, 2, 3, DType::f32}}) {
+    SCOPED_TRACE(std::string("kernel ") + recurrent_kernel_name(c.kernel));
+    Spec s;
+    s.N = c.N, s.T = c.T, s.Hqk = 2, s.Hv = 8, s.K = 128, s.V = 128, s.act_dt = DType::bf16, s.pool_dt = c.pool_dt;
+    s.kernel = c.kernel;
+    Inputs in = make(s);
+    auto dev = prepare_device(s, in);
+    Mirror* mpool = nullptr;
+    for (auto& m : dev->m)
+      if (m.h == &dev->out.pool) mpool = &m;
+    ASSERT_NE(mpool, nullptr);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+    auto steps = [&](bool sync) {
+      for (int i = 0; i < kSteps; ++i) {
+        ASSERT_TRUE(recurrent(dev->p, nullptr, 0, stream).ok());
+        if (sync) ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      }
+    };
+    auto result = [&] {
+      EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      download_outputs(*dev);
+      return std::make_pair(dev->out.o, dev->out.pool);
+    };
+    steps(true);
+    const auto ref = result();
+    EXPECT_FALSE(ref.second.bit_equal(in.pool)) << "the steps must change the pool";
+    dev->out.pool = in.pool, mpool->upload();
+    steps(false);
+    const auto eager = result();
+    EXPECT_TRUE(eager.first.bit_equal(ref.first)) << "o, eager";
+    EXPECT_TRUE(eager.second.bit_equal(ref.second)) << "pool, eager";
+    dev->out.pool = in.pool, mpool->upload();
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    steps(false);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    const auto graphed = result();
+    EXPECT_TRUE(graphed.first.bit_equal(ref.first)) << "o, graph";
+    EXPECT_TRUE(graphed.second.bit_equal(ref.second)) << "pool, graph";
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+#endif
+}
+
 // The workspace is zero bytes (no scratch), so a null workspace is always accepted.
 TEST(CudaRecurrent, WorkspaceIsZero) {
   FGDN_SKIP_WITHOUT_GPU();

@@ -13,6 +13,20 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// ---- programmatic dependent launch (sm_90; the host side is launch_pdl, cuda_check.cuh) ----------------------
+// A kernel launched with launch_pdl may start while the previous kernel in the stream still runs. pdl_wait blocks
+// until that kernel has completed and its writes are visible (a no-op without the launch attribute): every global
+// read or write of such a kernel comes after it. pdl_launch_dependents lets the next kernel in the stream be
+// scheduled now, so its launch and prologue overlap this grid; its own pdl_wait still waits for this grid's
+// completion, so the trigger's place decides speed, never correctness. Triggering before the wait would let a chain
+// of steps launch ahead and hold SM slots idle.
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 // ---- cp.async: global -> shared copies that need no registers ------------------------------------------------
 // A thread that copies a vector and later reads it back itself needs only the wait, no barrier.
 template <int BYTES>

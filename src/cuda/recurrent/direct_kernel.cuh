@@ -36,6 +36,7 @@
 
 #include <type_traits>
 
+#include "cuda/common/cuda_check.cuh"
 #include "cuda/common/device_util.cuh"
 #include "cuda/recurrent/recurrent_args.hpp"
 
@@ -249,6 +250,8 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   const int64_t h = hu;
   const int j0 = int(blockIdx.x - hu * nvt) * BV;
   const int64_t hq = udiv(hu, a.gqa);  // GQA: value head h reads q/k head h / (Hv / Hqk) (gdn-math §2)
+  pdl_wait();                          // every global access below follows the previous kernel in the stream
+  pdl_launch_dependents();             // the next kernel may be scheduled now (it waits for this grid's completion)
 
   // ---- first-level index loads, all independent: cu_seqlens, 1-D slot or accepted count, buffer index ----
   int64_t bos = 0, len = a.T, b = n;
@@ -584,8 +587,7 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
 
 template <StateLayout L, class ST, int K, int BV, bool MULTI>
 cudaError_t launch_direct_grid(const RecurrentArgs& a, dim3 grid, cudaStream_t stream) {
-  recurrent_direct_kernel<L, ST, K, BV, MULTI><<<grid, direct::kThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(recurrent_direct_kernel<L, ST, K, BV, MULTI>, grid, dim3(direct::kThreads), 0, stream, a);
 }
 
 // One CTA per (row, value head, V tile); T <= 1 takes the 64-register instantiation. BV = 64 exists for T <= 1 only

@@ -156,6 +156,8 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
   // Ring: tile i of the CTA lives in stage i % S; it is refilled with tile i + S as soon as every thread has
   // copied tile i's state, k^ rows and v into registers (after the reduction barrier), so S tiles are in flight
   // during the update and S - 1 during the reduction.
+  pdl_wait();               // every global access below follows the previous kernel in the stream
+  pdl_launch_dependents();  // the next kernel may be scheduled now (it waits for this grid's completion)
   const uint32_t t0 = blockIdx.x;
 #pragma unroll 1
   for (int s = 0; s < S; ++s) {
@@ -326,8 +328,7 @@ cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs& a, cudaStream_t st
   }
   int64_t grid = int64_t(per_sm) * device_sm_count(dev);
   if (grid > ntiles) grid = ntiles;
-  kern<<<dim3(unsigned(grid)), NT, smem, stream>>>(a, stage_bytes, qb);
-  return cudaGetLastError();
+  return launch_pdl(kern, dim3(unsigned(grid)), dim3(NT), size_t(smem), stream, a, stage_bytes, qb);
 }
 
 // The shipped configuration: kPipeStages = 2 stages (3 CTAs/SM at K = 128), kPipeThreads = 128 threads per CTA

@@ -469,6 +469,8 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
   {
     const int32_t tile = grouped ? int32_t(blockIdx.x) * nvt : int32_t(blockIdx.x);
     if (tile >= ntiles) return;
+    pdl_wait();               // every global access below follows the previous kernel in the stream
+    pdl_launch_dependents();  // the next kernel may be scheduled now (it waits for this grid's completion)
     const WyRow r0 = resolve(tile, issue(tile));
     prefetch(r0);
     cp_async_commit();
@@ -682,8 +684,7 @@ cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t st
   constexpr size_t smem = wy::kStageBytes<ST, K, BV>;
   static std::atomic<uint64_t> done{0};
   if (const int e = prepare_launch(recurrent_wy_kernel<ST, K, BV>, smem, done)) return static_cast<cudaError_t>(e);
-  recurrent_wy_kernel<ST, K, BV><<<dim3(unsigned(grid)), wy::kThreads, smem, stream>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(recurrent_wy_kernel<ST, K, BV>, dim3(unsigned(grid)), dim3(wy::kThreads), smem, stream, a);
 }
 
 // One translation unit per storage type instantiates every (K, BV): they compile in parallel.

@@ -244,6 +244,8 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
   // ---- persistent walk over the tiles t = blockIdx.x + i gridDim.x; the next tile's index loads, state copy and
   // first chunk fly during this tile's products ----
   const uint32_t ntiles = uint32_t(a.N * a.Hv * (a.V / kCols));  // < 2^31 (the launcher checks)
+  pdl_wait();               // every global access below follows the previous kernel in the stream
+  pdl_launch_dependents();  // the next kernel may be scheduled now (it waits for this grid's completion)
   uint32_t tile = blockIdx.x;
   Row r = row_of(tile);
   issue_state(r);
@@ -559,13 +561,14 @@ cudaError_t launch_recurrent_wy_mma(const RecurrentArgs& a, int sms, cudaStream_
   if (a.qk_dtype == DType::bf16) {
     if (const int e = prepare_launch(recurrent_wy_mma_kernel<ST, K, true>, smem, done_bf16))
       return static_cast<cudaError_t>(e);
-    recurrent_wy_mma_kernel<ST, K, true><<<dim3(unsigned(grid)), wymma::kThreads, smem, stream>>>(a);
+    return launch_pdl(recurrent_wy_mma_kernel<ST, K, true>, dim3(unsigned(grid)), dim3(wymma::kThreads), smem, stream,
+                      a);
   } else {
     if (const int e = prepare_launch(recurrent_wy_mma_kernel<ST, K, false>, smem, done_f16))
       return static_cast<cudaError_t>(e);
-    recurrent_wy_mma_kernel<ST, K, false><<<dim3(unsigned(grid)), wymma::kThreads, smem, stream>>>(a);
+    return launch_pdl(recurrent_wy_mma_kernel<ST, K, false>, dim3(unsigned(grid)), dim3(wymma::kThreads), smem, stream,
+                      a);
   }
-  return cudaGetLastError();
 }
 
 #define FGDN_INSTANTIATE_RECURRENT_WY_MMA(ST)                                                    \
