@@ -30,6 +30,8 @@ def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_
     P > 1 about P segments per sequence; 0: the plan's choice); mixer_split forces the CUDA mixer_decode V split
     (1, 2 or 4 CTAs per value head; 0: the plan's choice); chunk_bwd_chains runs the training backward's two state
     chains one after the other (1) or both at once (2, K = V = 128; 0: the plan's choice).
+    A differentiable forward called inside the block keeps its options for its backward, wherever backward() runs
+    (autograd runs CUDA backward on a thread of its own, which does not see this block).
     """
     given = dict(check_indices=bool(check_indices), cpu_fp64=bool(cpu_fp64), cpu_algo=_CPU_ALGOS[cpu_algo],
                  cpu_threads=int(cpu_threads), chunk_fwd_segments=int(chunk_fwd_segments),

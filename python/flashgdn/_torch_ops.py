@@ -133,6 +133,9 @@ def _save(ctx, op, a):
     ctx.scalars = {n: a[n] for n in CHUNK_BWD.names if n not in CHUNK_BWD.tensors and n in a}
     ctx.scalars.setdefault("chunk_size", 64)
     ctx.output_final_state = a["output_final_state"]
+    # The forward's exec_options govern its backward: autograd runs a CUDA graph's backward on its own device
+    # thread, where the block around backward() (a context variable of the calling thread) is not visible.
+    ctx.exec_options = _ops._EXEC.get()
 
 
 def _setup_context(op):
@@ -146,10 +149,14 @@ def _backward(ctx, d_o, d_ht, direct=False):
     # Upstream gradients come as autograd makes them (expanded zero-stride ones from a .sum(), transposes): the
     # extension reads any strides, copying where the kernels cannot take them.
     a.update(ctx.scalars, d_o=d_o, d_ht=d_ht if ctx.output_final_state else None)
-    if direct:  # plain eager tensors: the runner itself, no dispatcher
-        grads = _chunk_bwd(**{n: a[n] for n in CHUNK_BWD.names})
-    else:
-        grads = torch.ops.flashgdn.chunk_bwd(*(a[n] for n in CHUNK_BWD.names))
+    token = _ops._EXEC.set(ctx.exec_options)
+    try:
+        if direct:  # plain eager tensors: the runner itself, no dispatcher
+            grads = _chunk_bwd(**{n: a[n] for n in CHUNK_BWD.names})
+        else:
+            grads = torch.ops.flashgdn.chunk_bwd(*(a[n] for n in CHUNK_BWD.names))
+    finally:
+        _ops._EXEC.reset(token)
     by_input = {}
     for name, dx in zip(_GRADS_OF, grads):
         x = a[name]

@@ -94,6 +94,46 @@ def test_cuda_overrides_pass_through_and_leave_the_cpu_backward_alone():
                 assert torch.equal(a, b), opts
 
 
+@pytest.mark.parametrize("registered", [False, True])
+def test_backward_keeps_the_forwards_exec_options(registered, monkeypatch):
+    # Autograd runs a CUDA graph's backward on a device thread of its own, where the caller's exec_options block (a
+    # context variable) is not visible: the forward's options must reach its backward wherever that runs. Here the
+    # backward runs in a fresh thread (empty context) after the block: its gradients must be those of a step run
+    # wholly inside the block (the chunked CPU algorithm), which differ from the default algorithm's.
+    import threading
+
+    from flashgdn import _torch_ops
+
+    if registered:  # the registered op's autograd (torch.compile's path) instead of the eager one
+        monkeypatch.setattr(_torch_ops, "differentiable", lambda name, *a: getattr(_torch_ops, name)(*a))
+    p = Problem(27, [70, 0, 129], Hqk=1, Hv=2, K=16, V=16)
+    rng = np.random.default_rng(28)
+    dO = torch.from_numpy(rng.standard_normal((1, p.cu[-1], p.Hv, p.V))).float()
+    cu = torch.from_numpy(p.cu)
+
+    def forward():
+        xs = [torch.from_numpy(np.ascontiguousarray(x[None])).float().requires_grad_(True)
+              for x in (p.q, p.k, p.v, p.g, p.beta)]
+        o, _ = flashgdn.chunk_gated_delta_rule(*xs, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
+        return xs, o
+
+    xs, o = forward()
+    o.backward(dO)
+    default = [x.grad for x in xs]
+    with flashgdn.exec_options(cpu_algo="chunked"):
+        xs, o = forward()
+        o.backward(dO)
+    inside = [x.grad for x in xs]
+    assert any(not torch.equal(a, b) for a, b in zip(default, inside)), "the option must change the gradients"
+    with flashgdn.exec_options(cpu_algo="chunked"):
+        xs, o = forward()
+    t = threading.Thread(target=o.backward, args=(dO,))
+    t.start()
+    t.join()
+    for a, b in zip(inside, (x.grad for x in xs)):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("entry", ["chunk", "fused_recurrent"])
 def test_eager_autograd_path_equals_the_registered_op(entry, monkeypatch):
     # A plain eager differentiable call skips torch.library's autograd kernel (_torch_ops._Eager); its outputs and
