@@ -14,17 +14,20 @@ from ._frameworks import torch as _torch
 
 _C.register_copier(_compact_copy)  # inputs whose strides the kernels cannot take are read through a compact copy
 
-if _torch is not None:
-    # The C++ layer reads torch tensors through torch's DLPack C exchange API when it has one (no Python call per
-    # tensor, and torch's current stream from C), else through the tensors' attributes. FLASHGDN_TORCH_ATTRS=1
-    # forces the attribute path (for comparison).
-    import os as _os
 
+def _register_torch(use_exchange_api=True):
+    """The C++ layer reads torch tensors through torch's DLPack C exchange API when torch has one (no Python call per
+    tensor, and torch's current stream from C), else through the tensors' attributes; use_exchange_api=False forces
+    the attribute path (the tests compare the two)."""
     from . import _frameworks
 
     _frameworks.TORCH_FAST = _C.register_torch(
         _torch.Tensor, [_torch.float32, _torch.float64, _torch.bfloat16, _torch.float16, _torch.int32,
-                        _torch.int64], _os.environ.get("FLASHGDN_TORCH_ATTRS", "0") != "1")
+                        _torch.int64], use_exchange_api)
+
+
+if _torch is not None:
+    _register_torch()
 
 from ._ops import exec_options  # noqa: E402
 from .engine import (chunk_gated_delta_rule_prefill, commit_intermediate_states, mixer_decode,  # noqa: E402

@@ -256,6 +256,29 @@ def test_strided_views_read_correctly():
     torch.testing.assert_close(ht, ht_ref, rtol=1e-6, atol=1e-6)
 
 
+def test_attribute_path_reads_like_the_exchange_api():
+    # A torch without the DLPack C exchange API is read through the tensors' attributes: that path must read the same
+    # tensors (strided views with a storage offset, int32 cu_seqlens, h0) bit for bit as the exchange API does.
+    from flashgdn import _frameworks
+
+    p = Problem(30, [23, 0, 9], Hqk=2, Hv=4, K=16, V=16)
+    f = lambda x: torch.from_numpy(np.ascontiguousarray(x[None])).float()  # noqa: E731
+    big = torch.randn(1, 32, 5, 16)
+    big[:, :, 3:5] = f(p.q)
+    args = (big[:, :, 3:5], f(p.k), f(p.v), f(p.g), f(p.beta))
+    kw = dict(initial_state=torch.from_numpy(p.h0).float(), output_final_state=True, use_qk_l2norm_in_kernel=True,
+              cu_seqlens=torch.from_numpy(p.cu).int())
+    fast = flashgdn.chunk_gated_delta_rule(*args, **kw)
+    try:
+        flashgdn._register_torch(use_exchange_api=False)
+        assert not _frameworks.TORCH_FAST
+        attrs = flashgdn.chunk_gated_delta_rule(*args, **kw)
+    finally:
+        flashgdn._register_torch()
+    for a, b in zip(fast, attrs):
+        assert torch.equal(a, b)
+
+
 def test_signature_matches_fla():
     import inspect
 
