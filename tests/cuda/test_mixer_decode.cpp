@@ -284,7 +284,9 @@ TEST(CudaMixerDecode, StepsBackToBackEqualSynchronizedSteps) {
     auto steps = [&](bool sync) {
       for (int i = 0; i < kSteps; ++i) {
         ASSERT_TRUE(mixer_decode(d.p, s).ok());
-        if (sync) ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        if (sync) {
+          ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        }
       }
     };
     auto result = [&] {

@@ -1027,7 +1027,9 @@ TEST(CudaRecurrent, StepsBackToBackEqualSynchronizedSteps) {
     auto steps = [&](bool sync) {
       for (int i = 0; i < kSteps; ++i) {
         ASSERT_TRUE(recurrent(dev->p, nullptr, 0, stream).ok());
-        if (sync) ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        if (sync) {
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        }
       }
     };
     auto result = [&] {
