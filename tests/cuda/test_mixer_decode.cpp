@@ -19,6 +19,8 @@
 
 #if FLASHGDN_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "cuda_test_util.hpp"
 #endif
 
 namespace flashgdn::test {
@@ -302,17 +304,9 @@ TEST(CudaMixerDecode, StepsBackToBackEqualSynchronizedSteps) {
     const std::vector<HostTensor> eager = result();
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_TRUE(eager[i].bit_equal(ref[i])) << "eager, tensor " << i;
     reset();
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    steps(false);
-    ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
-    ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+    ASSERT_EQ(run_captured(s, [&] { steps(false); }), cudaSuccess);
     const std::vector<HostTensor> graphed = result();
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_TRUE(graphed[i].bit_equal(ref[i])) << "graph, tensor " << i;
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
     cudaStreamDestroy(s);
   }
 #endif

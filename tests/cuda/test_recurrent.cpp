@@ -23,6 +23,8 @@
 
 #if FLASHGDN_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "cuda_test_util.hpp"
 #endif
 
 namespace flashgdn::test {
@@ -1046,18 +1048,10 @@ TEST(CudaRecurrent, StepsBackToBackEqualSynchronizedSteps) {
     EXPECT_TRUE(eager.first.bit_equal(ref.first)) << "o, eager";
     EXPECT_TRUE(eager.second.bit_equal(ref.second)) << "pool, eager";
     dev->out.pool = in.pool, mpool->upload();
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    steps(false);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(run_captured(stream, [&] { steps(false); }), cudaSuccess);
     const auto graphed = result();
     EXPECT_TRUE(graphed.first.bit_equal(ref.first)) << "o, graph";
     EXPECT_TRUE(graphed.second.bit_equal(ref.second)) << "pool, graph";
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
   }
 #endif
