@@ -30,19 +30,23 @@ int prepare_launch(Kernel kernel, size_t smem, std::atomic<uint64_t>& done_mask)
   done_mask.fetch_or(bit, std::memory_order_acq_rel);
   return 0;
 }
-// Launch `kernel` with programmatic dependent launch allowed (cudaLaunchAttributeProgrammaticStreamSerialization):
-// it may be scheduled before the previous kernel in the stream completes. Only for kernels that call pdl_wait
-// (ptx.cuh) before their first global access. Decode kernels run a few microseconds at one request; the launch
-// latency and prologue that this overlaps are a measured share of a step (docs/recurrent.md). Captured into CUDA
-// graphs as programmatic edges.
+// Programmatic dependent launch allowed (cudaLaunchAttributeProgrammaticStreamSerialization): the kernel may be
+// scheduled before the previous kernel in the stream completes. Only for kernels that call pdl_start (ptx.cuh)
+// before their first global access. Decode kernels run a few microseconds at one request; the launch latency and
+// prologue that this overlaps are a measured share of a step (docs/recurrent.md). Captured into CUDA graphs as
+// programmatic edges.
+inline cudaLaunchAttribute pdl_attribute() {
+  cudaLaunchAttribute a = {};
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  return a;
+}
 template <class... KArgs, class... Args>
 cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                        Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[1] = {pdl_attribute()};
   cfg.attrs = attr, cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }

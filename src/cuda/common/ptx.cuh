@@ -13,17 +13,15 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// ---- programmatic dependent launch (sm_90; the host side is launch_pdl, cuda_check.cuh) ----------------------
-// A kernel launched with launch_pdl may start while the previous kernel in the stream still runs. pdl_wait blocks
-// until that kernel has completed and its writes are visible (a no-op without the launch attribute): every global
-// read or write of such a kernel comes after it. pdl_launch_dependents lets the next kernel in the stream be
-// scheduled now, so its launch and prologue overlap this grid; its own pdl_wait still waits for this grid's
-// completion, so the trigger's place decides speed, never correctness. Triggering before the wait would let a chain
-// of steps launch ahead and hold SM slots idle.
-__device__ __forceinline__ void pdl_wait() {
+// ---- programmatic dependent launch (sm_90; the host side is pdl_attribute, cuda_check.cuh) -------------------
+// A kernel launched with the PDL attribute may start while the previous kernel in the stream still runs; it calls
+// pdl_start() before its first global read or write. griddepcontrol.wait blocks until that kernel has completed and
+// its writes are visible (a no-op without the attribute); launch_dependents then lets the next kernel in the stream
+// be scheduled, so its launch and prologue overlap this grid (its own wait still waits for this grid's completion:
+// the trigger's place decides speed, never correctness). Triggering before the wait would let a chain of steps
+// launch ahead and hold SM slots idle.
+__device__ __forceinline__ void pdl_start() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-__device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 

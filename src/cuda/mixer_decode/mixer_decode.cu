@@ -190,8 +190,7 @@ __global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
   const int key = h / p.group;
   const bool qk_owner = h % p.group == 0;  // the group's first value head writes the shared q/k conv state
   using Act = Storage<AT>;                 // fp32 <-> the activation dtype
-  pdl_wait();                              // every global access below follows the previous kernel in the stream
-  pdl_launch_dependents();                 // the next kernel may be scheduled now (it waits for this grid's completion)
+  pdl_start();                             // every global access below follows the previous kernel in the stream
 
   // Row range (cu_seqlens clamped to [0, T]) and slots; everything below depends on n only, so an early
   // return is uniform over the cluster.
@@ -497,9 +496,7 @@ Status launch(const MixerArgs& args, int64_t Hv, int64_t N, cudaStream_t stream)
   attr[0].val.clusterDim.x = unsigned(args.group * SPLIT);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
-  // programmatic dependent launch: the kernel's pdl_wait orders it after the previous kernel (ptx.cuh)
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  attr[1] = pdl_attribute();  // the kernel's pdl_start orders it after the previous kernel
   cfg.attrs = attr;
   cfg.numAttrs = 2;
   FGDN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, mixer_decode_kernel<AT, ST, KMAJOR, SPLIT>, args));

@@ -250,8 +250,7 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   const int64_t h = hu;
   const int j0 = int(blockIdx.x - hu * nvt) * BV;
   const int64_t hq = udiv(hu, a.gqa);  // GQA: value head h reads q/k head h / (Hv / Hqk) (gdn-math §2)
-  pdl_wait();                          // every global access below follows the previous kernel in the stream
-  pdl_launch_dependents();             // the next kernel may be scheduled now (it waits for this grid's completion)
+  pdl_start();                         // every global access below follows the previous kernel in the stream
 
   // ---- first-level index loads, all independent: cu_seqlens, 1-D slot or accepted count, buffer index ----
   int64_t bos = 0, len = a.T, b = n;

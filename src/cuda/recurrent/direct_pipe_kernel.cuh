@@ -156,8 +156,7 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
   // Ring: tile i of the CTA lives in stage i % S; it is refilled with tile i + S as soon as every thread has
   // copied tile i's state, k^ rows and v into registers (after the reduction barrier), so S tiles are in flight
   // during the update and S - 1 during the reduction.
-  pdl_wait();               // every global access below follows the previous kernel in the stream
-  pdl_launch_dependents();  // the next kernel may be scheduled now (it waits for this grid's completion)
+  pdl_start();  // every global access below follows the previous kernel in the stream
   const uint32_t t0 = blockIdx.x;
 #pragma unroll 1
   for (int s = 0; s < S; ++s) {

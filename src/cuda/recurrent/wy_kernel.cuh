@@ -469,8 +469,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
   {
     const int32_t tile = grouped ? int32_t(blockIdx.x) * nvt : int32_t(blockIdx.x);
     if (tile >= ntiles) return;
-    pdl_wait();               // every global access below follows the previous kernel in the stream
-    pdl_launch_dependents();  // the next kernel may be scheduled now (it waits for this grid's completion)
+    pdl_start();  // every global access below follows the previous kernel in the stream
     const WyRow r0 = resolve(tile, issue(tile));
     prefetch(r0);
     cp_async_commit();

@@ -244,8 +244,7 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
   // ---- persistent walk over the tiles t = blockIdx.x + i gridDim.x; the next tile's index loads, state copy and
   // first chunk fly during this tile's products ----
   const uint32_t ntiles = uint32_t(a.N * a.Hv * (a.V / kCols));  // < 2^31 (the launcher checks)
-  pdl_wait();               // every global access below follows the previous kernel in the stream
-  pdl_launch_dependents();  // the next kernel may be scheduled now (it waits for this grid's completion)
+  pdl_start();  // every global access below follows the previous kernel in the stream
   uint32_t tile = blockIdx.x;
   Row r = row_of(tile);
   issue_state(r);
