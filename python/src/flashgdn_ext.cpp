@@ -99,18 +99,23 @@ struct TorchRefs {
 };
 TorchRefs g_torch;
 
-// Returns whether the fast path (the DLPack C exchange API) is in use.
+// Returns whether the fast path (the DLPack C exchange API) is in use. The references are taken on the first call
+// (they live as long as the module); a later call only chooses the reading path again.
 bool register_torch(nb::handle tensor_type, nb::list dtypes, bool use_exchange_api) {
   if (dtypes.size() != 6) throw nb::value_error("register_torch: expected 6 dtypes");
-  Py_INCREF(tensor_type.ptr());
-  g_torch.tensor_type = reinterpret_cast<PyTypeObject*>(tensor_type.ptr());
-  for (size_t i = 0; i < 6; ++i) g_torch.dtypes[i] = dtypes[i].inc_ref().ptr();
-  g_torch.s_data_ptr = PyUnicode_InternFromString("data_ptr");
-  g_torch.s_shape = PyUnicode_InternFromString("shape");
-  g_torch.s_stride = PyUnicode_InternFromString("stride");
-  g_torch.s_dtype = PyUnicode_InternFromString("dtype");
-  g_torch.s_is_cuda = PyUnicode_InternFromString("is_cuda");
-  g_torch.s_get_device = PyUnicode_InternFromString("get_device");
+  if (g_torch.tensor_type == nullptr) {
+    Py_INCREF(tensor_type.ptr());
+    g_torch.tensor_type = reinterpret_cast<PyTypeObject*>(tensor_type.ptr());
+    for (size_t i = 0; i < 6; ++i) g_torch.dtypes[i] = dtypes[i].inc_ref().ptr();
+    g_torch.s_data_ptr = PyUnicode_InternFromString("data_ptr");
+    g_torch.s_shape = PyUnicode_InternFromString("shape");
+    g_torch.s_stride = PyUnicode_InternFromString("stride");
+    g_torch.s_dtype = PyUnicode_InternFromString("dtype");
+    g_torch.s_is_cuda = PyUnicode_InternFromString("is_cuda");
+    g_torch.s_get_device = PyUnicode_InternFromString("get_device");
+  } else if (g_torch.tensor_type != reinterpret_cast<PyTypeObject*>(tensor_type.ptr())) {
+    throw nb::value_error("register_torch: torch.Tensor is registered already");
+  }
   g_torch.api = nullptr;
   if (use_exchange_api && nb::hasattr(tensor_type, "__dlpack_c_exchange_api__")) {
     nb::object cap = tensor_type.attr("__dlpack_c_exchange_api__");
