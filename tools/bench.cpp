@@ -551,6 +551,10 @@ Command add_bench(CLI::App& app) {
                   "(exec.chunk_bwd_chains; 0 auto)")
       ->check(integer_in<int32_t>(0, 2))
       ->type_name("C");
+  sub->add_option("--chunk-bwd-grads", opt->exec.chunk_bwd_grads,
+                  "the training backward's gradients pass: 1 mma.sync, 2 wgmma (exec.chunk_bwd_grads; 0 auto)")
+      ->check(integer_in<int32_t>(0, 2))
+      ->type_name("G");
   return {sub, [opt] { return run_bench(*opt); }};
 }
 

@@ -44,7 +44,9 @@
     "CUDA chunk_bwd chains' segment split (gdn-math 6): 0 auto, 1 off, P > 1 about P per sequence")               \
   S(int32_t, int32_t, mixer_split, 0, "CUDA mixer_decode CTAs per (row, value head): 0 auto, 1, 2 or 4")          \
   S(int32_t, int32_t, chunk_bwd_chains, 0,                                                                        \
-    "CUDA chunk_bwd chains: 0 auto, 1 one after the other, 2 both at once (K = V = 128)")
+    "CUDA chunk_bwd chains: 0 auto, 1 one after the other, 2 both at once (K = V = 128)")                         \
+  S(int32_t, int32_t, chunk_bwd_grads, 0,                                                                         \
+    "CUDA chunk_bwd gradients pass: 0 auto, 1 mma.sync, 2 wgmma (K = V = 128, bf16)")
 
 /* Gate and beta as given, or raw projections turned into them inside the op (gdn-math 4):
  *   g = -exp(A_log) * softplus(a + dt_bias),  beta = sigmoid(b) (x2 with allow_neg_eigval). */

@@ -197,6 +197,8 @@ constexpr double kStepStateMma = 1.0, kStepStateWg = 0.72, kStepDstateMma = 1.37
 // chains at once take 2.27 ms against 1.03 + 1.38 one after the other: 6 % of the chains, and the default.
 constexpr double kStepShared = 1.65;
 constexpr bool kChainsConcurrentByDefault = true;
+// Pass 4 on wgmma wherever it can run (K = V = 128, bf16): docs/chunk_bwd.md "Pass 4 on wgmma".
+constexpr bool kGradsWgByDefault = true;
 
 // The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 118 KiB, the wgmma
 // one's warpgroup and 109 KiB, the mma.sync dstate kernel's 172 KiB, the wgmma one's 159 KiB with two stages: priced at
@@ -239,6 +241,17 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
                       " V=", d.V);
   pl.chains_concurrent = chains == 2 || (chains == 0 && wg && kChainsConcurrentByDefault);
   pl.state_stages = pl.dstate_stages = pl.chains_concurrent ? 1 : 2;
+  const int32_t grads = p.exec.chunk_bwd_grads;
+  if (grads < 0 || grads > 2)
+    return FGDN_INVALID("chunk_bwd: exec.chunk_bwd_grads: expected 0 (auto), 1 (mma.sync) or 2 (wgmma), got ", grads);
+  const bool grads_wg_ok = wg && p.q.dtype == DType::bf16;
+  if (grads == 2 && !grads_wg_ok)
+    return FGDN_ERROR(unsupported,
+                      "chunk_bwd: exec.chunk_bwd_grads = 2: the wgmma gradients pass needs K = V = 128 and "
+                      "bf16 inputs, got K=",
+                      d.K, " V=", d.V, " ", dtype_name(p.q.dtype));
+  pl.grads_pass =
+      grads == 2 || (grads == 0 && grads_wg_ok && kGradsWgByDefault) ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync;
   const int64_t nch_total = ceil_div(d.T, kChunkFwdChunk);
   const int64_t avg = d.varlen ? ceil_div(nch_total, std::max<int64_t>(d.N, 1)) : nch_total;
   plan_segments(&pl, p.exec.chunk_bwd_segments, "exec.chunk_bwd_segments", d, avg, nch_total,
@@ -262,9 +275,12 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
   const int64_t slots = d.varlen ? d.N + ceil_div(d.T, kChunkFwdChunk) : d.B * ceil_div(d.T, kChunkFwdChunk);
   std::string s = str_cat("chunk_bwd on CUDA, ", pl.sms, " SMs: N = ", d.N, " sequences, T = ", d.T, ", Hqk = ", d.Hqk,
                           ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, d.varlen ? " (varlen)" : "", "\n");
-  s += str_cat("  prep pass: grid (", slots, ", ", d.Hv,
-               "), one record per (chunk slot, value head); grads pass: ", std::min<int64_t>(slots * d.Hv, pl.sms),
-               " persistent CTAs over the ", slots * d.Hv, " records\n");
+  s += str_cat("  prep pass: grid (", slots, ", ", d.Hv, "), one record per (chunk slot, value head); grads pass: ");
+  if (pl.grads_pass == ChunkStatePass::wgmma)
+    s += str_cat("wgmma, grid (", slots, ", ", d.Hv, "), 256 threads per CTA\n");
+  else
+    s += str_cat("mma.sync, ", std::min<int64_t>(slots * d.Hv, pl.sms), " persistent CTAs over the ", slots * d.Hv,
+                 " records\n");
   const bool wg = pl.state_pass == ChunkStatePass::wgmma, dwg = pl.dstate_pass == ChunkStatePass::wgmma;
   const auto stages = [](int32_t n) {
     return n == 1 ? ", 1 input stage (two CTAs per SM)" : ", 2 input stages (one CTA per SM)";

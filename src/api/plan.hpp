@@ -59,6 +59,7 @@ struct ChunkBwdPlan {
   int32_t sms = 0;
   ChunkStatePass state_pass = ChunkStatePass::mma_sync;   // pass 2's kernel
   ChunkStatePass dstate_pass = ChunkStatePass::mma_sync;  // pass 3's kernel
+  ChunkStatePass grads_pass = ChunkStatePass::mma_sync;   // pass 4's kernel (wgmma: K = V = 128, bf16)
   // The wgmma passes' input stages: 2 (double-buffered, one CTA per SM: the faster at one chain alone) or 1 (early
   // refill, two CTAs per SM: both chains at once, `chains`). docs/chunk_bwd.md "Pass 2 on wgmma", "Pass 3 on wgmma".
   int32_t state_stages = 2;

@@ -731,6 +731,38 @@ TEST(ChunkBwdPlan, ChainsOverride) {
   EXPECT_NE(st.message().find("need K = V = 128, got K=64 V=64"), std::string::npos) << st.message();
 }
 
+// exec.chunk_bwd_grads: pass 4 on wgmma by default where it runs (K = V = 128, bf16), mma.sync elsewhere; 1 forces
+// mma.sync, 2 wgmma (unsupported outside its contract, the message says what it needs); the text names it.
+TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
+  ChunkShape s;
+  s.T = 8192, s.Hv = 32;
+  BwdCall c = bwd_call(s);
+  ChunkBwdPlan pl = bwd_plan(c);
+  EXPECT_EQ(pl.grads_pass, ChunkStatePass::wgmma);
+  EXPECT_NE(describe(pl, c.d).find("grads pass: wgmma"), std::string::npos) << describe(pl, c.d);
+  c.p.exec.chunk_bwd_grads = 1;
+  pl = bwd_plan(c);
+  EXPECT_EQ(pl.grads_pass, ChunkStatePass::mma_sync);
+  EXPECT_NE(describe(pl, c.d).find("grads pass: mma.sync"), std::string::npos) << describe(pl, c.d);
+  c.p.exec.chunk_bwd_grads = 2;
+  EXPECT_EQ(bwd_plan(c).grads_pass, ChunkStatePass::wgmma);
+  c.p.exec.chunk_bwd_grads = 3;
+  ChunkBwdPlan bad;
+  Status st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
+  EXPECT_EQ(st.code(), StatusCode::invalid_argument) << st.message();
+  EXPECT_NE(st.message().find("exec.chunk_bwd_grads: expected 0 (auto), 1"), std::string::npos) << st.message();
+  s.dt = DType::f16;  // f16 and K or V = 64: mma.sync, and 2 is unsupported
+  c = bwd_call(s);
+  EXPECT_EQ(bwd_plan(c).grads_pass, ChunkStatePass::mma_sync);
+  c.p.exec.chunk_bwd_grads = 2;
+  st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
+  EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();
+  EXPECT_NE(st.message().find("needs K = V = 128 and bf16 inputs"), std::string::npos) << st.message();
+  s.dt = DType::bf16, s.K = 64;
+  c = bwd_call(s);
+  EXPECT_EQ(bwd_plan(c).grads_pass, ChunkStatePass::mma_sync);
+}
+
 // Passes 2 and 3 run on wgmma where K = V = 128 (bf16 and f16), both at once in their one-stage forms unless
 // exec.chunk_bwd_chains = 1, on mma.sync one after the other where K or V is 64; the text says which. Their cheaper
 // steps (the cost model's weights) keep the unsplit training shapes unsplit and the few-head split at P = 8.

@@ -39,6 +39,7 @@ struct BwdCase {
   int32_t segments = 0;     // exec.chunk_bwd_segments: 0 the plan's choice, 1 unsplit, P > 1 the chains' split
   double gate_decay = 1.0;  // the fused gate's e^{A_log} scaled by it
   int32_t chains = 0;       // exec.chunk_bwd_chains: 0 the plan's choice, 1 one after the other, 2 both at once
+  int32_t grads = 0;        // exec.chunk_bwd_grads: 0 the plan's choice, 1 mma.sync, 2 wgmma
 };
 
 BwdCase bcase(const std::string& name, int64_t B, int64_t T, int64_t Hqk, int64_t Hv, int64_t K, int64_t V) {
@@ -143,6 +144,7 @@ void set_options(const BwdCase& bc, ChunkBwdParams* p) {
   p->gate.allow_neg_eigval = bc.neg_eig;
   p->exec.chunk_bwd_segments = bc.segments;  // the CPU backend ignores it
   p->exec.chunk_bwd_chains = bc.chains;
+  p->exec.chunk_bwd_grads = bc.grads;
 }
 
 // The oracle: the public API on CPU tensors in fp64, inputs cast from the device's values.
@@ -652,7 +654,8 @@ TEST(CudaChunkBwd, StatePassSingleStageBitwise) {
 }
 
 // The one-stage wgmma pass 2 fits at least two CTAs per SM (shared memory and registers as compiled; bf16 three on
-// the H200), and so does the two-stage form since W is one bf16 tile (108 KiB + 1 KiB of alignment; its __launch_bounds__(128, 1) leaves ptxas
+// the H200), and so does the two-stage form since W is one bf16 tile (108 KiB + 1 KiB of alignment; its
+// __launch_bounds__(128, 1) leaves ptxas
 // <= 255 registers, which two CTAs of 128 threads still fit).
 TEST(CudaChunkBwd, StatePassSingleStageTwoCtasPerSm) {
   REQUIRE_GPU();
@@ -798,6 +801,76 @@ void check_deterministic(const BwdCase& b) {
   expect_close(b, pr, ref, first);
 }
 
+// Pass 4 on wgmma (the plan's choice at K = V = 128, bf16) against pass 4 on mma.sync, the same inputs through the
+// same plan with only grads_pass changed: the same operand splits with fp32 accumulation, the sums in other orders, so
+// the gradients within 2e-3 of each other; both against the oracle; the wgmma run bitwise stable over repeats. The
+// cases: partial chunks (lengths 1, 63, 65, 131 in varlen with empty sequences and slack rows, the fused gate), a
+// walk with GQA 4 and V-major states, the forced split, the discriminating inputs of gdn-math §10.4 (identical keys,
+// g = -30, nearly parallel keys), no h0 and no dht, allow_neg_eigval.
+Grads run_gpu_grads_pass(const BwdCase& bc, const Problem& pr, ChunkStatePass pass) {
+  return run_gpu_planned(bc, pr, [&](ChunkBwdPlan& pl) { pl.grads_pass = pass; });
+}
+
+void check_grads_pass(BwdCase b) {
+  SCOPED_TRACE(b.c.name);
+  const Problem pr = make_problem(b);
+  const Grads ref = run_oracle(b, pr);
+  const Grads mma = run_gpu_grads_pass(b, pr, ChunkStatePass::mma_sync);
+  const Grads wg = run_gpu_grads_pass(b, pr, ChunkStatePass::wgmma);
+  const std::string name = b.c.name;
+  b.c.name = name + "_mma_sync";
+  expect_close(b, pr, ref, mma);
+  b.c.name = name + "_wgmma";
+  expect_close(b, pr, ref, wg);
+  expect_wgmma_near_mma_sync(wg, mma, name);
+  EXPECT_TRUE(wg.dh0.bit_equal(mma.dh0)) << name << " dh0: the chains do not read pass 4";
+  for (int i = 0; i < 3; ++i)
+    EXPECT_TRUE(same_bits(wg, run_gpu_grads_pass(b, pr, ChunkStatePass::wgmma))) << name << " repeat " << i;
+}
+
+TEST(CudaChunkBwd, GradsPassWgmmaAgainstMmaSync) {
+  REQUIRE_GPU();
+  BwdCase b = bcase("gwg_varlen_lengths_slack_gate", 1, 0, 2, 4, 128, 128);
+  b.c.seqlens = {1, 63, 0, 65, 131, 0, 64};
+  b.slack = 5;
+  b.gate = true;
+  check_grads_pass(b);
+  b = bcase("gwg_walk_t1500_gqa4_vmajor", 2, 1500, 1, 4, 128, 128);
+  b.c.g_scale = 0.02;
+  b.c.layout = StateLayout::v_major;
+  check_grads_pass(b);
+  b = bcase("gwg_split_p4_no_h0_no_dht", 1, 1200, 2, 4, 128, 128);
+  b.c.has_h0 = false;
+  b.has_dht = false;
+  b.c.g_scale = 0.02;
+  b.segments = 4;
+  check_grads_pass(b);
+  b = bcase("gwg_identical_keys", 1, 200, 1, 2, 128, 128);
+  b.special = 1;
+  check_grads_pass(b);
+  b = bcase("gwg_g_minus_30", 1, 200, 1, 2, 128, 128);
+  b.special = 2;
+  check_grads_pass(b);
+  b = bcase("gwg_near_parallel_keys", 1, 300, 1, 2, 128, 128);
+  b.special = 3;
+  check_grads_pass(b);
+  b = bcase("gwg_neg_eigval_gate", 1, 500, 2, 4, 128, 128);
+  b.gate = true;
+  b.neg_eig = true;
+  check_grads_pass(b);
+}
+
+// More items than SMs (a wave and a partial one), varlen with slack slots (CTAs without a chunk), repeat and graph
+// replay bitwise.
+TEST(CudaChunkBwd, GradsPassWgmmaManyItems) {
+  REQUIRE_GPU();
+  BwdCase b = bcase("gwg_many_varlen_slack", 1, 0, 4, 16, 128, 128);
+  b.c.seqlens = {2000, 0, 1500, 77, 0, 600};  // (6 + 66) x 16 items
+  b.slack = 9;
+  b.grads = 2;
+  check_deterministic(b);
+}
+
 TEST(CudaChunkBwd, DeterministicAndGraphReplayEqualsEager) {
   REQUIRE_GPU();
   BwdCase b = bcase("determinism_varlen_gqa_gate", 1, 0, 2, 8, 128, 128);
@@ -816,13 +889,16 @@ TEST(CudaChunkBwd, DeterministicAndGraphReplayEqualsEager) {
   check_deterministic(b);
 }
 
-// The grads pass is persistent (one CTA per SM walks the (chunk slot, value head) items with the next item's inputs
-// in flight): shapes of several items per CTA on any GPU, fixed length and varlen with slack slots (items without a
-// chunk, skipped by the walk), against the oracle; the varlen one also bitwise over repeated runs and graph replay.
+// The mma.sync grads pass is persistent (one CTA per SM walks the (chunk slot, value head) items with the next item's
+// inputs in flight): shapes of several items per CTA on any GPU, fixed length and varlen with slack slots (items
+// without a chunk, skipped by the walk), against the oracle; the varlen one also bitwise over repeated runs and graph
+// replay.
 TEST(CudaChunkBwd, PersistentGradsManyItemsPerCta) {
   REQUIRE_GPU();
-  check(bcase("persistent_b2_t1100_hv8", 2, 1100, 2, 8, 128, 128));           // 2 x 18 slots x 8 heads: 288 items
-  BwdCase b = bcase("persistent_f16_t3000_k128v64", 1, 3000, 4, 8, 128, 64);  // 47 x 8: 376 items
+  BwdCase b = bcase("persistent_b2_t1100_hv8", 2, 1100, 2, 8, 128, 128);  // 2 x 18 slots x 8 heads: 288 items
+  b.grads = 1;                                                            // (bf16 K = V = 128: wgmma by default)
+  check(b);
+  b = bcase("persistent_f16_t3000_k128v64", 1, 3000, 4, 8, 128, 64);  // 47 x 8: 376 items
   b.c.dtype = DType::f16;
   check(b);
   b = bcase("persistent_varlen_slack_gate_k64v128", 1, 0, 2, 8, 64, 128);

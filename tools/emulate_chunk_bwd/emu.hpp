@@ -134,6 +134,15 @@ inline int64_t __shfl_sync(unsigned, int64_t x, int src) {  // CUDA's 64-bit ove
   const uint32_t hi = emu_shfl_idx(uint32_t(uint64_t(x) >> 32), src);
   return int64_t((uint64_t(hi) << 32) | lo);
 }
+inline float __shfl_down_sync(unsigned, float x, int d) {
+  emu::Barrier& wb = *g_wbar[threadIdx.x / 32];
+  std::memcpy(&g_xch[threadIdx.x], &x, 4);
+  wb.arrive_and_wait();
+  float y = x;
+  if (threadIdx.x % 32 + unsigned(d) < 32) std::memcpy(&y, &g_xch[threadIdx.x + d], 4);
+  wb.arrive_and_wait();
+  return y;
+}
 inline float __shfl_up_sync(unsigned, float x, int d) {
   emu::Barrier& wb = *g_wbar[threadIdx.x / 32];
   std::memcpy(&g_xch[threadIdx.x], &x, 4);
@@ -302,6 +311,14 @@ inline void emu_cp_async(void* dst, const void* src) {
 inline void emu_cp_async_commit() {}
 inline void emu_cp_async_wait_all() {}
 #include "emu_sm90.hpp"
+template <class Kern, class... Args>
+void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args);
+// launch_pdl (cuda_check.cuh): programmatic dependent launch orders nothing on the host, a plain launch here.
+template <class Kern, class... Args>
+cudaError_t emu_launch_pdl(Kern kernel, dim3 grid, dim3 block, size_t, cudaStream_t, Args&&... args) {
+  emu_launch(kernel, grid, block.x, args...);
+  return cudaSuccess;
+}
 template <class Kern, class... Args>
 void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
   for (unsigned z = 0; z < grid.z; ++z)

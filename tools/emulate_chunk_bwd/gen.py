@@ -111,7 +111,8 @@ src = os.path.join(root, "src/cuda")
 # (source, generated name); sources a branch does not have are skipped. The generated files include each other.
 SOURCES = (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk_bwd/chunk_bwd_mma.cuh", "chunk_bwd_mma.cuh"),
            ("chunk_bwd/chunk_bwd_state_wg.cuh", "chunk_bwd_state_wg.cuh"),
-           ("chunk_bwd/chunk_bwd_dstate_wg.cuh", "chunk_bwd_dstate_wg.cuh"), ("chunk_bwd/chunk_bwd.cu", "chunk_bwd_host.inc"),
+           ("chunk_bwd/chunk_bwd_dstate_wg.cuh", "chunk_bwd_dstate_wg.cuh"),
+           ("chunk_bwd/chunk_bwd_grads_wg.cuh", "chunk_bwd_grads_wg.cuh"), ("chunk_bwd/chunk_bwd.cu", "chunk_bwd_host.inc"),
            ("chunk_fwd/chunk_fwd_common.cuh", "chunk_fwd_common.cuh"), ("chunk_fwd/chunk_split.cuh", "chunk_split.cuh"),
            ("chunk_fwd/chunk_fwd_intra.cuh", "chunk_fwd_intra.cuh"),
            ("chunk_fwd/chunk_fwd_state_wg.cuh", "chunk_fwd_state_wg.cuh"), ("chunk_fwd/chunk_fwd_state.cuh", "chunk_fwd_state.cuh"),
@@ -139,6 +140,9 @@ for name, out in SOURCES:
     # wy::opaque: a register pin (mov x, x) that hides a value's origin from the compiler; wy::grid_ctas: %nctaid.x
     s = re.sub(r'asm volatile\("mov\.b32 %0, %0;"\s*:[^;]*\);', ";", s)
     s = re.sub(r'asm volatile\("mov\.u32 %0, %%nctaid\.x;"\s*:\s*"=r"\((\w+)\)\);', r"\1 = int32_t(gridDim.x);", s)
+    # programmatic dependent launch (griddepcontrol): nothing to wait for or trigger in a host emulation
+    s = s.replace("pdl_start();", ";")
+    s = re.sub(r"(?<![\w:])launch_pdl\(", "emu_launch_pdl(", s)
     # exp_ftz (chunk_fwd_intra.cuh): e^x as ex2.approx.ftz(x log2 e)
     s = s.replace('asm("ex2.approx.ftz.f32 %0, %1;\\n" : "=f"(y) : "f"(x * 1.4426950408889634f));', "y = std::exp(x);")
     # mma_m16n8k16<BF16>: bf16 or fp16 fragments, as the kernel's instantiation says
@@ -147,7 +151,7 @@ for name, out in SOURCES:
                  ("cp_async<16>", "cp_async16"),
                  ("cp_async16_zfill", "cp_async16_zfill"), ("cp_async_commit", "cp_async_commit"),
                  ("cp_async_wait_all", "cp_async_wait_all"), ("cp_async_wait<1>", "cp_async_wait_all"),
-                 ("cp_async_wait<0>", "cp_async_wait_all"),
+                 ("cp_async_wait<0>", "cp_async_wait_all"), ("cp_async_wait<2>", "cp_async_wait_all"),
                  ("ldsm_x4_t", "ldsm_x4_t"), ("ldsm_x4", "ldsm_x4"), ("st_global_v4", "st_global_v4"),
                  ("st_global_v2", "st_global_v2"),
                  ("named_barrier<128>", "named_barrier<128>"), ("named_barrier<64>", "named_barrier<64>")):

@@ -67,6 +67,10 @@ for c in $cases; do
     "$out/harness" "${c%s1}" 1 || status=1
   elif [[ "$c" == *c ]]; then
     "$out/harness" "${c%c}" c || status=1
+  elif [[ "$c" == *gm ]]; then
+    "$out/harness" "${c%gm}" gm || status=1
+  elif [[ "$c" == *g ]]; then
+    "$out/harness" "${c%g}" g || status=1
   elif [[ "$c" == *m ]]; then
     "$out/harness" "${c%m}" mma || status=1
   else

@@ -9,8 +9,8 @@
 //             dU += Kbar dS, and dh0 (on wgmma at K = V = 128, else mma.sync);
 //      (2 and 3 may each run as the segment split of gdn-math §6: summaries, a scan, all segments in parallel;
 //      ChainMode below, plan_chunk_bwd decides);
-//   4. grads  (persistent CTAs over every chunk and value head): dq, dk (per value head), dv, dbeta, dgamma -> dg
-//             (§7.3);
+//   4. grads  (every chunk and value head; on wgmma at K = V = 128 with bf16 inputs, else persistent mma.sync CTAs):
+//             dq, dk (per value head), dv, dbeta, dgamma -> dg (§7.3);
 //   5. small token kernels: the GQA sums and the l2norm chain (§7.5-7.6), the beta and gate chains (§7.7).
 // Every reduction runs in a fixed order: the gradients are bitwise reproducible.
 #pragma once
@@ -85,6 +85,7 @@ struct ChunkBwdArgs {
   int32_t state_stages;  // the wgmma pass 2's input stages: 2 (one CTA per SM) or 1 (two CTAs per SM)
   // pass 3 on wgmma (chunk_bwd_dstate_wg.cuh; K = V = 128) with 2 or 1 input stages, 0: on mma.sync (plan_chunk_bwd)
   int32_t dstate_wg;
+  int32_t grads_wg;  // 1: pass 4 on wgmma (chunk_bwd_grads_wg.cuh; K = V = 128, bf16), 0: on mma.sync (plan_chunk_bwd)
 
   // ---- workspace (fp32; W, S0 bf16), one record per (chunk slot, value head); rows past a chunk's end are zero
   float* rows;   // [slots, Hv, 4, 64]: gamma (cumsum of g), rho_q, rho_k (l2norm factors, 1 without), beta

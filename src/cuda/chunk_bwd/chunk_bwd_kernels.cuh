@@ -1333,6 +1333,8 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
 
 // Passes 2 and 3 on wgmma (K = V = 128): built on the chain helpers above (the dstate file includes the state one).
 #include "cuda/chunk_bwd/chunk_bwd_dstate_wg.cuh"
+// Pass 4 on wgmma (K = V = 128, bf16): pass 4's helpers above.
+#include "cuda/chunk_bwd/chunk_bwd_grads_wg.cuh"
 
 namespace flashgdn::cuda::bwd_detail {
 
@@ -1347,6 +1349,7 @@ enum : int {
   kDoneDStateWg2,
   kDoneDStateWg1,
   kDoneGrads,
+  kDoneGradsWg,
   kDoneChains,
   kDoneCount
 };
@@ -1474,6 +1477,11 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
   if (e == 0 && a.slots > 0) e = launch_chains<E, K, V>(a, done, st);
   if (e == 0 && a.slots == 0)  // no chunk at all: only dh0 = dht (or 0), from the unsplit reverse chain
     e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
+  if constexpr (K == 128 && V == 128 && std::is_same_v<E, __nv_bfloat16>) {
+    if (e == 0 && a.grads_wg)  // pass 4 on wgmma: one CTA per (chunk slot, value head)
+      return launch_one(chunk_bwd_grads_wg_kernel<E>, chunks, sizeof(GradWgSmem) + 1024, done[kDoneGradsWg], st, a,
+                        kGradWgThreads);
+  }
   if (e == 0) {  // pass 4: persistent, one CTA per SM (and none without an item)
     int dev = 0;
     e = static_cast<int>(cudaGetDevice(&dev));
