@@ -7,24 +7,32 @@
 // stores and retires, so an SM has no state bytes in flight while its resident CTAs compute. For 16-bit pools a
 // byte carries twice the elements (twice the math per byte) and that gap costs ~20% (N = 256, bf16: 80% of copy vs
 // 92% for fp32). Here CTAs are persistent and walk tiles with stride gridDim.x through an S-stage shared-memory
-// ring filled by cp.async (state, raw q, k, v; the next tiles' slots and gates are ordinary loads ahead of use).
-// Tile i lives in stage i % S and is refilled with tile i + S as soon as every thread holds tile i's state in
-// registers (after the reduction barrier): S tiles per CTA in flight during the update, S - 1 during the reduction.
+// ring filled by TMA bulk copies (cp.async.bulk: state rows, raw q, k, v) that complete on one mbarrier per stage
+// (the next tiles' slots and gates are ordinary loads ahead of use). Tile i lives in stage i % S. Each warp's share
+// of the state rows is read by that warp's threads only, so a warp refills its share with tile i + S as soon as its
+// lanes hold tile i's state in registers (at the start of the reduction, no CTA barrier; the f16 instance after the
+// reduction barrier: pipe::early_refill); the raw q, k, v, read by every warp, follow after the reduction barrier.
+// S tiles per CTA are in flight during the reduction (bf16) and the update.
 //
 // Per tile (n, h, BV columns j0..), thread (r0 = tid / TPR, c = tid % TPR) owns the consecutive rows i_p = r0 P + p
-// and columns j0 + E c + e of S (K-major [K, V]); its 16-byte vectors sit at stage[p][tid] (each thread copies and
-// reads back only its own state vectors: no barrier for them). Consecutive rows let a thread read its k^ / q' rows
-// 4 at a time (one 8-byte load of 16-bit q / k per 4 rows, one dtype branch) instead of one by one.
+// and columns j0 + E c + e of S (K-major [K, V]); the stage holds the tile's rows as they are in the pool ([K][BV],
+// BV sizeof(ST) = TPR 16 bytes a row), so its 16-byte vectors sit at stage[i_p][c] and warp w's threads own the rows
+// w K / NW .. (w + 1) K / NW - 1 (one bulk copy of that block when the pool's rows are contiguous, else one per row).
+// Consecutive rows let a thread read its k^ / q' rows 4 at a time (one 8-byte load of 16-bit q / k per 4 rows, one
+// dtype branch) instead of one by one.
 //   rq = scale / |q|, rk = 1 / |k| (l2norm in fp32, per warp from the staged raw q, k), q'_i = q_i rq, k^_i = k_i rk
 //   kS = S^T k^, qS = S^T q',  u = beta (v - alpha kS),  o = alpha qS + (q'.k^) u,  S = alpha S + k^ u^T
-// Barriers per tile: one after the stage wait (the staged q/k/v of other threads visible; every thread done with
-// the previous tile's partial sums), one for the cross-warp reduction (which also releases the stage).
+// Barriers per tile: one after the stage wait (s_slot; every thread done with the previous tile's partial sums and
+// k^), one for the cross-warp reduction (which also releases the stage's q, k, v).
 // Rows (all indices clamped): slot = state_indices[n] (n when absent); an invalid slot (< 0, >= slots, 0 with
 // null_slot_is_invalid) writes exact zeros to o and nothing else; commit = false never writes the pool.
 #pragma once
 
 #include "api/plan.hpp"  // kPipeStages, kPipeThreads
 #include "cuda/common/cuda_check.cuh"
+#include "cuda/common/mbarrier.cuh"
+#include "cuda/common/tma.cuh"
+#include "cuda/common/wgmma.cuh"  // fence_async_smem
 #include "cuda/recurrent/direct_kernel.cuh"
 
 namespace flashgdn::cuda {
@@ -38,7 +46,10 @@ struct Geo {
   static constexpr int RPP = NT / TPR;            // tile rows per pass
   static constexpr int P = K / RPP;               // 16-byte state vectors per thread
   static constexpr int kStateBytes = P * NT * 16;
+  static constexpr int kRowBytes = TPR * 16;  // one state row of the tile (BV elements)
+  static constexpr int RPW = K / NW;          // state rows of one warp's threads (consecutive)
   static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0 && K % RPP == 0, "tile must split over the CTA");
+  static_assert(RPW == 32 / TPR * P && RPW <= 32, "a warp's rows are consecutive, one lane per row at most");
   static_assert(K % 4 == 0 && K / 4 <= 32, "one warp holds q and k (4 elements per lane)");
 };
 
@@ -53,6 +64,14 @@ __device__ __forceinline__ float elem(const uint4& w, int e) {
     return direct::unpack<direct::half2_of<ST>, USE>(w, e);
 }
 
+// A warp refills its share of a stage as soon as its lanes hold their state vectors (before the reduction: the copy
+// is in flight during the whole tile), or after the reduction barrier: the f16 instance (K = 128) spills at the
+// register cap of 3 CTAs per SM with the early refill (44-56 bytes), so it keeps the late one.
+template <class ST>
+constexpr bool early_refill() {
+  return !std::is_same_v<ST, __half>;
+}
+
 // Resident CTAs per SM the register budget is cut for: the shared-memory ring allows 3 CTAs with 2 stages and 2
 // with 3 (K = 128: ~33 KB per stage).
 template <int S>
@@ -62,19 +81,22 @@ constexpr int min_blocks() {
 
 }  // namespace pipe
 
-// Dynamic shared memory: S stages of [state: P x NT x 16 B][q raw: qb][k raw: qb][v raw: vb] (qb, vb: the
-// activations' bytes rounded to 16; stage_bytes = kStateBytes + 2 qb + vb).
+// Dynamic shared memory: S stages of [state: K rows x BV elements][q raw: qb][k raw: qb][v raw: vb] (qb, vb: the
+// activations' bytes rounded to 16; stage_bytes = kStateBytes + 2 qb + vb). Stage s is complete when phase u of
+// s_full[s] is (tile u S + s of the CTA): NW + 1 arrivals per phase (each warp's lane 0 with its rows' bytes, thread 0
+// with the q, k, v bytes; 0 bytes for a tile that has nothing to stage).
 template <class ST, int K, int BV, int S, int NT>
 __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
     recurrent_direct_pipe_kernel(const RecurrentArgs a, int stage_bytes, int qb) {
   using G = pipe::Geo<ST, K, BV, NT>;
-  constexpr int E = G::E, TPR = G::TPR, P = G::P, NW = G::NW;
+  constexpr int E = G::E, TPR = G::TPR, P = G::P, NW = G::NW, RPW = G::RPW, kRowBytes = G::kRowBytes;
   static_assert(S >= 2, "at least double buffering");
   static_assert(P % 4 == 0, "q / k rows are read 4 at a time");
   extern __shared__ __align__(16) unsigned char s_ring[];
   __shared__ __align__(16) float s_red[NW][2][BV];  // cross-warp partial sums of S^T k^, S^T q'
   __shared__ __align__(16) float s_kn[K];           // k^ of the current tile (for the update, after the refill)
   __shared__ int64_t s_slot[S];                     // slot of the tile in each stage (-1: invalid row)
+  __shared__ uint64_t s_full[S];                    // mbarrier of each stage: its bulk copies have landed
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int c = tid % TPR, r0 = tid / TPR;
@@ -96,43 +118,48 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
     const int64_t s = a.state_indices ? load_index(a.state_indices, a.si_i64, n * a.si_s[0]) : n;
     return slot_ok(s, a.slots, a.null_slot_is_invalid) ? s : -1;
   };
-  // A tile's copy sources for this thread, computed ahead of the copy (so that the refill issued while the current
-  // tile's state is live in registers needs only two pointers): its first state vector (null: nothing to stage,
-  // the row is invalid or the tile does not exist) and its activation vector (warp 0: q, 1: k, 2: v; null: none).
-  struct Src {
-    const ST* st;
-    const char* act;
-  };
-  const int64_t row_step = a.pool_s[2];  // the thread's rows r0 P .. r0 P + P - 1 are consecutive
-  auto source = [&](uint32_t t, int64_t slot) -> Src {
-    Src x{nullptr, nullptr};
-    if (t >= ntiles || slot < 0) return x;
+  // The first of this warp's state rows of tile t (null: nothing to stage, the row is invalid or the tile does not
+  // exist).
+  const int64_t row_step = a.pool_s[2];
+  const bool rows_contig = row_step == BV;  // a warp's rows are one block of RPW BV elements
+  auto rows_src = [&](uint32_t t, int64_t slot) -> const ST* {
+    if (t >= ntiles || slot < 0) return nullptr;
     int64_t n, h;
     int j0;
     coords(t, n, h, j0);
-    x.st = static_cast<const ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1] + int64_t(r0 * P) * a.pool_s[2] + j0 +
-           E * c;
-    const int64_t hq = udiv(uint32_t(h), a.gqa);
-    if (warp == 0 && lane * 16 < K * qsz)  // fixed T = 1: the token of batch row n is (b = n, t = 0)
-      x.act = static_cast<const char*>(a.q) + (n * a.q_s[0] + hq * a.q_s[2]) * qsz + lane * 16;
-    if (warp == 1 && lane * 16 < K * qsz)
-      x.act = static_cast<const char*>(a.k) + (n * a.k_s[0] + hq * a.k_s[2]) * qsz + lane * 16;
-    if (warp == 2 && lane * 16 < BV * vsz)
-      x.act = static_cast<const char*>(a.v) + (n * a.v_s[0] + h * a.v_s[2] + j0) * vsz + lane * 16;
-    return x;
+    return static_cast<const ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1] + int64_t(warp * RPW) * row_step + j0;
   };
-  // Stage a tile: state vectors and raw q, k, v (cp.async, one commit group per tile, also when empty).
-  auto issue = [&](const Src& x, int64_t slot, int buf) {
-    unsigned char* stg = s_ring + size_t(buf) * stage_bytes;
-    if (x.st != nullptr) {
-      const ST* src = x.st;
-#pragma unroll
-      for (int p = 0; p < P; ++p, src += row_step) cp_async<16>(stg + (p * NT + tid) * 16, src);
-      if (x.act != nullptr)
-        cp_async<16>(stg + G::kStateBytes + (warp == 0 ? 0 : (warp == 1 ? qb : 2 * qb)) + lane * 16, x.act);
+  // Stage this warp's rows (every lane of the warp calls it): lane 0 arrives on the stage's barrier expecting their
+  // bytes, then one bulk copy of the block (contiguous rows) or one per row by lanes 0 .. RPW - 1.
+  auto issue_rows = [&](const ST* src, int buf) {
+    uint64_t* bar = &s_full[buf];
+    unsigned char* dst = s_ring + size_t(buf) * stage_bytes + warp * RPW * kRowBytes;
+    if (lane == 0) tma::arrive_expect_tx(bar, src != nullptr ? RPW * kRowBytes : 0);
+    if (src == nullptr) return;
+    if (rows_contig) {
+      if (lane == 0) tma::load_bulk(dst, src, RPW * kRowBytes, bar);
+    } else {
+      __syncwarp();  // (the bytes are expected before they complete)
+      if (lane < RPW) tma::load_bulk(dst + lane * kRowBytes, src + lane * row_step, kRowBytes, bar);
     }
-    if (tid == 0) s_slot[buf] = x.st != nullptr ? slot : -1;
-    cp_async_commit();
+  };
+  // Stage tile t's raw q, k, v (thread 0 only; fixed T = 1: the token of batch row n is (b = n, t = 0)) and record
+  // its slot (-1: nothing staged).
+  auto issue_act = [&](uint32_t t, int64_t slot, int buf) {
+    const bool any = t < ntiles && slot >= 0;
+    s_slot[buf] = any ? slot : -1;
+    uint64_t* bar = &s_full[buf];
+    tma::arrive_expect_tx(bar, any ? uint32_t(2 * K * qsz + BV * vsz) : 0u);
+    if (!any) return;
+    int64_t n, h;
+    int j0;
+    coords(t, n, h, j0);
+    const int64_t hq = udiv(uint32_t(h), a.gqa);
+    unsigned char* dst = s_ring + size_t(buf) * stage_bytes + G::kStateBytes;
+    tma::load_bulk(dst, static_cast<const char*>(a.q) + (n * a.q_s[0] + hq * a.q_s[2]) * qsz, K * qsz, bar);
+    tma::load_bulk(dst + qb, static_cast<const char*>(a.k) + (n * a.k_s[0] + hq * a.k_s[2]) * qsz, K * qsz, bar);
+    tma::load_bulk(dst + 2 * qb, static_cast<const char*>(a.v) + (n * a.v_s[0] + h * a.v_s[2] + j0) * vsz, BV * vsz,
+                   bar);
   };
   // Raw gate scalars of a tile (ordinary loads, requested one tile ahead of their use).
   struct Gates {
@@ -153,25 +180,34 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
   };
 
   // ---- prologue: this CTA's first S tiles in flight, the slot of the next one requested ----
-  // Ring: tile i of the CTA lives in stage i % S; it is refilled with tile i + S as soon as every thread has
-  // copied tile i's state, k^ rows and v into registers (after the reduction barrier), so S tiles are in flight
-  // during the update and S - 1 during the reduction.
+  // Ring: tile i of the CTA lives in stage i % S; a warp refills its rows with tile i + S as soon as its lanes hold
+  // tile i's state in registers, thread 0 the q, k, v after the reduction barrier, so S tiles are in flight during
+  // the reduction and the update.
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) mbar::init(&s_full[s], NW + 1);
+  }
+  wg::fence_async_smem();  // the barriers' initialization before the copies complete on them
+  __syncthreads();
   pdl_start();  // every global access below follows the previous kernel in the stream
   const uint32_t t0 = blockIdx.x;
 #pragma unroll 1
   for (int s = 0; s < S; ++s) {
     const int64_t slot = slot_of(t0 + s * stride);
-    issue(source(t0 + s * stride, slot), slot, s);
+    issue_rows(rows_src(t0 + s * stride, slot), s);
+    if (tid == 0) issue_act(t0 + s * stride, slot, s);
   }
   int64_t nslot = slot_of(t0 + S * stride);  // the refill of iteration 0 (tile S), addressed at its start
   Gates cur;
   load_gates(t0, cur);
 
   int buf = 0;
+  uint32_t parity = 0;  // bit s: the parity of the next phase of s_full[s]
 #pragma unroll 1
   for (uint32_t t = t0; t < ntiles; t += stride) {
-    cp_async_wait<S - 1>();  // this tile's group has landed (the S - 1 later ones may still fly)
-    __syncthreads();         // ... for every thread's copies (q, k, v); every thread is done with s_red, s_kn
+    mbar::wait(&s_full[buf], (parity >> buf) & 1u);  // this tile's copies have landed (the later ones may still fly)
+    parity ^= 1u << buf;
+    __syncthreads();  // every thread has read s_slot[buf] of the last tile; every thread is done with s_red, s_kn
     Gates nxt;
     load_gates(t + stride, nxt);
 
@@ -179,13 +215,13 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
     int j0;
     coords(t, n, h, j0);
     const int64_t slot = s_slot[buf];
-    const Src nsrc = source(t + S * stride, nslot);  // this iteration's refill
     const int64_t o_off = n * a.o_s[0] + h * a.o_s[2] + j0;
     if (slot < 0) {  // invalid row (CTA-uniform): exact zeros to its outputs, nothing else written
       const float z[E] = {};
       if (tid < TPR) direct::store_n<E>(a.o, a.v_dtype, o_off + E * c, z);
       __syncthreads();  // every thread has read s_slot[buf] before the refill below rewrites it
-      issue(nsrc, nslot, buf);
+      issue_rows(rows_src(t + S * stride, nslot), buf);
+      if (tid == 0) issue_act(t + S * stride, nslot, buf);
     } else {
       const unsigned char* stg = s_ring + size_t(buf) * stage_bytes;
       const unsigned char* qraw = stg + G::kStateBytes;
@@ -211,10 +247,17 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
       float v[E];
       direct::load_n<E>(stg + G::kStateBytes + 2 * qb, a.v_dtype, E * c, v);
 
-      // The thread's state vectors (rows i = r0 P + p) and its k^ / q' rows into registers, 4 rows per 16-byte (fp32)
-      // or 8-byte (16-bit) load of the staged raw q, k; kS = S^T k^, qS = S^T q': own rows, the lanes of the same c
-      // (shuffles), the warps (shared memory).
+      // The thread's state vectors (rows i = r0 P + p) into registers; then the warp's share of the stage is free and
+      // its refill with tile i + S goes out at once (early_refill; else after the reduction barrier).
       uint4 w[P];
+#pragma unroll
+      for (int p = 0; p < P; ++p) w[p] = reinterpret_cast<const uint4*>(stg)[(r0 * P + p) * TPR + c];
+      if constexpr (pipe::early_refill<ST>()) {
+        __syncwarp();  // every lane's vectors are read
+        issue_rows(rows_src(t + S * stride, nslot), buf);
+      }
+      // The thread's k^ / q' rows, 4 rows per 16-byte (fp32) or 8-byte (16-bit) load of the staged raw q, k; kS =
+      // S^T k^, qS = S^T q': own rows, the lanes of the same c (shuffles), the warps (shared memory).
       float kS[E], qS[E];
 #pragma unroll
       for (int e = 0; e < E; ++e) kS[e] = 0.f, qS[e] = 0.f;
@@ -230,7 +273,6 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
           const int p = p4 + m;
-          w[p] = reinterpret_cast<const uint4*>(stg)[p * NT + tid];
 #pragma unroll
           for (int e = 0; e < E; ++e) {
             const float x = pipe::elem<ST, 0>(w[p], e);
@@ -247,8 +289,9 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
           *reinterpret_cast<float4*>(&s_red[warp][1][E * c + e]) = make_float4(qS[e], qS[e + 1], qS[e + 2], qS[e + 3]);
         }
       }
-      __syncthreads();          // partial sums and k^ visible; every thread is done reading this stage
-      issue(nsrc, nslot, buf);  // refill it: S tiles in flight during the update
+      __syncthreads();  // partial sums and k^ visible; every thread is done reading this stage's q, k, v
+      if constexpr (!pipe::early_refill<ST>()) issue_rows(rows_src(t + S * stride, nslot), buf);
+      if (tid == 0) issue_act(t + S * stride, nslot, buf);  // the rest of its refill
       float u[E], o[E];
 #pragma unroll
       for (int e = 0; e < E; e += 4) {
@@ -290,7 +333,7 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
     cur = nxt;
     buf = buf + 1 == S ? 0 : buf + 1;
   }
-  cp_async_wait<0>();  // no copy outlives the CTA (tiles past the end issue empty groups)
+  // No copy outlives the CTA: every tile it staged is one it walked (tiles past the end stage nothing).
 }
 
 // Persistent grid: resident CTAs per SM from the occupancy of this shared-memory size (queried per launch: host
