@@ -190,27 +190,18 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
     rows16(s.v, static_cast<const E*>(a.v) + sb * a.v_sb + h * a.v_sh + t0 * a.v_st, a.v_st);
     cp_async_commit();
   }
-  // dS rows 64 wgi + 16 wi + g (+ 8), values 16 ks + 2 t4 (+ 1) (+ 8), and <S0, dS>_F over them (S0's bf16 pairs
-  // read from global here as well: the S0 tile lands with the second group, and dS's fp32 values are dead by then)
-  uint32_t dsh[8][4], dsl[8][4];  // dS split into hi + lo A fragments
+  // dS rows 64 wgi + 16 wi + g (+ 8), values 16 ks + 2 t4 (+ 1) (+ 8): in flight with the first group, split into A
+  // fragments once the first products are issued
+  float dsf[8][4][2];
   {
-    const int64_t o = (64 * wgi + 16 * wi + g) * V + 2 * t4;
-    const float* dSg = a.dS + rec * (K * V) + o;
-    const uint32_t* S0g = reinterpret_cast<const uint32_t*>(a.S0 + rec * (K * V) + o);
-    float acc = 0.f;
+    const float* dSg = a.dS + rec * (K * V) + (64 * wgi + 16 * wi + g) * V + 2 * t4;
 #pragma unroll
     for (int ks = 0; ks < 8; ++ks)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int off = (e & 1) * 8 * V + 16 * ks + (e >> 1) * 8;
-        const float2 x = *reinterpret_cast<const float2*>(dSg + off);
-        const float2 s2 = chunk_detail::widen_pair<true>(S0g[off / 2]);
-        acc = fmaf(s2.x, x.x, fmaf(s2.y, x.y, acc));
-        const Split2 y = split_pair<false>(x.x, x.y);
-        dsh[ks][e] = y.hi, dsl[ks][e] = y.lo;
+        const float2 x = *reinterpret_cast<const float2*>(dSg + (e & 1) * 8 * V + 16 * ks + (e >> 1) * 8);
+        dsf[ks][e][0] = x.x, dsf[ks][e][1] = x.y;
       }
-    acc = lane_sum<1, 32>(acc);
-    if (lane == 0) s.red[tid >> 5] = acc;
   }
   cp_async_wait<2>();
   __syncthreads();  // the first group landed
@@ -250,6 +241,14 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
                           ks > 0);
     wg::commit();
   }
+  uint32_t dsh[8][4], dsl[8][4];
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const Split2 y = split_pair<false>(dsf[ks][e][0], dsf[ks][e][1]);
+      dsh[ks][e] = y.hi, dsl[ks][e] = y.lo;
+    }
   {
     float(&kv32)[32] = reinterpret_cast<float(&)[32]>(kbar);
     wg::fence();
@@ -327,6 +326,21 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
   cp_async_wait<1>();  // S0 and the raw dU (this thread's copies; every thread's after the barrier)
   wg::fence_async_smem();
   __syncthreads();  // R0, R1^T complete; S0 and the raw dU landed
+  {                 // <S0, dS>_F per warp (dS as hi + lo: its fp32 value to ~2^-17)
+    float acc = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = 64 * wgi + 16 * wi + g + (e & 1) * 8, val = 16 * ks + 2 * t4 + (e >> 1) * 8;
+        const float2 s2 = chunk_detail::widen_pair<true>(
+            *reinterpret_cast<const uint32_t*>(&s.s0[key >> 6][val >> 6][gwg::at16(key & 63, val & 63)]));
+        const float2 h2 = chunk_detail::widen_pair<true>(dsh[ks][e]), l2 = chunk_detail::widen_pair<true>(dsl[ks][e]);
+        acc = fmaf(s2.x, h2.x + l2.x, fmaf(s2.y, h2.y + l2.y, acc));
+      }
+    acc = lane_sum<1, 32>(acc);
+    if (lane == 0) s.red[tid >> 5] = acc;
+  }
 
   // ---- phase 2: dQ^T = K^T R0^T, dK^T += Q^T R1, S0 dO^T
   float dq[8][4], tq[8][4];
@@ -674,7 +688,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       }
   }
   __syncthreads();
-#pragma unroll 1
+#pragma unroll
   for (int i = 0; i < 8; ++i) {  // 64 rows x 32 vectors
     const int idx = tid + 256 * i, t = idx >> 5, c4 = 4 * (idx & 31);
     if (t < nv) {
