@@ -109,6 +109,18 @@ __device__ __forceinline__ float col_sum(float x) {
   return lane_sum<4, 32>(x);
 }
 
+// The per-token sums x[jn][u] (token 8 jn + 2 t4 + u, this lane's two keys) of a warp's key-row block, summed over
+// its 16 keys (the lanes of equal t4) into dst[token].
+__device__ __forceinline__ void put_key_sums(float* dst, const float (&x)[8][2], int g, int t4) {
+#pragma unroll
+  for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const float y = col_sum(x[jn][u]);
+      if (g == 0) dst[8 * jn + 2 * t4 + u] = y;
+    }
+}
+
 }  // namespace gwg
 
 template <class E>
@@ -315,13 +327,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
         }
         tp[jn][u] = kbt * rk * acc;
       }
-#pragma unroll
-    for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const float x = gwg::col_sum(tp[jn][u]);
-        if (g == 0) s.pk[1][4 * wgi + wi][8 * jn + 2 * t4 + u] = x;
-      }
+    gwg::put_key_sums(s.pk[1][4 * wgi + wi], tp, g, t4);
   }
   cp_async_wait<1>();  // S0 and the raw dU (this thread's copies; every thread's after the barrier)
   wg::fence_async_smem();
@@ -385,13 +391,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
         }
         gq[jn][u] = s.rows[1][t] * acc;
       }
-#pragma unroll
-    for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const float x = gwg::col_sum(gq[jn][u]);
-        if (g == 0) s.pk[0][4 * wgi + wi][8 * jn + 2 * t4 + u] = x;
-      }
+    gwg::put_key_sums(s.pk[0][4 * wgi + wi], gq, g, t4);
   }
   // dU (raw fp32 in dut) as this thread's accumulator-layout elements of value half wgi: rows 16 wi + g (+ 8)
   float du[8][4];
@@ -531,13 +531,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
           }
           kd[jn][u] = s.rows[2][t] * acc;
         }
-#pragma unroll
-      for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const float x = gwg::col_sum(kd[jn][u]);
-          if (g == 0) s.pk[2][4 * wgi + wi][8 * jn + 2 * t4 + u] = x;
-        }
+      gwg::put_key_sums(s.pk[2][4 * wgi + wi], kd, g, t4);
     }
     // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} rho_k,s (dW_r . k_s), strictly lower: dA^T split into dut[0]
 #pragma unroll
