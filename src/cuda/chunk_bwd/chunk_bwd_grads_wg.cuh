@@ -121,6 +121,33 @@ __device__ __forceinline__ void put_key_sums(float* dst, const float (&x)[8][2],
     }
 }
 
+// d = A^T B over the chunk's 64 rows, A split (the record's hi and lo tiles, A^T as register fragments by
+// ldmatrix.trans), B split with B^T [N][64] at byte offsets hi, lo from the descriptor low word b: (A_lo, B_hi),
+// (A_hi, B_lo), (A_hi, B_hi), one wgmma group, waited. N = 64 or 32.
+template <int N>
+__device__ __forceinline__ void at_times_split(float (&d)[N / 8][4], const unsigned char (&a)[2][8192], uint32_t b,
+                                               uint32_t hi, uint32_t lo, int wi, int lane) {
+  uint32_t ah[4][4], al[4][4];
+  load_t_frags(&a[0][0], 16 * wi, lane, ah);
+  load_t_frags(&a[1][0], 16 * wi, lane, al);
+  float(&dv)[N / 2] = reinterpret_cast<float(&)[N / 2]>(d);
+  const auto mma = [&](const uint32_t(&f)[4], uint32_t off, int acc) {
+    if constexpr (N == 64)
+      wg::mma_rs_n64<true>(dv, f, wg::desc_at(b, off), acc);
+    else
+      wg::mma_rs_n32_bf16(dv, f, wg::desc_at(b, off), acc);
+  };
+  wg::fence();
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) mma(al[kc], hi + kc * 32, kc > 0);
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) mma(ah[kc], lo + kc * 32, 1);
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) mma(ah[kc], hi + kc * 32, 1);
+  wg::commit();
+  wg::wait0();
+}
+
 }  // namespace gwg
 
 template <class E>
@@ -415,25 +442,8 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
 
   // ---- phase 3: dV' = A^T dU (value half wgi), dW = -dU S0^T (key half wgi)
   {
-    float dv[8][4];
-    {
-      uint32_t ah[4][4], al[4][4];
-      gwg::load_t_frags(&s.a[0][0], 16 * wi, lane, ah);
-      gwg::load_t_frags(&s.a[1][0], 16 * wi, lane, al);
-      float(&d32)[32] = reinterpret_cast<float(&)[32]>(dv);
-      wg::fence();
-      // (A_lo, dU_hi), (A_hi, dU_lo), (A_hi, dU_hi); B^T = dU^T [value][token]
-#pragma unroll
-      for (int kc = 0; kc < 4; ++kc)
-        wg::mma_rs_n64<true>(d32, al[kc], wg::desc_at(dut_l, 8192 * wgi + kc * 32), kc > 0);
-#pragma unroll
-      for (int kc = 0; kc < 4; ++kc)
-        wg::mma_rs_n64<true>(d32, ah[kc], wg::desc_at(dut_l, 16384 + 8192 * wgi + kc * 32), 1);
-#pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(d32, ah[kc], wg::desc_at(dut_l, 8192 * wgi + kc * 32), 1);
-      wg::commit();
-      wg::wait0();
-    }
+    float dv[8][4];  // B^T = dU^T [value][token] of value half wgi
+    gwg::at_times_split<64>(dv, s.a, dut_l, 8192 * wgi, 16384 + 8192 * wgi, wi, lane);
     // dv = diag(b) dV' (rows < nv); v . dV' per token; dV' split into u (rows, value half wgi)
     float vp[2] = {0.f, 0.f};
 #pragma unroll
@@ -549,20 +559,8 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
 
   // ---- phase 5: Y = A^T dA (columns 32 wgi ..): (A_lo, dA_hi), (A_hi, dA_lo), (A_hi, dA_hi)
   {
-    float y[4][4];
-    uint32_t ah[4][4], al[4][4];
-    gwg::load_t_frags(&s.a[0][0], 16 * wi, lane, ah);
-    gwg::load_t_frags(&s.a[1][0], 16 * wi, lane, al);
-    float(&y16)[16] = reinterpret_cast<float(&)[16]>(y);
-    wg::fence();
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(y16, al[kc], wg::desc_at(dut_l, 4096 * wgi + kc * 32), kc > 0);
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(y16, ah[kc], wg::desc_at(dut_l, 8192 + 4096 * wgi + kc * 32), 1);
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(y16, ah[kc], wg::desc_at(dut_l, 4096 * wgi + kc * 32), 1);
-    wg::commit();
-    wg::wait0();
+    float y[4][4];  // B^T = dA^T [s][s'], rows 32 wgi ..
+    gwg::at_times_split<32>(y, s.a, dut_l, 4096 * wgi, 8192 + 4096 * wgi, wi, lane);
     gwg::put_rows<4>(dut_a + 16384, dut_a + 24576, y, 4 * wgi, wi, lane);  // Y [hi, lo] in dut[1]
   }
   wg::fence_async_smem();
