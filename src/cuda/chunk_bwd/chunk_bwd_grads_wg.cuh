@@ -11,8 +11,11 @@
 // diag(rho_q) X, Kbar = diag(kb) K^. Per item, in order (a CTA barrier between phases that read what the other
 // warpgroup wrote):
 //
-//   1  dKbar^T = dS U^T (dS from global as register A fragments, split; U split): 24 wgmma n64; dP = dO U^T and
-//      Q K^T: 24 n32. dK^T = diag(kb) dKbar^T, tau; X, Z = dP (.) P -> R0 (rows), R1^T (transposed), both split.
+//   0  loads in three cp.async groups, in the order the phases read them (q, k, dO, U raw; S0, dU raw; A, v), so
+//      that the last two land under phase 1; dS by plain loads into registers. U split into its tiles.
+//   1  dP = dO U^T and Q K^T: 24 n32; then dKbar^T = dS U^T (dS as register A fragments, split; U split): 24 n64,
+//      issued while X, Z = dP (.) P -> R0 (rows), R1^T (transposed), both split, are formed; dK^T = diag(kb)
+//      dKbar^T, tau.
 //   2  dQ^T = K^T R0^T ... as K^T (X diag(rho_k))^T: 8 n64 (K^T by ldmatrix.trans); dK^T += Q^T R1: 8 n64; scale
 //      Gamma dO S0^T as S0 dO^T: 8 n64 -> dQ^T, its dgamma term. dU^T (value half j) and dU (rows, value half j)
 //      split from its raw fp32 copy.
@@ -38,8 +41,8 @@ constexpr int kGradWgThreads = 256;  // two warpgroups
 
 // Shared memory (every tile 64 rows x 128 bytes, 128-byte swizzled, 1024-byte aligned). Dead regions are reused:
 // r holds U's raw fp32 copy (phase 0), R0 and R1^T (1-2), dU split (2-4); u holds U split (0-1), dV' split (3-4), the
-// fp32 dL_b (.) D and R2 split (6-7), dq staged (8); dut holds dU's raw fp32 copy (0-2), dU^T split (2-3), dA^T and Y
-// split (4-6), dk staged (8); q and dO hold dW split (3-4).
+// fp32 dL_b (.) D and R2 split (6-7); dut holds dU's raw fp32 copy (0-2), dU^T split (2-3), dA^T and Y split (4-6),
+// dk staged (8); q and dO hold dW split (3-4); q and k hold dq staged (8).
 struct alignas(1024) GradWgSmem {
   unsigned char q[2][8192];        // q [key half][64 tokens x 64 keys]; later dW hi [key half]
   unsigned char k[2][8192];        // k [key half]
