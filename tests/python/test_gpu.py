@@ -174,6 +174,27 @@ def test_chunk_backward_chains_at_once_equal_one_after_the_other():
         grads(2, K=64)
 
 
+def test_chunk_backward_gradients_pass_wgmma_near_mma_sync():
+    # exec_options(chunk_bwd_grads=...): the gradients pass on wgmma (the default at K = V = 128, bf16) or mma.sync
+    # sums in other orders (within 2e-3 of each other, both near the fp64 oracle in the C++ suite); f16 cannot take
+    # the wgmma pass and says so
+    q, k, v, g, beta = inputs(1, 300, 1, 2, 128, 128, torch.bfloat16, seed=6)
+    do = torch.randn(1, 300, 2, 128, device="cuda", dtype=torch.bfloat16)
+
+    def grads(sel, dtype=torch.bfloat16):
+        xs = [(x.to(dtype) if x.dim() == 4 else x).clone().requires_grad_(True) for x in (q, k, v, g, beta)]
+        with flashgdn.exec_options(chunk_bwd_grads=sel):
+            o, _ = call(flashgdn.chunk_gated_delta_rule, *xs, use_qk_l2norm_in_kernel=True)
+            o.backward(do.to(dtype))
+        return [x.grad.double() for x in xs]
+
+    for a, b, c in zip(grads(0), grads(1), grads(2)):
+        assert torch.equal(a, c)
+        assert (a - b).norm() <= 2e-3 * b.norm()
+    with pytest.raises(Exception, match="chunk_bwd_grads"):
+        grads(2, dtype=torch.float16)
+
+
 def test_fused_recurrent_vs_oracle():
     lens = [1, 7, 0, 12]
     cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int64, device="cuda")
