@@ -124,6 +124,22 @@ __device__ __forceinline__ void put_key_sums(float* dst, const float (&x)[8][2],
     }
 }
 
+// d (+)= A B over 128 (8 k steps of 16), both operands from shared memory: A [64][128] and B^T [N][128], each two
+// swizzled [rows][64] halves 8 KiB apart, at byte offsets a_off, b_off from the descriptor low words a, b. first: d is
+// overwritten (accumulate = 0 on the first k step). N = 64 or 32.
+template <int N>
+__device__ __forceinline__ void mma_ss_k128(float (&d)[N / 2], uint32_t a, uint32_t a_off, uint32_t b, uint32_t b_off,
+                                            bool first) {
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks) {
+    const uint32_t k = uint32_t(ks >> 2) * 8192 + uint32_t(ks & 3) * 32;
+    if constexpr (N == 64)
+      wg::mma_ss_n64<true>(d, wg::desc_at(a, a_off + k), wg::desc_at(b, b_off + k), first ? ks > 0 : 1);
+    else
+      wg::mma_ss_n32_bf16(d, wg::desc_at(a, a_off + k), wg::desc_at(b, b_off + k), first ? ks > 0 : 1);
+  }
+}
+
 // d = A^T B over the chunk's 64 rows, A split (the record's hi and lo tiles, A^T as register fragments by
 // ldmatrix.trans), B split with B^T [N][64] at byte offsets hi, lo from the descriptor low word b: (A_lo, B_hi),
 // (A_hi, B_lo), (A_hi, B_hi), one wgmma group, waited. N = 64 or 32.
@@ -270,17 +286,9 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
     float(&qk16)[16] = reinterpret_cast<float(&)[16]>(qk);
     wg::fence();
     // (dO, U_lo), (dO, U_hi); B^T = U [s][value], rows 32 wgi ..
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wg::mma_ss_n32_bf16(dp16, wg::desc_at(do_l, kstep(ks, 8192)),
-                          wg::desc_at(u_l, 16384 + 4096 * wgi + kstep(ks, 8192)), ks > 0);
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wg::mma_ss_n32_bf16(dp16, wg::desc_at(do_l, kstep(ks, 8192)), wg::desc_at(u_l, 4096 * wgi + kstep(ks, 8192)), 1);
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wg::mma_ss_n32_bf16(qk16, wg::desc_at(q_l, kstep(ks, 8192)), wg::desc_at(k_l, 4096 * wgi + kstep(ks, 8192)),
-                          ks > 0);
+    gwg::mma_ss_k128<32>(dp16, do_l, 0, u_l, 16384 + 4096 * wgi, true);
+    gwg::mma_ss_k128<32>(dp16, do_l, 0, u_l, 4096 * wgi, false);
+    gwg::mma_ss_k128<32>(qk16, q_l, 0, k_l, 4096 * wgi, true);
     wg::commit();
   }
   uint32_t dsh[8][4], dsl[8][4];
@@ -396,10 +404,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
     for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(k32, qt[kc], wg::desc_at(r_l, 24576 + kc * 32), 1);
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(k32, qt[kc], wg::desc_at(r_l, 16384 + kc * 32), 1);
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wg::mma_ss_n64<true>(t32, wg::desc_at(s0_l, 16384 * wgi + kstep(ks, 8192)), wg::desc_at(do_l, kstep(ks, 8192)),
-                           ks > 0);
+    gwg::mma_ss_k128<64>(t32, s0_l, 16384 * wgi, do_l, 0, true);
     wg::commit();
     wg::wait0();
   }
@@ -476,13 +481,8 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
     float(&d32)[32] = reinterpret_cast<float(&)[32]>(dw);
     wg::fence();
     // dW = -(dU S0^T): A = dU [token][value] (lo, then hi), B^T = S0 [key][value] of key half wgi
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wg::mma_ss_n64<true>(d32, wg::desc_at(r_l, 16384 + kstep(ks, 8192)),
-                           wg::desc_at(s0_l, 16384 * wgi + kstep(ks, 8192)), ks > 0);
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wg::mma_ss_n64<true>(d32, wg::desc_at(r_l, kstep(ks, 8192)), wg::desc_at(s0_l, 16384 * wgi + kstep(ks, 8192)), 1);
+    gwg::mma_ss_k128<64>(d32, r_l, 16384, s0_l, 16384 * wgi, true);
+    gwg::mma_ss_k128<64>(d32, r_l, 0, s0_l, 16384 * wgi, false);
     wg::commit();
     wg::wait0();
 #pragma unroll
@@ -502,28 +502,13 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
     float(&wk16)[16] = reinterpret_cast<float(&)[16]>(wk);
     wg::fence();
     // S0 dV'^T: A = S0 [key][value], B^T = dV' [token][value] (lo, then hi)
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wg::mma_ss_n64<true>(t32, wg::desc_at(s0_l, 16384 * wgi + kstep(ks, 8192)),
-                           wg::desc_at(u_l, 16384 + kstep(ks, 8192)), ks > 0);
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wg::mma_ss_n64<true>(t32, wg::desc_at(s0_l, 16384 * wgi + kstep(ks, 8192)), wg::desc_at(u_l, kstep(ks, 8192)), 1);
-      // dU V^T (dU lo, hi) and dW K^T (dW lo, hi), columns 32 wgi ..
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wg::mma_ss_n32_bf16(ua16, wg::desc_at(r_l, 16384 + kstep(ks, 8192)),
-                          wg::desc_at(v_l, 4096 * wgi + kstep(ks, 8192)), ks > 0);
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wg::mma_ss_n32_bf16(ua16, wg::desc_at(r_l, kstep(ks, 8192)), wg::desc_at(v_l, 4096 * wgi + kstep(ks, 8192)), 1);
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wg::mma_ss_n32_bf16(wk16, wg::desc_at(do_l, kstep(ks, 8192)), wg::desc_at(k_l, 4096 * wgi + kstep(ks, 8192)),
-                          ks > 0);
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wg::mma_ss_n32_bf16(wk16, wg::desc_at(q_l, kstep(ks, 8192)), wg::desc_at(k_l, 4096 * wgi + kstep(ks, 8192)), 1);
+    gwg::mma_ss_k128<64>(t32, s0_l, 16384 * wgi, u_l, 16384, true);
+    gwg::mma_ss_k128<64>(t32, s0_l, 16384 * wgi, u_l, 0, false);
+    // dU V^T (dU lo, hi) and dW K^T (dW lo, hi), columns 32 wgi ..
+    gwg::mma_ss_k128<32>(ua16, r_l, 16384, v_l, 4096 * wgi, true);
+    gwg::mma_ss_k128<32>(ua16, r_l, 0, v_l, 4096 * wgi, false);
+    gwg::mma_ss_k128<32>(wk16, do_l, 0, k_l, 4096 * wgi, true);
+    gwg::mma_ss_k128<32>(wk16, q_l, 0, k_l, 4096 * wgi, false);
     wg::commit();
     wg::wait0();
     {  // A^T dW = -tw^T: dK^T += b_t e^gamma_t (A^T dW)^T; k^_t . (A^T dW)_t per token
@@ -585,10 +570,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc)
       wg::mma_ss_n32_bf16(ya16, wg::desc_at(dut_l, 16384 + kc * 32), wg::desc_at(a_l, 4096 * wgi + kc * 32), 1);
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wg::mma_ss_n32_bf16(kk16, wg::desc_at(k_l, kstep(ks, 8192)), wg::desc_at(k_l, 4096 * wgi + kstep(ks, 8192)),
-                          ks > 0);
+    gwg::mma_ss_k128<32>(kk16, k_l, 0, k_l, 4096 * wgi, true);
     wg::commit();
     wg::wait0();
     // dbeta_r += sum_s dL_rs E_rs; Z += dL_b (.) E (dL_b = diag(b) dL); Xf = dL_b (.) D into u (fp32 [64][64],
