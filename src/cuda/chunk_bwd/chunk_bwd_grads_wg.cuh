@@ -97,7 +97,8 @@ __device__ __forceinline__ void put_transposed(uint32_t hi, uint32_t lo, const f
 }
 
 // The A fragments of T^T for rows rw .. rw + 15 of T^T (columns of the stored tile), 4 k steps over the tile's rows:
-// ldmatrix.trans of one swizzled [64][64] tile (load_kt_frags for a single tile).
+// ldmatrix.trans of one swizzled [64][64] tile. chunk_detail::load_kt_frags for a tile known to be one half: no
+// select of the half per fragment (the measured kernel's code; load_kt_frags here changes its cubin).
 __device__ __forceinline__ void load_t_frags(const unsigned char* tile, int rw, int lane, uint32_t (&f)[4][4]) {
 #pragma unroll
   for (int kc = 0; kc < 4; ++kc) {
