@@ -54,6 +54,7 @@ struct alignas(1024) GradWgSmem {
   unsigned char dut[2][2][8192];   // dU^T [hi, lo][value half][64 values x 64 tokens]
   unsigned char r[2][2][8192];     // R0 [hi, lo] (r[0]) and R1^T [hi, lo] (r[1]); dU [hi, lo][value half]
   float rows[4][kC];               // the record's gamma, rho_q, rho_k, beta
+  float eg[kC], kb[kC];             // per token t < nv: e^{gamma_t}, e^{gamma_{nv-1} - gamma_t} (0 past nv)
   float pk[3][8][kC];              // per-token sums over each warp's keys: q^ . dQ_S0, tau, k^ . A^T dW
   float pv[2][2][kC];              // per-token sums over each warpgroup's columns: v . dV', dL . E
   float zrow[2][kC], zcol[4][kC];  // Z = dD (.) D: row sums per warpgroup, column sums per warp of 16 rows
@@ -277,8 +278,14 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       *reinterpret_cast<uint4*>(&s.u[1][ch >> 3][wg::swz(row, ch & 7)]) = make_uint4(p0.lo, p1.lo, p2.lo, p3.lo);
     }
   }
+  // The token decays once per item (the phases read them per accumulator element: 16 expf a thread at each of four
+  // sites took ~13% of the pass's instructions); D_rs = e^{gamma_r - gamma_s} stays one expf per entry (§5.8).
+  if (tid < kC) {
+    s.eg[tid] = tid < nv ? expf(s.rows[0][tid]) : 0.f;
+    s.kb[tid] = tid < nv ? expf(s.rows[0][nv - 1] - s.rows[0][tid]) : 0.f;
+  }
   wg::fence_async_smem();
-  __syncthreads();  // U split; the raw U in r is consumed
+  __syncthreads();  // U split; the raw U in r is consumed; the token decays
 
   // ---- phase 1: dP = dO U^T and Q K^T (columns 32 wgi ..), then dKbar^T = dS U^T
   float dk[8][4], kbar[8][4], dp[4][4], qk[4][4];
@@ -354,7 +361,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const int t = 8 * jn + 2 * t4 + u;
-        const float kbt = t < nv ? expf(s.rows[0][nv - 1] - s.rows[0][t]) : 0.f, rk = s.rows[2][t];
+        const float kbt = s.kb[t], rk = s.rows[2][t];
         float acc = 0.f;
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
@@ -416,7 +423,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const int t = 8 * jn + 2 * t4 + u;
-        const float f = t < nv ? lam * expf(s.rows[0][t]) : 0.f;
+        const float f = t < nv ? lam * s.eg[t] : 0.f;
         float acc = 0.f;
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
@@ -519,7 +526,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
           const int t = 8 * jn + 2 * t4 + u;
-          const float eg = t < nv ? expf(s.rows[0][t]) : 0.f, f = s.rows[3][t] * eg;
+          const float eg = s.eg[t], f = s.rows[3][t] * eg;
           float acc = 0.f;
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
@@ -538,7 +545,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = 16 * wi + g + 8 * (e >> 1), cc = 32 * wgi + 8 * jn + 2 * t4 + (e & 1);
-        const float eg = cc < nv ? expf(s.rows[0][cc]) : 0.f;
+        const float eg = s.eg[cc];
         ua[jn][e] = cc < r ? s.rows[3][cc] * (ua[jn][e] + eg * s.rows[2][cc] * wk[jn][e]) : 0.f;
       }
     gwg::put_transposed<4>(dut_a + 4096 * wgi, dut_a + 8192 + 4096 * wgi, ua, wi, lane);
@@ -686,7 +693,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       for (int w = 0; w < 8; ++w) gq += s.pk[0][w][r], tp += s.pk[1][w][r], kd += s.pk[2][w][r];
 #pragma unroll
       for (int w = 0; w < 4; ++w) zc += s.zcol[w][r];
-      const float zr = s.zrow[0][r] + s.zrow[1][r], eg = r < nv ? expf(s.rows[0][r]) : 0.f, br = s.rows[3][r];
+      const float zr = s.zrow[0][r] + s.zrow[1][r], eg = s.eg[r], br = s.rows[3][r];
       dgam[hr] = (gq + br * eg * kd) + (zr - zc);
       dbeta[hr] = (eg * kd + (s.pv[0][0][r] + s.pv[0][1][r])) + (s.pv[1][0][r] + s.pv[1][1][r]);
       tau[hr] = tp;
