@@ -1,6 +1,6 @@
 // The CUDA chunk_bwd (src/cuda/chunk_bwd/) run in the host emulation of emu.hpp against the CPU oracle (fp64
 // recurrence through the public API), on fresh random inputs with NaN outputs and NaN slack rows. Prints the
-// relative error of every gradient. Usage: harness <case 0-12> [chains: 2 | 1 | c | mma] (run.sh builds and runs
+// relative error of every gradient. Usage: harness <case 0-15> [chains: 2 | 1 | c | mma] (run.sh builds and runs
 // all). At K = V = 128 the second argument runs the chains on the wgmma kernels with 2 input stages (the plan's
 // choice), with 1 stage each (one after the other), with 1 stage both at once (exec.chunk_bwd_chains = 2), or pass 3
 // on the mma.sync kernel; 1 and c are also compared bitwise with 2 (the same products in the same order).
@@ -149,6 +149,19 @@ int main(int argc, char** argv) {
     c.layout = StateLayout::v_major;
     c.g_scale = 0.02;
   }
+  // Cases 13-15 mirror tests/cuda/test_chunk_bwd.cpp's hard K = V = 128 bf16 cases (its bcase seed, its inputs'
+  // order: the same tensors as on the GPU): identical keys with beta = 1, g = 0 (identical_keys_beta1_g0,
+  // make_problem's special 1), g = -30 (special 2), a larger random walk with the fused gate (after
+  // prep_t2000_hv32_k128v128).
+  if (which >= 13 && which <= 15) {
+    c.K = 128;
+    c.V = 128;
+    c.Hqk = 1;
+    c.Hv = 2;
+    c.T = which == 13 ? 128 : (which == 14 ? 200 : 500);
+    if (which == 15) c.Hqk = 4, c.Hv = 8, gate = true;
+    c.seed = 9100 + uint64_t(c.T) * 37 + uint64_t(c.Hv) * 5 + uint64_t(c.K);
+  }
   if (segments > 1) c.g_scale = 0.02;
   GdnInputs in = make_inputs(c);
   if (which == 10) {  // nearly parallel keys (correlation ~0.99): the cancelling sums of pass 4 at their worst
@@ -157,14 +170,14 @@ int main(int argc, char** argv) {
     in.beta.fill(1.0);
     in.g.fill(0.0);
   }
-  if (which == 6) {
+  if (which == 6 || which == 13) {
     for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
       for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i));
     in.beta.fill(1.0);
     in.g.fill(0.0);
   }
-  Rng rng(77);
-  if (which == 4) {
+  Rng rng(which >= 13 && which <= 15 ? c.seed + 4242 : 77);
+  if (which == 4 || which == 14) {
     in.g.fill(-30.0);
   }
   HostTensor alog, dtb;
