@@ -54,7 +54,7 @@ struct alignas(1024) GradWgSmem {
   unsigned char dut[2][2][8192];   // dU^T [hi, lo][value half][64 values x 64 tokens]
   unsigned char r[2][2][8192];     // R0 [hi, lo] (r[0]) and R1^T [hi, lo] (r[1]); dU [hi, lo][value half]
   float rows[4][kC];               // the record's gamma, rho_q, rho_k, beta
-  float eg[kC], kb[kC];             // per token t < nv: e^{gamma_t}, e^{gamma_{nv-1} - gamma_t} (0 past nv)
+  float eg[kC], kb[kC];            // per token t < nv: e^{gamma_t}, e^{gamma_{nv-1} - gamma_t} (0 past nv)
   float pk[3][8][kC];              // per-token sums over each warp's keys: q^ . dQ_S0, tau, k^ . A^T dW
   float pv[2][2][kC];              // per-token sums over each warpgroup's columns: v . dV', dL . E
   float zrow[2][kC], zcol[4][kC];  // Z = dD (.) D: row sums per warpgroup, column sums per warp of 16 rows
