@@ -109,6 +109,15 @@ __device__ __forceinline__ void load_t_frags(const unsigned char* tile, int rw, 
   }
 }
 
+// Row r and column c of element e of 8-column group jn in a warp's 16-row block (warp wi of its warpgroup) of an
+// m64n32 accumulator that holds columns 32 wgi .. 32 wgi + 31 of a 64 x 64 product (dP, dA, Y, dL).
+struct RowCol {
+  int r, c;
+};
+__device__ __forceinline__ RowCol n32_at(int wi, int wgi, int g, int t4, int jn, int e) {
+  return {16 * wi + g + 8 * (e >> 1), 32 * wgi + 8 * jn + 2 * t4 + (e & 1)};
+}
+
 // Sum over the 8 lanes of equal t4 (the rows g of a warp's 16-row block): lanes 0..3 end with the column sums.
 __device__ __forceinline__ float col_sum(float x) {
   return lane_sum<4, 32>(x);
@@ -326,7 +335,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
     for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = 16 * wi + g + 8 * (e >> 1), cc = 32 * wgi + 8 * jn + 2 * t4 + (e & 1);
+        const auto [r, cc] = gwg::n32_at(wi, wgi, g, t4, jn, e);
         float x = 0.f;
         if (cc <= r) {
           x = lam * dp[jn][e] * expf(s.rows[0][r] - s.rows[0][cc]);
@@ -544,7 +553,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
     for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = 16 * wi + g + 8 * (e >> 1), cc = 32 * wgi + 8 * jn + 2 * t4 + (e & 1);
+        const auto [r, cc] = gwg::n32_at(wi, wgi, g, t4, jn, e);
         const float eg = s.eg[cc];
         ua[jn][e] = cc < r ? s.rows[3][cc] * (ua[jn][e] + eg * s.rows[2][cc] * wk[jn][e]) : 0.f;
       }
@@ -589,7 +598,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
     for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = 16 * wi + g + 8 * (e >> 1), cc = 32 * wgi + 8 * jn + 2 * t4 + (e & 1);
+        const auto [r, cc] = gwg::n32_at(wi, wgi, g, t4, jn, e);
         float x = 0.f;
         if (cc < r) {
           const float dl = -ya[jn][e], D = expf(s.rows[0][r] - s.rows[0][cc]);
