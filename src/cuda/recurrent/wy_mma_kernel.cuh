@@ -145,9 +145,9 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
   using QK = std::conditional_t<QK_BF16, __nv_bfloat16, __half>;
   __shared__ __align__(16) uint16_t s_k[NP][K][kLd];   // raw k [logical key][token] (hi, lo)
   __shared__ __align__(16) uint16_t s_q[NP][K][kLd];   // raw q
-  __shared__ __align__(16) uint16_t s_t[2][C][kLd];    // T = (I + A)^{-1} [t][s], hi and lo
+  __shared__ __align__(16) uint16_t s_t[2][C][kLd];    // T^T [s][t], T = (I + A)^{-1}, hi and lo
   __shared__ __align__(16) uint16_t s_b[2][C][kLd];    // B [t][s], hi and lo
-  __shared__ __align__(16) float s_a[C][C];            // A [t][s] (fp32, for the substitution)
+  __shared__ __align__(16) float s_a[C][C];            // A^T [s][t] (fp32, for the substitution)
   __shared__ float s_g[C], s_be[C], s_rk[C], s_rq[C];  // gate, beta, 1 / |k|, scale / |q| per token
   __shared__ float s_d[C], s_e[C];                     // e^{gamma_t}, e^{gamma_last - gamma_t}
   // the start state as it lands (cp.async: each thread its own pairs, read back by itself; no registers held while
@@ -159,7 +159,9 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const int mi = lane >> 3, mr = lane & 7;  // ldmatrix: the matrix and row this lane addresses
 
-  // ---- a tile's row: coordinates, token range, start slot (index loads; issued here, waited where first used) ----
+  // ---- a tile's row: coordinates and token range (row_of), then start slot and gate parameters (row_slot). Index
+  // loads, issued there; the slot's check waits for its load at once, so row_slot follows the loads that need no slot
+  // ----
   auto row_of = [&](uint32_t tile) {
     Row r;
     const uint32_t nh = udiv(tile, a.vt), n = udiv(nh, a.hv);
@@ -171,6 +173,10 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
       r.bos = cu0 < 0 ? 0 : (cu0 > a.T ? a.T : cu0);
       r.len = (cu1 < r.bos ? r.bos : (cu1 > a.T ? a.T : cu1)) - r.bos;
     }
+    return r;
+  };
+  auto row_slot = [&](Row& r) {
+    const int64_t n = r.n;
     int64_t slot = n;
     if (a.T_max > 0) {  // start slot [n, a - 1], a = num_accepted_tokens[n] (1 when absent)
       const int64_t acc = a.num_accepted ? load_index(a.num_accepted, a.na_i64, n * a.na_s) : 1;
@@ -182,7 +188,6 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
     r.slot = slot_ok(slot, a.slots, a.null_slot_is_invalid) ? slot : -1;
     r.alog = a.gate_in_kernel ? load1(a.A_log, a.A_log_dtype, r.h * a.A_log_s) : 0.f;
     r.dtb = a.gate_in_kernel && a.dt_bias ? load1(a.dt_bias, a.dt_bias_dtype, r.h * a.dt_bias_s) : 0.f;
-    return r;
   };
   const int kb = (K / 4) * t4;  // this thread's first key
   const bool v_bf16 = a.v_dtype == DType::bf16;
@@ -247,15 +252,18 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
   pdl_start();  // every global access below follows the previous kernel in the stream
   uint32_t tile = blockIdx.x;
   Row r = row_of(tile);
-  issue_state(r);
+  // the first chunk's loads ahead of the start slot: they need the row's token range only, so they fly with the slot's
+  // index load (issued behind it, they waited for it: the slot's check and the state copy's addresses use it)
   if (r.len > 0) load_chunk(r, 0);
+  row_slot(r);
+  issue_state(r);
   float s[NJ][4];
 #pragma unroll 1
   for (;;) {
     const uint32_t nxt = tile + gridDim.x;
     const bool has_next = nxt < ntiles;
     Row rn;
-    if (has_next) rn = row_of(nxt);
+    if (has_next) rn = row_of(nxt), row_slot(rn);
     const int64_t len = r.len, bos = r.bos, b = r.b;
     const int h = r.h, j0 = r.j0, c0 = j0 + 16 * warp + 2 * g;
     if (len > 0 && r.slot < 0) {  // invalid row: exact zeros to its o, nothing else
@@ -361,9 +369,10 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
         // after: k^_t.k^_s = rk_t rk_s (k_t.k_s), q'_t.k^_s = rq_t rk_s (q_t.k_s) ----
         if (warp < 2) {
           const uint16_t(*xs)[K][kLd] = warp == 0 ? s_k : s_q;
-          float acc[2][4] = {};
+          float acc[2][2][4] = {};  // [ks % 2][nt]: two dependent chains a tile, each half as long
 #pragma unroll
           for (int ks = 0; ks < K / 16; ++ks) {
+            float(&ac)[2][4] = acc[ks & 1];
             // matrices (key half, token half) in the order (0,0), (1,0), (0,1), (1,1): B fragments of k as they are,
             // A fragments of x [token][key] as {0, 2, 1, 3}
             const int row = 16 * ks + (mi & 1) * 8 + mr, col = (mi >> 1) * 8;
@@ -372,8 +381,8 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
             ldsm_x4_t(xh, &xs[0][row][col]);
             const uint32_t ah[4] = {xh[0], xh[2], xh[1], xh[3]};
             if constexpr (NP == 1) {
-              mma(acc[0], ah, bh[0], bh[1]);
-              mma(acc[1], ah, bh[2], bh[3]);
+              mma(ac[0], ah, bh[0], bh[1]);
+              mma(ac[1], ah, bh[2], bh[3]);
             } else {  // all four parts: the f16 dots stay exact to fp32 accumulation
               uint32_t bl[4], xl[4];
               ldsm_x4_t(bl, &s_k[1][row][col]);
@@ -381,55 +390,93 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
               const uint32_t al[4] = {xl[0], xl[2], xl[1], xl[3]};
 #pragma unroll
               for (int nt = 0; nt < 2; ++nt) {
-                mma(acc[nt], ah, bh[2 * nt], bh[2 * nt + 1]);
-                mma(acc[nt], al, bh[2 * nt], bh[2 * nt + 1]);
-                mma(acc[nt], ah, bl[2 * nt], bl[2 * nt + 1]);
-                mma(acc[nt], al, bl[2 * nt], bl[2 * nt + 1]);
+                mma(ac[nt], ah, bh[2 * nt], bh[2 * nt + 1]);
+                mma(ac[nt], al, bh[2 * nt], bh[2 * nt + 1]);
+                mma(ac[nt], ah, bl[2 * nt], bl[2 * nt + 1]);
+                mma(ac[nt], al, bl[2 * nt], bl[2 * nt + 1]);
               }
             }
           }
-          // element (t, s) of acc[nt][e]: t = g + 8 (e / 2), s = 8 nt + 2 t4 + e % 2
+          // element (t, s) of the two chains' sum: t = g + 8 (e / 2), s = 8 nt + 2 t4 + e % 2, times e^{gamma_t -
+          // gamma_s} rt_t rk_s (rt: A beta_t rk_t, B rq_t) for every element; the triangle and the chunk's end select
+          // after (§5.8: above the diagonal the exponential may be inf; a select, never a multiplied mask).
+          // Branch-free, the 8 elements' shuffles, loads and exponentials overlap (a conditional factor made a branch
+          // per element, each waiting on its own)
+          float gt[2], rt[2], gs[2][2], ks[2][2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int t = g + 8 * h;
+            gt[h] = __shfl_sync(0xffffffffu, gam, t);
+            const float be = s_be[t], rk = s_rk[t], rq = s_rq[t];
+            rt[h] = warp == 0 ? be * rk : rq;
+          }
 #pragma unroll
           for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int t = g + 8 * (e >> 1), sx = 8 * nt + 2 * t4 + (e & 1);
-              const float dg = __shfl_sync(0xffffffffu, gam, t) - __shfl_sync(0xffffffffu, gam, sx);
-              if (warp == 0) {  // select, never a multiplied mask (§5.8)
-                s_a[t][sx] = sx < t && t < tc ? s_be[t] * expf(dg) * s_rk[t] * s_rk[sx] * acc[nt][e] : 0.f;
-              } else {
-                const float x = sx <= t && t < tc ? expf(dg) * s_rq[t] * s_rk[sx] * acc[nt][e] : 0.f;
+            for (int e = 0; e < 2; ++e) {
+              const int sx = 8 * nt + 2 * t4 + e;
+              gs[nt][e] = __shfl_sync(0xffffffffu, gam, sx);
+              ks[nt][e] = s_rk[sx];
+            }
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              acc[0][nt][e] =
+                  (acc[0][nt][e] + acc[1][nt][e]) * expf(gt[e >> 1] - gs[nt][e & 1]) * rt[e >> 1] * ks[nt][e & 1];
+          if (warp == 0) {  // A^T [s][t]: the substitution reads A's columns
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int t = g + 8 * (e >> 1), sx = 8 * nt + 2 * t4 + (e & 1);
+                s_a[sx][t] = sx < t && t < tc ? acc[0][nt][e] : 0.f;
+              }
+          } else {
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int t = g + 8 * (e >> 1), sx = 8 * nt + 2 * t4 + (e & 1);
                 uint32_t hi, lo;
-                split2(x, 0.f, hi, lo);
+                split2(sx <= t && t < tc ? acc[0][nt][e] : 0.f, 0.f, hi, lo);
                 s_b[0][t][sx] = uint16_t(hi), s_b[1][t][sx] = uint16_t(lo);
               }
-            }
+          }
           if (warp == 0) {
             __syncwarp();
             // T = (I + A)^{-1} by forward substitution, column m per lane (gdn-math §5.7): T[t][m] = [t = m] -
-            // sum_{s<t} A[t][s] T[s][m]; rows past the chunk's tokens are zero
+            // sum_{s<t} A[t][s] T[s][m], in the column order: x_t starts at [t = m] and takes -A[t][s] T[s][m] for
+            // every t > s as soon as T[s][m] = x_s is final, so each T[s][m] is one FFMA behind the one before (the
+            // row order put a row's t / 2 dependent products behind the row before). A's columns (rows of A^T,
+            // broadcast 16-byte loads) do not depend on x: issued ahead. Rows past the chunk's tokens: A is zero
+            // there (x_t = [t = m] stays finite and enters nothing), and T selects them to zero.
             if (lane < C) {
-              float tcol[C];
+              float x[C];
 #pragma unroll
-              for (int t = 0; t < C; ++t) {
-                float ar[C];  // row t of A (broadcast 16-byte loads, independent of tcol: issued ahead)
+              for (int t = 0; t < C; ++t) x[t] = t == lane ? 1.f : 0.f;
 #pragma unroll
-                for (int x4 = 0; x4 < C / 4; ++x4) {
-                  const float4 v4 = *reinterpret_cast<const float4*>(&s_a[t][4 * x4]);
-                  ar[4 * x4] = v4.x, ar[4 * x4 + 1] = v4.y, ar[4 * x4 + 2] = v4.z, ar[4 * x4 + 3] = v4.w;
+              for (int sx = 0; sx < C - 1; ++sx) {
+                float ac[C];  // column sx of A, rows 4 ((sx + 1) / 4) .. C - 1
+#pragma unroll
+                for (int x4 = (sx + 1) / 4; x4 < C / 4; ++x4) {
+                  const float4 v4 = *reinterpret_cast<const float4*>(&s_a[sx][4 * x4]);
+                  ac[4 * x4] = v4.x, ac[4 * x4 + 1] = v4.y, ac[4 * x4 + 2] = v4.z, ac[4 * x4 + 3] = v4.w;
                 }
-                float x0 = t == lane ? 1.f : 0.f, x1 = 0.f;  // two partial sums: half the dependent chain
 #pragma unroll
-                for (int sx = 0; sx < t; ++sx) {
-                  if (sx & 1)
-                    x1 = fmaf(-ar[sx], tcol[sx], x1);
-                  else
-                    x0 = fmaf(-ar[sx], tcol[sx], x0);
-                }
-                tcol[t] = t < tc ? x0 + x1 : 0.f;
-                uint32_t hi, lo;
-                split2(tcol[t], 0.f, hi, lo);
-                s_t[0][t][lane] = uint16_t(hi), s_t[1][t][lane] = uint16_t(lo);
+                for (int t = sx + 1; t < C; ++t) x[t] = fmaf(-ac[t], x[sx], x[t]);
+              }
+              // T^T [m][t] = T[t][m]: this lane's column is a row of s_t, hi and lo, two 16-byte stores each
+              uint32_t hi[C / 2], lo[C / 2];
+#pragma unroll
+              for (int p = 0; p < C / 2; ++p)
+                split2(2 * p < tc ? x[2 * p] : 0.f, 2 * p + 1 < tc ? x[2 * p + 1] : 0.f, hi[p], lo[p]);
+#pragma unroll
+              for (int p = 0; p < 2; ++p) {
+                *reinterpret_cast<uint4*>(&s_t[0][lane][8 * p]) =
+                    make_uint4(hi[4 * p], hi[4 * p + 1], hi[4 * p + 2], hi[4 * p + 3]);
+                *reinterpret_cast<uint4*>(&s_t[1][lane][8 * p]) =
+                    make_uint4(lo[4 * p], lo[4 * p + 1], lo[4 * p + 2], lo[4 * p + 3]);
               }
             }
           }
@@ -447,8 +494,9 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
           if (has_next) issue_state(rn);  // into this thread's own pairs, just read
         }
 
-        // ---- S0^T k_t and S0^T q_t (raw rows), 16 columns x 16 tokens each, over the keys ----
-        float acck[2][4] = {}, accq[2][4] = {};
+        // ---- S0^T k_t and S0^T q_t (raw rows), 16 columns x 16 tokens each, over the keys: two accumulators a
+        // product by the parity of the key step (each chain K / 16 dependent mma, not K / 8), summed after ----
+        float acck[2][2][4] = {}, accq[2][2][4] = {};  // [ks % 2][nt]
 #pragma unroll
         for (int ks = 0; ks < K / 16; ++ks) {
           uint32_t ah[4], al[4];
@@ -460,10 +508,14 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
           for (int p = 0; p < NP; ++p) ldsm_x4_t(fk[p], &s_k[p][row][col]), ldsm_x4_t(fq[p], &s_q[p][row][col]);
 #pragma unroll
           for (int nt = 0; nt < 2; ++nt) {
-            mma_split<NP>(acck[nt], ah, al, &fk[0][2 * nt], &fk[NP - 1][2 * nt]);
-            mma_split<NP>(accq[nt], ah, al, &fq[0][2 * nt], &fq[NP - 1][2 * nt]);
+            mma_split<NP>(acck[ks & 1][nt], ah, al, &fk[0][2 * nt], &fk[NP - 1][2 * nt]);
+            mma_split<NP>(accq[ks & 1][nt], ah, al, &fq[0][2 * nt], &fq[NP - 1][2 * nt]);
           }
         }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acck[0][nt][e] += acck[1][nt][e], accq[0][nt][e] += accq[1][nt][e];
         __syncthreads();  // T, B, the decay scalars
 
         // ---- r^T = beta (v - e^{gamma} rk S0^T k), qs^T = e^{gamma} rq S0^T q: element (column c0 + e / 2, token
@@ -476,18 +528,21 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
             const int t = nt * 8 + 2 * t4 + ee;
             const float2 vv = act_pair(vb[nt][ee], v_bf16);
             const float be = s_be[t], dk = s_d[t] * s_rk[t], dq = s_d[t] * s_rq[t];
-            r[nt][ee] = be * (vv.x - dk * acck[nt][ee]);
-            r[nt][2 + ee] = be * (vv.y - dk * acck[nt][2 + ee]);
-            o[nt][ee] = dq * accq[nt][ee], o[nt][2 + ee] = dq * accq[nt][2 + ee];
+            r[nt][ee] = be * (vv.x - dk * acck[0][nt][ee]);
+            r[nt][2 + ee] = be * (vv.y - dk * acck[0][nt][2 + ee]);
+            o[nt][ee] = dq * accq[0][nt][ee], o[nt][2 + ee] = dq * accq[0][nt][2 + ee];
           }
-        // ---- u^T = r^T T^T, then o^T += u^T B^T (B fragments of T and B: matrices (token half, s half) in the order
-        // (0,0), (0,1), (1,0), (1,1)) ----
+        // ---- u^T = r^T T^T, then o^T += u^T B^T (B fragments of B: matrices (token half, s half) in the order (0,0),
+        // (0,1), (1,0), (1,1)) ----
         float u[2][4] = {};
         {
           const int row = (mi >> 1) * 8 + mr, col = (mi & 1) * 8;
           uint32_t ah[4], al[4], fh[4], fl[4];  // (one operand pair at a time: the register peak is here)
           afrag(r[0], r[1], ah, al);
-          ldsm_x4(fh, &s_t[0][row][col]), ldsm_x4(fl, &s_t[1][row][col]);
+          // T^T [s][t] as stored (as s_k: K-major), by the transposing load: matrices (s half, t half) in the order
+          // (0,0), (1,0), (0,1), (1,1)
+          const int srow = (mi & 1) * 8 + mr, tcol = (mi >> 1) * 8;
+          ldsm_x4_t(fh, &s_t[0][srow][tcol]), ldsm_x4_t(fl, &s_t[1][srow][tcol]);
 #pragma unroll
           for (int nt = 0; nt < 2; ++nt) mma_split<2>(u[nt], ah, al, &fh[2 * nt], &fl[2 * nt]);
           afrag(u[0], u[1], ah, al);
