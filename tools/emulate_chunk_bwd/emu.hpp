@@ -215,6 +215,14 @@ inline unsigned __float_as_uint(float x) {
 inline unsigned __umulhi(unsigned x, unsigned y) {
   return unsigned(uint64_t(x) * y >> 32);
 }
+// ld.global.cg (the direct kernel's state loads) as a plain load; __trap as abort.
+template <class T>
+inline T __ldcg(const T* p) {
+  return *p;
+}
+[[noreturn]] inline void __trap() {
+  std::abort();
+}
 inline float rsqrtf(float x) {
   return 1.f / std::sqrt(x);
 }

@@ -117,7 +117,7 @@ SOURCES = (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk
            ("chunk_fwd/chunk_fwd_intra.cuh", "chunk_fwd_intra.cuh"),
            ("chunk_fwd/chunk_fwd_state_wg.cuh", "chunk_fwd_state_wg.cuh"), ("chunk_fwd/chunk_fwd_state.cuh", "chunk_fwd_state.cuh"),
            ("chunk_fwd/chunk_fwd.cu", "chunk_fwd_host.inc"), ("recurrent/wy_kernel.cuh", "wy_kernel.cuh"),
-           ("recurrent/wy_mma_kernel.cuh", "wy_mma_kernel.cuh"))
+           ("recurrent/wy_mma_kernel.cuh", "wy_mma_kernel.cuh"), ("recurrent/direct_kernel.cuh", "direct_kernel.cuh"))
 for name, out in SOURCES:
     if not os.path.exists(os.path.join(src, name)):
         continue
@@ -140,6 +140,11 @@ for name, out in SOURCES:
     # wy::opaque: a register pin (mov x, x) that hides a value's origin from the compiler; wy::grid_ctas: %nctaid.x
     s = re.sub(r'asm volatile\("mov\.b32 %0, %0;"\s*:[^;]*\);', ";", s)
     s = re.sub(r'asm volatile\("mov\.u32 %0, %%nctaid\.x;"\s*:\s*"=r"\((\w+)\)\);', r"\1 = int32_t(gridDim.x);", s)
+    # direct::unpack (direct_kernel.cuh): the packed 16-bit state element e widened (bf16: its 16 bits moved into the
+    # high half; f16: cvt.f32.f16 of the low or high half), whichever instruction the device form uses
+    s = re.sub(r"  float f;\n  if constexpr \(std::is_same_v<H2, __nv_bfloat162>\) \{  // bf16 -> fp32.*?\n  return f;",
+               "  if constexpr (std::is_same_v<H2, __nv_bfloat162>) return __uint_as_float((e & 1) ? w & 0xffff0000u : w << 16);\n"
+               "  __half_raw r;\n  r.x = uint16_t((e & 1) ? w >> 16 : w);\n  return __half2float(__half(r));", s, flags=re.S)
     # programmatic dependent launch (griddepcontrol): nothing to wait for or trigger in a host emulation
     s = s.replace("pdl_start();", ";")
     s = re.sub(r"(?<![\w:])launch_pdl\(", "emu_launch_pdl(", s)

@@ -10,21 +10,21 @@
 // unchanged, and an invalid row's o exact +0.
 // Two emulated SMs: the wy kernel's persistent CTAs (4 per SM, 3 at 64 columns) then walk several tiles each, grouped
 // by row, so the next tile's prefetch and a row's shared staging across its V-tiles run too. Usage: recurrent_harness
-// <case 0-20> [mma] (0: Hqk = 2, Hv = 4, K = V = 128, bf16, fixed T = 12, N = 3, fp32 pool; 1: varlen {12, 0, 1, 17,
-// 33} with slot -1 for the 17-token row, fused gate (A_log, dt_bias) and beta sigmoid; 2: a bf16 pool; 3: f16
-// activations; 4: K = 64, V = 128; 5: case 1 on 16-column tiles (the wy kernel's choice; the mma kernel has one width);
-// 6: one row of T = 160; 7: an f16 pool; 8: 2-D state_indices [4, 12] with num_accepted_tokens, one row's 0 (invalid),
-// commit off (o only); 9: no state_indices (row n on slot n) with null_slot_is_invalid (row 0 invalid), MHA 4 heads, V
-// = 64, g and beta absent; verify, the walk: 10: case 1 with bf16 intermediate states, commit off, row 0's buffer -1,
-// T_buf cut to 20 in the mma kernel's arguments; 11: fp32 intermediate states with the 1-D commit, T = 20, row 1's
-// buffer out of range; 12: protocol A (2-D slots, commit) with bf16 intermediate states on a bf16 pool, row 2 invalid,
-// row 1's slot of token 5 -1; 13: protocol A alone, f16 activations and pool, K = 64, varlen {16, 3, 0, 9} on T_max =
-// 16, row 0's slot of token 15 -1; 14: 2-D slots, commit off, f16 intermediate states, MHA, V = 64, no g, row 1
-// invalid; 15: protocol A on an fp32 pool with fp32 intermediate states, T = 20 on T_max = 24, slot 0 under
-// null_slot_is_invalid for token 7 of row 0). Intermediate states: the oracle's where it wrote, the NaN poison where it
-// did not (skipped rows and buffers, tokens past a row or the cut T_buf), bounds of the pool's dtype; protocol A with
-// entries of the pool's dtype: each written slot equals its entry bit for bit. 16-20: cases 10, 12, 1, 15 and 14 on
-// 64-column tiles.
+// <case 0-26> [mma | direct] (direct: the plan forced to the direct kernel; 0: Hqk = 2, Hv = 4, K = V = 128, bf16,
+// fixed T = 12, N = 3, fp32 pool; 1: varlen {12, 0, 1, 17, 33} with slot -1 for the 17-token row, fused gate (A_log,
+// dt_bias) and beta sigmoid; 2: a bf16 pool; 3: f16 activations; 4: K = 64, V = 128; 5: case 1 on 16-column tiles (the
+// wy kernel's choice; the mma kernel has one width); 6: one row of T = 160; 7: an f16 pool; 8: 2-D state_indices [4,
+// 12] with num_accepted_tokens, one row's 0 (invalid), commit off (o only); 9: no state_indices (row n on slot n) with
+// null_slot_is_invalid (row 0 invalid), MHA 4 heads, V = 64, g and beta absent; verify, the walk: 10: case 1 with bf16
+// intermediate states, commit off, row 0's buffer -1, T_buf cut to 20 in the mma kernel's arguments; 11: fp32
+// intermediate states with the 1-D commit, T = 20, row 1's buffer out of range; 12: protocol A (2-D slots, commit) with
+// bf16 intermediate states on a bf16 pool, row 2 invalid, row 1's slot of token 5 -1; 13: protocol A alone, f16
+// activations and pool, K = 64, varlen {16, 3, 0, 9} on T_max = 16, row 0's slot of token 15 -1; 14: 2-D slots, commit
+// off, f16 intermediate states, MHA, V = 64, no g, row 1 invalid; 15: protocol A on an fp32 pool with fp32 intermediate
+// states, T = 20 on T_max = 24, slot 0 under null_slot_is_invalid for token 7 of row 0). Intermediate states: the
+// oracle's where it wrote, the NaN poison where it did not (skipped rows and buffers, tokens past a row or the cut
+// T_buf), bounds of the pool's dtype; protocol A with entries of the pool's dtype: each written slot equals its entry
+// bit for bit. 16-20: cases 10, 12, 1, 15 and 14 on 64-column tiles.
 #include "emu.hpp"
 
 // The kernels see the emulation above.
@@ -35,6 +35,7 @@ inline uint32_t udiv(uint32_t x, const DivU32& q) {
   return (__umulhi(x, q.m) + x) >> q.l;
 }
 }  // namespace flashgdn::cuda
+#include "direct_kernel.cuh"
 #include "wy_kernel.cuh"
 #if __has_include("wy_mma_kernel.cuh")
 #include "wy_mma_kernel.cuh"
@@ -42,14 +43,10 @@ inline uint32_t udiv(uint32_t x, const DivU32& q) {
 #else
 #define EMU_HAVE_WY_MMA 0
 #endif
-// recurrent.cu's other launchers: not part of this harness (the plan is forced to wy).
+// recurrent.cu's other launchers: not part of this harness (the plan is forced to wy or direct).
 namespace flashgdn::cuda {
 template <StateLayout L, class ST, int K, int BV>
 cudaError_t launch_recurrent(const RecurrentArgs&, int, cudaStream_t) {
-  return cudaErrorNotSupported;
-}
-template <StateLayout L, class ST, int K, int BV>
-cudaError_t launch_recurrent_direct(const RecurrentArgs&, cudaStream_t) {
   return cudaErrorNotSupported;
 }
 template <class ST, int K, int BV, int S, int NT>
@@ -80,6 +77,7 @@ struct Spec {
   bool has_si = true;            // false: row n starts from slot n
   int64_t T_max = 0;             // > 0: 2-D state_indices [N, T_max] with num_accepted_tokens (1 + 3 n % T_max)
   bool commit = true, null_invalid = false;
+  bool vmajor = false;      // a V-major pool ([V, K] per head)
   int64_t extra_slots = 3;  // slots no row addresses
   int32_t bv = 0;           // 0: the plan's tile width
   uint64_t seed = 1;
@@ -179,7 +177,7 @@ RecurrentParams params(const Spec& s) {
   p.use_qk_l2norm_in_kernel = true;
   p.gate.use_gate_in_kernel = s.raw_gate;
   p.gate.use_beta_sigmoid_in_kernel = s.raw_gate;
-  p.state_layout = StateLayout::k_major;
+  p.state_layout = s.vmajor ? StateLayout::v_major : StateLayout::k_major;
   return p;
 }
 
@@ -213,10 +211,10 @@ cudaError_t launch_mma(const cuda::RecurrentArgs& a) {
 #endif
 
 // The emulated run on x (storage dtypes as the case says).
-bool run_emulated(const Spec& s, Inputs& x, bool mma, const char* tag) {
+bool run_emulated(const Spec& s, Inputs& x, bool mma, bool direct, const char* tag) {
   RecurrentParams p = params(s);
   bind(p, x);
-  p.exec.recurrent_kernel = RecurrentKernel::wy;
+  p.exec.recurrent_kernel = direct ? RecurrentKernel::direct : RecurrentKernel::wy;
   RecurrentDims d;
   Status st = validate(p, &d);
   RecurrentPlan pl;
@@ -329,12 +327,34 @@ Spec spec_of(int which) {
   return s;
 }
 
+// Cases 21-26: single-token decode (T = 1 a row), the direct kernel's 64-register instantiation (run them with
+// "direct"; the plan's tile width unless the case sets one: 64 columns on the 2 emulated SMs, 128 on a 16-bit pool):
+// 21: N = 5, GQA 2, the fused gate and beta sigmoid, row 3 invalid (slot -1); 22: case 21 on 16-column tiles (the
+// plan's at N = 1, Hv = 32); 23: a bf16 pool (the packed state); 24: 2-D slots (T_max = 4, num_accepted_tokens) with
+// protocol A and fp32 intermediate states, row 2 invalid (count 0); 25: no state_indices (row n on slot n) with
+// null_slot_is_invalid (row 0 invalid), MHA, V = 64, no g and beta; 26: case 21 on a V-major pool.
+Spec spec_decode(int which) {
+  Spec s;
+  s.N = 5, s.T = 1, s.raw_gate = true, s.invalid = {3};
+  if (which == 22) s.bv = 16;
+  if (which == 23) s.pool_dt = DType::bf16;
+  if (which == 24) s.T_max = 4, s.invalid = {2}, s.inter = true, s.inter_dt = DType::f32;
+  if (which == 25) {
+    s.Hqk = s.Hv = 4, s.V = 64, s.has_si = false, s.null_invalid = true, s.invalid = {0};
+    s.has_g = s.has_beta = false, s.raw_gate = false;
+  }
+  if (which == 26) s.vmajor = true;
+  s.seed = 100 + uint64_t(which);
+  return s;
+}
+
 // Cases 16-20 rerun a case on the wy kernel's 64-column tiles (the plan's for 16-bit per-token stores on large
 // batches; the small ones here get 32): 16: case 10, 17: case 12 (protocol A, bf16 pool and entries), 18: case 1
 // (final state only: the closed form, the grouped walk), 19: case 15 (fp32 stores), 20: case 14 (V = 64: one tile
 // a head).
 Spec spec_of_case(int which) {
   constexpr int kBase[5] = {10, 12, 1, 15, 14};
+  if (which >= 21) return spec_decode(which);
   if (which < 16 || which > 20) return spec_of(which);
   Spec s = spec_of(kBase[which - 16]);
   s.bv = 64;
@@ -345,15 +365,15 @@ Spec spec_of_case(int which) {
 
 int main(int argc, char** argv) {
   const int which = argc > 1 ? atoi(argv[1]) : 0;
-  const bool mma = argc > 2 && std::string(argv[2]) == "mma";
-  const std::string tag = "r" + std::to_string(which) + (mma ? "m" : "");
+  const bool mma = argc > 2 && std::string(argv[2]) == "mma", direct = argc > 2 && std::string(argv[2]) == "direct";
+  const std::string tag = "r" + std::to_string(which) + (mma ? "m" : direct ? "d" : "");
   const Spec s = spec_of_case(which);
   const Inputs in = make(s);
   Inputs ref = in, got = in;
   for (HostTensor* t :
        {&ref.q, &ref.k, &ref.v, &ref.g, &ref.beta, &ref.A_log, &ref.dt_bias, &ref.o, &ref.pool, &ref.inter})
     *t = f64(*t);
-  if (!run_oracle(s, ref) || !run_emulated(s, got, mma, tag.c_str())) return 1;
+  if (!run_oracle(s, ref) || !run_emulated(s, got, mma, direct, tag.c_str())) return 1;
 
   int fails = 0;
   // floor: the error of the oracle's values rounded once to the output's storage type, the least a kernel can reach
@@ -466,5 +486,14 @@ int main(int argc, char** argv) {
            long(differ), differ || !pairs ? "  FAIL" : "");
     fails += differ != 0 || pairs == 0;
   }
+  // the outputs' bits (FNV-1a of o, the pool and the intermediate states): a change meant to keep every result
+  // bitwise compares them before and after
+  const auto fnv = [](const HostTensor& t) {
+    uint64_t x = 0xcbf29ce484222325ull;
+    for (unsigned char c : t.bytes) x = (x ^ c) * 0x100000001b3ull;
+    return x;
+  };
+  printf("case %s bits: o %016llx pool %016llx inter %016llx\n", tag.c_str(), (unsigned long long)fnv(got.o),
+         (unsigned long long)fnv(got.pool), (unsigned long long)(s.inter ? fnv(got.inter) : 0));
   return fails ? 1 : 0;
 }

@@ -136,6 +136,21 @@ __device__ __forceinline__ float unpack(const uint4& v, int e) {  // e is a comp
   }
   return f;
 }
+// A register pin: the value is formed where the pin stands (the compiler sinks address arithmetic to its use
+// otherwise, past pdl_start's wait; a pinned value is no longer a constant it could re-read there). Offsets, not
+// pointers: a pinned pointer loses its global address space (generic loads).
+__device__ __forceinline__ void pin(int64_t& x) {
+  asm volatile("" : "+l"(x));
+}
+__device__ __forceinline__ void pin(uint32_t& x) {
+  asm volatile("" : "+r"(x));
+}
+// The index at byte offset off of an i32 / i64 index tensor.
+__device__ __forceinline__ int64_t index_at(const void* base, bool i64, int64_t off) {
+  const char* p = static_cast<const char*>(base) + off;
+  return i64 ? *reinterpret_cast<const int64_t*>(p) : int64_t(*reinterpret_cast<const int32_t*>(p));
+}
+
 template <class ST>
 using half2_of = std::conditional_t<std::is_same_v<ST, __half>, __half2, __nv_bfloat162>;
 
@@ -250,24 +265,56 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   const int64_t h = hu;
   const int j0 = int(blockIdx.x - hu * nvt) * BV;
   const int64_t hq = udiv(hu, a.gqa);  // GQA: value head h reads q/k head h / (Hv / Hqk) (gdn-math §2)
-  pdl_start();                         // every global access below follows the previous kernel in the stream
+
+  // Offset of this thread's p-th vector inside a [K, V] / [V, K] state with row stride rs: tile_off(0, rs) + p RPP rs.
+  auto tile_off = [&](int p, int64_t rs) -> int64_t {
+    const int row = r0 + p * RPP;
+    return kmaj ? int64_t(row) * rs + j0 + E * c : int64_t(j0 + row) * rs + E * c;
+  };
+
+  // ---- before pdl_start, every address and bound that needs only the arguments and the CTA: under PDL this overlaps
+  // the previous kernel's tail. The chain after the wait (parameter -> slot -> state -> store at N = 1) then reads no
+  // parameter whose constant-cache line is cold: the index loads issue from ready addresses, and the slot's arrival
+  // needs two compares and one multiply-add before the state's loads. ----
+  // The byte offsets of row n's first-level index entries: cu_seqlens[n], slot or accepted count, buffer index; their
+  // widths (bit 0: cu_seqlens, 1: state_indices, 2: num_accepted, 3: inter_indices are i64).
+  uint32_t i64s = uint32_t(a.cu_i64) | uint32_t(a.si_i64) << 1 | uint32_t(a.na_i64) << 2 | uint32_t(a.ii_i64) << 3;
+  const auto width = [&](int bit) -> int64_t { return i64s >> bit & 1 ? 8 : 4; };
+  int64_t cu_o = n * width(0), si_o = n * a.si_s[0] * width(1), na_o = n * a.na_s * width(2),
+          ib_o = n * a.ii_s * width(3);
+  // The state tile's first vector (pool: less the slot term; h0: of row n) and the stride of the thread's vectors (RPP
+  // rows), in elements.
+  int64_t tile_o = 0, tile_rs = 0;
+  if (has_pool) {
+    tile_o = h * a.pool_s[1] + tile_off(0, a.pool_s[2]);
+    tile_rs = RPP * a.pool_s[2];
+  } else {
+    tile_o = n * a.h0_s[0] + h * a.h0_s[1] + tile_off(0, a.h0_s[2]);
+    tile_rs = RPP * a.h0_s[2];
+  }
+  if constexpr (!direct_packed<ST, MULTI>()) {  // (the packed 16-bit instances spill with them pinned: left to ptxas)
+    direct::pin(i64s), direct::pin(cu_o), direct::pin(si_o), direct::pin(na_o), direct::pin(ib_o);
+    direct::pin(tile_o), direct::pin(tile_rs);
+  }
+  pdl_start();  // every global access below follows the previous kernel in the stream
 
   // ---- first-level index loads, all independent: cu_seqlens, 1-D slot or accepted count, buffer index ----
   int64_t bos = 0, len = a.T, b = n;
   int64_t idx = n, ib = n;
   if (a.varlen) {  // clamped into [0, T] and monotone: a garbage table stays in bounds
-    int64_t cu0 = load_index(a.cu_seqlens, a.cu_i64, n), cu1 = load_index(a.cu_seqlens, a.cu_i64, n + 1);
+    const int64_t cu0 = direct::index_at(a.cu_seqlens, i64s & 1, cu_o),
+                  cu1 = direct::index_at(a.cu_seqlens, i64s & 1, cu_o + width(0));
     bos = cu0 < 0 ? 0 : (cu0 > a.T ? a.T : cu0);
     const int64_t eos = cu1 < bos ? bos : (cu1 > a.T ? a.T : cu1);
     b = 0, len = eos - bos;
   }
   if (has_pool) {
     if (a.T_max > 0)  // 2-D slots: the accepted count a picks column a - 1
-      idx = a.num_accepted ? load_index(a.num_accepted, a.na_i64, n * a.na_s) : 1;
+      idx = a.num_accepted ? direct::index_at(a.num_accepted, i64s & 4, na_o) : 1;
     else if (a.state_indices)
-      idx = load_index(a.state_indices, a.si_i64, n * a.si_s[0]);
+      idx = direct::index_at(a.state_indices, i64s & 2, si_o);
   }
-  if (a.inter && a.inter_indices) ib = load_index(a.inter_indices, a.ii_i64, n * a.ii_s);
+  if (a.inter && a.inter_indices) ib = direct::index_at(a.inter_indices, i64s & 8, ib_o);
 
   // ---- one token's loads (row-relative token tr), as bits ----
   auto load_tok = [&](int64_t tr, Bits& x) {
@@ -326,7 +373,7 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
       if (idx < 1 || idx > a.T_max)
         ok = false;
       else
-        slot = load_index(a.state_indices, a.si_i64, n * a.si_s[0] + (idx - 1) * a.si_s[1]);
+        slot = direct::index_at(a.state_indices, i64s & 2, si_o + (idx - 1) * a.si_s[1] * width(1));
     } else {
       slot = idx;
     }
@@ -335,13 +382,6 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   } else {
     load = a.h0 != nullptr && (len > 0 || a.hT != nullptr);
   }
-  const int64_t ibuf = a.inter && valid && len > 0 && ib >= 0 && ib < a.n_buf ? ib : -1;
-
-  // Offset of this thread's p-th vector inside a [K, V] / [V, K] state with row stride rs.
-  auto tile_off = [&](int p, int64_t rs) -> int64_t {
-    const int row = r0 + p * RPP;
-    return kmaj ? int64_t(row) * rs + j0 + E * c : int64_t(j0 + row) * rs + E * c;
-  };
 
   // ---- the whole state tile: all 16-byte loads issued before any use ----
   // PACK: raw 16-bit words in sw[] (converted at use by st()), else fp32 values in s[].
@@ -351,22 +391,19 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   uint4 sw[PACK ? P : 1];
   if (load) {
     const ST* src = nullptr;
-    int64_t rs = 0;
-    if (has_pool) {
-      src = static_cast<const ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1];
-      rs = a.pool_s[2];
-    } else if constexpr (std::is_same_v<ST, float>) {  // initial/final states are fp32 (the dispatch picks ST)
-      src = a.h0 + n * a.h0_s[0] + h * a.h0_s[1];
-      rs = a.h0_s[2];
-    } else {
+    if (has_pool)
+      src = static_cast<const ST*>(a.pool) + slot * a.pool_s[0] + tile_o;
+    else if constexpr (std::is_same_v<ST, float>)  // initial/final states are fp32 (the dispatch picks ST)
+      src = a.h0 + tile_o;
+    else
       __trap();  // unreachable: without a pool the dispatch instantiates ST = float
-    }
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       if constexpr (PACK)
-        sw[p] = direct::load16_raw(src + tile_off(p, rs));
+        sw[p] = direct::load16_raw(static_cast<const ST*>(a.pool) + slot * a.pool_s[0] + h * a.pool_s[1] +
+                                   tile_off(p, a.pool_s[2]));  // (as before: the tile_o form spills at 72 registers)
       else
-        direct::load16(src + tile_off(p, rs), s[p]);
+        direct::load16(src + p * tile_rs, s[p]);
     }
   } else {
 #pragma unroll
@@ -379,6 +416,9 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
       }
     }
   }
+
+  // (after the state's loads: n_buf's constant-cache line is not on their chain)
+  const int64_t ibuf = a.inter && valid && len > 0 && ib >= 0 && ib < a.n_buf ? ib : -1;
 
   // Element e of the thread's state vector p, as fp32 (USE: see direct::unpack).
   auto st = [&](int p, int e, auto use) -> float {
