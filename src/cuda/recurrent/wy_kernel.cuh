@@ -25,9 +25,10 @@
 // BV = 16, 32 (4 CTAs per SM) or 64 (3 CTAs per SM, P = 16 at K = 128): the plan takes 64 for per-token 16-bit
 // state stores, whose 128-byte tile rows are whole L2 lines (a 32-column tile writes 64-byte halves of lines).
 //   1. stage (per warp, tokens t = warp, warp + 4, ..): q', k^ (l2norm in fp32) into s_tok, g, beta, v slice,
-//      protocol-A write slots. The first chunk's activation loads are issued before the slot-dependent state
-//      loads. Barrier. Token dots (per warp, its tokens): k_t.k_s and q'_t.k_s for all s (lane slices, one
-//      32-value reduce-scatter), scaled into A[t][s], B[t][s]; per-token decay scalars. Barrier. T and B T by
+//      protocol-A write slots; every load of the superchunk (both chunks) in one round, and a tile's first
+//      superchunk's before its state is waited for. Barrier. Token dots (per warp, its tokens): k_t.k_s and
+//      q'_t.k_s for all s (lane slices, one 32-value reduce-scatter), scaled branch-free into A[t][s] (stored
+//      transposed), B[t][s]; per-token decay scalars. Barrier. T (forward substitution in column order) and B T by
 //      warp 0 (lane = a column of a chunk's T) while the other warps go on.
 //   2. state reduction: sum over the thread's rows of S0 k_t, S0 q'_t, GR tokens at a time, reduce-scatter over
 //      the NL lanes that share the columns, per-warp partials to shared memory. Barrier. Both reduce-scatters are
@@ -172,6 +173,15 @@ struct TokRaw {
   uint4 q, k;
   uint32_t g, be;
 };
+// A superchunk's loads as bits (NT tokens of the staging warp, NV v vectors of the thread, the head's gate
+// parameters, a protocol-A write slot).
+template <int NT, int NV>
+struct Loads {
+  TokRaw tok[NT];
+  uint4 v[NV];
+  uint32_t alog, dtb;
+  int64_t ws;
+};
 
 }  // namespace wy
 
@@ -198,6 +208,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
   constexpr int TPW = C / NW;              // tokens per warp in one staging half (C tokens)
   constexpr int M = 2 * GR * 4;            // reduction accumulators: [kind (k, q')][token of the group][4 columns]
   static_assert(C % GR == 0 && C <= 32, "whole reduction batches per chunk");
+  constexpr int NV = (SC * TPR + wy::kThreads - 1) / wy::kThreads;  // v 4-vectors per thread and superchunk
   static_assert(C * BV % wy::kThreads == 0 && 2 * C <= 32,
                 "whole (token, column) pairs per thread; a lane per T column");
 
@@ -210,11 +221,11 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
   __shared__ __align__(16) float s_tok[2][SC][K];  // [0] q' = scale q^, [1] k^; zeros past the end
   // per-warp partials of S0^T k_t, S0^T q'_t; then (columns phase) [0][0] r_t, [0][1] e^{gamma_t} S0^T q'_t
   __shared__ __align__(16) float s_red[NW][2][C][BV];
-  __shared__ __align__(16) float s_u[C][BV];       // u_t (walk) or e^{gamma_C - gamma_t} u_t (closed form)
-  __shared__ __align__(16) float s_v[SC][BV];      // v_t of the tile's columns
-  __shared__ __align__(16) float s_A[NCH][C][C];   // beta_t e^{gamma_t - gamma_s} (k_t.k_s), s < t
-  __shared__ __align__(16) float s_B[NCH][C][C];   // e^{gamma_t - gamma_s} (q'_t.k_s), s <= t
-  __shared__ __align__(16) float s_T[NCH][C][C];   // T = (I + A)^{-1} (unit lower triangular)
+  __shared__ __align__(16) float s_u[C][BV];      // u_t (walk) or e^{gamma_C - gamma_t} u_t (closed form)
+  __shared__ __align__(16) float s_v[SC][BV];     // v_t of the tile's columns
+  __shared__ __align__(16) float s_A[NCH][C][C];  // A^T [s][t], A[t][s] = beta_t e^{gamma_t - gamma_s} (k_t.k_s), s < t
+  __shared__ __align__(16) float s_B[NCH][C][C];  // e^{gamma_t - gamma_s} (q'_t.k_s), s <= t
+  __shared__ __align__(16) float s_T[NCH][C][C];  // T = (I + A)^{-1} (unit lower triangular)
   __shared__ __align__(16) float s_BT[NCH][C][C];  // B T (lower triangular)
   __shared__ float s_g[SC], s_be[SC];
   __shared__ float s_cu[SC];    // beta_t e^{gamma_t}
@@ -289,69 +300,95 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
     for (int p = 0; p < P; ++p) cp_async<4 * int(sizeof(ST))>(&s_stage[p][tid][0], src + p * a.pool_s[2]);
   };
 
-  // ---- staging of a row's superchunk (tokens sc0 .. sc0 + tsc - 1, tsc <= SC), in two halves of C tokens
-  // (warp w: tokens w, w + NW, ..): q', k^ (l2norm in fp32), g, beta, protocol-A write slots; then the
-  // per-chunk decay scalars and the token dots. Shared by the V-tiles of the row (grouped walk below). ----
-  auto stage_tokens = [&](const WyRow& r, int32_t sc0, int tsc) {
-#pragma unroll 1
-    for (int hf = 0; hf < NCH; ++hf) {
-      wy::TokRaw raw[TPW];
+  // ---- a superchunk's global loads (tokens sc0 .. sc0 + tsc - 1), as bits: the tile's v slice (SC x BV / 4
+  // 4-vectors, one per thread, two at 64 columns) and, when the tokens are staged, the warp's tokens of both chunks
+  // (warp w: w, w + NW, ..), the head's gate parameters and the protocol-A write slots. All of them are issued before
+  // the first is used, and a tile's first superchunk's before its state is waited for: they need the row, not the
+  // state (issued behind the state's arrival, behind the v stores and behind the other chunk's stores, they waited a
+  // round trip each) ----
+  auto load_superchunk = [&](const WyRow& r, int32_t sc0, int tsc, bool tokens) {
+    wy::Loads<NCH * TPW, NV> l;
 #pragma unroll
-      for (int m = 0; m < TPW; ++m) {
-        const int t = hf * C + warp + m * NW;
-        wy::TokRaw& x = raw[m];
-        x.q = x.k = make_uint4(0u, 0u, 0u, 0u);  // +0 in every dtype
-        x.g = x.be = 0u;
-        if (t < tsc) {
-          const int64_t tok = r.bos + sc0 + t;
-          if (4 * lane < K) {
-            x.q = load4_bits(a.q, a.qk_dtype, r.b * a.q_s[0] + tok * a.q_s[1] + r.hq * a.q_s[2] + 4 * lane);
-            x.k = load4_bits(a.k, a.qk_dtype, r.b * a.k_s[0] + tok * a.k_s[1] + r.hq * a.k_s[2] + 4 * lane);
-          }
-          if (a.g) x.g = load1_bits(a.g, a.g_dtype, r.b * a.g_s[0] + tok * a.g_s[1] + r.h * a.g_s[2]);
-          if (a.beta)
-            x.be = load1_bits(a.beta, a.beta_dtype, r.b * a.beta_s[0] + tok * a.beta_s[1] + r.h * a.beta_s[2]);
-        }
+    for (int m = 0; m < NV; ++m) {
+      const int x = wy::opaque(tid) + m * wy::kThreads;
+      l.v[m] = make_uint4(0u, 0u, 0u, 0u);
+      if (x < tsc * TPR) {
+        const int64_t tok = r.bos + sc0 + x / TPR;
+        l.v[m] = load4_bits(a.v, a.v_dtype, r.b * a.v_s[0] + tok * a.v_s[1] + r.h * a.v_s[2] + r.j0 + 4 * (x % TPR));
       }
-      // the head's gate parameters, beside the tokens' loads
-      const uint32_t alog_bits = a.gate_in_kernel ? load1_bits(a.A_log, a.A_log_dtype, r.h * a.A_log_s) : 0u;
-      const uint32_t dtb_bits =
-          a.gate_in_kernel && a.dt_bias ? load1_bits(a.dt_bias, a.dt_bias_dtype, r.h * a.dt_bias_s) : 0u;
+    }
+    l.alog = l.dtb = 0u;
+    l.ws = -1;
 #pragma unroll
-      for (int m = 0; m < TPW; ++m) {
-        const int t = hf * C + warp + m * NW;
-        const wy::TokRaw& x = raw[m];
-        float q[4], k[4];
-        from_bits4(a.qk_dtype, x.q, q);
-        from_bits4(a.qk_dtype, x.k, k);
-        float rq, rk2;
-        qk_norm_factors(q, k, a.scale, a.l2norm, &rq, &rk2);
+    for (int m = 0; m < NCH * TPW; ++m) {
+      const int t = (m / TPW) * C + warp + (m % TPW) * NW;
+      wy::TokRaw& x = l.tok[m];
+      x.q = x.k = make_uint4(0u, 0u, 0u, 0u);  // +0 in every dtype
+      x.g = x.be = 0u;
+      if (tokens && t < tsc) {
+        const int64_t tok = r.bos + sc0 + t;
         if (4 * lane < K) {
-          *reinterpret_cast<float4*>(&s_tok[0][t][4 * lane]) = make_float4(q[0] * rq, q[1] * rq, q[2] * rq, q[3] * rq);
-          *reinterpret_cast<float4*>(&s_tok[1][t][4 * lane]) =
-              make_float4(k[0] * rk2, k[1] * rk2, k[2] * rk2, k[3] * rk2);
+          x.q = load4_bits(a.q, a.qk_dtype, r.b * a.q_s[0] + tok * a.q_s[1] + r.hq * a.q_s[2] + 4 * lane);
+          x.k = load4_bits(a.k, a.qk_dtype, r.b * a.k_s[0] + tok * a.k_s[1] + r.hq * a.k_s[2] + 4 * lane);
         }
-        if (lane == 0 && t < tsc) {
-          float g = a.g ? from_bits1(a.g_dtype, x.g) : 0.f;
-          const float be = a.beta ? from_bits1(a.beta_dtype, x.be) : 1.f;
-          if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
-            g = gate_from_raw(g, from_bits1(a.A_log_dtype, alog_bits),
-                              a.dt_bias ? from_bits1(a.dt_bias_dtype, dtb_bits) : 0.f, a.softplus_beta,
-                              a.softplus_threshold);
-          s_g[t] = g;
-          s_be[t] = a.beta_sigmoid ? beta_from_raw(be, a.allow_neg_eigval) : be;
-        }
+        if (a.g) x.g = load1_bits(a.g, a.g_dtype, r.b * a.g_s[0] + tok * a.g_s[1] + r.h * a.g_s[2]);
+        if (a.beta) x.be = load1_bits(a.beta, a.beta_dtype, r.b * a.beta_s[0] + tok * a.beta_s[1] + r.h * a.beta_s[2]);
       }
     }
-    if (tid < tsc) {  // protocol A: the state after row token sc0 + tid goes to slot [n, sc0 + tid] when valid
-      int64_t ws = -1;
-      if (a.commit && a.T_max > 0 && sc0 + tid < a.T_max) {
-        const int64_t sl = load_index(a.state_indices, a.si_i64, r.n * a.si_s[0] + (sc0 + tid) * a.si_s[1]);
-        ws = slot_ok(sl, a.slots, a.null_slot_is_invalid) ? sl : -1;
-      }
-      s_ws[tid] = ws;
+    if (tokens && a.gate_in_kernel) {
+      l.alog = load1_bits(a.A_log, a.A_log_dtype, r.h * a.A_log_s);
+      if (a.dt_bias) l.dtb = load1_bits(a.dt_bias, a.dt_bias_dtype, r.h * a.dt_bias_s);
     }
-    __syncthreads();
+    // protocol A: the state after row token sc0 + tid goes to slot [n, sc0 + tid] (checked where it is staged)
+    if (tokens && tid < tsc && a.commit && a.T_max > 0 && sc0 + tid < a.T_max)
+      l.ws = load_index(a.state_indices, a.si_i64, r.n * a.si_s[0] + (sc0 + tid) * a.si_s[1]);
+    return l;
+  };
+  // v_t of the superchunk for this tile's columns, from the loads
+  auto stage_v = [&](const wy::Loads<NCH * TPW, NV>& l, int tsc) {
+#pragma unroll
+    for (int m = 0; m < NV; ++m) {
+      const int x = wy::opaque(tid) + m * wy::kThreads;
+      if (x < tsc * TPR) {
+        float vv[4];
+        from_bits4(a.v_dtype, l.v[m], vv);
+        *reinterpret_cast<float4*>(&s_v[x / TPR][4 * (x % TPR)]) = make_float4(vv[0], vv[1], vv[2], vv[3]);
+      }
+    }
+  };
+  // q', k^ (l2norm in fp32), g, beta and the protocol-A write slots, from the loads
+  auto stage_chunks = [&](const wy::Loads<NCH * TPW, NV>& l, int tsc) {
+#pragma unroll
+    for (int m = 0; m < NCH * TPW; ++m) {
+      const int t = (m / TPW) * C + warp + (m % TPW) * NW;
+      const wy::TokRaw& x = l.tok[m];
+      float q[4], k[4];
+      from_bits4(a.qk_dtype, x.q, q);
+      from_bits4(a.qk_dtype, x.k, k);
+      float rq, rk2;
+      qk_norm_factors(q, k, a.scale, a.l2norm, &rq, &rk2);
+      if (4 * lane < K) {
+        *reinterpret_cast<float4*>(&s_tok[0][t][4 * lane]) = make_float4(q[0] * rq, q[1] * rq, q[2] * rq, q[3] * rq);
+        *reinterpret_cast<float4*>(&s_tok[1][t][4 * lane]) =
+            make_float4(k[0] * rk2, k[1] * rk2, k[2] * rk2, k[3] * rk2);
+      }
+      if (lane == 0 && t < tsc) {
+        float g = a.g ? from_bits1(a.g_dtype, x.g) : 0.f;
+        const float be = a.beta ? from_bits1(a.beta_dtype, x.be) : 1.f;
+        if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
+          g = gate_from_raw(g, from_bits1(a.A_log_dtype, l.alog), a.dt_bias ? from_bits1(a.dt_bias_dtype, l.dtb) : 0.f,
+                            a.softplus_beta, a.softplus_threshold);
+        s_g[t] = g;
+        s_be[t] = a.beta_sigmoid ? beta_from_raw(be, a.allow_neg_eigval) : be;
+      }
+    }
+    if (tid < tsc) s_ws[tid] = slot_ok(l.ws, a.slots, a.null_slot_is_invalid) ? l.ws : -1;  // -1: none
+  };
+
+  // ---- the token matrices of a staged superchunk: the per-chunk decay scalars, the token dots, T and B T. Shared by
+  // the V-tiles of the row (grouped walk below). ----
+  auto stage_dots = [&](int tsc) {
+    __syncthreads();  // the staged tokens
 
     // gamma_t = g_0 + .. + g_t within each chunk (fp32): a segmented inclusive scan over lanes t < SC
     float gam = lane < tsc ? s_g[lane] : 0.f;
@@ -379,7 +416,14 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
       // same f finish their sum with a butterfly over the low lane bits. Presorted (wy::rs_sum): x[kind][s] of
       // the lane holds [kind ^ (f / C)][s ^ (f % C)], loaded from the permuted rows of s_tok.
       constexpr int LO = 16 / C;
-      const int fx = lane / LO;
+      const int fx = lane / LO, sx = fx % C;
+      // The lane's element's factor, for every lane: beta_t e^{gamma_t - gamma_s} (A, fx < C) or e^{gamma_t -
+      // gamma_s} (B), gamma_t - gamma_s within the chunk; the triangle is selected at the store (§5.8: above the
+      // diagonal the exponential may be inf; a select, never a multiplied mask). Without a branch, the shuffles, the
+      // exponential and the load of beta_t issue beside the dots and the reduce-scatter (in a branch per kind after
+      // the reduce-scatter they were its tail).
+      const float eg = expf(__shfl_sync(0xffffffffu, gam, t) - __shfl_sync(0xffffffffu, gam, ch * C + sx));
+      const float fac = fx < C ? s_be[t] * eg : eg;
       float x[2 * C];
       const char* tk = reinterpret_cast<const char*>(&s_tok[0][0][0]);
       const uint32_t ko = uint32_t((SC + ch * C) * K + 4 * lane) * 4u;  // byte offset of s_tok[1][ch C][4 lane]
@@ -398,15 +442,8 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
       }
       wy::rs_sum<2 * C, 16, LO, 2 * C - 1>(x, lane);
       if constexpr (LO > 1) x[0] = lane_sum<1, LO>(x[0]);
-      const int f = lane / LO, sx = f % C;
-      // gamma_t - gamma_s within the chunk
-      const float gsum = __shfl_sync(0xffffffffu, gam, t) - __shfl_sync(0xffffffffu, gam, ch * C + sx);
-      if (lane % LO == 0) {
-        if (f < C)
-          s_A[ch][tl][sx] = sx < tl ? s_be[t] * expf(gsum) * x[0] : 0.f;  // select, never a multiplied mask (§5.8)
-        else
-          s_B[ch][tl][sx] = sx <= tl ? expf(gsum) * x[0] : 0.f;
-      }
+      if (lane % LO == 0)  // A transposed (A^T [s][t]: the substitution reads A's columns), B as it is
+        *(fx < C ? &s_A[ch][sx][tl] : &s_B[ch][tl][sx]) = (fx < C ? sx < tl : sx <= tl) ? fac * x[0] : 0.f;
     }
     __syncthreads();  // s_A, s_B complete
 
@@ -414,39 +451,51 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
     // per lane: T[t][m] = [t = m] - sum_{s<t} A[t][s] T[s][m]) and B T, by warp 0 (lane = ch C + m) while the
     // other warps start the state reduction: both depend on the tokens only, and are first read in the columns
     // phase (after the reduction's barrier).
+    // In the column order: x_t starts at [t = m], and once T[s][m] = x_s is final every x_t, t > s, takes
+    // -A[t][s] x_s, so each T[s][m] is one FFMA behind the one before (the row order put row t's t dependent
+    // products behind row t - 1's, and each row's loads behind the previous row's stores); each x_t takes its
+    // products in the order s = 0, 1, .. as in the row order (the same bits). A's columns (rows of A^T, broadcast
+    // 16-byte loads) do not depend on x: all issued ahead of the substitution; B's rows all after T's stores.
     if (warp == 0 && lane < SC) {
       const int tch = lane / C, m = lane % C, rem = tsc - tch * C;
       const int tcc = rem < 0 ? 0 : (rem < C ? rem : C);  // valid tokens of the lane's chunk
-      float tcol[C];
+      float x[C];
+#pragma unroll
+      for (int t = 0; t < C; ++t) x[t] = t == m ? 1.f : 0.f;
+#pragma unroll
+      for (int sx = 0; sx < C - 1; ++sx) {
+        float ac[C];  // column sx of A, rows 4 ((sx + 1) / 4) .. C - 1
+#pragma unroll
+        for (int x4 = (sx + 1) / 4; x4 < C / 4; ++x4) {
+          const float4 v4 = *reinterpret_cast<const float4*>(&s_A[tch][sx][4 * x4]);
+          ac[4 * x4] = v4.x, ac[4 * x4 + 1] = v4.y, ac[4 * x4 + 2] = v4.z, ac[4 * x4 + 3] = v4.w;
+        }
+#pragma unroll
+        for (int t = sx + 1; t < C; ++t) x[t] = fmaf(-ac[t], x[sx], x[t]);
+      }
+      // rows past the chunk's tokens read stale A (finite or not, they enter no valid row): selected to zero
+#pragma unroll
+      for (int t = 0; t < C; ++t) x[t] = t < tcc ? x[t] : 0.f;
+#pragma unroll
+      for (int t = 0; t < C; ++t) s_T[tch][t][m] = x[t];
+      float y[C];
 #pragma unroll
       for (int t = 0; t < C; ++t) {
-        float x = t == m ? 1.f : 0.f;
+        y[t] = 0.f;
 #pragma unroll
-        for (int sx = 0; sx < t; ++sx) x = fmaf(-s_A[tch][t][sx], tcol[sx], x);
-        tcol[t] = t < tcc ? x : 0.f;  // select: rows past the chunk's tokens read stale A
-        s_T[tch][t][m] = tcol[t];
+        for (int sx = 0; sx <= t; ++sx) y[t] = fmaf(s_B[tch][t][sx], x[sx], y[t]);
       }
 #pragma unroll
-      for (int t = 0; t < C; ++t) {
-        float y = 0.f;
-#pragma unroll
-        for (int sx = 0; sx <= t; ++sx) y = fmaf(s_B[tch][t][sx], tcol[sx], y);
-        s_BT[tch][t][m] = t < tcc ? y : 0.f;
-      }
+      for (int t = 0; t < C; ++t) s_BT[tch][t][m] = t < tcc ? y[t] : 0.f;
     }
   };
-  // v_t of the superchunk for this tile's columns: SC x BV / 4 4-vectors, one per thread (two at 64 columns)
-  auto stage_v = [&](const WyRow& r, int32_t sc0, int tsc) {
-    constexpr int NV = (SC * TPR + wy::kThreads - 1) / wy::kThreads;
-#pragma unroll
-    for (int m = 0; m < NV; ++m) {
-      const int x = wy::opaque(tid) + m * wy::kThreads;
-      if (x < tsc * TPR) {
-        const int64_t tok = r.bos + sc0 + x / TPR;
-        float vv[4];
-        load4(a.v, a.v_dtype, r.b * a.v_s[0] + tok * a.v_s[1] + r.h * a.v_s[2] + r.j0 + 4 * (x % TPR), vv);
-        *reinterpret_cast<float4*>(&s_v[x / TPR][4 * (x % TPR)]) = make_float4(vv[0], vv[1], vv[2], vv[3]);
-      }
+  // ---- a superchunk's loads and staging (tokens: not a later V-tile of a row already staged) ----
+  auto stage_superchunk = [&](const WyRow& r, int32_t sc0, int tsc, bool tokens) {
+    const auto l = load_superchunk(r, sc0, tsc, tokens);
+    stage_v(l, tsc);
+    if (tokens) {
+      stage_chunks(l, tsc);
+      stage_dots(tsc);  // ends with a barrier
     }
   };
 
@@ -489,7 +538,6 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
     // The row's token data are already staged when this is a later V-tile of a row of <= SC tokens.
     const bool reuse = grouped && r.tile % nvt != 0 && r.len <= SC;
 
-    cp_async_wait<0>();           // this tile's state is in the stage (run: r.load)
     auto prefetch_next = [&]() {  // after s[] is consumed from the stage (same thread, same vectors)
       if (has_next) {
         const WyRow rn = resolve(nxt, xn);
@@ -500,6 +548,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
     };
 
     if (!run) {  // an empty row touches nothing
+      cp_async_wait<0>();
       if (has_next) xn = issue(nxt);
       prefetch_next();
       if (r.len > 0) {  // invalid row: exact zeros to its outputs, nothing else written
@@ -510,17 +559,18 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
         }
       }
     } else {
-      // ---- this tile's state: stage -> registers (each thread reads back only its own vectors) ----
+      int32_t sc0 = 0;
+      int tsc = int(r.len < SC ? r.len : SC);
+      stage_superchunk(r, 0, tsc, !reuse);
+      // ---- this tile's state: stage -> registers (each thread reads back only its own vectors), waited for after the
+      // first superchunk's loads are issued ----
+      cp_async_wait<0>();
       float s[P][4];
 #pragma unroll
       for (int p = 0; p < P; ++p) load4(&s_stage[p][tid][0], s[p]);
+      if (has_next) xn = issue(nxt);
 #pragma unroll 1
-      for (int32_t sc0 = 0; sc0 < r.len; sc0 += SC) {
-        const int tsc = int(r.len - sc0 < SC ? r.len - sc0 : SC);
-        if (sc0 > 0) __syncthreads();  // every warp is done with the previous superchunk's shared data
-        stage_v(r, sc0, tsc);
-        if (sc0 > 0 || !reuse) stage_tokens(r, sc0, tsc);  // ends with a barrier
-        if (sc0 == 0 && has_next) xn = issue(nxt);
+      for (;;) {
 #pragma unroll 1
         for (int ch = 0; ch < NCH && ch * C < tsc; ++ch) {
           const int tc = tsc - ch * C < C ? tsc - ch * C : C;
@@ -657,6 +707,11 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
             }
           }
         }
+        sc0 += SC;
+        if (sc0 >= r.len) break;
+        tsc = int(r.len - sc0 < SC ? r.len - sc0 : SC);
+        __syncthreads();  // every warp is done with the previous superchunk's shared data
+        stage_superchunk(r, sc0, tsc, true);
       }
 
       // ---- final state: pool[slot] (1-D slots, commit) ----
