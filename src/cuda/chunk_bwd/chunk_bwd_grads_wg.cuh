@@ -123,6 +123,22 @@ __device__ __forceinline__ float col_sum(float x) {
   return lane_sum<4, 32>(x);
 }
 
+// The column sums of a warp's Z tile (columns 8 jn + 2 t4 + u of the warpgroup's 32) over its 16 rows, stored into
+// dst[column] (ADD: added there, the same lanes own the same columns every time).
+template <bool ADD>
+__device__ __forceinline__ void put_zcol(float* dst, const float (&zc)[4][2], int g, int t4) {
+#pragma unroll
+  for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const float x = col_sum(zc[jn][u]);
+      if (g == 0) {
+        float& d = dst[8 * jn + 2 * t4 + u];
+        d = ADD ? d + x : x;
+      }
+    }
+}
+
 // The per-token sums x[jn][u] (token 8 jn + 2 t4 + u, this lane's two keys) of a warp's key-row block, summed over
 // its 16 keys (the lanes of equal t4) into dst[token].
 __device__ __forceinline__ void put_key_sums(float* dst, const float (&x)[8][2], int g, int t4) {
@@ -354,13 +370,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       const float x = lane_sum<1, 4>(zr[hr]);
       if (t4 == 0) s.zrow[wgi][16 * wi + g + 8 * hr] = x;
     }
-#pragma unroll
-    for (int jn = 0; jn < 4; ++jn)
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const float x = gwg::col_sum(zc[jn][u]);
-        if (g == 0) s.zcol[wi][32 * wgi + 8 * jn + 2 * t4 + u] = x;
-      }
+    gwg::put_zcol<false>(&s.zcol[wi][32 * wgi], zc, g, t4);
   }
   wg::wait0();  // dKbar^T
   {             // dK^T = diag(kb) dKbar^T (column factor kb_t); tau_t = sum over keys of kb_t k^_t . dKbar_t
@@ -615,13 +625,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       const float x = lane_sum<1, 4>(tb[hr]), z = lane_sum<1, 4>(zr[hr]);
       if (t4 == 0) s.pv[1][wgi][r] = x, s.zrow[wgi][r] += z;
     }
-#pragma unroll
-    for (int jn = 0; jn < 4; ++jn)
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const float x = gwg::col_sum(zc[jn][u]);
-        if (g == 0) s.zcol[wi][32 * wgi + 8 * jn + 2 * t4 + u] += x;
-      }
+    gwg::put_zcol<true>(&s.zcol[wi][32 * wgi], zc, g, t4);
   }
   __syncthreads();  // Xf complete
 
