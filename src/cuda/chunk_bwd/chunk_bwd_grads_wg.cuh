@@ -123,31 +123,20 @@ __device__ __forceinline__ float col_sum(float x) {
   return lane_sum<4, 32>(x);
 }
 
-// The column sums of a warp's Z tile (columns 8 jn + 2 t4 + u of the warpgroup's 32) over its 16 rows, stored into
-// dst[column] (ADD: added there, the same lanes own the same columns every time).
-template <bool ADD>
-__device__ __forceinline__ void put_zcol(float* dst, const float (&zc)[4][2], int g, int t4) {
+// The sums over a warp's 16 rows (the lanes of equal t4) of its elements x[jn][u], column 8 jn + 2 t4 + u of a
+// 8 NJ-column block, into dst[column] (ADD: added there; the same lanes own the same columns every time): Z's column
+// sums (NJ = 4, the warpgroup's 32 columns) and the per-token sums over a warp's 16 keys of a key-row block (NJ = 8).
+template <int NJ, bool ADD = false>
+__device__ __forceinline__ void put_col_sums(float* dst, const float (&x)[NJ][2], int g, int t4) {
 #pragma unroll
-  for (int jn = 0; jn < 4; ++jn)
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const float x = col_sum(zc[jn][u]);
-      if (g == 0) {
-        float& d = dst[8 * jn + 2 * t4 + u];
-        d = ADD ? d + x : x;
-      }
-    }
-}
-
-// The per-token sums x[jn][u] (token 8 jn + 2 t4 + u, this lane's two keys) of a warp's key-row block, summed over
-// its 16 keys (the lanes of equal t4) into dst[token].
-__device__ __forceinline__ void put_key_sums(float* dst, const float (&x)[8][2], int g, int t4) {
-#pragma unroll
-  for (int jn = 0; jn < 8; ++jn)
+  for (int jn = 0; jn < NJ; ++jn)
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const float y = col_sum(x[jn][u]);
-      if (g == 0) dst[8 * jn + 2 * t4 + u] = y;
+      if (g == 0) {
+        float& d = dst[8 * jn + 2 * t4 + u];
+        d = ADD ? d + y : y;
+      }
     }
 }
 
@@ -370,7 +359,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       const float x = lane_sum<1, 4>(zr[hr]);
       if (t4 == 0) s.zrow[wgi][16 * wi + g + 8 * hr] = x;
     }
-    gwg::put_zcol<false>(&s.zcol[wi][32 * wgi], zc, g, t4);
+    gwg::put_col_sums<4>(&s.zcol[wi][32 * wgi], zc, g, t4);
   }
   wg::wait0();  // dKbar^T
   {             // dK^T = diag(kb) dKbar^T (column factor kb_t); tau_t = sum over keys of kb_t k^_t . dKbar_t
@@ -392,7 +381,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
         }
         tp[jn][u] = kbt * rk * acc;
       }
-    gwg::put_key_sums(s.pk[1][4 * wgi + wi], tp, g, t4);
+    gwg::put_col_sums<8>(s.pk[1][4 * wgi + wi], tp, g, t4);
   }
   cp_async_wait<1>();  // S0 and the raw dU (this thread's copies; every thread's after the barrier)
   wg::fence_async_smem();
@@ -453,7 +442,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
         }
         gq[jn][u] = s.rows[1][t] * acc;
       }
-    gwg::put_key_sums(s.pk[0][4 * wgi + wi], gq, g, t4);
+    gwg::put_col_sums<8>(s.pk[0][4 * wgi + wi], gq, g, t4);
   }
   // dU (raw fp32 in dut) as this thread's accumulator-layout elements of value half wgi: rows 16 wi + g (+ 8)
   float du[8][4];
@@ -556,7 +545,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
           }
           kd[jn][u] = s.rows[2][t] * acc;
         }
-      gwg::put_key_sums(s.pk[2][4 * wgi + wi], kd, g, t4);
+      gwg::put_col_sums<8>(s.pk[2][4 * wgi + wi], kd, g, t4);
     }
     // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} rho_k,s (dW_r . k_s), strictly lower: dA^T split into dut[0]
 #pragma unroll
@@ -625,7 +614,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       const float x = lane_sum<1, 4>(tb[hr]), z = lane_sum<1, 4>(zr[hr]);
       if (t4 == 0) s.pv[1][wgi][r] = x, s.zrow[wgi][r] += z;
     }
-    gwg::put_zcol<true>(&s.zcol[wi][32 * wgi], zc, g, t4);
+    gwg::put_col_sums<4, true>(&s.zcol[wi][32 * wgi], zc, g, t4);
   }
   __syncthreads();  // Xf complete
 
