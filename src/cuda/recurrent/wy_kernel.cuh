@@ -507,8 +507,9 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
   // Only without per-token state stores: grouped, a row's V-tiles run at different times, so the 64-byte (bf16,
   // 32 columns) pieces of each intermediate-state row are written far apart in time, and the H200 measured verify
   // at N = 256 slower grouped (2.23 ms) than ungrouped (1.55 ms), where neighbouring V-tiles run side by side.
-  // 64-column tiles write whole 128-byte lines, but the two lines of a 256-byte row would still be a tile apart
-  // grouped (not measured): they walk single tiles too.
+  // 64-column tiles write whole 128-byte lines, but grouped the two lines of a 256-byte row are written a tile apart
+  // and the shared staging does not make up for it (H200, verify T = 12 N = 256: 1.29 ms grouped against 1.28):
+  // they walk single tiles too.
   const bool grouped = nvt > 1 && nrows >= int32_t(gridDim.x) && a.inter == nullptr && !(a.commit && a.T_max > 0);
   auto next_tile = [&](int32_t t) -> int32_t {  // no overflow: ntiles + grid nvt < 2^31 (launcher)
     if (!grouped) return t + wy::grid_ctas();
