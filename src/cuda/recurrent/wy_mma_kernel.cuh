@@ -220,12 +220,13 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
   auto load_chunk = [&](const Row& r, int64_t t0, bool tokens) {
     const int tc = int(r.len - t0 < C ? r.len - t0 : C);
     const int64_t b = r.b, bos = r.bos;
+    // zeros where not loaded, also for tokens = false: no earlier chunk's values stay live through a tile
+#pragma unroll
+    for (int m = 0; m < C / 4; ++m) rq4[m] = rk4[m] = make_uint2(0u, 0u), rg[m] = rb[m] = 0u;
     if (tokens) {
 #pragma unroll
       for (int m = 0; m < C / 4; ++m) {
         const int t = 4 * warp + m;
-        rq4[m] = rk4[m] = make_uint2(0u, 0u);
-        rg[m] = rb[m] = 0u;
         if (t < tc) {
           const int64_t tok = bos + t0 + t;
           if (4 * lane < K) {
