@@ -257,7 +257,9 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
   // Grouped (a row (n, h) for every CTA): rows blockIdx.x + i gridDim.x, each row's V / 64 tiles back to back; a later
   // V-tile of a row of <= C tokens reuses the staged chunk (s_k, s_q, the token scalars, s_d, s_e, T, B: token-only,
   // written before the row's first tile's second barrier and not written after it), so it runs no staging, no token
-  // dots and no barrier: its own work is S0^T [k | q], r, u, o, w and the update. ----
+  // dots and neither chunk barrier: its own work is S0^T [k | q], r, u, o, w and the update. The barrier at a tile's
+  // end orders its reads before the next tile's staging: dropped where the next tile reuses (it writes no shared
+  // memory; the state stage is each thread's own). ----
   const uint32_t ntiles = uint32_t(a.N * a.Hv * (a.V / kCols));  // < 2^31 with the grid's reach (the launcher checks)
   const uint32_t nvt = uint32_t(a.V / kCols);
   const bool grouped = nvt > 1 && uint32_t(a.N * a.Hv) >= gridDim.x;
@@ -623,7 +625,7 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
     }
     if (!has_next) break;
     // every warp is done with this tile's shared data before the next tile stages its own (a tile that reuses them
-    // writes none)
+    // writes none; the --tsan emulation reports a reused tile's s_k reads against the next row's staging without it)
     if (!reuse_next) __syncthreads();
     tile = nxt, r = rn;
   }
