@@ -746,13 +746,19 @@ TEST(CudaRecurrent, WyMmaHardChunks) {
   check(s);
   s.kernel = RecurrentKernel::auto_, s.l2 = false, s.scale = 0.3f;  // the plan's choice; no l2norm, a custom scale
   check(s);
-  // Enough tiles (N Hv V / 64 > 2 x SMs) that every persistent CTA walks several, empty and invalid rows among them
-  // (the next tile's loads are issued from either kind of row).
-  s = Spec{};
-  for (int i = 0; i < 300; ++i) s.seqlens.push_back(std::vector<int64_t>{0, 1, 7, 12, 16, 17, 33}[size_t(i % 7)]);
-  s.K = 128, s.V = 128, s.act_dt = DType::bf16, s.pool_dt = DType::bf16, s.kernel = RecurrentKernel::wy_mma;
-  s.slot_set = {{3, 0, -1}, {100, 0, -1}, {101, 0, -1}, {299, 0, -1}};
-  check(s);
+  // Enough rows (N Hv = 1200 >= 2 x SMs) that every persistent CTA walks several, grouped: a row's two V-tiles back to
+  // back, the second reusing the staged chunk, T and B of a row of <= 16 tokens; empty and invalid rows among them
+  // (the next tile's loads are issued from either kind of row). bf16 q, k on a bf16 pool, f16 (hi + lo) on fp32.
+  for (int var = 0; var < 2; ++var) {
+    s = Spec{};
+    for (int i = 0; i < 300; ++i) s.seqlens.push_back(std::vector<int64_t>{0, 1, 7, 12, 16, 17, 33}[size_t(i % 7)]);
+    s.K = 128, s.V = 128, s.kernel = RecurrentKernel::wy_mma;
+    s.act_dt = var ? DType::f16 : DType::bf16, s.pool_dt = var ? DType::f32 : DType::bf16;
+    s.slot_set = {{3, 0, -1}, {100, 0, -1}, {101, 0, -1}, {299, 0, -1}};
+    s.seed += uint64_t(var);
+    SCOPED_TRACE(var ? "grouped walk, f16 on fp32" : "grouped walk, bf16 on bf16");
+    check(s);
+  }
 }
 
 // The wy kernels run 10 more times on the same inputs (the pool restored, the outputs poisoned between runs) give

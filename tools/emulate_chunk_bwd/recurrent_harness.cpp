@@ -8,8 +8,9 @@
 // 1e-2 (bf16), 2e-3 (f16); the worst head (o: value head; pool: (slot, head) block) within 3 times that. The pool
 // slots the oracle left unchanged (no row addresses them, an invalid row's, a length-0 row's) must be bitwise
 // unchanged, and an invalid row's o exact +0.
-// Two emulated SMs: the wy kernel's persistent CTAs (4 per SM, 3 at 64 columns) then walk several tiles each, grouped
-// by row, so the next tile's prefetch and a row's shared staging across its V-tiles run too. Usage: recurrent_harness
+// Two emulated SMs: the wy kernel's persistent CTAs (4 per SM, 3 at 64 columns; wy_mma 2 per SM) then walk several
+// tiles each, grouped by row, so the next tile's prefetch and a row's shared staging across its V-tiles run too
+// (wy_mma's case 6 on three SMs: its ungrouped walk). Usage: recurrent_harness
 // <case 0-26> [mma | direct] (direct: the plan forced to the direct kernel; 0: Hqk = 2, Hv = 4, K = V = 128, bf16,
 // fixed T = 12, N = 3, fp32 pool; 1: varlen {12, 0, 1, 17, 33} with slot -1 for the 17-token row, fused gate (A_log,
 // dt_bias) and beta sigmoid; 2: a bf16 pool; 3: f16 activations; 4: K = 64, V = 128; 5: case 1 on 16-column tiles (the
@@ -89,6 +90,9 @@ struct Spec {
   std::vector<std::array<int64_t, 2>> buf_set;
   int64_t tbuf_cut = 0;
   std::vector<std::array<int64_t, 3>> slot_set;  // 2-D state_indices overrides {row, token, slot}
+  // SMs the wy_mma launch is told of (grid = min(tiles, 2 x SMs)): at 2 (4 CTAs) every case with V = 128 has a row for
+  // each CTA, the grouped walk; more CTAs than rows take the ungrouped one
+  int32_t mma_sms = 2;
 };
 
 struct Inputs {
@@ -204,9 +208,9 @@ constexpr int32_t kSms = 2;
 
 #if EMU_HAVE_WY_MMA
 template <class ST>
-cudaError_t launch_mma(const cuda::RecurrentArgs& a) {
-  return a.K == 64 ? cuda::launch_recurrent_wy_mma<ST, 64>(a, 2, nullptr)
-                   : cuda::launch_recurrent_wy_mma<ST, 128>(a, 2, nullptr);
+cudaError_t launch_mma(const cuda::RecurrentArgs& a, int32_t sms) {
+  return a.K == 64 ? cuda::launch_recurrent_wy_mma<ST, 64>(a, sms, nullptr)
+                   : cuda::launch_recurrent_wy_mma<ST, 128>(a, sms, nullptr);
 }
 #endif
 
@@ -237,16 +241,20 @@ bool run_emulated(const Spec& s, Inputs& x, bool mma, bool direct, const char* t
   cudaError_t e = cudaErrorInvalidValue;
   switch (a.pool_dtype) {
     case DType::bf16:
-      e = launch_mma<__nv_bfloat16>(a);
+      e = launch_mma<__nv_bfloat16>(a, s.mma_sms);
       break;
     case DType::f16:
-      e = launch_mma<__half>(a);
+      e = launch_mma<__half>(a, s.mma_sms);
       break;
     default:
-      e = launch_mma<float>(a);
+      e = launch_mma<float>(a, s.mma_sms);
       break;
   }
-  printf("wy_mma: launch_recurrent_wy_mma<%s, %d>\n", dtype_name(a.pool_dtype), a.K);
+  // the kernel's choice of walk, as it makes it from the grid (launch_recurrent_wy_mma)
+  const int64_t tiles = a.N * a.Hv * (a.V / 64), grid = std::min<int64_t>(tiles, 2 * s.mma_sms);
+  const bool grouped = a.V / 64 > 1 && a.N * a.Hv >= grid;
+  printf("wy_mma: launch_recurrent_wy_mma<%s, %d>, %lld tiles on %lld CTAs, %s walk\n", dtype_name(a.pool_dtype), a.K,
+         (long long)tiles, (long long)grid, grouped ? "grouped" : "ungrouped");
   if (e != cudaSuccess) printf("case %s: launch_recurrent_wy_mma returned %d  FAIL\n", tag, int(e));
   return e == cudaSuccess;
 #else
@@ -287,7 +295,9 @@ Spec spec_of(int which) {
   if (which == 2) s.pool_dt = DType::bf16;
   if (which == 3) s.act = DType::f16;
   if (which == 4) s.K = 64;
-  if (which == 6) s.T = 160, s.N = 1;  // 10 chunks of wy_mma, 20 of wy: the state's error must not grow with them
+  // 10 chunks of wy_mma, 20 of wy: the state's error must not grow with them; wy_mma on 6 CTAs for its 4 rows (8
+  // tiles): the ungrouped walk (as at N = 1 on the H200), CTAs 0 and 1 two tiles each
+  if (which == 6) s.T = 160, s.N = 1, s.mma_sms = 3;
   if (which == 7) s.pool_dt = DType::f16;
   if (which == 8) s.N = 4, s.T_max = 12, s.commit = false, s.invalid = {2};  // o only: the pool stays as it was
   if (which == 9) {  // row n on slot n, row 0 invalid (slot 0); no g (0) and no beta (1)

@@ -24,10 +24,11 @@
 # alone (f16, K = 64, varlen), r14 2-D slots with commit off and f16 intermediate states, r15 protocol A on an fp32
 # pool with fp32 intermediate states over 2 chunks; r16-r20 r10, r12, r1, r15, r14 on the wy kernel's 64-column
 # tiles; rNm runs case N on the wy kernel on mma.sync, wy_mma_kernel.cuh, where the branch has it, and is not in the
-# default list; rNd runs case N on the direct kernel, direct_kernel.cuh (r0-r15, and r21-r26: single-token decode,
-# its 64-register instances: r21 fp32 pool with the fused gate and an invalid row, r22 its 16-column tiles, the N = 1
-# instance, r23 a bf16 pool, r24 2-D slots with protocol A, r25 no state_indices, r26 a V-major pool; not in the
-# default list)). --tsan builds with ThreadSanitizer: it reports every pair of shared-memory accesses of two emulated
+# default list (its grouped walk with the staged chunk reused by a row's second V-tile in r0m-r5m, r7m, r8m; r6m on 6
+# CTAs its ungrouped walk, r9m one V-tile a head); rNd runs case N on the direct kernel, direct_kernel.cuh (r0-r15,
+# and r21-r26: single-token decode, its 64-register instances: r21 fp32 pool with the fused gate and an invalid row,
+# r22 its 16-column tiles, the N = 1 instance, r23 a bf16 pool, r24 2-D slots with protocol A, r25 no state_indices,
+# r26 a V-major pool; not in the default list)). --tsan builds with ThreadSanitizer: it reports every pair of shared-memory accesses of two emulated
 # threads (or async units: wgmma, TMA) that no barrier, mbarrier phase or async wait orders (and fails the case).
 # Under --tsan a w case takes 10-90 s of CPU on two cores, chunk_bwd's case 10 a few minutes, an r case under a
 # minute.

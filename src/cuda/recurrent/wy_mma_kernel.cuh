@@ -133,8 +133,10 @@ __device__ __forceinline__ uint32_t act_bits(float x, float y, bool bf16) {
 }  // namespace wymma
 
 // Persistent CTAs of 4 warps walk the tiles (row, value head, 64 state columns), a warp 16 columns; the next tile's
-// index loads, state copy and first chunk are in flight during this tile's products. QK_BF16: q and k are bf16 (exact
-// bf16 operands); else f16, split into bf16 hi + lo (exact). v and o are 16-bit (bf16 or f16, runtime).
+// index loads, state copy and first chunk are in flight during this tile's products. With a row for every CTA the
+// walk is grouped: a CTA runs a row's V-tiles back to back, and a row of <= 16 tokens is staged once (q, k, the
+// factors, T, B) for all of them. QK_BF16: q and k are bf16 (exact bf16 operands); else f16, split into bf16 hi + lo
+// (exact). v and o are 16-bit (bf16 or f16, runtime).
 // H200 (docs/recurrent.md): T = 12 at N = 1 / 256 in 7.7 us / 0.568 ms against the wy kernel's 12.3 us / 0.672 ms.
 template <class ST, int K, bool QK_BF16>
 __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_wy_mma_kernel(const RecurrentArgs a) {
@@ -211,27 +213,31 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
 
   // ---- a chunk's activations as bits (warp w: tokens 4 w .. 4 w + 3; this thread's v pairs: tokens nt 8 + 2 t4 + ee,
   // columns c0, c0 + 1). Every load of a chunk is issued before the first is used (one round trip, not one per
-  // token), and a tile's first chunk is loaded during the previous tile ----
+  // token), and a tile's first chunk is loaded during the previous tile; tokens = false: v only (a tile that reuses the
+  // row's staged tokens) ----
   uint2 rq4[C / 4], rk4[C / 4];  // 4 16-bit elements each (bf16 or f16: the plan checks)
   uint32_t rg[C / 4], rb[C / 4], vb[2][2];
-  auto load_chunk = [&](const Row& r, int64_t t0) {
+  auto load_chunk = [&](const Row& r, int64_t t0, bool tokens) {
     const int tc = int(r.len - t0 < C ? r.len - t0 : C);
     const int64_t b = r.b, bos = r.bos;
+    // zeros where not loaded, also for tokens = false: no earlier chunk's values stay live through a tile
 #pragma unroll
-    for (int m = 0; m < C / 4; ++m) {
-      const int t = 4 * warp + m;
-      rq4[m] = rk4[m] = make_uint2(0u, 0u);
-      rg[m] = rb[m] = 0u;
-      if (t < tc) {
-        const int64_t tok = bos + t0 + t;
-        if (4 * lane < K) {
-          rq4[m] = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(a.q) + b * a.q_s[0] + tok * a.q_s[1] +
-                                                   r.hq * a.q_s[2] + 4 * lane);
-          rk4[m] = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(a.k) + b * a.k_s[0] + tok * a.k_s[1] +
-                                                   r.hq * a.k_s[2] + 4 * lane);
+    for (int m = 0; m < C / 4; ++m) rq4[m] = rk4[m] = make_uint2(0u, 0u), rg[m] = rb[m] = 0u;
+    if (tokens) {
+#pragma unroll
+      for (int m = 0; m < C / 4; ++m) {
+        const int t = 4 * warp + m;
+        if (t < tc) {
+          const int64_t tok = bos + t0 + t;
+          if (4 * lane < K) {
+            rq4[m] = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(a.q) + b * a.q_s[0] + tok * a.q_s[1] +
+                                                     r.hq * a.q_s[2] + 4 * lane);
+            rk4[m] = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(a.k) + b * a.k_s[0] + tok * a.k_s[1] +
+                                                     r.hq * a.k_s[2] + 4 * lane);
+          }
+          if (a.g) rg[m] = load1_bits(a.g, a.g_dtype, b * a.g_s[0] + tok * a.g_s[1] + r.h * a.g_s[2]);
+          if (a.beta) rb[m] = load1_bits(a.beta, a.beta_dtype, b * a.beta_s[0] + tok * a.beta_s[1] + r.h * a.beta_s[2]);
         }
-        if (a.g) rg[m] = load1_bits(a.g, a.g_dtype, b * a.g_s[0] + tok * a.g_s[1] + r.h * a.g_s[2]);
-        if (a.beta) rb[m] = load1_bits(a.beta, a.beta_dtype, b * a.beta_s[0] + tok * a.beta_s[1] + r.h * a.beta_s[2]);
       }
     }
     const int c0 = r.j0 + 16 * warp + 2 * g;
@@ -246,24 +252,44 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
       }
   };
 
-  // ---- persistent walk over the tiles t = blockIdx.x + i gridDim.x; the next tile's index loads, state copy and
-  // first chunk fly during this tile's products ----
-  const uint32_t ntiles = uint32_t(a.N * a.Hv * (a.V / kCols));  // < 2^31 (the launcher checks)
+  // ---- persistent walk; the next tile's index loads, state copy and first chunk fly during this tile's products.
+  // Ungrouped (fewer rows than CTAs: N = 1 spreads its tiles over as many CTAs): tiles t = blockIdx.x + i gridDim.x.
+  // Grouped (a row (n, h) for every CTA): rows blockIdx.x + i gridDim.x, each row's V / 64 tiles back to back; a later
+  // V-tile of a row of <= C tokens reuses the staged chunk (s_k, s_q, the token scalars, s_d, s_e, T, B: token-only,
+  // written before the row's first tile's second barrier and not written after it), so it runs no staging, no token
+  // dots and neither chunk barrier: its own work is S0^T [k | q], r, u, o, w and the update. The barrier at a tile's
+  // end orders its reads before the next tile's staging: dropped where the next tile reuses (it writes no shared
+  // memory; the state stage is each thread's own). ----
+  const uint32_t ntiles = uint32_t(a.N * a.Hv * (a.V / kCols));  // < 2^31 with the grid's reach (the launcher checks)
+  const uint32_t nvt = uint32_t(a.V / kCols);
+  const bool grouped = nvt > 1 && uint32_t(a.N * a.Hv) >= gridDim.x;
   pdl_start();  // every global access below follows the previous kernel in the stream
-  uint32_t tile = blockIdx.x;
+  uint32_t tile = grouped ? blockIdx.x * nvt : blockIdx.x;
   Row r = row_of(tile);
   // the first chunk's loads ahead of the start slot: they need the row's token range only, so they fly with the slot's
   // index load (issued behind it, they waited for it: the slot's check and the state copy's addresses use it)
-  if (r.len > 0) load_chunk(r, 0);
+  if (r.len > 0) load_chunk(r, 0, true);
   row_slot(r);
   issue_state(r);
   float s[NJ][4];
 #pragma unroll 1
   for (;;) {
-    const uint32_t nxt = tile + gridDim.x;
+    // grouped: the row's next V-tile (its coordinates, slot and gate as this tile's: no index loads), else the first
+    // tile of the row gridDim.x on
+    const bool same_row = grouped && r.j0 + kCols < a.V;
+    const uint32_t nxt = !grouped   ? tile + gridDim.x
+                         : same_row ? tile + 1
+                                    : (uint32_t(r.n) * uint32_t(a.Hv) + uint32_t(r.h) + gridDim.x) * nvt;
     const bool has_next = nxt < ntiles;
+    const bool reuse = grouped && r.j0 != 0 && r.len <= C;  // this tile: the row's chunk is staged
+    const bool reuse_next = same_row && r.len <= C;         // the next tile: this row's chunk stays staged
     Row rn;
-    if (has_next) rn = row_of(nxt), row_slot(rn);
+    if (has_next) {
+      if (same_row)
+        rn = r, rn.j0 += kCols;
+      else
+        rn = row_of(nxt), row_slot(rn);
+    }
     const int64_t len = r.len, bos = r.bos, b = r.b;
     const int h = r.h, j0 = r.j0, c0 = j0 + 16 * warp + 2 * g;
     if (len > 0 && r.slot < 0) {  // invalid row: exact zeros to its o, nothing else
@@ -276,7 +302,7 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
     if (len <= 0 || r.slot < 0) {  // an empty or invalid row touches nothing else: on to the next tile
       if (has_next) {
         issue_state(rn);
-        if (rn.len > 0) load_chunk(rn, 0);
+        if (rn.len > 0) load_chunk(rn, 0, !reuse_next);
       }
     } else {
       const float alog = r.alog, dtb = r.dtb;
@@ -285,198 +311,201 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
         const int tc = int(len - t0 < C ? len - t0 : C);
         if (t0 > 0) {
           __syncthreads();  // every warp is done with the previous chunk's staged data
-          load_chunk(r, t0);
+          load_chunk(r, t0, true);
         }
 
-        // ---- staging: raw q, k into the tiles at their keys' logical positions (the warp's 4 tokens as one 8-byte
-        // row piece per key), the row factors, gate and beta (zeros past the row's end) ----
-        // the row factors (qk_norm_factors' sums in its order): the warp's 4 tokens' sums reduced together
-        float sq[C / 4], sk[C / 4];
+        if (!reuse) {
+          // ---- staging: raw q, k into the tiles at their keys' logical positions (the warp's 4 tokens as one 8-byte
+          // row piece per key), the row factors, gate and beta (zeros past the row's end) ----
+          // the row factors (qk_norm_factors' sums in its order): the warp's 4 tokens' sums reduced together
+          float sq[C / 4], sk[C / 4];
 #pragma unroll
-        for (int m = 0; m < C / 4; ++m) {
-          float q[4], k[4];
-          from_bits4<QK>(make_uint4(rq4[m].x, rq4[m].y, 0u, 0u), q);
-          from_bits4<QK>(make_uint4(rk4[m].x, rk4[m].y, 0u, 0u), k);
-          sq[m] = sk[m] = 0.f;
+          for (int m = 0; m < C / 4; ++m) {
+            float q[4], k[4];
+            from_bits4<QK>(make_uint4(rq4[m].x, rq4[m].y, 0u, 0u), q);
+            from_bits4<QK>(make_uint4(rk4[m].x, rk4[m].y, 0u, 0u), k);
+            sq[m] = sk[m] = 0.f;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) sq[m] = fmaf(q[e], q[e], sq[m]), sk[m] = fmaf(k[e], k[e], sk[m]);
-        }
-#pragma unroll
-        for (int m = 0; m < C / 4; ++m) sq[m] = lane_sum<1, 32>(sq[m]), sk[m] = lane_sum<1, 32>(sk[m]);
-        if (lane < C / 4) {  // lane m: token 4 warp + m
-          const int m = lane, t = 4 * warp + m;
-          float gg = 0.f, be = 0.f, rq = a.scale, rk = 1.f;
-#pragma unroll
-          for (int x = 0; x < C / 4; ++x)
-            if (x == m) gg = from_bits1(a.g_dtype, rg[x]), be = from_bits1(a.beta_dtype, rb[x]), rq = sq[x], rk = sk[x];
-          if (a.l2norm)
-            rq = a.scale * l2_rnorm(rq), rk = l2_rnorm(rk);
-          else
-            rq = a.scale, rk = 1.f;
-          if (t < tc) {
-            if (!a.g) gg = 0.f;
-            if (!a.beta) be = 1.f;
-            if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
-              gg = gate_from_raw(gg, alog, dtb, a.softplus_beta, a.softplus_threshold);
-            if (a.beta_sigmoid) be = beta_from_raw(be, a.allow_neg_eigval);
-          } else {
-            gg = be = rq = rk = 0.f;
+            for (int e = 0; e < 4; ++e) sq[m] = fmaf(q[e], q[e], sq[m]), sk[m] = fmaf(k[e], k[e], sk[m]);
           }
-          s_g[t] = gg, s_be[t] = be, s_rk[t] = rk, s_rq[t] = rq;
-        }
-        if (4 * lane < K) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int p = key_pos<K>(4 * lane + e);
-            if constexpr (QK_BF16) {  // the raw bits: element e of each token's 4-vector
-              auto bits = [&](const uint2(&x)[C / 4], int m) {
-                return (e < 2 ? x[m].x : x[m].y) >> (16 * (e & 1)) & 0xffffu;
-              };
-              *reinterpret_cast<uint2*>(&s_k[0][p][4 * warp]) =
-                  make_uint2(bits(rk4, 0) | bits(rk4, 1) << 16, bits(rk4, 2) | bits(rk4, 3) << 16);
-              *reinterpret_cast<uint2*>(&s_q[0][p][4 * warp]) =
-                  make_uint2(bits(rq4, 0) | bits(rq4, 1) << 16, bits(rq4, 2) | bits(rq4, 3) << 16);
-            } else {  // f16 = bf16 hi + lo, exactly
-              auto val = [&](const uint2(&x)[C / 4], int m) { return Storage<__half>::to2(e < 2 ? x[m].x : x[m].y); };
-              uint32_t kh[2], kl[2], qh[2], ql[2];
+          for (int m = 0; m < C / 4; ++m) sq[m] = lane_sum<1, 32>(sq[m]), sk[m] = lane_sum<1, 32>(sk[m]);
+          if (lane < C / 4) {  // lane m: token 4 warp + m
+            const int m = lane, t = 4 * warp + m;
+            float gg = 0.f, be = 0.f, rq = a.scale, rk = 1.f;
 #pragma unroll
-              for (int m2 = 0; m2 < 2; ++m2) {
-                const float2 k0 = val(rk4, 2 * m2), k1 = val(rk4, 2 * m2 + 1);
-                const float2 q0 = val(rq4, 2 * m2), q1 = val(rq4, 2 * m2 + 1);
-                split2(e & 1 ? k0.y : k0.x, e & 1 ? k1.y : k1.x, kh[m2], kl[m2]);
-                split2(e & 1 ? q0.y : q0.x, e & 1 ? q1.y : q1.x, qh[m2], ql[m2]);
-              }
-              *reinterpret_cast<uint2*>(&s_k[0][p][4 * warp]) = make_uint2(kh[0], kh[1]);
-              *reinterpret_cast<uint2*>(&s_k[1][p][4 * warp]) = make_uint2(kl[0], kl[1]);
-              *reinterpret_cast<uint2*>(&s_q[0][p][4 * warp]) = make_uint2(qh[0], qh[1]);
-              *reinterpret_cast<uint2*>(&s_q[1][p][4 * warp]) = make_uint2(ql[0], ql[1]);
+            for (int x = 0; x < C / 4; ++x)
+              if (x == m)
+                gg = from_bits1(a.g_dtype, rg[x]), be = from_bits1(a.beta_dtype, rb[x]), rq = sq[x], rk = sk[x];
+            if (a.l2norm)
+              rq = a.scale * l2_rnorm(rq), rk = l2_rnorm(rk);
+            else
+              rq = a.scale, rk = 1.f;
+            if (t < tc) {
+              if (!a.g) gg = 0.f;
+              if (!a.beta) be = 1.f;
+              if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
+                gg = gate_from_raw(gg, alog, dtb, a.softplus_beta, a.softplus_threshold);
+              if (a.beta_sigmoid) be = beta_from_raw(be, a.allow_neg_eigval);
+            } else {
+              gg = be = rq = rk = 0.f;
             }
+            s_g[t] = gg, s_be[t] = be, s_rk[t] = rk, s_rq[t] = rq;
           }
-        }
-        __syncthreads();
-
-        // gamma_t (inclusive scan over the chunk's tokens, lanes 0-15), e^{gamma_t}, e^{gamma_last - gamma_t}
-        float gam = lane < C ? s_g[lane] : 0.f;
+          if (4 * lane < K) {
 #pragma unroll
-        for (int m = 1; m < C; m <<= 1) {
-          const float y = __shfl_up_sync(0xffffffffu, gam, m);
-          if (lane >= m) gam += y;
-        }
-        const float gam_last = __shfl_sync(0xffffffffu, gam, tc - 1);
-        if (warp == 0 && lane < C) s_d[lane] = expf(gam), s_e[lane] = lane < tc ? expf(gam_last - gam) : 0.f;
-
-        // ---- token dots (warp 0: K K^T -> A -> T; warp 1: Q K^T -> B) by the tensor cores, raw rows, the factors
-        // after: k^_t.k^_s = rk_t rk_s (k_t.k_s), q'_t.k^_s = rq_t rk_s (q_t.k_s) ----
-        if (warp < 2) {
-          const uint16_t(*xs)[K][kLd] = warp == 0 ? s_k : s_q;
-          float acc[2][2][4] = {};  // [ks % 2][nt]: two dependent chains a tile, each half as long
+            for (int e = 0; e < 4; ++e) {
+              const int p = key_pos<K>(4 * lane + e);
+              if constexpr (QK_BF16) {  // the raw bits: element e of each token's 4-vector
+                auto bits = [&](const uint2(&x)[C / 4], int m) {
+                  return (e < 2 ? x[m].x : x[m].y) >> (16 * (e & 1)) & 0xffffu;
+                };
+                *reinterpret_cast<uint2*>(&s_k[0][p][4 * warp]) =
+                    make_uint2(bits(rk4, 0) | bits(rk4, 1) << 16, bits(rk4, 2) | bits(rk4, 3) << 16);
+                *reinterpret_cast<uint2*>(&s_q[0][p][4 * warp]) =
+                    make_uint2(bits(rq4, 0) | bits(rq4, 1) << 16, bits(rq4, 2) | bits(rq4, 3) << 16);
+              } else {  // f16 = bf16 hi + lo, exactly
+                auto val = [&](const uint2(&x)[C / 4], int m) { return Storage<__half>::to2(e < 2 ? x[m].x : x[m].y); };
+                uint32_t kh[2], kl[2], qh[2], ql[2];
 #pragma unroll
-          for (int ks = 0; ks < K / 16; ++ks) {
-            float(&ac)[2][4] = acc[ks & 1];
-            // matrices (key half, token half) in the order (0,0), (1,0), (0,1), (1,1): B fragments of k as they are,
-            // A fragments of x [token][key] as {0, 2, 1, 3}
-            const int row = 16 * ks + (mi & 1) * 8 + mr, col = (mi >> 1) * 8;
-            uint32_t bh[4], xh[4];
-            ldsm_x4_t(bh, &s_k[0][row][col]);
-            ldsm_x4_t(xh, &xs[0][row][col]);
-            const uint32_t ah[4] = {xh[0], xh[2], xh[1], xh[3]};
-            if constexpr (NP == 1) {
-              mma(ac[0], ah, bh[0], bh[1]);
-              mma(ac[1], ah, bh[2], bh[3]);
-            } else {  // all four parts: the f16 dots stay exact to fp32 accumulation
-              uint32_t bl[4], xl[4];
-              ldsm_x4_t(bl, &s_k[1][row][col]);
-              ldsm_x4_t(xl, &xs[1][row][col]);
-              const uint32_t al[4] = {xl[0], xl[2], xl[1], xl[3]};
-#pragma unroll
-              for (int nt = 0; nt < 2; ++nt) {
-                mma(ac[nt], ah, bh[2 * nt], bh[2 * nt + 1]);
-                mma(ac[nt], al, bh[2 * nt], bh[2 * nt + 1]);
-                mma(ac[nt], ah, bl[2 * nt], bl[2 * nt + 1]);
-                mma(ac[nt], al, bl[2 * nt], bl[2 * nt + 1]);
-              }
-            }
-          }
-          // element (t, s) of the two chains' sum: t = g + 8 (e / 2), s = 8 nt + 2 t4 + e % 2, times e^{gamma_t -
-          // gamma_s} rt_t rk_s (rt: A beta_t rk_t, B rq_t) for every element; the triangle and the chunk's end select
-          // after (§5.8: above the diagonal the exponential may be inf; a select, never a multiplied mask).
-          // Branch-free, the 8 elements' shuffles, loads and exponentials overlap (a conditional factor made a branch
-          // per element, each waiting on its own)
-          float gt[2], rt[2], gs[2][2], ks[2][2];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int t = g + 8 * h;
-            gt[h] = __shfl_sync(0xffffffffu, gam, t);
-            const float be = s_be[t], rk = s_rk[t], rq = s_rq[t];
-            rt[h] = warp == 0 ? be * rk : rq;
-          }
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int sx = 8 * nt + 2 * t4 + e;
-              gs[nt][e] = __shfl_sync(0xffffffffu, gam, sx);
-              ks[nt][e] = s_rk[sx];
-            }
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              acc[0][nt][e] =
-                  (acc[0][nt][e] + acc[1][nt][e]) * expf(gt[e >> 1] - gs[nt][e & 1]) * rt[e >> 1] * ks[nt][e & 1];
-          if (warp == 0) {  // A^T [s][t]: the substitution reads A's columns
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int t = g + 8 * (e >> 1), sx = 8 * nt + 2 * t4 + (e & 1);
-                s_a[sx][t] = sx < t && t < tc ? acc[0][nt][e] : 0.f;
-              }
-          } else {
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int t = g + 8 * (e >> 1), sx = 8 * nt + 2 * t4 + (e & 1);
-                uint32_t hi, lo;
-                split2(sx <= t && t < tc ? acc[0][nt][e] : 0.f, 0.f, hi, lo);
-                s_b[0][t][sx] = uint16_t(hi), s_b[1][t][sx] = uint16_t(lo);
-              }
-          }
-          if (warp == 0) {
-            __syncwarp();
-            // T = (I + A)^{-1} by forward substitution, column m per lane (gdn-math §5.7): T[t][m] = [t = m] -
-            // sum_{s<t} A[t][s] T[s][m], in the column order: x_t starts at [t = m] and takes -A[t][s] T[s][m] for
-            // every t > s as soon as T[s][m] = x_s is final, so each T[s][m] is one FFMA behind the one before (the
-            // row order put a row's t / 2 dependent products behind the row before). A's columns (rows of A^T,
-            // broadcast 16-byte loads) do not depend on x: issued ahead. Rows past the chunk's tokens: A is zero
-            // there (x_t = [t = m] stays finite and enters nothing), and T selects them to zero.
-            if (lane < C) {
-              float x[C];
-#pragma unroll
-              for (int t = 0; t < C; ++t) x[t] = t == lane ? 1.f : 0.f;
-#pragma unroll
-              for (int sx = 0; sx < C - 1; ++sx) {
-                float ac[C];  // column sx of A, rows 4 ((sx + 1) / 4) .. C - 1
-#pragma unroll
-                for (int x4 = (sx + 1) / 4; x4 < C / 4; ++x4) {
-                  const float4 v4 = *reinterpret_cast<const float4*>(&s_a[sx][4 * x4]);
-                  ac[4 * x4] = v4.x, ac[4 * x4 + 1] = v4.y, ac[4 * x4 + 2] = v4.z, ac[4 * x4 + 3] = v4.w;
+                for (int m2 = 0; m2 < 2; ++m2) {
+                  const float2 k0 = val(rk4, 2 * m2), k1 = val(rk4, 2 * m2 + 1);
+                  const float2 q0 = val(rq4, 2 * m2), q1 = val(rq4, 2 * m2 + 1);
+                  split2(e & 1 ? k0.y : k0.x, e & 1 ? k1.y : k1.x, kh[m2], kl[m2]);
+                  split2(e & 1 ? q0.y : q0.x, e & 1 ? q1.y : q1.x, qh[m2], ql[m2]);
                 }
-#pragma unroll
-                for (int t = sx + 1; t < C; ++t) x[t] = fmaf(-ac[t], x[sx], x[t]);
+                *reinterpret_cast<uint2*>(&s_k[0][p][4 * warp]) = make_uint2(kh[0], kh[1]);
+                *reinterpret_cast<uint2*>(&s_k[1][p][4 * warp]) = make_uint2(kl[0], kl[1]);
+                *reinterpret_cast<uint2*>(&s_q[0][p][4 * warp]) = make_uint2(qh[0], qh[1]);
+                *reinterpret_cast<uint2*>(&s_q[1][p][4 * warp]) = make_uint2(ql[0], ql[1]);
               }
-              // T^T [m][t] = T[t][m]: this lane's column is a row of s_t, hi and lo, two 16-byte stores each
-              uint32_t hi[C / 2], lo[C / 2];
+            }
+          }
+          __syncthreads();
+
+          // gamma_t (inclusive scan over the chunk's tokens, lanes 0-15), e^{gamma_t}, e^{gamma_last - gamma_t}
+          float gam = lane < C ? s_g[lane] : 0.f;
 #pragma unroll
-              for (int p = 0; p < C / 2; ++p)
-                split2(2 * p < tc ? x[2 * p] : 0.f, 2 * p + 1 < tc ? x[2 * p + 1] : 0.f, hi[p], lo[p]);
+          for (int m = 1; m < C; m <<= 1) {
+            const float y = __shfl_up_sync(0xffffffffu, gam, m);
+            if (lane >= m) gam += y;
+          }
+          const float gam_last = __shfl_sync(0xffffffffu, gam, tc - 1);
+          if (warp == 0 && lane < C) s_d[lane] = expf(gam), s_e[lane] = lane < tc ? expf(gam_last - gam) : 0.f;
+
+          // ---- token dots (warp 0: K K^T -> A -> T; warp 1: Q K^T -> B) by the tensor cores, raw rows, the factors
+          // after: k^_t.k^_s = rk_t rk_s (k_t.k_s), q'_t.k^_s = rq_t rk_s (q_t.k_s) ----
+          if (warp < 2) {
+            const uint16_t(*xs)[K][kLd] = warp == 0 ? s_k : s_q;
+            float acc[2][2][4] = {};  // [ks % 2][nt]: two dependent chains a tile, each half as long
 #pragma unroll
-              for (int p = 0; p < 2; ++p) {
-                *reinterpret_cast<uint4*>(&s_t[0][lane][8 * p]) =
-                    make_uint4(hi[4 * p], hi[4 * p + 1], hi[4 * p + 2], hi[4 * p + 3]);
-                *reinterpret_cast<uint4*>(&s_t[1][lane][8 * p]) =
-                    make_uint4(lo[4 * p], lo[4 * p + 1], lo[4 * p + 2], lo[4 * p + 3]);
+            for (int ks = 0; ks < K / 16; ++ks) {
+              float(&ac)[2][4] = acc[ks & 1];
+              // matrices (key half, token half) in the order (0,0), (1,0), (0,1), (1,1): B fragments of k as they are,
+              // A fragments of x [token][key] as {0, 2, 1, 3}
+              const int row = 16 * ks + (mi & 1) * 8 + mr, col = (mi >> 1) * 8;
+              uint32_t bh[4], xh[4];
+              ldsm_x4_t(bh, &s_k[0][row][col]);
+              ldsm_x4_t(xh, &xs[0][row][col]);
+              const uint32_t ah[4] = {xh[0], xh[2], xh[1], xh[3]};
+              if constexpr (NP == 1) {
+                mma(ac[0], ah, bh[0], bh[1]);
+                mma(ac[1], ah, bh[2], bh[3]);
+              } else {  // all four parts: the f16 dots stay exact to fp32 accumulation
+                uint32_t bl[4], xl[4];
+                ldsm_x4_t(bl, &s_k[1][row][col]);
+                ldsm_x4_t(xl, &xs[1][row][col]);
+                const uint32_t al[4] = {xl[0], xl[2], xl[1], xl[3]};
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt) {
+                  mma(ac[nt], ah, bh[2 * nt], bh[2 * nt + 1]);
+                  mma(ac[nt], al, bh[2 * nt], bh[2 * nt + 1]);
+                  mma(ac[nt], ah, bl[2 * nt], bl[2 * nt + 1]);
+                  mma(ac[nt], al, bl[2 * nt], bl[2 * nt + 1]);
+                }
+              }
+            }
+            // element (t, s) of the two chains' sum: t = g + 8 (e / 2), s = 8 nt + 2 t4 + e % 2, times e^{gamma_t -
+            // gamma_s} rt_t rk_s (rt: A beta_t rk_t, B rq_t) for every element; the triangle and the chunk's end select
+            // after (§5.8: above the diagonal the exponential may be inf; a select, never a multiplied mask).
+            // Branch-free, the 8 elements' shuffles, loads and exponentials overlap (a conditional factor made a branch
+            // per element, each waiting on its own)
+            float gt[2], rt[2], gs[2][2], ks[2][2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int t = g + 8 * h;
+              gt[h] = __shfl_sync(0xffffffffu, gam, t);
+              const float be = s_be[t], rk = s_rk[t], rq = s_rq[t];
+              rt[h] = warp == 0 ? be * rk : rq;
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int sx = 8 * nt + 2 * t4 + e;
+                gs[nt][e] = __shfl_sync(0xffffffffu, gam, sx);
+                ks[nt][e] = s_rk[sx];
+              }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                acc[0][nt][e] =
+                    (acc[0][nt][e] + acc[1][nt][e]) * expf(gt[e >> 1] - gs[nt][e & 1]) * rt[e >> 1] * ks[nt][e & 1];
+            if (warp == 0) {  // A^T [s][t]: the substitution reads A's columns
+#pragma unroll
+              for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  const int t = g + 8 * (e >> 1), sx = 8 * nt + 2 * t4 + (e & 1);
+                  s_a[sx][t] = sx < t && t < tc ? acc[0][nt][e] : 0.f;
+                }
+            } else {
+#pragma unroll
+              for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  const int t = g + 8 * (e >> 1), sx = 8 * nt + 2 * t4 + (e & 1);
+                  uint32_t hi, lo;
+                  split2(sx <= t && t < tc ? acc[0][nt][e] : 0.f, 0.f, hi, lo);
+                  s_b[0][t][sx] = uint16_t(hi), s_b[1][t][sx] = uint16_t(lo);
+                }
+            }
+            if (warp == 0) {
+              __syncwarp();
+              // T = (I + A)^{-1} by forward substitution, column m per lane (gdn-math §5.7): T[t][m] = [t = m] -
+              // sum_{s<t} A[t][s] T[s][m], in the column order: x_t starts at [t = m] and takes -A[t][s] T[s][m] for
+              // every t > s as soon as T[s][m] = x_s is final, so each T[s][m] is one FFMA behind the one before (the
+              // row order put a row's t / 2 dependent products behind the row before). A's columns (rows of A^T,
+              // broadcast 16-byte loads) do not depend on x: issued ahead. Rows past the chunk's tokens: A is zero
+              // there (x_t = [t = m] stays finite and enters nothing), and T selects them to zero.
+              if (lane < C) {
+                float x[C];
+#pragma unroll
+                for (int t = 0; t < C; ++t) x[t] = t == lane ? 1.f : 0.f;
+#pragma unroll
+                for (int sx = 0; sx < C - 1; ++sx) {
+                  float ac[C];  // column sx of A, rows 4 ((sx + 1) / 4) .. C - 1
+#pragma unroll
+                  for (int x4 = (sx + 1) / 4; x4 < C / 4; ++x4) {
+                    const float4 v4 = *reinterpret_cast<const float4*>(&s_a[sx][4 * x4]);
+                    ac[4 * x4] = v4.x, ac[4 * x4 + 1] = v4.y, ac[4 * x4 + 2] = v4.z, ac[4 * x4 + 3] = v4.w;
+                  }
+#pragma unroll
+                  for (int t = sx + 1; t < C; ++t) x[t] = fmaf(-ac[t], x[sx], x[t]);
+                }
+                // T^T [m][t] = T[t][m]: this lane's column is a row of s_t, hi and lo, two 16-byte stores each
+                uint32_t hi[C / 2], lo[C / 2];
+#pragma unroll
+                for (int p = 0; p < C / 2; ++p)
+                  split2(2 * p < tc ? x[2 * p] : 0.f, 2 * p + 1 < tc ? x[2 * p + 1] : 0.f, hi[p], lo[p]);
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                  *reinterpret_cast<uint4*>(&s_t[0][lane][8 * p]) =
+                      make_uint4(hi[4 * p], hi[4 * p + 1], hi[4 * p + 2], hi[4 * p + 3]);
+                  *reinterpret_cast<uint4*>(&s_t[1][lane][8 * p]) =
+                      make_uint4(lo[4 * p], lo[4 * p + 1], lo[4 * p + 2], lo[4 * p + 3]);
+                }
               }
             }
           }
@@ -516,7 +545,7 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acck[0][nt][e] += acck[1][nt][e], accq[0][nt][e] += accq[1][nt][e];
-        __syncthreads();  // T, B, the decay scalars
+        if (!reuse) __syncthreads();  // T, B, the decay scalars (reused: staged before the row's first tile's)
 
         // ---- r^T = beta (v - e^{gamma} rk S0^T k), qs^T = e^{gamma} rq S0^T q: element (column c0 + e / 2, token
         // 8 nt + 2 t4 + e % 2) ----
@@ -584,7 +613,7 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
         }
       }
 
-      if (has_next && rn.len > 0) load_chunk(rn, 0);  // (the last chunk's v pairs are consumed)
+      if (has_next && rn.len > 0) load_chunk(rn, 0, !reuse_next);  // (the last chunk's v pairs are consumed)
       // ---- the final state to the start slot (1-D slots, commit) ----
       if (a.commit && a.T_max == 0) {
         ST* const dst = pool_at(r);
@@ -595,7 +624,9 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
       }
     }
     if (!has_next) break;
-    __syncthreads();  // every warp is done with this tile's shared data before the next tile stages its own
+    // every warp is done with this tile's shared data before the next tile stages its own (a tile that reuses them
+    // writes none; the --tsan emulation reports a reused tile's s_k reads against the next row's staging without it)
+    if (!reuse_next) __syncthreads();
     tile = nxt, r = rn;
   }
   cp_async_wait_all();  // (an empty group at most: no copy may be in flight at exit)
@@ -607,7 +638,8 @@ template <class ST, int K>
 cudaError_t launch_recurrent_wy_mma(const RecurrentArgs& a, int sms, cudaStream_t stream) {
   const int64_t ntiles = a.N * a.Hv * (a.V / wymma::kCols);
   if (ntiles == 0) return cudaSuccess;
-  if (ntiles + int64_t(wymma::kMinBlocks) * sms > 0x7fffffff || a.V % wymma::kCols != 0)
+  // the walk's tile index reaches ntiles + grid (ungrouped) or ntiles + grid V / 64 (grouped) in 32 bits
+  if (ntiles + int64_t(wymma::kMinBlocks) * sms * (a.V / wymma::kCols) > 0x7fffffff || a.V % wymma::kCols != 0)
     return cudaErrorInvalidConfiguration;
   const int64_t grid = ntiles < int64_t(wymma::kMinBlocks) * sms ? ntiles : int64_t(wymma::kMinBlocks) * sms;
   constexpr size_t smem = wymma::state_stage_bytes<ST, K>();
