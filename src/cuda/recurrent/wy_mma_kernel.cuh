@@ -137,7 +137,7 @@ __device__ __forceinline__ uint32_t act_bits(float x, float y, bool bf16) {
 // walk is grouped: a CTA runs a row's V-tiles back to back, and a row of <= 16 tokens is staged once (q, k, the
 // factors, T, B) for all of them. QK_BF16: q and k are bf16 (exact bf16 operands); else f16, split into bf16 hi + lo
 // (exact). v and o are 16-bit (bf16 or f16, runtime).
-// H200 (docs/recurrent.md): T = 12 at N = 1 / 256 in 7.7 us / 0.568 ms against the wy kernel's 12.3 us / 0.672 ms.
+// H200 (docs/recurrent.md): T = 12 at N = 1 / 256 in 7.7 us / 0.477 ms against the wy kernel's 12.3 us / 0.672 ms.
 template <class ST, int K, bool QK_BF16>
 __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_wy_mma_kernel(const RecurrentArgs a) {
   using namespace wymma;
