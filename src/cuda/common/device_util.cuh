@@ -213,4 +213,28 @@ __device__ __forceinline__ void qk_norm_factors(const float (&q)[4], const float
   }
 }
 
+// ---- the WY kernels' chunk solve (gdn-math §5.7) ---------------------------------------------------------
+// Column m of T = (I + A)^{-1} for a strictly lower triangular C x C chunk matrix A, given transposed (at[s][t] =
+// A[t][s]), by forward substitution in the column order: x_t starts at [t = m], and once T[s][m] = x_s is final every
+// x_t, t > s, takes -A[t][s] x_s, so each T[s][m] is one FFMA behind the one before (the row order puts row t's t
+// dependent products behind row t - 1's); each x_t takes its products in the order s = 0, 1, .. as the row order does
+// (the same bits). A's columns (rows of at, broadcast 16-byte loads) do not depend on x: all issued ahead.
+template <int C>
+__device__ __forceinline__ void chunk_inverse_column(const float (&at)[C][C], int m, float (&x)[C]) {
+  static_assert(C % 4 == 0, "A^T rows as 16-byte vectors");
+#pragma unroll
+  for (int t = 0; t < C; ++t) x[t] = t == m ? 1.f : 0.f;
+#pragma unroll
+  for (int sx = 0; sx < C - 1; ++sx) {
+    float ac[C];  // column sx of A, rows 4 ((sx + 1) / 4) .. C - 1
+#pragma unroll
+    for (int x4 = (sx + 1) / 4; x4 < C / 4; ++x4) {
+      const float4 v4 = *reinterpret_cast<const float4*>(&at[sx][4 * x4]);
+      ac[4 * x4] = v4.x, ac[4 * x4 + 1] = v4.y, ac[4 * x4 + 2] = v4.z, ac[4 * x4 + 3] = v4.w;
+    }
+#pragma unroll
+    for (int t = sx + 1; t < C; ++t) x[t] = fmaf(-ac[t], x[sx], x[t]);  // x_t -= A[t][s] T[s][m]
+  }
+}
+
 }  // namespace flashgdn::cuda

@@ -447,32 +447,15 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
     }
     __syncthreads();  // s_A, s_B complete
 
-    // T = (I + A)^{-1} of each chunk by forward substitution (the row recurrence of gdn-math §5.7, column m of T
-    // per lane: T[t][m] = [t = m] - sum_{s<t} A[t][s] T[s][m]) and B T, by warp 0 (lane = ch C + m) while the
-    // other warps start the state reduction: both depend on the tokens only, and are first read in the columns
-    // phase (after the reduction's barrier).
-    // In the column order: x_t starts at [t = m], and once T[s][m] = x_s is final every x_t, t > s, takes
-    // -A[t][s] x_s, so each T[s][m] is one FFMA behind the one before (the row order put row t's t dependent
-    // products behind row t - 1's, and each row's loads behind the previous row's stores); each x_t takes its
-    // products in the order s = 0, 1, .. as in the row order (the same bits). A's columns (rows of A^T, broadcast
-    // 16-byte loads) do not depend on x: all issued ahead of the substitution; B's rows all after T's stores.
+    // T = (I + A)^{-1} of each chunk (column m of T per lane: T[t][m] = [t = m] - sum_{s<t} A[t][s] T[s][m], by the
+    // substitution in the column order, chunk_inverse_column) and B T, by warp 0 (lane = ch C + m) while the other
+    // warps start the state reduction: both depend on the tokens only, and are first read in the columns phase
+    // (after the reduction's barrier). B's rows are loaded after T's stores.
     if (warp == 0 && lane < SC) {
       const int tch = lane / C, m = lane % C, rem = tsc - tch * C;
       const int tcc = rem < 0 ? 0 : (rem < C ? rem : C);  // valid tokens of the lane's chunk
       float x[C];
-#pragma unroll
-      for (int t = 0; t < C; ++t) x[t] = t == m ? 1.f : 0.f;
-#pragma unroll
-      for (int sx = 0; sx < C - 1; ++sx) {
-        float ac[C];  // column sx of A, rows 4 ((sx + 1) / 4) .. C - 1
-#pragma unroll
-        for (int x4 = (sx + 1) / 4; x4 < C / 4; ++x4) {
-          const float4 v4 = *reinterpret_cast<const float4*>(&s_A[tch][sx][4 * x4]);
-          ac[4 * x4] = v4.x, ac[4 * x4 + 1] = v4.y, ac[4 * x4 + 2] = v4.z, ac[4 * x4 + 3] = v4.w;
-        }
-#pragma unroll
-        for (int t = sx + 1; t < C; ++t) x[t] = fmaf(-ac[t], x[sx], x[t]);
-      }
+      chunk_inverse_column<C>(s_A[tch], m, x);
       // rows past the chunk's tokens read stale A (finite or not, they enter no valid row): selected to zero
 #pragma unroll
       for (int t = 0; t < C; ++t) x[t] = t < tcc ? x[t] : 0.f;

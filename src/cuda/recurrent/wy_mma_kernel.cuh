@@ -473,27 +473,12 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
             }
             if (warp == 0) {
               __syncwarp();
-              // T = (I + A)^{-1} by forward substitution, column m per lane (gdn-math §5.7): T[t][m] = [t = m] -
-              // sum_{s<t} A[t][s] T[s][m], in the column order: x_t starts at [t = m] and takes -A[t][s] T[s][m] for
-              // every t > s as soon as T[s][m] = x_s is final, so each T[s][m] is one FFMA behind the one before (the
-              // row order put a row's t / 2 dependent products behind the row before). A's columns (rows of A^T,
-              // broadcast 16-byte loads) do not depend on x: issued ahead. Rows past the chunk's tokens: A is zero
-              // there (x_t = [t = m] stays finite and enters nothing), and T selects them to zero.
+              // T = (I + A)^{-1}, column m per lane, by the substitution in the column order (chunk_inverse_column).
+              // Rows past the chunk's tokens: A is zero there (x_t = [t = m] stays finite and enters nothing), and T
+              // selects them to zero.
               if (lane < C) {
                 float x[C];
-#pragma unroll
-                for (int t = 0; t < C; ++t) x[t] = t == lane ? 1.f : 0.f;
-#pragma unroll
-                for (int sx = 0; sx < C - 1; ++sx) {
-                  float ac[C];  // column sx of A, rows 4 ((sx + 1) / 4) .. C - 1
-#pragma unroll
-                  for (int x4 = (sx + 1) / 4; x4 < C / 4; ++x4) {
-                    const float4 v4 = *reinterpret_cast<const float4*>(&s_a[sx][4 * x4]);
-                    ac[4 * x4] = v4.x, ac[4 * x4 + 1] = v4.y, ac[4 * x4 + 2] = v4.z, ac[4 * x4 + 3] = v4.w;
-                  }
-#pragma unroll
-                  for (int t = sx + 1; t < C; ++t) x[t] = fmaf(-ac[t], x[sx], x[t]);
-                }
+                chunk_inverse_column<C>(s_a, lane, x);
                 // T^T [m][t] = T[t][m]: this lane's column is a row of s_t, hi and lo, two 16-byte stores each
                 uint32_t hi[C / 2], lo[C / 2];
 #pragma unroll
