@@ -1,5 +1,6 @@
-"""Rewrites the CUDA chunk_bwd sources, the prefill's kernels and the recurrent wy kernels (wy_kernel.cuh and, where
-the branch has it, wy_mma_kernel.cuh) for the host emulation (emu.hpp): kernel launches
+"""Rewrites the CUDA chunk_bwd sources, the prefill's kernels, the recurrent wy kernels (wy_kernel.cuh and, where
+the branch has it, wy_mma_kernel.cuh) and the direct ones (direct_kernel.cuh, direct_pipe_kernel.cuh) for the host
+emulation (emu.hpp): kernel launches
 `k<<<grid, block, smem, stream>>>(args)` become `emu_launch(k, grid, block, args)`, the dynamic shared memory becomes
 one host buffer and the tensor-core products, ldmatrix, the cp.async copies (cuda/common/ptx.cuh), the warp
 vote, __expf and the ex2 asm become emu_*; the register pins of the wy kernel (wy::opaque) become no-ops and its
@@ -117,7 +118,8 @@ SOURCES = (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk
            ("chunk_fwd/chunk_fwd_intra.cuh", "chunk_fwd_intra.cuh"),
            ("chunk_fwd/chunk_fwd_state_wg.cuh", "chunk_fwd_state_wg.cuh"), ("chunk_fwd/chunk_fwd_state.cuh", "chunk_fwd_state.cuh"),
            ("chunk_fwd/chunk_fwd.cu", "chunk_fwd_host.inc"), ("recurrent/wy_kernel.cuh", "wy_kernel.cuh"),
-           ("recurrent/wy_mma_kernel.cuh", "wy_mma_kernel.cuh"), ("recurrent/direct_kernel.cuh", "direct_kernel.cuh"))
+           ("recurrent/wy_mma_kernel.cuh", "wy_mma_kernel.cuh"), ("recurrent/direct_kernel.cuh", "direct_kernel.cuh"),
+           ("recurrent/direct_pipe_kernel.cuh", "direct_pipe_kernel.cuh"))
 for name, out in SOURCES:
     if not os.path.exists(os.path.join(src, name)):
         continue
@@ -125,6 +127,10 @@ for name, out in SOURCES:
     # the dynamic shared memory (extern __shared__ unsigned char x[]): the host buffer
     s = re.sub(r"extern __shared__\s+(?:__align__\(\d+\)\s+)?unsigned char\s+(\w+)\[\];",
                r"unsigned char* \1 = g_smem;", s)
+    # direct_pipe's stage mbarriers (a static __shared__ array): at the end of the host shared memory, where the
+    # mbarrier model of emu_sm90.hpp finds them (its ring of stages starts at offset 0)
+    s = s.replace("__shared__ uint64_t s_full[S];",
+                  "uint64_t* s_full = reinterpret_cast<uint64_t*>(g_smem + sizeof(g_smem) - 8 * S);")
     # an mma.sync m16n8k16 written inline (16-bit operands, fp32 accumulators d[0..3] += a[0..3] b0 b1; the string may
     # be split into several literals): emu_mma
     s = re.sub(r'asm(?:\s+volatile)?\s*\(\s*"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.(bf16|f16)\.\1\.f32[^"]*"'

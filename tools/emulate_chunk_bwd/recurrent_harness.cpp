@@ -1,7 +1,8 @@
 // The CUDA recurrent kernels of multi-token rows run in the host emulation of emu.hpp against the CPU oracle (the
 // public API on fp64 copies, exec.cpu_fp64, CpuAlgo::recurrent): the wy kernel (src/cuda/recurrent/wy_kernel.cuh,
 // through cuda::recurrent and its plan, the kernel forced to wy) and, where the branch has it, the wy kernel on
-// mma.sync (wy_mma_kernel.cuh, launch_recurrent_wy_mma called directly: the harness compiles without it). Inputs as
+// mma.sync (wy_mma_kernel.cuh, launch_recurrent_wy_mma called directly: the harness compiles without it), and on
+// single-token rows the direct and direct_pipe kernels (direct_kernel.cuh, direct_pipe_kernel.cuh). Inputs as
 // the GPU suite builds them (tests/cuda/test_recurrent.cpp): a K-major pool of 0.1 N(0, 1), 1-D state_indices in
 // reverse order and 3 slots no row addresses, commit, l2norm on, o poisoned with NaN. Bounds as that suite holds
 // them: relative Frobenius error of o 3e-3 (bf16), 1e-3 (f16), doubled with a 16-bit pool, of the pool 1e-5 (fp32),
@@ -11,21 +12,21 @@
 // Two emulated SMs: the wy kernel's persistent CTAs (4 per SM, 3 at 64 columns; wy_mma 2 per SM) then walk several
 // tiles each, grouped by row, so the next tile's prefetch and a row's shared staging across its V-tiles run too
 // (wy_mma's case 6 on three SMs: its ungrouped walk). Usage: recurrent_harness
-// <case 0-26> [mma | direct] (direct: the plan forced to the direct kernel; 0: Hqk = 2, Hv = 4, K = V = 128, bf16,
-// fixed T = 12, N = 3, fp32 pool; 1: varlen {12, 0, 1, 17, 33} with slot -1 for the 17-token row, fused gate (A_log,
-// dt_bias) and beta sigmoid; 2: a bf16 pool; 3: f16 activations; 4: K = 64, V = 128; 5: case 1 on 16-column tiles (the
-// wy kernel's choice; the mma kernel has one width); 6: one row of T = 160; 7: an f16 pool; 8: 2-D state_indices [4,
-// 12] with num_accepted_tokens, one row's 0 (invalid), commit off (o only); 9: no state_indices (row n on slot n) with
-// null_slot_is_invalid (row 0 invalid), MHA 4 heads, V = 64, g and beta absent; verify, the walk: 10: case 1 with bf16
-// intermediate states, commit off, row 0's buffer -1, T_buf cut to 20 in the mma kernel's arguments; 11: fp32
-// intermediate states with the 1-D commit, T = 20, row 1's buffer out of range; 12: protocol A (2-D slots, commit) with
-// bf16 intermediate states on a bf16 pool, row 2 invalid, row 1's slot of token 5 -1; 13: protocol A alone, f16
-// activations and pool, K = 64, varlen {16, 3, 0, 9} on T_max = 16, row 0's slot of token 15 -1; 14: 2-D slots, commit
-// off, f16 intermediate states, MHA, V = 64, no g, row 1 invalid; 15: protocol A on an fp32 pool with fp32 intermediate
-// states, T = 20 on T_max = 24, slot 0 under null_slot_is_invalid for token 7 of row 0). Intermediate states: the
-// oracle's where it wrote, the NaN poison where it did not (skipped rows and buffers, tokens past a row or the cut
-// T_buf), bounds of the pool's dtype; protocol A with entries of the pool's dtype: each written slot equals its entry
-// bit for bit. 16-20: cases 10, 12, 1, 15 and 14 on 64-column tiles.
+// <case 0-33> [mma | direct | pipe] (direct, pipe: the plan forced to the direct or direct_pipe kernel; 0: Hqk = 2, Hv
+// = 4, K = V = 128, bf16, fixed T = 12, N = 3, fp32 pool; 1: varlen {12, 0, 1, 17, 33} with slot -1 for the 17-token
+// row, fused gate (A_log, dt_bias) and beta sigmoid; 2: a bf16 pool; 3: f16 activations; 4: K = 64, V = 128; 5: case 1
+// on 16-column tiles (the wy kernel's choice; the mma kernel has one width); 6: one row of T = 160; 7: an f16 pool; 8:
+// 2-D state_indices [4, 12] with num_accepted_tokens, one row's 0 (invalid), commit off (o only); 9: no state_indices
+// (row n on slot n) with null_slot_is_invalid (row 0 invalid), MHA 4 heads, V = 64, g and beta absent; verify, the
+// walk: 10: case 1 with bf16 intermediate states, commit off, row 0's buffer -1, T_buf cut to 20 in the mma kernel's
+// arguments; 11: fp32 intermediate states with the 1-D commit, T = 20, row 1's buffer out of range; 12: protocol A (2-D
+// slots, commit) with bf16 intermediate states on a bf16 pool, row 2 invalid, row 1's slot of token 5 -1; 13: protocol
+// A alone, f16 activations and pool, K = 64, varlen {16, 3, 0, 9} on T_max = 16, row 0's slot of token 15 -1; 14: 2-D
+// slots, commit off, f16 intermediate states, MHA, V = 64, no g, row 1 invalid; 15: protocol A on an fp32 pool with
+// fp32 intermediate states, T = 20 on T_max = 24, slot 0 under null_slot_is_invalid for token 7 of row 0). Intermediate
+// states: the oracle's where it wrote, the NaN poison where it did not (skipped rows and buffers, tokens past a row or
+// the cut T_buf), bounds of the pool's dtype; protocol A with entries of the pool's dtype: each written slot equals its
+// entry bit for bit. 16-20: cases 10, 12, 1, 15 and 14 on 64-column tiles.
 #include "emu.hpp"
 
 // The kernels see the emulation above.
@@ -37,6 +38,7 @@ inline uint32_t udiv(uint32_t x, const DivU32& q) {
 }
 }  // namespace flashgdn::cuda
 #include "direct_kernel.cuh"
+#include "direct_pipe_kernel.cuh"
 #include "wy_kernel.cuh"
 #if __has_include("wy_mma_kernel.cuh")
 #include "wy_mma_kernel.cuh"
@@ -44,14 +46,10 @@ inline uint32_t udiv(uint32_t x, const DivU32& q) {
 #else
 #define EMU_HAVE_WY_MMA 0
 #endif
-// recurrent.cu's other launchers: not part of this harness (the plan is forced to wy or direct).
+// recurrent.cu's other launcher: not part of this harness (the plan is forced to wy, direct or direct_pipe).
 namespace flashgdn::cuda {
 template <StateLayout L, class ST, int K, int BV>
 cudaError_t launch_recurrent(const RecurrentArgs&, int, cudaStream_t) {
-  return cudaErrorNotSupported;
-}
-template <class ST, int K, int BV, int S, int NT>
-cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs&, cudaStream_t) {
   return cudaErrorNotSupported;
 }
 }  // namespace flashgdn::cuda
@@ -64,6 +62,21 @@ cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs&, cudaStream_t) {
 
 using namespace flashgdn;
 using namespace flashgdn::test;
+
+constexpr int32_t kSms = 2;  // emulated SMs (the plan's and direct_pipe's grid)
+
+// direct_pipe's launcher sizes its persistent grid as resident CTAs per SM (the occupancy query) times SMs: one CTA
+// per emulated SM, so that each CTA walks several tiles through its ring (both stages refilled, phases reused).
+namespace flashgdn::cuda {
+int device_sm_count(int) {
+  return kSms;
+}
+}  // namespace flashgdn::cuda
+extern "C" cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, const void*, int,
+                                                                                        size_t, unsigned) {
+  *n = 1;
+  return cudaSuccess;
+}
 
 namespace {
 
@@ -80,6 +93,7 @@ struct Spec {
   bool commit = true, null_invalid = false;
   bool vmajor = false;      // a V-major pool ([V, K] per head)
   int64_t extra_slots = 3;  // slots no row addresses
+  int64_t pool_pad = 0;     // > 0: the kernels see the pool with rows of V + pool_pad elements (a strided pool)
   int32_t bv = 0;           // 0: the plan's tile width
   uint64_t seed = 1;
   // intermediate states [N + 1, T_buf, Hv, K, V] of inter_dt (entry 0 unused: row n on entry N - n, buf_set
@@ -204,8 +218,6 @@ bool run_oracle(const Spec& s, Inputs& x) {
   return st.ok();
 }
 
-constexpr int32_t kSms = 2;
-
 #if EMU_HAVE_WY_MMA
 template <class ST>
 cudaError_t launch_mma(const cuda::RecurrentArgs& a, int32_t sms) {
@@ -215,10 +227,34 @@ cudaError_t launch_mma(const cuda::RecurrentArgs& a, int32_t sms) {
 #endif
 
 // The emulated run on x (storage dtypes as the case says).
-bool run_emulated(const Spec& s, Inputs& x, bool mma, bool direct, const char* tag) {
+bool run_emulated(const Spec& s, Inputs& x, bool mma, RecurrentKernel kernel, const char* tag) {
   RecurrentParams p = params(s);
   bind(p, x);
-  p.exec.recurrent_kernel = direct ? RecurrentKernel::direct : RecurrentKernel::wy;
+  p.exec.recurrent_kernel = kernel;
+  // A strided pool: x.pool's rows in a buffer of rows of V + pool_pad elements, the padding a sentinel that must stay
+  // bitwise; copied back into x.pool after the run.
+  HostTensor padded;
+  const int64_t rows = x.pool.numel() / s.V, vp = s.V + s.pool_pad;
+  if (s.pool_pad > 0) {
+    padded = HostTensor(x.pool.dtype, {rows, vp});
+    padded.fill(7.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < s.V; ++j) padded.set(r * vp + j, x.pool.get(r * s.V + j));
+    p.state_pool.data = padded.data();
+    for (int i = 3; i >= 0; --i)
+      p.state_pool.strides[i] = i == 3 ? 1 : i == 2 ? vp : p.state_pool.strides[i + 1] * p.state_pool.shape[i + 1];
+  }
+  const auto unpad = [&] {
+    if (s.pool_pad == 0) return true;
+    int64_t bad = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < s.V; ++j) x.pool.set(r * s.V + j, padded.get(r * vp + j));
+      for (int64_t j = s.V; j < vp; ++j) bad += padded.get(r * vp + j) != 7.0;
+    }
+    printf("case %s pool padding (%ld-element rows): %ld elements changed%s\n", tag, long(vp), long(bad),
+           bad ? "  FAIL" : "");
+    return bad == 0;
+  };
   RecurrentDims d;
   Status st = validate(p, &d);
   RecurrentPlan pl;
@@ -232,7 +268,7 @@ bool run_emulated(const Spec& s, Inputs& x, bool mma, bool direct, const char* t
     printf("%s", describe(pl, d).c_str());
     st = cuda::recurrent(p, d, pl, nullptr);
     if (!st.ok()) printf("case %s: %s  FAIL\n", tag, st.message().c_str());
-    return st.ok();
+    return unpad() && st.ok();
   }
 #if EMU_HAVE_WY_MMA
   cuda::RecurrentArgs a = cuda::make_recurrent_args(p, d);
@@ -337,17 +373,30 @@ Spec spec_of(int which) {
   return s;
 }
 
-// Cases 21-26: single-token decode (T = 1 a row), the direct kernel's 64-register instantiation (run them with
-// "direct"; the plan's tile width unless the case sets one: 64 columns on the 2 emulated SMs, 128 on a 16-bit pool):
+// Cases 21-30: single-token decode (T = 1 a row), the direct kernel's 64-register instantiation (run them with
+// "direct"; the plan's tile width unless the case sets one: 64 columns on the 2 emulated SMs, 128 on a 16-bit pool)
+// and, with "pipe", the direct_pipe kernel where it applies (K-major 16-bit pools, 1-D slots: 23, 27-30; one
+// persistent CTA per emulated SM walks 10-12 tiles through its 2-stage ring):
 // 21: N = 5, GQA 2, the fused gate and beta sigmoid, row 3 invalid (slot -1); 22: case 21 on 16-column tiles (the
 // plan's at N = 1, Hv = 32); 23: a bf16 pool (the packed state); 24: 2-D slots (T_max = 4, num_accepted_tokens) with
 // protocol A and fp32 intermediate states, row 2 invalid (count 0); 25: no state_indices (row n on slot n) with
-// null_slot_is_invalid (row 0 invalid), MHA, V = 64, no g and beta; 26: case 21 on a V-major pool.
+// null_slot_is_invalid (row 0 invalid), MHA, V = 64, no g and beta; 26: case 21 on a V-major pool; 27: f16
+// activations and pool (direct_pipe's f16 instance, its late refill); 28: a bf16 pool, K = 64, g and beta as given (the
+// benchmark's gates), no state_indices with null_slot_is_invalid (row 0 invalid); 29: the benchmark's decode on a small
+// batch: a bf16 pool, K = V = 128, g and beta as given, N = 6, row 4 invalid; 30: case 29 on a strided pool (rows of
+// 136 elements: direct_pipe's per-row copies and runtime row stride).
 Spec spec_decode(int which) {
   Spec s;
   s.N = 5, s.T = 1, s.raw_gate = true, s.invalid = {3};
   if (which == 22) s.bv = 16;
   if (which == 23) s.pool_dt = DType::bf16;
+  if (which == 27) s.act = DType::f16, s.pool_dt = DType::f16;
+  if (which == 28) {
+    s.pool_dt = DType::bf16, s.K = 64, s.raw_gate = false;
+    s.has_si = false, s.null_invalid = true, s.invalid = {0};
+  }
+  if (which == 29 || which == 30) s.pool_dt = DType::bf16, s.raw_gate = false, s.N = 6, s.invalid = {4};
+  if (which == 30) s.pool_pad = 8;
   if (which == 24) s.T_max = 4, s.invalid = {2}, s.inter = true, s.inter_dt = DType::f32;
   if (which == 25) {
     s.Hqk = s.Hv = 4, s.V = 64, s.has_si = false, s.null_invalid = true, s.invalid = {0};
@@ -362,8 +411,17 @@ Spec spec_decode(int which) {
 // batches; the small ones here get 32): 16: case 10, 17: case 12 (protocol A, bf16 pool and entries), 18: case 1
 // (final state only: the closed form, the grouped walk), 19: case 15 (fp32 stores), 20: case 14 (V = 64: one tile
 // a head).
+// Cases 31-33 rerun a verify case on 16-column tiles (the plan's for N <= 2 at Hv = 32: the verify N = 1 bench
+// case's width): 31: case 10 (bf16 entries), 32: case 12 (protocol A, bf16 pool and entries), 33: case 15 (fp32
+// entries, protocol A on an fp32 pool).
 Spec spec_of_case(int which) {
   constexpr int kBase[5] = {10, 12, 1, 15, 14};
+  if (which >= 31 && which <= 33) {
+    constexpr int kBase16[3] = {10, 12, 15};
+    Spec s = spec_of(kBase16[which - 31]);
+    s.bv = 16;
+    return s;
+  }
   if (which >= 21) return spec_decode(which);
   if (which < 16 || which > 20) return spec_of(which);
   Spec s = spec_of(kBase[which - 16]);
@@ -375,15 +433,19 @@ Spec spec_of_case(int which) {
 
 int main(int argc, char** argv) {
   const int which = argc > 1 ? atoi(argv[1]) : 0;
-  const bool mma = argc > 2 && std::string(argv[2]) == "mma", direct = argc > 2 && std::string(argv[2]) == "direct";
-  const std::string tag = "r" + std::to_string(which) + (mma ? "m" : direct ? "d" : "");
+  const std::string mode = argc > 2 ? argv[2] : "";
+  const bool mma = mode == "mma", direct = mode == "direct", pipe = mode == "pipe";
+  const RecurrentKernel kernel = direct ? RecurrentKernel::direct
+                                 : pipe ? RecurrentKernel::direct_pipe
+                                        : RecurrentKernel::wy;
+  const std::string tag = "r" + std::to_string(which) + (mma ? "m" : direct ? "d" : pipe ? "p" : "");
   const Spec s = spec_of_case(which);
   const Inputs in = make(s);
   Inputs ref = in, got = in;
   for (HostTensor* t :
        {&ref.q, &ref.k, &ref.v, &ref.g, &ref.beta, &ref.A_log, &ref.dt_bias, &ref.o, &ref.pool, &ref.inter})
     *t = f64(*t);
-  if (!run_oracle(s, ref) || !run_emulated(s, got, mma, direct, tag.c_str())) return 1;
+  if (!run_oracle(s, ref) || !run_emulated(s, got, mma, kernel, tag.c_str())) return 1;
 
   int fails = 0;
   // floor: the error of the oracle's values rounded once to the output's storage type, the least a kernel can reach

@@ -23,13 +23,17 @@
 # 1-D commit, r12 protocol A with bf16 intermediate states on a bf16 pool, an invalid count and slot, r13 protocol A
 # alone (f16, K = 64, varlen), r14 2-D slots with commit off and f16 intermediate states, r15 protocol A on an fp32
 # pool with fp32 intermediate states over 2 chunks; r16-r20 r10, r12, r1, r15, r14 on the wy kernel's 64-column
-# tiles; rNm runs case N on the wy kernel on mma.sync, wy_mma_kernel.cuh, where the branch has it, and is not in the
-# default list (its grouped walk with the staged chunk reused by a row's second V-tile in r0m-r5m, r7m, r8m; r6m on 6
-# CTAs its ungrouped walk, r9m one V-tile a head); rNd runs case N on the direct kernel, direct_kernel.cuh (r0-r15,
-# and r21-r26: single-token decode, its 64-register instances: r21 fp32 pool with the fused gate and an invalid row,
-# r22 its 16-column tiles, the N = 1 instance, r23 a bf16 pool, r24 2-D slots with protocol A, r25 no state_indices,
-# r26 a V-major pool; not in the default list)). --tsan builds with ThreadSanitizer: it reports every pair of shared-memory accesses of two emulated
-# threads (or async units: wgmma, TMA) that no barrier, mbarrier phase or async wait orders (and fails the case).
+# tiles; r31-r33 r10, r12, r15 on its 16-column tiles (the verify N = 1 width); rNm runs case N on the wy kernel on
+# mma.sync, wy_mma_kernel.cuh, and is not in the default list (its grouped walk with the staged chunk reused by a
+# row's second V-tile in r0m-r5m, r7m, r8m; r6m on 6 CTAs its ungrouped walk, r9m one V-tile a head); rNd runs case N on the direct kernel, direct_kernel.cuh (r0-r15, and r21-r30: single-token decode, its
+# 64-register instances: r21 fp32 pool with the fused gate and an invalid row, r22 its 16-column tiles, the N = 1
+# instance, r23 a bf16 pool, r24 2-D slots with protocol A, r25 no state_indices, r26 a V-major pool, r27 an f16 pool
+# with f16 activations, r28 a bf16 pool, K = 64, plain g / beta, r29 the benchmark's decode on N = 6, r30 r29 on a
+# strided pool (padded rows); not in the default list); rNp runs case N on the direct_pipe kernel,
+# direct_pipe_kernel.cuh (r23, r27-r30: K-major 16-bit pools; not in the default list; the case's o, pool bits are
+# printed: a bitwise-neutral change keeps them)). --tsan builds with ThreadSanitizer: it reports every pair of
+# shared-memory accesses of two emulated threads (or async units: wgmma, TMA) that no barrier, mbarrier phase or async
+# wait orders (and fails the case).
 # Under --tsan a w case takes 10-90 s of CPU on two cores, chunk_bwd's case 10 a few minutes, an r case under a
 # minute.
 set -euo pipefail
@@ -41,7 +45,7 @@ if [[ "${1:-}" == --tsan ]]; then
 fi
 lib="${1:-$root/build-cpu}/libflashgdn_static.a"
 shift || true
-cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 i0 i1 i2 i3 i4 w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 r0 r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 r11 r12 r13 r14 r15 r16 r17 r18 r19 r20}"
+cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 i0 i1 i2 i3 i4 w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 r0 r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 r11 r12 r13 r14 r15 r16 r17 r18 r19 r20 r31 r32 r33}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 out="$(mktemp -d)"
 python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"
@@ -66,6 +70,9 @@ for c in $cases; do
   elif [[ "$c" == r*d ]]; then
     c="${c#r}"
     "$out/recurrent_harness" "${c%d}" direct || status=1
+  elif [[ "$c" == r*p ]]; then
+    c="${c#r}"
+    "$out/recurrent_harness" "${c%p}" pipe || status=1
   elif [[ "$c" == r*m ]]; then
     c="${c#r}"
     "$out/recurrent_harness" "${c%m}" mma || status=1
