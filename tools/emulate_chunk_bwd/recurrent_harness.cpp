@@ -415,18 +415,18 @@ Spec spec_decode(int which) {
 // case's width): 31: case 10 (bf16 entries), 32: case 12 (protocol A, bf16 pool and entries), 33: case 15 (fp32
 // entries, protocol A on an fp32 pool).
 Spec spec_of_case(int which) {
-  constexpr int kBase[5] = {10, 12, 1, 15, 14};
-  if (which >= 31 && which <= 33) {
-    constexpr int kBase16[3] = {10, 12, 15};
-    Spec s = spec_of(kBase16[which - 31]);
-    s.bv = 16;
-    return s;
-  }
-  if (which >= 21) return spec_decode(which);
-  if (which < 16 || which > 20) return spec_of(which);
-  Spec s = spec_of(kBase[which - 16]);
-  s.bv = 64;
-  return s;
+  struct Rerun {
+    int which, base, bv;  // case `which` is case `base` on `bv`-column tiles
+  };
+  constexpr Rerun kReruns[] = {{16, 10, 64}, {17, 12, 64}, {18, 1, 64},  {19, 15, 64},
+                               {20, 14, 64}, {31, 10, 16}, {32, 12, 16}, {33, 15, 16}};
+  for (const Rerun& r : kReruns)
+    if (r.which == which) {
+      Spec s = spec_of(r.base);
+      s.bv = r.bv;
+      return s;
+    }
+  return which >= 21 ? spec_decode(which) : spec_of(which);
 }
 
 }  // namespace
