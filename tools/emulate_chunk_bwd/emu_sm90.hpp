@@ -533,8 +533,10 @@ struct Store {
 };
 inline thread_local std::vector<Store> t_stores;                 // since the last commit
 inline thread_local std::vector<std::shared_ptr<Job>> t_groups;  // committed, not yet waited
+inline std::atomic<uint64_t> g_store_boxes{0};  // boxes stored so far (a harness checks that a TMA path ran)
 inline void store_tile(const CUtensorMap* map, const int (&c)[5], const void* src, int rank) {
   const Map& m = map_of(map);
+  g_store_boxes.fetch_add(1, std::memory_order_relaxed);
   if (rank != m.rank) fail("a %d-d TMA store with a %d-d tensor map", rank, int(m.rank));
   t_stores.push_back(Store{m, {c[0], c[1], c[2], c[3], c[4]}, tile_addr(m, src)});
 }
@@ -569,7 +571,17 @@ inline void wait_stores() {
 inline void wait_stores_read() {
   wait_stores();
 }
-inline void prefetch() {}  // (prefetch.tensormap: no effect here)
+// cp.async.bulk.wait_group.read N: every committed store but the N most recent groups has read its source (and here
+// also written); those N stay in flight.
+template <int N>
+inline void wait_stores_read_but() {
+  if (t_groups.size() <= size_t(N)) return;
+  const size_t done = t_groups.size() - size_t(N);
+  for (size_t i = 0; i < done; ++i) await(*t_groups[i]);
+  t_groups.erase(t_groups.begin(), t_groups.begin() + std::ptrdiff_t(done));
+}
+inline void fence_async_smem() {}  // fence.proxy.async: the proxies are not modeled
+inline void prefetch() {}          // (prefetch.tensormap: no effect here)
 
 }  // namespace tma
 

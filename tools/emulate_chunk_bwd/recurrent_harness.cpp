@@ -54,6 +54,7 @@ cudaError_t launch_recurrent(const RecurrentArgs&, int, cudaStream_t) {
 }
 }  // namespace flashgdn::cuda
 #include "api/plan.hpp"
+#include "cuda/common/tma.cu"  // the tensor maps the wy launcher encodes (the emulated cuTensorMapEncodeTiled)
 #include "cuda/recurrent/recurrent.cu"
 #include "test_util.hpp"
 
@@ -565,6 +566,9 @@ int main(int argc, char** argv) {
     for (unsigned char c : t.bytes) x = (x ^ c) * 0x100000001b3ull;
     return x;
   };
+  // the wy kernel's per-token 16-bit stores at 64 columns go out as TMA boxes (one per warp and token)
+  printf("case %s TMA store boxes: %llu\n", tag.c_str(),
+         (unsigned long long)emu::tma::g_store_boxes.load(std::memory_order_relaxed));
   printf("case %s bits: o %016llx pool %016llx inter %016llx\n", tag.c_str(), (unsigned long long)fnv(got.o),
          (unsigned long long)fnv(got.pool), (unsigned long long)(s.inter ? fnv(got.inter) : 0));
   return fails ? 1 : 0;

@@ -48,12 +48,31 @@ __device__ __forceinline__ void store_4d(const CUtensorMap* map, int c0, int c1,
                "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                : "memory");
 }
+// The box of `map` at coordinates (c0 innermost .. c4) from src to global memory, as store_4d.
+__device__ __forceinline__ void store_5d(const CUtensorMap* map, int c0, int c1, int c2, int c3, int c4,
+                                         const void* src) {
+  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+               : "memory");
+}
+// This thread's shared-memory writes become visible to the async proxy (a bulk store's read of them); then a barrier
+// (bar.warp.sync where one warp's writes feed its own issuing lane) before the store is issued.
+__device__ __forceinline__ void fence_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 __device__ __forceinline__ void commit_stores() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
 // Every store this thread committed has read its source (which may then be overwritten).
 __device__ __forceinline__ void wait_stores_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// Every store this thread committed but its N most recent groups has read its source: a ring of N + 1 source
+// buffers, each rewritten only after the store that read it is N + 1 groups old.
+template <int N>
+__device__ __forceinline__ void wait_stores_read_but() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 // Every store this thread committed is complete.
 __device__ __forceinline__ void wait_stores() {
@@ -63,6 +82,10 @@ __device__ __forceinline__ void wait_stores() {
 // Host: a 4-d map over 16-bit elements, dims[0] innermost (stride 1), strides in elements of dims 1..3, box
 // (box[0] * 2 <= 128 bytes), 128-byte swizzle. False where the driver or the tensor cannot take it (the strides must
 // be positive multiples of 16 bytes, the base 16-byte aligned): the kernel then copies by cp.async.
+// Host: a rank-d map (rank <= 5) over 16-bit elements with the same rules, swizzle as given (the box row must then
+// span the swizzle exactly, or swizzle none: the shared-memory box is then row-major, 128-byte aligned).
+bool encode_b16(CUtensorMap* map, const void* base, int rank, const int64_t* dims, const int64_t* strides,
+                const uint32_t* box, CUtensorMapSwizzle swizzle);
 bool encode_4d_b16(CUtensorMap* map, const void* base, const int64_t (&dims)[4], const int64_t (&strides)[3],
                    const uint32_t (&box)[4]);
 

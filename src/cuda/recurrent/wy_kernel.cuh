@@ -37,7 +37,8 @@
 //      e^{gamma_t} S0^T q'_t. Barrier. u_t = (T r)_t and o_t; the state weights (u, or the closed-form
 //      e^{gamma_C - gamma_t} u) to shared memory. Barrier.
 //   4. state (every thread, its own rows): walk or closed form from k_t and the weights (shared); the walk's
-//      per-token states go out as 16-byte stores (8-byte 16-bit ones at 64 columns: wy::store_rows).
+//      per-token states go out as 16-byte stores (8-byte 16-bit ones at 64 columns: wy::store_rows), or, 16-bit at
+//      64 columns, as one TMA box per warp and token from a ring of shared-memory boxes (wy::kInterRing).
 // Three barriers per chunk of 8 tokens, each after a phase that every warp shares (plus two per staging round);
 // sums in a fixed order: bitwise reproducible. A tile is owned by one CTA and read whole before its first store
 // (protocol A is safe, §8.2). V-major states are not covered (the reduction over K would be across lanes):
@@ -52,6 +53,7 @@
 
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/device_util.cuh"
+#include "cuda/common/tma.cuh"
 #include "cuda/recurrent/recurrent_args.hpp"
 
 namespace flashgdn::cuda {
@@ -84,6 +86,47 @@ struct Geo {
 // The next tile's state stage (dynamic shared memory): P vectors of 4 elements per thread.
 template <class ST, int K, int BV>
 inline constexpr size_t kStageBytes = size_t(Geo<K, BV>::P) * kThreads * 4 * sizeof(ST);
+// The per-warp reduction partials (s_red, [kWarps][2][kChunk][BV] fp32), in dynamic shared memory after the stage.
+template <int BV>
+inline constexpr size_t kRedBytes = size_t(kWarps) * 2 * kChunk* BV * 4;
+
+// The walk's per-token 16-bit states at 64 columns (K = 128) by TMA: a warp's piece of a token's state, its 32 rows x
+// 64 columns, is written to a shared-memory box (4 KB, row-major) and lane 0 stores the box with one
+// cp.async.bulk.tensor, so that the 4 KB leave through the TMA unit instead of 16 st.global per lane in the LSU queue
+// that the other warps' shared loads and shuffles wait in. A ring of kInterRing boxes per warp: the box of ring
+// position q is rewritten only after the store that read it is kInterRing groups old (wait_group.read
+// kInterRing - 1), so a store has kInterRing - 1 tokens of the walk to read its box. Position 0 is the warp's
+// reduction partials s_red[warp] (4 KB at 64 columns, dead during the walk), positions 1 .. kInterRing - 1 follow s_red
+// in dynamic shared memory. 0: every store by store_rows. Shared memory at 64 columns, K = 128 (static ~24.6 KB, stage
+// 16 KB for 16-bit pools and 32 KB for fp32 ones, s_red 16 KB, 1 KB reserved per CTA, 228 KB per SM):
+//   ring 2: 16-bit pools 73.6 KB (3 CTAs per SM), fp32 pools 89.6 KB (2 CTAs per SM)
+//   ring 3: 16-bit pools 89.6 KB (2 CTAs per SM), fp32 pools 105.6 KB (2 CTAs per SM)
+#ifndef FGDN_WY_INTER_RING
+#define FGDN_WY_INTER_RING 2
+#endif
+inline constexpr int kInterRing = FGDN_WY_INTER_RING;
+static_assert(kInterRing >= 0 && kInterRing <= 4, "ring of 0 (store_rows only) to 4 boxes per warp");
+inline constexpr size_t kBoxBytes = 32 * 64 * 2;  // a warp's 32 rows x 64 columns of 16-bit elements
+static_assert(kRedBytes<64> == kWarps * kBoxBytes, "a warp's reduction partials hold one box");
+inline constexpr size_t kRingBytes = size_t(kInterRing > 1 ? kInterRing - 1 : 0) * kWarps * kBoxBytes;
+// Static shared memory of the kernel (its __shared__ arrays below, + 256 bytes for the scalars' alignment): the
+// CTAs per SM that the dynamic shared memory leaves.
+template <int K, int BV>
+inline constexpr size_t kStaticBytes = 4 * size_t(2 * 2 * kChunk * K + kChunk * BV + 2 * kChunk * BV +
+                                                  4 * 2 * kChunk * kChunk + 6 * 2 * kChunk) +
+                                       8 * 2 * kChunk + 256;
+template <int K, int BV>
+constexpr int ctas_per_sm(size_t dyn) {
+  const int n = int((228 * 1024) / (kStaticBytes<K, BV> + dyn + 1024));
+  return n < kMinBlocks<BV> ? n : kMinBlocks<BV>;
+}
+// The tensor map of the intermediate states for the TMA stores ([N_buf, T_buf, Hv, K, V] as a 5-d map, box 64 x 32
+// x 1 x 1 x 1, no swizzle), a __grid_constant__ kernel parameter; on = 0: store_rows.
+struct InterMap {
+  alignas(128) unsigned char map[128];
+  int32_t on;
+};
+static_assert(sizeof(CUtensorMap) == sizeof(InterMap::map) && alignof(CUtensorMap) == 128);
 
 // Register pressure (128 per thread): what is derived from an opaque copy is recomputed where it is used instead of
 // being hoisted out of the tile loop and kept live (or spilled) through the staging, the kernel's register peak.
@@ -200,7 +243,8 @@ struct WyIdx {
 
 // The state reductions (S0^T k_t, S0^T q'_t) and the update are CUDA-core FMAs over the thread's P rows x 4 columns.
 template <class ST, int K, int BV>
-__global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy_kernel(const RecurrentArgs a) {
+__global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>)
+    recurrent_wy_kernel(const RecurrentArgs a, const __grid_constant__ wy::InterMap im) {
   using G = wy::Geo<K, BV>;
   constexpr int TPR = G::TPR, P = G::P;
   constexpr int C = wy::kChunk, GR = G::GR, NW = wy::kWarps;
@@ -211,18 +255,23 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
   constexpr int NV = (SC * TPR + wy::kThreads - 1) / wy::kThreads;  // v 4-vectors per thread and superchunk
   static_assert(C * BV % wy::kThreads == 0 && 2 * C <= 32,
                 "whole (token, column) pairs per thread; a lane per T column");
+  // the walk's 16-bit per-token states by TMA (wy::kInterRing; im.on where the launcher encoded the map)
+  constexpr bool kTma = BV == 64 && K == 128 && wy::kInterRing > 0;
+  constexpr int RING = wy::kInterRing;
+  static_assert(!kTma || (32 / TPR) * P == 32, "a warp's rows: one 32-row box");
 
   // Token data are indexed by the token's position in the superchunk (chunk ch = t / C); gamma restarts at
   // every chunk.
   // next tile's state, each thread's own vectors (P of 4 elements): dynamic shared memory (wy::kStageBytes; at 64
-  // columns the static arrays below and a 32 KB fp32 stage exceed the 48 KB of static shared memory)
-  extern __shared__ __align__(16) unsigned char s_dyn[];
+  // columns the static arrays below and a 32 KB fp32 stage exceed the 48 KB of static shared memory); then s_red and
+  // the TMA boxes of the ring (wy::kInterRing; 128-byte aligned boxes)
+  extern __shared__ __align__(128) unsigned char s_dyn[];
   auto s_stage = reinterpret_cast<ST(*)[wy::kThreads][4]>(s_dyn);
-  __shared__ __align__(16) float s_tok[2][SC][K];  // [0] q' = scale q^, [1] k^; zeros past the end
   // per-warp partials of S0^T k_t, S0^T q'_t; then (columns phase) [0][0] r_t, [0][1] e^{gamma_t} S0^T q'_t
-  __shared__ __align__(16) float s_red[NW][2][C][BV];
-  __shared__ __align__(16) float s_u[C][BV];      // u_t (walk) or e^{gamma_C - gamma_t} u_t (closed form)
-  __shared__ __align__(16) float s_v[SC][BV];     // v_t of the tile's columns
+  auto s_red = reinterpret_cast<float(*)[2][C][BV]>(s_dyn + wy::kStageBytes<ST, K, BV>);
+  __shared__ __align__(16) float s_tok[2][SC][K];  // [0] q' = scale q^, [1] k^; zeros past the end
+  __shared__ __align__(16) float s_u[C][BV];       // u_t (walk) or e^{gamma_C - gamma_t} u_t (closed form)
+  __shared__ __align__(16) float s_v[SC][BV];      // v_t of the tile's columns
   __shared__ __align__(16) float s_A[NCH][C][C];  // A^T [s][t], A[t][s] = beta_t e^{gamma_t - gamma_s} (k_t.k_s), s < t
   __shared__ __align__(16) float s_B[NCH][C][C];  // e^{gamma_t - gamma_s} (q'_t.k_s), s <= t
   __shared__ __align__(16) float s_T[NCH][C][C];  // T = (I + A)^{-1} (unit lower triangular)
@@ -565,6 +614,13 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
           // lane keeps in the reduce-scatter: the presorted bits of wy::rs_sum, as a byte offset into s_tok. The kind
           // and the token's low bits are bits of the offset of [kind][tok][i0] (tok = tb + t0 + g, tb + t0 a
           // multiple of GR), so (offset | slot) ^ sw is one LOP3 per slot.
+          if constexpr (kTma) {  // s_red[warp] is ring position 0: its store has read it (the newest RING - 1
+            // stores, positions 1 .. RING - 1, may still be reading theirs)
+            if (im.on) {
+              if (lane == 0) tma::wait_stores_read_but<RING - 1>();
+              __syncwarp();
+            }
+          }
           const int rkx = wy::opaque(rk);
           const uint32_t sw = uint32_t((rkx * G::KEEP) / (4 * GR) * SC * K + (rkx * G::KEEP / 4) % GR * K) * 4u;
 #pragma unroll 1
@@ -646,6 +702,50 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
           if (r.walk) {
             // the thread's element of the row's intermediate entry, token 0
             const int64_t ib = r.ibuf * a.inter_s[0] + r.h * a.inter_s[2] + tile_off(r, 0, a.inter_s[3]);
+            // the chunk's tokens whose states the buffer holds: a prefix (none for a skipped buffer, none past T_buf)
+            int ns = 0;
+            if constexpr (kTma) {
+              const int64_t held = r.ibuf >= 0 ? a.T_buf - (sc0 + tb) : 0;
+              ns = held < 0 ? 0 : (held < tc ? int(held) : tc);
+            }
+            // Token t < ns to the ring position q = (ns - t) % RING: the chunk's last stored token to position 1 (RING
+            // >= 2), position 0 (s_red[warp], rewritten by the next chunk's reduction) only RING tokens before the
+            // last, so the reduction's wait leaves the newest RING - 1 stores reading. Before its box is written,
+            // token t >= 1 waits for all but the newest RING - 1 stores (tokens t - RING + 1 .. t - 1, the other
+            // positions); token 0 for all (the previous chunk's last token may have had its position).
+            auto store_box = [&](int t, int64_t tr) {
+              if constexpr (kTma) {
+                if (t >= ns) return;
+                if (lane == 0) {
+                  if (t == 0)
+                    tma::wait_stores_read_but<0>();
+                  else
+                    tma::wait_stores_read_but<RING - 1>();
+                }
+                __syncwarp();  // lane 0's wait before every lane's writes
+                const int q = (ns - t) % RING;
+                unsigned char* box = s_dyn + wy::kStageBytes<ST, K, BV> + (q * NW + warp) * wy::kBoxBytes;
+                // the thread's rows (lane / TPR) P .. + P - 1 of the box, its columns 4c .. 4c + 3 (8 bytes of a
+                // 128-byte row): the values and rounding of store_rows
+                unsigned char* dst = box + (lane / TPR) * P * 128 + 8 * c;
+                with_storage(a.inter_dtype, [&](auto it) {
+                  using IT = typename decltype(it)::type;
+                  if constexpr (sizeof(IT) == 2) {
+#pragma unroll
+                    for (int p = 0; p < P; ++p)
+                      *reinterpret_cast<uint2*>(dst + p * 128) =
+                          make_uint2(Storage<IT>::from2(s[p][0], s[p][1]), Storage<IT>::from2(s[p][2], s[p][3]));
+                  }
+                });
+                tma::fence_async_smem();  // the writes, visible to the store's (async proxy) read
+                __syncwarp();
+                if (lane == 0) {
+                  tma::store_5d(reinterpret_cast<const CUtensorMap*>(im.map), r.j0, 32 * warp, r.h, int(tr), r.ibuf,
+                                box);
+                  tma::commit_stores();
+                }
+              }
+            };
 #pragma unroll 1
             for (int t = 0; t < tc; ++t) {
               float kr[P];
@@ -658,12 +758,17 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s[p][e] = fmaf(kr[p], uu[e], al * s[p][e]);  // S = alpha S + k u^T
               const int64_t tr = sc0 + tb + t;                                           // row-relative token
-              if (r.ibuf >= 0 && tr < a.T_buf)
+              bool by_tma = false;
+              if constexpr (kTma) by_tma = im.on != 0;
+              if (by_tma) {
+                if constexpr (kTma) store_box(t, tr);
+              } else if (r.ibuf >= 0 && tr < a.T_buf) {
                 with_storage(a.inter_dtype, [&](auto it) {  // typed 16-byte stores
                   using IT = typename decltype(it)::type;
                   wy::store_rows<IT, P, TPR>(static_cast<IT*>(a.inter) + ib + tr * a.inter_s[1], a.inter_s[3], s,
                                              odd());
                 });
+              }
               if (a.commit && a.T_max > 0) {  // protocol A (a uniform test: no slot load per token otherwise)
                 const int64_t ws = s_ws[tb + t];
                 if (ws >= 0)
@@ -708,6 +813,8 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>) recurrent_wy
     __syncthreads();  // the next tile re-stages the shared token data and reads its row
     cur ^= 1;
   }
+  if constexpr (kTma)
+    if (im.on && lane == 0) tma::wait_stores();  // no bulk store in flight at the exit
 }
 
 // Persistent CTAs (kMinBlocks per SM, the register budget's residency) walking the (row, head, V-tile) tiles;
@@ -716,13 +823,34 @@ template <class ST, int K, int BV>
 cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t stream) {
   const int64_t ntiles = a.N * a.Hv * (a.V / BV);
   if (ntiles == 0) return cudaSuccess;
+  constexpr size_t smem = wy::kStageBytes<ST, K, BV> + wy::kRedBytes<BV>;
+  constexpr bool tma_able = BV == 64 && K == 128 && wy::kInterRing > 0;
+  constexpr size_t smem_max = smem + (tma_able ? wy::kRingBytes : 0);
+  // The walk's 16-bit per-token states by TMA (wy::kInterRing): a 5-d map over the intermediate states as the kernel
+  // sees them (T_buf of the arguments), encoded here by value (a CUDA graph captures the parameter); where the driver
+  // cannot take the tensor (strides not multiples of 16 bytes, base not 16-byte aligned) the kernel uses store_rows.
+  wy::InterMap im{};
+  size_t dyn = smem;
+  int per_sm = wy::kMinBlocks<BV>;
+  if constexpr (tma_able) {
+    if (a.inter && (a.inter_dtype == DType::bf16 || a.inter_dtype == DType::f16)) {
+      const int64_t dims[5] = {a.V, a.K, a.Hv, a.T_buf, a.n_buf};
+      const int64_t strides[4] = {a.inter_s[3], a.inter_s[2], a.inter_s[1], a.inter_s[0]};
+      const uint32_t box[5] = {64, 32, 1, 1, 1};  // a warp's 32 rows x 64 columns of one (entry, token, head)
+      im.on = tma::encode_b16(reinterpret_cast<CUtensorMap*>(im.map), a.inter, 5, dims, strides, box,
+                              CU_TENSOR_MAP_SWIZZLE_NONE);
+      if (im.on) {
+        dyn = smem_max;
+        per_sm = wy::ctas_per_sm<K, BV>(smem_max);  // the ring's shared memory may leave 2 CTAs per SM
+      }
+    }
+  }
   int64_t grid = ntiles;
-  if (grid > int64_t(wy::kMinBlocks<BV>) * sms) grid = int64_t(wy::kMinBlocks<BV>) * sms;
+  if (grid > int64_t(per_sm) * sms) grid = int64_t(per_sm) * sms;
   if (ntiles + grid * (a.V / BV) > 0x7fffffff) return cudaErrorInvalidConfiguration;  // 32-bit tile indices
-  constexpr size_t smem = wy::kStageBytes<ST, K, BV>;
   static std::atomic<uint64_t> done{0};
-  if (const int e = prepare_launch(recurrent_wy_kernel<ST, K, BV>, smem, done)) return static_cast<cudaError_t>(e);
-  return launch_pdl(recurrent_wy_kernel<ST, K, BV>, dim3(unsigned(grid)), dim3(wy::kThreads), smem, stream, a);
+  if (const int e = prepare_launch(recurrent_wy_kernel<ST, K, BV>, smem_max, done)) return static_cast<cudaError_t>(e);
+  return launch_pdl(recurrent_wy_kernel<ST, K, BV>, dim3(unsigned(grid)), dim3(wy::kThreads), dyn, stream, a, im);
 }
 
 // One translation unit per storage type instantiates every (K, BV): they compile in parallel.
