@@ -580,8 +580,7 @@ inline void wait_stores_read_but() {
   for (size_t i = 0; i < done; ++i) await(*t_groups[i]);
   t_groups.erase(t_groups.begin(), t_groups.begin() + std::ptrdiff_t(done));
 }
-inline void fence_async_smem() {}  // fence.proxy.async: the proxies are not modeled
-inline void prefetch() {}          // (prefetch.tensormap: no effect here)
+inline void prefetch() {}  // (prefetch.tensormap: no effect here)
 
 }  // namespace tma
 

@@ -56,11 +56,6 @@ __device__ __forceinline__ void store_5d(const CUtensorMap* map, int c0, int c1,
                "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
                : "memory");
 }
-// This thread's shared-memory writes become visible to the async proxy (a bulk store's read of them); then a barrier
-// (bar.warp.sync where one warp's writes feed its own issuing lane) before the store is issued.
-__device__ __forceinline__ void fence_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 __device__ __forceinline__ void commit_stores() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
@@ -79,13 +74,13 @@ __device__ __forceinline__ void wait_stores() {
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
-// Host: a 4-d map over 16-bit elements, dims[0] innermost (stride 1), strides in elements of dims 1..3, box
-// (box[0] * 2 <= 128 bytes), 128-byte swizzle. False where the driver or the tensor cannot take it (the strides must
-// be positive multiples of 16 bytes, the base 16-byte aligned): the kernel then copies by cp.async.
-// Host: a rank-d map (rank <= 5) over 16-bit elements with the same rules, swizzle as given (the box row must then
-// span the swizzle exactly, or swizzle none: the shared-memory box is then row-major, 128-byte aligned).
+// Host: a rank-d map (rank <= 5) over 16-bit elements, dims[0] innermost (stride 1), strides in elements of dims
+// 1 .. rank - 1, the box, the swizzle (the box row then spans it exactly; or none: the shared-memory box is row-major,
+// 128-byte aligned). False where the driver or the tensor cannot take it (the strides must be positive multiples of
+// 16 bytes, the base 16-byte aligned): the kernel then uses its other path.
 bool encode_b16(CUtensorMap* map, const void* base, int rank, const int64_t* dims, const int64_t* strides,
                 const uint32_t* box, CUtensorMapSwizzle swizzle);
+// The same at rank 4 with the 128-byte swizzle (box[0] * 2 = 128 bytes: the tiles wgmma reads).
 bool encode_4d_b16(CUtensorMap* map, const void* base, const int64_t (&dims)[4], const int64_t (&strides)[3],
                    const uint32_t (&box)[4]);
 

@@ -54,6 +54,7 @@
 #include "cuda/common/cuda_check.cuh"
 #include "cuda/common/device_util.cuh"
 #include "cuda/common/tma.cuh"
+#include "cuda/common/wgmma.cuh"
 #include "cuda/recurrent/recurrent_args.hpp"
 
 namespace flashgdn::cuda {
@@ -97,29 +98,16 @@ inline constexpr size_t kRedBytes = size_t(kWarps) * 2 * kChunk* BV * 4;
 // position q is rewritten only after the store that read it is kInterRing groups old (wait_group.read
 // kInterRing - 1), so a store has kInterRing - 1 tokens of the walk to read its box. Position 0 is the warp's
 // reduction partials s_red[warp] (4 KB at 64 columns, dead during the walk), positions 1 .. kInterRing - 1 follow s_red
-// in dynamic shared memory. 0: every store by store_rows. Shared memory at 64 columns, K = 128 (static ~24.6 KB, stage
-// 16 KB for 16-bit pools and 32 KB for fp32 ones, s_red 16 KB, 1 KB reserved per CTA, 228 KB per SM):
-//   ring 2: 16-bit pools 73.6 KB (3 CTAs per SM), fp32 pools 89.6 KB (2 CTAs per SM)
-//   ring 3: 16-bit pools 89.6 KB (2 CTAs per SM), fp32 pools 105.6 KB (2 CTAs per SM)
-#ifndef FGDN_WY_INTER_RING
-#define FGDN_WY_INTER_RING 2
-#endif
-inline constexpr int kInterRing = FGDN_WY_INTER_RING;
-static_assert(kInterRing >= 0 && kInterRing <= 4, "ring of 0 (store_rows only) to 4 boxes per warp");
+// in dynamic shared memory. Shared memory at 64 columns, K = 128, ring 2 (static 24.6 KB, stage 16 KB for 16-bit
+// pools and 32 KB for fp32 ones, s_red 16 KB, the ring 16 KB; 1 KB reserved per CTA, 228 KB per SM): 16-bit pools
+// 73.6 KB (3 CTAs per SM), fp32 pools 89.6 KB (2 CTAs per SM; the launcher's grid follows). Verify T = 12 N = 256
+// (fp32 pool, bf16 states) on the H200: 1.247-1.256 ms against 1.281 with store_rows; a ring of 3 measured the same
+// (1.247-1.255 ms).
+inline constexpr int kInterRing = 2;
+static_assert(kInterRing >= 2, "a ring of at least 2 boxes per warp (ring position 0 is the warp's partials)");
 inline constexpr size_t kBoxBytes = 32 * 64 * 2;  // a warp's 32 rows x 64 columns of 16-bit elements
 static_assert(kRedBytes<64> == kWarps * kBoxBytes, "a warp's reduction partials hold one box");
 inline constexpr size_t kRingBytes = size_t(kInterRing > 1 ? kInterRing - 1 : 0) * kWarps * kBoxBytes;
-// Static shared memory of the kernel (its __shared__ arrays below, + 256 bytes for the scalars' alignment): the
-// CTAs per SM that the dynamic shared memory leaves.
-template <int K, int BV>
-inline constexpr size_t kStaticBytes = 4 * size_t(2 * 2 * kChunk * K + kChunk * BV + 2 * kChunk * BV +
-                                                  4 * 2 * kChunk * kChunk + 6 * 2 * kChunk) +
-                                       8 * 2 * kChunk + 256;
-template <int K, int BV>
-constexpr int ctas_per_sm(size_t dyn) {
-  const int n = int((228 * 1024) / (kStaticBytes<K, BV> + dyn + 1024));
-  return n < kMinBlocks<BV> ? n : kMinBlocks<BV>;
-}
 // The tensor map of the intermediate states for the TMA stores ([N_buf, T_buf, Hv, K, V] as a 5-d map, box 64 x 32
 // x 1 x 1 x 1, no swizzle), a __grid_constant__ kernel parameter; on = 0: store_rows.
 struct InterMap {
@@ -256,7 +244,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>)
   static_assert(C * BV % wy::kThreads == 0 && 2 * C <= 32,
                 "whole (token, column) pairs per thread; a lane per T column");
   // the walk's 16-bit per-token states by TMA (wy::kInterRing; im.on where the launcher encoded the map)
-  constexpr bool kTma = BV == 64 && K == 128 && wy::kInterRing > 0;
+  constexpr bool kTma = BV == 64 && K == 128;
   constexpr int RING = wy::kInterRing;
   static_assert(!kTma || (32 / TPR) * P == 32, "a warp's rows: one 32-row box");
 
@@ -737,7 +725,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>)
                           make_uint2(Storage<IT>::from2(s[p][0], s[p][1]), Storage<IT>::from2(s[p][2], s[p][3]));
                   }
                 });
-                tma::fence_async_smem();  // the writes, visible to the store's (async proxy) read
+                wg::fence_async_smem();  // the writes, visible to the store's (async proxy) read
                 __syncwarp();
                 if (lane == 0) {
                   tma::store_5d(reinterpret_cast<const CUtensorMap*>(im.map), r.j0, 32 * warp, r.h, int(tr), r.ibuf,
@@ -824,7 +812,7 @@ cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t st
   const int64_t ntiles = a.N * a.Hv * (a.V / BV);
   if (ntiles == 0) return cudaSuccess;
   constexpr size_t smem = wy::kStageBytes<ST, K, BV> + wy::kRedBytes<BV>;
-  constexpr bool tma_able = BV == 64 && K == 128 && wy::kInterRing > 0;
+  constexpr bool tma_able = BV == 64 && K == 128;
   constexpr size_t smem_max = smem + (tma_able ? wy::kRingBytes : 0);
   // The walk's 16-bit per-token states by TMA (wy::kInterRing): a 5-d map over the intermediate states as the kernel
   // sees them (T_buf of the arguments), encoded here by value (a CUDA graph captures the parameter); where the driver
@@ -832,6 +820,8 @@ cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t st
   wy::InterMap im{};
   size_t dyn = smem;
   int per_sm = wy::kMinBlocks<BV>;
+  static std::atomic<uint64_t> done{0};
+  if (const int e = prepare_launch(recurrent_wy_kernel<ST, K, BV>, smem_max, done)) return static_cast<cudaError_t>(e);
   if constexpr (tma_able) {
     if (a.inter && (a.inter_dtype == DType::bf16 || a.inter_dtype == DType::f16)) {
       const int64_t dims[5] = {a.V, a.K, a.Hv, a.T_buf, a.n_buf};
@@ -839,17 +829,26 @@ cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t st
       const uint32_t box[5] = {64, 32, 1, 1, 1};  // a warp's 32 rows x 64 columns of one (entry, token, head)
       im.on = tma::encode_b16(reinterpret_cast<CUtensorMap*>(im.map), a.inter, 5, dims, strides, box,
                               CU_TENSOR_MAP_SWIZZLE_NONE);
-      if (im.on) {
+      if (im.on) {  // the ring's shared memory leaves 2 CTAs per SM with an fp32 pool: the occupancy API, once a device
+        static std::atomic<int> per_sm_of[64];  // [device] resident CTAs per SM at smem_max (0: not queried yet)
+        int dev = 0;
+        cudaError_t e = cudaGetDevice(&dev);
+        if (e != cudaSuccess) return e;
+        per_sm = per_sm_of[dev & 63].load(std::memory_order_relaxed);
+        if (per_sm == 0) {
+          e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, recurrent_wy_kernel<ST, K, BV>, wy::kThreads,
+                                                            smem_max);
+          if (e != cudaSuccess) return e;
+          if (per_sm < 1) return cudaErrorInvalidConfiguration;
+          per_sm_of[dev & 63].store(per_sm, std::memory_order_relaxed);
+        }
         dyn = smem_max;
-        per_sm = wy::ctas_per_sm<K, BV>(smem_max);  // the ring's shared memory may leave 2 CTAs per SM
       }
     }
   }
   int64_t grid = ntiles;
   if (grid > int64_t(per_sm) * sms) grid = int64_t(per_sm) * sms;
   if (ntiles + grid * (a.V / BV) > 0x7fffffff) return cudaErrorInvalidConfiguration;  // 32-bit tile indices
-  static std::atomic<uint64_t> done{0};
-  if (const int e = prepare_launch(recurrent_wy_kernel<ST, K, BV>, smem_max, done)) return static_cast<cudaError_t>(e);
   return launch_pdl(recurrent_wy_kernel<ST, K, BV>, dim3(unsigned(grid)), dim3(wy::kThreads), dyn, stream, a, im);
 }
 
