@@ -700,18 +700,21 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>)
             // >= 2), position 0 (s_red[warp], rewritten by the next chunk's reduction) only RING tokens before the
             // last, so the reduction's wait leaves the newest RING - 1 stores reading. Before its box is written,
             // token t >= 1 waits for all but the newest RING - 1 stores (tokens t - RING + 1 .. t - 1, the other
-            // positions); token 0 for all (the previous chunk's last token may have had its position).
+            // positions); token 0 at position 0 for none (the reduction's wait freed it), elsewhere for all (the
+            // previous chunk's last token may have had its position).
             auto store_box = [&](int t, int64_t tr) {
               if constexpr (kTma) {
                 if (t >= ns) return;
+                const int q = (ns - t) % RING;
+                // (the read waits share their counter with the next tile's state copy, cp.async, issued after this
+                // tile's first reduction: a full wait would wait for that copy too)
                 if (lane == 0) {
-                  if (t == 0)
-                    tma::wait_stores_read_but<0>();
-                  else
+                  if (t > 0)
                     tma::wait_stores_read_but<RING - 1>();
+                  else if (q != 0)
+                    tma::wait_stores_read_but<0>();
                 }
                 __syncwarp();  // lane 0's wait before every lane's writes
-                const int q = (ns - t) % RING;
                 unsigned char* box = s_dyn + wy::kStageBytes<ST, K, BV> + (q * NW + warp) * wy::kBoxBytes;
                 // the thread's rows (lane / TPR) P .. + P - 1 of the box, its columns 4c .. 4c + 3 (8 bytes of a
                 // 128-byte row): the values and rounding of store_rows
