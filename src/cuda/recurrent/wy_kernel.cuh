@@ -101,8 +101,8 @@ inline constexpr size_t kRedBytes = size_t(kWarps) * 2 * kChunk* BV * 4;
 // in dynamic shared memory. Shared memory at 64 columns, K = 128, ring 2 (static 24.6 KB, stage 16 KB for 16-bit
 // pools and 32 KB for fp32 ones, s_red 16 KB, the ring 16 KB; 1 KB reserved per CTA, 228 KB per SM): 16-bit pools
 // 73.6 KB (3 CTAs per SM), fp32 pools 89.6 KB (2 CTAs per SM; the launcher's grid follows). Verify T = 12 N = 256
-// (fp32 pool, bf16 states) on the H200: 1.247-1.256 ms against 1.281 with store_rows; a ring of 3 measured the same
-// (1.247-1.255 ms).
+// (fp32 pool, bf16 states) on the H200: 1.240-1.242 ms against 1.262-1.272 with store_rows; a ring of 3 measured the
+// same as 2.
 inline constexpr int kInterRing = 2;
 static_assert(kInterRing >= 2, "a ring of at least 2 boxes per warp (ring position 0 is the warp's partials)");
 inline constexpr size_t kBoxBytes = 32 * 64 * 2;  // a warp's 32 rows x 64 columns of 16-bit elements
