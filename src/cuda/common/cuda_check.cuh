@@ -30,6 +30,20 @@ int prepare_launch(Kernel kernel, size_t smem, std::atomic<uint64_t>& done_mask)
   done_mask.fetch_or(bit, std::memory_order_acq_rel);
   return 0;
 }
+// Resident CTAs per SM of `kernel` at `threads` and `smem` bytes of dynamic shared memory (the occupancy API, after
+// prepare_launch), into *per_sm: queried once per device `dev` and kept in per_dev[dev] (0: not queried yet), so a
+// launch path costs a load. A persistent grid is sized from it. Returns a cudaError_t.
+template <class Kernel>
+cudaError_t resident_ctas_per_sm(Kernel kernel, int threads, size_t smem, int dev, std::atomic<int> (&per_dev)[64],
+                                 int* per_sm) {
+  *per_sm = per_dev[dev & 63].load(std::memory_order_relaxed);
+  if (*per_sm > 0) return cudaSuccess;
+  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, threads, smem);
+  if (e != cudaSuccess) return e;
+  if (*per_sm < 1) return cudaErrorInvalidConfiguration;
+  per_dev[dev & 63].store(*per_sm, std::memory_order_relaxed);
+  return cudaSuccess;
+}
 // Programmatic dependent launch allowed (cudaLaunchAttributeProgrammaticStreamSerialization): the kernel may be
 // scheduled before the previous kernel in the stream completes. Only for kernels that call pdl_start (ptx.cuh)
 // before their first global access. Decode kernels run a few microseconds at one request; the launch latency and

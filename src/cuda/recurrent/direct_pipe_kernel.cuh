@@ -358,16 +358,10 @@ cudaError_t launch_recurrent_direct_pipe(const RecurrentArgs& a, cudaStream_t st
   static std::atomic<uint64_t> done_mask{0};
   static std::atomic<int> per_sm_of[64];  // [device] resident CTAs per SM at kSmemMax (0: not queried yet)
   if (const int e = prepare_launch(kern, kSmemMax, done_mask)) return static_cast<cudaError_t>(e);
-  int dev = 0;
+  int dev = 0, per_sm = 0;
   cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = resident_ctas_per_sm(kern, NT, kSmemMax, dev, per_sm_of, &per_sm);
   if (e != cudaSuccess) return e;
-  int per_sm = per_sm_of[dev & 63].load(std::memory_order_relaxed);
-  if (per_sm == 0) {
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NT, kSmemMax);
-    if (e != cudaSuccess) return e;
-    if (per_sm < 1) return cudaErrorInvalidConfiguration;
-    per_sm_of[dev & 63].store(per_sm, std::memory_order_relaxed);
-  }
   int64_t grid = int64_t(per_sm) * device_sm_count(dev);
   if (grid > ntiles) grid = ntiles;
   return launch_pdl(kern, dim3(unsigned(grid)), dim3(NT), size_t(smem), stream, a, stage_bytes, qb);

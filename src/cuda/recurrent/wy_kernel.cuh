@@ -107,7 +107,7 @@ inline constexpr int kInterRing = 2;
 static_assert(kInterRing >= 2, "a ring of at least 2 boxes per warp (ring position 0 is the warp's partials)");
 inline constexpr size_t kBoxBytes = 32 * 64 * 2;  // a warp's 32 rows x 64 columns of 16-bit elements
 static_assert(kRedBytes<64> == kWarps * kBoxBytes, "a warp's reduction partials hold one box");
-inline constexpr size_t kRingBytes = size_t(kInterRing > 1 ? kInterRing - 1 : 0) * kWarps * kBoxBytes;
+inline constexpr size_t kRingBytes = size_t(kInterRing - 1) * kWarps * kBoxBytes;  // positions 1 .. kInterRing - 1
 // The tensor map of the intermediate states for the TMA stores ([N_buf, T_buf, Hv, K, V] as a 5-d map, box 64 x 32
 // x 1 x 1 x 1, no swizzle), a __grid_constant__ kernel parameter; on = 0: store_rows.
 struct InterMap {
@@ -749,10 +749,8 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s[p][e] = fmaf(kr[p], uu[e], al * s[p][e]);  // S = alpha S + k u^T
               const int64_t tr = sc0 + tb + t;                                           // row-relative token
-              bool by_tma = false;
-              if constexpr (kTma) by_tma = im.on != 0;
-              if (by_tma) {
-                if constexpr (kTma) store_box(t, tr);
+              if (kTma && im.on) {
+                store_box(t, tr);
               } else if (r.ibuf >= 0 && tr < a.T_buf) {
                 with_storage(a.inter_dtype, [&](auto it) {  // typed 16-byte stores
                   using IT = typename decltype(it)::type;
@@ -833,18 +831,12 @@ cudaError_t launch_recurrent_wy(const RecurrentArgs& a, int sms, cudaStream_t st
       im.on = tma::encode_b16(reinterpret_cast<CUtensorMap*>(im.map), a.inter, 5, dims, strides, box,
                               CU_TENSOR_MAP_SWIZZLE_NONE);
       if (im.on) {  // the ring's shared memory leaves 2 CTAs per SM with an fp32 pool: the occupancy API, once a device
-        static std::atomic<int> per_sm_of[64];  // [device] resident CTAs per SM at smem_max (0: not queried yet)
+        static std::atomic<int> per_sm_of[64];  // [device] resident CTAs per SM at smem_max
         int dev = 0;
         cudaError_t e = cudaGetDevice(&dev);
+        if (e == cudaSuccess)
+          e = resident_ctas_per_sm(recurrent_wy_kernel<ST, K, BV>, wy::kThreads, smem_max, dev, per_sm_of, &per_sm);
         if (e != cudaSuccess) return e;
-        per_sm = per_sm_of[dev & 63].load(std::memory_order_relaxed);
-        if (per_sm == 0) {
-          e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, recurrent_wy_kernel<ST, K, BV>, wy::kThreads,
-                                                            smem_max);
-          if (e != cudaSuccess) return e;
-          if (per_sm < 1) return cudaErrorInvalidConfiguration;
-          per_sm_of[dev & 63].store(per_sm, std::memory_order_relaxed);
-        }
         dyn = smem_max;
       }
     }
