@@ -712,7 +712,7 @@ __global__ void __launch_bounds__(wy::kThreads, wy::kMinBlocks<BV>)
                   if (t > 0)
                     tma::wait_stores_read_but<RING - 1>();
                   else if (q != 0)
-                    tma::wait_stores_read_but<0>();
+                    tma::wait_stores_read();
                 }
                 __syncwarp();  // lane 0's wait before every lane's writes
                 unsigned char* box = s_dyn + wy::kStageBytes<ST, K, BV> + (q * NW + warp) * wy::kBoxBytes;
