@@ -4,7 +4,10 @@ A numpy model (fp64 arithmetic, explicit bf16 rounding of chosen GEMM operands) 
 multi-chunk sequences, in the per-chunk formulation below (a rewrite of docs/gdn-math.md §7.3), checked in fp64 against
 an independent fp64 recurrent backward (§7.1), then run with every bracketed operand either "single" (rounded once to
 bf16) or "split" (hi + lo, lo = bf16(x - hi), product hi*hi + hi*lo + lo*hi; 2 MMAs against a bf16 input, 3 against
-another split operand). Inputs q, k, v, dO are rounded to bf16 first; the reference runs on the same rounded inputs.
+another split operand), or "f16": both operands of that product rounded to fp16 (11 significant bits) after scaling
+each by a power of two that puts its largest magnitude in [2^14, 2^15), a scale undone exactly after the product (one
+MMA: wgmma runs f16 at the bf16 rate; a bf16 input goes to fp16 exactly under such a scale). Inputs q, k, v, dO are
+rounded to bf16 first; the reference runs on the same rounded inputs.
 Always modelled as on the device: the chunk start state S0 is stored in bf16 (the forward chain computes
 U = U0 - W bf16(S) and carries S in fp32), dq, dk, dv are rounded to bf16 at the end; gamma, exponentials, beta, rho,
 the dS chain and every accumulation are fp32 (fp64 here). In-kernel l2norm, scale = K^-1/2; §7.6 applied in fp64.
@@ -27,7 +30,11 @@ Per chunk (rows past n zero, g = 0, beta = 0); [X] marks an operand whose precis
   G12 dgam -= tau;  dgam_last += sum(tau) + e_n <S0, dS>;  dg = reverse cumsum(dgam)
 
 Cost: MMA multiply-adds per chunk over the 16 products C1-G10 (G1 and G6 are bf16 x bf16), each counted once per
-bf16 pass (1, 2 with one split operand, 3 with two); "relative to (a)" divides by the all-single count (11.5 M).
+bf16 pass (1, 2 with one split operand, 3 with two; 1 for an f16 product); "relative to (a)" divides by the all-single
+count (11.5 M).
+Rows (f) and (h) put products in fp16: (f) all of them, (h) those of RECOMMENDED_F16 (bf16 single elsewhere), each
+without one of them, and with tau taken from C1's accumulator (rowdot(U, Kbar dS)) instead of G5; the last two lines
+scale dO and dht by 2^-20, with and without the fp16 scale.
 Every case is drawn DRAWS times (independent random inputs); the tables give the worst head over cases and draws.
 
 Usage (needs numpy): python3 tools/emulate_chunk_bwd/fused_numerics.py [--search [margin]]
@@ -50,6 +57,23 @@ def bf16(x):
     b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
     r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
     return r.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def f16(x):
+    """Round to fp16 under a power-of-two scale that puts max |x| in [2^14, 2^15) (no overflow, the tile's range
+    kept in fp16's normal range), scale undone exactly; back as float64."""
+    x = np.asarray(x, np.float64)
+    m = np.max(np.abs(x))
+    if m == 0:
+        return x
+    e = 14 - int(np.floor(np.log2(m)))
+    return (x * 2.0 ** e).astype(np.float16).astype(np.float64) * 2.0 ** -e
+
+
+def f16_unscaled(x):
+    """Round to fp16 as is (what a kernel without the scale would do); inf where it overflows."""
+    with np.errstate(over="ignore"):
+        return np.asarray(x, np.float64).astype(np.float16).astype(np.float64)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -104,7 +128,8 @@ def cost(cfg):
     for _, macs, a, b in PRODUCTS:
         sa = a != "in" and cfg[a] == "split"
         sb = b != "in" and cfg[b] == "split"
-        tot += macs * (1 + sa + sb)
+        h = cfg.get(a) in ("f16", "f16u") or cfg.get(b) in ("f16", "f16u")
+        tot += macs if h else macs * (1 + sa + sb)
     return tot
 
 
@@ -117,10 +142,11 @@ def config(default, **over):
 class Prec:
     """Operand rounding: exact (fp64 verification) or by the config."""
 
-    def __init__(self, cfg, s0_bf16=True, g1_dgam=True):
+    def __init__(self, cfg, s0_bf16=True, g1_dgam=True, tau_u=None):
         self.cfg = cfg  # None: exact everywhere (operands, S0, outputs)
         self.s0_bf16 = s0_bf16
         self.g1_dgam = g1_dgam  # False: the brief's list as written (no dgam term from G1)
+        self.tau_u = tau_u  # None: tau from G5's dKbar; "bf16" / "f16": from C1's accumulator and U so rounded
 
     def parts(self, x, name):
         if self.cfg is None or name == "in" or self.cfg[name] == "exact":
@@ -131,6 +157,11 @@ class Prec:
         return [hi, bf16(x - hi)]
 
     def mm(self, a, na, b, nb):
+        modes = [None if self.cfg is None or n == "in" else self.cfg[n] for n in (na, nb)]
+        if "f16" in modes:  # both operands of the product in fp16 (one MMA)
+            return f16(a) @ f16(b)
+        if "f16u" in modes:
+            return f16_unscaled(a) @ f16_unscaled(b)
         pa, pb = self.parts(a, na), self.parts(b, nb)
         out = 0.0
         for i, x in enumerate(pa):
@@ -218,6 +249,8 @@ def chunk_head_bwd(q, k, v, g, b, h0, dht, dO, pr):
         dKbar = pr.mm(U, "G5.U", dS.T, "G5.dS")
         dKh += ekb[:, None] * dKbar
         tau = np.sum(ekb[:, None] * Kh * dKbar, 1)
+        if pr.tau_u is not None:  # tau = rowdot(U, Kbar dS), Kbar dS = C1's accumulator, U rounded as given
+            tau = np.sum({"bf16": bf16, "f16": f16}[pr.tau_u](U) * (dU - dU0), 1)
         # G6-G8: v_new and the WY products
         KS = K @ S0
         Wp = V - (rk_c * Gam)[:, None] * KS
@@ -386,8 +419,8 @@ def make_cases(rep=0):
 
 
 # ------------------------------------------------------------------------------------------------------------------
-def evaluate(cases, refs, cfg, s0_bf16=True):
-    pr = Prec(cfg, s0_bf16)  # cfg None: exact
+def evaluate(cases, refs, cfg, s0_bf16=True, tau_u=None):
+    pr = Prec(cfg, s0_bf16, tau_u=tau_u)  # cfg None: exact
     return [errors(run_case(c, pr), r) for c, r in zip(cases, refs)]
 
 
@@ -415,6 +448,10 @@ RECOMMENDED_SINGLE = ["C1.dS", "C3.qgdO", "C3.kbgdV", "G3.Pm", "G4.Pm", "G5.dS",
 FIXED_SPLIT = ["C2.A", "C2.dU", "G7.dU", "G9.dA"]
 FIXED_SINGLE = ["G4.Pm", "G8.dV", "G10.a", "G10.b"]
 CANDIDATES = [bk for bk in BRACKETS if bk not in FIXED_SPLIT + FIXED_SINGLE]
+# (h): these products in fp16 (one bracket of each named), every other operand single bf16: C2 Aᵀ dU, G2 dO Uᵀ,
+# G3 Pm K, G5 U dSᵀ, G7 dU Wbᵀ, G9 Aᵀ dA and X Aᵀ. C2, G2, G7 and G9's Aᵀ dA are needed (each back in bf16 breaks a
+# bound: dv, dq, dbeta, dbeta); G5 keeps dg at half its bound's distance, G3 takes dq from 3.3e-3 to 2.4e-3.
+RECOMMENDED_F16 = ["C2.A", "G2.U", "G3.Pm", "G5.U", "G7.dU", "G9.dA", "G9.X"]
 
 
 def search(cases, refs, margin):
@@ -473,8 +510,8 @@ def main():
     print(f"{'operands':<34s}" + "".join(f"{key:>9s}" for key in OUTS) + "  ok   cost")
     rows = {}
 
-    def row(label, cfg, s0_bf16=True):
-        errs = evaluate(cases, refs, cfg, s0_bf16)
+    def row(label, cfg, s0_bf16=True, tau_u=None):
+        errs = evaluate(cases, refs, cfg, s0_bf16, tau_u)
         w = worst(errs)
         flag = "ok " if passes(w) else "BAD"
         rel = "    -" if "exact" in cfg.values() else f"{cost(cfg) / base_cost:5.2f}"
@@ -493,9 +530,33 @@ def main():
     print(f"    MMA MACs per chunk (C1-G10): (a) {base_cost / 1e6:.2f} M, (b) {cost(config('split')) / 1e6:.2f} M,"
           f" (d) {cost(cfg_d) / 1e6:.2f} M")
     held = [c for rep in range(DRAWS, DRAWS + 3) for c in make_cases(rep)]
-    wh = worst(evaluate(held, [run_case(c, None) for c in held], cfg_d))
+    held_refs = [run_case(c, None) for c in held]
+    wh = worst(evaluate(held, held_refs, cfg_d))
     print(f"    (d) on draws {DRAWS}..{DRAWS + 2} (not searched): " + " ".join(f"{key} {wh[key]:.2e}" for key in OUTS)
           + ("  ok" if passes(wh) else "  BAD"))
+    row("(f) all f16", config("f16"))
+    cfg_h = config("single", **{bk: "f16" for bk in RECOMMENDED_F16})
+    row("(h) f16 products, rest single", cfg_h)
+    for bk in RECOMMENDED_F16:
+        row(f"(h) but {bk} single", config("single", **{b: "f16" for b in RECOMMENDED_F16 if b != bk}))
+    no_g5 = config("single", **{b: "f16" for b in RECOMMENDED_F16 if b != "G5.U"})
+    row("(h) U dS^T single, tau(C1, U f16)", no_g5, tau_u="f16")
+    row("(h) U dS^T single, tau(C1, U bf16)", no_g5, tau_u="bf16")
+    wh = worst(evaluate(held, held_refs, cfg_h))
+    print(f"    (h) on draws {DRAWS}..{DRAWS + 2}: " + " ".join(f"{key} {wh[key]:.2e}" for key in OUTS)
+          + ("  ok" if passes(wh) else "  BAD"))
+    # The scale matters: a training step's dO is ~1e-6 (a mean loss over many tokens). The backward is linear in
+    # (dO, dht), so the exact errors are those of the unit-scale case; fp16 without the scale meets subnormals.
+    tiny = []
+    for c in cases[:n7]:
+        t = dict(c, heads=[dict(hd, dO=hd["dO"] * 2.0 ** -20, dht=hd["dht"] * 2.0 ** -20) for hd in c["heads"]])
+        tiny.append(t)
+    tiny_refs = [run_case(c, None) for c in tiny]
+    for label, cfg in (("(h), dO and dht x 2^-20", cfg_h),
+                       ("(h) unscaled, dO and dht x 2^-20", config("single", **{bk: "f16u" for bk in RECOMMENDED_F16}))):
+        w = worst(evaluate(tiny, tiny_refs, cfg))
+        print(f"    {label} (draw 0): " + " ".join(f"{key} {w[key]:.2e}" for key in OUTS)
+              + ("  ok" if passes(w) else "  BAD"))
     if "--search" in sys.argv:
         k = sys.argv.index("--search")
         margin = float(sys.argv[k + 1]) if len(sys.argv) > k + 1 else 1.0
