@@ -512,9 +512,12 @@ __device__ __forceinline__ bool chain_work(const ChunkBwdArgs& a, bool reverse, 
   const ChunkWorkItem it = a.items[blockIdx.x];
   if (it.n < 0) return false;
   if (a.chain_mode == kChainSummary) {
-    if (it.seg == (reverse ? 0 : it.nseg - 1)) return false;
-    w->hom = w->j0 < K;
-    if (!w->hom) w->j0 -= K;
+    // the reverse scan never reads segment 0's summary, the forward one the last segment's (but for its M, the
+    // reverse scan's where rev_n_only)
+    if (it.seg == (reverse ? 0 : it.nseg - 1) && (reverse || !a.rev_n_only)) return false;
+    const bool n_only = reverse && a.rev_n_only;  // z covers the N columns alone
+    w->hom = !n_only && w->j0 < K;
+    if (!w->hom && !n_only) w->j0 -= K;
   }
   w->n = it.n, w->seg = it.seg, w->nseg = it.nseg, w->c_begin = it.c_begin, w->c_end = it.c_end;
   seq_bounds(a, w->n, &w->sb, &w->st, &w->len);
@@ -1411,12 +1414,13 @@ int launch_dstate(const ChunkBwdArgs& a, dim3 grid, std::atomic<uint64_t>* done,
   return launch_one(chunk_bwd_dstate_kernel<E, K, V>, grid, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
 }
 
-// Both chains in one launch (a.chains_concurrent, K = V = 128): the grid `g` of one chain, twice in z.
+// Both chains in one launch (a.chains_concurrent, K = V = 128): the grid `g` of the state chain in z, then zd column
+// tiles of the dstate chain (g.z, or fewer for its N-only summaries).
 template <class E, int K, int V>
-int launch_both(const ChunkBwdArgs& a, dim3 g, std::atomic<uint64_t>* done, cudaStream_t st) {
+int launch_both(const ChunkBwdArgs& a, dim3 g, unsigned zd, std::atomic<uint64_t>* done, cudaStream_t st) {
   if constexpr (K == 128 && V == 128) {
     constexpr size_t s1 = sizeof(StateWgSmem<1>), d1 = sizeof(DStateWgSmem<1>), smem = (s1 > d1 ? s1 : d1) + 1024;
-    return launch_one(chunk_bwd_chains_wg_kernel<E, V>, dim3(g.x, g.y, 2 * g.z), smem, done[kDoneChains], st, a,
+    return launch_one(chunk_bwd_chains_wg_kernel<E, V>, dim3(g.x, g.y, g.z + zd), smem, done[kDoneChains], st, a,
                       kDStateWgThreads);
   }
   return static_cast<int>(cudaErrorInvalidValue);  // the plan sets chains_concurrent at K = V = 128 only
@@ -1429,7 +1433,7 @@ int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStrea
   if (a.items == nullptr) {
     a.chain_mode = kChainWhole;
     const dim3 seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
-    if (both) return launch_both<E, K, V>(a, seqs, done, st);
+    if (both) return launch_both<E, K, V>(a, seqs, seqs.z, done, st);
     int e = launch_state<E, K, V>(a, seqs, done, st);
     return e == 0 ? launch_dstate<E, K, V>(a, seqs, done, st) : e;
   }
@@ -1440,9 +1444,11 @@ int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStrea
                                               const_cast<ChunkWorkItem*>(a.items), a.items_cap, a.seq_first, st));
   const dim3 items(unsigned(a.items_cap), unsigned(a.Hv), unsigned(V / kBV));
   const dim3 sums(unsigned(a.items_cap), unsigned(a.Hv), unsigned((K + V) / kBV));
+  const dim3 rsums(sums.x, sums.y, unsigned((a.rev_n_only ? V : K + V) / kBV));  // the reverse chain's
   // the scan of one chain: forward start states from h0 over a.mn, reverse end gradients from dht over a.mn_rev
   const auto scan = [&](int dir) {
     sc.mn = dir == 0 ? a.mn : a.mn_rev;
+    sc.mt = dir == 1 && a.rev_n_only ? a.mn : nullptr;  // the forward summaries' M, transposed
     if (dir == 0)
       sc.h0 = a.h0, sc.h0_sn = a.h0_sn, sc.h0_sh = a.h0_sh, sc.h0_sr = a.h0_sr;
     else
@@ -1451,16 +1457,16 @@ int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStrea
   };
   if (both) {  // summaries of both chains, both scans, every segment of both chains
     a.chain_mode = kChainSummary;
-    if (e == 0) e = launch_both<E, K, V>(a, sums, done, st);
+    if (e == 0) e = launch_both<E, K, V>(a, sums, rsums.z, done, st);
     if (e == 0) e = scan(0);
     if (e == 0) e = scan(1);
     a.chain_mode = kChainSplit;
-    if (e == 0) e = launch_both<E, K, V>(a, items, done, st);
+    if (e == 0) e = launch_both<E, K, V>(a, items, items.z, done, st);
     return e;
   }
   for (int dir = 0; dir < 2 && e == 0; ++dir) {
     a.chain_mode = kChainSummary;
-    e = dir == 0 ? launch_state<E, K, V>(a, sums, done, st) : launch_dstate<E, K, V>(a, sums, done, st);
+    e = dir == 0 ? launch_state<E, K, V>(a, sums, done, st) : launch_dstate<E, K, V>(a, rsums, done, st);
     if (e == 0) e = scan(dir);
     a.chain_mode = kChainSplit;
     if (e == 0) e = dir == 0 ? launch_state<E, K, V>(a, items, done, st) : launch_dstate<E, K, V>(a, items, done, st);

@@ -119,6 +119,9 @@ struct ChunkKernelArgs {
   const ChunkWorkItem* items;  // [items_cap] (split modes)
   int64_t items_cap;
   float* mn;  // [items_cap, Hv, K, K + V] segment summaries, then start states
+  // the reverse scan (chunk_bwd) with M_j taken as the transpose of this buffer's M_j (the forward summaries over the
+  // same chunks: the reverse step's homogeneous map is the forward one's transpose); null: M_j from mn
+  const float* mt;
   // the log decay gamma_n of every chunk (kDecayUnbounded where the window bound does not hold), written by the
   // intra pass and read by the summaries; null: no decay windows (unsplit)
   float* dec;  // [Hv, rec_slots] may be null

@@ -122,17 +122,25 @@ __global__ void __launch_bounds__(4 * K)
     }
     *reinterpret_cast<float4*>(&S[sidx(i, 4 * part)]) = make_float4(v[0], v[1], v[2], v[3]);
   }
-  // row i of M_s, keys KP part ..; and columns c0 + 4 part .. of row i of N_s
-  const auto mrow = [&](int s) {
-    const int64_t item = reverse ? first + nseg - 1 - s : first + s;
-    return a.mn + (item * a.Hv + h) * int64_t(K) * width + int64_t(i) * width;
-  };
+  // row i of M_s, keys KP part ..; and columns c0 + 4 part .. of row i of N_s. With a.mt, M_s's row i is column i
+  // of a.mt's M (strided loads: the scan is a small part of the split)
+  const auto item_of = [&](int s) { return reverse ? first + nseg - 1 - s : first + s; };
+  const auto mrow = [&](int s) { return a.mn + (item_of(s) * a.Hv + h) * int64_t(K) * width + int64_t(i) * width; };
   float4 m[V4], nv = make_float4(0.f, 0.f, 0.f, 0.f);
   const auto load = [&](int s, float4(&r)[V4], float4& nn) {
-    const float4* src = reinterpret_cast<const float4*>(mrow(s) + KP * part);
     if (!drop(s)) {
+      if (a.mt) {
+        const float* col = a.mt + (item_of(s) * a.Hv + h) * int64_t(K) * width + i;
 #pragma unroll
-      for (int e = 0; e < V4; ++e) r[e] = src[e];
+        for (int e = 0; e < V4; ++e) {
+          const int64_t k = KP * part + 4 * e;
+          r[e] = make_float4(col[k * width], col[(k + 1) * width], col[(k + 2) * width], col[(k + 3) * width]);
+        }
+      } else {
+        const float4* src = reinterpret_cast<const float4*>(mrow(s) + KP * part);
+#pragma unroll
+        for (int e = 0; e < V4; ++e) r[e] = src[e];
+      }
     }
     nn = *reinterpret_cast<const float4*>(mrow(s) + K + c0 + 4 * part);
   };
