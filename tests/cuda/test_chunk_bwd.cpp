@@ -562,8 +562,8 @@ Grads run_gpu_state_pass(const BwdCase& bc, const Problem& pr, ChunkStatePass pa
 }
 
 // One pass on both of its kernels (`run(b, pr, pass)`: the plan's choice edited to mma.sync, then to wgmma) against
-// the oracle and within 2e-3 of each other; dh0 bitwise equal (`dh0_why`: the pass does not reach it); the wgmma
-// run bitwise stable over repeats.
+// the oracle and within 2e-3 of each other; dh0 bitwise equal where `dh0_why` is given (why the pass does not reach
+// it); the wgmma run bitwise stable over repeats.
 template <class Run>
 void check_pass_pair(BwdCase b, Run run, const char* dh0_why) {
   SCOPED_TRACE(b.c.name);
@@ -577,14 +577,16 @@ void check_pass_pair(BwdCase b, Run run, const char* dh0_why) {
   b.c.name = name + "_wgmma";
   expect_close(b, pr, ref, wg);
   expect_wgmma_near_mma_sync(wg, mma, name);
-  EXPECT_TRUE(wg.dh0.bit_equal(mma.dh0)) << name << " dh0: " << dh0_why;
+  if (dh0_why) EXPECT_TRUE(wg.dh0.bit_equal(mma.dh0)) << name << " dh0: " << dh0_why;
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(wg, run(b, pr, ChunkStatePass::wgmma))) << name << " repeat " << i;
 }
 
+// A split walk's reverse scan runs on pass 2's forward summaries (their M transposed), so its dh0 differs in the
+// last bits between the two kernels; a whole walk's dh0 is pass 3's alone.
 void check_state_pass(const BwdCase& b) {
   check_pass_pair(
       b, [](const BwdCase& bc, const Problem& pr, ChunkStatePass p) { return run_gpu_state_pass(bc, pr, p); },
-      "pass 3 does not read pass 2");
+      b.segments == 1 ? "pass 3 does not read pass 2" : nullptr);
 }
 
 // The inputs of both state-pass comparisons: a long walk, f16, varlen with empty and one-row sequences and the gate,
