@@ -53,7 +53,10 @@ const std::vector<CaseDef>& case_list() {
       {"prefill_varlen_64x512", "prefill bf16 varlen 64x512 Hqk=16 Hv=32"},
       {"prefill_fp16_t32k_h16", "prefill fp16 B=1 T=32768 Hqk=Hv=16"},
       {"prefill_fp16_t128k_h16", "prefill fp16 B=1 T=131072 Hqk=Hv=16"},
+      {"train_bwd_t8k_h16_32", "training backward (chunk_bwd) bf16 B=1 T=8192 Hqk=16 Hv=32"},
       {"train_bwd_t32k_h16_32", "training backward (chunk_bwd) bf16 B=1 T=32768 Hqk=16 Hv=32"},
+      {"train_bwd_b4_t8k_h16_64", "training backward (chunk_bwd) bf16 B=4 T=8192 Hqk=16 Hv=64"},
+      {"train_bwd_t128k_h32", "training backward (chunk_bwd) bf16 B=1 T=131072 Hqk=Hv=32"},
       {"train_bwd_t32k_h4", "training backward (chunk_bwd) bf16 B=1 T=32768 Hqk=Hv=4"},
   };
   return cases;
@@ -340,13 +343,13 @@ BenchResult bench_prefill(const PrefillShape& s, int reps, const BenchOptions& o
 }
 
 // ---- training backward cases (chunk_bwd alone: the forward is the prefill's) ---------------------------------
-BenchResult bench_train_bwd(int64_t T, int64_t Hqk, int64_t Hv, int reps, const BenchOptions& opt) {
+BenchResult bench_train_bwd(int64_t B, int64_t T, int64_t Hqk, int64_t Hv, int reps, const BenchOptions& opt) {
   const int64_t K = 128, V = 128, C = 64;
   const DType dt = DType::bf16;
-  DeviceTensor q(dt, {1, T, Hqk, K}), k(dt, {1, T, Hqk, K}), v(dt, {1, T, Hv, V}), d_o(dt, {1, T, Hv, V});
-  DeviceTensor g(DType::f32, {1, T, Hv}), beta(DType::f32, {1, T, Hv});
-  DeviceTensor dq(dt, {1, T, Hqk, K}), dk(dt, {1, T, Hqk, K}), dv(dt, {1, T, Hv, V});
-  DeviceTensor dg(DType::f32, {1, T, Hv}), dbeta(DType::f32, {1, T, Hv});
+  DeviceTensor q(dt, {B, T, Hqk, K}), k(dt, {B, T, Hqk, K}), v(dt, {B, T, Hv, V}), d_o(dt, {B, T, Hv, V});
+  DeviceTensor g(DType::f32, {B, T, Hv}), beta(DType::f32, {B, T, Hv});
+  DeviceTensor dq(dt, {B, T, Hqk, K}), dk(dt, {B, T, Hqk, K}), dv(dt, {B, T, Hv, V});
+  DeviceTensor dg(DType::f32, {B, T, Hv}), dbeta(DType::f32, {B, T, Hv});
   fill_random(q, 31), fill_random(k, 32), fill_random(v, 33), fill_random(d_o, 34);
   fill_random(g, 35, -0.1, 0.0, true), fill_random(beta, 36, 1.0, 0.0, true);
   ChunkBwdParams p;
@@ -357,8 +360,8 @@ BenchResult bench_train_bwd(int64_t T, int64_t Hqk, int64_t Hv, int reps, const 
   BenchResult res = time_op(
       p, 1, reps, [](int) {}, opt.ws_offset);
   // q, k, v, d_o in and dq, dk, dv out (bf16), g, beta in and dg, dbeta out (fp32); gdn-math §9.3's backward FLOPs
-  res.bytes = T * (4.0 * Hqk * K * 2 + 4.0 * Hv * V * 2 + Hv * 16.0);
-  res.flops = double(T) * Hv * (16.0 * K * V + 2.0 * C * (9 * K + 5 * V) + 4.0 * C * C);
+  res.bytes = double(B * T) * (4.0 * Hqk * K * 2 + 4.0 * Hv * V * 2 + Hv * 16.0);
+  res.flops = double(B * T) * Hv * (16.0 * K * V + 2.0 * C * (9 * K + 5 * V) + 4.0 * C * C);
   return res;
 }
 
@@ -410,10 +413,16 @@ BenchResult run_case(const std::string& name, int reps, const BenchOptions& opt)
     r = pre({32768}, 16, 16, DType::f16);
   else if (name == "prefill_fp16_t128k_h16")
     r = pre({131072}, 16, 16, DType::f16);
+  else if (name == "train_bwd_t8k_h16_32")
+    r = bench_train_bwd(1, 8192, 16, 32, std::max(3, reps / 4), opt);
   else if (name == "train_bwd_t32k_h16_32")
-    r = bench_train_bwd(32768, 16, 32, std::max(3, reps / 4), opt);
+    r = bench_train_bwd(1, 32768, 16, 32, std::max(3, reps / 4), opt);
+  else if (name == "train_bwd_b4_t8k_h16_64")  // issue 14's varlen 4 x 8192: four equal sequences, as a batch
+    r = bench_train_bwd(4, 8192, 16, 64, std::max(3, reps / 4), opt);
+  else if (name == "train_bwd_t128k_h32")
+    r = bench_train_bwd(1, 131072, 32, 32, std::max(3, reps / 4), opt);
   else if (name == "train_bwd_t32k_h4")
-    r = bench_train_bwd(32768, 4, 4, std::max(3, reps / 4), opt);
+    r = bench_train_bwd(1, 32768, 4, 4, std::max(3, reps / 4), opt);
   else
     throw std::runtime_error("unknown case " + name);
   return r;
