@@ -203,11 +203,13 @@ constexpr bool kGradsWgByDefault = true;
 // The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 118 KiB, the wgmma
 // one's warpgroup and 109 KiB, the mma.sync dstate kernel's 172 KiB, the wgmma one's 159 KiB with two stages: priced at
 // one per SM, although the two-stage wgmma state kernel's 109 KiB would fit two) walks the chunks of one (item, value
-// head, 32 state columns); its summaries have (K + V) / 32 column CTAs per (item, head), each priced at 0.9 of a
-// walking CTA per chunk (no stores; the reverse chain's M columns skip the Q product), in cheapest_segments' model with
+// head, 32 state columns); its summaries are priced at (K + V) / 32 column CTAs per (item, head), each at 0.9 of a
+// walking CTA per chunk (no stores), in cheapest_segments' model with
 // the two chains' mean step (both chains take the same P, and their grids are alike). At one CTA per SM a split pays
 // only where the unsplit CTAs leave SMs idle: N Hv V / 32 >= SMs is never split. Concurrent chains: one grid of both
-// chains' CTAs at two per SM (2 SMs slots), each phase as long as the slower chain's step at kStepShared.
+// chains' CTAs at two per SM (2 SMs slots), each phase as long as the slower chain's step at kStepShared. The
+// reverse chain's summaries run only their V / 32 N columns (its M is the forward chain's, transposed), so the model
+// prices them above what they cost; not refitted: a cheaper price moves P at some shapes, unmeasured.
 int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, const ChunkBwdPlan& pl, std::string* why) {
   const int64_t cols = d.V / kChunkBwdChainCols, sum_cols = (d.K + d.V) / kChunkBwdChainCols;
   const double s_state = pl.state_pass == ChunkStatePass::wgmma ? kStepStateWg : kStepStateMma;
@@ -298,9 +300,10 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
   } else {
     s += str_cat("  segment split: ", pl.segments, " segments of ", pl.seg_chunks, " chunks per sequence, ", pl.cap,
                  " work items\n");
-    s += str_cat("  per chain (state forward, dstate reverse): summaries grid (", pl.cap, ", ", d.Hv, ", ", sum_cols,
-                 "), scan grid (", d.N, ", ", d.Hv, ", ", d.V / 16, "), segments from their boundary states grid (",
-                 pl.cap, ", ", d.Hv, ", ", cols, ")\n");
+    s += str_cat("  summaries: state chain grid (", pl.cap, ", ", d.Hv, ", ", sum_cols, "), dstate chain grid (",
+                 pl.cap, ", ", d.Hv, ", ", cols, ") (its M is the state chain's, transposed)\n");
+    s += str_cat("  per chain (state forward, dstate reverse): scan grid (", d.N, ", ", d.Hv, ", ", d.V / 16,
+                 "), segments from their boundary states grid (", pl.cap, ", ", d.Hv, ", ", cols, ")\n");
   }
   s += str_cat("  split: ", pl.why, "\n");
   s += str_cat("  workspace: the records and scratch (chunk_bwd_workspace_size)");

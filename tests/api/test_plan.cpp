@@ -901,7 +901,7 @@ TEST(PlanText, PublicApiPrintsThePlan) {
   b.exec.chunk_bwd_segments = 2;
   ASSERT_TRUE(chunk_bwd_plan(b, &text, kH200Sms).ok());
   EXPECT_NE(text.find("segment split: 2 segments of 3 chunks"), std::string::npos) << text;
-  EXPECT_NE(text.find("summaries grid (2, 4, 8)"), std::string::npos) << text;
+  EXPECT_NE(text.find("summaries: state chain grid (2, 4, 8), dstate chain grid (2, 4, 4)"), std::string::npos) << text;
 
   RecurrentParams r;
   HostTensor ro(DType::bf16, in.v.shape);
