@@ -55,7 +55,7 @@ const std::vector<CaseDef>& case_list() {
       {"prefill_fp16_t128k_h16", "prefill fp16 B=1 T=131072 Hqk=Hv=16"},
       {"train_bwd_t8k_h16_32", "training backward (chunk_bwd) bf16 B=1 T=8192 Hqk=16 Hv=32"},
       {"train_bwd_t32k_h16_32", "training backward (chunk_bwd) bf16 B=1 T=32768 Hqk=16 Hv=32"},
-      {"train_bwd_b4_t8k_h16_64", "training backward (chunk_bwd) bf16 B=4 T=8192 Hqk=16 Hv=64"},
+      {"train_bwd_varlen_4x8k", "training backward (chunk_bwd) bf16 varlen 4x8192 Hqk=16 Hv=64"},
       {"train_bwd_t128k_h32", "training backward (chunk_bwd) bf16 B=1 T=131072 Hqk=Hv=32"},
       {"train_bwd_t32k_h4", "training backward (chunk_bwd) bf16 B=1 T=32768 Hqk=Hv=4"},
   };
@@ -304,6 +304,16 @@ void fill_gates(DeviceTensor& g, int64_t T, int64_t Hv, const std::string& gates
   cuda_check(cudaMemcpy(g.ptr, h.data(), g.bytes, cudaMemcpyHostToDevice), "fill_gates");
 }
 
+// cu_seqlens (int32 [N + 1], on the device) of sequences of these lengths packed into one row.
+DeviceTensor cu_seqlens_of(const std::vector<int64_t>& lens) {
+  const int64_t N = int64_t(lens.size());
+  HostTensor hcu(DType::i32, {N + 1});
+  int64_t acc = 0;
+  hcu.set(0, 0);
+  for (int64_t n = 0; n < N; ++n) hcu.set(n + 1, double(acc += lens[size_t(n)]));
+  return DeviceTensor(hcu);
+}
+
 struct PrefillShape {
   std::vector<int64_t> lens;  // one entry: B = 1 fixed length; several: varlen
   int64_t Hqk = 16, Hv = 16;
@@ -327,11 +337,7 @@ BenchResult bench_prefill(const PrefillShape& s, int reps, const BenchOptions& o
   p.use_qk_l2norm_in_kernel = true;
   p.exec = opt.exec;
   if (varlen) {
-    HostTensor hcu(DType::i32, {N + 1});
-    int64_t acc = 0;
-    hcu.set(0, 0);
-    for (int64_t n = 0; n < N; ++n) hcu.set(n + 1, double(acc += s.lens[size_t(n)]));
-    cu = DeviceTensor(hcu);
+    cu = cu_seqlens_of(s.lens);
     p.cu_seqlens = cu.view();
   }
   BenchResult res = time_op(
@@ -343,25 +349,33 @@ BenchResult bench_prefill(const PrefillShape& s, int reps, const BenchOptions& o
 }
 
 // ---- training backward cases (chunk_bwd alone: the forward is the prefill's) ---------------------------------
-BenchResult bench_train_bwd(int64_t B, int64_t T, int64_t Hqk, int64_t Hv, int reps, const BenchOptions& opt) {
-  const int64_t K = 128, V = 128, C = 64;
+// lens: one entry, B = 1 of that length; several, varlen (cu_seqlens over one packed row).
+BenchResult bench_train_bwd(const std::vector<int64_t>& lens, int64_t Hqk, int64_t Hv, int reps,
+                            const BenchOptions& opt) {
+  const int64_t K = 128, V = 128, C = 64, N = int64_t(lens.size());
+  int64_t T = 0;
+  for (auto l : lens) T += l;
   const DType dt = DType::bf16;
-  DeviceTensor q(dt, {B, T, Hqk, K}), k(dt, {B, T, Hqk, K}), v(dt, {B, T, Hv, V}), d_o(dt, {B, T, Hv, V});
-  DeviceTensor g(DType::f32, {B, T, Hv}), beta(DType::f32, {B, T, Hv});
-  DeviceTensor dq(dt, {B, T, Hqk, K}), dk(dt, {B, T, Hqk, K}), dv(dt, {B, T, Hv, V});
-  DeviceTensor dg(DType::f32, {B, T, Hv}), dbeta(DType::f32, {B, T, Hv});
+  DeviceTensor q(dt, {1, T, Hqk, K}), k(dt, {1, T, Hqk, K}), v(dt, {1, T, Hv, V}), d_o(dt, {1, T, Hv, V});
+  DeviceTensor g(DType::f32, {1, T, Hv}), beta(DType::f32, {1, T, Hv});
+  DeviceTensor dq(dt, {1, T, Hqk, K}), dk(dt, {1, T, Hqk, K}), dv(dt, {1, T, Hv, V});
+  DeviceTensor dg(DType::f32, {1, T, Hv}), dbeta(DType::f32, {1, T, Hv}), cu;
   fill_random(q, 31), fill_random(k, 32), fill_random(v, 33), fill_random(d_o, 34);
   fill_random(g, 35, -0.1, 0.0, true), fill_random(beta, 36, 1.0, 0.0, true);
   ChunkBwdParams p;
   p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = g.view(), p.beta = beta.view(), p.d_o = d_o.view();
   p.dq = dq.view(), p.dk = dk.view(), p.dv = dv.view(), p.dg = dg.view(), p.dbeta = dbeta.view();
+  if (N > 1) {
+    cu = cu_seqlens_of(lens);
+    p.cu_seqlens = cu.view();
+  }
   p.use_qk_l2norm_in_kernel = true;
   p.exec = opt.exec;
   BenchResult res = time_op(
       p, 1, reps, [](int) {}, opt.ws_offset);
   // q, k, v, d_o in and dq, dk, dv out (bf16), g, beta in and dg, dbeta out (fp32); gdn-math §9.3's backward FLOPs
-  res.bytes = double(B * T) * (4.0 * Hqk * K * 2 + 4.0 * Hv * V * 2 + Hv * 16.0);
-  res.flops = double(B * T) * Hv * (16.0 * K * V + 2.0 * C * (9 * K + 5 * V) + 4.0 * C * C);
+  res.bytes = T * (4.0 * Hqk * K * 2 + 4.0 * Hv * V * 2 + Hv * 16.0);
+  res.flops = double(T) * Hv * (16.0 * K * V + 2.0 * C * (9 * K + 5 * V) + 4.0 * C * C);
   return res;
 }
 
@@ -414,15 +428,15 @@ BenchResult run_case(const std::string& name, int reps, const BenchOptions& opt)
   else if (name == "prefill_fp16_t128k_h16")
     r = pre({131072}, 16, 16, DType::f16);
   else if (name == "train_bwd_t8k_h16_32")
-    r = bench_train_bwd(1, 8192, 16, 32, std::max(3, reps / 4), opt);
+    r = bench_train_bwd({8192}, 16, 32, std::max(3, reps / 4), opt);
   else if (name == "train_bwd_t32k_h16_32")
-    r = bench_train_bwd(1, 32768, 16, 32, std::max(3, reps / 4), opt);
-  else if (name == "train_bwd_b4_t8k_h16_64")  // issue 14's varlen 4 x 8192: four equal sequences, as a batch
-    r = bench_train_bwd(4, 8192, 16, 64, std::max(3, reps / 4), opt);
+    r = bench_train_bwd({32768}, 16, 32, std::max(3, reps / 4), opt);
+  else if (name == "train_bwd_varlen_4x8k")
+    r = bench_train_bwd(std::vector<int64_t>(4, 8192), 16, 64, std::max(3, reps / 4), opt);
   else if (name == "train_bwd_t128k_h32")
-    r = bench_train_bwd(1, 131072, 32, 32, std::max(3, reps / 4), opt);
+    r = bench_train_bwd({131072}, 32, 32, std::max(3, reps / 4), opt);
   else if (name == "train_bwd_t32k_h4")
-    r = bench_train_bwd(1, 32768, 4, 4, std::max(3, reps / 4), opt);
+    r = bench_train_bwd({32768}, 4, 4, std::max(3, reps / 4), opt);
   else
     throw std::runtime_error("unknown case " + name);
   return r;
