@@ -269,7 +269,6 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   a.dstate_wg = pl.dstate_pass == ChunkStatePass::wgmma ? pl.dstate_stages : 0;
   a.chains_concurrent = pl.chains_concurrent;
   a.grads_wg = pl.grads_pass == ChunkStatePass::wgmma;
-  a.rev_n_only = pl.split;
   auto* base = static_cast<unsigned char*>(ws);
   if (pl.split) {  // the split's part follows the records and scratch (wl.total is 256-byte aligned)
     unsigned char* sp = base + wl.total;

@@ -109,10 +109,6 @@ struct ChunkBwdArgs {
   float* mn;                  // [items_cap, Hv, K, K + V] summaries [M | N], then the scan's states (the forward chain)
   float* mn_rev;              // the same for the reverse chain: mn, or a buffer of its own when both chains run at once
   int32_t chains_concurrent;  // 1: passes 2 and 3 in one launch per phase (K = V = 128, one input stage each)
-  // 1 (every split): the reverse chain's summaries cover only their N columns and its scan takes M as the transpose of
-  // the forward summaries' (the reverse step's homogeneous map is the forward step's transposed: dS <- (e_n I -
-  // W^T Kbar) dS + .. against S <- (e_n I - Kbar^T W) S + ..); the forward summaries then cover every segment
-  int32_t rev_n_only;
 };
 
 // How a chain kernel (passes 2, 3) walks: every chunk of a sequence (grid (N, Hv, V / 32)); one segment from its

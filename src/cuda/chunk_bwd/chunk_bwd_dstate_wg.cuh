@@ -20,8 +20,7 @@
 //               key block, Q^T and W^T by ldmatrix.trans of the swizzled q and W tiles; 20 for f16); then dS as the
 //               next step's dS^T (hi, lo) and as the fp32 record of chunk c - 1 (pass 4 reads it)
 //
-// The M columns of a summary (`hom`: dU0 = 0, dO = 0) walk a second instantiation without the Q product, the q, dO
-// and dU0 loads (HOM: a template parameter, so that no wgmma group holds a data-dependent branch).
+// A summary walks only its N columns (from zero, every term on; its M is the state chain's, transposed).
 //
 // Loads (cp.async, a fixed trip count per thread, to the swizzled addresses; k and q rows past the chunk end land as
 // zeros): chunk c - 1's W, k, q, dO columns, dU0 columns and record rows. STAGES = 2: a second stage, issued under
@@ -85,9 +84,9 @@ __device__ __forceinline__ void copy_key_rows(unsigned char (&dst)[2][8192], con
   }
 }
 
-// Issue the cp.async copies of chunk c's inputs into stage g: W's record ([64][K], bf16), the key rows and, but for the
-// M columns of a summary (HOM: dU0 = 0, dO = 0), the query rows, dU0's and dO's kBV columns; the record rows.
-template <class E, int V, bool HOM, class Stage>
+// Issue the cp.async copies of chunk c's inputs into stage g: W's record ([64][K], bf16), the key and query rows,
+// dU0's and dO's kBV columns, the record rows.
+template <class E, int V, class Stage>
 __device__ __forceinline__ void dstate_wg_prefetch(const ChunkBwdArgs& a, Stage& g, const ChainWork& w, int64_t c,
                                                    int h, int tid) {
   constexpr int K = 128, NTH = kDStateWgThreads;
@@ -101,12 +100,10 @@ __device__ __forceinline__ void dstate_wg_prefetch(const ChunkBwdArgs& a, Stage&
       cp_async<16>(&g.w[kv >> 3][wg::swz(r0 + (NTH / 16) * p, kv & 7)], wsrc + (NTH / 16) * p * K);
   }
   copy_key_rows(g.k, static_cast<const E*>(a.k) + w.sb * a.k_sb + hk * a.k_sh + t0 * a.k_st, a.k_st, nv, tid);
-  if constexpr (!HOM) {
-    copy_key_rows(g.q, static_cast<const E*>(a.q) + w.sb * a.q_sb + hk * a.q_sh + t0 * a.q_st, a.q_st, nv, tid);
-    copy_f32_tile<kBV, NTH>(g.du0, a.dU + rec * (kC * V) + w.j0, V, tid);
-    copy_rows<E, kBV, NTH>(reinterpret_cast<E(*)[kLB]>(&g.dO[0][0]),
-                           static_cast<const E*>(a.d_o) + w.sb * a.do_sb + h * a.do_sh, a.do_st, t0, nv, w.j0, tid);
-  }
+  copy_key_rows(g.q, static_cast<const E*>(a.q) + w.sb * a.q_sb + hk * a.q_sh + t0 * a.q_st, a.q_st, nv, tid);
+  copy_f32_tile<kBV, NTH>(g.du0, a.dU + rec * (kC * V) + w.j0, V, tid);
+  copy_rows<E, kBV, NTH>(reinterpret_cast<E(*)[kLB]>(&g.dO[0][0]),
+                         static_cast<const E*>(a.d_o) + w.sb * a.do_sb + h * a.do_sh, a.do_st, t0, nv, w.j0, tid);
   copy_record_rows(g.rows, a.rows, rec, tid);
   cp_async_commit();
 }
@@ -128,7 +125,7 @@ __device__ __forceinline__ void load_k_frags(const unsigned char (&kt)[2][8192],
 // diag(kb) K dS (wgmma), dU stored, (-dU)^T and Ob^T split [barrier] dS <- e_n dS + Q^T Ob + W^T (-dU) (wgmma, in the
 // registers), then dS^T and the record dS of chunk c - 1. A summary stores only its end gradient (its columns of
 // [M | N]); the sequence's first segment (or the whole walk) stores dh0.
-template <class E, int V, int STAGES, bool HOM>
+template <class E, int V, int STAGES>
 __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSmem<STAGES>& s, const ChainWork& w,
                                                int h, int tid, int wi, int lane) {
   constexpr int K = 128, NJ = kBV / 8;
@@ -169,7 +166,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     }
   };
   if (w.c_begin < w.c_end) {
-    dstate_wg_prefetch<E, V, HOM>(a, s.stg[0], w, w.c_end - 1, h, tid);
+    dstate_wg_prefetch<E, V>(a, s.stg[0], w, w.c_end - 1, h, tid);
     put_grad(w.c_end - 1);
   }
   for (int64_t c = w.c_end - 1; c >= w.c_begin; --c) {
@@ -226,9 +223,9 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     // and (bf16) the A fragments of product 2: Q^T and W^T of key blocks 0, 1 (keys 64 mb + 16 wi ..; k steps of 16
     // tokens). An f16 walk loads them after the wait, into the registers of the k fragments.
     if constexpr (STAGES == 2) {
-      if (c > w.c_begin) dstate_wg_prefetch<E, V, HOM>(a, s.stg[bf ^ 1], w, c - 1, h, tid);
+      if (c > w.c_begin) dstate_wg_prefetch<E, V>(a, s.stg[bf ^ 1], w, c - 1, h, tid);
     }
-    if constexpr (!HOM) {  // Ob = diag(qg) dO, qg_r = scale rho_q,r e^{gamma_r} (scale Gamma Q^ = diag(qg) Q), split
+    {  // Ob = diag(qg) dO, qg_r = scale rho_q,r e^{gamma_r} (scale Gamma Q^ = diag(qg) Q), split
       uint32_t oh[NJ][2], ol[NJ][2];
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -249,7 +246,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     const auto load_p2 = [&] {
 #pragma unroll
       for (int mb = 0; mb < 2; ++mb) {
-        if constexpr (!HOM) chunk_detail::load_kt_frags(g.q, 64 * mb + 16 * wi, lane, qt[mb]);
+        chunk_detail::load_kt_frags(g.q, 64 * mb + 16 * wi, lane, qt[mb]);
         chunk_detail::load_kt_frags(g.w, 64 * mb + 16 * wi, lane, wt[mb]);
       }
     };
@@ -263,8 +260,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       float* dUg = a.dU + rec * (kC * V) + w.j0;
       float nd[NJ][4];
       for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
-        float2 d0 = make_float2(0.f, 0.f);  // HOM: dU0 = 0
-        if constexpr (!HOM) d0 = *reinterpret_cast<const float2*>(&g.du0[r][j]);
+        const float2 d0 = *reinterpret_cast<const float2*>(&g.du0[r][j]);
         const float2 uv = make_float2(fmaf(kb[e / 2], u[jn][e], d0.x), fmaf(kb[e / 2], u[jn][e + 1], d0.y));
         if (!sum) *reinterpret_cast<float2*>(dUg + r * V + j) = uv;
         nd[jn][e] = -uv.x, nd[jn][e + 1] = -uv.y;
@@ -276,7 +272,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       wg::fence_async_smem();  // (-dU)^T and Ob^T, before product 2's reads
     }
     uint32_t qtl[2][4][4];  // f16 q: Q^T = hi + lo in bf16; bf16: unused
-    if constexpr (kF16 && !HOM) {
+    if constexpr (kF16) {
 #pragma unroll
       for (int mb = 0; mb < 2; ++mb)
 #pragma unroll
@@ -289,16 +285,14 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
       float(&sv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(dacc[mb]);
-      if constexpr (!HOM) {
-        if constexpr (kF16) {
+      if constexpr (kF16) {
 #pragma unroll
-          for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, qtl[mb][kc], wg::desc_at(obt_lo, kc * 32), 1);
-        }
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, qt[mb][kc], wg::desc_at(obt_lo, 4096 + kc * 32), 1);
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, qt[mb][kc], wg::desc_at(obt_lo, kc * 32), 1);
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, qtl[mb][kc], wg::desc_at(obt_lo, kc * 32), 1);
       }
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, qt[mb][kc], wg::desc_at(obt_lo, 4096 + kc * 32), 1);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, qt[mb][kc], wg::desc_at(obt_lo, kc * 32), 1);
 #pragma unroll
       for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, wt[mb][kc], wg::desc_at(dut_lo, 4096 + kc * 32), 1);
 #pragma unroll
@@ -307,13 +301,13 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     wg::commit();
     // one stage: refilled with chunk c - 1 now that every thread is done with it (the barrier above), under product 2
     if constexpr (STAGES == 1) {
-      if (c > w.c_begin) dstate_wg_prefetch<E, V, HOM>(a, s.stg[0], w, c - 1, h, tid);
+      if (c > w.c_begin) dstate_wg_prefetch<E, V>(a, s.stg[0], w, c - 1, h, tid);
     }
     wg::wait0();
     if (c > w.c_begin) put_grad(c - 1);
   }
-  if (sum) {  // this CTA's columns of the item's [M | N]
-    float* dst = chain_mn<K, V>(a, w.reverse, w.item, h) + (w.hom ? 0 : K) + w.j0;
+  if (sum) {                                                          // this CTA's columns of the item's [M | N]
+    float* dst = chain_mn<K, V>(a, w.reverse, w.item, h) + K + w.j0;  // N columns
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb)
       for_pairs<NJ>(64 * mb + 16 * wi, 0, lane, [&](int jn, int e, int i, int j) {
@@ -331,7 +325,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
 }
 
 // STAGES: 2 (double-buffered, one CTA per SM) or 1 (early refill, two CTAs per SM); launch_dstate picks it from
-// a.dstate_wg. The M columns of a summary walk their own instantiation (HOM), chosen once per CTA.
+// a.dstate_wg.
 // z: the CTA's column tile in its chain's grid (chunk_bwd_dstate_wg_kernel, chunk_bwd_chains_wg_kernel).
 template <class E, int V, int STAGES>
 __device__ __forceinline__ void dstate_wg_chain(const ChunkBwdArgs& a, int z) {
@@ -343,10 +337,7 @@ __device__ __forceinline__ void dstate_wg_chain(const ChunkBwdArgs& a, int z) {
   const int wi = __shfl_sync(0xffffffffu, tid >> 5, 0);
   ChainWork w;
   if (!chain_work<128>(a, true, &w, z)) return;
-  if (w.hom)
-    dstate_wg_walk<E, V, STAGES, true>(a, s, w, int(blockIdx.y), tid, wi, lane);
-  else
-    dstate_wg_walk<E, V, STAGES, false>(a, s, w, int(blockIdx.y), tid, wi, lane);
+  dstate_wg_walk<E, V, STAGES>(a, s, w, int(blockIdx.y), tid, wi, lane);
 }
 
 template <class E, int V, int STAGES>
@@ -356,8 +347,8 @@ __global__ void __launch_bounds__(kDStateWgThreads, STAGES == 1 ? 2 : 1)
 }
 
 // Passes 2 and 3 at once (the plan's chains_concurrent, K = V = 128): the grid's z holds the state chain's column
-// tiles, then the dstate chain's (zs each: V / 32, or (K + V) / 32 for the summaries), every CTA one warpgroup of its
-// chain in its one-stage form (74 / 95 KiB, two CTAs per SM), so that an SM runs a state and a dstate CTA side by
+// tiles (zs: V / 32, or (K + V) / 32 for the summaries), then the dstate chain's (V / 32), every CTA one warpgroup of
+// its chain in its one-stage form (74 / 95 KiB, two CTAs per SM), so that an SM runs a state and a dstate CTA side by
 // side and their latency-bound steps overlap. The chains share nothing (the reverse one's summaries in a.mn_rev).
 template <class E, int V>
 __global__ void __launch_bounds__(kDStateWgThreads, 2) chunk_bwd_chains_wg_kernel(const ChunkBwdArgs a) {

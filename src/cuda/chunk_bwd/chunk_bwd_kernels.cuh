@@ -488,15 +488,16 @@ __device__ __forceinline__ void copy_w(__nv_bfloat16 (&dst)[kC][tile_ld(K)], con
 }
 
 // The chunk range of one chain CTA (ChainMode): a sequence's chunks [c_begin, c_end) and the CTA's kBV state
-// columns, j0 within V, or within the M part of a summary (`hom`: the columns of I_K, no inhomogeneous terms).
+// columns, j0 within V, or within the M part of a state chain summary (`hom`: the columns of I_K, no inhomogeneous
+// terms; the dstate chain's summaries hold N columns alone).
 struct ChainWork {
   int64_t item = 0, n = 0, sb = 0, st = 0, len = 0, c_begin = 0, c_end = 0;
   int seg = 0, nseg = 1, j0 = 0;
   bool hom = false, reverse = false;  // reverse: the dstate chain (its summaries in a.mn_rev)
 };
 
-// false: no work (grid slack past the last segment, or a summary no scan reads: the forward chain's last segment,
-// the reverse chain's first).
+// false: no work (grid slack past the last segment, or the reverse chain's first segment's summary, which no scan
+// reads).
 // z: the CTA's column tile within its chain's grid (blockIdx.z, or its part of a grid that holds both chains).
 template <int K>
 __device__ __forceinline__ bool chain_work(const ChunkBwdArgs& a, bool reverse, ChainWork* w, int z = blockIdx.z) {
@@ -511,13 +512,11 @@ __device__ __forceinline__ bool chain_work(const ChunkBwdArgs& a, bool reverse, 
   }
   const ChunkWorkItem it = a.items[blockIdx.x];
   if (it.n < 0) return false;
-  if (a.chain_mode == kChainSummary) {
-    // the reverse scan never reads segment 0's summary, the forward one the last segment's (but for its M, the
-    // reverse scan's where rev_n_only)
-    if (it.seg == (reverse ? 0 : it.nseg - 1) && (reverse || !a.rev_n_only)) return false;
-    const bool n_only = reverse && a.rev_n_only;  // z covers the N columns alone
-    w->hom = !n_only && w->j0 < K;
-    if (!w->hom && !n_only) w->j0 -= K;
+  if (a.chain_mode == kChainSummary && reverse) {  // N columns alone (M is the forward one's, transposed)
+    if (it.seg == 0) return false;                 // the reverse scan never reads segment 0's summary
+  } else if (a.chain_mode == kChainSummary) {      // every segment: the last one's M is the reverse scan's
+    w->hom = w->j0 < K;
+    if (!w->hom) w->j0 -= K;
   }
   w->n = it.n, w->seg = it.seg, w->nseg = it.nseg, w->c_begin = it.c_begin, w->c_end = it.c_end;
   seq_bounds(a, w->n, &w->sb, &w->st, &w->len);
@@ -714,16 +713,14 @@ static_assert(sizeof(DStateSmem<__nv_bfloat16, 128>) <= 227 * 1024, "dstate: one
 template <class E, int K, int V>
 __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename DStateSmem<E, K>::Stage& g, int64_t n,
                                                 int64_t sb, int64_t t0s, int64_t len, int64_t c, int h, int j0,
-                                                bool hom, int tid) {
+                                                int tid) {
   const int64_t t0 = t0s + kC * c, rec = chunk_slot(a, n, t0s, c) * a.Hv + h;
   const int nv = int(len - kC * c < kC ? len - kC * c : kC), hk = h / a.group;
   copy_w<K>(g.W, a.W + rec * (kC * K), tid);
   copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh, a.k_st, t0, nv, 0, tid);
-  if (!hom) {  // M columns: dU0 = 0 and dO = 0
-    copy_f32_tile<kBV>(g.dU0, a.dU + rec * (kC * V) + j0, V, tid);
-    copy_rows<E, K>(g.q, static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh, a.q_st, t0, nv, 0, tid);
-    copy_rows<E, kBV>(g.dO, static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh, a.do_st, t0, nv, j0, tid);
-  }
+  copy_f32_tile<kBV>(g.dU0, a.dU + rec * (kC * V) + j0, V, tid);
+  copy_rows<E, K>(g.q, static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh, a.q_st, t0, nv, 0, tid);
+  copy_rows<E, kBV>(g.dO, static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh, a.do_st, t0, nv, j0, tid);
   copy_record_rows(g.rows, a.rows, rec, tid);
   cp_async_commit();
 }
@@ -758,7 +755,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
     });
   };
   if (w.c_begin < w.c_end) {
-    dstate_prefetch<E, K, V>(a, s.st[(w.c_end - 1) & 1], n, sb, st, len, w.c_end - 1, h, j0, w.hom, tid);
+    dstate_prefetch<E, K, V>(a, s.st[(w.c_end - 1) & 1], n, sb, st, len, w.c_end - 1, h, j0, tid);
     put_grad(w.c_end - 1);
   }
   for (int64_t c = w.c_end - 1; c >= w.c_begin; --c) {
@@ -767,9 +764,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
     const auto& g = s.st[c & 1];
     cp_async_wait_all();
     __syncthreads();  // stage c & 1 landed (every thread's copies); dSb complete; dUb, Ob, the other stage free
-    if (c > w.c_begin) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, w.hom, tid);
+    if (c > w.c_begin) dstate_prefetch<E, K, V>(a, s.st[(c - 1) & 1], n, sb, st, len, c - 1, h, j0, tid);
     FirstProduct p;  // dU = scale P^T dO + diag(kb) K dS
-    first_product<K>(p, in_tile(g.k), dSv, g.dU0, w.hom, g.rows, nv, uf, lane);
+    first_product<K>(p, in_tile(g.k), dSv, g.dU0, false, g.rows, nv, uf, lane);
     {
       float* dUg = a.dU + rec * (kC * V) + j0;
       for_pairs<kBV / 16>(uf.m0, uf.n0, lane, [&](int nt, int e, int r, int j) {
@@ -780,7 +777,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
         if (!sum) *reinterpret_cast<float2*>(dUg + r * V + j) = uv;
       });
     }
-    if (!w.hom) {  // diag(qg) dO, split (M columns: dO = 0): thread tid, row tid / 4, columns 8 (tid % 4) .. + 8
+    {  // diag(qg) dO, split: thread tid, row tid / 4, columns 8 (tid % 4) .. + 8
       static_assert(kThreads * 8 == kC * kBV, "one 16-byte row piece per thread");
       const int r = tid >> 2, j = 8 * (tid & 3);
       const float qg = r < nv ? a.scale * g.rows[1][r] * expf(g.rows[0][r]) : 0.f;  // scale Gamma Q^ = diag(qg) Q
@@ -799,9 +796,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
     __syncthreads();  // dUb, Ob complete; every warp's reads of dSb done
     {  // dS_start = e_n dS + Q^T (diag(qg) dO) - W^T dU (tensor cores, fp32 accumulation), in the registers
       float t[3][NT][4] = {}, acc[NT][4];
-      if (!w.hom)
-        warp_mma_terms<true, true, kC, NT / 2, 16, kMmaPipelined>(t[0], t[1], t[2], in_tile(g.q), Ov, sf.m0, sf.n0,
-                                                                  lane);
+      warp_mma_terms<true, true, kC, NT / 2, 16, kMmaPipelined>(t[0], t[1], t[2], in_tile(g.q), Ov, sf.m0, sf.n0, lane);
       warp_mma_terms<true, true, kC, NT / 2, 16, kMmaPipelined>(t[0], t[1], t[2], in_tile(g.W), dUv, sf.m0, sf.n0,
                                                                 lane);
       sum_terms(acc, t);
@@ -1414,13 +1409,13 @@ int launch_dstate(const ChunkBwdArgs& a, dim3 grid, std::atomic<uint64_t>* done,
   return launch_one(chunk_bwd_dstate_kernel<E, K, V>, grid, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
 }
 
-// Both chains in one launch (a.chains_concurrent, K = V = 128): the grid `g` of the state chain in z, then zd column
-// tiles of the dstate chain (g.z, or fewer for its N-only summaries).
+// Both chains in one launch (a.chains_concurrent, K = V = 128): the grid `g` of the state chain in z, then the dstate
+// chain's V / 32 column tiles (its summaries too: N columns alone).
 template <class E, int K, int V>
-int launch_both(const ChunkBwdArgs& a, dim3 g, unsigned zd, std::atomic<uint64_t>* done, cudaStream_t st) {
+int launch_both(const ChunkBwdArgs& a, dim3 g, std::atomic<uint64_t>* done, cudaStream_t st) {
   if constexpr (K == 128 && V == 128) {
     constexpr size_t s1 = sizeof(StateWgSmem<1>), d1 = sizeof(DStateWgSmem<1>), smem = (s1 > d1 ? s1 : d1) + 1024;
-    return launch_one(chunk_bwd_chains_wg_kernel<E, V>, dim3(g.x, g.y, g.z + zd), smem, done[kDoneChains], st, a,
+    return launch_one(chunk_bwd_chains_wg_kernel<E, V>, dim3(g.x, g.y, g.z + V / kBV), smem, done[kDoneChains], st, a,
                       kDStateWgThreads);
   }
   return static_cast<int>(cudaErrorInvalidValue);  // the plan sets chains_concurrent at K = V = 128 only
@@ -1433,7 +1428,7 @@ int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStrea
   if (a.items == nullptr) {
     a.chain_mode = kChainWhole;
     const dim3 seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
-    if (both) return launch_both<E, K, V>(a, seqs, seqs.z, done, st);
+    if (both) return launch_both<E, K, V>(a, seqs, done, st);
     int e = launch_state<E, K, V>(a, seqs, done, st);
     return e == 0 ? launch_dstate<E, K, V>(a, seqs, done, st) : e;
   }
@@ -1444,11 +1439,10 @@ int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStrea
                                               const_cast<ChunkWorkItem*>(a.items), a.items_cap, a.seq_first, st));
   const dim3 items(unsigned(a.items_cap), unsigned(a.Hv), unsigned(V / kBV));
   const dim3 sums(unsigned(a.items_cap), unsigned(a.Hv), unsigned((K + V) / kBV));
-  const dim3 rsums(sums.x, sums.y, unsigned((a.rev_n_only ? V : K + V) / kBV));  // the reverse chain's
   // the scan of one chain: forward start states from h0 over a.mn, reverse end gradients from dht over a.mn_rev
   const auto scan = [&](int dir) {
     sc.mn = dir == 0 ? a.mn : a.mn_rev;
-    sc.mt = dir == 1 && a.rev_n_only ? a.mn : nullptr;  // the forward summaries' M, transposed
+    sc.mt = dir == 1 ? a.mn : nullptr;  // the forward summaries' M, transposed
     if (dir == 0)
       sc.h0 = a.h0, sc.h0_sn = a.h0_sn, sc.h0_sh = a.h0_sh, sc.h0_sr = a.h0_sr;
     else
@@ -1457,16 +1451,16 @@ int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStrea
   };
   if (both) {  // summaries of both chains, both scans, every segment of both chains
     a.chain_mode = kChainSummary;
-    if (e == 0) e = launch_both<E, K, V>(a, sums, rsums.z, done, st);
+    if (e == 0) e = launch_both<E, K, V>(a, sums, done, st);
     if (e == 0) e = scan(0);
     if (e == 0) e = scan(1);
     a.chain_mode = kChainSplit;
-    if (e == 0) e = launch_both<E, K, V>(a, items, items.z, done, st);
+    if (e == 0) e = launch_both<E, K, V>(a, items, done, st);
     return e;
   }
   for (int dir = 0; dir < 2 && e == 0; ++dir) {
     a.chain_mode = kChainSummary;
-    e = dir == 0 ? launch_state<E, K, V>(a, sums, done, st) : launch_dstate<E, K, V>(a, rsums, done, st);
+    e = dir == 0 ? launch_state<E, K, V>(a, sums, done, st) : launch_dstate<E, K, V>(a, items, done, st);
     if (e == 0) e = scan(dir);
     a.chain_mode = kChainSplit;
     if (e == 0) e = dir == 0 ? launch_state<E, K, V>(a, items, done, st) : launch_dstate<E, K, V>(a, items, done, st);
