@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Static profile of the kernels in a cubin: code bytes, the loops (backward branches) and what fills them.
+"""Static profile of the kernels in a cubin: code bytes, the loops and what fills them.
 
-A loop body that does not fit the SM's instruction cache is fetched from L2 on every trip: ncu shows it as
-`no_instruction` stalls. This lists, per kernel, its code size and its outermost loops over --min-kb with the bytes,
-the tensor-core instructions (HGMMA: wgmma, HMMA: mma.sync) and, for a cubin built with -lineinfo, the source lines
-that contribute most instructions to each loop.
+A loop body that does not fit the SM's instruction cache is fetched again on every trip: ncu shows it as
+`no_instruction` stalls. This lists, per kernel, its code size and its outermost loops of at least --min-kb with their
+instructions and bytes (a loop is the blocks that reach its back edge without passing its head, so out-of-line slow
+paths such as mbarrier retries count where they loop), the tensor-core instructions in them (HGMMA: wgmma, HMMA:
+mma.sync) and, for a cubin built with -lineinfo, the source lines that contribute most instructions.
 
   nvcc ... -lineinfo -cubin -o x.cubin src/cuda/chunk_bwd/chunk_bwd_bf16.cu
   python3 tools/sass_profile.py x.cubin --kernel chunk_bwd_fused --lines 8
@@ -16,13 +17,15 @@ import subprocess
 
 
 def kernels(listing):
-    """Yield (name, [(address, (file, line) or None, instruction text)]) per kernel of an nvdisasm listing."""
+    """Yield (name, [(address, (file, line) or None, instruction text)], {label: address}) per kernel."""
     name, ins, labels, pending, where = None, [], {}, [], None
     for raw in listing.splitlines():
-        if raw.startswith(".text."):
+        if raw.startswith(".text.") or raw.lstrip().startswith(".section"):  # a kernel's code ends at any section
             if name:
                 yield name, ins, labels
-            name, ins, labels, pending, where = raw[len(".text."):].rstrip(":"), [], {}, [], None
+            name, ins, labels, pending, where = None, [], {}, [], None
+            if raw.startswith(".text."):
+                name = raw[len(".text."):].rstrip(":")
             continue
         m = re.search(r'//## File "(.*?)", line (\d+)', raw)
         if m:
@@ -43,36 +46,57 @@ def kernels(listing):
         yield name, ins, labels
 
 
-def outer_loops(ins, labels, min_bytes):
-    loops = []
-    for addr, _, text in ins:
+def loops(ins, labels):
+    """The natural loops' instruction index sets: a branch to an earlier address whose target dominates it."""
+    target = {}
+    for i, (addr, _, text) in enumerate(ins):
         m = re.search(r"\bBRA\b.*?\((\.L_x_\d+)\)", text)
-        if m and labels.get(m.group(1), addr) < addr:
-            loops.append((labels[m.group(1)], addr))
-    big = sorted({(s, e) for s, e in loops if e + 16 - s >= min_bytes})
-    return [l for l in big if not any(o != l and o[0] <= l[0] and l[1] <= o[1] for o in big)]
+        if m and m.group(1) in labels:
+            target[i] = labels[m.group(1)]
+    index = {addr: i for i, (addr, _, _) in enumerate(ins)}
+    preds = collections.defaultdict(list)
+    for i, (addr, _, text) in enumerate(ins):
+        ends = re.match(r"(BRA|EXIT|RET)\b", text) is not None  # unpredicated: no fall-through
+        if i + 1 < len(ins) and not ends:
+            preds[i + 1].append(i)
+        if i in target and target[i] in index:
+            preds[index[target[i]]].append(i)
+    found = []
+    for i, t in target.items():
+        if t > ins[i][0] or t not in index:
+            continue
+        head, body, todo = index[t], {index[t], i}, [i]
+        while todo:  # everything that reaches the back edge without passing the head
+            for p in preds[todo.pop()]:
+                if p not in body:
+                    body.add(p)
+                    todo.append(p)
+        if head == 0 or 0 not in body:  # else the head does not dominate the edge (a slow path's return): no loop
+            found.append(frozenset(body))
+    return set(found)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cubin")
     ap.add_argument("--kernel", default="", help="only kernels whose mangled name contains this")
-    ap.add_argument("--min-kb", type=float, default=4.0, help="loops at least this large (default 4 KB)")
+    ap.add_argument("--min-kb", type=float, default=4.0, help="loops of at least this much code (default 4 KB)")
     ap.add_argument("--lines", type=int, default=0, help="top source lines per loop (needs -lineinfo)")
     args = ap.parse_args()
     listing = subprocess.run(["nvdisasm", "-g", args.cubin], check=True, capture_output=True, text=True).stdout
     for name, ins, labels in kernels(listing):
         if args.kernel not in name or not ins:
             continue
-        size = ins[-1][0] + 16
-        print(f"{name}\n  code {size / 1024:.1f} KB, {len(ins)} instructions")
-        for s, e in outer_loops(ins, labels, args.min_kb * 1024):
-            body = [(w, t) for a, w, t in ins if s <= a <= e]
-            ops = collections.Counter(re.match(r"(@!?U?P\w+\s+)?([A-Z0-9_]+)", t).group(2) for _, t in body)
-            print(f"  loop 0x{s:x}-0x{e:x}: {(e + 16 - s) / 1024:.1f} KB, {len(body)} instructions, "
+        ops = collections.Counter(re.match(r"(@!?U?P\w+\s+)?([A-Z0-9_]+)", t).group(2) for _, _, t in ins)
+        print(f"{name}\n  code {(ins[-1][0] + 16) / 1024:.1f} KB, {len(ins)} instructions, HGMMA {ops['HGMMA']}, "
+              f"HMMA {ops['HMMA']}")
+        big = [b for b in loops(ins, labels) if 16 * len(b) >= args.min_kb * 1024]
+        for body in sorted((b for b in big if not any(b < o for o in big)), key=min):
+            sel = [ins[i] for i in sorted(body)]
+            ops = collections.Counter(re.match(r"(@!?U?P\w+\s+)?([A-Z0-9_]+)", t).group(2) for _, _, t in sel)
+            print(f"  loop at 0x{sel[0][0]:x}: {16 * len(sel) / 1024:.1f} KB, {len(sel)} instructions, "
                   f"HGMMA {ops['HGMMA']}, HMMA {ops['HMMA']}, BAR {ops['BAR']}")
-            lines = collections.Counter(w for w, _ in body if w)
-            for (f, line), n in lines.most_common(args.lines):
+            for (f, line), n in collections.Counter(w for _, w, _ in sel if w).most_common(args.lines):
                 print(f"    {n:6d}  {f}:{line}")
 
 
