@@ -54,16 +54,22 @@ def loops(ins, labels):
         if m and m.group(1) in labels:
             target[i] = labels[m.group(1)]
     index = {addr: i for i, (addr, _, _) in enumerate(ins)}
-    preds = collections.defaultdict(list)
+    preds, succs = collections.defaultdict(list), collections.defaultdict(list)
     for i, (addr, _, text) in enumerate(ins):
         ends = re.match(r"(BRA|EXIT|RET)\b", text) is not None  # unpredicated: no fall-through
         if i + 1 < len(ins) and not ends:
-            preds[i + 1].append(i)
+            preds[i + 1].append(i), succs[i].append(i + 1)
         if i in target and target[i] in index:
-            preds[index[target[i]]].append(i)
+            preds[index[target[i]]].append(i), succs[i].append(index[target[i]])
+    reached, todo = {0}, [0]  # from the entry (the padding after the last EXIT is not)
+    while todo:
+        for j in succs[todo.pop()]:
+            if j not in reached:
+                reached.add(j)
+                todo.append(j)
     found = []
     for i, t in target.items():
-        if t > ins[i][0] or t not in index:
+        if t > ins[i][0] or t not in index or i not in reached:
             continue
         head, body, todo = index[t], {index[t], i}, [i]
         while todo:  # everything that reaches the back edge without passing the head
