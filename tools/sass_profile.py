@@ -82,6 +82,11 @@ def loops(ins, labels):
     return set(found)
 
 
+def opcodes(ins):
+    """Counter of the opcodes (predicate and modifiers dropped) of (address, line, text) instructions."""
+    return collections.Counter(re.match(r"(@!?U?P\w+\s+)?([A-Z0-9_]+)", t).group(2) for _, _, t in ins)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cubin")
@@ -93,13 +98,13 @@ def main():
     for name, ins, labels in kernels(listing):
         if args.kernel not in name or not ins:
             continue
-        ops = collections.Counter(re.match(r"(@!?U?P\w+\s+)?([A-Z0-9_]+)", t).group(2) for _, _, t in ins)
+        ops = opcodes(ins)
         print(f"{name}\n  code {(ins[-1][0] + 16) / 1024:.1f} KB, {len(ins)} instructions, HGMMA {ops['HGMMA']}, "
               f"HMMA {ops['HMMA']}")
         big = [b for b in loops(ins, labels) if 16 * len(b) >= args.min_kb * 1024]
         for body in sorted((b for b in big if not any(b < o for o in big)), key=min):
             sel = [ins[i] for i in sorted(body)]
-            ops = collections.Counter(re.match(r"(@!?U?P\w+\s+)?([A-Z0-9_]+)", t).group(2) for _, _, t in sel)
+            ops = opcodes(sel)
             print(f"  loop at 0x{sel[0][0]:x}: {16 * len(sel) / 1024:.1f} KB, {len(sel)} instructions, "
                   f"HGMMA {ops['HGMMA']}, HMMA {ops['HMMA']}, BAR {ops['BAR']}")
             for (f, line), n in collections.Counter(w for _, w, _ in sel if w).most_common(args.lines):
