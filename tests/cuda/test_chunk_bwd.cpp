@@ -35,7 +35,8 @@ struct BwdCase {
   bool gate = false;  // use_gate_in_kernel + use_beta_sigmoid_in_kernel (g, beta hold raw a, b)
   bool neg_eig = false;
   int64_t slack = 0;        // varlen: extra rows past cu[N]
-  int special = 0;          // 1: identical keys, beta = 1, g = 0; 2: g = -30; 3: nearly parallel keys, beta = 1, g = 0
+  int special = 0;          // 1: identical keys, beta = 1, g = 0; 2: g = -30; 3: nearly parallel keys, beta = 1, g = 0;
+                            // 4: nearly parallel keys, beta = 2, weak decay; 5: identical keys, beta = 2, g = 0
   int32_t segments = 0;     // exec.chunk_bwd_segments: 0 the plan's choice, 1 unsplit, P > 1 the chains' split
   double gate_decay = 1.0;  // the fused gate's e^{A_log} scaled by it
   int32_t chains = 0;       // exec.chunk_bwd_chains: 0 the plan's choice, 1 one after the other, 2 both at once
@@ -86,10 +87,18 @@ Problem make_problem(const BwdCase& bc) {
     in.g.fill(0.0);
   } else if (bc.special == 2) {
     in.g.fill(-30.0);
-  } else if (bc.special == 3) {  // k_r = k_0 + 0.1 k_r: correlation ~0.99, where bf16 operands would be amplified
+  } else if (bc.special == 3 || bc.special == 4) {
+    // k_r = k_0 + 0.1 k_r: correlation ~0.99, where bf16 operands would be amplified
     for (int64_t row = 1; row < in.k.numel() / K; ++row)
       for (int64_t i = 0; i < K; ++i) in.k.set(row * K + i, in.k.get(i) + 0.1 * in.k.get(row * K + i));
-    in.beta.fill(1.0);
+    in.beta.fill(bc.special == 3 ? 1.0 : 2.0);
+    in.g.fill(0.0);
+    if (bc.special == 4)
+      for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, -0.01 * double(i % 7) / 7.0);
+  } else if (bc.special == 5) {
+    for (int64_t row = 1; row < in.k.numel() / K; ++row)
+      for (int64_t i = 0; i < K; ++i) in.k.set(row * K + i, in.k.get(i));
+    in.beta.fill(2.0);
     in.g.fill(0.0);
   }
   if (bc.gate) {
@@ -429,6 +438,22 @@ TEST(CudaChunkBwd, StrongDecayAndIdenticalKeys) {
   check(b);
   b = bcase("near_parallel_keys", 1, 200, 2, 4, 128, 128);
   b.special = 3;
+  check(b);
+}
+
+// allow_neg_eigval's extreme, beta = 2: a chunk transition with an eigenvalue -1, so nothing contracts the reverse
+// chain's rounding over the walk; with nearly parallel or identical keys the cancelling sums are at their worst too
+// (tools/emulate_chunk_bwd/fused_numerics.py: single bf16 operands put dv at 7e-2 there, split ones at 1.7e-3).
+TEST(CudaChunkBwd, BetaTwoWithParallelKeys) {
+  REQUIRE_GPU();
+  BwdCase b = bcase("beta2_near_parallel_keys", 1, 300, 1, 2, 128, 128);
+  b.special = 4;
+  check(b);
+  b = bcase("beta2_identical_keys_g0", 1, 300, 1, 2, 128, 128);
+  b.special = 5;
+  check(b);
+  b = bcase("beta2_near_parallel_keys_k64", 1, 300, 2, 4, 64, 64);
+  b.special = 4;
   check(b);
 }
 

@@ -162,12 +162,34 @@ int main(int argc, char** argv) {
     if (which == 15) c.Hqk = 4, c.Hv = 8, gate = true;
     c.seed = 9100 + uint64_t(c.T) * 37 + uint64_t(c.Hv) * 5 + uint64_t(c.K);
   }
+  // Cases 16, 17: allow_neg_eigval's extreme, beta = 2 (a chunk transition with an eigenvalue -1: nothing
+  // contracts the reverse chain) with nearly parallel (16) or identical (17) keys, K = V = 128 bf16, five chunks
+  // (fused_numerics.py's make_extreme_cases).
+  if (which == 16 || which == 17) {
+    c.T = 300;
+    c.K = 128;
+    c.V = 128;
+    c.Hqk = 1;
+    c.Hv = 2;
+  }
   if (segments > 1) c.g_scale = 0.02;
   GdnInputs in = make_inputs(c);
   if (which == 10) {  // nearly parallel keys (correlation ~0.99): the cancelling sums of pass 4 at their worst
     for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
       for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i) + 0.1 * in.k.get(row * c.K + i));
     in.beta.fill(1.0);
+    in.g.fill(0.0);
+  }
+  if (which == 16) {
+    for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
+      for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i) + 0.1 * in.k.get(row * c.K + i));
+    in.beta.fill(2.0);
+    for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, -0.01 * double(i % 7) / 7.0);
+  }
+  if (which == 17) {
+    for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
+      for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i));
+    in.beta.fill(2.0);
     in.g.fill(0.0);
   }
   if (which == 6 || which == 13) {
