@@ -30,7 +30,8 @@ struct GpuCase {
   bool gate_in_kernel = false, beta_sigmoid = false, neg_eig = false;
   float scale = 0.f;
   int64_t ckpt_interval = 0;
-  int special = 0;  // 1: identical keys, beta = 1, g = 0; 2: g = -30; 3: one tiny key (1e-5); 4: nearly parallel keys
+  int special = 0;  // 1: identical keys, beta = 1, g = 0; 2: g = -30; 3: one tiny key (1e-5); 4: nearly parallel keys;
+                    // 5: 4 with beta in [1.95, 2]; 6: 1 with beta = 2
 };
 
 GpuCase gcase(const std::string& name, int64_t B, int64_t T, int64_t Hqk, int64_t Hv, int64_t K, int64_t V) {
@@ -53,20 +54,22 @@ Inputs make_case_inputs(const GpuCase& gc) {
   GdnInputs& in = x.in;
   Rng rng(gc.c.seed + 99);
   const int64_t K = gc.c.K;
-  if (gc.special == 1) {  // identical keys, beta = 1, g = 0 (the unstable-inverse detector, §5.7)
+  if (gc.special == 1 || gc.special == 6) {  // identical keys, beta = 1, g = 0 (the unstable-inverse detector, §5.7)
     for (int64_t row = 1; row < in.k.numel() / K; ++row)
       for (int64_t i = 0; i < K; ++i) in.k.set(row * K + i, in.k.get(i));
-    in.beta.fill(1.0);
+    in.beta.fill(gc.special == 1 ? 1.0 : 2.0);
     in.g.fill(0.0);
   } else if (gc.special == 2) {
     in.g.fill(-30.0);
   } else if (gc.special == 3) {  // a key of norm ~1e-5: the l2 norm's epsilon decides (§1.4)
     for (int64_t i = 0; i < K; ++i) in.k.set(5 * K + i, 1e-5 * rng.normal());
-  } else if (gc.special == 4) {  // k_t = k_0 + 0.05 noise per q/k head (k_0: the head's first key), beta in [0.95, 1]
+  } else if (gc.special == 4 || gc.special == 5) {
+    // k_t = k_0 + 0.05 noise per q/k head (k_0: the head's first key), beta in [0.95, 1] (5: [1.95, 2])
     const int64_t Hqk = gc.c.Hqk;
     for (int64_t row = Hqk; row < in.k.numel() / K; ++row)
       for (int64_t i = 0; i < K; ++i) in.k.set(row * K + i, in.k.get((row % Hqk) * K + i) + 0.05 * rng.normal());
-    for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, 1.0 - 0.05 * rng.uniform());
+    const double b0 = gc.special == 4 ? 1.0 : 2.0;
+    for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, b0 - 0.05 * rng.uniform());
   }
   if (gc.gate_in_kernel) {  // g holds raw a
     for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, rng.normal());
@@ -448,6 +451,21 @@ TEST(CudaChunkFwd, NearlyParallelKeys) {
   g = gcase("near_parallel_keys_k64", 1, 256, 2, 4, 64, 64);
   g.c.g_scale = 0.01;
   g.special = 4;
+  for (int segs : {1, 2}) check(g, segs);
+}
+
+// allow_neg_eigval's extreme, beta near 2: a chunk transition with an eigenvalue near -1, so nothing contracts the
+// chain's roundings over the walk, and R = V - diag(ek) K S0 must be hi + lo in U = A diag(beta) R (host emulation,
+// cases w12 and w13: o 9.6e-3 / 2.6e-2 with R in one 16-bit part, 2.1e-3 / 2.3e-3 split). Unsplit and split, on the
+// wgmma state pass (K = V = 128; the mma.sync pass at K or V = 64 still rounds R once).
+TEST(CudaChunkFwd, BetaNearTwo) {
+  REQUIRE_GPU();
+  GpuCase g = gcase("beta2_near_parallel_keys_k128", 1, 320, 2, 4, 128, 128);
+  g.c.g_scale = 0.01;
+  g.special = 5;
+  for (int segs : {1, 2}) check(g, segs);
+  g = gcase("beta2_identical_keys_k128", 1, 320, 2, 4, 128, 128);
+  g.special = 6;
   for (int segs : {1, 2}) check(g, segs);
 }
 

@@ -10,10 +10,10 @@
 // the whole walk. Per chunk:
 //
 //   phase 1  K S0 and Q S0 (8 wgmma each, two groups, A = k / q [token][key], B = S0^T [value][key] from shared
-//            memory); R = V - diag(ek) K S0 -> R^T (stmatrix.trans) while Q S0 runs, O = diag(eq) Q S0 kept in
-//            registers
+//            memory); R = V - diag(ek) K S0 -> R^T hi + lo (stmatrix.trans; lo over U^T_lo) while Q S0 runs,
+//            O = diag(eq) Q S0 kept in registers
 //   phase 2  U = (A diag(beta)) R, A diag(beta) hi + lo from the record's m16n8k16 fragments as register A operands
-//            (8 wgmma); (diag(dk) U)^T as hi + lo over the dead S0^T
+//            (12 wgmma: A_hi R_hi, A_lo R_hi, A_hi R_lo); (diag(dk) U)^T as hi + lo over the dead S0^T
 //   phase 3  S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (16 wgmma, K^T by ldmatrix.trans
 //            of the swizzled k tile); U^T_hi, U^T_lo and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from
 //            registers), O stored; S0^T for the next chunk
@@ -504,16 +504,22 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
         else
           wg::wait0();
       }
-      // R = V - diag(ek) K S0 -> R^T;  O = diag(eq) Q S0
+      // R = V - diag(ek) K S0 -> R^T as hi (at R^T) + lo (at U^T_lo, dead until this chunk's U^T: every warp's
+      // wait for the previous P U is behind store_o's barrier);  O = diag(eq) Q S0. R needs its lo part: where the
+      // keys of a chunk are (nearly) parallel and beta is near 2, A diag(beta) alternates in sign and U = A diag(beta)
+      // R sums R's rows against it, while R carries the state's large component along the keys; one 16-bit rounding
+      // of R then grows the state's error by ~1% a chunk (host emulation, cases w12 and w13)
       const float ek0 = hdr[r0], ek1 = hdr[r1];
-      uint32_t x[NJ][2];
 #pragma unroll
       for (int jn = 0; jn < NJ; ++jn) {
         const float2 v0 = widen_pair<BF16>(vr[jn][0]), v1 = widen_pair<BF16>(vr[jn][1]);
-        x[jn][0] = P::pack(v0.x - ek0 * d[jn][0], v0.y - ek0 * d[jn][1]);
-        x[jn][1] = P::pack(v1.x - ek1 * d[jn][2], v1.y - ek1 * d[jn][3]);
+        d[jn][0] = v0.x - ek0 * d[jn][0], d[jn][1] = v0.y - ek0 * d[jn][1];
+        d[jn][2] = v1.x - ek1 * d[jn][2], d[jn][3] = v1.y - ek1 * d[jn][3];
       }
-      store_transposed(rt_slice, x, wi, lane);
+      uint32_t xh[NJ][2], xl[NJ][2];
+      split_acc<BF16>(d, xh, xl);
+      store_transposed(rt_slice, xh, wi, lane);
+      store_transposed(ul_slice, xl, wi, lane);
       wg::fence_async_smem();
       if constexpr (has_output) {
         const float eq0 = hdr[64 + r0], eq1 = hdr[64 + r1];
@@ -524,10 +530,11 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
     };
     // o of chunk c's valid rows. By TMA: staged at U^T_hi (free once every warp has waited for P U, the barrier), as
     // a 64 x 64 swizzled tile, then stored by o_leader (issue_o). Else every thread its own rows.
+    // Its barrier also orders every warp's wait for chunk c's P U before the next chunk's R_lo store over U^T_lo.
     auto store_o = [&](int64_t c) {
       if constexpr (has_output) {
+        named_barrier<128>(1 + wgi);
         if (c < tma_o_end) {
-          named_barrier<128>(1 + wgi);
           uint32_t x[NJ][2];
           pack_acc<BF16>(o, x);
           store_rows(uh_slice, x, wi, lane);
@@ -571,17 +578,19 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
       const bool o_issued = has_output && c > c_begin && c - 1 < tma_o_end && o_leader;
       if (o_issued) issue_o(c - 1);
 
-      // ---- phase 2: U = (A diag(beta)) R, hi + lo parts of A diag(beta)
+      // ---- phase 2: U = (A diag(beta)) R = A_hi R_hi + A_lo R_hi + A_hi R_lo (A diag(beta) from the record)
       float u[NJ][4];  // written by the first wgmma (accumulate = 0)
       {
         float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
-        // both parts in one group
+        // the three terms in one group
         wg::fence();
 #pragma unroll
         for (int part = 0; part < 2; ++part)
 #pragma unroll
           for (int kc = 0; kc < 4; ++kc)
             wg::mma_rs_n64<BF16>(uv, af[part][kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(uv, af[0][kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
         wg::commit();
         // S <- en S while U runs, off the chain (the state's registers are the update's accumulators, not U's:
         // under phase 1 instead ptxas injected a wait for every product in flight there, C7517)
