@@ -456,8 +456,9 @@ TEST(CudaChunkFwd, NearlyParallelKeys) {
 
 // allow_neg_eigval's extreme, beta near 2: a chunk transition with an eigenvalue near -1, so nothing contracts the
 // chain's roundings over the walk, and R = V - diag(ek) K S0 must be hi + lo in U = A diag(beta) R (host emulation,
-// cases w12 and w13: o 9.6e-3 / 2.6e-2 with R in one 16-bit part, 2.1e-3 / 2.3e-3 split). Unsplit and split, on the
-// wgmma state pass (K = V = 128; the mma.sync pass at K or V = 64 still rounds R once).
+// cases w12 and w13: o 9.6e-3 / 2.6e-2 with R in one 16-bit part, 2.1e-3 / 2.3e-3 split; at K = V = 64, w14 and
+// w15: 9.8e-3 / 2.9e-2 and 2.1e-3 / 2.2e-3). Unsplit and split on the wgmma state pass (K = V = 128), and the mma.sync
+// pass (K = V = 64).
 TEST(CudaChunkFwd, BetaNearTwo) {
   REQUIRE_GPU();
   GpuCase g = gcase("beta2_near_parallel_keys_k128", 1, 320, 2, 4, 128, 128);
@@ -467,6 +468,13 @@ TEST(CudaChunkFwd, BetaNearTwo) {
   g = gcase("beta2_identical_keys_k128", 1, 320, 2, 4, 128, 128);
   g.special = 6;
   for (int segs : {1, 2}) check(g, segs);
+  g = gcase("beta2_near_parallel_keys_k64", 1, 320, 2, 4, 64, 64);
+  g.c.g_scale = 0.01;
+  g.special = 5;
+  for (int segs : {1, 2}) check(g, segs);
+  g = gcase("beta2_identical_keys_k64", 1, 320, 2, 4, 64, 64);
+  g.special = 6;
+  check(g);
 }
 
 TEST(CudaChunkFwd, FusedGateAndBetaSigmoid) {

@@ -6,7 +6,7 @@
 // state rows rg K / 4 .. of those columns in fp32 registers for the whole walk. Per chunk, three barriers:
 //
 //   phase 1  R = V - diag(ek) (K S0),  O = diag(eq) (Q S0)        (S0: the bf16 copy of the state in shared memory)
-//   phase 2  U = (A diag(beta)) R                                   (A diag(beta) as hi + lo, U kept as hi + lo)
+//   phase 2  U = (A diag(beta)) R                                   (A diag(beta) and R as hi + lo, U kept as hi + lo)
 //   phase 3  O += P U, stored;  S <- en S + K^T (diag(dk) U)        (diag(dk) U as hi + lo; fp32 accumulation)
 //
 // with ek = rho_k e^gamma, eq = scale rho_q e^gamma, dk = rho_k e^{gamma_n - gamma}, en = e^{gamma_n} from the
@@ -14,7 +14,7 @@
 // of chunk c + 1 (q, k, v, the record) are issued by cp.async right after the top barrier of chunk c into the other
 // half of double buffers, so a chunk never waits on memory that was requested less than a chunk ago.
 //
-// Work per chunk and 64-column tile: K S0 and Q S0 2 x 64 x K x 64 x 2, U 64 x 64 x 64 x 2 x 2 (hi + lo, causal
+// Work per chunk and 64-column tile: K S0 and Q S0 2 x 64 x K x 64 x 2, U 64 x 64 x 64 x 2 x 3 (hi + lo terms, causal
 // half), P U x 3 (causal half), the update K x 64 x 64 x 2 x 2 (hi + lo): ~6.8 MFLOP at K = 128 of mma.sync m16n8k16 on
 // the chain. Bytes per chunk and head: q, k 2 x 16 KB, v 16 KB, the record 21 KB (11 KB in the summary), o 16 KB.
 // Cost (H200, both 64-column tiles, K = 128): ~6.3 us per chunk; the tensor pipe 12% busy, the shared-memory pipe
@@ -40,6 +40,7 @@ struct StateSmem {
   E s[NH][(K > 2 * kC ? K : 2 * kC) * LDV];
   E u[NH][kC * LDV];   // [half][token][64] U rounded (hi)
   E ul[NH][kC * LDV];  // [half][token][64] U - hi (lo): P U = P_hi U_hi + P_lo U_hi + P_hi U_lo
+  E rl[NH][kC * LDV];  // [half][token][64] R - hi (lo; hi is the value tile): U = A'_hi R_hi + A'_lo R_hi + A'_hi R_lo
 };
 
 template <int K, bool BF16, int NH>
@@ -172,8 +173,16 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
         uint32_t* p1 = reinterpret_cast<uint32_t*>(&vt[r1 * LDV + j]);
         float2 v0 = make_float2(0.f, 0.f), v1 = make_float2(0.f, 0.f);
         if (has_values) v0 = P::unpack(*p0), v1 = P::unpack(*p1);  // M tiles of the summary: zero values
-        *p0 = P::pack(v0.x - ek0 * racc[nt][0], v0.y - ek0 * racc[nt][1]);
-        *p1 = P::pack(v1.x - ek1 * racc[nt][2], v1.y - ek1 * racc[nt][3]);
+        // R as hi (over V) + lo: near beta = 2 with (nearly) parallel keys U = A diag(beta) R sums R's rows
+        // against an A diag(beta) that alternates in sign, and one 16-bit rounding of R would grow the state's
+        // error by ~1% a chunk (docs/chunk_fwd.md "Numerics")
+        const float x00 = v0.x - ek0 * racc[nt][0], x01 = v0.y - ek0 * racc[nt][1];
+        const float x10 = v1.x - ek1 * racc[nt][2], x11 = v1.y - ek1 * racc[nt][3];
+        *p0 = P::pack(x00, x01);
+        *p1 = P::pack(x10, x11);
+        const float2 f0 = P::unpack(*p0), f1 = P::unpack(*p1);
+        *reinterpret_cast<uint32_t*>(&sm.rl[hf][r0 * LDV + j]) = P::pack(x00 - f0.x, x01 - f0.y);
+        *reinterpret_cast<uint32_t*>(&sm.rl[hf][r1 * LDV + j]) = P::pack(x10 - f1.x, x11 - f1.y);
         oacc[nt][0] *= eq0;
         oacc[nt][1] *= eq0;
         oacc[nt][2] *= eq1;
@@ -203,6 +212,20 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
           mma_m16n8k16<BF16>(uacc[2 * np + 1], ah, b[2], b[3]);
           mma_m16n8k16<BF16>(uacc[2 * np], al, b[0], b[1]);
           mma_m16n8k16<BF16>(uacc[2 * np + 1], al, b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) {  // + A'_hi R_lo
+        if (kc > rg) continue;
+        const uint4 h4 = afr[(rg * (rg + 1) / 2 + kc) * 64 + lane];
+        const uint32_t ah[4] = {h4.x, h4.y, h4.z, h4.w};
+#pragma unroll
+        for (int np = 0; np < NP2; ++np) {
+          uint32_t b[4];
+          ldsm_x4_t(b,
+                    &sm.rl[hf][(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
+          mma_m16n8k16<BF16>(uacc[2 * np], ah, b[0], b[1]);
+          mma_m16n8k16<BF16>(uacc[2 * np + 1], ah, b[2], b[3]);
         }
       }
       const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
