@@ -12,7 +12,7 @@
 // Two emulated SMs: the wy kernel's persistent CTAs (4 per SM, 3 at 64 columns; wy_mma 2 per SM) then walk several
 // tiles each, grouped by row, so the next tile's prefetch and a row's shared staging across its V-tiles run too
 // (wy_mma's case 6 on three SMs: its ungrouped walk). Usage: recurrent_harness
-// <case 0-33> [mma | direct | pipe] (direct, pipe: the plan forced to the direct or direct_pipe kernel; 0: Hqk = 2, Hv
+// <case 0-36> [mma | direct | pipe] (direct, pipe: the plan forced to the direct or direct_pipe kernel; 0: Hqk = 2, Hv
 // = 4, K = V = 128, bf16, fixed T = 12, N = 3, fp32 pool; 1: varlen {12, 0, 1, 17, 33} with slot -1 for the 17-token
 // row, fused gate (A_log, dt_bias) and beta sigmoid; 2: a bf16 pool; 3: f16 activations; 4: K = 64, V = 128; 5: case 1
 // on 16-column tiles (the wy kernel's choice; the mma kernel has one width); 6: one row of T = 160; 7: an f16 pool; 8:
@@ -108,6 +108,10 @@ struct Spec {
   // SMs the wy_mma launch is told of (grid = min(tiles, 2 x SMs)): at 2 (4 CTAs) every case with V = 128 has a row for
   // each CTA, the grouped walk; more CTAs than rows take the ungrouped one
   int32_t mma_sms = 2;
+  // allow_neg_eigval's extreme (the chunked kernels' worst case, docs/chunk_fwd.md "Numerics"): 1 every token of a
+  // q/k head with the same key, beta = 2, g = 0; 2 nearly parallel keys (k_0 + 0.05 noise), beta in [1.95, 2], g in
+  // [-0.01, 0]
+  int extreme = 0;
 };
 
 struct Inputs {
@@ -141,6 +145,15 @@ Inputs make(const Spec& s) {
   if (s.has_beta) {
     in.beta = HostTensor(DType::f32, {B, T, s.Hv});
     for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, s.raw_gate ? rng.normal() : rng.uniform());
+  }
+  if (s.extreme) {
+    const int64_t rows = B * T;
+    for (int64_t r = 1; r < rows; ++r)
+      for (int64_t hk = 0; hk < s.Hqk; ++hk)
+        for (int64_t i = 0; i < s.K; ++i)
+          in.k.set((r * s.Hqk + hk) * s.K + i, in.k.get(hk * s.K + i) + (s.extreme == 2 ? 0.05 * rng.normal() : 0.0));
+    for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, s.extreme == 1 ? 2.0 : 2.0 - 0.05 * rng.uniform());
+    for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, s.extreme == 1 ? 0.0 : -0.01 * rng.uniform());
   }
   if (s.raw_gate) {
     in.A_log = HostTensor(DType::f32, {s.Hv});
@@ -412,6 +425,8 @@ Spec spec_decode(int which) {
 // batches; the small ones here get 32): 16: case 10, 17: case 12 (protocol A, bf16 pool and entries), 18: case 1
 // (final state only: the closed form, the grouped walk), 19: case 15 (fp32 stores), 20: case 14 (V = 64: one tile
 // a head).
+// Cases 34-36 run case 6 (34: identical keys, beta = 2, g = 0; 35: nearly parallel keys, beta near 2) and case 10 (36:
+// verify, identical keys, beta = 2) at allow_neg_eigval's extreme (Spec::extreme).
 // Cases 31-33 rerun a verify case on 16-column tiles (the plan's for N <= 2 at Hv = 32: the verify N = 1 bench
 // case's width): 31: case 10 (bf16 entries), 32: case 12 (protocol A, bf16 pool and entries), 33: case 15 (fp32
 // entries, protocol A on an fp32 pool).
@@ -427,6 +442,12 @@ Spec spec_of_case(int which) {
       s.bv = r.bv;
       return s;
     }
+  if (which >= 34 && which <= 36) {  // case 6 (one row of 160 tokens) and case 10 (verify) at beta = 2
+    Spec s = spec_of(which == 36 ? 10 : 6);
+    s.extreme = which == 35 ? 2 : 1;
+    if (which == 36) s.raw_gate = false;  // (the fused gate would take beta and g from raw values)
+    return s;
+  }
   return which >= 21 ? spec_decode(which) : spec_of(which);
 }
 
