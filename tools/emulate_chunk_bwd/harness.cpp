@@ -165,7 +165,8 @@ int main(int argc, char** argv) {
   // Cases 16, 17: allow_neg_eigval's extreme, beta = 2 (a chunk transition with an eigenvalue -1: nothing
   // contracts the reverse chain) with nearly parallel (16) or identical (17) keys, K = V = 128 bf16, five chunks
   // (fused_numerics.py's make_extreme_cases).
-  if (which == 16 || which == 17) {
+  if (which >= 16 && which <= 19) {
+    if (which >= 18) segments = 3;  // 18, 19: 16 and 17 with the chains' split forced
     c.T = 300;
     c.K = 128;
     c.V = 128;
@@ -180,13 +181,13 @@ int main(int argc, char** argv) {
     in.beta.fill(1.0);
     in.g.fill(0.0);
   }
-  if (which == 16) {
+  if (which == 16 || which == 18) {
     for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
       for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i) + 0.1 * in.k.get(row * c.K + i));
     in.beta.fill(2.0);
     for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, -0.01 * double(i % 7) / 7.0);
   }
-  if (which == 17) {
+  if (which == 17 || which == 19) {
     for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
       for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i));
     in.beta.fill(2.0);
