@@ -6,7 +6,7 @@
 # (recurrent_harness.cpp).
 # Usage: bash tools/emulate_chunk_bwd/run.sh [--tsan] [build dir with a CPU libflashgdn_static.a, default build-cpu]
 #   [cases]
-# (cases: numbers 0-19 for chunk_bwd, i0-i4 for the intra-chunk kernel, w0-w17 for the prefill, default all; 7-9 and
+# (cases: numbers 0-19 for chunk_bwd, i0-i4 for the intra-chunk kernel, w0-w19 for the prefill, default all; 7-9 and
 # 11 force the chains' segment split, 10 nearly parallel keys, 11-15 K = V = 128 bf16, 13-15 the GPU test's inputs:
 # 13 identical keys with beta = 1, g = 0, 14 g = -30, 15 a T = 500 Hv = 8 gated walk; 16, 17 beta = 2 with nearly
 # parallel / identical keys (K = V = 128 bf16, five chunks), 18, 19 the same with the chains' split forced; a chunk_bwd case N runs the
@@ -16,7 +16,8 @@
 # the split forced (decay windows / full summaries), w4 fp16 v-major with checkpoints, w5 the wgmma model alone
 # against plain products, w6 nearly parallel keys, w7 identical keys with a full last chunk, w8 the same with the
 # split forced, w9-w11 K = V = 64 on the mma.sync state pass (bf16 GQA 2, w6's and w7's inputs), w12, w13 beta near 2
-# with w6's keys / beta = 2 with identical keys (five chunks), w14, w15 the same at K = V = 64 (mma.sync), w16, w17 w12, w13 with the split forced; r0-r9 for the
+# with w6's keys / beta = 2 with identical keys (five chunks), w14, w15 the same at K = V = 64 (mma.sync), w16, w17 w12, w13 with the split forced, w18 w13 in fp16,
+# w19 w12 at K = 128, V = 64; r0-r9 for the
 # recurrent wy kernel on multi-token rows, K-major pool, 1-D slots, commit, GQA 2, K = V = 128: r0 bf16 T = 12 N = 3,
 # r1 varlen {12, 0, 1, 17, 33} with an invalid slot and the fused gate, r2 a bf16 pool, r3 fp16 activations, r4 K =
 # 64, r5 r1 on 16-column tiles, r6 one row of 160 tokens, r7 an f16 pool, r8 2-D slots with num_accepted_tokens and
@@ -49,7 +50,7 @@ if [[ "${1:-}" == --tsan ]]; then
 fi
 lib="${1:-$root/build-cpu}/libflashgdn_static.a"
 shift || true
-cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 i0 i1 i2 i3 i4 w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 r0 r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 r11 r12 r13 r14 r15 r16 r17 r18 r19 r20 r31 r32 r33 r34 r35 r36}"
+cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 i0 i1 i2 i3 i4 w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 r0 r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 r11 r12 r13 r14 r15 r16 r17 r18 r19 r20 r31 r32 r33 r34 r35 r36}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 out="$(mktemp -d)"
 python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"

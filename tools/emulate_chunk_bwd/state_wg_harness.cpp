@@ -5,7 +5,7 @@
 // inputs with NaN-poisoned outputs and NaN slack rows. Bounds: gdn-math §10.3 as the GPU suite holds them
 // (tests/cuda/test_chunk_fwd.cpp): relative Frobenius error <= 5e-3 for o and hT, 1e-2 for the worst head. Built with
 // -fsanitize=thread (run.sh --tsan), ThreadSanitizer reports every pair of shared-memory accesses that no barrier,
-// mbarrier phase or async wait orders. Usage: state_wg_harness <case 0-17> (0: bf16, T = 200 (a partial last chunk),
+// mbarrier phase or async wait orders. Usage: state_wg_harness <case 0-19> (0: bf16, T = 200 (a partial last chunk),
 // GQA 2, h0; 1: varlen 70, 0, 130 with slack rows (the cp.async path inside the tensor, TMA at its end), fused gate; 2:
 // the split forced, 3 segments, strong decay (every summary a decay window); 3: the split forced, weak decay (full [M |
 // N] summaries), varlen; 4: fp16, v-major state, checkpoints; 5: the wgmma model alone, every form against a plain
@@ -17,7 +17,7 @@
 // (mma.sync); 11: case 7 at K = V = 64, T = 64 (mma.sync); 12, 13: allow_neg_eigval's extreme, beta in [1.95, 2] with
 // case 6's nearly parallel keys / beta = 2 with identical keys, g = 0, five chunks: a chunk transition with an
 // eigenvalue near -1, so nothing contracts the chain's roundings); 14, 15: 12 and 13 at K = V = 64 (mma.sync); 16,
-// 17: 12 and 13 with the split forced (3 segments))
+// 17: 12 and 13 with the split forced (3 segments); 18: 13 in fp16; 19: 12 at K = 128, V = 64 (mma.sync))
 #include "emu.hpp"
 
 // The kernels see the emulation above.
@@ -167,24 +167,26 @@ int main(int argc, char** argv) {
   if (which == 9) c.T = 200, c.Hqk = 1, c.Hv = 2, c.K = 64, c.V = 64;  // the mma.sync state pass (K = V = 64)
   if (which == 10) c.T = 256, c.g_scale = 0.01, c.K = 64, c.V = 64;    // case 6 on the mma.sync state pass
   if (which == 11) c.T = 64, c.Hqk = 2, c.Hv = 4, c.K = 64, c.V = 64;  // case 7 there (identical_keys_t64_k64)
-  if (which >= 12 && which <= 17) c.T = 320, c.g_scale = 0.01;
+  if (which >= 12 && which <= 19) c.T = 320, c.g_scale = 0.01;
   if (which == 16 || which == 17) segments = 3;  // 12 and 13 with the split forced (full summaries: weak decay)
+  if (which == 18) c.dtype = DType::f16;         // 13 in fp16 (R's split in fp16 parts)
+  if (which == 19) c.V = 64;                     // 12 at K = 128, V = 64 (the mma.sync pass, one half)
   if (which == 14 || which == 15) c.K = 64, c.V = 64;
-  const bool mma_pass = (which >= 9 && which <= 11) || which == 14 || which == 15;
+  const bool mma_pass = (which >= 9 && which <= 11) || which == 14 || which == 15 || which == 19;
   GdnInputs in = make_inputs(c);
   // k_t = k_0 + 0.05 noise per q/k head (k_0: the head's first key; the op normalizes), beta near 1
-  if (which == 6 || which == 10 || which == 12 || which == 14 || which == 16) {
+  if (which == 6 || which == 10 || which == 12 || which == 14 || which == 16 || which == 19) {
     Rng kr(61);
     for (int64_t row = c.Hqk; row < in.k.numel() / c.K; ++row)
       for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get((row % c.Hqk) * c.K + i) + 0.05 * kr.normal());
-    const double b0 = which == 12 || which == 14 || which == 16 ? 2.0 : 1.0;
+    const double b0 = which == 12 || which == 14 || which == 16 || which == 19 ? 2.0 : 1.0;
     for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, b0 - 0.05 * kr.uniform());
   }
   if (which == 7 || which == 8 || which == 11 || which == 13 || which == 15 ||
       which == 17) {  // identical keys, beta = 1 (2), g = 0
     for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
       for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i));
-    in.beta.fill(which == 13 || which == 15 || which == 17 ? 2.0 : 1.0);
+    in.beta.fill(which == 13 || which == 15 || which == 17 || which == 18 ? 2.0 : 1.0);
     in.g.fill(0.0);
   }
   Rng rng(91);
