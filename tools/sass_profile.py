@@ -12,8 +12,25 @@ mma.sync) and, for a cubin built with -lineinfo, the source lines that contribut
 """
 import argparse
 import collections
+import importlib.util
+import os
 import re
+import shutil
 import subprocess
+
+
+def find_tool(name):
+    """A CUDA binary tool: on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin, or (nvdisasm) the copy Triton bundles;
+    None where there is none."""
+    found = shutil.which(name)
+    dirs = [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin"), "/usr/local/cuda/bin"]
+    spec = importlib.util.find_spec("triton")
+    if spec and spec.submodule_search_locations:
+        dirs.append(os.path.join(spec.submodule_search_locations[0], "backends", "nvidia", "bin"))
+    for d in dirs:
+        if not found and os.access(os.path.join(d, name), os.X_OK):
+            found = os.path.join(d, name)
+    return found
 
 
 def kernels(listing):
@@ -94,7 +111,10 @@ def main():
     ap.add_argument("--min-kb", type=float, default=4.0, help="loops of at least this much code (default 4 KB)")
     ap.add_argument("--lines", type=int, default=0, help="top source lines per loop (needs -lineinfo)")
     args = ap.parse_args()
-    listing = subprocess.run(["nvdisasm", "-g", args.cubin], check=True, capture_output=True, text=True).stdout
+    nvdisasm = find_tool("nvdisasm")
+    if not nvdisasm:
+        ap.error("nvdisasm not found (PATH, $CUDA_HOME/bin, Triton's bundled copy)")
+    listing = subprocess.run([nvdisasm, "-g", args.cubin], check=True, capture_output=True, text=True).stdout
     for name, ins, labels in kernels(listing):
         if args.kernel not in name or not ins:
             continue

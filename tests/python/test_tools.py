@@ -2,7 +2,6 @@
 of its own, and code outside it. Needs nvcc and nvdisasm (skips without them)."""
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -34,13 +33,16 @@ __global__ void walk(const uint32_t* a, float* out, int n, volatile int* flag) {
 """
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("nvdisasm") is None, reason="needs nvcc, nvdisasm")
+NVCC, NVDISASM = sass_profile.find_tool("nvcc"), sass_profile.find_tool("nvdisasm")
+
+
+@pytest.mark.skipif(NVCC is None or NVDISASM is None, reason="needs nvcc, nvdisasm")
 def test_sass_profile_finds_the_loops(tmp_path):
     src, cubin = tmp_path / "k.cu", tmp_path / "k.cubin"
     src.write_text(KERNEL)
-    subprocess.run(["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-lineinfo", "-cubin", "-o", str(cubin),
+    subprocess.run([NVCC, "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-lineinfo", "-cubin", "-o", str(cubin),
                     str(src)], check=True)
-    listing = subprocess.run(["nvdisasm", "-g", str(cubin)], check=True, capture_output=True, text=True).stdout
+    listing = subprocess.run([NVDISASM, "-g", str(cubin)], check=True, capture_output=True, text=True).stdout
     (name, ins, labels), = [k for k in sass_profile.kernels(listing) if "walk" in k[0]]
     loops = sorted(sass_profile.loops(ins, labels), key=len)
     hmma = [sum("HMMA" in ins[i][2] for i in body) for body in loops]
