@@ -173,8 +173,22 @@ int main(int argc, char** argv) {
     c.Hqk = 1;
     c.Hv = 2;
   }
+  // Case 20: keys and a query of norm ~1e-4 (the l2norm's epsilon decides: gdn-math §10.4) with a non-default
+  // scale, K = 128, V = 64 (K != V: the scale's default would be K^-1/2), three chunks.
+  if (which == 20) {
+    c.T = 150;
+    c.K = 128;
+    c.V = 64;
+    c.Hqk = 1;
+    c.Hv = 2;
+  }
   if (segments > 1) c.g_scale = 0.02;
   GdnInputs in = make_inputs(c);
+  if (which == 20) {
+    for (int64_t row : {5, 64, 70, 149})
+      for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, 1e-5 * in.k.get(row * c.K + i));
+    for (int64_t i = 0; i < c.K; ++i) in.q.set(7 * c.K + i, 1e-5 * in.q.get(7 * c.K + i));
+  }
   if (which == 10) {  // nearly parallel keys (correlation ~0.99): the cancelling sums of pass 4 at their worst
     for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
       for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i) + 0.1 * in.k.get(row * c.K + i));
@@ -255,6 +269,7 @@ int main(int argc, char** argv) {
     if (gate) p.dA_log = outs[6].view(), p.ddt_bias = outs[7].view();
     p.use_qk_l2norm_in_kernel = c.l2norm;
     p.state_layout = c.layout;
+    if (which == 20) p.scale = 0.3f;
     p.gate.use_gate_in_kernel = gate;
     p.gate.use_beta_sigmoid_in_kernel = gate;
     if (oracle) {
