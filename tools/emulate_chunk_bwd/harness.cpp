@@ -165,13 +165,13 @@ int main(int argc, char** argv) {
   // Cases 16, 17: allow_neg_eigval's extreme, beta = 2 (a chunk transition with an eigenvalue -1: nothing
   // contracts the reverse chain) with nearly parallel (16) or identical (17) keys, K = V = 128 bf16, five chunks
   // (fused_numerics.py's make_extreme_cases).
-  if (which >= 16 && which <= 19) {
-    if (which >= 18) segments = 3;  // 18, 19: 16 and 17 with the chains' split forced
+  if ((which >= 16 && which <= 19) || which == 21) {
+    if (which == 18 || which == 19) segments = 3;  // 18, 19: 16 and 17 with the chains' split forced
     c.T = 300;
-    c.K = 128;
-    c.V = 128;
-    c.Hqk = 1;
-    c.Hv = 2;
+    c.K = which == 21 ? 64 : 128;  // 21: 16 at K = V = 64, GQA 2 (the mma.sync chains and gradients)
+    c.V = c.K;
+    c.Hqk = which == 21 ? 2 : 1;
+    c.Hv = which == 21 ? 4 : 2;
   }
   // Case 20: keys and a query of norm ~1e-4 (the l2norm's epsilon decides: gdn-math §10.4) with a non-default
   // scale, K = 128, V = 64 (K != V: the scale's default would be K^-1/2), three chunks.
@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
     in.beta.fill(1.0);
     in.g.fill(0.0);
   }
-  if (which == 16 || which == 18) {
+  if (which == 16 || which == 18 || which == 21) {
     for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
       for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i) + 0.1 * in.k.get(row * c.K + i));
     in.beta.fill(2.0);
