@@ -190,7 +190,7 @@ namespace {
 constexpr double kStepStateMma = 1.0, kStepStateWg = 0.72, kStepDstateMma = 1.37, kStepDstateWg = 0.96;
 
 // Both chains at once (ChunkBwdPlan::chains_concurrent, K = V = 128): the one-stage wgmma state and dstate kernels
-// (74 and 95 KiB, two CTAs per SM) run in one launch per phase whose grid holds both chains' CTAs, so an SM runs a
+// (106 and 111 KiB, two CTAs per SM) run in one launch per phase whose grid holds both chains' CTAs, so an SM runs a
 // state CTA beside a dstate CTA. kStepShared: the step of such a pair against the slower chain's step alone, measured
 // (ncu, T = 32K, Hv = 32): 2.27 ms / 512 = 4.44 us against the dstate kernel's 2.70 us alone. The two CTAs of an SM
 // mostly take turns (their steps are bound by the SM's shared-memory and L2 traffic more than by latency), so both
@@ -200,9 +200,9 @@ constexpr bool kChainsConcurrentByDefault = true;
 // Pass 4 on wgmma wherever it can run (K = V = 128, bf16): docs/chunk_bwd.md "Pass 4 on wgmma".
 constexpr bool kGradsWgByDefault = true;
 
-// The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 118 KiB, the wgmma
-// one's warpgroup and 109 KiB, the mma.sync dstate kernel's 172 KiB, the wgmma one's 159 KiB with two stages: priced at
-// one per SM, although the two-stage wgmma state kernel's 109 KiB would fit two) walks the chunks of one (item, value
+// The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 152 KiB, the wgmma
+// one's warpgroup and 140 KiB, the mma.sync dstate kernel's 206 KiB, the wgmma one's 190 KiB with two stages: one per
+// SM) walks the chunks of one (item, value
 // head, 32 state columns); its summaries are priced at (K + V) / 32 column CTAs per (item, head), each at 0.9 of a
 // walking CTA per chunk (no stores), in cheapest_segments' model with
 // the two chains' mean step (both chains take the same P, and their grids are alike). At one CTA per SM a split pays

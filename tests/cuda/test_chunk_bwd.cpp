@@ -443,7 +443,9 @@ TEST(CudaChunkBwd, StrongDecayAndIdenticalKeys) {
 
 // allow_neg_eigval's extreme, beta = 2: a chunk transition with an eigenvalue -1, so nothing contracts the reverse
 // chain's rounding over the walk; with nearly parallel or identical keys the cancelling sums are at their worst too
-// (tools/emulate_chunk_bwd/fused_numerics.py: single bf16 operands put dv at 7e-2 there, split ones at 1.7e-3).
+// (tools/emulate_chunk_bwd/fused_numerics.py: single bf16 operands put dv at 7e-2 there, split ones at 1.7e-3). These
+// inputs are the host emulation's cases 16, 17 and 21: with W in one bf16 part the identical-key case had dv 1.07e-2
+// and dh0 1.33e-2 (docs/chunk_bwd.md "Passes"), split 2.3e-3 and 3.1e-4.
 TEST(CudaChunkBwd, BetaTwoWithParallelKeys) {
   REQUIRE_GPU();
   BwdCase b = bcase("beta2_near_parallel_keys", 1, 300, 1, 2, 128, 128);
@@ -689,10 +691,9 @@ TEST(CudaChunkBwd, StatePassSingleStageBitwise) {
   for (const BwdCase& b : state_pass_cases()) check_state_stages(b);
 }
 
-// The one-stage wgmma pass 2 fits at least two CTAs per SM (shared memory and registers as compiled; bf16 three on
-// the H200), and so does the two-stage form since W is one bf16 tile (108 KiB + 1 KiB of alignment; its
-// __launch_bounds__(128, 1) leaves ptxas
-// <= 255 registers, which two CTAs of 128 threads still fit).
+// The one-stage wgmma pass 2 fits two CTAs per SM (shared memory and registers as compiled: 106 KiB + 1 KiB of
+// alignment), which is what running both chains at once needs; the two-stage form (140 KiB, W hi and lo in both
+// stages) one.
 TEST(CudaChunkBwd, StatePassSingleStageTwoCtasPerSm) {
   REQUIRE_GPU();
   for (const bool bf16 : {true, false}) {
@@ -701,7 +702,7 @@ TEST(CudaChunkBwd, StatePassSingleStageTwoCtasPerSm) {
       const int e = bf16 ? cuda::chunk_bwd_state_wg_ctas_per_sm_bf16(stages, &ctas)
                          : cuda::chunk_bwd_state_wg_ctas_per_sm_f16(stages, &ctas);
       ASSERT_EQ(e, 0) << cudaGetErrorString(cudaError_t(e));
-      EXPECT_GE(ctas, 2) << (bf16 ? "bf16" : "f16") << ", " << stages << " stage(s)";
+      EXPECT_GE(ctas, stages == 1 ? 2 : 1) << (bf16 ? "bf16" : "f16") << ", " << stages << " stage(s)";
     }
   }
 }

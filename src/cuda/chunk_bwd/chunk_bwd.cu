@@ -32,7 +32,8 @@ int64_t slots_of(const SeqDims& d) {
 }
 
 // Workspace: the per-(chunk slot, value head) records, then the per-(token, value head) scratch; fp32 (W, S0 bf16),
-// each part 256-byte aligned. Bytes per (slot, head): 4 (256 + 64^2 + 128 V + K V) + 2 (64 K + K V) (W, S0 in bf16).
+// each part 256-byte aligned. Bytes per (slot, head): 4 (256 + 64^2 + 128 V + K V) + 2 (2 64 K + K V) (W as bf16 hi +
+// lo, S0 in bf16).
 struct WsLayout {
   size_t rows = 0, A = 0, W = 0, U = 0, dU = 0, S0 = 0, dS = 0, dqh = 0, dkh = 0, dgh = 0, dbh = 0, total = 0;
 };
@@ -48,7 +49,7 @@ WsLayout ws_layout(const SeqDims& d) {
   };
   take(&w.rows, rec * 256 * f);
   take(&w.A, rec * 64 * 64 * f);
-  take(&w.W, rec * 64 * K * 2);  // bf16
+  take(&w.W, rec * 2 * 64 * K * 2);  // bf16 hi, lo
   take(&w.U, rec * 64 * V * f);
   take(&w.dU, rec * 64 * V * f);
   take(&w.S0, rec * K * V * 2);  // bf16

@@ -90,7 +90,7 @@ struct ChunkBwdArgs {
   // ---- workspace (fp32; W, S0 bf16), one record per (chunk slot, value head); rows past a chunk's end are zero
   float* rows;   // [slots, Hv, 4, 64]: gamma (cumsum of g), rho_q, rho_k (l2norm factors, 1 without), beta
   float* A;      // [slots, Hv, 64, 64]  A = (I + L)^-1 as bf16 hi [64][64], then lo [64][64]
-  uint16_t* W;   // [slots, Hv, 64, K]   W = A diag(beta e^gamma) K, bf16 (a GEMM operand only, gdn-math §10.2)
+  uint16_t* W;   // [slots, Hv, 2, 64, K]  W = A diag(beta e^gamma) K as bf16 hi [64][K], then lo [64][K]
   float* U;      // [slots, Hv, 64, V]   U0 = A diag(beta) V (prep), then U = U0 - W S0 (state pass)
   float* dU;     // [slots, Hv, 64, V]   scale P^T dO (prep), then + Kbar dS (dstate pass)
   uint16_t* S0;  // [slots, Hv, K, V]   chunk start states, K-major, bf16 (a GEMM operand only, gdn-math §10.2)

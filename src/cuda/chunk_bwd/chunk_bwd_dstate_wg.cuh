@@ -16,9 +16,9 @@
 //               split into hi + lo and stored transposed (stmatrix.trans); diag(qg) dO split and stored transposed
 //               while product 1 runs
 //   product 2   dS <- e_n dS + Q^T (diag(qg) dO) + W^T (-dU) per key block: Q^T Ob_lo + Q^T Ob_hi (+ Q_lo^T Ob_hi
-//               for f16), W^T (-dU)_lo + W^T (-dU)_hi (W in bf16 as prep stores it, gdn-math §10.2; 16 wgmma rs per
-//               key block, Q^T and W^T by ldmatrix.trans of the swizzled q and W tiles; 20 for f16); then dS as the
-//               next step's dS^T (hi, lo) and as the fp32 record of chunk c - 1 (pass 4 reads it)
+//               for f16), W_hi^T (-dU)_lo + W_hi^T (-dU)_hi + W_lo^T (-dU)_hi (W split as prep stores it; 20 wgmma
+//               rs per key block, Q^T and W^T by ldmatrix.trans of the swizzled q and W tiles; 24 for f16); then dS as
+//               the next step's dS^T (hi, lo) and as the fp32 record of chunk c - 1 (pass 4 reads it)
 //
 // A summary walks only its N columns (from zero, every term on; its M is the state chain's, transposed).
 //
@@ -42,8 +42,8 @@ namespace flashgdn::cuda::bwd_detail {
 
 constexpr int kDStateWgThreads = 128;  // one warpgroup
 
-// Shared memory: 32 KiB of step operands and STAGES stages of 63 KiB: 158 KiB at STAGES = 2 (one CTA per SM), 95 KiB
-// at STAGES = 1 (two CTAs per SM). Every swizzled region is 1024-byte aligned (the struct is, and every region and
+// Shared memory: 32 KiB of step operands and STAGES stages of 79 KiB: 190 KiB at STAGES = 2 (one CTA per SM), 111
+// KiB at STAGES = 1 (two CTAs per SM). Every swizzled region is 1024-byte aligned (the struct is, and every region and
 // stage size a multiple of 1024).
 template <int STAGES>
 struct alignas(1024) DStateWgSmem {
@@ -51,12 +51,12 @@ struct alignas(1024) DStateWgSmem {
   unsigned char dut[2][4096];     // (-dU)^T [hi, lo][32 values x 64 tokens]
   unsigned char obt[2][4096];     // (diag(qg) dO)^T [hi, lo][32 values x 64 tokens]
   struct Stage {
-    unsigned char w[2][8192];  // W (bf16) [key half][64 tokens x 64 keys]
-    unsigned char k[2][8192];  // k [key half][64 tokens x 64 keys], zero past the chunk end
-    unsigned char q[2][8192];  // q, the same
-    float du0[kC][kLS];        // dU0 = scale P^T dO, these columns
-    uint16_t dO[kC][kLB];      // dO, these columns (16-bit inputs as stored)
-    float rows[4][kC];         // the record's gamma, rho_q, rho_k, beta
+    unsigned char w[2][2][8192];  // W [hi, lo][key half][64 tokens x 64 keys]
+    unsigned char k[2][8192];     // k [key half][64 tokens x 64 keys], zero past the chunk end
+    unsigned char q[2][8192];     // q, the same
+    float du0[kC][kLS];           // dU0 = scale P^T dO, these columns
+    uint16_t dO[kC][kLB];         // dO, these columns (16-bit inputs as stored)
+    float rows[4][kC];            // the record's gamma, rho_q, rho_k, beta
   } stg[STAGES];
 };
 static_assert(sizeof(DStateWgSmem<1>::Stage) % 1024 == 0, "dstate (wgmma): swizzled stages");
@@ -84,8 +84,8 @@ __device__ __forceinline__ void copy_key_rows(unsigned char (&dst)[2][8192], con
   }
 }
 
-// Issue the cp.async copies of chunk c's inputs into stage g: W's record ([64][K], bf16), the key and query rows,
-// dU0's and dO's kBV columns, the record rows.
+// Issue the cp.async copies of chunk c's inputs into stage g: W's record (hi, lo: [64][K] bf16 each), the key and query
+// rows, dU0's and dO's kBV columns, the record rows.
 template <class E, int V, class Stage>
 __device__ __forceinline__ void dstate_wg_prefetch(const ChunkBwdArgs& a, Stage& g, const ChainWork& w, int64_t c,
                                                    int h, int tid) {
@@ -94,10 +94,13 @@ __device__ __forceinline__ void dstate_wg_prefetch(const ChunkBwdArgs& a, Stage&
   const int nv = int(w.len - kC * c < kC ? w.len - kC * c : kC), hk = h / a.group;
   {
     const int r0 = tid >> 4, kv = tid & 15;
-    const auto* wsrc = reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (kC * K)) + r0 * K + kv * 8;
+    const auto* wsrc = reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (2 * kC * K)) + r0 * K + kv * 8;
 #pragma unroll
-    for (int p = 0; p < kC / (NTH / 16); ++p)
-      cp_async<16>(&g.w[kv >> 3][wg::swz(r0 + (NTH / 16) * p, kv & 7)], wsrc + (NTH / 16) * p * K);
+    for (int part = 0; part < 2; ++part)  // hi, lo
+#pragma unroll
+      for (int p = 0; p < kC / (NTH / 16); ++p)
+        cp_async<16>(&g.w[part][kv >> 3][wg::swz(r0 + (NTH / 16) * p, kv & 7)],
+                     wsrc + part * (kC * K) + (NTH / 16) * p * K);
   }
   copy_key_rows(g.k, static_cast<const E*>(a.k) + w.sb * a.k_sb + hk * a.k_sh + t0 * a.k_st, a.k_st, nv, tid);
   copy_key_rows(g.q, static_cast<const E*>(a.q) + w.sb * a.q_sb + hk * a.q_sh + t0 * a.q_st, a.q_st, nv, tid);
@@ -242,12 +245,13 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       chunk_detail::store_transposed(obt_addr, oh, wi, lane);
       chunk_detail::store_transposed(obt_addr + 4096, ol, wi, lane);
     }
-    uint32_t qt[2][4][4], wt[2][4][4];
+    uint32_t qt[2][4][4], wt[2][4][4], wtl[2][4][4];
     const auto load_p2 = [&] {
 #pragma unroll
       for (int mb = 0; mb < 2; ++mb) {
         chunk_detail::load_kt_frags(g.q, 64 * mb + 16 * wi, lane, qt[mb]);
-        chunk_detail::load_kt_frags(g.w, 64 * mb + 16 * wi, lane, wt[mb]);
+        chunk_detail::load_kt_frags(g.w[0], 64 * mb + 16 * wi, lane, wt[mb]);
+        chunk_detail::load_kt_frags(g.w[1], 64 * mb + 16 * wi, lane, wtl[mb]);
       }
     };
     if constexpr (!kF16) load_p2();
@@ -297,6 +301,8 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, wt[mb][kc], wg::desc_at(dut_lo, 4096 + kc * 32), 1);
 #pragma unroll
       for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, wt[mb][kc], wg::desc_at(dut_lo, kc * 32), 1);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, wtl[mb][kc], wg::desc_at(dut_lo, kc * 32), 1);
     }
     wg::commit();
     // one stage: refilled with chunk c - 1 now that every thread is done with it (the barrier above), under product 2

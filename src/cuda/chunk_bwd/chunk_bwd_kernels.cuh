@@ -109,25 +109,29 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int lane) {
   x[0] = o ? c : z0, x[1] = o ? z1 : c, x[2] = o ? e : z2, x[3] = o ? z3 : e;
 }
 
-// A warp's accumulator tiles (rows m0, columns n0 .., NT even) rounded to bf16 into the row-major tile x [.][ld] in
-// global memory, 16 bytes a lane: of the tiles (2p, 2p + 1), a quad's four 16-byte row segments (row g + 8 (s / 2),
-// tile 2p + s % 2; each lane holds one 32-bit word of each) are transposed within the quad (quad_transpose), so that
-// lane t stores segment t whole (a warp's store: 16 rows of 32 contiguous bytes).
+// A warp's accumulator tiles (rows m0, columns n0 .., NT even) split into bf16 hi + lo (lo = the rounding error,
+// rounded) into the row-major tiles x (hi) and x + lo_off (lo) [.][ld] in global memory, 16 bytes a lane: of the
+// tiles (2p, 2p + 1), a quad's four 16-byte row segments (row g + 8 (s / 2), tile 2p + s % 2; each lane holds one
+// 32-bit word of each) are transposed within the quad (quad_transpose), so that lane t stores segment t whole (a
+// warp's store: 16 rows of 32 contiguous bytes).
 template <int NT>
-__device__ __forceinline__ void store_bf16_frags(__nv_bfloat16* x, int ld, const float (&d)[NT][4], int m0, int n0,
-                                                 int lane) {
+__device__ __forceinline__ void store_split_frags(__nv_bfloat16* x, int64_t lo_off, int ld, const float (&d)[NT][4],
+                                                  int m0, int n0, int lane) {
   static_assert(NT % 2 == 0, "tile pairs");
   const int o = frag_row(m0, lane, lane & 2) * ld + n0 + 8 * (lane & 1);
 #pragma unroll
   for (int p = 0; p < NT / 2; ++p) {
-    uint32_t xh[4];
+    uint32_t xh[4], xl[4];
 #pragma unroll
     for (int sg = 0; sg < 4; ++sg) {
       const float(&t)[4] = d[2 * p + (sg & 1)];
-      xh[sg] = chunk_detail::Elem<true>::pack(t[sg & 2], t[(sg & 2) + 1]);
+      const Split2 v = split_pair<false>(t[sg & 2], t[(sg & 2) + 1]);
+      xh[sg] = v.hi, xl[sg] = v.lo;
     }
     quad_transpose(xh, lane);
+    quad_transpose(xl, lane);
     st_global_v4(x + o + 16 * p, xh[0], xh[1], xh[2], xh[3]);
+    st_global_v4(x + lo_off + o + 16 * p, xl[0], xl[1], xl[2], xl[3]);
   }
 }
 
@@ -175,7 +179,7 @@ __device__ __forceinline__ void copy_record_rows(float (*dst)[kC], const float* 
 // (formed by warps 4-7 while warps 0-3 invert), L after the inversion. P is one bf16 tile (a GEMM operand that gdn-math
 // §10.2 allows in bf16; dU = P^T dO sums it against dO, no cancellation to amplify its rounding); the scaled A tiles
 // stay split (U0 feeds the chains and pass 4, where its rounding would grow in the cancelling sums when keys are
-// nearly parallel; W is formed at fp32 accuracy and rounded to bf16 once, as it is stored).
+// nearly parallel; W, formed at fp32 accuracy, is stored split as well: docs/chunk_bwd.md "Passes").
 template <class E, int K, int V>
 struct alignas(16) PrepSmem {
   static constexpr int LK = tile_ld(K), LV = tile_ld(V), LC = tile_ld(kC);
@@ -436,8 +440,9 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
     const int n0 = (K / 2) * (warp >> 2);
     const SplitTile Aw{&s.u2.ab.Awh[0][0], &s.Awl[0][0], Sm::LC};
     warp_mma_t<false, true, kC, NT / 2, 16>(acc, Aw, in_tile(s.k), m0, n0, lane);
-    // W is only a GEMM operand of the chains: stored in bf16 (gdn-math §10.2), [64][K]
-    store_bf16_frags(reinterpret_cast<__nv_bfloat16*>(a.W + cp.rec * (kC * K)), K, acc, m0, n0, lane);
+    // W, a GEMM operand of the chains only, as bf16 hi [64][K] then lo [64][K]: one rounding is not enough where
+    // beta nears 2 (docs/chunk_bwd.md "Passes": rows of W that should cancel round apart)
+    store_split_frags(reinterpret_cast<__nv_bfloat16*>(a.W + cp.rec * (2 * kC * K)), kC * K, K, acc, m0, n0, lane);
   }
   {
     constexpr int NT = V / 16;
@@ -451,7 +456,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
 
 // ---- passes 2 and 3: the chains (grid (N, Hv, V / 32)) -------------------------------------------------------
 // The chunk products run on the tensor cores from ldmatrix tiles (warp_mma_terms): the raw k, q, dO rows as stored,
-// W in bf16 as prep stores it, and per step the running state (or its gradient) and U (dU) split once.
+// W split as prep stores it, and per step the running state (or its gradient) and U (dU) split once.
 // The running state (its gradient) is fp32 in the accumulator registers of its owning warps for the whole walk
 // (ChainFrag); every update accumulates in fp32 (gdn-math §10.1). Per step two barriers: the first product reads
 // the whole state (all keys), the second the whole U (dU: all rows), each written by every warp.
@@ -481,10 +486,11 @@ __device__ __forceinline__ void for_pairs(int m0, int n0, int lane, F&& f) {
     for (int e = 0; e < 4; e += 2) f(nt, e, frag_row(m0, lane, e), frag_col(n0, nt, lane, e));
 }
 
-// W's record as prep stores it, bf16 [64][K], into the tile [64][K + 8].
+// W's record as prep stores it, bf16 hi [64][K] then lo [64][K], into the tiles [hi, lo][64][K + 8].
 template <int K>
-__device__ __forceinline__ void copy_w(__nv_bfloat16 (&dst)[kC][tile_ld(K)], const uint16_t* rec, int tid) {
-  copy_rows<__nv_bfloat16, K>(dst, reinterpret_cast<const __nv_bfloat16*>(rec), K, 0, kC, 0, tid);
+__device__ __forceinline__ void copy_w(__nv_bfloat16 (&dst)[2][kC][tile_ld(K)], const uint16_t* rec, int tid) {
+  copy_rows<__nv_bfloat16, K>(dst[0], reinterpret_cast<const __nv_bfloat16*>(rec), K, 0, kC, 0, tid);
+  copy_rows<__nv_bfloat16, K>(dst[1], reinterpret_cast<const __nv_bfloat16*>(rec) + kC * K, K, 0, kC, 0, tid);
 }
 
 // The chunk range of one chain CTA (ChainMode): a sequence's chunks [c_begin, c_end) and the CTA's kBV state
@@ -606,10 +612,10 @@ struct alignas(16) StateSmem {
   __nv_bfloat16 Sb[2][K][kLB];   // the running state's kBV columns, split (hi, lo): its warps' registers, per step
   __nv_bfloat16 Ub[2][kC][kLB];  // diag(kb) U of the chunk, these columns, split
   struct Stage {
-    __nv_bfloat16 W[kC][tile_ld(K)];  // W of the chunk (bf16)
-    float U0[kC][kLS];                // U0, these columns
-    E k[kC][tile_ld(K)];              // raw key rows, zero past the chunk end
-    float rows[4][kC];                // the record's gamma, rho_q, rho_k, beta
+    __nv_bfloat16 W[2][kC][tile_ld(K)];  // W of the chunk, split (hi, lo)
+    float U0[kC][kLS];                   // U0, these columns
+    E k[kC][tile_ld(K)];                 // raw key rows, zero past the chunk end
+    float rows[4][kC];                   // the record's gamma, rho_q, rho_k, beta
   } st[2];
 };
 
@@ -620,7 +626,7 @@ __device__ __forceinline__ void state_prefetch(const ChunkBwdArgs& a, typename S
                                                int tid) {
   const int64_t t0 = t0s + kC * c, rec = chunk_slot(a, n, t0s, c) * a.Hv + h;
   const int nv = int(len - kC * c < kC ? len - kC * c : kC);
-  copy_w<K>(g.W, a.W + rec * (kC * K), tid);
+  copy_w<K>(g.W, a.W + rec * (2 * kC * K), tid);
   if (!hom) copy_f32_tile<kBV>(g.U0, a.U + rec * (kC * V) + j0, V, tid);  // M columns: U0 = 0
   copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + (h / a.group) * a.k_sh, a.k_st, t0, nv, 0, tid);
   copy_record_rows(g.rows, a.rows, rec, tid);
@@ -669,7 +675,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_state_kernel(const Chun
     __syncthreads();  // stage c & 1 landed (every thread's copies); Sb complete; the other stage and Ub free
     if (c + 1 < w.c_end) state_prefetch<E, K, V>(a, s.st[(c + 1) & 1], n, sb, st, len, c + 1, h, j0, w.hom, tid);
     FirstProduct p;  // U = U0 - W S0
-    first_product<K>(p, in_tile(g.W), Sv, g.U0, w.hom, g.rows, nv, uf, lane);
+    first_product<K>(p, split_tile(g.W), Sv, g.U0, w.hom, g.rows, nv, uf, lane);
     {
       float* Ug = a.U + rec * (kC * V) + j0;
       for_pairs<kBV / 16>(uf.m0, uf.n0, lane, [&](int nt, int e, int r, int j) {
@@ -701,7 +707,7 @@ struct alignas(16) DStateSmem {
   __nv_bfloat16 dUb[2][kC][kLB];  // -dU of the chunk, these columns, split
   __nv_bfloat16 Ob[2][kC][kLB];   // diag(qg) dO, these columns, split
   struct Stage {
-    __nv_bfloat16 W[kC][tile_ld(K)];         // W of the chunk (bf16)
+    __nv_bfloat16 W[2][kC][tile_ld(K)];      // W of the chunk, split (hi, lo)
     float dU0[kC][kLS];                      // scale P^T dO, these columns
     E k[kC][tile_ld(K)], q[kC][tile_ld(K)];  // raw rows, zero past the chunk end
     E dO[kC][kLB];                           // dO, these columns
@@ -716,7 +722,7 @@ __device__ __forceinline__ void dstate_prefetch(const ChunkBwdArgs& a, typename 
                                                 int tid) {
   const int64_t t0 = t0s + kC * c, rec = chunk_slot(a, n, t0s, c) * a.Hv + h;
   const int nv = int(len - kC * c < kC ? len - kC * c : kC), hk = h / a.group;
-  copy_w<K>(g.W, a.W + rec * (kC * K), tid);
+  copy_w<K>(g.W, a.W + rec * (2 * kC * K), tid);
   copy_rows<E, K>(g.k, static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh, a.k_st, t0, nv, 0, tid);
   copy_f32_tile<kBV>(g.dU0, a.dU + rec * (kC * V) + j0, V, tid);
   copy_rows<E, K>(g.q, static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh, a.q_st, t0, nv, 0, tid);
@@ -797,7 +803,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dstate_kernel(const Chu
     {  // dS_start = e_n dS + Q^T (diag(qg) dO) - W^T dU (tensor cores, fp32 accumulation), in the registers
       float t[3][NT][4] = {}, acc[NT][4];
       warp_mma_terms<true, true, kC, NT / 2, 16, kMmaPipelined>(t[0], t[1], t[2], in_tile(g.q), Ov, sf.m0, sf.n0, lane);
-      warp_mma_terms<true, true, kC, NT / 2, 16, kMmaPipelined>(t[0], t[1], t[2], in_tile(g.W), dUv, sf.m0, sf.n0,
+      warp_mma_terms<true, true, kC, NT / 2, 16, kMmaPipelined>(t[0], t[1], t[2], split_tile(g.W), dUv, sf.m0, sf.n0,
                                                                 lane);
       sum_terms(acc, t);
 #pragma unroll

@@ -9,8 +9,8 @@
 // running state S (128 keys x 32 columns, fp32) is two m64n32 accumulators (key blocks mb) in registers for the whole
 // walk. Per chunk c (n <= 64 rows, rows past n zero in every record):
 //
-//   product 1   U = U0 - W S0:  W S0_lo + W S0_hi (16 wgmma ss, A = W [token][key] as prep stores it, in bf16
-//               (gdn-math §10.2), B = S0^T [value][key] hi / lo written by stmatrix.trans from the state's registers);
+//   product 1   U = U0 - W S0:  W_hi S0_lo + W_hi S0_hi + W_lo S0_hi (24 wgmma ss, A = W [token][key] hi / lo as
+//               prep stores it, B = S0^T [value][key] hi / lo written by stmatrix.trans from the state's registers);
 //               U stored (fp32, over U0, for pass 4), diag(kb) U split into hi + lo and stored transposed
 //               (stmatrix.trans)
 //   product 2   S <- e_n S + K^T (diag(kb) U)_lo + K^T (diag(kb) U)_hi per key block (16 wgmma rs, K^T by
@@ -19,16 +19,15 @@
 //
 // Loads, in one of two forms (the template parameter Stages; the same products in the same order, so the same bits):
 //   Stages = 2  every input of chunk c + 1 (W, k rows, U0 columns, record rows) is copied by cp.async into the other
-//               of two stages while chunk c computes, issued under product 1: 108 KiB (109 with the alignment slack,
-//               under the 113 KiB of two CTAs per SM; launch_bounds asks for one).
-//   Stages = 1  W and the record rows keep two stages (W, 16 of the 41 KiB a step reads, still lands under a whole
+//               of two stages while chunk c computes, issued under product 1: 140 KiB (one CTA per SM).
+//   Stages = 1  W and the record rows keep two stages (W, 32 of the 57 KiB a step reads, still lands under a whole
 //               step); k has one tile, which each warp refills with chunk c + 1's rows as soon as it holds its K^T in
 //               registers, under product 1 as in the two-stage form: the warp copies exactly the key pieces that its
 //               own ldmatrix reads (keys 16 wi .. of each key half), so a __syncwarp orders its reads before its
 //               refill and no other warp is involved; U0 never enters shared memory: each thread loads its own
 //               fragment elements of chunk c + 1 into registers after its last use of chunk c's (under product 2),
-//               so they have the rest of the step and product 1 of the next to land. 74 KiB: two CTAs per SM
-//               (2 (74 + 1 + 1) KiB of the 228), 128 threads x 2 x <= 255 registers.
+//               so they have the rest of the step and product 1 of the next to land. 106 KiB: two CTAs per SM
+//               (2 (106 + 1 + 1) KiB of the 228), 128 threads x 2 x <= 255 registers.
 // (every copy a fixed trip count per thread; k rows past the chunk end land as zeros). Synchronization per chunk:
 // two CTA barriers (= the warpgroup), as in the mma.sync kernel: [stage c landed (wait + proxy fence by each copier),
 // S0^T written] and [(diag(kb) U)^T written, S0^T read]. Every wgmma group is waited within its step
@@ -46,25 +45,25 @@ constexpr int kStateWgThreads = 128;  // one warpgroup
 // Shared memory; every swizzled region 1024-byte aligned (the struct is, and every region size a multiple of 1024).
 template <int Stages>
 struct StateWgSmem;
-// Stages = 2: 108 KiB.
+// Stages = 2: 140 KiB.
 template <>
 struct alignas(1024) StateWgSmem<2> {
   unsigned char st[2][2][4096];  // S0^T [hi, lo][key half][32 values x 64 keys]
   unsigned char ut[2][4096];     // (diag(kb) U)^T [hi, lo][32 values x 64 tokens]
   struct Stage {
-    unsigned char w[2][8192];  // W (bf16) [key half][64 tokens x 64 keys]
+    unsigned char w[4][8192];  // W [hi key half 0, 1, lo key half 0, 1][64 tokens x 64 keys]
     unsigned char k[2][8192];  // k [key half][64 tokens x 64 keys], zero past the chunk end
     float u0[kC][kLS];         // U0, these columns
     float rows[4][kC];         // the record's gamma, rho_q, rho_k, beta
   } stg[2];
 };
-// Stages = 1: 74 KiB (two CTAs per SM); U0 in registers.
+// Stages = 1: 106 KiB (two CTAs per SM); U0 in registers.
 template <>
 struct alignas(1024) StateWgSmem<1> {
   unsigned char st[2][2][4096];  // S0^T [hi, lo][key half][32 values x 64 keys]
   unsigned char ut[2][4096];     // (diag(kb) U)^T [hi, lo][32 values x 64 tokens]
   struct Stage {
-    unsigned char w[2][8192];  // W (bf16) [key half][64 tokens x 64 keys]
+    unsigned char w[4][8192];  // W [hi key half 0, 1, lo key half 0, 1][64 tokens x 64 keys]
     float rows[4][kC];         // the record's gamma, rho_q, rho_k, beta
   } stg[2];
   unsigned char k[2][8192];  // k [key half][64 tokens x 64 keys], zero past the chunk end (one tile)
@@ -75,8 +74,8 @@ static_assert(sizeof(StateWgSmem<1>::Stage) % 1024 == 0 && offsetof(StateWgSmem<
                   sizeof(StateWgSmem<1>) + 1024 <= 115712,
               "state (wgmma, one stage): swizzled tiles, two CTAs' shared memory per SM");
 
-// The cp.async copies of chunk c's inputs (the caller commits), the parts in PARTS: kCopyW W's record ([64][K],
-// bf16) into w and the record rows into rows; kCopyK the raw key rows into the swizzled key halves
+// The cp.async copies of chunk c's inputs (the caller commits), the parts in PARTS: kCopyW W's record (hi and lo,
+// [64][K] bf16 each) into w and the record rows into rows; kCopyK the raw key rows into the swizzled key halves
 // (thread tid: piece tid % 16 of rows tid / 16 + 8 p); kCopyKWarp the same rows, but each warp wi only the 16-byte
 // pieces that its own K^T ldmatrix reads (keys 16 wi .. 16 wi + 15 of each key half, pieces 2 wi, 2 wi + 1 and
 // 8 + 2 wi, 9 + 2 wi; lane l: piece l % 4 of rows l / 4 + 8 p), so that no other warp reads what it refills; kCopyU0
@@ -90,10 +89,13 @@ __device__ __forceinline__ void state_wg_copy(const ChunkBwdArgs& a, unsigned ch
   const int64_t t0 = w.st + kC * c, rec = chunk_slot(a, w.n, w.st, c) * a.Hv + h;
   const int r0 = tid >> 4, kv = tid & 15;
   if constexpr ((PARTS & kCopyW) != 0) {
-    const auto* wsrc = reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (kC * K)) + r0 * K + kv * 8;
+    const auto* wsrc = reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (2 * kC * K)) + r0 * K + kv * 8;
 #pragma unroll
-    for (int p = 0; p < kC / (NTH / 16); ++p)
-      cp_async<16>(&w_dst[kv >> 3][wg::swz(r0 + (NTH / 16) * p, kv & 7)], wsrc + (NTH / 16) * p * K);
+    for (int part = 0; part < 2; ++part)  // hi, lo
+#pragma unroll
+      for (int p = 0; p < kC / (NTH / 16); ++p)
+        cp_async<16>(&w_dst[2 * part + (kv >> 3)][wg::swz(r0 + (NTH / 16) * p, kv & 7)],
+                     wsrc + part * (kC * K) + (NTH / 16) * p * K);
   }
   if constexpr ((PARTS & kCopyK) != 0) {
     const int nv = int(w.len - kC * c < kC ? w.len - kC * c : kC);
@@ -238,17 +240,18 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
     chunk_detail::scale_state(sacc, en);
     wg::pin(reinterpret_cast<float(&)[2 * 4 * NJ]>(sacc));
 
-    // ---- product 1: U = U0 - W S0 (W S0_lo, then W S0_hi; k steps of 16 keys, key half at ks / 4)
+    // ---- product 1: U = U0 - W S0 (W_hi S0_lo, W_hi S0_hi, then W_lo S0_hi; k steps of 16 keys, key half at
+    // ks / 4)
     float u[NJ][4];  // written by the first wgmma (accumulate = 0)
     {
       float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
       const uint32_t wst = uint32_t(bf) * uint32_t(sizeof(typename Smem::Stage));
       wg::fence();
 #pragma unroll
-      for (int t = 0; t < 2; ++t)
+      for (int t = 0; t < 3; ++t)
 #pragma unroll
         for (int ks = 0; ks < K / 16; ++ks)
-          wg::mma_ss_n32_bf16(uv, wg::desc_at(w_lo, wst + (ks >> 2) * 8192 + (ks & 3) * 32),
+          wg::mma_ss_n32_bf16(uv, wg::desc_at(w_lo, wst + (t == 2 ? 16384 : 0) + (ks >> 2) * 8192 + (ks & 3) * 32),
                               wg::desc_at(st_lo, (t == 0 ? 8192 : 0) + (ks >> 2) * 4096 + (ks & 3) * 32), t + ks > 0);
       wg::commit();
     }
