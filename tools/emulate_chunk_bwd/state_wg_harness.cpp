@@ -182,8 +182,8 @@ int main(int argc, char** argv) {
     const double b0 = which == 12 || which == 14 || which == 16 || which == 19 ? 2.0 : 1.0;
     for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, b0 - 0.05 * kr.uniform());
   }
-  if (which == 7 || which == 8 || which == 11 || which == 13 || which == 15 ||
-      which == 17) {  // identical keys, beta = 1 (2), g = 0
+  if (which == 7 || which == 8 || which == 11 || which == 13 || which == 15 || which == 17 ||
+      which == 18) {  // identical keys, beta = 1 (2), g = 0
     for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
       for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i));
     in.beta.fill(which == 13 || which == 15 || which == 17 || which == 18 ? 2.0 : 1.0);

@@ -13,7 +13,8 @@
 //            memory); R = V - diag(ek) K S0 -> R^T hi + lo (stmatrix.trans; lo over U^T_lo) while Q S0 runs,
 //            O = diag(eq) Q S0 kept in registers
 //   phase 2  U = (A diag(beta)) R, A diag(beta) hi + lo from the record's m16n8k16 fragments as register A operands
-//            (12 wgmma: A_hi R_hi, A_lo R_hi, A_hi R_lo); (diag(dk) U)^T as hi + lo over the dead S0^T
+//            (8 wgmma: A_hi R_hi, A_lo R_hi; + 4 for A_hi R_lo where the chunk's beta exceeds 1); (diag(dk) U)^T as
+//            hi + lo over the dead S0^T
 //   phase 3  S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (16 wgmma, K^T by ldmatrix.trans
 //            of the swizzled k tile); U^T_hi, U^T_lo and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from
 //            registers), O stored; S0^T for the next chunk
@@ -578,24 +579,30 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
       const bool o_issued = has_output && c > c_begin && c - 1 < tma_o_end && o_leader;
       if (o_issued) issue_o(c - 1);
 
-      // ---- phase 2: U = (A diag(beta)) R = A_hi R_hi + A_lo R_hi + A_hi R_lo (A diag(beta) from the record)
+      // ---- phase 2: U = (A diag(beta)) R = A_hi R_hi + A_lo R_hi (+ A_hi R_lo where the chunk's beta exceeds 1: the
+      // record's header holds its largest beta; below 1 A diag(beta) does not alternate at full size and one part of
+      // R is enough, "Numerics")
       float u[NJ][4];  // written by the first wgmma (accumulate = 0)
       {
         float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
-        // the three terms in one group
         wg::fence();
 #pragma unroll
         for (int part = 0; part < 2; ++part)
 #pragma unroll
           for (int kc = 0; kc < 4; ++kc)
             wg::mma_rs_n64<BF16>(uv, af[part][kc], wg::desc_at(rt_lo, kc * 32), part + kc > 0);
-#pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(uv, af[0][kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
         wg::commit();
         // S <- en S while U runs, off the chain (the state's registers are the update's accumulators, not U's:
         // under phase 1 instead ptxas injected a wait for every product in flight there, C7517)
         scale_state(sacc, hdr[192]);
         wg::wait0();
+        if (fmaxf(hdr[193], hdr[194]) > 1.f) {  // uniform; no group in flight across the branch
+          wg::fence();
+#pragma unroll
+          for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(uv, af[0][kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
+          wg::commit();
+          wg::wait0();
+        }
       }
       // U_hi, U_lo (the B operand of P U) at U^T
       auto store_ut = [&]() {
