@@ -184,6 +184,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     // e_n = e^{gamma_{n-1}} before product 1 (for dS <- e_n dS); every other factor and operand of the step is formed
     // while product 1 runs
     const float gl = g.rows[0][nv - 1], en = expf(gl);
+    const bool w_lo_terms = beta_above_one(g.rows, lane);  // (read before a one-stage walk refills the stage)
 
     // dS <- e_n dS, pinned before product 1 (wg::pin): under product 1, ptxas waits for it before the multiplications
     // (C7517); sunk into product 2's group, the products would wait on it (C7519)
@@ -301,8 +302,6 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, wt[mb][kc], wg::desc_at(dut_lo, 4096 + kc * 32), 1);
 #pragma unroll
       for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, wt[mb][kc], wg::desc_at(dut_lo, kc * 32), 1);
-#pragma unroll
-      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, wtl[mb][kc], wg::desc_at(dut_lo, kc * 32), 1);
     }
     wg::commit();
     // one stage: refilled with chunk c - 1 now that every thread is done with it (the barrier above), under product 2
@@ -310,6 +309,17 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       if (c > w.c_begin) dstate_wg_prefetch<E, V>(a, s.stg[0], w, c - 1, h, tid);
     }
     wg::wait0();
+    if (w_lo_terms) {  // W_lo^T (-dU)_hi where the chunk's beta exceeds 1; no group in flight
+      wg::fence();
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb) {
+        float(&sv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(dacc[mb]);
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n32_bf16(sv, wtl[mb][kc], wg::desc_at(dut_lo, kc * 32), 1);
+      }
+      wg::commit();
+      wg::wait0();
+    }
     if (c > w.c_begin) put_grad(c - 1);
   }
   if (sum) {                                                          // this CTA's columns of the item's [M | N]

@@ -486,6 +486,15 @@ __device__ __forceinline__ void for_pairs(int m0, int n0, int lane, F&& f) {
     for (int e = 0; e < 4; e += 2) f(nt, e, frag_row(m0, lane, e), frag_col(n0, nt, lane, e));
 }
 
+// Whether a chunk's largest beta (the record's row 3; rows past the chunk end hold 0) exceeds 1: the wgmma chains add
+// W's lo terms only then (docs/chunk_bwd.md "Passes"). The same value in every lane of every warp.
+__device__ __forceinline__ bool beta_above_one(const float (&rows)[4][kC], int lane) {
+  float b = fmaxf(rows[3][lane], rows[3][lane + 32]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, o));
+  return b > 1.f;
+}
+
 // W's record as prep stores it, bf16 hi [64][K] then lo [64][K], into the tiles [hi, lo][64][K + 8].
 template <int K>
 __device__ __forceinline__ void copy_w(__nv_bfloat16 (&dst)[2][kC][tile_ld(K)], const uint16_t* rec, int tid) {

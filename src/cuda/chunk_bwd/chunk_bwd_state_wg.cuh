@@ -9,8 +9,9 @@
 // running state S (128 keys x 32 columns, fp32) is two m64n32 accumulators (key blocks mb) in registers for the whole
 // walk. Per chunk c (n <= 64 rows, rows past n zero in every record):
 //
-//   product 1   U = U0 - W S0:  W_hi S0_lo + W_hi S0_hi + W_lo S0_hi (24 wgmma ss, A = W [token][key] hi / lo as
-//               prep stores it, B = S0^T [value][key] hi / lo written by stmatrix.trans from the state's registers);
+//   product 1   U = U0 - W S0:  W_hi S0_lo + W_hi S0_hi (16 wgmma ss; + W_lo S0_hi, 8 more, where the chunk's beta
+//               exceeds 1), A = W [token][key] hi / lo as prep stores it, B = S0^T [value][key] hi / lo written by
+//               stmatrix.trans from the state's registers;
 //               U stored (fp32, over U0, for pass 4), diag(kb) U split into hi + lo and stored transposed
 //               (stmatrix.trans)
 //   product 2   S <- e_n S + K^T (diag(kb) U)_lo + K^T (diag(kb) U)_hi per key block (16 wgmma rs, K^T by
@@ -240,18 +241,19 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
     chunk_detail::scale_state(sacc, en);
     wg::pin(reinterpret_cast<float(&)[2 * 4 * NJ]>(sacc));
 
-    // ---- product 1: U = U0 - W S0 (W_hi S0_lo, W_hi S0_hi, then W_lo S0_hi; k steps of 16 keys, key half at
-    // ks / 4)
+    // ---- product 1: U = U0 - W S0 (W_hi S0_lo, W_hi S0_hi; k steps of 16 keys, key half at ks / 4), then W_lo S0_hi
+    // where the chunk's beta exceeds 1 (a second group after the wait)
     float u[NJ][4];  // written by the first wgmma (accumulate = 0)
+    float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
+    const uint32_t wst = uint32_t(bf) * uint32_t(sizeof(typename Smem::Stage));
+    const bool w_lo_terms = beta_above_one(g.rows, lane);
     {
-      float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
-      const uint32_t wst = uint32_t(bf) * uint32_t(sizeof(typename Smem::Stage));
       wg::fence();
 #pragma unroll
-      for (int t = 0; t < 3; ++t)
+      for (int t = 0; t < 2; ++t)
 #pragma unroll
         for (int ks = 0; ks < K / 16; ++ks)
-          wg::mma_ss_n32_bf16(uv, wg::desc_at(w_lo, wst + (t == 2 ? 16384 : 0) + (ks >> 2) * 8192 + (ks & 3) * 32),
+          wg::mma_ss_n32_bf16(uv, wg::desc_at(w_lo, wst + (ks >> 2) * 8192 + (ks & 3) * 32),
                               wg::desc_at(st_lo, (t == 0 ? 8192 : 0) + (ks >> 2) * 4096 + (ks & 3) * 32), t + ks > 0);
       wg::commit();
     }
@@ -277,6 +279,15 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
       }
     }
     wg::wait0();
+    if (w_lo_terms) {  // uniform; no group in flight across the branch
+      wg::fence();
+#pragma unroll
+      for (int ks = 0; ks < K / 16; ++ks)
+        wg::mma_ss_n32_bf16(uv, wg::desc_at(w_lo, wst + 16384 + (ks >> 2) * 8192 + (ks & 3) * 32),
+                            wg::desc_at(st_lo, (ks >> 2) * 4096 + (ks & 3) * 32), 1);
+      wg::commit();
+      wg::wait0();
+    }
     {  // U = U0 - W S0 stored (fp32, over U0); diag(kb) U as hi + lo, transposed, for product 2
       float* Ug = a.U + rec * (kC * V) + w.j0;
       float du[NJ][4];
