@@ -214,8 +214,9 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
           mma_m16n8k16<BF16>(uacc[2 * np + 1], al, b[2], b[3]);
         }
       }
+      // + A'_hi R_lo, a loop of its own (inside the one above it spilled at 128 registers)
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) {  // + A'_hi R_lo
+      for (int kc = 0; kc < 4; ++kc) {
         if (kc > rg) continue;
         const uint4 h4 = afr[(rg * (rg + 1) / 2 + kc) * 64 + lane];
         const uint32_t ah[4] = {h4.x, h4.y, h4.z, h4.w};

@@ -147,6 +147,12 @@ __device__ __forceinline__ void split_acc(const float (&d)[NJ][4], uint32_t (&x)
     }
 }
 
+// Whether a chunk's record asks for R's lo part in U = A diag(beta) R: its largest beta (the intra pass's header
+// slots 193, 194, one per 32 rows) exceeds 1 (docs/chunk_fwd.md "Numerics").
+__device__ __forceinline__ bool r_lo_terms(const float* hdr) {
+  return fmaxf(hdr[193], hdr[194]) > 1.f;
+}
+
 template <bool BF16, int NJ>
 __device__ __forceinline__ void pack_acc(const float (&d)[NJ][4], uint32_t (&x)[NJ][2]) {
 #pragma unroll
@@ -520,14 +526,15 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
       uint32_t xh[NJ][2], xl[NJ][2];
       split_acc<BF16>(d, xh, xl);
       store_transposed(rt_slice, xh, wi, lane);
-      store_transposed(ul_slice, xl, wi, lane);
-      wg::fence_async_smem();
       if constexpr (has_output) {
         const float eq0 = hdr[64 + r0], eq1 = hdr[64 + r1];
         wg::wait0();  // Q S0
 #pragma unroll
         for (int jn = 0; jn < NJ; ++jn) o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
       }
+      // R_lo only where phase 2 reads it (r_lo_terms); here no wgmma group is in flight, so the branch costs no wait
+      if (r_lo_terms(hdr)) store_transposed(ul_slice, xl, wi, lane);
+      wg::fence_async_smem();
     };
     // o of chunk c's valid rows. By TMA: staged at U^T_hi (free once every warp has waited for P U, the barrier), as
     // a 64 x 64 swizzled tile, then stored by o_leader (issue_o). Else every thread its own rows.
@@ -596,7 +603,7 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
         // under phase 1 instead ptxas injected a wait for every product in flight there, C7517)
         scale_state(sacc, hdr[192]);
         wg::wait0();
-        if (fmaxf(hdr[193], hdr[194]) > 1.f) {  // uniform; no group in flight across the branch
+        if (r_lo_terms(hdr)) {  // uniform; no group in flight across the branch
           wg::fence();
 #pragma unroll
           for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(uv, af[0][kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
