@@ -174,12 +174,23 @@ __device__ __forceinline__ void copy_record_rows(float (*dst)[kC], const float* 
   if (tid < 4 * kC / 4) cp_async<16>(&dst[tid / (kC / 4)][4 * (tid % (kC / 4))], rows + rec * kRowRec + 4 * tid);
 }
 
+// Whether a chunk's largest beta (the record's row 3; rows past the chunk end hold 0) exceeds 1: prep then forms W
+// from a three-part split of its left operand, and the wgmma chains add W's lo terms (docs/chunk_bwd.md "Passes").
+// The same value in every lane of every warp.
+__device__ __forceinline__ bool beta_above_one(const float (&rows)[4][kC], int lane) {
+  float b = fmaxf(rows[3][lane], rows[3][lane + 32]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, o));
+  return b > 1.f;
+}
+
 // ---- pass 1: prep (grid (slots, Hv)) -------------------------------------------------------------------------
 // Dead tiles are reused so that two CTAs fit an SM (<= 113 KiB at K = V = 128): q is dead after Q K^T, P after dU
 // (formed by warps 4-7 while warps 0-3 invert), L after the inversion. P is one bf16 tile (a GEMM operand that gdn-math
 // §10.2 allows in bf16; dU = P^T dO sums it against dO, no cancellation to amplify its rounding); the scaled A tiles
 // stay split (U0 feeds the chains and pass 4, where its rounding would grow in the cancelling sums when keys are
-// nearly parallel; W, formed at fp32 accuracy, is stored split as well: docs/chunk_bwd.md "Passes").
+// nearly parallel; W, formed to fp32 accuracy (its left operand in three parts where beta > 1), is stored split as
+// well: docs/chunk_bwd.md "Passes").
 template <class E, int K, int V>
 struct alignas(16) PrepSmem {
   static constexpr int LK = tile_ld(K), LV = tile_ld(V), LC = tile_ld(kC);
@@ -200,7 +211,11 @@ struct alignas(16) PrepSmem {
     } ab;
   } u2;
   __nv_bfloat16 Awl[kC][LC];  // A diag(b e^gamma rho_k), lo
-  E k[kC][LK], v[kC][LV], dO[kC][LV];
+  E k[kC][LK], v[kC][LV];
+  union {
+    E dO[kC][LV];
+    __nv_bfloat16 Awr[kC][LC];  // A diag(b e^gamma rho_k) - hi - lo (chunks with beta > 1; dO is consumed by then)
+  };
   float A[kC][kC + 1];
   float gam[kC], rq[kC], rk[kC], b[kC], wk[kC];  // adjacent, 16-byte aligned (read as float4: the record rows)
 };
@@ -386,6 +401,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   // split once (into the places of L, P and T, all consumed): A diag(b e^gamma rho_k) and A diag(b). The warps w and
   // w + 4, which take rows 16 (w % 4) .. + 16 of W and U0, split those rows (8 columns a thread, 16-byte stores) and
   // meet at a named barrier of their own, so the four row blocks go on to their products independently.
+  // beta > 1: W's left operand in three parts, hi + lo + rest (the W product below says why)
+  const bool w_rest = beta_above_one(*reinterpret_cast<const float(*)[4][kC]>(s.gam), lane);
   {
     auto* Ag = reinterpret_cast<__nv_bfloat16*>(a.A + cp.rec * (kC * kC));
     const auto put16 = [](__nv_bfloat16* p, const uint32_t(&x)[4]) {
@@ -395,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
 #pragma unroll
     for (int e = i0; e < 16 * kC / 8; e += 64) {
       const int r = m0 + (e >> 3), c0 = 8 * (e & 7);
-      uint32_t ah[4], al[4], wh[4], wl[4], bh[4], bl[4];
+      uint32_t ah[4], al[4], wh[4], wl[4], wr[4], bh[4], bl[4];
       float wk[8], bc[8];
       *reinterpret_cast<float4*>(&wk[0]) = *reinterpret_cast<const float4*>(&s.wk[c0]);
       *reinterpret_cast<float4*>(&wk[4]) = *reinterpret_cast<const float4*>(&s.wk[c0 + 4]);
@@ -406,8 +423,13 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
         const float x0 = s.A[r][c0 + 2 * i], x1 = s.A[r][c0 + 2 * i + 1];
         Split2 v = split_pair<false>(x0, x1);
         ah[i] = v.hi, al[i] = v.lo;
-        v = split_pair<false>(x0 * wk[2 * i], x1 * wk[2 * i + 1]);
+        const float y0 = x0 * wk[2 * i], y1 = x1 * wk[2 * i + 1];
+        v = split_pair<false>(y0, y1);
         wh[i] = v.hi, wl[i] = v.lo;
+        if (w_rest) {  // the rest y - hi - lo (exact in fp32), rounded: hi + lo + rest holds y to ~2^-26
+          const float2 h = chunk_detail::Elem<true>::unpack(v.hi), l = chunk_detail::Elem<true>::unpack(v.lo);
+          wr[i] = chunk_detail::Elem<true>::pack((y0 - h.x) - l.x, (y1 - h.y) - l.y);
+        }
         v = split_pair<false>(x0 * bc[2 * i], x1 * bc[2 * i + 1]);
         bh[i] = v.hi, bl[i] = v.lo;
       }
@@ -415,6 +437,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
       st_global_v4(Ag + kC * kC + r * kC + c0, al[0], al[1], al[2], al[3]);
       put16(&s.u2.ab.Awh[r][c0], wh);
       put16(&s.Awl[r][c0], wl);
+      if (w_rest) put16(&s.Awr[r][c0], wr);
       put16(&s.u2.ab.Abh[r][c0], bh);
       put16(&s.u1.Abl[r][c0], bl);
     }
@@ -434,12 +457,24 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   }
   // On the tensor cores (warp w: rows 16 (w % 4), the column half w / 4):
   //   W = (A diag(b e^gamma rho_k)) K,  U0 = (A diag(b)) V
+  // Where beta nears 2 the chunk transition e_n I - Kbar^T W is the identity on the keys' span only by cancellation.
+  // With n identical keys k (g = 0, beta = 2): A_ts = +-2 (s < t), W_t = x_t rho_k k with x = 2 A 1 = (2, -2, 2, ..),
+  // and the transition along k is 1 - lambda sum_t sum_s A_ts = (1 - lambda)^n, lambda = beta rho_k^2 |k|^2 ~ 2: each
+  // row W_t = sum_s y_ts k_s (y = A diag(b e^gamma rho_k), entries ~2 rho_k) cancels t terms down to one, and the
+  // transition cancels the rows again. A two-part split of y errs by up to 2^-17 of each entry, errors that do not
+  // cancel: the transition is then 1 + 1.1e-3 on emulation case 22's inputs, an error that both chains add up chunk
+  // after chunk (pass 2 along k in S0, pass 3 along k in dS: dv 9.7e-3 at T = 1024, 1.6e-2 at 2048, growing linearly
+  // from the last chunk). The rest y - hi - lo is exact in fp32 and its bf16 rounding leaves ~2^-26, so with it W is
+  // as good as fp32 products: the transition within 1.1e-4 of 1 (the fp32 rounding of lambda, amplified 2n times:
+  // (1 - lambda)^n ~ 1 + n (lambda - 2); W in fp32 gives the same). At beta <= 1 the transition contracts along the
+  // keys (|1 - lambda|^n) and nothing accumulates: two parts, no MMA more.
   {
     constexpr int NT = K / 16;
     float acc[NT][4] = {};
     const int n0 = (K / 2) * (warp >> 2);
     const SplitTile Aw{&s.u2.ab.Awh[0][0], &s.Awl[0][0], Sm::LC};
     warp_mma_t<false, true, kC, NT / 2, 16>(acc, Aw, in_tile(s.k), m0, n0, lane);
+    if (w_rest) warp_mma_t<false, true, kC, NT / 2, 16>(acc, in_tile(s.Awr), in_tile(s.k), m0, n0, lane);
     // W, a GEMM operand of the chains only, as bf16 hi [64][K] then lo [64][K]: one rounding is not enough where
     // beta nears 2 (docs/chunk_bwd.md "Passes": rows of W that should cancel round apart)
     store_split_frags(reinterpret_cast<__nv_bfloat16*>(a.W + cp.rec * (2 * kC * K)), kC * K, K, acc, m0, n0, lane);
@@ -484,15 +519,6 @@ __device__ __forceinline__ void for_pairs(int m0, int n0, int lane, F&& f) {
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; e += 2) f(nt, e, frag_row(m0, lane, e), frag_col(n0, nt, lane, e));
-}
-
-// Whether a chunk's largest beta (the record's row 3; rows past the chunk end hold 0) exceeds 1: the wgmma chains add
-// W's lo terms only then (docs/chunk_bwd.md "Passes"). The same value in every lane of every warp.
-__device__ __forceinline__ bool beta_above_one(const float (&rows)[4][kC], int lane) {
-  float b = fmaxf(rows[3][lane], rows[3][lane + 32]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, o));
-  return b > 1.f;
 }
 
 // W's record as prep stores it, bf16 hi [64][K] then lo [64][K], into the tiles [hi, lo][64][K + 8].
