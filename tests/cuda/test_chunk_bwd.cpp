@@ -459,6 +459,21 @@ TEST(CudaChunkBwd, BetaTwoWithParallelKeys) {
   check(b);
 }
 
+// beta = 2 with identical keys and g = 0 on a long walk: the chunk transition along the key is +-1 only through the
+// cancellation of W's entries, so any per-chunk error of W adds up linearly over the chunks in both chains (with W's
+// left operand in two bf16 parts: dv 1.6e-2, dg 2.1e-2 at T = 2048 in the host emulation, case 23). Unsplit (one
+// walk of 32 chunks, the worst case) and as the plan splits it.
+TEST(CudaChunkBwd, BetaTwoLongWalk) {
+  REQUIRE_GPU();
+  for (int32_t P : {1, 0}) {
+    BwdCase b =
+        bcase(P == 1 ? "beta2_identical_keys_t2048_unsplit" : "beta2_identical_keys_t2048", 1, 2048, 1, 2, 128, 128);
+    b.special = 5;
+    b.segments = P;
+    check(b);
+  }
+}
+
 // The chains' segment split (gdn-math §6), forced through exec.chunk_bwd_segments: against the oracle, and against
 // the unsplit chains (P = 1) of the same inputs, which it equals up to fp32 rounding (the summaries' products and
 // the scan re-associate the chain's sums): dh0 within 1e-3, dg and dbeta within 2e-3, the 16-bit dq, dk, dv within

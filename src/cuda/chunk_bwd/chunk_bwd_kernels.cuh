@@ -110,13 +110,14 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int lane) {
 }
 
 // A warp's accumulator tiles (rows m0, columns n0 .., NT even) split into bf16 hi + lo (lo = the rounding error,
-// rounded) into the row-major tiles x (hi) and x + lo_off (lo) [.][ld] in global memory, 16 bytes a lane: of the
+// rounded) into the row-major tiles x (hi) and x + lo_off (lo; only where `lo`, a warp-uniform flag) [.][ld] in
+// global memory, 16 bytes a lane: of the
 // tiles (2p, 2p + 1), a quad's four 16-byte row segments (row g + 8 (s / 2), tile 2p + s % 2; each lane holds one
 // 32-bit word of each) are transposed within the quad (quad_transpose), so that lane t stores segment t whole (a
 // warp's store: 16 rows of 32 contiguous bytes).
 template <int NT>
 __device__ __forceinline__ void store_split_frags(__nv_bfloat16* x, int64_t lo_off, int ld, const float (&d)[NT][4],
-                                                  int m0, int n0, int lane) {
+                                                  int m0, int n0, int lane, bool lo) {
   static_assert(NT % 2 == 0, "tile pairs");
   const int o = frag_row(m0, lane, lane & 2) * ld + n0 + 8 * (lane & 1);
 #pragma unroll
@@ -131,7 +132,7 @@ __device__ __forceinline__ void store_split_frags(__nv_bfloat16* x, int64_t lo_o
     quad_transpose(xh, lane);
     quad_transpose(xl, lane);
     st_global_v4(x + o + 16 * p, xh[0], xh[1], xh[2], xh[3]);
-    st_global_v4(x + lo_off + o + 16 * p, xl[0], xl[1], xl[2], xl[3]);
+    if (lo) st_global_v4(x + lo_off + o + 16 * p, xl[0], xl[1], xl[2], xl[3]);
   }
 }
 
@@ -476,8 +477,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
     warp_mma_t<false, true, kC, NT / 2, 16>(acc, Aw, in_tile(s.k), m0, n0, lane);
     if (w_rest) warp_mma_t<false, true, kC, NT / 2, 16>(acc, in_tile(s.Awr), in_tile(s.k), m0, n0, lane);
     // W, a GEMM operand of the chains only, as bf16 hi [64][K] then lo [64][K]: one rounding is not enough where
-    // beta nears 2 (docs/chunk_bwd.md "Passes": rows of W that should cancel round apart)
-    store_split_frags(reinterpret_cast<__nv_bfloat16*>(a.W + cp.rec * (2 * kC * K)), kC * K, K, acc, m0, n0, lane);
+    // beta nears 2 (docs/chunk_bwd.md "Passes": rows of W that should cancel round apart). The wgmma chains read lo
+    // only where beta exceeds 1, so with both chains on wgmma lo is stored only there (16 KiB less per record).
+    store_split_frags(reinterpret_cast<__nv_bfloat16*>(a.W + cp.rec * (2 * kC * K)), kC * K, K, acc, m0, n0, lane,
+                      w_rest || !(a.state_wg && a.dstate_wg));
   }
   {
     constexpr int NT = V / 16;
