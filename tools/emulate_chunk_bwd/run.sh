@@ -6,7 +6,7 @@
 # (recurrent_harness.cpp).
 # Usage: bash tools/emulate_chunk_bwd/run.sh [--tsan] [build dir with a CPU libflashgdn_static.a, default build-cpu]
 #   [cases]
-# (cases: numbers 0-23 for chunk_bwd, i0-i4 for the intra-chunk kernel, w0-w19 for the prefill, default all; 7-9 and
+# (cases: numbers 0-23 for chunk_bwd, i0-i4 for the intra-chunk kernel, w0-w28 for the prefill, default all; 7-9 and
 # 11 force the chains' segment split, 10 nearly parallel keys, 11-15 K = V = 128 bf16, 13-15 the GPU test's inputs:
 # 13 identical keys with beta = 1, g = 0, 14 g = -30, 15 a T = 500 Hv = 8 gated walk; 16, 17 beta = 2 with nearly
 # parallel / identical keys (K = V = 128 bf16, five chunks), 18, 19 the same with the chains' split forced,
@@ -19,7 +19,9 @@
 # against plain products, w6 nearly parallel keys, w7 identical keys with a full last chunk, w8 the same with the
 # split forced, w9-w11 K = V = 64 on the mma.sync state pass (bf16 GQA 2, w6's and w7's inputs), w12, w13 beta near 2
 # with w6's keys / beta = 2 with identical keys (five chunks), w14, w15 the same at K = V = 64 (mma.sync), w16, w17 w12, w13 with the split forced, w18 w13 in fp16,
-# w19 w12 at K = 128, V = 64; r0-r9 for the
+# w19 w12 at K = 128, V = 64, w20, w21 w13 on one walk of 16 / 32 chunks (T = 1024 / 2048, Hv = 1), w22, w23 the same
+# with the split forced, w24, w25 the same at K = V = 64 (mma.sync), w26-w28 w21, w23, w25 with beta = 1.999 (A
+# diag(beta)'s third part: docs/chunk_fwd.md "Numerics"; w20-w28 not in the default list, ~10 s each); r0-r9 for the
 # recurrent wy kernel on multi-token rows, K-major pool, 1-D slots, commit, GQA 2, K = V = 128: r0 bf16 T = 12 N = 3,
 # r1 varlen {12, 0, 1, 17, 33} with an invalid slot and the fused gate, r2 a bf16 pool, r3 fp16 activations, r4 K =
 # 64, r5 r1 on 16-column tiles, r6 one row of 160 tokens, r7 an f16 pool, r8 2-D slots with num_accepted_tokens and

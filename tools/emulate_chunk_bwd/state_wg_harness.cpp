@@ -5,7 +5,7 @@
 // inputs with NaN-poisoned outputs and NaN slack rows. Bounds: gdn-math §10.3 as the GPU suite holds them
 // (tests/cuda/test_chunk_fwd.cpp): relative Frobenius error <= 5e-3 for o and hT, 1e-2 for the worst head. Built with
 // -fsanitize=thread (run.sh --tsan), ThreadSanitizer reports every pair of shared-memory accesses that no barrier,
-// mbarrier phase or async wait orders. Usage: state_wg_harness <case 0-19> (0: bf16, T = 200 (a partial last chunk),
+// mbarrier phase or async wait orders. Usage: state_wg_harness <case 0-28> (0: bf16, T = 200 (a partial last chunk),
 // GQA 2, h0; 1: varlen 70, 0, 130 with slack rows (the cp.async path inside the tensor, TMA at its end), fused gate; 2:
 // the split forced, 3 segments, strong decay (every summary a decay window); 3: the split forced, weak decay (full [M |
 // N] summaries), varlen; 4: fp16, v-major state, checkpoints; 5: the wgmma model alone, every form against a plain
@@ -17,7 +17,11 @@
 // (mma.sync); 11: case 7 at K = V = 64, T = 64 (mma.sync); 12, 13: allow_neg_eigval's extreme, beta in [1.95, 2] with
 // case 6's nearly parallel keys / beta = 2 with identical keys, g = 0, five chunks: a chunk transition with an
 // eigenvalue near -1, so nothing contracts the chain's roundings); 14, 15: 12 and 13 at K = V = 64 (mma.sync); 16,
-// 17: 12 and 13 with the split forced (3 segments); 18: 13 in fp16; 19: 12 at K = 128, V = 64 (mma.sync))
+// 17: 12 and 13 with the split forced (3 segments); 18: 13 in fp16; 19: 12 at K = 128, V = 64 (mma.sync); 20, 21: 13
+// on one long walk, T = 1024 / 2048, Hv = 1; 22, 23: the same with the split forced; 24, 25: the same at K = V = 64
+// (mma.sync); 26-28: 21, 23, 25 with beta = 1.999: A diag(beta)'s entries are then not powers of two (at beta = 2 its
+// two 16-bit parts hold them exactly), so its rest matters: the chunk transition along the key is 1 only by
+// cancellation, and A diag(beta) in two parts drifted the state along the key, linearly in the chunks)
 #include "emu.hpp"
 
 // The kernels see the emulation above.
@@ -168,11 +172,14 @@ int main(int argc, char** argv) {
   if (which == 10) c.T = 256, c.g_scale = 0.01, c.K = 64, c.V = 64;    // case 6 on the mma.sync state pass
   if (which == 11) c.T = 64, c.Hqk = 2, c.Hv = 4, c.K = 64, c.V = 64;  // case 7 there (identical_keys_t64_k64)
   if (which >= 12 && which <= 19) c.T = 320, c.g_scale = 0.01;
-  if (which == 16 || which == 17) segments = 3;  // 12 and 13 with the split forced (full summaries: weak decay)
-  if (which == 18) c.dtype = DType::f16;         // 13 in fp16 (R's split in fp16 parts)
-  if (which == 19) c.V = 64;                     // 12 at K = 128, V = 64 (the mma.sync pass, one half)
-  if (which == 14 || which == 15) c.K = 64, c.V = 64;
-  const bool mma_pass = (which >= 9 && which <= 11) || which == 14 || which == 15 || which == 19;
+  if (which >= 20) c.T = which >= 26 || which % 2 ? 2048 : 1024, c.Hv = 1;  // one long walk
+  // 12 and 13 with the split forced (full summaries: weak decay); 22, 23 and 27 the long walks with it
+  if (which == 16 || which == 17 || which == 22 || which == 23 || which == 27) segments = 3;
+  if (which == 18) c.dtype = DType::f16;  // 13 in fp16 (R's split in fp16 parts)
+  if (which == 19) c.V = 64;              // 12 at K = 128, V = 64 (the mma.sync pass, one half)
+  if (which == 14 || which == 15 || which == 24 || which == 25 || which == 28) c.K = 64, c.V = 64;
+  const bool mma_pass = (which >= 9 && which <= 11) || which == 14 || which == 15 || which == 19 ||
+                        (which >= 24 && which != 26 && which != 27);
   GdnInputs in = make_inputs(c);
   // k_t = k_0 + 0.05 noise per q/k head (k_0: the head's first key; the op normalizes), beta near 1
   if (which == 6 || which == 10 || which == 12 || which == 14 || which == 16 || which == 19) {
@@ -182,11 +189,11 @@ int main(int argc, char** argv) {
     const double b0 = which == 12 || which == 14 || which == 16 || which == 19 ? 2.0 : 1.0;
     for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, b0 - 0.05 * kr.uniform());
   }
-  if (which == 7 || which == 8 || which == 11 || which == 13 || which == 15 || which == 17 ||
-      which == 18) {  // identical keys, beta = 1 (2), g = 0
+  const bool beta2 = which == 13 || which == 15 || which == 17 || which == 18 || which >= 20;
+  if (which == 7 || which == 8 || which == 11 || beta2) {  // identical keys, beta = 1 (2, 1.999), g = 0
     for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
       for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i));
-    in.beta.fill(which == 13 || which == 15 || which == 17 || which == 18 ? 2.0 : 1.0);
+    in.beta.fill(which >= 26 ? 1.999 : beta2 ? 2.0 : 1.0);
     in.g.fill(0.0);
   }
   Rng rng(91);

@@ -15,17 +15,23 @@
 
 namespace flashgdn::cuda {
 
-// One record per (chunk slot, value head), written by the intra-chunk pass and read by the state pass (21 KB):
+// One record per (chunk slot, value head), written by the intra-chunk pass and read by the state pass (26 KB):
 //   float hdr[256]   [0, 64) ek_r = rho_k,r e^{gamma_r}; [64, 128) eq_r = scale rho_q,r e^{gamma_r};
-//                    [128, 192) dk_s = rho_k,s e^{gamma_n - gamma_s}; [192] en = e^{gamma_n}
+//                    [128, 192) dk_s = rho_k,s e^{gamma_n - gamma_s}; [192] en = e^{gamma_n}; [193], [194] the
+//                    largest beta of rows 0-31, 32-63
 //                    (rho: the l2-norm factors of the q and k rows, 1 without l2norm; gamma_n at row 63)
 //   uint4 a[10][2][32]   A diag(beta) as 16-bit m16n8k16 A fragments, hi ([0]) and lo ([1]) parts, one uint4 per
 //                        lane, of the ten causal 16x16 blocks (i, j), i >= j, block index i (i + 1) / 2 + j
 //   uint4 p[10][2][32]   P = scale diag(rho_q) (QK^T (.) D) diag(rho_k) (diagonal included), the same way
+//   uint4 r[10][32]      A diag(beta) - hi - lo rounded to 16 bits (its rest, the third part), the same way; written
+//                        and read only where the chunk's largest beta exceeds 1 (docs/chunk_fwd.md "Numerics")
+// The state passes copy the first kRecCopyBytes (header, A, P) and read the rest from global memory where needed.
 inline constexpr int64_t kRecHdrBytes = 1024;
 inline constexpr int64_t kRecBlockBytes = 1024;
 inline constexpr int64_t kRecABytes = 10 * kRecBlockBytes;
-inline constexpr int64_t kRecBytes = kRecHdrBytes + 2 * kRecABytes;
+inline constexpr int64_t kRecCopyBytes = kRecHdrBytes + 2 * kRecABytes;
+inline constexpr int64_t kRecRestBlockBytes = 512;
+inline constexpr int64_t kRecBytes = kRecCopyBytes + 10 * kRecRestBlockBytes;
 
 // ---- the decay window of a segment summary (gdn-math §6.1; docs/chunk_fwd.md "Decay window") ----------------
 // Segment j covers chunks [a, b). For any chunk c in [a, b], S(b) = Phi(c -> b) S(c) + N(c -> b), with N(c -> b)

@@ -1,14 +1,15 @@
 // The intra-chunk pass of the two-pass prefill (gdn-math §5.2-§5.4): the state-independent part of every chunk,
 // for all chunks and heads at once (grid = record slots x Hqk, 4 warps, 52.5 KiB shared memory, 4 CTAs per SM, at
 // most 128 registers; the value heads of a GQA group share one CTA and its K K^T, Q K^T products). Per (chunk, value
-// head h) it writes one record (chunk_fwd.hpp, kRecBytes = 21 KB) that the state pass (chunk_fwd_state.cuh) reads
+// head h) it writes one record (chunk_fwd.hpp, kRecBytes = 26 KB) that the state pass (chunk_fwd_state.cuh) reads
 // instead of recomputing it on its critical path:
 //
 //   gamma = cumsum(g) (gate fused: g = -exp(A_log) softplus(a + dt_bias)), beta (sigmoid fused)
 //   rho_q, rho_k = 1 / sqrt(|x|^2 + 1e-6) per row (l2norm; 1 without), applied as row scalings in fp32
 //   L = strictlower(diag(beta) (diag(rho_k) K K^T diag(rho_k) (.) D))       D_rs = exp(gamma_r - gamma_s), r > s
 //   A = (I + L)^-1 (fp32: forward substitution on the diagonal blocks, 3xTF32 block merges; §5.7)
-//   A diag(beta)                               -> 16-bit hi + lo A fragments (the operand of U = A diag(b) R)
+//   A diag(beta)                               -> 16-bit hi + lo A fragments (the operand of U = A diag(b) R), + its
+//                                                 rest where the chunk's beta exceeds 1
 //   P = scale diag(rho_q) (Q K^T (.) D) diag(rho_k), s <= r  -> 16-bit hi + lo A fragments (the operand of P U)
 //   ek = rho_k e^gamma, eq = scale rho_q e^gamma, dk = rho_k e^{gamma_n - gamma}, en = e^{gamma_n}
 //
@@ -21,8 +22,8 @@
 // compile-time block positions without branches (one MUFU ex2 per entry, shared by the L and P blocks at the same
 // position, the masked diagonal entries selected away); each warp's five product blocks share four operand tiles per
 // k-step; each warp inverts the diagonal block of L it built; every block of A leaves for the record as soon as it is
-// final. Three CTA barriers and one of warps 2, 3 per value head. Measured cost: docs/chunk_fwd.md ("Intra-chunk
-// pass").
+// final. Three CTA barriers and one of warps 2, 3 per value head (one more where the chunk's beta exceeds 1). Measured
+// cost: docs/chunk_fwd.md ("Intra-chunk pass").
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -49,6 +50,7 @@ struct IntraSmem {
   float gam[2][kC], beta[2][kC];  // gamma, beta of value head j of the group in [j % 2]: the next head's are formed
                                   // while this head's are still read
   float rq[kC], rk[kC];
+  float bmax[2][2];  // the largest beta of rows 0-31, 32-63 of value head j in [j % 2] (the header's slots 193, 194)
 };
 
 // Store a 16x16 block given as two m16n8 C fragments c[2][4] (this lane's part) as 16-bit hi + lo A fragments.
@@ -64,6 +66,22 @@ __device__ __forceinline__ void store_afrag(uint4* dst, const float (&c)[2][4], 
   }
   dst[lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
   dst[32 + lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+}
+
+// Store the third part of a 16x16 block given as two m16n8 C fragments c[2][4] (this lane's part): c - hi - lo
+// (exact in fp32; hi, lo as store_afrag rounds them) rounded to 16 bits, one uint4 per lane.
+template <class P>
+__device__ __forceinline__ void store_arest(uint4* dst, const float (&c)[2][4], int lane) {
+  uint32_t re[4];
+#pragma unroll
+  for (int q2 = 0; q2 < 4; ++q2) {
+    const int n2 = q2 >> 1, e0 = (q2 & 1) * 2;
+    const float2 f = P::unpack(P::pack(c[n2][e0], c[n2][e0 + 1]));
+    const float r0 = c[n2][e0] - f.x, r1 = c[n2][e0 + 1] - f.y;
+    const float2 l = P::unpack(P::pack(r0, r1));
+    re[q2] = P::pack(r0 - l.x, r1 - l.y);
+  }
+  dst[lane] = make_uint4(re[0], re[1], re[2], re[3]);
 }
 
 // Causal 16x16 block idx (0..9, order (0,0) (1,0) (1,1) (2,0) ...) -> (i, j), i >= j.
@@ -590,7 +608,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       float bm = bet[r];
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, o));
-      if ((r & 31) == 0) hdr[193 + (r >> 5)] = bm;
+      if ((r & 31) == 0) hdr[193 + (r >> 5)] = bm, sm.bmax[j & 1][r >> 5] = bm;
     }
     // ---- L_rs = beta_r kk_rs exp(gamma_r - gamma_s), s < r, into shared memory (fp32); P_rs = qk_rs exp(gamma_r -
     // gamma_s), s <= r (diagonal included: the output reads the post-update state), to the record as fragments.
@@ -640,7 +658,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       };
       // A diag(beta) of causal block idx as hi + lo fragments to the record, from C fragments (sgn c: the block) or
       // from A in shared memory (c null)
-      const auto emit = [&](int idx, const float(*c)[4], float sgn) {
+      const auto emit = [&](int idx, const float(*c)[4], float sgn, bool rest = false) {
         int bi, bj;
         causal_block(idx, &bi, &bj);
         float cf[2][4];
@@ -656,8 +674,18 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
             cf[nt][2 * hf + 1] = av.y * bs.y;
           }
         }
-        store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
+        if (rest)
+          store_arest<P>(reinterpret_cast<uint4*>(rec + kRecCopyBytes + idx * kRecRestBlockBytes), cf, lane);
+        else
+          store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
       };
+      // Where the chunk's largest beta exceeds 1 (the header's condition; the same value in every thread) A diag(beta)
+      // also goes to the record as a third part, c - hi - lo: there the chunk transition along the keys is near +-1
+      // only by cancellation and the state pass's U = A diag(beta) R needs A diag(beta) to ~2^-24 (docs/chunk_fwd.md
+      // "Numerics"). The lower-left blocks that no product reads are then put into A in shared memory as well, and
+      // after round 3 the warps emit the rests from there (formed at the emits above, beside the merges' fragments,
+      // the pass spilled at 128 registers).
+      const auto a_rest = [&] { return fmaxf(sm.bmax[j & 1][0], sm.bmax[j & 1][1]) > 1.f; };
       // round 1
       zero(acc);
       if (w < 2) {  // A_(2w+1),(2w) = -A_ii (L_ij A_jj), W_(2w+2) as the warp's scratch (written in round 2)
@@ -684,6 +712,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
         if (bi == 3) mma16_f32<false>(acc, Ab(3, 2), LDF, W[2 - 2 * bj], LDT, g8, t4);
         mma16_f32<false>(acc, Ab(bi, bi), LDF, W[bi - 2 * bj], LDT, g8, t4);
         emit(bi * (bi + 1) / 2 + bj, acc, -1.f);
+        if (a_rest()) put(Ab(bi, bj), LDF, acc, -1.f);
       };
       // round 2
       zero(acc);
@@ -706,6 +735,10 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
         if (w == 0 && j + 1 < a.group) gate_step(j + 1);  // buffer (j + 1) % 2: its last reader was head j - 1
       } else {
         lower_left(w, 0);
+      }
+      if (a_rest()) {     // uniform over the CTA
+        __syncthreads();  // A complete in shared memory
+        for (int idx = w; idx < 10; idx += 4) emit(idx, nullptr, 1.f, true);
       }
     }
     __syncthreads();  // the next head rewrites gamma, beta, L and A

@@ -6,7 +6,8 @@
 // state rows rg K / 4 .. of those columns in fp32 registers for the whole walk. Per chunk, three barriers:
 //
 //   phase 1  R = V - diag(ek) (K S0),  O = diag(eq) (Q S0)        (S0: the bf16 copy of the state in shared memory)
-//   phase 2  U = (A diag(beta)) R                                   (A diag(beta) and R as hi + lo, U kept as hi + lo)
+//   phase 2  U = (A diag(beta)) R                                   (A diag(beta) and R as hi + lo, + A's rest where
+//                                                                   beta exceeds 1; U kept as hi + lo)
 //   phase 3  O += P U, stored;  S <- en S + K^T (diag(dk) U)        (diag(dk) U as hi + lo; fp32 accumulation)
 //
 // with ek = rho_k e^gamma, eq = scale rho_q e^gamma, dk = rho_k e^{gamma_n - gamma}, en = e^{gamma_n} from the
@@ -16,10 +17,11 @@
 //
 // Work per chunk and 64-column tile: K S0 and Q S0 2 x 64 x K x 64 x 2, U 64 x 64 x 64 x 2 x 3 (hi + lo terms, causal
 // half), P U x 3 (causal half), the update K x 64 x 64 x 2 x 2 (hi + lo): ~6.8 MFLOP at K = 128 of mma.sync m16n8k16 on
-// the chain. Bytes per chunk and head: q, k 2 x 16 KB, v 16 KB, the record 21 KB (11 KB in the summary), o 16 KB.
-// Cost (H200, both 64-column tiles, K = 128): ~6.3 us per chunk; the tensor pipe 12% busy, the shared-memory pipe
-// 55-60% (Nsight Compute): bound by the ldmatrix traffic of the per-warp operand reloads, which wgmma reads once per
-// warpgroup, hence chunk_fwd_state_wg.cuh where K = V = 128; this pass runs where K or V is 64.
+// the chain. Bytes per chunk and head: q, k 2 x 16 KB, v 16 KB, the record 21 KB (11 KB in the summary; A's rest, 5 KB,
+// only where beta exceeds 1), o 16 KB. Cost (H200, both 64-column tiles, K = 128): ~6.3 us per chunk; the tensor pipe
+// 12% busy, the shared-memory pipe 55-60% (Nsight Compute): bound by the ldmatrix traffic of the per-warp operand
+// reloads, which wgmma reads once per warpgroup, hence chunk_fwd_state_wg.cuh where K = V = 128; this pass runs where K
+// or V is 64.
 #pragma once
 
 #include "cuda/chunk_fwd/chunk_fwd_common.cuh"
@@ -30,7 +32,7 @@ template <int K, class E, int NH>
 struct StateSmem {
   static constexpr int LDQ = K + 8;    // padded rows: conflict-free ldmatrix
   static constexpr int LDV = kBV + 8;  // padded rows: conflict-free ldmatrix.trans
-  static constexpr int RECW = static_cast<int>(kRecBytes / 4);
+  static constexpr int RECW = static_cast<int>(kRecCopyBytes / 4);
   E q[2][kC * LDQ];       // [buffer][token][K]
   E k[2][kC * LDQ];       // [buffer][token][K]
   uint32_t rec[2][RECW];  // [buffer] the chunk's record (header | A diag(beta) | P)
@@ -96,7 +98,7 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
   auto issue = [&](int64_t ck, int bf) {
     const int64_t nv = len - ck * kC;
     const int64_t tok = t0 + ck * kC;
-    copy_record<NTH>(a, n, t0, ck, h, sm.rec[bf], has_output ? kRecBytes : kRecHdrBytes + kRecABytes, tid);
+    copy_record<NTH>(a, n, t0, ck, h, sm.rec[bf], has_output ? kRecCopyBytes : kRecHdrBytes + kRecABytes, tid);
     constexpr int VPR = K / 8, RPP = NTH / VPR, NP = kC / RPP;
     const int lrow = tid / VPR, lvec = tid % VPR;
 #pragma unroll
@@ -227,6 +229,27 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
                     &sm.rl[hf][(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
           mma_m16n8k16<BF16>(uacc[2 * np], ah, b[0], b[1]);
           mma_m16n8k16<BF16>(uacc[2 * np + 1], ah, b[2], b[3]);
+        }
+      }
+      // + A'_rest R_hi where the chunk's largest beta exceeds 1 (uniform), A' = A diag(beta): the chunk transition
+      // along the keys, 1 - lambda sum_t sum_s A_ts = (1 - lambda)^n for n identical unit keys (lambda = beta), is
+      // near +-1 there only by cancellation of entries ~ +-2, and A' in two parts errs by up to 2^-17 an entry, the
+      // same errors in every chunk of such keys, so the state drifted along them (docs/chunk_fwd.md "Numerics"). The
+      // rest A' - hi - lo (the record's third part, from global memory) holds A' to ~2^-24.
+      if (fmaxf(hdr[193], hdr[194]) > 1.f) {
+        const uint4* rfr =
+            reinterpret_cast<const uint4*>(a.rec + (chunk_slot(a, n, t0, c) * a.Hv + h) * kRecBytes + kRecCopyBytes);
+#pragma unroll 1
+        for (int kc = 0; kc <= rg; ++kc) {  // a loop, not unrolled: unrolled it spilled at 128 registers
+          const uint4 r4 = rfr[(rg * (rg + 1) / 2 + kc) * 32 + lane];
+          const uint32_t ar[4] = {r4.x, r4.y, r4.z, r4.w};
+#pragma unroll
+          for (int np = 0; np < NP2; ++np) {
+            uint32_t b[4];
+            ldsm_x4_t(b, &vt[(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
+            mma_m16n8k16<BF16>(uacc[2 * np], ar, b[0], b[1]);
+            mma_m16n8k16<BF16>(uacc[2 * np + 1], ar, b[2], b[3]);
+          }
         }
       }
       const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];

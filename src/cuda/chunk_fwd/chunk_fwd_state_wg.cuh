@@ -13,8 +13,8 @@
 //            memory); R = V - diag(ek) K S0 -> R^T hi + lo (stmatrix.trans; lo over U^T_lo) while Q S0 runs,
 //            O = diag(eq) Q S0 kept in registers
 //   phase 2  U = (A diag(beta)) R, A diag(beta) hi + lo from the record's m16n8k16 fragments as register A operands
-//            (8 wgmma: A_hi R_hi, A_lo R_hi; + 4 for A_hi R_lo where the chunk's beta exceeds 1); (diag(dk) U)^T as
-//            hi + lo over the dead S0^T
+//            (8 wgmma: A_hi R_hi, A_lo R_hi; + 8 for A_hi R_lo, A_rest R_hi where the chunk's beta exceeds 1);
+//            (diag(dk) U)^T as hi + lo over the dead S0^T
 //   phase 3  S <- en S + K^T (diag(dk) U)_hi + K^T (diag(dk) U)_lo per key block (16 wgmma, K^T by ldmatrix.trans
 //            of the swizzled k tile); U^T_hi, U^T_lo and O += P_hi U_hi + P_hi U_lo + P_lo U_hi (12 wgmma, P from
 //            registers), O stored; S0^T for the next chunk
@@ -37,15 +37,15 @@
 namespace flashgdn::cuda::chunk_detail {
 
 struct StateWgSmem {
-  unsigned char q[2][2][8192];     // [buffer][key half][64 tokens x 64 keys], swizzled
-  unsigned char k[2][2][8192];     // [buffer][key half][64 tokens x 64 keys], swizzled
-  unsigned char v[2][2][8192];     // [buffer][value half][64 tokens x 64 values], swizzled
-  unsigned char st[2][2][8192];    // [value half][key half][64 values x 64 keys]: S0^T (16-bit, gdn-math §10.2)
-  unsigned char rt[2][8192];       // [value half][64 values x 64 tokens]: R^T
-  unsigned char ut[2][2][8192];    // [value half][hi, lo][64 values x 64 tokens]: U^T
-  uint32_t rec[2][kRecBytes / 4];  // [buffer] the chunk's record (header | A diag(beta) | P)
-  uint64_t full[2];                // [buffer] its tiles landed: one arrival per thread (+ the TMA bytes)
-  uint64_t empty[2];               // [buffer] every thread is done reading it: one arrival per thread
+  unsigned char q[2][2][8192];         // [buffer][key half][64 tokens x 64 keys], swizzled
+  unsigned char k[2][2][8192];         // [buffer][key half][64 tokens x 64 keys], swizzled
+  unsigned char v[2][2][8192];         // [buffer][value half][64 tokens x 64 values], swizzled
+  unsigned char st[2][2][8192];        // [value half][key half][64 values x 64 keys]: S0^T (16-bit, gdn-math §10.2)
+  unsigned char rt[2][8192];           // [value half][64 values x 64 tokens]: R^T
+  unsigned char ut[2][2][8192];        // [value half][hi, lo][64 values x 64 tokens]: U^T
+  uint32_t rec[2][kRecCopyBytes / 4];  // [buffer] the chunk's record (header | A diag(beta) | P; not A's rest)
+  uint64_t full[2];                    // [buffer] its tiles landed: one arrival per thread (+ the TMA bytes)
+  uint64_t empty[2];                   // [buffer] every thread is done reading it: one arrival per thread
 };
 
 // The tensor maps of the q, k and v tiles (ChunkStateMaps, chunk_fwd.hpp: boxes of 64 tokens x 64 elements of one
@@ -147,8 +147,8 @@ __device__ __forceinline__ void split_acc(const float (&d)[NJ][4], uint32_t (&x)
     }
 }
 
-// Whether a chunk's record asks for R's lo part in U = A diag(beta) R: its largest beta (the intra pass's header
-// slots 193, 194, one per 32 rows) exceeds 1 (docs/chunk_fwd.md "Numerics").
+// Whether a chunk's record asks for R's lo part and A diag(beta)'s rest (third part) in U = A diag(beta) R: its largest
+// beta (the intra pass's header slots 193, 194, one per 32 rows) exceeds 1 (docs/chunk_fwd.md "Numerics").
 __device__ __forceinline__ bool r_lo_terms(const float* hdr) {
   return fmaxf(hdr[193], hdr[194]) > 1.f;
 }
@@ -174,12 +174,13 @@ __device__ __forceinline__ void scale_state(float (&sacc)[2][NJ][4], float en) {
 }
 
 // The m16n8k16 A fragments of this warp's row block wi of a causal 64 x 64 record matrix (fr: the hi part, fr + 32:
-// the lo part), k-steps kc > wi zero.
+// the lo part; BS = 64 uint4 a block; the rest, one part: BS = 32), k-steps kc > wi zero.
+template <int BS = 64>
 __device__ __forceinline__ void load_causal_frags(const uint4* fr, int wi, int lane, uint32_t (&f)[4][4]) {
 #pragma unroll
   for (int kc = 0; kc < 4; ++kc) {
     uint4 x = make_uint4(0, 0, 0, 0);
-    if (kc <= wi) x = fr[(wi * (wi + 1) / 2 + kc) * 64 + lane];
+    if (kc <= wi) x = fr[(wi * (wi + 1) / 2 + kc) * BS + lane];
     f[kc][0] = x.x, f[kc][1] = x.y, f[kc][2] = x.z, f[kc][3] = x.w;
   }
 }
@@ -269,7 +270,7 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   // for the whole walk, so a chunk's source addresses are its first row plus fixed steps (a 64-bit add per copy, no
   // multiply); rows at or past nv read the chunk's first row (always valid) and land as zeros.
   const int kr0 = tid >> 4, kv = tid & 15, vr0 = (tid & (HTH - 1)) >> 3, vv = tid & 7;
-  constexpr int kRecVec = static_cast<int>((has_output ? kRecBytes : kRecHdrBytes + kRecABytes) / 16);
+  constexpr int kRecVec = static_cast<int>((has_output ? kRecCopyBytes : kRecHdrBytes + kRecABytes) / 16);
   const int64_t kstep = (NTH / 16) * a.k_st, qstep = (NTH / 16) * a.q_st, vstep = (HTH / 8) * a.v_st;
   // chunks [c_begin, tma_end) go by TMA: the full ones, and a partial last one where the sequence ends the tensor
   const int64_t tma_end = !maps.on ? 0 : t0 + len == a.T ? c_end : len / kC;
@@ -586,9 +587,9 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
       const bool o_issued = has_output && c > c_begin && c - 1 < tma_o_end && o_leader;
       if (o_issued) issue_o(c - 1);
 
-      // ---- phase 2: U = (A diag(beta)) R = A_hi R_hi + A_lo R_hi (+ A_hi R_lo where the chunk's beta exceeds 1: the
-      // record's header holds its largest beta; below 1 A diag(beta) does not alternate at full size and one part of
-      // R is enough, "Numerics")
+      // ---- phase 2: U = (A diag(beta)) R = A_hi R_hi + A_lo R_hi (+ A_hi R_lo + A_rest R_hi where the chunk's beta
+      // exceeds 1: the record's header holds its largest beta; below 1 A diag(beta) does not alternate at full size,
+      // |1 - lambda|^n contracts the chain, and one part of R and two of A are enough, "Numerics")
       float u[NJ][4];  // written by the first wgmma (accumulate = 0)
       {
         float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
@@ -604,9 +605,20 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
         scale_state(sacc, hdr[192]);
         wg::wait0();
         if (r_lo_terms(hdr)) {  // uniform; no group in flight across the branch
+          // A' = A diag(beta) needs its third part here: with n identical unit keys the chunk transition along the
+          // key is 1 - lambda sum_t sum_s A_ts = (1 - lambda)^n (lambda = beta), near +-1 at beta ~ 2 only by
+          // cancellation of entries ~ +-2, and A' in two parts errs by up to 2^-17 an entry, the same errors in every
+          // chunk of such keys, so the state drifted along them (docs/chunk_fwd.md "Numerics"). The rest A' - hi - lo
+          // (the record's third part, from global memory into lo's registers, dead once the group above is waited)
+          // holds A' to ~2^-24.
+          load_causal_frags<32>(
+              reinterpret_cast<const uint4*>(a.rec + (chunk_slot(a, n, t0, c) * a.Hv + h) * kRecBytes + kRecCopyBytes),
+              wi, lane, af[1]);
           wg::fence();
 #pragma unroll
           for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(uv, af[0][kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
+#pragma unroll
+          for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(uv, af[1][kc], wg::desc_at(rt_lo, kc * 32), 1);
           wg::commit();
           wg::wait0();
         }
