@@ -36,7 +36,8 @@ struct BwdCase {
   bool neg_eig = false;
   int64_t slack = 0;        // varlen: extra rows past cu[N]
   int special = 0;          // 1: identical keys, beta = 1, g = 0; 2: g = -30; 3: nearly parallel keys, beta = 1, g = 0;
-                            // 4: nearly parallel keys, beta = 2, weak decay; 5: identical keys, beta = 2, g = 0
+                            // 4: nearly parallel keys, beta = 2, weak decay; 5: identical keys, beta = 2, g = 0;
+                            // 6: 5 with beta = 1.999
   int32_t segments = 0;     // exec.chunk_bwd_segments: 0 the plan's choice, 1 unsplit, P > 1 the chains' split
   double gate_decay = 1.0;  // the fused gate's e^{A_log} scaled by it
   int32_t chains = 0;       // exec.chunk_bwd_chains: 0 the plan's choice, 1 one after the other, 2 both at once
@@ -95,10 +96,10 @@ Problem make_problem(const BwdCase& bc) {
     in.g.fill(0.0);
     if (bc.special == 4)
       for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, -0.01 * double(i % 7) / 7.0);
-  } else if (bc.special == 5) {
+  } else if (bc.special == 5 || bc.special == 6) {
     for (int64_t row = 1; row < in.k.numel() / K; ++row)
       for (int64_t i = 0; i < K; ++i) in.k.set(row * K + i, in.k.get(i));
-    in.beta.fill(2.0);
+    in.beta.fill(bc.special == 5 ? 2.0 : 1.999);
     in.g.fill(0.0);
   }
   if (bc.gate) {
@@ -462,7 +463,7 @@ TEST(CudaChunkBwd, BetaTwoWithParallelKeys) {
 // beta = 2 with identical keys and g = 0 on a long walk: the chunk transition along the key is +-1 only through the
 // cancellation of W's entries, so any per-chunk error of W adds up linearly over the chunks in both chains (with W's
 // left operand in two bf16 parts: dv 1.6e-2, dg 2.1e-2 at T = 2048 in the host emulation, case 23). Unsplit (one
-// walk of 32 chunks, the worst case) and as the plan splits it.
+// walk of 32 chunks, the worst case) and as the plan splits it; beta = 1.999 unsplit (emulation case 24).
 TEST(CudaChunkBwd, BetaTwoLongWalk) {
   REQUIRE_GPU();
   for (int32_t P : {1, 0}) {
@@ -472,6 +473,10 @@ TEST(CudaChunkBwd, BetaTwoLongWalk) {
     b.segments = P;
     check(b);
   }
+  BwdCase b = bcase("beta1999_identical_keys_t2048_unsplit", 1, 2048, 1, 2, 128, 128);
+  b.special = 6;
+  b.segments = 1;
+  check(b);
 }
 
 // The chains' segment split (gdn-math §6), forced through exec.chunk_bwd_segments: against the oracle, and against

@@ -6,12 +6,13 @@
 # (recurrent_harness.cpp).
 # Usage: bash tools/emulate_chunk_bwd/run.sh [--tsan] [build dir with a CPU libflashgdn_static.a, default build-cpu]
 #   [cases]
-# (cases: numbers 0-23 for chunk_bwd, i0-i4 for the intra-chunk kernel, w0-w28 for the prefill, default all; 7-9 and
+# (cases: numbers 0-24 for chunk_bwd, i0-i4 for the intra-chunk kernel, w0-w28 for the prefill, default all; 7-9 and
 # 11 force the chains' segment split, 10 nearly parallel keys, 11-15 K = V = 128 bf16, 13-15 the GPU test's inputs:
 # 13 identical keys with beta = 1, g = 0, 14 g = -30, 15 a T = 500 Hv = 8 gated walk; 16, 17 beta = 2 with nearly
 # parallel / identical keys (K = V = 128 bf16, five chunks), 18, 19 the same with the chains' split forced,
 # 20 keys and a query of norm ~1e-4 with scale 0.3, K = 128, V = 64, 21 16 at K = V = 64 with GQA 2, 22, 23 17 on one
-# walk of 16 / 32 chunks (T = 1024 / 2048, no split; 23 not in the default list); a chunk_bwd case N runs the
+# walk of 16 / 32 chunks (T = 1024 / 2048, no split; 23 not in the default list), 24 23 with beta = 1.999 (not in the
+# default list); a chunk_bwd case N runs the
 # chains (at K = V = 128) on the plan's wgmma kernels (2 input stages), Ns1 on their one-stage forms one after the
 # other, Nc both at once (exec.chunk_bwd_chains = 2; Ns1 and Nc are compared bitwise with N), Nm pass 3 on the
 # mma.sync kernel, Ng / Ngm pass 4 on wgmma / mma.sync (exec.chunk_bwd_grads; the plan takes wgmma at K = V = 128 bf16); w0 bf16 GQA 2 with a partial last chunk, w1 varlen with a length-0 sequence and slack rows, w2 / w3
