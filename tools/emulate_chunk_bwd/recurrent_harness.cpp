@@ -12,7 +12,7 @@
 // Two emulated SMs: the wy kernel's persistent CTAs (4 per SM, 3 at 64 columns; wy_mma 2 per SM) then walk several
 // tiles each, grouped by row, so the next tile's prefetch and a row's shared staging across its V-tiles run too
 // (wy_mma's case 6 on three SMs: its ungrouped walk). Usage: recurrent_harness
-// <case 0-36> [mma | direct | pipe] (direct, pipe: the plan forced to the direct or direct_pipe kernel; 0: Hqk = 2, Hv
+// <case 0-38> [mma | direct | pipe] (direct, pipe: the plan forced to the direct or direct_pipe kernel; 0: Hqk = 2, Hv
 // = 4, K = V = 128, bf16, fixed T = 12, N = 3, fp32 pool; 1: varlen {12, 0, 1, 17, 33} with slot -1 for the 17-token
 // row, fused gate (A_log, dt_bias) and beta sigmoid; 2: a bf16 pool; 3: f16 activations; 4: K = 64, V = 128; 5: case 1
 // on 16-column tiles (the wy kernel's choice; the mma kernel has one width); 6: one row of T = 160; 7: an f16 pool; 8:
@@ -110,8 +110,11 @@ struct Spec {
   int32_t mma_sms = 2;
   // allow_neg_eigval's extreme (the chunked kernels' worst case, docs/chunk_fwd.md "Numerics"): 1 every token of a
   // q/k head with the same key, beta = 2, g = 0; 2 nearly parallel keys (k_0 + 0.05 noise), beta in [1.95, 2], g in
-  // [-0.01, 0]
+  // [-0.01, 0]; 3 as 1 with beta = 1.999
   int extreme = 0;
+  // > 0: a walk of `calls` consecutive launches of T tokens each on row 0's slot (N = 1, 1-D slot, commit), the pool
+  // carried from call to call, against the oracle and the CPU backend in fp32 (walk())
+  int64_t calls = 0;
 };
 
 struct Inputs {
@@ -152,8 +155,9 @@ Inputs make(const Spec& s) {
       for (int64_t hk = 0; hk < s.Hqk; ++hk)
         for (int64_t i = 0; i < s.K; ++i)
           in.k.set((r * s.Hqk + hk) * s.K + i, in.k.get(hk * s.K + i) + (s.extreme == 2 ? 0.05 * rng.normal() : 0.0));
-    for (int64_t i = 0; i < in.beta.numel(); ++i) in.beta.set(i, s.extreme == 1 ? 2.0 : 2.0 - 0.05 * rng.uniform());
-    for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, s.extreme == 1 ? 0.0 : -0.01 * rng.uniform());
+    for (int64_t i = 0; i < in.beta.numel(); ++i)
+      in.beta.set(i, s.extreme == 1 ? 2.0 : s.extreme == 3 ? 1.999 : 2.0 - 0.05 * rng.uniform());
+    for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, s.extreme == 2 ? -0.01 * rng.uniform() : 0.0);
   }
   if (s.raw_gate) {
     in.A_log = HostTensor(DType::f32, {s.Hv});
@@ -241,7 +245,7 @@ cudaError_t launch_mma(const cuda::RecurrentArgs& a, int32_t sms) {
 #endif
 
 // The emulated run on x (storage dtypes as the case says).
-bool run_emulated(const Spec& s, Inputs& x, bool mma, RecurrentKernel kernel, const char* tag) {
+bool run_emulated(const Spec& s, Inputs& x, bool mma, RecurrentKernel kernel, const char* tag, bool quiet = false) {
   RecurrentParams p = params(s);
   bind(p, x);
   p.exec.recurrent_kernel = kernel;
@@ -279,7 +283,7 @@ bool run_emulated(const Spec& s, Inputs& x, bool mma, RecurrentKernel kernel, co
   }
   if (!mma) {
     if (s.bv) pl.bv = s.bv;
-    printf("%s", describe(pl, d).c_str());
+    if (!quiet) printf("%s", describe(pl, d).c_str());
     st = cuda::recurrent(p, d, pl, nullptr);
     if (!st.ok()) printf("case %s: %s  FAIL\n", tag, st.message().c_str());
     return unpad() && st.ok();
@@ -303,8 +307,9 @@ bool run_emulated(const Spec& s, Inputs& x, bool mma, RecurrentKernel kernel, co
   // the kernel's choice of walk, as it makes it from the grid (launch_recurrent_wy_mma)
   const int64_t tiles = a.N * a.Hv * (a.V / 64), grid = std::min<int64_t>(tiles, 2 * s.mma_sms);
   const bool grouped = a.V / 64 > 1 && a.N * a.Hv >= grid;
-  printf("wy_mma: launch_recurrent_wy_mma<%s, %d>, %lld tiles on %lld CTAs, %s walk\n", dtype_name(a.pool_dtype), a.K,
-         (long long)tiles, (long long)grid, grouped ? "grouped" : "ungrouped");
+  if (!quiet)
+    printf("wy_mma: launch_recurrent_wy_mma<%s, %d>, %lld tiles on %lld CTAs, %s walk\n", dtype_name(a.pool_dtype), a.K,
+           (long long)tiles, (long long)grid, grouped ? "grouped" : "ungrouped");
   if (e != cudaSuccess) printf("case %s: launch_recurrent_wy_mma returned %d  FAIL\n", tag, int(e));
   return e == cudaSuccess;
 #else
@@ -448,7 +453,112 @@ Spec spec_of_case(int which) {
     if (which == 36) s.raw_gate = false;  // (the fused gate would take beta and g from raw values)
     return s;
   }
+  if (which == 37 || which == 38) {  // walks: 150 calls of T = 12 (MTP), identical keys, g = 0, beta = 2 / 1.999
+    Spec s;
+    s.N = 1, s.T = 12, s.calls = 150, s.Hqk = 1, s.Hv = 2, s.extreme = which == 37 ? 1 : 3;
+    s.seed = 100 + uint64_t(which);
+    return s;
+  }
   return which >= 21 ? spec_decode(which) : spec_of(which);
+}
+
+// The CPU backend in fp32 (exec.cpu_fp64 off) on x as stored.
+bool run_cpu32(const Spec& s, Inputs& x) {
+  RecurrentParams p = params(s);
+  bind(p, x);
+  p.exec.cpu_algo = CpuAlgo::recurrent;
+  const Status st = recurrent(p);
+  if (!st.ok()) printf("cpu fp32: %s\n", st.message().c_str());
+  return st.ok();
+}
+
+// Tokens [t0, t0 + n) of a [1, T, ...] tensor (absent stays absent).
+HostTensor tokens(const HostTensor& t, int64_t t0, int64_t n) {
+  if (t.empty_shape()) return t;
+  std::vector<int64_t> shp = t.shape;
+  const size_t row = size_t(t.numel() / shp[1] * dtype_size(t.dtype));
+  shp[1] = n;
+  HostTensor r(t.dtype, shp);
+  std::memcpy(r.bytes.data(), t.bytes.data() + size_t(t0) * row, size_t(n) * row);
+  return r;
+}
+
+// A walk (Spec::calls > 0): one row's calls x T tokens as `calls` consecutive launches of T tokens on the same pool
+// slot, each call's final state committed and the next call's start, as multi-token decode runs (the kernel's per-call
+// error adds up across calls where the recurrence does not damp it: at beta = 2 and identical keys the state's
+// component along the key is carried with factor (1 - beta)^T = 1 from call to call). The oracle (fp64) and the CPU
+// backend in fp32 walk the same calls. Printed after calls 1, 2, 5, 10, 25, 50, ...: the pool's relative error (the
+// whole slot, and its component along the key, S^T k^, per head worst), the call's o; bounds gdn-math §10.3's 5e-3
+// (bf16 tensor-core operands, fp32 state) for o and the pool, at every checkpoint.
+int walk(const Spec& s, bool mma, RecurrentKernel kernel, const std::string& tag) {
+  Spec full = s;
+  full.T = s.T * s.calls;
+  const Inputs in = make(full);
+  Inputs ref = in, c32 = in, got = in;
+  for (HostTensor* t : {&ref.q, &ref.k, &ref.v, &ref.g, &ref.beta, &ref.A_log, &ref.dt_bias, &ref.o, &ref.pool})
+    *t = f64(*t);
+  // k^ of each q/k head (every token's key is token 0's: Spec::extreme 1, 3)
+  std::vector<double> kh(size_t(s.Hqk * s.K));
+  for (int64_t hk = 0; hk < s.Hqk; ++hk) {
+    double n2 = 0;
+    for (int64_t i = 0; i < s.K; ++i) n2 += in.k.get(hk * s.K + i) * in.k.get(hk * s.K + i);
+    for (int64_t i = 0; i < s.K; ++i) kh[size_t(hk * s.K + i)] = in.k.get(hk * s.K + i) / std::sqrt(n2);
+  }
+  const int64_t slot = int64_t(in.si.get(0)), blk = s.K * s.V, gqa = s.Hv / s.Hqk;
+  // worst head of the relative error of S^T k^ (the slot's component along the key)
+  const auto key_err = [&](const HostTensor& x, const HostTensor& r) {
+    double worst = 0;
+    for (int64_t h = 0; h < s.Hv; ++h) {
+      double num = 0, den = 0;
+      for (int64_t j = 0; j < s.V; ++j) {
+        double a = 0, b = 0;
+        for (int64_t i = 0; i < s.K; ++i) {
+          const int64_t e = (slot * s.Hv + h) * blk + i * s.V + j;
+          a += x.get(e) * kh[size_t((h / gqa) * s.K + i)], b += r.get(e) * kh[size_t((h / gqa) * s.K + i)];
+        }
+        num += (a - b) * (a - b), den += b * b;
+      }
+      worst = std::max(worst, std::sqrt(num / den));
+    }
+    return worst;
+  };
+  printf(
+      "case %s: a walk of %ld calls of T = %ld (identical keys, g = 0, beta = %g), Hqk = %ld, Hv = %ld, K = %ld, V "
+      "= %ld, %s pool\n",
+      tag.c_str(), long(s.calls), long(s.T), in.beta.get(0), long(s.Hqk), long(s.Hv), long(s.K), long(s.V),
+      dtype_name(s.pool_dt));
+  int fails = 0;
+  double worst_o = 0, worst_pool = 0;
+  for (int64_t c = 0; c < s.calls; ++c) {
+    Inputs xr, x32, xg;
+    for (auto [x, src] : {std::pair{&xr, &ref}, std::pair{&x32, &c32}, std::pair{&xg, &got}}) {
+      x->N = 1;
+      x->q = tokens(src->q, c * s.T, s.T), x->k = tokens(src->k, c * s.T, s.T), x->v = tokens(src->v, c * s.T, s.T);
+      x->g = tokens(src->g, c * s.T, s.T), x->beta = tokens(src->beta, c * s.T, s.T);
+      x->A_log = src->A_log, x->dt_bias = src->dt_bias, x->si = src->si;
+      x->o = tokens(src->o, c * s.T, s.T);
+      x->pool = std::move(src->pool);
+    }
+    const bool ok = run_oracle(s, xr) && run_cpu32(s, x32) && run_emulated(s, xg, mma, kernel, tag.c_str(), true);
+    for (auto [x, dst] : {std::pair{&xr, &ref}, std::pair{&x32, &c32}, std::pair{&xg, &got}})
+      dst->pool = std::move(x->pool);
+    if (!ok) return 1;
+    const int64_t n = c + 1;
+    const bool report = n == 1 || n == 2 || n == 5 || n == 10 || n % 25 == 0 || n == s.calls;
+    std::string why;
+    const double eo = err_written(xg.o, xr.o, &why), eo32 = err_written(x32.o, xr.o, &why);
+    worst_o = std::max(worst_o, eo);
+    if (!report) continue;
+    const double ep = err_written(got.pool, ref.pool, &why), ep32 = err_written(c32.pool, ref.pool, &why);
+    worst_pool = std::max(worst_pool, ep);
+    printf("case %s call %4ld: pool rel %.3e (fp32 CPU %.3e), along the key %.3e (%.3e); o rel %.3e (%.3e)\n",
+           tag.c_str(), long(n), ep, ep32, key_err(got.pool, ref.pool), key_err(c32.pool, ref.pool), eo, eo32);
+  }
+  const bool ok = worst_o <= 5e-3 && worst_pool <= 5e-3;
+  printf("case %s worst over the walk: o %.3e, pool %.3e (bound 5e-3)%s\n", tag.c_str(), worst_o, worst_pool,
+         ok ? "" : "  FAIL");
+  fails += !ok;
+  return fails ? 1 : 0;
 }
 
 }  // namespace
@@ -462,6 +572,7 @@ int main(int argc, char** argv) {
                                         : RecurrentKernel::wy;
   const std::string tag = "r" + std::to_string(which) + (mma ? "m" : direct ? "d" : pipe ? "p" : "");
   const Spec s = spec_of_case(which);
+  if (s.calls > 0) return walk(s, mma, kernel, tag);
   const Inputs in = make(s);
   Inputs ref = in, got = in;
   for (HostTensor* t :

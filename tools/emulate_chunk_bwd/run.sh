@@ -33,7 +33,11 @@
 # pool with fp32 intermediate states over 2 chunks; r16-r20 r10, r12, r1, r15, r14 on the wy kernel's 64-column
 # tiles; r31-r33 r10, r12, r15 on its 16-column tiles (the verify N = 1 width); r34-r36 r6 (identical keys, nearly
 # parallel keys) and r10 at beta = 2 (r34m, r35m: wy_mma's fp32 pool at 6e-5 / 1.1e-4 against the harness's 1e-5;
-# gdn-math §10.3 allows 5e-3 with tensor-core operands); rNm runs case N on the wy kernel on
+# gdn-math §10.3 allows 5e-3 with tensor-core operands); r37, r38 walks of 150 calls of T = 12 on one pool slot
+# (identical keys, g = 0, beta = 2 / 1.999, Hv = 2, fp32 pool; the pool carried from call to call) against the oracle
+# and the CPU backend in fp32 over the same calls, errors printed after calls 1, 2, 5, 10, 25, 50, ..., bound 5e-3 for
+# o and the pool (r37m, r38m: wy_mma, T's third part, docs/recurrent.md "Numerics"; ~40 s each, not in the default
+# list); rNm runs case N on the wy kernel on
 # mma.sync, wy_mma_kernel.cuh, and is not in the default list (its grouped walk with the staged chunk reused by a
 # row's second V-tile in r0m-r5m, r7m, r8m; r6m on 6 CTAs its ungrouped walk, r9m one V-tile a head); rNd runs case N on the direct kernel, direct_kernel.cuh (r0-r15, and r21-r30: single-token decode, its
 # 64-register instances: r21 fp32 pool with the fused gate and an invalid row, r22 its 16-column tiles, the N = 1

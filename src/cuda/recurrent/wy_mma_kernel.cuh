@@ -16,7 +16,7 @@
 //   S0^T [k | q]  M = 16 columns, N = 32 tokens, K = keys: A = S0^T from the state's own accumulators (two n8 tiles
 //                 are one k16 A fragment, as FlashAttention-2 reuses P), hi + lo bf16; B = raw k, q (bf16, exact)
 //   u^T = r^T T^T, o^T += u^T B^T   M = 16, N = 16, K = 16 tokens: A = r^T, u^T from accumulators (hi + lo),
-//                 B = T, B (hi + lo bf16 tiles)
+//                 B = T, B (hi + lo bf16 tiles; T's rest a third where a chunk's beta exceeds 1)
 //   S^T += w^T K  M = 16, N = K keys, K = 16 tokens: A = w^T (hi + lo), B = raw k: the state's accumulators
 //
 // The l2norm factors and decays are fp32 row / column scalings beside the products (k and q enter the tensor cores as
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
   using QK = std::conditional_t<QK_BF16, __nv_bfloat16, __half>;
   __shared__ __align__(16) uint16_t s_k[NP][K][kLd];   // raw k [logical key][token] (hi, lo)
   __shared__ __align__(16) uint16_t s_q[NP][K][kLd];   // raw q
-  __shared__ __align__(16) uint16_t s_t[2][C][kLd];    // T^T [s][t], T = (I + A)^{-1}, hi and lo
+  __shared__ __align__(16) uint16_t s_t[3][C][kLd];    // T^T [s][t], T = (I + A)^{-1}, hi, lo, rest (beta > 1)
   __shared__ __align__(16) uint16_t s_b[2][C][kLd];    // B [t][s], hi and lo
   __shared__ __align__(16) float s_a[C][C];            // A^T [s][t] (fp32, for the substitution)
   __shared__ float s_g[C], s_be[C], s_rk[C], s_rq[C];  // gate, beta, 1 / |k|, scale / |q| per token
@@ -473,23 +473,39 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
             }
             if (warp == 0) {
               __syncwarp();
+              const bool big = __ballot_sync(0xffffffffu, lane < C && s_be[lane] > 1.f) != 0u;  // max beta > 1
               // T = (I + A)^{-1}, column m per lane, by the substitution in the column order (chunk_inverse_column).
               // Rows past the chunk's tokens: A is zero there (x_t = [t = m] stays finite and enters nothing), and T
               // selects them to zero.
               if (lane < C) {
                 float x[C];
                 chunk_inverse_column<C>(s_a, lane, x);
-                // T^T [m][t] = T[t][m]: this lane's column is a row of s_t, hi and lo, two 16-byte stores each
-                uint32_t hi[C / 2], lo[C / 2];
+                // T^T [m][t] = T[t][m]: this lane's column is a row of s_t, hi and lo, two 16-byte stores each; in a
+                // chunk whose largest beta exceeds 1 also T's rest x - hi - lo (exact in fp32) as a third part, each
+                // pair stored as it is formed (a repeated key's drift over many calls: docs/recurrent.md "Numerics")
+                if (big) {
 #pragma unroll
-                for (int p = 0; p < C / 2; ++p)
-                  split2(2 * p < tc ? x[2 * p] : 0.f, 2 * p + 1 < tc ? x[2 * p + 1] : 0.f, hi[p], lo[p]);
+                  for (int p = 0; p < C / 2; ++p) {
+                    const float x0 = 2 * p < tc ? x[2 * p] : 0.f, x1 = 2 * p + 1 < tc ? x[2 * p + 1] : 0.f;
+                    uint32_t hi, lo;
+                    split2(x0, x1, hi, lo);
+                    const float2 fh = Bf::to2(hi), fl = Bf::to2(lo);
+                    *reinterpret_cast<uint32_t*>(&s_t[0][lane][2 * p]) = hi;
+                    *reinterpret_cast<uint32_t*>(&s_t[1][lane][2 * p]) = lo;
+                    *reinterpret_cast<uint32_t*>(&s_t[2][lane][2 * p]) = Bf::from2(x0 - fh.x - fl.x, x1 - fh.y - fl.y);
+                  }
+                } else {
+                  uint32_t hi[C / 2], lo[C / 2];
 #pragma unroll
-                for (int p = 0; p < 2; ++p) {
-                  *reinterpret_cast<uint4*>(&s_t[0][lane][8 * p]) =
-                      make_uint4(hi[4 * p], hi[4 * p + 1], hi[4 * p + 2], hi[4 * p + 3]);
-                  *reinterpret_cast<uint4*>(&s_t[1][lane][8 * p]) =
-                      make_uint4(lo[4 * p], lo[4 * p + 1], lo[4 * p + 2], lo[4 * p + 3]);
+                  for (int p = 0; p < C / 2; ++p)
+                    split2(2 * p < tc ? x[2 * p] : 0.f, 2 * p + 1 < tc ? x[2 * p + 1] : 0.f, hi[p], lo[p]);
+#pragma unroll
+                  for (int p = 0; p < 2; ++p) {
+                    *reinterpret_cast<uint4*>(&s_t[0][lane][8 * p]) =
+                        make_uint4(hi[4 * p], hi[4 * p + 1], hi[4 * p + 2], hi[4 * p + 3]);
+                    *reinterpret_cast<uint4*>(&s_t[1][lane][8 * p]) =
+                        make_uint4(lo[4 * p], lo[4 * p + 1], lo[4 * p + 2], lo[4 * p + 3]);
+                  }
                 }
               }
             }
@@ -549,6 +565,7 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
         // ---- u^T = r^T T^T, then o^T += u^T B^T (B fragments of B: matrices (token half, s half) in the order (0,0),
         // (0,1), (1,0), (1,1)) ----
         float u[2][4] = {};
+        const bool big = __ballot_sync(0xffffffffu, lane < C && s_be[lane] > 1.f) != 0u;
         {
           const int row = (mi >> 1) * 8 + mr, col = (mi & 1) * 8;
           uint32_t ah[4], al[4], fh[4], fl[4];  // (one operand pair at a time: the register peak is here)
@@ -556,6 +573,11 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
           // T^T [s][t] as stored (as s_k: K-major), by the transposing load: matrices (s half, t half) in the order
           // (0,0), (1,0), (0,1), (1,1)
           const int srow = (mi & 1) * 8 + mr, tcol = (mi >> 1) * 8;
+          if (big) {  // the chunk's largest beta > 1: T's third part first (into fh's registers)
+            ldsm_x4_t(fh, &s_t[2][srow][tcol]);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) mma(u[nt], ah, fh[2 * nt], fh[2 * nt + 1]);
+          }
           ldsm_x4_t(fh, &s_t[0][srow][tcol]), ldsm_x4_t(fl, &s_t[1][srow][tcol]);
 #pragma unroll
           for (int nt = 0; nt < 2; ++nt) mma_split<2>(u[nt], ah, al, &fh[2 * nt], &fl[2 * nt]);
