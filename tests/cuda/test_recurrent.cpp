@@ -761,6 +761,38 @@ TEST(CudaRecurrent, WyMmaHardChunks) {
   }
 }
 
+// Many multi-token calls on one pool slot with identical keys, g = 0 and beta = 1.999: along the key the state is
+// carried by (1 - beta)^T per call (~1), reached only through the cancellation of T = (I + A)^-1's entries (~ +-2),
+// so an error of T that is the same every call adds up over the calls (T in two bf16 parts: 7.5e-3 after 150 calls
+// in the host emulation, r38m). The pool after 150 calls (and the last call's o) against the fp64 oracle run call by
+// call; wy_mma forced and the plan's choice.
+TEST(CudaRecurrent, RepeatedKeyManyCalls) {
+  FGDN_SKIP_WITHOUT_GPU();
+  for (RecurrentKernel kernel : {RecurrentKernel::wy_mma, RecurrentKernel::auto_}) {
+    SCOPED_TRACE(std::string("kernel ") + recurrent_kernel_name(kernel));
+    Spec s;
+    s.N = 1, s.T = 12, s.Hqk = 1, s.Hv = 2, s.K = 128, s.V = 128, s.act_dt = DType::bf16, s.has_g = false;
+    s.kernel = kernel;
+    Inputs in = make(s);
+    for (int64_t t = 1; t < s.T; ++t)
+      for (int64_t i = 0; i < s.K; ++i) in.k.set(t * s.K + i, in.k.get(i));
+    in.beta.fill(1.999);
+    auto dev = prepare_device(s, in);
+    OracleOut ref;
+    Inputs cur = in;
+    for (int call = 0; call < 150; ++call) {
+      ASSERT_TRUE(recurrent(dev->p).ok());
+      ref = run_oracle(s, cur);
+      cur.pool = ref.pool.cast(DType::f32);
+    }
+    device_sync();
+    download_outputs(*dev);
+    std::string why;
+    EXPECT_LE(err_written(dev->out.pool, ref.pool, &why), 5e-3) << "pool after 150 calls " << why;
+    EXPECT_LE(err_written(dev->out.o, ref.o, &why), tol_out(s.act_dt)) << "o of the last call " << why;
+  }
+}
+
 // The wy kernels run 10 more times on the same inputs (the pool restored, the outputs poisoned between runs) give
 // the first run's bytes: a multi-token commit (wy: the grouped walk, the row's T shared by its V-tiles; wy_mma) and a
 // verify (wy, single tiles).
