@@ -216,21 +216,21 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
           mma_m16n8k16<BF16>(uacc[2 * np + 1], al, b[2], b[3]);
         }
       }
-      // + A'_hi R_lo, a loop of its own (inside the one above it spilled at 128 registers)
-#pragma unroll
-      for (int kc = 0; kc < 4; ++kc) {
-        if (kc > rg) continue;
-        const uint4 h4 = afr[(rg * (rg + 1) / 2 + kc) * 64 + lane];
-        const uint32_t ah[4] = {h4.x, h4.y, h4.z, h4.w};
+      // uacc += x R_kc, x one 16-bit A fragment of a row block, R_kc the 16 token rows at 16 kc of the tile r
+      const auto acc_rows = [&](const uint4& x4, const E* r, int kc) {
+        const uint32_t x[4] = {x4.x, x4.y, x4.z, x4.w};
 #pragma unroll
         for (int np = 0; np < NP2; ++np) {
           uint32_t b[4];
-          ldsm_x4_t(b,
-                    &sm.rl[hf][(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
-          mma_m16n8k16<BF16>(uacc[2 * np], ah, b[0], b[1]);
-          mma_m16n8k16<BF16>(uacc[2 * np + 1], ah, b[2], b[3]);
+          ldsm_x4_t(b, &r[(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
+          mma_m16n8k16<BF16>(uacc[2 * np], x, b[0], b[1]);
+          mma_m16n8k16<BF16>(uacc[2 * np + 1], x, b[2], b[3]);
         }
-      }
+      };
+      // + A'_hi R_lo, a loop of its own (inside the one above it spilled at 128 registers)
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc)
+        if (kc <= rg) acc_rows(afr[(rg * (rg + 1) / 2 + kc) * 64 + lane], sm.rl[hf], kc);
       // + A'_rest R_hi where the chunk's largest beta exceeds 1 (uniform), A' = A diag(beta): the chunk transition
       // along the keys, 1 - lambda sum_t sum_s A_ts = (1 - lambda)^n for n identical unit keys (lambda = beta), is
       // near +-1 there only by cancellation of entries ~ +-2, and A' in two parts errs by up to 2^-17 an entry, the
@@ -240,17 +240,8 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
         const uint4* rfr =
             reinterpret_cast<const uint4*>(a.rec + (chunk_slot(a, n, t0, c) * a.Hv + h) * kRecBytes + kRecCopyBytes);
 #pragma unroll 1
-        for (int kc = 0; kc <= rg; ++kc) {  // a loop, not unrolled: unrolled it spilled at 128 registers
-          const uint4 r4 = rfr[(rg * (rg + 1) / 2 + kc) * 32 + lane];
-          const uint32_t ar[4] = {r4.x, r4.y, r4.z, r4.w};
-#pragma unroll
-          for (int np = 0; np < NP2; ++np) {
-            uint32_t b[4];
-            ldsm_x4_t(b, &vt[(16 * kc + (lane & 7) + ((lane >> 3) & 1) * 8) * LDV + cb + 16 * np + (lane >> 4) * 8]);
-            mma_m16n8k16<BF16>(uacc[2 * np], ar, b[0], b[1]);
-            mma_m16n8k16<BF16>(uacc[2 * np + 1], ar, b[2], b[3]);
-          }
-        }
+        for (int kc = 0; kc <= rg; ++kc)  // a loop, not unrolled: unrolled it spilled at 128 registers
+          acc_rows(rfr[(rg * (rg + 1) / 2 + kc) * 32 + lane], vt, kc);
       }
       const float dk0 = hdr[128 + r0], dk1 = hdr[128 + r1];
 #pragma unroll
