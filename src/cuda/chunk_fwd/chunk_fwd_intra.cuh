@@ -15,7 +15,8 @@
 //
 // FLOPs per (chunk, q/k head): K K^T and Q K^T on the ten causal 16x16 blocks, 2 x 10 x 16 x 16 x 2K = 1.3 MFLOP
 // at K = 128; per value head ~0.15 MFLOP of 3xTF32 merges. Bytes: q, k rows read once per q/k head (2 x 16 KB),
-// 21 KB written per value head. Nothing here depends on the state: every chunk is independent (no chain).
+// 21 KB written per value head (26 KB where the chunk's beta exceeds 1: A diag(beta)'s rest). Nothing here depends on
+// the state: every chunk is independent (no chain).
 // The pass is latency- and issue-bound (16 warps per SM), so the code keeps the serial phases short and cuts
 // instructions: the first head's gates are formed while the q, k rows arrive, the later heads' during the previous
 // head's last merge round; the l2 norms come from the diagonals of the products; L and P are built per warp from
