@@ -406,4 +406,11 @@ struct Smem {
   float bg[kC];  // beta e^gamma
 };
 
+// Whether a chunk's record asks for the beta > 1 terms of U = A diag(beta) R (R's lo part on the wgmma pass, A
+// diag(beta)'s rest on both state passes): its largest beta, which the intra pass writes into the header's slots 193
+// and 194 (one per 32 rows), exceeds 1 (docs/chunk_fwd.md "Numerics").
+__device__ __forceinline__ bool beta_above_one(const float* hdr) {
+  return fmaxf(hdr[193], hdr[194]) > 1.f;
+}
+
 }  // namespace flashgdn::cuda::chunk_detail

@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
       // near +-1 there only by cancellation of entries ~ +-2, and A' in two parts errs by up to 2^-17 an entry, the
       // same errors in every chunk of such keys, so the state drifted along them (docs/chunk_fwd.md "Numerics"). The
       // rest A' - hi - lo (the record's third part, from global memory) holds A' to ~2^-24.
-      if (fmaxf(hdr[193], hdr[194]) > 1.f) {
+      if (beta_above_one(hdr)) {
         const uint4* rfr =
             reinterpret_cast<const uint4*>(a.rec + (chunk_slot(a, n, t0, c) * a.Hv + h) * kRecBytes + kRecCopyBytes);
 #pragma unroll 1

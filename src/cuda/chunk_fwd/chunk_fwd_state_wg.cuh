@@ -147,12 +147,6 @@ __device__ __forceinline__ void split_acc(const float (&d)[NJ][4], uint32_t (&x)
     }
 }
 
-// Whether a chunk's record asks for R's lo part and A diag(beta)'s rest (third part) in U = A diag(beta) R: its largest
-// beta (the intra pass's header slots 193, 194, one per 32 rows) exceeds 1 (docs/chunk_fwd.md "Numerics").
-__device__ __forceinline__ bool r_lo_terms(const float* hdr) {
-  return fmaxf(hdr[193], hdr[194]) > 1.f;
-}
-
 template <bool BF16, int NJ>
 __device__ __forceinline__ void pack_acc(const float (&d)[NJ][4], uint32_t (&x)[NJ][2]) {
 #pragma unroll
@@ -533,8 +527,9 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
 #pragma unroll
         for (int jn = 0; jn < NJ; ++jn) o[jn][0] *= eq0, o[jn][1] *= eq0, o[jn][2] *= eq1, o[jn][3] *= eq1;
       }
-      // R_lo only where phase 2 reads it (r_lo_terms); here no wgmma group is in flight, so the branch costs no wait
-      if (r_lo_terms(hdr)) store_transposed(ul_slice, xl, wi, lane);
+      // R_lo only where phase 2 reads it (beta_above_one); here no wgmma group is in flight, so the branch costs no
+      // wait
+      if (beta_above_one(hdr)) store_transposed(ul_slice, xl, wi, lane);
       wg::fence_async_smem();
     };
     // o of chunk c's valid rows. By TMA: staged at U^T_hi (free once every warp has waited for P U, the barrier), as
@@ -604,7 +599,7 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
         // under phase 1 instead ptxas injected a wait for every product in flight there, C7517)
         scale_state(sacc, hdr[192]);
         wg::wait0();
-        if (r_lo_terms(hdr)) {  // uniform; no group in flight across the branch
+        if (beta_above_one(hdr)) {  // uniform; no group in flight across the branch
           // A' = A diag(beta) needs its third part here: with n identical unit keys the chunk transition along the
           // key is 1 - lambda sum_t sum_s A_ts = (1 - lambda)^n (lambda = beta), near +-1 at beta ~ 2 only by
           // cancellation of entries ~ +-2, and A' in two parts errs by up to 2^-17 an entry, the same errors in every
