@@ -46,6 +46,11 @@ const std::vector<CaseDef>& case_list() {
       {"mtp_t12_n256", "multi-token T=12, N=256, fp32 pool"},
       {"verify_t12_n1", "verify T=12, N=1, fp32 pool read, bf16 intermediate states, no commit"},
       {"verify_t12_n256", "verify T=12, N=256, fp32 pool read, bf16 intermediate states, no commit"},
+      {"mixer_n1", "mixer_decode T=1, N=1, Qwen3-Next (Hqk=16 Hv=32 K=V=128, Kc=4), bf16, fp32 pool"},
+      {"mixer_n8", "mixer_decode T=1, N=8, fp32 pool"},
+      {"mixer_n64", "mixer_decode T=1, N=64, fp32 pool"},
+      {"mixer_n256", "mixer_decode T=1, N=256, fp32 pool"},
+      {"mixer_bf16_n256", "mixer_decode T=1, N=256, bf16 pool"},
       {"prefill_t32k_h16", "prefill bf16 B=1 T=32768 Hqk=Hv=16"},
       {"prefill_t128k_h32", "prefill bf16 B=1 T=131072 Hqk=Hv=32"},
       {"prefill_t32k_h16_32", "prefill bf16 B=1 T=32768 Hqk=16 Hv=32"},
@@ -288,6 +293,56 @@ BenchResult bench_recurrent(const RecurrentShape& s, int reps, const ExecOptions
   return res;
 }
 
+// ---- mixer decode cases --------------------------------------------------------------------------------
+// The whole GDN mixer step of Qwen3-Next at decode (T = 1): conv state [slots, C, Kc - 1] (SGLang / vLLM "DS"),
+// bf16 activations, fp32 gate parameters, the plan's V split.
+BenchResult bench_mixer(int64_t N, DType pool_dtype, int reps, const ExecOptions& exec) {
+  const int64_t Hqk = 16, Hv = 32, K = 128, V = 128, Kc = 4, C = 2 * Hqk * K + Hv * V;
+  const double state_bytes = double(Hv * K * V);
+  const double per_call = N * state_bytes * dtype_size(pool_dtype) * 2;
+  const int R = int(std::min<double>(64, std::max<double>(1, std::ceil(256e6 / per_call))));
+  DeviceTensor x(DType::bf16, {R * N, 1, C}), z(DType::bf16, {R * N, 1, Hv, V}), a(DType::bf16, {R * N, 1, Hv}),
+      b(DType::bf16, {R * N, 1, Hv}), out(DType::bf16, {R * N, 1, Hv, V});
+  DeviceTensor A_log(DType::f32, {Hv}), dt_bias(DType::f32, {Hv}), w(DType::bf16, {C, Kc}), nw(DType::bf16, {V});
+  DeviceTensor conv(DType::bf16, {R * N, C, Kc - 1}), pool(pool_dtype, {R * N, Hv, K, V}), idx(DType::i32, {R * N});
+  fill_random(x, 31), fill_random(z, 32), fill_random(a, 33), fill_random(b, 34), fill_random(A_log, 35);
+  fill_random(dt_bias, 36), fill_random(w, 37, 0.5), fill_random(nw, 38), fill_random(conv, 39);
+  fill_random(pool, 40, 0.1);
+  HostTensor hidx(DType::i32, {R * N});
+  for (int64_t i = 0; i < R * N; ++i) hidx.set(i, double(i));
+  idx.upload(hidx);
+  auto slice = [](const DeviceTensor& t, int r, int64_t rows) {
+    TensorView v = t.view();
+    v.shape[0] = rows;
+    v.data = static_cast<char*>(t.ptr) + size_t(r) * size_t(rows) * size_t(v.strides[0]) * size_t(dtype_size(t.dtype));
+    return v;
+  };
+  MixerDecodeParams p;
+  p.num_k_heads = Hqk, p.head_k_dim = K, p.exec = exec;
+  p.A_log = A_log.view(), p.dt_bias = dt_bias.view(), p.conv_weight = w.view(), p.norm_weight = nw.view();
+  p.conv_state = conv.view(), p.state_pool = pool.view();
+  auto set = [&](int r) {
+    p.x = slice(x, r, N), p.z = slice(z, r, N), p.a = slice(a, r, N), p.b = slice(b, r, N);
+    p.out = slice(out, r, N), p.state_indices = slice(idx, r, N);
+  };
+  BenchResult res;
+  Status last;
+  res.ms = time_graph(
+      R, reps,
+      [&](int r, cudaStream_t st) {
+        set(r);
+        const Status e = mixer_decode(p, st);
+        if (!e.ok()) last = e;
+      },
+      &res.eager_ms);
+  if (!last.ok()) throw std::runtime_error(last.message());
+  res.bytes = N * state_bytes * dtype_size(pool_dtype) * 2                         // pool read + write
+              + N * (C * 2.0 * (1 + 2 * (Kc - 1)) + Hv * V * 2.0 * 2 + Hv * 4.0);  // x, conv window read + write,
+                                                                                   // z, out, a, b (bf16)
+  res.flops = N * Hv * 6.0 * K * V;
+  return res;
+}
+
 // ---- prefill cases -------------------------------------------------------------------------------------
 // The prefill's g per (token, value head), g of shape [1, T, Hv]: "uniform" U(-0.1, 0); "logsigmoid"
 // logsigmoid(N(0, 1)) (fast decay); "flashqla" FlashQLA's benchmark gates, logsigmoid(N(0, 1)) / 16 with every
@@ -413,6 +468,16 @@ BenchResult run_case(const std::string& name, int reps, const BenchOptions& opt)
     r = rec(1, 12, DType::f32, true);
   else if (name == "verify_t12_n256")
     r = rec(256, 12, DType::f32, true);
+  else if (name == "mixer_n1")
+    r = bench_mixer(1, DType::f32, reps, opt.exec);
+  else if (name == "mixer_n8")
+    r = bench_mixer(8, DType::f32, reps, opt.exec);
+  else if (name == "mixer_n64")
+    r = bench_mixer(64, DType::f32, reps, opt.exec);
+  else if (name == "mixer_n256")
+    r = bench_mixer(256, DType::f32, reps, opt.exec);
+  else if (name == "mixer_bf16_n256")
+    r = bench_mixer(256, DType::bf16, reps, opt.exec);
   else if (name == "prefill_t32k_h16")
     r = pre({32768}, 16, 16, DType::bf16);
   else if (name == "prefill_t128k_h32")
@@ -520,7 +585,7 @@ Command add_bench(CLI::App& app) {
   sub->footer(
       "Prints ms per call (CUDA-graph replay, inputs rotated beyond L2), achieved TB/s and TFLOP/s, and the\n"
       "ratio to the floor max(bytes / copy rate, FLOPs / bf16 GEMM rate), with both ceilings measured in the\n"
-      "same run. Groups: all, decode (decode_*, mtp_*, verify_*), prefill (prefill_*), train (train_*).\n" +
+      "same run. Groups: all, decode (decode_*, mtp_*, verify_*, mixer_*), prefill (prefill_*), train (train_*).\n" +
       cases + "Exit code 3 without a CUDA build or device.");
   sub->add_option("cases", opt->cases, "cases or groups to run (listed below)")
       ->required()

@@ -56,7 +56,6 @@ struct Vec {                   // a [n] parameter vector of runtime dtype
   const void* data = nullptr;  // may be null (absent)
   DType dt = DType::f32;
   int64_t s = 0;
-  __device__ float at(int64_t i) const { return load1(data, dt, i * s); }
 };
 
 struct MixerArgs {
@@ -182,7 +181,10 @@ __global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
   __shared__ __align__(16) float red_k[KMAJOR ? kW : 1][kBV];  // K-major: per-warp partials of S^T k^, S^T q^
   __shared__ __align__(16) float red_q[KMAJOR ? kW : 1][kBV];
   __shared__ float part[2][4];  // sum of o^2 over each 32 columns, by token parity; the cluster peers read it
-  __shared__ float gates[2];    // alpha, beta
+  __shared__ float gates[2];    // alpha, beta of the token
+  __shared__ float gpar[2];     // -exp(A_log), dt_bias of the head
+  __shared__ float nw[kBV];     // the norm weight of the CTA's columns
+  __shared__ float zs[kBV];     // z of the token, the CTA's columns
 
   const int h = blockIdx.x / SPLIT, r = blockIdx.x % SPLIT, n = blockIdx.y;
   const int c0 = r * kBV;  // the CTA's first value column
@@ -220,16 +222,16 @@ __global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
   }
   const bool conv_ok = slot_ok(p, conv_slot);
   const int64_t offset = p.si_2d ? acc_n - 1 : 0;
-  int64_t buf = -1;
-  if (p.inter || p.inter_win) {
-    buf = p.ii.data ? p.ii.at(n) : n;
-    if (buf < 0 || buf >= p.n_buf) buf = -1;  // an invalid buffer index skips the intermediate writes
-  }
 
   // Start state: every load issued before any use, before the conv's loads.
   const TileMap<SPLIT, KMAJOR> tm(c0);
   float S[kR][4];
   load_state(static_cast<const ST*>(p.pool) + start * p.pool_s[0] + h * p.pool_s[1], p.pool_s[2], tm, S);
+  int64_t buf = -1;  // its index load after the state's
+  if (p.inter || p.inter_win) {
+    buf = p.ii.data ? p.ii.at(n) : n;
+    if (buf < 0 || buf >= p.n_buf) buf = -1;  // an invalid buffer index skips the intermediate writes
+  }
 
   // Conv channels: CTA channel c < 128 is q channel c of the key head, c < 256 k channel c - 128, then the v
   // channels of the CTA's columns; thread tid owns c = tid + kT i. gch: the channel in x, W and the conv state.
@@ -241,57 +243,98 @@ __global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
   const auto writer = [&](int c) { return c >= 2 * kD || (qk_owner && (c % kD) / kBV == r); };
   const int H = p.Kc - 1;
   const AT* cs = static_cast<const AT*>(p.conv_state);
-  // The windows, taps and bias of the thread's channels into shared memory. K-major: all the loads of all the
-  // thread's channels in flight together; V-major holds more registers at this point and goes a channel at a time
-  // (the launch bound without spills).
-  constexpr int kInitUnroll = KMAJOR ? C::kConvIters : 1;
-#pragma unroll kInitUnroll
-  for (int i = 0; i < C::kConvIters; ++i) {
-    const int c = tid + kT * i;
-    if (c >= kNC) break;
-    const AT* row = cs + (conv_ok ? conv_slot : 0) * p.cs_s[0] + gch(c) * p.cs_s[1];
-#pragma unroll
-    for (int j = 0; j < kMaxHist; ++j) {
-      if (j >= H) break;
-      float v = 0.f;  // an invalid conv slot (2-D indices, column 0) starts from a zero window
-      if (conv_ok) v = Act::to(row[(offset + j) * p.cs_s[2]]);
-      hist[j][c] = v;
-    }
-  }
-#pragma unroll kInitUnroll
-  for (int i = 0; i < C::kConvIters; ++i) {
-    const int c = tid + kT * i;
-    if (c >= kNC) break;
-    const int64_t g = gch(c);
-#pragma unroll
-    for (int j = 0; j <= kMaxHist; ++j) {
-      if (j >= p.Kc) break;
-      taps[j][c] = load1(p.conv_w, p.conv_w_dt, g * p.conv_w_s[0] + j * p.conv_w_s[1]);
-    }
-    cbias[c] = p.conv_bias.data ? p.conv_bias.at(g) : 0.f;
-  }
-  if constexpr (SPLIT == 1) cluster_arrive();  // this CTA has read its conv windows
-
   const AT* x = static_cast<const AT*>(p.x);
   const AT* z = static_cast<const AT*>(p.z);
   AT* iw = static_cast<AT*>(p.inter_win);
-  for (int64_t t = 0; t < len; ++t) {
-    const int64_t tok = t0 + t;
-    // ---- conv + SiLU, window shift ----
-    // The token's inputs of the thread's channels first, all in flight together, parked in ys[c] (this thread's
-    // own entries, which the conv below overwrites with y).
+  // Every global load of the prologue and of a token goes out before the first of them is used: a load whose
+  // value is widened or stored in its own branch (a runtime dtype, the window's `j < H`) waits for its data there,
+  // and at N = 1 such loads ran one round trip after another (~30 before the first token). Here they are
+  // predicated loads of the bits into registers, widened or stored to shared memory after the last one is issued.
+  // A token's loads: the thread's conv inputs, z of its column, the raw gates.
+  const bool gate_thread = tid == kT - 1;  // forms the token's alpha and beta into shared memory
+  struct TokenIn {
+    AT x[C::kConvIters], z;
+    uint32_t a, b;
+  };
+  const auto load_token = [&](int64_t tok) {
+    TokenIn in;
 #pragma unroll
     for (int i = 0; i < C::kConvIters; ++i) {
       const int c = tid + kT * i;
-      if (c < kNC) ys[c] = Act::to(x[bi * p.x_s[0] + tok * p.x_s[1] + gch(c) * p.x_s[2]]);
+      in.x[i] = c < kNC ? x[bi * p.x_s[0] + tok * p.x_s[1] + gch(c) * p.x_s[2]] : Act::from(0.f);
     }
-    if (tid == kT - 1) {  // the gates of (token, head), fp32, their loads beside the x loads
-      const int64_t ai = bi * p.a_s[0] + tok * p.a_s[1] + h * p.a_s[2];
-      const int64_t bj = bi * p.b_s[0] + tok * p.b_s[1] + h * p.b_s[2];
-      const float bias_h = p.dt_bias.data ? p.dt_bias.at(h) : 0.f;
-      gates[0] = expf(gate_from_raw(load1(p.a, p.a_dt, ai), p.A_log.at(h), bias_h, p.sp_beta, p.sp_thr));
-      gates[1] = beta_from_raw(load1(p.b, p.b_dt, bj), p.allow_neg);
+    in.z = tid < kBV ? z[bi * p.z_s[0] + tok * p.z_s[1] + h * p.z_s[2] + (c0 + tid) * p.z_s[3]] : Act::from(0.f);
+    in.a = gate_thread ? load1_bits(p.a, p.a_dt, bi * p.a_s[0] + tok * p.a_s[1] + h * p.a_s[2]) : 0u;
+    in.b = gate_thread ? load1_bits(p.b, p.b_dt, bi * p.b_s[0] + tok * p.b_s[1] + h * p.b_s[2]) : 0u;
+    return in;
+  };
+  // Split 1 (small N: latency) loads the first token's inputs beside the state's and the windows' and each next
+  // token's under the recurrence of the one before; the split CTAs (up to 128 or 80 registers a thread) each token
+  // at its start.
+  constexpr bool kPrefetch = SPLIT == 1;
+  TokenIn in{};
+  if constexpr (kPrefetch) in = load_token(t0);
+  // The head's gate parameters and the norm weight of the thread's column (shared memory after the conv's).
+  const uint32_t alog_bits = gate_thread ? load1_bits(p.A_log.data, p.A_log.dt, h * p.A_log.s) : 0u;
+  const uint32_t dtb_bits =
+      gate_thread && p.dt_bias.data ? load1_bits(p.dt_bias.data, p.dt_bias.dt, h * p.dt_bias.s) : 0u;
+  const uint32_t nw_bits = tid < kBV ? load1_bits(p.norm_w.data, p.norm_w.dt, (c0 + tid) * p.norm_w.s) : 0u;
+  // The windows, taps and bias of the thread's channels (shared memory: the conv below reads them per token).
+  // Split 1 (small N, latency-bound) issues every channel's loads together; the split CTAs (large N, up to 128 or
+  // 80 registers a thread) one channel at a time, which spills nothing.
+  constexpr int kU = SPLIT == 1 ? C::kConvIters : 1;  // channels whose loads go out together
+#pragma unroll 1
+  for (int i0 = 0; i0 < C::kConvIters; i0 += kU) {
+    if (kU == 1 && tid + kT * i0 >= kNC) break;
+    AT win[kU][kMaxHist];
+    uint32_t tap[kU][kMaxHist + 1], bias[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int c = tid + kT * (i0 + u);
+      const bool own = c < kNC;
+      const int64_t g = gch(own ? c : 0);
+      const AT* row = cs + (conv_ok ? conv_slot : 0) * p.cs_s[0] + g * p.cs_s[1];
+#pragma unroll
+      for (int j = 0; j < kMaxHist; ++j)  // an invalid conv slot (2-D indices, column 0) starts from a zero window
+        win[u][j] = own && conv_ok && j < H ? row[(offset + j) * p.cs_s[2]] : Act::from(0.f);
+#pragma unroll
+      for (int j = 0; j <= kMaxHist; ++j)
+        tap[u][j] = own && j < p.Kc ? load1_bits(p.conv_w, p.conv_w_dt, g * p.conv_w_s[0] + j * p.conv_w_s[1]) : 0u;
+      bias[u] = own && p.conv_bias.data ? load1_bits(p.conv_bias.data, p.conv_bias.dt, g * p.conv_bias.s) : 0u;
     }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int c = tid + kT * (i0 + u);
+      if (c >= kNC) break;
+#pragma unroll
+      for (int j = 0; j < kMaxHist; ++j)
+        if (j < H) hist[j][c] = Act::to(win[u][j]);
+#pragma unroll
+      for (int j = 0; j <= kMaxHist; ++j)
+        if (j < p.Kc) taps[j][c] = from_bits1(p.conv_w_dt, tap[u][j]);
+      cbias[c] = p.conv_bias.data ? from_bits1(p.conv_bias.dt, bias[u]) : 0.f;
+    }
+  }
+  if (gate_thread) {  // -exp(A_log), dt_bias
+    gpar[0] = gate_factor(from_bits1(p.A_log.dt, alog_bits));
+    gpar[1] = p.dt_bias.data ? from_bits1(p.dt_bias.dt, dtb_bits) : 0.f;
+  }
+  if (tid < kBV) nw[tid] = from_bits1(p.norm_w.dt, nw_bits);
+  if constexpr (SPLIT == 1) cluster_arrive();  // this CTA has read its conv windows
+
+  for (int64_t t = 0; t < len; ++t) {
+    const int64_t tok = t0 + t;
+    // ---- gates; conv + SiLU, window shift ----
+    if constexpr (!kPrefetch) in = load_token(tok);
+    if (gate_thread) {  // the gates of (token, head), fp32
+      gates[0] = expf(gate_from_factor(from_bits1(p.a_dt, in.a), gpar[0], gpar[1], p.sp_beta, p.sp_thr));
+      gates[1] = beta_from_raw(from_bits1(p.b_dt, in.b), p.allow_neg);
+    }
+#pragma unroll
+    for (int i = 0; i < C::kConvIters; ++i)  // parked in ys[c], this thread's own entries, which the conv overwrites
+      if (tid + kT * i < kNC) ys[tid + kT * i] = Act::to(in.x[i]);
+    if (tid < kBV) zs[tid] = Act::to(in.z);
+    if (kPrefetch && t + 1 < len) in = load_token(tok + 1);  // in flight under this token's recurrence
 #pragma unroll 1
     for (int i = 0; i < C::kConvIters; ++i) {
       const int c = tid + kT * i;
@@ -428,9 +471,8 @@ __global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
     }
     if (tid < kBV) {
       const float rho = rsqrtf(sso / float(kD) + p.eps);
-      const float zz = Act::to(z[bi * p.z_s[0] + tok * p.z_s[1] + h * p.z_s[2] + (c0 + tid) * p.z_s[3]]);
       out[bi * p.out_s[0] + tok * p.out_s[1] + h * p.out_s[2] + (c0 + tid) * p.out_s[3]] =
-          Act::from(o * rho * p.norm_w.at(c0 + tid) * silu(zz));
+          Act::from(o * rho * nw[tid] * silu(zs[tid]));
     }
   }
   if constexpr (SPLIT > 1) cluster_arrive();  // this CTA's reads of its peers' shared memory are done
