@@ -363,6 +363,15 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
   // The first token's activations do not depend on the slot: request them before the slot-dependent loads.
   Bits cur_bits;
   if (len > 0) load_tok(0, cur_bits);
+  // The head's gate parameters (gate in kernel), as bits: single-token instances request them beside the first
+  // token's loads (each was a round trip of its own where g is formed); the multi-token ones, short of registers
+  // across the token loop, both together where g is formed.
+  uint32_t alog_bits = 0u, dtb_bits = 0u;
+  auto load_gate = [&] {
+    alog_bits = load1_bits(a.A_log, a.A_log_dtype, h * a.A_log_s);
+    if (a.dt_bias) dtb_bits = load1_bits(a.dt_bias, a.dt_bias_dtype, h * a.dt_bias_s);
+  };
+  if (!MULTI && a.gate_in_kernel) load_gate();
 
   // ---- the row's start slot and validity (gdn-math §8.1, §8.2) ----
   int64_t slot = -1;
@@ -491,10 +500,11 @@ __global__ void __launch_bounds__(direct::kThreads, (direct_min_blocks<L, ST, K,
     }
     __syncwarp();
     float g = cur.g;
-    if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
-      g = gate_from_raw(g, load1(a.A_log, a.A_log_dtype, h * a.A_log_s),
-                        a.dt_bias ? load1(a.dt_bias, a.dt_bias_dtype, h * a.dt_bias_s) : 0.f, a.softplus_beta,
-                        a.softplus_threshold);
+    if (a.gate_in_kernel) {  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
+      if (MULTI) load_gate();
+      g = gate_from_raw(g, from_bits1(a.A_log_dtype, alog_bits),
+                        a.dt_bias ? from_bits1(a.dt_bias_dtype, dtb_bits) : 0.f, a.softplus_beta, a.softplus_threshold);
+    }
     const float alpha = expf(g);
     const float be = a.beta_sigmoid ? beta_from_raw(cur.be, a.allow_neg_eigval) : cur.be;
     const int64_t o_off = b * a.o_s[0] + (bos + tr) * a.o_s[1] + h * a.o_s[2] + j0;

@@ -161,21 +161,22 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
     tma::load_bulk(dst + 2 * qb, static_cast<const char*>(a.v) + (n * a.v_s[0] + h * a.v_s[2] + j0) * vsz, BV * vsz,
                    bar);
   };
-  // Raw gate scalars of a tile (ordinary loads, requested one tile ahead of their use).
+  // Raw gate scalars of a tile, as bits (ordinary loads, requested one tile ahead of their use and widened there:
+  // a widening beside its load would wait for it, and the four one round trip after another).
   struct Gates {
-    float g, be, A_log, dt_bias;
+    uint32_t g, be, A_log, dt_bias;
   };
   auto load_gates = [&](uint32_t t, Gates& x) {
-    x = Gates{0.f, 1.f, 0.f, 0.f};
+    x = Gates{0u, 0u, 0u, 0u};
     if (t >= ntiles) return;
     int64_t n, h;
     int j0;
     coords(t, n, h, j0);
-    if (a.g) x.g = load1(a.g, a.g_dtype, n * a.g_s[0] + h * a.g_s[2]);
-    if (a.beta) x.be = load1(a.beta, a.beta_dtype, n * a.beta_s[0] + h * a.beta_s[2]);
+    if (a.g) x.g = load1_bits(a.g, a.g_dtype, n * a.g_s[0] + h * a.g_s[2]);
+    if (a.beta) x.be = load1_bits(a.beta, a.beta_dtype, n * a.beta_s[0] + h * a.beta_s[2]);
     if (a.gate_in_kernel) {
-      x.A_log = load1(a.A_log, a.A_log_dtype, h * a.A_log_s);
-      if (a.dt_bias) x.dt_bias = load1(a.dt_bias, a.dt_bias_dtype, h * a.dt_bias_s);
+      x.A_log = load1_bits(a.A_log, a.A_log_dtype, h * a.A_log_s);
+      if (a.dt_bias) x.dt_bias = load1_bits(a.dt_bias, a.dt_bias_dtype, h * a.dt_bias_s);
     }
   };
 
@@ -239,11 +240,14 @@ __global__ void __launch_bounds__(NT, pipe::min_blocks<S>())
 #pragma unroll
       for (int e = 0; e < 4; ++e) qk = fmaf(q4[e] * rq, k4[e] * rk, qk);
       qk = lane_sum<1, 32>(qk);  // q'.k^
-      float g = cur.g;
+      float g = a.g ? from_bits1(a.g_dtype, cur.g) : 0.f;
       if (a.gate_in_kernel)  // g = -exp(A_log) softplus(a + dt_bias) (gdn-math §4)
-        g = gate_from_raw(g, cur.A_log, cur.dt_bias, a.softplus_beta, a.softplus_threshold);
+        g = gate_from_raw(g, from_bits1(a.A_log_dtype, cur.A_log),
+                          a.dt_bias ? from_bits1(a.dt_bias_dtype, cur.dt_bias) : 0.f, a.softplus_beta,
+                          a.softplus_threshold);
       const float alpha = expf(g);
-      const float be = a.beta_sigmoid ? beta_from_raw(cur.be, a.allow_neg_eigval) : cur.be;
+      const float be_raw = a.beta ? from_bits1(a.beta_dtype, cur.be) : 1.f;
+      const float be = a.beta_sigmoid ? beta_from_raw(be_raw, a.allow_neg_eigval) : be_raw;
       float v[E];
       direct::load_n<E>(stg + G::kStateBytes + 2 * qb, a.v_dtype, E * c, v);
 

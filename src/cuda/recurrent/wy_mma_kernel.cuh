@@ -179,6 +179,9 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
   };
   auto row_slot = [&](Row& r) {
     const int64_t n = r.n;
+    // The head's gate parameters (gate in kernel) as bits beside the slot's index loads, widened after them.
+    const uint32_t alog = a.gate_in_kernel ? load1_bits(a.A_log, a.A_log_dtype, r.h * a.A_log_s) : 0u;
+    const uint32_t dtb = a.gate_in_kernel && a.dt_bias ? load1_bits(a.dt_bias, a.dt_bias_dtype, r.h * a.dt_bias_s) : 0u;
     int64_t slot = n;
     if (a.T_max > 0) {  // start slot [n, a - 1], a = num_accepted_tokens[n] (1 when absent)
       const int64_t acc = a.num_accepted ? load_index(a.num_accepted, a.na_i64, n * a.na_s) : 1;
@@ -188,8 +191,8 @@ __global__ void __launch_bounds__(wymma::kThreads, wymma::kMinBlocks) recurrent_
       slot = load_index(a.state_indices, a.si_i64, n * a.si_s[0]);
     }
     r.slot = slot_ok(slot, a.slots, a.null_slot_is_invalid) ? slot : -1;
-    r.alog = a.gate_in_kernel ? load1(a.A_log, a.A_log_dtype, r.h * a.A_log_s) : 0.f;
-    r.dtb = a.gate_in_kernel && a.dt_bias ? load1(a.dt_bias, a.dt_bias_dtype, r.h * a.dt_bias_s) : 0.f;
+    r.alog = a.gate_in_kernel ? from_bits1(a.A_log_dtype, alog) : 0.f;
+    r.dtb = a.gate_in_kernel && a.dt_bias ? from_bits1(a.dt_bias_dtype, dtb) : 0.f;
   };
   const int kb = (K / 4) * t4;  // this thread's first key
   const bool v_bf16 = a.v_dtype == DType::bf16;
