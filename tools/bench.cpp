@@ -41,6 +41,8 @@ const std::vector<CaseDef>& case_list() {
       {"decode_n128", "decode T=1, N=128, fp32 pool"},
       {"decode_n256", "decode T=1, N=256, fp32 pool"},
       {"decode_bf16_n256", "decode T=1, N=256, bf16 pool"},
+      {"decode_gated_n1", "decode T=1, N=1, fp32 pool, gate and beta's sigmoid in the kernel (raw a, b; vLLM's call)"},
+      {"decode_gated_bf16_n256", "decode T=1, N=256, bf16 pool, gate and beta's sigmoid in the kernel"},
       {"mtp_t12_n1", "multi-token T=12, N=1, final state only, fp32 pool"},
       {"mtp_t12_n32", "multi-token T=12, N=32, fp32 pool"},
       {"mtp_t12_n256", "multi-token T=12, N=256, fp32 pool"},
@@ -247,6 +249,7 @@ struct RecurrentShape {
   int64_t N = 1, T = 1;
   DType pool_dtype = DType::f32;
   bool verify = false;  // bf16 intermediate states, no commit
+  bool gated = false;   // raw a, b in bf16 with A_log, dt_bias: the gate and beta's sigmoid in the kernel
 };
 
 BenchResult bench_recurrent(const RecurrentShape& s, int reps, const ExecOptions& exec) {
@@ -257,12 +260,17 @@ BenchResult bench_recurrent(const RecurrentShape& s, int reps, const ExecOptions
   const int R = int(std::min<double>(64, std::max<double>(1, std::ceil(256e6 / per_call))));
   DeviceTensor q(DType::bf16, {R * N, T, Hqk, K}), k(DType::bf16, {R * N, T, Hqk, K}),
       v(DType::bf16, {R * N, T, Hv, V});
-  DeviceTensor g(DType::f32, {R * N, T, Hv}), beta(DType::f32, {R * N, T, Hv}), o(DType::bf16, {R * N, T, Hv, V});
+  const DType gdt = s.gated ? DType::bf16 : DType::f32;
+  DeviceTensor g(gdt, {R * N, T, Hv}), beta(gdt, {R * N, T, Hv}), o(DType::bf16, {R * N, T, Hv, V});
+  DeviceTensor A_log(DType::f32, {Hv}), dt_bias(DType::f32, {Hv});
   DeviceTensor pool(s.pool_dtype, {R * N, Hv, K, V}), idx(DType::i32, {R * N});
   DeviceTensor inter;
   if (s.verify) inter = DeviceTensor(DType::bf16, {R * N, T, Hv, K, V});
   fill_random(q, 11), fill_random(k, 12), fill_random(v, 13);
-  fill_random(g, 14, -0.1, 0.0, true), fill_random(beta, 15, 1.0, 0.0, true);
+  if (s.gated)
+    fill_random(g, 14), fill_random(beta, 15), fill_random(A_log, 17), fill_random(dt_bias, 18);
+  else
+    fill_random(g, 14, -0.1, 0.0, true), fill_random(beta, 15, 1.0, 0.0, true);
   fill_random(pool, 16, 0.1);
   HostTensor hidx(DType::i32, {R * N});
   for (int64_t i = 0; i < R * N; ++i) hidx.set(i, double(i));
@@ -278,6 +286,10 @@ BenchResult bench_recurrent(const RecurrentShape& s, int reps, const ExecOptions
   p.exec = exec;
   p.commit = !s.verify;
   p.state_pool = pool.view();
+  if (s.gated) {
+    p.gate.use_gate_in_kernel = p.gate.use_beta_sigmoid_in_kernel = true;
+    p.A_log = A_log.view(), p.dt_bias = dt_bias.view();
+  }
   auto set = [&](int r) {
     p.q = slice(q, r, N), p.k = slice(k, r, N), p.v = slice(v, r, N), p.g = slice(g, r, N);
     p.beta = slice(beta, r, N), p.o = slice(o, r, N), p.state_indices = slice(idx, r, N);
@@ -286,9 +298,11 @@ BenchResult bench_recurrent(const RecurrentShape& s, int reps, const ExecOptions
   set(0);
   BenchResult res = time_op(p, R, reps, set);
   const double psz = double(dtype_size(s.pool_dtype));
-  res.bytes = N * state_bytes * psz * (s.verify ? 1 : 2)                    // pool read (+ write when committing)
-              + (s.verify ? N * T * state_bytes * 2.0 : 0.0)                // bf16 intermediate states
-              + N * T * (2.0 * Hqk * K * 2 + 2.0 * Hv * V * 2 + Hv * 8.0);  // q, k, v, o (bf16), g, beta (fp32)
+  res.bytes = N * state_bytes * psz * (s.verify ? 1 : 2)      // pool read (+ write when committing)
+              + (s.verify ? N * T * state_bytes * 2.0 : 0.0)  // bf16 intermediate states
+              +
+              N * T * (2.0 * Hqk * K * 2 + 2.0 * Hv * V * 2 + Hv * (s.gated ? 4.0 : 8.0));  // q, k, v, o (bf16),
+                                                                                            // g, beta (fp32; raw bf16)
   res.flops = N * T * Hv * 6.0 * K * V;
   return res;
 }
@@ -436,9 +450,9 @@ BenchResult bench_train_bwd(const std::vector<int64_t>& lens, int64_t Hqk, int64
 
 BenchResult run_case(const std::string& name, int reps, const BenchOptions& opt) {
   BenchResult r;
-  auto rec = [&](int64_t N, int64_t T, DType pd, bool verify) {
+  auto rec = [&](int64_t N, int64_t T, DType pd, bool verify, bool gated = false) {
     RecurrentShape s;
-    s.N = N, s.T = T, s.pool_dtype = pd, s.verify = verify;
+    s.N = N, s.T = T, s.pool_dtype = pd, s.verify = verify, s.gated = gated;
     return bench_recurrent(s, reps, opt.exec);
   };
   auto pre = [&](std::vector<int64_t> lens, int64_t hqk, int64_t hv, DType dt) {
@@ -458,6 +472,10 @@ BenchResult run_case(const std::string& name, int reps, const BenchOptions& opt)
     r = rec(256, 1, DType::f32, false);
   else if (name == "decode_bf16_n256")
     r = rec(256, 1, DType::bf16, false);
+  else if (name == "decode_gated_n1")
+    r = rec(1, 1, DType::f32, false, true);
+  else if (name == "decode_gated_bf16_n256")
+    r = rec(256, 1, DType::bf16, false, true);
   else if (name == "mtp_t12_n1")
     r = rec(1, 12, DType::f32, false);
   else if (name == "mtp_t12_n32")
