@@ -59,20 +59,26 @@ __device__ __forceinline__ int64_t state_off(bool vmajor, int64_t sr, int i, int
 }
 
 // g and beta as the core sees them (gdn-math §4): g = -exp(A_log) softplus(a + dt_bias) with gate_in_kernel, beta =
-// c sigmoid(b) with beta_sigmoid; absent g is 0, absent beta is 1.
+// c sigmoid(b) with beta_sigmoid; absent g is 0, absent beta is 1. The four loads go out as bits before any is
+// widened (a widening beside its load waits for it, and the loads went one round trip after another).
 __device__ __forceinline__ void resolve_gate(const ChunkBwdArgs& a, int h, int64_t b, int64_t t, float* g,
                                              float* beta) {
+  const bool gik = a.g && a.gate_in_kernel;
+  const uint32_t gw = a.g ? load1_bits(a.g, DType(a.g_dtype), b * a.g_sb + t * a.g_st + h * a.g_sh) : 0u;
+  const uint32_t bw = a.beta ? load1_bits(a.beta, DType(a.b_dtype), b * a.b_sb + t * a.b_st + h * a.b_sh) : 0u;
+  const uint32_t aw = gik && a.A_log ? load1_bits(a.A_log, DType(a.alog_dtype), h * a.alog_s) : 0u;
+  const uint32_t dw = gik && a.dt_bias ? load1_bits(a.dt_bias, DType(a.dtb_dtype), h * a.dtb_s) : 0u;
   float gv = 0.f, bv = 1.f;
   if (a.g) {
-    gv = load1(a.g, DType(a.g_dtype), b * a.g_sb + t * a.g_st + h * a.g_sh);
+    gv = from_bits1(DType(a.g_dtype), gw);
     if (a.gate_in_kernel) {
-      const float alog = a.A_log ? load1(a.A_log, DType(a.alog_dtype), h * a.alog_s) : 0.f;
-      const float dtb = a.dt_bias ? load1(a.dt_bias, DType(a.dtb_dtype), h * a.dtb_s) : 0.f;
+      const float alog = a.A_log ? from_bits1(DType(a.alog_dtype), aw) : 0.f;
+      const float dtb = a.dt_bias ? from_bits1(DType(a.dtb_dtype), dw) : 0.f;
       gv = gate_from_raw(gv, alog, dtb, a.sp_beta, a.sp_threshold);
     }
   }
   if (a.beta) {
-    bv = load1(a.beta, DType(a.b_dtype), b * a.b_sb + t * a.b_st + h * a.b_sh);
+    bv = from_bits1(DType(a.b_dtype), bw);
     if (a.beta_sigmoid) bv = a.beta_mult / (1.f + expf(-bv));
   }
   *g = gv, *beta = bv;
