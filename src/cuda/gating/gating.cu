@@ -43,14 +43,19 @@ __global__ void gating_kernel(const GatingArgs a) {
   const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= a.rows * a.Hv) return;
   const int64_t row = e / a.Hv, h = e % a.Hv;
-  const float x = load1(a.a.data, a.a.dtype, gating_offset(a.a, a, row, h));
-  const float A = load1(a.A_log, a.A_log_dtype, h * a.A_log_s);
-  const float bias = a.dt_bias ? load1(a.dt_bias, a.dt_bias_dtype, h * a.dt_bias_s) : 0.f;
-  store1(a.g.data, a.g.dtype, gating_offset(a.g, a, row, h), gate_from_raw(x, A, bias, a.sp_beta, a.sp_threshold));
-  if (a.b.data && a.beta.data) {
-    const float bv = load1(a.b.data, a.b.dtype, gating_offset(a.b, a, row, h));
-    store1(a.beta.data, a.beta.dtype, gating_offset(a.beta, a, row, h), beta_from_raw(bv, a.allow_neg_eigval));
-  }
+  // The four loads as bits before any is widened (a widening beside its load waits for it: one round trip
+  // after another at decode, where this kernel is one thread per value head).
+  const bool has_b = a.b.data && a.beta.data;
+  const uint32_t xw = load1_bits(a.a.data, a.a.dtype, gating_offset(a.a, a, row, h));
+  const uint32_t Aw = load1_bits(a.A_log, a.A_log_dtype, h * a.A_log_s);
+  const uint32_t bias_w = a.dt_bias ? load1_bits(a.dt_bias, a.dt_bias_dtype, h * a.dt_bias_s) : 0u;
+  const uint32_t bw = has_b ? load1_bits(a.b.data, a.b.dtype, gating_offset(a.b, a, row, h)) : 0u;
+  const float bias = a.dt_bias ? from_bits1(a.dt_bias_dtype, bias_w) : 0.f;
+  store1(a.g.data, a.g.dtype, gating_offset(a.g, a, row, h),
+         gate_from_raw(from_bits1(a.a.dtype, xw), from_bits1(a.A_log_dtype, Aw), bias, a.sp_beta, a.sp_threshold));
+  if (has_b)
+    store1(a.beta.data, a.beta.dtype, gating_offset(a.beta, a, row, h),
+           beta_from_raw(from_bits1(a.b.dtype, bw), a.allow_neg_eigval));
 }
 
 void set_tensor(GatingTensor* t, const TensorView& v) {
