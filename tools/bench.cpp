@@ -244,6 +244,21 @@ BenchResult time_op(const Params& p, int rotations, int reps, Set set, int64_t w
   return res;
 }
 
+// Rotation r's rows [r rows, (r + 1) rows) of a tensor whose leading dimension holds every rotation.
+TensorView slice(const DeviceTensor& t, int r, int64_t rows) {
+  TensorView v = t.view();
+  v.shape[0] = rows;
+  v.data = static_cast<char*>(t.ptr) + size_t(r) * size_t(rows) * size_t(v.strides[0]) * size_t(dtype_size(t.dtype));
+  return v;
+}
+
+// Slot indices 0, 1, .. into an int32 [n] tensor on the device.
+void iota(DeviceTensor& idx) {
+  HostTensor h(DType::i32, {idx.shape[0]});
+  for (int64_t i = 0; i < idx.shape[0]; ++i) h.set(i, double(i));
+  idx.upload(h);
+}
+
 // ---- recurrent cases -----------------------------------------------------------------------------------
 struct RecurrentShape {
   int64_t N = 1, T = 1;
@@ -272,15 +287,7 @@ BenchResult bench_recurrent(const RecurrentShape& s, int reps, const ExecOptions
   else
     fill_random(g, 14, -0.1, 0.0, true), fill_random(beta, 15, 1.0, 0.0, true);
   fill_random(pool, 16, 0.1);
-  HostTensor hidx(DType::i32, {R * N});
-  for (int64_t i = 0; i < R * N; ++i) hidx.set(i, double(i));
-  idx.upload(hidx);
-  auto slice = [](const DeviceTensor& t, int r, int64_t rows) {
-    TensorView v = t.view();
-    v.shape[0] = rows;
-    v.data = static_cast<char*>(t.ptr) + size_t(r) * size_t(rows) * size_t(v.strides[0]) * size_t(dtype_size(t.dtype));
-    return v;
-  };
+  iota(idx);
   RecurrentParams p;
   p.use_qk_l2norm_in_kernel = true;
   p.exec = exec;
@@ -322,15 +329,7 @@ BenchResult bench_mixer(int64_t N, DType pool_dtype, int reps, const ExecOptions
   fill_random(x, 31), fill_random(z, 32), fill_random(a, 33), fill_random(b, 34), fill_random(A_log, 35);
   fill_random(dt_bias, 36), fill_random(w, 37, 0.5), fill_random(nw, 38), fill_random(conv, 39);
   fill_random(pool, 40, 0.1);
-  HostTensor hidx(DType::i32, {R * N});
-  for (int64_t i = 0; i < R * N; ++i) hidx.set(i, double(i));
-  idx.upload(hidx);
-  auto slice = [](const DeviceTensor& t, int r, int64_t rows) {
-    TensorView v = t.view();
-    v.shape[0] = rows;
-    v.data = static_cast<char*>(t.ptr) + size_t(r) * size_t(rows) * size_t(v.strides[0]) * size_t(dtype_size(t.dtype));
-    return v;
-  };
+  iota(idx);
   MixerDecodeParams p;
   p.num_k_heads = Hqk, p.head_k_dim = K, p.exec = exec;
   p.A_log = A_log.view(), p.dt_bias = dt_bias.view(), p.conv_weight = w.view(), p.norm_weight = nw.view();
