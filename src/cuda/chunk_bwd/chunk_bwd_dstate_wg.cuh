@@ -84,24 +84,29 @@ __device__ __forceinline__ void copy_key_rows(unsigned char (&dst)[2][8192], con
   }
 }
 
-// Issue the cp.async copies of chunk c's inputs into stage g: W's record (hi, lo: [64][K] bf16 each), the key and query
-// rows, dU0's and dO's kBV columns, the record rows.
+// The cp.async copies of W's tile `part` (0 hi, 1 lo: [64][K] bf16) of chunk c into w.
+__device__ __forceinline__ void dstate_wg_copy_w(const ChunkBwdArgs& a, unsigned char (&dst)[2][8192],
+                                                 const ChainWork& w, int64_t c, int h, int part, int tid) {
+  constexpr int K = 128, NTH = kDStateWgThreads;
+  const int64_t rec = chunk_slot(a, w.n, w.st, c) * a.Hv + h;
+  const int r0 = tid >> 4, kv = tid & 15;
+  const auto* wsrc =
+      reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (2 * kC * K)) + part * (kC * K) + r0 * K + kv * 8;
+#pragma unroll
+  for (int p = 0; p < kC / (NTH / 16); ++p)
+    cp_async<16>(&dst[kv >> 3][wg::swz(r0 + (NTH / 16) * p, kv & 7)], wsrc + (NTH / 16) * p * K);
+}
+
+// Issue the cp.async copies of chunk c's inputs into stage g: W's hi tile (its lo tile is copied by the step that
+// reads it: chunks whose largest beta exceeds 1, the only ones where prep writes it), the key and query rows, dU0's
+// and dO's kBV columns, the record rows.
 template <class E, int V, class Stage>
 __device__ __forceinline__ void dstate_wg_prefetch(const ChunkBwdArgs& a, Stage& g, const ChainWork& w, int64_t c,
                                                    int h, int tid) {
-  constexpr int K = 128, NTH = kDStateWgThreads;
+  constexpr int NTH = kDStateWgThreads;
   const int64_t t0 = w.st + kC * c, rec = chunk_slot(a, w.n, w.st, c) * a.Hv + h;
   const int nv = int(w.len - kC * c < kC ? w.len - kC * c : kC), hk = h / a.group;
-  {
-    const int r0 = tid >> 4, kv = tid & 15;
-    const auto* wsrc = reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (2 * kC * K)) + r0 * K + kv * 8;
-#pragma unroll
-    for (int part = 0; part < 2; ++part)  // hi, lo
-#pragma unroll
-      for (int p = 0; p < kC / (NTH / 16); ++p)
-        cp_async<16>(&g.w[part][kv >> 3][wg::swz(r0 + (NTH / 16) * p, kv & 7)],
-                     wsrc + part * (kC * K) + (NTH / 16) * p * K);
-  }
+  dstate_wg_copy_w(a, g.w[0], w, c, h, 0, tid);
   copy_key_rows(g.k, static_cast<const E*>(a.k) + w.sb * a.k_sb + hk * a.k_sh + t0 * a.k_st, a.k_st, nv, tid);
   copy_key_rows(g.q, static_cast<const E*>(a.q) + w.sb * a.q_sb + hk * a.q_sh + t0 * a.q_st, a.q_st, nv, tid);
   copy_f32_tile<kBV, NTH>(g.du0, a.dU + rec * (kC * V) + w.j0, V, tid);
@@ -185,6 +190,10 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     // while product 1 runs
     const float gl = g.rows[0][nv - 1], en = expf(gl);
     const bool w_lo_terms = beta_above_one(g.rows, lane);  // (read before a one-stage walk refills the stage)
+    if (w_lo_terms) {  // W's lo tile of this chunk, copied only where read (no prefetch writes the stage's lo tile)
+      dstate_wg_copy_w(a, s.stg[bf].w[1], w, c, h, 1, tid);
+      cp_async_commit();
+    }
 
     // dS <- e_n dS, pinned before product 1 (wg::pin): under product 1, ptxas waits for it before the multiplications
     // (C7517); sunk into product 2's group, the products would wait on it (C7519)
@@ -252,7 +261,6 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       for (int mb = 0; mb < 2; ++mb) {
         chunk_detail::load_kt_frags(g.q, 64 * mb + 16 * wi, lane, qt[mb]);
         chunk_detail::load_kt_frags(g.w[0], 64 * mb + 16 * wi, lane, wt[mb]);
-        chunk_detail::load_kt_frags(g.w[1], 64 * mb + 16 * wi, lane, wtl[mb]);
       }
     };
     if constexpr (!kF16) load_p2();
@@ -309,7 +317,11 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       if (c > w.c_begin) dstate_wg_prefetch<E, V>(a, s.stg[0], w, c - 1, h, tid);
     }
     wg::wait0();
-    if (w_lo_terms) {  // W_lo^T (-dU)_hi where the chunk's beta exceeds 1; no group in flight
+    if (w_lo_terms) {       // W_lo^T (-dU)_hi where the chunk's beta exceeds 1; no group in flight
+      cp_async_wait_all();  // W's lo tile (and a one-stage walk's refill) landed, every thread's
+      __syncthreads();
+#pragma unroll
+      for (int mb = 0; mb < 2; ++mb) chunk_detail::load_kt_frags(g.w[1], 64 * mb + 16 * wi, lane, wtl[mb]);
       wg::fence();
 #pragma unroll
       for (int mb = 0; mb < 2; ++mb) {

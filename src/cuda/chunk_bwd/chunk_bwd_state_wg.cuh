@@ -10,10 +10,9 @@
 // walk. Per chunk c (n <= 64 rows, rows past n zero in every record):
 //
 //   product 1   U = U0 - W S0:  W_hi S0_lo + W_hi S0_hi (16 wgmma ss; + W_lo S0_hi, 8 more, where the chunk's beta
-//               exceeds 1), A = W [token][key] hi / lo as prep stores it, B = S0^T [value][key] hi / lo written by
-//               stmatrix.trans from the state's registers;
-//               U stored (fp32, over U0, for pass 4), diag(kb) U split into hi + lo and stored transposed
-//               (stmatrix.trans)
+//               exceeds 1: W_lo copied by the step itself there), A = W [token][key] hi / lo as prep stores it, B =
+//               S0^T [value][key] hi / lo written by stmatrix.trans from the state's registers; U stored (fp32, over
+//               U0, for pass 4), diag(kb) U split into hi + lo and stored transposed (stmatrix.trans)
 //   product 2   S <- e_n S + K^T (diag(kb) U)_lo + K^T (diag(kb) U)_hi per key block (16 wgmma rs, K^T by
 //               ldmatrix.trans of the swizzled k tile; f16 k split into bf16 hi + lo there, + 8 wgmma for k_lo U_hi);
 //               then S as the next chunk's S0^T (hi, lo) and its bf16 hi as S0 of chunk c + 1 (pass 4's record)
@@ -75,13 +74,14 @@ static_assert(sizeof(StateWgSmem<1>::Stage) % 1024 == 0 && offsetof(StateWgSmem<
                   sizeof(StateWgSmem<1>) + 1024 <= 115712,
               "state (wgmma, one stage): swizzled tiles, two CTAs' shared memory per SM");
 
-// The cp.async copies of chunk c's inputs (the caller commits), the parts in PARTS: kCopyW W's record (hi and lo,
-// [64][K] bf16 each) into w and the record rows into rows; kCopyK the raw key rows into the swizzled key halves
-// (thread tid: piece tid % 16 of rows tid / 16 + 8 p); kCopyKWarp the same rows, but each warp wi only the 16-byte
-// pieces that its own K^T ldmatrix reads (keys 16 wi .. 16 wi + 15 of each key half, pieces 2 wi, 2 wi + 1 and
+// The cp.async copies of chunk c's inputs (the caller commits), the parts in PARTS: kCopyW W's hi tile ([64][K] bf16)
+// into w and the record rows into rows; kCopyWlo W's lo tile only (the step copies it for itself where it reads it:
+// chunks whose largest beta exceeds 1, the only ones where prep writes it); kCopyK the raw key rows into the swizzled
+// key halves (thread tid: piece tid % 16 of rows tid / 16 + 8 p); kCopyKWarp the same rows, but each warp wi only the
+// 16-byte pieces that its own K^T ldmatrix reads (keys 16 wi .. 16 wi + 15 of each key half, pieces 2 wi, 2 wi + 1 and
 // 8 + 2 wi, 9 + 2 wi; lane l: piece l % 4 of rows l / 4 + 8 p), so that no other warp reads what it refills; kCopyU0
 // U0's kBV columns into u0 (but for the M columns of a summary: U0 = 0).
-enum : int { kCopyW = 1, kCopyK = 2, kCopyU0 = 4, kCopyKWarp = 8 };
+enum : int { kCopyW = 1, kCopyK = 2, kCopyU0 = 4, kCopyKWarp = 8, kCopyWlo = 16 };
 template <class E, int V, int PARTS>
 __device__ __forceinline__ void state_wg_copy(const ChunkBwdArgs& a, unsigned char (*w_dst)[8192], float (*rows)[kC],
                                               unsigned char (*k_dst)[8192], float (*u0)[kLS], const ChainWork& w,
@@ -89,14 +89,14 @@ __device__ __forceinline__ void state_wg_copy(const ChunkBwdArgs& a, unsigned ch
   constexpr int K = 128, NTH = kStateWgThreads;
   const int64_t t0 = w.st + kC * c, rec = chunk_slot(a, w.n, w.st, c) * a.Hv + h;
   const int r0 = tid >> 4, kv = tid & 15;
-  if constexpr ((PARTS & kCopyW) != 0) {
-    const auto* wsrc = reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (2 * kC * K)) + r0 * K + kv * 8;
+  if constexpr ((PARTS & (kCopyW | kCopyWlo)) != 0) {  // W's hi tile (kCopyW) or its lo tile (kCopyWlo)
+    constexpr int part = (PARTS & kCopyW) != 0 ? 0 : 1;
+    static_assert((PARTS & kCopyW) == 0 || (PARTS & kCopyWlo) == 0, "one W tile per call");
+    const auto* wsrc =
+        reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (2 * kC * K)) + part * (kC * K) + r0 * K + kv * 8;
 #pragma unroll
-    for (int part = 0; part < 2; ++part)  // hi, lo
-#pragma unroll
-      for (int p = 0; p < kC / (NTH / 16); ++p)
-        cp_async<16>(&w_dst[2 * part + (kv >> 3)][wg::swz(r0 + (NTH / 16) * p, kv & 7)],
-                     wsrc + part * (kC * K) + (NTH / 16) * p * K);
+    for (int p = 0; p < kC / (NTH / 16); ++p)
+      cp_async<16>(&w_dst[2 * part + (kv >> 3)][wg::swz(r0 + (NTH / 16) * p, kv & 7)], wsrc + (NTH / 16) * p * K);
   }
   if constexpr ((PARTS & kCopyK) != 0) {
     const int nv = int(w.len - kC * c < kC ? w.len - kC * c : kC);
@@ -247,6 +247,10 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
     float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
     const uint32_t wst = uint32_t(bf) * uint32_t(sizeof(typename Smem::Stage));
     const bool w_lo_terms = beta_above_one(g.rows, lane);
+    if (w_lo_terms) {  // W's lo tile of this chunk, copied only where read (prep writes it only there)
+      state_wg_copy<E, V, kCopyWlo>(a, s.stg[bf].w, nullptr, nullptr, nullptr, w, c, h, tid);
+      cp_async_commit();
+    }
     {
       wg::fence();
 #pragma unroll
@@ -279,7 +283,11 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
       }
     }
     wg::wait0();
-    if (w_lo_terms) {  // uniform; no group in flight across the branch
+    if (w_lo_terms) {       // uniform; no group in flight across the branch
+      cp_async_wait_all();  // W's lo tile (and chunk c + 1's copies) landed, every thread's, before the async proxy
+                            // reads
+      wg::fence_async_smem();
+      __syncthreads();
       wg::fence();
 #pragma unroll
       for (int ks = 0; ks < K / 16; ++ks)
