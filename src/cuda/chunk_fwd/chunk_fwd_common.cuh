@@ -164,6 +164,17 @@ __device__ __forceinline__ void copy_record(const ChunkKernelArgs& a, int64_t n,
   for (int i = tid; i < static_cast<int>(bytes / 16); i += NTH) cp_async<16>(d + i, src + i);
 }
 
+// ... and, read from global memory by the state passes themselves, the third part of chunk ck's A diag(beta) (its
+// rest A' - hi - lo, written by the intra pass only where the chunk's largest beta exceeds 1): 16-bit m16n8k16 A
+// fragments, 32 uint4 a causal block. With n identical unit keys the chunk transition along the key is 1 - lambda
+// sum_t sum_s A'_ts = (1 - lambda)^n (lambda = beta), near +-1 at beta ~ 2 only by cancellation of entries ~ +-2; A' in
+// two parts errs by up to 2^-17 an entry, the same errors in every chunk of such keys, so the state drifted along them
+// (docs/chunk_fwd.md "Numerics"). With the rest U = A' R holds A' to ~2^-24.
+__device__ __forceinline__ const uint4* record_rest(const ChunkKernelArgs& a, int64_t n, int64_t t0, int64_t ck,
+                                                    int h) {
+  return reinterpret_cast<const uint4*>(a.rec + (chunk_slot(a, n, t0, ck) * a.Hv + h) * kRecBytes + kRecCopyBytes);
+}
+
 // ... and a 64 x 64 16-bit value tile (src: its first row, row stride src_st elements; dst row stride ld elements),
 // by 256 threads ht = 0 .. 255; rows at or past nv are zero-filled (plain stores, ordered by the next barrier).
 template <class T>

@@ -231,14 +231,10 @@ __global__ void __launch_bounds__(NH * 256, 1) chunk_fwd_state_kernel(const Chun
 #pragma unroll
       for (int kc = 0; kc < 4; ++kc)
         if (kc <= rg) acc_rows(afr[(rg * (rg + 1) / 2 + kc) * 64 + lane], sm.rl[hf], kc);
-      // + A'_rest R_hi where the chunk's largest beta exceeds 1 (uniform), A' = A diag(beta): the chunk transition
-      // along the keys, 1 - lambda sum_t sum_s A_ts = (1 - lambda)^n for n identical unit keys (lambda = beta), is
-      // near +-1 there only by cancellation of entries ~ +-2, and A' in two parts errs by up to 2^-17 an entry, the
-      // same errors in every chunk of such keys, so the state drifted along them (docs/chunk_fwd.md "Numerics"). The
-      // rest A' - hi - lo (the record's third part, from global memory) holds A' to ~2^-24.
+      // + A'_rest R_hi where the chunk's largest beta exceeds 1 (uniform), A' = A diag(beta): its third part
+      // (record_rest says why)
       if (beta_above_one(hdr)) {
-        const uint4* rfr =
-            reinterpret_cast<const uint4*>(a.rec + (chunk_slot(a, n, t0, c) * a.Hv + h) * kRecBytes + kRecCopyBytes);
+        const uint4* rfr = record_rest(a, n, t0, c, h);
 #pragma unroll 1
         for (int kc = 0; kc <= rg; ++kc)  // a loop, not unrolled: unrolled it spilled at 128 registers
           acc_rows(rfr[(rg * (rg + 1) / 2 + kc) * 32 + lane], vt, kc);

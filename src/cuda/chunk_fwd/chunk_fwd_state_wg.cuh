@@ -600,15 +600,9 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
         scale_state(sacc, hdr[192]);
         wg::wait0();
         if (beta_above_one(hdr)) {  // uniform; no group in flight across the branch
-          // A' = A diag(beta) needs its third part here: with n identical unit keys the chunk transition along the
-          // key is 1 - lambda sum_t sum_s A_ts = (1 - lambda)^n (lambda = beta), near +-1 at beta ~ 2 only by
-          // cancellation of entries ~ +-2, and A' in two parts errs by up to 2^-17 an entry, the same errors in every
-          // chunk of such keys, so the state drifted along them (docs/chunk_fwd.md "Numerics"). The rest A' - hi - lo
-          // (the record's third part, from global memory into lo's registers, dead once the group above is waited)
-          // holds A' to ~2^-24.
-          load_causal_frags<32>(
-              reinterpret_cast<const uint4*>(a.rec + (chunk_slot(a, n, t0, c) * a.Hv + h) * kRecBytes + kRecCopyBytes),
-              wi, lane, af[1]);
+          // A' = A diag(beta)'s third part (record_rest says why), from global memory into lo's registers, dead
+          // once the group above is waited
+          load_causal_frags<32>(record_rest(a, n, t0, c, h), wi, lane, af[1]);
           wg::fence();
 #pragma unroll
           for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<BF16>(uv, af[0][kc], wg::desc_at(ut_lo, 8192 + kc * 32), 1);
