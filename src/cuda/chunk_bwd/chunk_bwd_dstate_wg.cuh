@@ -41,6 +41,7 @@
 namespace flashgdn::cuda::bwd_detail {
 
 constexpr int kDStateWgThreads = 128;  // one warpgroup
+static_assert(kDStateWgThreads == kStateWgThreads, "copy_w_tile: one warpgroup");
 
 // Shared memory: 32 KiB of step operands and STAGES stages of 79 KiB: 190 KiB at STAGES = 2 (one CTA per SM), 111
 // KiB at STAGES = 1 (two CTAs per SM). Every swizzled region is 1024-byte aligned (the struct is, and every region and
@@ -84,29 +85,15 @@ __device__ __forceinline__ void copy_key_rows(unsigned char (&dst)[2][8192], con
   }
 }
 
-// The cp.async copies of W's tile `part` (0 hi, 1 lo: [64][K] bf16) of chunk c into w.
-__device__ __forceinline__ void dstate_wg_copy_w(const ChunkBwdArgs& a, unsigned char (&dst)[2][8192],
-                                                 const ChainWork& w, int64_t c, int h, int part, int tid) {
-  constexpr int K = 128, NTH = kDStateWgThreads;
-  const int64_t rec = chunk_slot(a, w.n, w.st, c) * a.Hv + h;
-  const int r0 = tid >> 4, kv = tid & 15;
-  const auto* wsrc =
-      reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (2 * kC * K)) + part * (kC * K) + r0 * K + kv * 8;
-#pragma unroll
-  for (int p = 0; p < kC / (NTH / 16); ++p)
-    cp_async<16>(&dst[kv >> 3][wg::swz(r0 + (NTH / 16) * p, kv & 7)], wsrc + (NTH / 16) * p * K);
-}
-
-// Issue the cp.async copies of chunk c's inputs into stage g: W's hi tile (its lo tile is copied by the step that
-// reads it: chunks whose largest beta exceeds 1, the only ones where prep writes it), the key and query rows, dU0's
-// and dO's kBV columns, the record rows.
+// Issue the cp.async copies of chunk c's inputs into stage g: W's hi tile (copy_w_tile; the lo tile by the step that
+// reads it), the key and query rows, dU0's and dO's kBV columns, the record rows.
 template <class E, int V, class Stage>
 __device__ __forceinline__ void dstate_wg_prefetch(const ChunkBwdArgs& a, Stage& g, const ChainWork& w, int64_t c,
                                                    int h, int tid) {
   constexpr int NTH = kDStateWgThreads;
   const int64_t t0 = w.st + kC * c, rec = chunk_slot(a, w.n, w.st, c) * a.Hv + h;
   const int nv = int(w.len - kC * c < kC ? w.len - kC * c : kC), hk = h / a.group;
-  dstate_wg_copy_w(a, g.w[0], w, c, h, 0, tid);
+  copy_w_tile(g.w[0], a, rec, 0, tid);
   copy_key_rows(g.k, static_cast<const E*>(a.k) + w.sb * a.k_sb + hk * a.k_sh + t0 * a.k_st, a.k_st, nv, tid);
   copy_key_rows(g.q, static_cast<const E*>(a.q) + w.sb * a.q_sb + hk * a.q_sh + t0 * a.q_st, a.q_st, nv, tid);
   copy_f32_tile<kBV, NTH>(g.du0, a.dU + rec * (kC * V) + w.j0, V, tid);
@@ -191,7 +178,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     const float gl = g.rows[0][nv - 1], en = expf(gl);
     const bool w_lo_terms = beta_above_one(g.rows, lane);  // (read before a one-stage walk refills the stage)
     if (w_lo_terms) {  // W's lo tile of this chunk, copied only where read (no prefetch writes the stage's lo tile)
-      dstate_wg_copy_w(a, s.stg[bf].w[1], w, c, h, 1, tid);
+      copy_w_tile(s.stg[bf].w[1], a, rec, 1, tid);
       cp_async_commit();
     }
 

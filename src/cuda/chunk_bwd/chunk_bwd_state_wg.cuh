@@ -74,30 +74,36 @@ static_assert(sizeof(StateWgSmem<1>::Stage) % 1024 == 0 && offsetof(StateWgSmem<
                   sizeof(StateWgSmem<1>) + 1024 <= 115712,
               "state (wgmma, one stage): swizzled tiles, two CTAs' shared memory per SM");
 
-// The cp.async copies of chunk c's inputs (the caller commits), the parts in PARTS: kCopyW W's hi tile ([64][K] bf16)
-// into w and the record rows into rows; kCopyWlo W's lo tile only (the step copies it for itself where it reads it:
-// chunks whose largest beta exceeds 1, the only ones where prep writes it); kCopyK the raw key rows into the swizzled
-// key halves (thread tid: piece tid % 16 of rows tid / 16 + 8 p); kCopyKWarp the same rows, but each warp wi only the
-// 16-byte pieces that its own K^T ldmatrix reads (keys 16 wi .. 16 wi + 15 of each key half, pieces 2 wi, 2 wi + 1 and
-// 8 + 2 wi, 9 + 2 wi; lane l: piece l % 4 of rows l / 4 + 8 p), so that no other warp reads what it refills; kCopyU0
-// U0's kBV columns into u0 (but for the M columns of a summary: U0 = 0).
-enum : int { kCopyW = 1, kCopyK = 2, kCopyU0 = 4, kCopyKWarp = 8, kCopyWlo = 16 };
+// The cp.async copies of W's tile `part` (0 hi, 1 lo: [64][K] bf16, K = 128) of record rec into its swizzled key
+// halves dst[0], dst[1], by the 128 threads of a chain's warpgroup (thread tid: piece tid % 16 of rows tid / 16 + 8 p).
+// Both wgmma chains prefetch the hi tile; a step whose chunk has beta above 1 copies the lo tile for itself (prep
+// writes it only there).
+__device__ __forceinline__ void copy_w_tile(unsigned char (*dst)[8192], const ChunkBwdArgs& a, int64_t rec, int part,
+                                            int tid) {
+  constexpr int K = 128, NTH = kStateWgThreads;
+  const int r0 = tid >> 4, kv = tid & 15;
+  const auto* src =
+      reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (2 * kC * K)) + part * (kC * K) + r0 * K + kv * 8;
+#pragma unroll
+  for (int p = 0; p < kC / (NTH / 16); ++p)
+    cp_async<16>(&dst[kv >> 3][wg::swz(r0 + (NTH / 16) * p, kv & 7)], src + (NTH / 16) * p * K);
+}
+
+// The cp.async copies of chunk c's inputs (the caller commits), the parts in PARTS: kCopyW W's hi tile into w
+// (copy_w_tile) and the record rows into rows; kCopyK the raw key rows into the swizzled key halves (thread tid: piece
+// tid % 16 of rows tid / 16 + 8 p); kCopyKWarp the same rows, but each warp wi only the 16-byte pieces that its own
+// K^T ldmatrix reads (keys 16 wi .. 16 wi + 15 of each key half, pieces 2 wi, 2 wi + 1 and 8 + 2 wi, 9 + 2 wi; lane
+// l: piece l % 4 of rows l / 4 + 8 p), so that no other warp reads what it refills; kCopyU0 U0's kBV columns into u0
+// (but for the M columns of a summary: U0 = 0).
+enum : int { kCopyW = 1, kCopyK = 2, kCopyU0 = 4, kCopyKWarp = 8 };
 template <class E, int V, int PARTS>
 __device__ __forceinline__ void state_wg_copy(const ChunkBwdArgs& a, unsigned char (*w_dst)[8192], float (*rows)[kC],
                                               unsigned char (*k_dst)[8192], float (*u0)[kLS], const ChainWork& w,
                                               int64_t c, int h, int tid) {
-  constexpr int K = 128, NTH = kStateWgThreads;
+  constexpr int NTH = kStateWgThreads;
   const int64_t t0 = w.st + kC * c, rec = chunk_slot(a, w.n, w.st, c) * a.Hv + h;
   const int r0 = tid >> 4, kv = tid & 15;
-  if constexpr ((PARTS & (kCopyW | kCopyWlo)) != 0) {  // W's hi tile (kCopyW) or its lo tile (kCopyWlo)
-    constexpr int part = (PARTS & kCopyW) != 0 ? 0 : 1;
-    static_assert((PARTS & kCopyW) == 0 || (PARTS & kCopyWlo) == 0, "one W tile per call");
-    const auto* wsrc =
-        reinterpret_cast<const __nv_bfloat16*>(a.W + rec * (2 * kC * K)) + part * (kC * K) + r0 * K + kv * 8;
-#pragma unroll
-    for (int p = 0; p < kC / (NTH / 16); ++p)
-      cp_async<16>(&w_dst[2 * part + (kv >> 3)][wg::swz(r0 + (NTH / 16) * p, kv & 7)], wsrc + (NTH / 16) * p * K);
-  }
+  if constexpr ((PARTS & kCopyW) != 0) copy_w_tile(w_dst, a, rec, 0, tid);
   if constexpr ((PARTS & kCopyK) != 0) {
     const int nv = int(w.len - kC * c < kC ? w.len - kC * c : kC);
     const E* k0 = static_cast<const E*>(a.k) + w.sb * a.k_sb + (h / a.group) * a.k_sh + t0 * a.k_st + kv * 8;
@@ -248,7 +254,7 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
     const uint32_t wst = uint32_t(bf) * uint32_t(sizeof(typename Smem::Stage));
     const bool w_lo_terms = beta_above_one(g.rows, lane);
     if (w_lo_terms) {  // W's lo tile of this chunk, copied only where read (prep writes it only there)
-      state_wg_copy<E, V, kCopyWlo>(a, s.stg[bf].w, nullptr, nullptr, nullptr, w, c, h, tid);
+      copy_w_tile(s.stg[bf].w + 2, a, rec, 1, tid);
       cp_async_commit();
     }
     {
