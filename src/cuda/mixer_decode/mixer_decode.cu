@@ -56,6 +56,9 @@ struct Vec {                   // a [n] parameter vector of runtime dtype
   const void* data = nullptr;  // may be null (absent)
   DType dt = DType::f32;
   int64_t s = 0;
+  // element i's bits (the load), widened by `widen` once every load is out (load1_bits, device_util.cuh)
+  __device__ uint32_t bits(int64_t i) const { return load1_bits(data, dt, i * s); }
+  __device__ float widen(uint32_t w) const { return from_bits1(dt, w); }
 };
 
 struct MixerArgs {
@@ -275,10 +278,9 @@ __global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
   TokenIn in{};
   if constexpr (kPrefetch) in = load_token(t0);
   // The head's gate parameters and the norm weight of the thread's column (shared memory after the conv's).
-  const uint32_t alog_bits = gate_thread ? load1_bits(p.A_log.data, p.A_log.dt, h * p.A_log.s) : 0u;
-  const uint32_t dtb_bits =
-      gate_thread && p.dt_bias.data ? load1_bits(p.dt_bias.data, p.dt_bias.dt, h * p.dt_bias.s) : 0u;
-  const uint32_t nw_bits = tid < kBV ? load1_bits(p.norm_w.data, p.norm_w.dt, (c0 + tid) * p.norm_w.s) : 0u;
+  const uint32_t alog_bits = gate_thread ? p.A_log.bits(h) : 0u;
+  const uint32_t dtb_bits = gate_thread && p.dt_bias.data ? p.dt_bias.bits(h) : 0u;
+  const uint32_t nw_bits = tid < kBV ? p.norm_w.bits(c0 + tid) : 0u;
   // The windows, taps and bias of the thread's channels (shared memory: the conv below reads them per token).
   // Split 1 (small N, latency-bound) issues every channel's loads together; the split CTAs (large N, up to 128 or
   // 80 registers a thread) one channel at a time, which spills nothing.
@@ -300,7 +302,7 @@ __global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
 #pragma unroll
       for (int j = 0; j <= kMaxHist; ++j)
         tap[u][j] = own && j < p.Kc ? load1_bits(p.conv_w, p.conv_w_dt, g * p.conv_w_s[0] + j * p.conv_w_s[1]) : 0u;
-      bias[u] = own && p.conv_bias.data ? load1_bits(p.conv_bias.data, p.conv_bias.dt, g * p.conv_bias.s) : 0u;
+      bias[u] = own && p.conv_bias.data ? p.conv_bias.bits(g) : 0u;
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
@@ -312,14 +314,14 @@ __global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
 #pragma unroll
       for (int j = 0; j <= kMaxHist; ++j)
         if (j < p.Kc) taps[j][c] = from_bits1(p.conv_w_dt, tap[u][j]);
-      cbias[c] = p.conv_bias.data ? from_bits1(p.conv_bias.dt, bias[u]) : 0.f;
+      cbias[c] = p.conv_bias.data ? p.conv_bias.widen(bias[u]) : 0.f;
     }
   }
   if (gate_thread) {  // -exp(A_log), dt_bias
-    gpar[0] = gate_factor(from_bits1(p.A_log.dt, alog_bits));
-    gpar[1] = p.dt_bias.data ? from_bits1(p.dt_bias.dt, dtb_bits) : 0.f;
+    gpar[0] = gate_factor(p.A_log.widen(alog_bits));
+    gpar[1] = p.dt_bias.data ? p.dt_bias.widen(dtb_bits) : 0.f;
   }
-  if (tid < kBV) nw[tid] = from_bits1(p.norm_w.dt, nw_bits);
+  if (tid < kBV) nw[tid] = p.norm_w.widen(nw_bits);
   if constexpr (SPLIT == 1) cluster_arrive();  // this CTA has read its conv windows
 
   for (int64_t t = 0; t < len; ++t) {
