@@ -252,6 +252,11 @@ TensorView slice(const DeviceTensor& t, int r, int64_t rows) {
   return v;
 }
 
+// Enough disjoint input sets (at most 64) that one graph replay of a call moving per_call bytes streams > 256 MB.
+int rotations(double per_call) {
+  return int(std::min<double>(64, std::max<double>(1, std::ceil(256e6 / per_call))));
+}
+
 // Slot indices 0, 1, .. into an int32 [n] tensor on the device.
 void iota(DeviceTensor& idx) {
   HostTensor h(DType::i32, {idx.shape[0]});
@@ -270,9 +275,8 @@ struct RecurrentShape {
 BenchResult bench_recurrent(const RecurrentShape& s, int reps, const ExecOptions& exec) {
   const int64_t Hqk = 16, Hv = 32, K = 128, V = 128, N = s.N, T = s.T;
   const double state_bytes = double(Hv * K * V);
-  // Rotations: enough disjoint input sets that one graph replay streams > 256 MB.
   const double per_call = N * state_bytes * dtype_size(s.pool_dtype) * 2;
-  const int R = int(std::min<double>(64, std::max<double>(1, std::ceil(256e6 / per_call))));
+  const int R = rotations(per_call);
   DeviceTensor q(DType::bf16, {R * N, T, Hqk, K}), k(DType::bf16, {R * N, T, Hqk, K}),
       v(DType::bf16, {R * N, T, Hv, V});
   const DType gdt = s.gated ? DType::bf16 : DType::f32;
@@ -305,11 +309,9 @@ BenchResult bench_recurrent(const RecurrentShape& s, int reps, const ExecOptions
   set(0);
   BenchResult res = time_op(p, R, reps, set);
   const double psz = double(dtype_size(s.pool_dtype));
-  res.bytes = N * state_bytes * psz * (s.verify ? 1 : 2)      // pool read (+ write when committing)
-              + (s.verify ? N * T * state_bytes * 2.0 : 0.0)  // bf16 intermediate states
-              +
-              N * T * (2.0 * Hqk * K * 2 + 2.0 * Hv * V * 2 + Hv * (s.gated ? 4.0 : 8.0));  // q, k, v, o (bf16),
-                                                                                            // g, beta (fp32; raw bf16)
+  // pool read (+ write when committing), bf16 intermediate states, q, k, v, o (bf16), g, beta (fp32; raw a, b bf16)
+  res.bytes = N * state_bytes * psz * (s.verify ? 1 : 2) + (s.verify ? N * T * state_bytes * 2.0 : 0.0) +
+              N * T * (2.0 * Hqk * K * 2 + 2.0 * Hv * V * 2 + Hv * (s.gated ? 4.0 : 8.0));
   res.flops = N * T * Hv * 6.0 * K * V;
   return res;
 }
@@ -321,7 +323,7 @@ BenchResult bench_mixer(int64_t N, DType pool_dtype, int reps, const ExecOptions
   const int64_t Hqk = 16, Hv = 32, K = 128, V = 128, Kc = 4, C = 2 * Hqk * K + Hv * V;
   const double state_bytes = double(Hv * K * V);
   const double per_call = N * state_bytes * dtype_size(pool_dtype) * 2;
-  const int R = int(std::min<double>(64, std::max<double>(1, std::ceil(256e6 / per_call))));
+  const int R = rotations(per_call);
   DeviceTensor x(DType::bf16, {R * N, 1, C}), z(DType::bf16, {R * N, 1, Hv, V}), a(DType::bf16, {R * N, 1, Hv}),
       b(DType::bf16, {R * N, 1, Hv}), out(DType::bf16, {R * N, 1, Hv, V});
   DeviceTensor A_log(DType::f32, {Hv}), dt_bias(DType::f32, {Hv}), w(DType::bf16, {C, Kc}), nw(DType::bf16, {V});
@@ -349,9 +351,9 @@ BenchResult bench_mixer(int64_t N, DType pool_dtype, int reps, const ExecOptions
       },
       &res.eager_ms);
   if (!last.ok()) throw std::runtime_error(last.message());
-  res.bytes = N * state_bytes * dtype_size(pool_dtype) * 2                         // pool read + write
-              + N * (C * 2.0 * (1 + 2 * (Kc - 1)) + Hv * V * 2.0 * 2 + Hv * 4.0);  // x, conv window read + write,
-                                                                                   // z, out, a, b (bf16)
+  // pool read + write; x, the conv window read + write, z, out, a, b (bf16)
+  res.bytes =
+      N * state_bytes * dtype_size(pool_dtype) * 2 + N * (C * 2.0 * (1 + 2 * (Kc - 1)) + Hv * V * 2.0 * 2 + Hv * 4.0);
   res.flops = N * Hv * 6.0 * K * V;
   return res;
 }
