@@ -10,8 +10,8 @@
 // the whole walk. Per chunk:
 //
 //   phase 1  K S0 and Q S0 (8 wgmma each, two groups, A = k / q [token][key], B = S0^T [value][key] from shared
-//            memory); R = V - diag(ek) K S0 -> R^T hi + lo (stmatrix.trans; lo over U^T_lo) while Q S0 runs,
-//            O = diag(eq) Q S0 kept in registers
+//            memory); R = V - diag(ek) K S0 -> R^T (stmatrix.trans; + its lo part over U^T_lo where the chunk's
+//            beta exceeds 1) while Q S0 runs, O = diag(eq) Q S0 kept in registers
 //   phase 2  U = (A diag(beta)) R, A diag(beta) hi + lo from the record's m16n8k16 fragments as register A operands
 //            (8 wgmma: A_hi R_hi, A_lo R_hi; + 8 for A_hi R_lo, A_rest R_hi where the chunk's beta exceeds 1);
 //            (diag(dk) U)^T as hi + lo over the dead S0^T
