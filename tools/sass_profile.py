@@ -9,6 +9,11 @@ mma.sync) and, for a cubin built with -lineinfo, the source lines that contribut
 
   nvcc ... -lineinfo -cubin -o x.cubin src/cuda/chunk_bwd/chunk_bwd_bf16.cu
   python3 tools/sass_profile.py x.cubin --kernel chunk_bwd_fused --lines 8
+
+With --against BEFORE.cubin (the same source in another tree) it prints, per kernel in both, how each opcode's count
+changed, for the kernel and for its loops in order: work that a change put on a hot path shows as its instructions
+(ptxas may schedule a branch's arithmetic ahead of the branch and predicate only its stores, so a branch that is
+never taken can still add executed instructions to every trip; ncu's smsp__inst_executed.sum confirms it).
 """
 import argparse
 import collections
@@ -104,25 +109,51 @@ def opcodes(ins):
     return collections.Counter(re.match(r"(@!?U?P\w+\s+)?([A-Z0-9_]+)", t).group(2) for _, _, t in ins)
 
 
+def outer_loops(ins, labels, min_kb):
+    """The outermost loops of at least min_kb of code, in address order."""
+    big = [b for b in loops(ins, labels) if 16 * len(b) >= min_kb * 1024]
+    return sorted((b for b in big if not any(b < o for o in big)), key=min)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cubin")
     ap.add_argument("--kernel", default="", help="only kernels whose mangled name contains this")
     ap.add_argument("--min-kb", type=float, default=4.0, help="loops of at least this much code (default 4 KB)")
     ap.add_argument("--lines", type=int, default=0, help="top source lines per loop (needs -lineinfo)")
+    ap.add_argument("--against", metavar="BEFORE", help="print the opcode counts' changes against this cubin")
     args = ap.parse_args()
     nvdisasm = find_tool("nvdisasm")
     if not nvdisasm:
         ap.error("nvdisasm not found (PATH, $CUDA_HOME/bin, Triton's bundled copy)")
-    listing = subprocess.run([nvdisasm, "-g", args.cubin], check=True, capture_output=True, text=True).stdout
-    for name, ins, labels in kernels(listing):
+    def listing(cubin):
+        return subprocess.run([nvdisasm, "-g", cubin], check=True, capture_output=True, text=True).stdout
+
+    before = {}  # name -> (whole kernel's opcodes, [each outermost loop's opcodes, in address order])
+    if args.against:
+        for name, ins, labels in kernels(listing(args.against)):
+            body = outer_loops(ins, labels, args.min_kb)
+            before[name] = (opcodes(ins), [opcodes([ins[i] for i in sorted(b)]) for b in body])
+
+    def changes(now, then):
+        d = {op: now[op] - then[op] for op in set(now) | set(then) if now[op] != then[op]}
+        return " ".join(f"{op} {n:+d}" for op, n in sorted(d.items(), key=lambda x: (-abs(x[1]), x[0]))) or "none"
+
+    for name, ins, labels in kernels(listing(args.cubin)):
         if args.kernel not in name or not ins:
+            continue
+        if args.against:
+            if name in before:
+                print(f"{name}\n  {len(ins)} instructions ({sum(before[name][0].values())} before): "
+                      f"{changes(opcodes(ins), before[name][0])}")
+                now_loops = [opcodes([ins[i] for i in sorted(b)]) for b in outer_loops(ins, labels, args.min_kb)]
+                for k, (now, then) in enumerate(zip(now_loops, before[name][1])):
+                    print(f"  loop {k}: {sum(now.values())} ({sum(then.values())} before): {changes(now, then)}")
             continue
         ops = opcodes(ins)
         print(f"{name}\n  code {(ins[-1][0] + 16) / 1024:.1f} KB, {len(ins)} instructions, HGMMA {ops['HGMMA']}, "
               f"HMMA {ops['HMMA']}")
-        big = [b for b in loops(ins, labels) if 16 * len(b) >= args.min_kb * 1024]
-        for body in sorted((b for b in big if not any(b < o for o in big)), key=min):
+        for body in outer_loops(ins, labels, args.min_kb):
             sel = [ins[i] for i in sorted(body)]
             ops = opcodes(sel)
             print(f"  loop at 0x{sel[0][0]:x}: {16 * len(sel) / 1024:.1f} KB, {len(sel)} instructions, "
