@@ -1444,7 +1444,7 @@ int state_wg_ctas_per_sm(int* ctas) {
 
 // Pass 3 in the ChainMode set in `a`: on wgmma where the plan chose it (a.dstate_wg = its input stages, 2 or 1;
 // K = V = 128 only: one warpgroup per CTA, the same grid), else on mma.sync. Two stages: one CTA per SM (158 KiB),
-// the next chunk's inputs land under the whole step; one stage: two CTAs per SM (95 KiB), the inputs land under
+// the next chunk's inputs land under the whole step; one stage: two CTAs per SM (111 KiB), the inputs land under
 // product 2 and the other CTA's work (chunk_bwd_dstate_wg.cuh).
 template <class E, int K, int V>
 int launch_dstate(const ChunkBwdArgs& a, dim3 grid, std::atomic<uint64_t>* done, cudaStream_t st) {
@@ -1459,8 +1459,8 @@ int launch_dstate(const ChunkBwdArgs& a, dim3 grid, std::atomic<uint64_t>* done,
   return launch_one(chunk_bwd_dstate_kernel<E, K, V>, grid, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
 }
 
-// Both chains in one launch (a.chains_concurrent, K = V = 128): the grid `g` of the state chain in z, then the dstate
-// chain's V / 32 column tiles (its summaries too: N columns alone).
+// Both chains in one launch (a.chains_concurrent, K = V = 128): the dstate chain's V / 32 column tiles in z (its
+// summaries too: N columns alone), then the grid `g` of the state chain (chunk_bwd_chains_wg_kernel says why).
 template <class E, int K, int V>
 int launch_both(const ChunkBwdArgs& a, dim3 g, std::atomic<uint64_t>* done, cudaStream_t st) {
   if constexpr (K == 128 && V == 128) {
