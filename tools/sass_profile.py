@@ -14,6 +14,14 @@ With --against BEFORE.cubin (the same source in another tree) it prints, per ker
 changed, for the kernel and for its loops in order: work that a change put on a hot path shows as its instructions
 (ptxas may schedule a branch's arithmetic ahead of the branch and predicate only its stores, so a branch that is
 never taken can still add executed instructions to every trip; ncu's smsp__inst_executed.sum confirms it).
+
+With --stalls CSV (ncu's per-instruction export of one kernel, collected with --section SourceCounters:
+`ncu -i R.ncu-rep --page source --csv --print-source sass > CSV`) and a cubin of the same source built with the same
+flags here (the addresses must match), it prints where the kernel's warps wait: the stall samples by reason, by source
+line (the innermost inlined line) and by instruction, each instruction with the scoreboards its control bits wait on
+(the SASS scoreboards 0-5: a variable-latency result such as a global or shared load, or a read of its operands) and
+the opcodes that set them. A wait on a load's scoreboard at a branch or a loop head, far from the load's first use, is
+ptxas keeping no load in flight across that control flow. A cp.async wait (DEPBAR) shows on the instruction after it.
 """
 import argparse
 import collections
@@ -66,6 +74,70 @@ def kernels(listing):
             ins.append((addr, where, m.group(2)))
     if name:
         yield name, ins, labels
+
+
+def controls(hex_listing):
+    """{kernel: {address: (stall cycles, write scoreboard or None, read scoreboard or None, waited scoreboards)}} from
+    `nvdisasm -hex`: sm_70+ control bits, the top 23 bits of an instruction's second 64-bit word."""
+    out, name, addr = {}, None, None
+    for raw in hex_listing.splitlines():
+        if raw.startswith(".text."):
+            name = raw[len(".text."):].rstrip(":")
+            out[name] = {}
+            continue
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+.*;\s*/\* 0x[0-9a-f]+ \*/", raw)
+        if m:
+            addr = int(m.group(1), 16)
+            continue
+        m = re.match(r"\s+/\* (0x[0-9a-f]{16}) \*/\s*$", raw)
+        if m and name and addr is not None:
+            ctl = int(m.group(1), 16) >> 41
+            wbar, rbar, wait = (ctl >> 5) & 7, (ctl >> 8) & 7, (ctl >> 11) & 0x3F
+            out[name][addr] = (ctl & 15, None if wbar == 7 else wbar, None if rbar == 7 else rbar,
+                               tuple(b for b in range(6) if wait >> b & 1))
+            addr = None
+    return out
+
+
+def stalls(csv_path, ins, ctl, top):
+    """Print ncu's per-instruction stall samples (csv_path) by reason, source line and instruction (see the module
+    docstring); ins: the kernel's (address, line, text) list, ctl: its controls()."""
+    import csv
+    with open(csv_path, newline="") as f:
+        rows = [r for r in csv.reader(f)]
+    head = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
+    cols = {c: i for i, c in enumerate(rows[head])}
+    reasons = [c for c in rows[head] if c.startswith("stall_") and "Not Issued" not in c]
+    data = [r for r in rows[head + 1:] if len(r) == len(rows[head])]
+    base = int(data[0][0], 16)
+    line_of = {addr: where for addr, where, _ in ins}
+    text_of = {addr: text for addr, _, text in ins}
+    total, by_line, by_ins = collections.Counter(), collections.defaultdict(collections.Counter), []
+    for r in data:
+        addr = int(r[0], 16) - base
+        c = collections.Counter({x[6:]: int(r[cols[x]] or 0) for x in reasons})
+        total.update(c)
+        where = line_of.get(addr)
+        by_line["%s:%d" % where if where else "?"].update(c)
+        by_ins.append((sum(c.values()), addr, c))
+    n = sum(total.values()) or 1
+    print(f"{n} samples: " + ", ".join(f"{k} {100 * v / n:.1f}%" for k, v in total.most_common(8) if v))
+    print("by source line:")
+    for where, c in sorted(by_line.items(), key=lambda kv: -sum(kv[1].values()))[:top]:
+        print(f"  {100 * sum(c.values()) / n:5.1f}%  {where:36s} " +
+              ", ".join(f"{k} {v}" for k, v in c.most_common(3) if v))
+    setters = collections.defaultdict(collections.Counter)  # scoreboard -> opcodes that set it (write or read)
+    for addr, (_, wb, rb, _) in ctl.items():
+        for sb in {wb, rb} - {None}:
+            setters[sb][opcodes([(addr, None, text_of.get(addr, "?"))]).most_common(1)[0][0]] += 1
+    print("by instruction (scoreboards waited on: the opcodes that set them in this kernel):")
+    for s_, addr, c in sorted(by_ins, key=lambda x: -x[0])[:top]:
+        waits = ctl.get(addr, (0, None, None, ()))[3]
+        sb = "; ".join(f"SB{b}: " + " ".join(f"{o} {k}" for o, k in setters[b].most_common(3)) for b in waits)
+        where = line_of.get(addr)
+        print(f"  {100 * s_ / n:5.1f}%  {addr:6x}  {text_of.get(addr, '?')[:48]:48s} "
+              f"{'%s:%d' % where if where else '?'}  [{', '.join(f'{k} {v}' for k, v in c.most_common(2) if v)}]"
+              + (f"  waits {sb}" if sb else ""))
 
 
 def loops(ins, labels):
@@ -122,6 +194,8 @@ def main():
     ap.add_argument("--min-kb", type=float, default=4.0, help="loops of at least this much code (default 4 KB)")
     ap.add_argument("--lines", type=int, default=0, help="top source lines per loop (needs -lineinfo)")
     ap.add_argument("--against", metavar="BEFORE", help="print the opcode counts' changes against this cubin")
+    ap.add_argument("--stalls", metavar="CSV", help="ncu's per-instruction stall samples of --kernel (see above)")
+    ap.add_argument("--top", type=int, default=20, help="--stalls: lines and instructions to print (default 20)")
     args = ap.parse_args()
     nvdisasm = find_tool("nvdisasm")
     if not nvdisasm:
@@ -138,6 +212,16 @@ def main():
     def changes(now, then):
         d = {op: now[op] - then[op] for op in set(now) | set(then) if now[op] != then[op]}
         return " ".join(f"{op} {n:+d}" for op, n in sorted(d.items(), key=lambda x: (-abs(x[1]), x[0]))) or "none"
+
+    if args.stalls:
+        ks = [k for k in kernels(listing(args.cubin)) if args.kernel in k[0] and k[1]]
+        if len(ks) != 1:
+            ap.error(f"--stalls needs --kernel to name one kernel of the cubin ({len(ks)} match)")
+        name, ins, _ = ks[0]
+        hexl = subprocess.run([nvdisasm, "-hex", args.cubin], check=True, capture_output=True, text=True).stdout
+        print(name)
+        stalls(args.stalls, ins, controls(hexl).get(name, {}), args.top)
+        return
 
     for name, ins, labels in kernels(listing(args.cubin)):
         if args.kernel not in name or not ins:

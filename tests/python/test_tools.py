@@ -1,6 +1,8 @@
 """tools/sass_profile.py on a kernel whose loops are known: one loop of 8 mma.sync a trip, with an inner spin loop
-of its own, and code outside it. Needs nvcc and nvdisasm (skips without them)."""
+of its own, and code outside it; its --stalls mode on a synthetic ncu export of that kernel. Needs nvcc and nvdisasm
+(skips without them)."""
 
+import csv
 import os
 import subprocess
 import sys
@@ -66,3 +68,40 @@ def test_sass_profile_against_names_what_a_change_adds(tmp_path):
                          check=True, capture_output=True, text=True).stdout
     loop = [line for line in out.splitlines() if line.startswith("  loop 0:")]
     assert len(loop) == 1 and "HMMA +4" in loop[0], out  # the walk's four more mma.sync a trip, in its loop
+
+
+@pytest.mark.skipif(NVCC is None or NVDISASM is None, reason="needs nvcc, nvdisasm")
+def test_sass_profile_stalls_name_the_waited_load(tmp_path):
+    """--stalls on a synthetic ncu export: the samples put on the first instruction that waits for the kernel's
+    global loads are reported on its source line, with the loads' scoreboard (control bits decoded from nvdisasm -hex)
+    and LDG among the opcodes that set it."""
+    src, cubin, csv_path = tmp_path / "k.cu", tmp_path / "k.cubin", tmp_path / "k.csv"
+    src.write_text(KERNEL)
+    subprocess.run([NVCC, "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-lineinfo", "-cubin", "-o", str(cubin),
+                    str(src)], check=True)
+    listing = subprocess.run([NVDISASM, "-g", str(cubin)], check=True, capture_output=True, text=True).stdout
+    (name, ins, _), = [k for k in sass_profile.kernels(listing) if "walk" in k[0]]
+    hexl = subprocess.run([NVDISASM, "-hex", str(cubin)], check=True, capture_output=True, text=True).stdout
+    ctl = sass_profile.controls(hexl)[name]
+    assert set(ctl) == {addr for addr, _, _ in ins}
+    ldg = [addr for addr, _, text in ins if text.split()[0].startswith("LDG")]
+    sbs = {ctl[a][1] for a in ldg} - {None}
+    assert ldg and sbs, (ldg, sbs)
+    waiter = next(addr for addr, _, _ in ins if addr > min(ldg) and set(ctl[addr][3]) & sbs)
+    base = 0x7F0000001000
+    rows = [["Kernel Name", name], ["Address", "Source", "Warp Stall Sampling (All Samples)", "stall_long_sb",
+                                     "stall_barrier", "stall_long_sb (Not Issued)"]]
+    for addr, _, text in ins:
+        n = 90 if addr == waiter else 1
+        rows.append([hex(base + addr), text, str(n + 1), str(n), "1", "0"])
+    with open(csv_path, "w", newline="") as f:
+        csv.writer(f, quoting=csv.QUOTE_ALL).writerows(rows)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sass_profile.py"), str(cubin), "--kernel",
+                          "walk", "--stalls", str(csv_path), "--top", "3"],
+                         check=True, capture_output=True, text=True).stdout
+    lines = out.splitlines()
+    first = lines[lines.index("by instruction (scoreboards waited on: the opcodes that set them in this kernel):") + 1]
+    where = dict((a, w) for a, w, _ in ins)[waiter]
+    assert f"{waiter:x}" in first and f"{where[0]}:{where[1]}" in first, out
+    assert any(f"SB{b}: " in first and "LDG" in first.split(f"SB{b}: ")[1] for b in sbs), out
+    assert lines[1].startswith(f"{sum(91 if a == waiter else 2 for a, _, _ in ins)} samples: long_sb"), out
