@@ -364,11 +364,11 @@ __global__ void __launch_bounds__(kDStateWgThreads, STAGES == 1 ? 2 : 1)
 // Passes 2 and 3 at once (the plan's chains_concurrent, K = V = 128): the grid's z holds the dstate chain's column
 // tiles (V / 32, its summaries too: N columns alone), then the state chain's (V / 32, or (K + V) / 32 for the
 // summaries), every CTA one warpgroup of its chain in its one-stage form (two CTAs per SM), so that an SM runs a
-// dstate and a state CTA side by side and their latency-bound steps overlap. The dstate CTAs come first: they are
-// dispatched first, the longer chain (2.70 against 2.02 us a step alone; ncu samples its warps 1.25x as often in
-// this kernel), and the SM's warp schedulers then favour their warps; measured on an H100, the state chain first
-// was 2.5% slower at T = 32K Hqk = Hv = 4 (the split) and level at the unsplit shapes (docs/chunk_bwd.md). The
-// chains share nothing (the reverse one's summaries in a.mn_rev).
+// dstate and a state CTA side by side and their latency-bound steps overlap. The dstate CTAs, the longer chain (2.70
+// against 2.02 us a step alone; ncu samples its warps 1.25x as often in this kernel), come first, so they are
+// dispatched first: measured on an H100, the state chain first was 2.5% slower at T = 32K Hqk = Hv = 4 (the split)
+// and level at the unsplit shapes (docs/chunk_bwd.md; that the schedulers favour the older CTA's warps is the likely
+// reason, not verified). The chains share nothing (the reverse one's summaries in a.mn_rev).
 template <class E, int V>
 __global__ void __launch_bounds__(kDStateWgThreads, 2) chunk_bwd_chains_wg_kernel(const ChunkBwdArgs a) {
   constexpr int zd = V / kBV;

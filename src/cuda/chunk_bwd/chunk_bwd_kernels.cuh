@@ -1443,7 +1443,7 @@ int state_wg_ctas_per_sm(int* ctas) {
 }
 
 // Pass 3 in the ChainMode set in `a`: on wgmma where the plan chose it (a.dstate_wg = its input stages, 2 or 1;
-// K = V = 128 only: one warpgroup per CTA, the same grid), else on mma.sync. Two stages: one CTA per SM (158 KiB),
+// K = V = 128 only: one warpgroup per CTA, the same grid), else on mma.sync. Two stages: one CTA per SM (190 KiB),
 // the next chunk's inputs land under the whole step; one stage: two CTAs per SM (111 KiB), the inputs land under
 // product 2 and the other CTA's work (chunk_bwd_dstate_wg.cuh).
 template <class E, int K, int V>
