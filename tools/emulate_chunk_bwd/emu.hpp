@@ -1,7 +1,8 @@
 // Host emulation of the CUDA features the chunk kernels use: one std::thread per CUDA thread, blocks one at a time,
 // __syncthreads and named barriers (bar.sync id, count) as emu::Barrier (threads that return drop out), __shfl_*_sync
 // and __all_sync as exchanges within the warp (every lane of the warp reaches them), mma.sync m16n8k16 (bf16 / fp16,
-// fp32 accumulation) and ldmatrix as exchanges within the warp, mma16_f32 in fp32, cp.async as a plain copy (gen.py
+// fp32 accumulation) and ldmatrix as exchanges within the warp, mma16_f32 in fp32, cp.async landing at the wait that
+// completes it (below; gen.py
 // points the kernels' calls of mma_m16n8k16, cp_async* etc. at the emu_* functions here), and the Hopper features of
 // cuda/common/{wgmma,mbarrier,tma}.cuh as the asynchronous models of emu_sm90.hpp. It checks the kernels' index math,
 // layouts, barriers and numerics against the CPU oracle on a machine without a GPU. Built with -fsanitize=thread
@@ -301,23 +302,63 @@ inline void emu_mma16_f32(float (&d)[2][4], const float* x, int ldx, const float
 inline void __syncwarp(unsigned = 0xffffffffu) {
   g_wbar[threadIdx.x / 32]->arrive_and_wait();
 }
-// cp.async as an immediate copy (commit and wait are then no-ops): the emulation cannot see a missing wait.
+// cp.async lands at the latest moment the PTX allows: a copy is read and written when the issuing thread's
+// cp.async.wait_group completes its group (or a cp.async.mbarrier.arrive covers it), not at the issue. So a read of
+// the destination before that wait sees the old bytes (a missing or too-short wait shows as wrong results), a rewrite
+// of the source before it is what the copy takes, and under --tsan the copy is a write of the issuing thread at its
+// wait, which ThreadSanitizer orders against other threads' reads by the barriers between them.
+namespace emu {
+struct CpCopy {
+  void* dst;
+  const void* src;
+  int bytes;
+  bool valid;  // false: zero fill (src-size 0)
+};
+inline thread_local std::vector<CpCopy> t_cp_open;                 // issued, not yet committed
+inline thread_local std::vector<std::vector<CpCopy>> t_cp_groups;  // committed, oldest first
+inline void cp_land(std::vector<CpCopy>& g) {
+  for (const CpCopy& c : g) {
+    if (c.valid)
+      std::memcpy(c.dst, c.src, size_t(c.bytes));
+    else
+      std::memset(c.dst, 0, size_t(c.bytes));
+  }
+  g.clear();
+}
+// every copy this thread has issued (cp.async.mbarrier.arrive: the arrival waits for all of them; the groups stay,
+// emptied, for wait_group's count)
+inline void cp_land_all() {
+  for (auto& g : t_cp_groups) cp_land(g);
+  cp_land(t_cp_open);
+}
+}  // namespace emu
 inline void emu_cp_async16(void* dst, const void* src) {
-  std::memcpy(dst, src, 16);
+  emu::t_cp_open.push_back({dst, src, 16, true});
 }
 inline void emu_cp_async16_zfill(void* dst, const void* src, bool valid) {
-  if (valid)
-    std::memcpy(dst, src, 16);
-  else
-    std::memset(dst, 0, 16);
+  emu::t_cp_open.push_back({dst, src, 16, valid});
 }
 template <int BYTES>
 inline void emu_cp_async(void* dst, const void* src) {
   static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async of 4, 8 or 16 bytes");
-  std::memcpy(dst, src, BYTES);
+  emu::t_cp_open.push_back({dst, src, BYTES, true});
 }
-inline void emu_cp_async_commit() {}
-inline void emu_cp_async_wait_all() {}
+inline void emu_cp_async_commit() {
+  emu::t_cp_groups.push_back(std::move(emu::t_cp_open));
+  emu::t_cp_open.clear();
+}
+// cp.async.wait_group N: every committed group but the N newest has landed
+template <int N>
+inline void emu_cp_async_wait() {
+  auto& gs = emu::t_cp_groups;
+  if (gs.size() <= size_t(N)) return;
+  const size_t done = gs.size() - size_t(N);
+  for (size_t i = 0; i < done; ++i) emu::cp_land(gs[i]);
+  gs.erase(gs.begin(), gs.begin() + std::ptrdiff_t(done));
+}
+inline void emu_cp_async_wait_all() {
+  emu_cp_async_wait<0>();
+}
 #include "emu_sm90.hpp"
 template <class Kern, class... Args>
 void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args);

@@ -348,8 +348,10 @@ inline void update(uint64_t* b, int arrivals, int tx_delta) {
 inline void arrive(uint64_t* b) {
   update(b, 1, 0);
 }
-// cp.async.mbarrier.arrive.noinc: cp.async lands at issue here, so the arrival is immediate.
+// cp.async.mbarrier.arrive.noinc: the arrival triggers once every cp.async this thread issued before it has landed;
+// here they land now (emu.hpp: copies land at what completes them), and the arrival is immediate.
 inline void arrive_cp_async(uint64_t* b) {
+  cp_land_all();
   update(b, 1, 0);
 }
 // try_wait.parity in a loop: returns once the phase of parity `parity` has completed (the current phase's parity
@@ -589,9 +591,14 @@ inline void reset_cta() {
   for (auto& b : mbar::g_bars) b.live = false;
   for (auto& p : wg::g_pending) p.clear();
 }
-// A thread that returns from the kernel: no wgmma may be in flight in its warp, no bulk store uncommitted or in
-// flight; its TMA loads are awaited (their copies must not outlive the CTA's shared memory).
+// A thread that returns from the kernel: no cp.async copy may be in flight (issued and not landed by a wait), no wgmma
+// in flight in its warp, no bulk store uncommitted or in flight; its TMA loads are awaited (their copies must not
+// outlive the CTA's shared memory).
 inline void thread_exit() {
+  bool cp_in_flight = !t_cp_open.empty();
+  for (const auto& g : t_cp_groups) cp_in_flight |= !g.empty();
+  t_cp_open.clear(), t_cp_groups.clear();
+  if (cp_in_flight) fail("cp.async copies in flight at the kernel's exit (no wait_group covers them)");
   if (!wg::t_ops.empty()) fail("wgmma issued and never committed at the kernel's exit");
   if (threadIdx.x % 32 == 0 && !wg::g_pending[threadIdx.x / 32].empty())
     fail("a wgmma group in flight at the kernel's exit (no wait_group)");

@@ -161,8 +161,8 @@ for name, out in SOURCES:
                  ("mma16_f32<false>", "mma16_f32"), ("__all_sync", "all_sync"), ("__expf", "expf"),
                  ("cp_async<16>", "cp_async16"),
                  ("cp_async16_zfill", "cp_async16_zfill"), ("cp_async_commit", "cp_async_commit"),
-                 ("cp_async_wait_all", "cp_async_wait_all"), ("cp_async_wait<1>", "cp_async_wait_all"),
-                 ("cp_async_wait<0>", "cp_async_wait_all"), ("cp_async_wait<2>", "cp_async_wait_all"),
+                 ("cp_async_wait_all", "cp_async_wait_all"), ("cp_async_wait<1>", "cp_async_wait<1>"),
+                 ("cp_async_wait<0>", "cp_async_wait<0>"), ("cp_async_wait<2>", "cp_async_wait<2>"),
                  ("ldsm_x4_t", "ldsm_x4_t"), ("ldsm_x4", "ldsm_x4"), ("st_global_v4", "st_global_v4"),
                  ("st_global_v2", "st_global_v2"),
                  ("named_barrier<128>", "named_barrier<128>"), ("named_barrier<64>", "named_barrier<64>")):
