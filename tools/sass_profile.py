@@ -25,6 +25,7 @@ ptxas keeping no load in flight across that control flow. A cp.async wait (DEPBA
 """
 import argparse
 import collections
+import csv
 import importlib.util
 import os
 import re
@@ -102,7 +103,6 @@ def controls(hex_listing):
 def stalls(csv_path, ins, ctl, top):
     """Print ncu's per-instruction stall samples (csv_path) by reason, source line and instruction (see the module
     docstring); ins: the kernel's (address, line, text) list, ctl: its controls()."""
-    import csv
     with open(csv_path, newline="") as f:
         rows = [r for r in csv.reader(f)]
     head = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
@@ -128,8 +128,8 @@ def stalls(csv_path, ins, ctl, top):
               ", ".join(f"{k} {v}" for k, v in c.most_common(3) if v))
     setters = collections.defaultdict(collections.Counter)  # scoreboard -> opcodes that set it (write or read)
     for addr, (_, wb, rb, _) in ctl.items():
-        for sb in {wb, rb} - {None}:
-            setters[sb][opcodes([(addr, None, text_of.get(addr, "?"))]).most_common(1)[0][0]] += 1
+        for sb in ({wb, rb} - {None}) if addr in text_of else ():
+            setters[sb][opcode(text_of[addr])] += 1
     print("by instruction (scoreboards waited on: the opcodes that set them in this kernel):")
     for s_, addr, c in sorted(by_ins, key=lambda x: -x[0])[:top]:
         waits = ctl.get(addr, (0, None, None, ()))[3]
@@ -176,9 +176,14 @@ def loops(ins, labels):
     return set(found)
 
 
+def opcode(text):
+    """An instruction's opcode, its predicate and modifiers dropped ("@!P1 LDG.E.64 R2, ..." -> "LDG")."""
+    return re.match(r"(@!?U?P\w+\s+)?([A-Z0-9_]+)", text).group(2)
+
+
 def opcodes(ins):
-    """Counter of the opcodes (predicate and modifiers dropped) of (address, line, text) instructions."""
-    return collections.Counter(re.match(r"(@!?U?P\w+\s+)?([A-Z0-9_]+)", t).group(2) for _, _, t in ins)
+    """Counter of the opcodes of (address, line, text) instructions."""
+    return collections.Counter(opcode(t) for _, _, t in ins)
 
 
 def outer_loops(ins, labels, min_kb):
