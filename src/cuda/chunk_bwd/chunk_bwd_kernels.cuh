@@ -206,7 +206,7 @@ struct alignas(16) PrepSmem {
     E q[kC][LK];  // raw rows, zero past the chunk end (ldmatrix tiles)
     struct {
       __nv_bfloat16 P[kC][LC];  // P, bf16
-      float T[3][16][kLT];      // T_ij of the blocked inverse, one per warp
+      float T[4][16][kLT];      // the blocked inverse's scratch blocks (W_21, W_31, W_20, W_30)
     } pt;
     __nv_bfloat16 Abl[kC][LC];  // A diag(b), lo
   } u1;
@@ -348,39 +348,69 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   const int m0 = 16 * (warp & 3);
   if (warp < 4) {
     // A = (I + L)^-1 (gdn-math §5.7) on warps 0-3, ordered by named barrier 1 among them, while warps 4-7 form dU:
-    // blocked, the 16 x 16 diagonal blocks by substitution (warp w: block w), then the blocks below by block
-    // distance d = 1, 2, 3 (warp w: A_{w+d, w}):
-    //   A_ij = -A_ii T_ij,  T_ij = sum_{m=j}^{i-1} L_im A_mj   (16 x 16 products in 3xTF32: fp32-accurate)
-    // The d terms of T_ij go to d accumulators, summed in m order: d independent MMA chains instead of one d times
-    // as long (a round's latency is the rounds' critical path).
+    // blocked, the 16 x 16 diagonal blocks by substitution (warp w: block w), then the blocks below in two levels,
+    // A_ij = -A_ii sum_{m=j}^{i-1} L_im A_mj (16 x 16 products in 3xTF32: fp32-accurate): the 32 x 32 diagonal halves
+    // first, then the lower-left half as A_(23),(01) = -A_(23) W with W = L_(23),(01) A_(01), six products on the
+    // longest warp's path instead of nine by block distance (2 + 3 + 4), in three rounds (the prefill's intra pass
+    // runs the same scheme):
+    //   round 1: A_10 = -A_11 (L_10 A_00) (warp 0), A_32 = -A_33 (L_32 A_22) (warp 1), W_21 = L_21 A_11 (warp 2),
+    //            W_31 = L_31 A_11 (warp 3)
+    //   round 2: A_21 = -A_22 W_21 (warp 0), A_31 = -(A_32 W_21 + A_33 W_31) (warp 1),
+    //            W_20 = L_20 A_00 + L_21 A_10 (warp 2), W_30 = L_30 A_00 + L_31 A_10 (warp 3)
+    //   round 3: A_20 = -A_22 W_20 (warp 2), A_30 = -(A_32 W_20 + A_33 W_30) (warp 3)
+    // Scratch T[0], T[1]: W_21, W_31; T[2 + w]: warp w's L_ij A_jj in round 1 (w < 2), then W_20, W_30 (warps 2, 3).
     chunk_detail::diag_inverse16(&s.u2.L[0][0], &s.A[0][0], kC + 1, 16 * warp, lane);
+    constexpr int LA = kC + 1, LT = Sm::kLT;
+    const int g = lane >> 2, t = lane & 3;
+    const auto Lb = [&](int bi, int bj) { return &s.u2.L[16 * bi][16 * bj]; };
+    const auto Ab = [&](int bi, int bj) { return &s.A[16 * bi][16 * bj]; };
+    const auto Tb = [&](int i) { return &s.u1.pt.T[i][0][0]; };
+    // sgn c (two m16n8 C fragments) into the 16 x 16 block at dst (leading dimension ld)
+    const auto put = [&](float* dst, int ld, const float(&c)[2][4], float sgn) {
 #pragma unroll
-    for (int d = 1; d < 4; ++d) {
-      named_barrier<128>(1);  // the blocks at distance < d complete
-      if (warp < 4 - d) {
-        const int bi = warp + d, bj = warp, g = lane >> 2, t = lane & 3;
-        float acc[3][2][4] = {}, o[2][4] = {};
+      for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int i = 0; i < d; ++i)
-          chunk_detail::mma16_f32(acc[i], &s.u2.L[16 * bi][16 * (bj + i)], kC + 1, &s.A[16 * (bj + i)][16 * bj], kC + 1,
-                                  g, t);
+        for (int e = 0; e < 4; ++e) dst[frag_row(0, lane, e) * ld + frag_col(0, nt, lane, e)] = sgn * c[nt][e];
+    };
+    float acc[2][4] = {}, o[2][4] = {};
+    named_barrier<128>(1);  // the diagonal blocks complete
+    if (warp < 2) {         // round 1: A_(2w+1),(2w) = -A_ii (L_ij A_jj)
+      const int bi = 2 * warp + 1, bj = 2 * warp;
+      chunk_detail::mma16_f32(acc, Lb(bi, bj), LA, Ab(bj, bj), LA, g, t);
+      put(Tb(2 + warp), LT, acc, 1.f);
+      __syncwarp();
+      chunk_detail::mma16_f32(o, Ab(bi, bi), LA, Tb(2 + warp), LT, g, t);
+      put(Ab(bi, bj), LA, o, -1.f);
+    } else {  // W_21 (warp 2), W_31 (warp 3)
+      chunk_detail::mma16_f32(acc, Lb(warp, 1), LA, Ab(1, 1), LA, g, t);
+      put(Tb(warp - 2), LT, acc, 1.f);
+    }
+    named_barrier<128>(1);  // round 1 complete
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+    for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float x = acc[0][nt][e];
+      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+    if (warp == 0) {  // round 2
+      chunk_detail::mma16_f32(acc, Ab(2, 2), LA, Tb(0), LT, g, t);
+      put(Ab(2, 1), LA, acc, -1.f);
+    } else if (warp == 1) {
+      chunk_detail::mma16_f32(acc, Ab(3, 2), LA, Tb(0), LT, g, t);
+      chunk_detail::mma16_f32(acc, Ab(3, 3), LA, Tb(1), LT, g, t);
+      put(Ab(3, 1), LA, acc, -1.f);
+    } else {
+      chunk_detail::mma16_f32(acc, Lb(warp, 0), LA, Ab(0, 0), LA, g, t);
+      chunk_detail::mma16_f32(acc, Lb(warp, 1), LA, Ab(1, 0), LA, g, t);
+      put(Tb(warp), LT, acc, 1.f);
+    }
+    named_barrier<128>(1);  // round 2 complete (round 3 reads W_20, W_30)
+    if (warp >= 2) {        // round 3: A_20 = -A_22 W_20, A_30 = -(A_32 W_20 + A_33 W_30)
 #pragma unroll
-            for (int i = 1; i < d; ++i) x += acc[i][nt][e];
-            s.u1.pt.T[warp][frag_row(0, lane, e)][frag_col(0, nt, lane, e)] = x;
-          }
-        __syncwarp();
-        chunk_detail::mma16_f32(o, &s.A[16 * bi][16 * bi], kC + 1, &s.u1.pt.T[warp][0][0], Sm::kLT, g, t);
+      for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            s.A[16 * bi + frag_row(0, lane, e)][16 * bj + frag_col(0, nt, lane, e)] = -o[nt][e];
-      }
+        for (int e = 0; e < 4; ++e) o[nt][e] = 0.f;
+      if (warp == 3) chunk_detail::mma16_f32(o, Ab(3, 2), LA, Tb(2), LT, g, t);
+      chunk_detail::mma16_f32(o, Ab(warp, warp), LA, Tb(warp), LT, g, t);
+      put(Ab(warp, 0), LA, o, -1.f);
     }
   } else {
     // dU = scale P^T dO (tensor cores; warp w: rows 16 (w % 4), the two column halves in turn), then the blocks of A
