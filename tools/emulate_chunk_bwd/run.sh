@@ -45,7 +45,8 @@
 # with f16 activations, r28 a bf16 pool, K = 64, plain g / beta, r29 the benchmark's decode on N = 6, r30 r29 on a
 # strided pool (padded rows); not in the default list); rNp runs case N on the direct_pipe kernel,
 # direct_pipe_kernel.cuh (r23, r27-r30: K-major 16-bit pools; not in the default list; the case's o, pool bits are
-# printed: a bitwise-neutral change keeps them)). --tsan builds with ThreadSanitizer: it reports every pair of
+# printed: a bitwise-neutral change keeps them); a chunk_bwd case prints an FNV-1a hash of each output's bytes
+# (`bits`), equal under a bitwise-neutral change). --tsan builds with ThreadSanitizer: it reports every pair of
 # shared-memory accesses of two emulated threads (or async units: wgmma, TMA) that no barrier, mbarrier phase or async
 # wait orders (and fails the case).
 # Under --tsan a w case takes 10-90 s of CPU on two cores, chunk_bwd's case 10 a few minutes, an r case under a
