@@ -1,6 +1,6 @@
 // The CUDA chunk_bwd (src/cuda/chunk_bwd/) run in the host emulation of emu.hpp against the CPU oracle (fp64
 // recurrence through the public API), on fresh random inputs with NaN outputs and NaN slack rows. Prints the
-// relative error of every gradient. Usage: harness <case 0-24> [chains: 2 | 1 | c | mma] (run.sh builds and runs
+// relative error of every gradient. Usage: harness <case 0-25> [chains: 2 | 1 | c | mma] (run.sh builds and runs
 // all). At K = V = 128 the second argument runs the chains on the wgmma kernels with 2 input stages (the plan's
 // choice), with 1 stage each (one after the other), with 1 stage both at once (exec.chunk_bwd_chains = 2), or pass 3
 // on the mma.sync kernel; 1 and c are also compared bitwise with 2 (the same products in the same order).
@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
   // (fused_numerics.py's make_extreme_cases). Cases 22, 23: 17's construction on one walk of 16 / 32 chunks (the
   // seed from T as for the others), where an error of the chunk transition along the key adds up over the chunks;
   // 24: 23 with beta = 1.999 (A's entries then not powers of two).
-  if ((which >= 16 && which <= 19) || which >= 21) {
+  if ((which >= 16 && which <= 19) || (which >= 21 && which <= 24)) {
     if (which == 18 || which == 19) segments = 3;           // 18, 19: 16 and 17 with the chains' split forced
     if (which >= 22) segments = 1;                          // 22, 23: one walk, no split
     c.T = which == 22 ? 1024 : (which >= 23 ? 2048 : 300);  // 22, 23: 17 on one longer walk (16, 32 chunks)
@@ -185,6 +185,15 @@ int main(int argc, char** argv) {
     c.V = 64;
     c.Hqk = 1;
     c.Hv = 2;
+  }
+  if (which == 25) {  // K = V = 128 bf16 without GQA (pass 4's walk of one value head): varlen with an empty
+    c.seqlens = {130, 0, 64, 1};  // sequence, slack rows, the fused gate
+    slack = 3;
+    c.K = 128;
+    c.V = 128;
+    c.Hqk = 2;
+    c.Hv = 2;
+    gate = true;
   }
   if (segments > 1) c.g_scale = 0.02;
   GdnInputs in = make_inputs(c);
@@ -205,7 +214,7 @@ int main(int argc, char** argv) {
     in.beta.fill(2.0);
     for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, -0.01 * double(i % 7) / 7.0);
   }
-  if (which == 17 || which == 19 || which >= 22) {
+  if (which == 17 || which == 19 || (which >= 22 && which <= 24)) {
     for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
       for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i));
     in.beta.fill(which == 24 ? 1.999 : 2.0);
@@ -217,7 +226,7 @@ int main(int argc, char** argv) {
     in.beta.fill(1.0);
     in.g.fill(0.0);
   }
-  const bool gpu_inputs = (which >= 13 && which <= 17) || which >= 21;  // tests/cuda/test_chunk_bwd.cpp's make_problem
+  const bool gpu_inputs = (which >= 13 && which <= 17) || (which >= 21 && which <= 24);  // tests/cuda/test_chunk_bwd.cpp's make_problem
   Rng rng(gpu_inputs ? c.seed + 4242 : 77);
   if (which == 4 || which == 14) {
     in.g.fill(-30.0);

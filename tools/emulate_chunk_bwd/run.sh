@@ -12,7 +12,8 @@
 # parallel / identical keys (K = V = 128 bf16, five chunks), 18, 19 the same with the chains' split forced,
 # 20 keys and a query of norm ~1e-4 with scale 0.3, K = 128, V = 64, 21 16 at K = V = 64 with GQA 2, 22, 23 17 on one
 # walk of 16 / 32 chunks (T = 1024 / 2048, no split; 23 not in the default list), 24 23 with beta = 1.999 (not in the
-# default list); a chunk_bwd case N runs the
+# default list), 25 K = V = 128 bf16 without GQA (varlen, an empty sequence, slack rows, the gate); a chunk_bwd
+# case N runs the
 # chains (at K = V = 128) on the plan's wgmma kernels (2 input stages), Ns1 on their one-stage forms one after the
 # other, Nc both at once (exec.chunk_bwd_chains = 2; Ns1 and Nc are compared bitwise with N), Nm pass 3 on the
 # mma.sync kernel, Ng / Ngm pass 4 on wgmma / mma.sync (exec.chunk_bwd_grads; the plan takes wgmma at K = V = 128 bf16); w0 bf16 GQA 2 with a partial last chunk, w1 varlen with a length-0 sequence and slack rows, w2 / w3
@@ -45,8 +46,7 @@
 # with f16 activations, r28 a bf16 pool, K = 64, plain g / beta, r29 the benchmark's decode on N = 6, r30 r29 on a
 # strided pool (padded rows); not in the default list); rNp runs case N on the direct_pipe kernel,
 # direct_pipe_kernel.cuh (r23, r27-r30: K-major 16-bit pools; not in the default list; the case's o, pool bits are
-# printed: a bitwise-neutral change keeps them); a chunk_bwd case prints an FNV-1a hash of each output's bytes
-# (`bits`), equal under a bitwise-neutral change). --tsan builds with ThreadSanitizer: it reports every pair of
+# printed: a bitwise-neutral change keeps them)). --tsan builds with ThreadSanitizer: it reports every pair of
 # shared-memory accesses of two emulated threads (or async units: wgmma, TMA) that no barrier, mbarrier phase or async
 # wait orders (and fails the case).
 # Under --tsan a w case takes 10-90 s of CPU on two cores, chunk_bwd's case 10 a few minutes, an r case under a
@@ -60,7 +60,7 @@ if [[ "${1:-}" == --tsan ]]; then
 fi
 lib="${1:-$root/build-cpu}/libflashgdn_static.a"
 shift || true
-cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 i0 i1 i2 i3 i4 w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 r0 r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 r11 r12 r13 r14 r15 r16 r17 r18 r19 r20 r31 r32 r33 r34 r35 r36}"
+cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 25 i0 i1 i2 i3 i4 w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 r0 r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 r11 r12 r13 r14 r15 r16 r17 r18 r19 r20 r31 r32 r33 r34 r35 r36}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 out="$(mktemp -d)"
 python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"
