@@ -226,7 +226,8 @@ int main(int argc, char** argv) {
     in.beta.fill(1.0);
     in.g.fill(0.0);
   }
-  const bool gpu_inputs = (which >= 13 && which <= 17) || (which >= 21 && which <= 24);  // tests/cuda/test_chunk_bwd.cpp's make_problem
+  const bool gpu_inputs =
+      (which >= 13 && which <= 17) || (which >= 21 && which <= 24);  // tests/cuda/test_chunk_bwd.cpp's make_problem
   Rng rng(gpu_inputs ? c.seed + 4242 : 77);
   if (which == 4 || which == 14) {
     in.g.fill(-30.0);
