@@ -365,12 +365,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
     const auto Lb = [&](int bi, int bj) { return &s.u2.L[16 * bi][16 * bj]; };
     const auto Ab = [&](int bi, int bj) { return &s.A[16 * bi][16 * bj]; };
     const auto Tb = [&](int i) { return &s.u1.pt.T[i][0][0]; };
-    // sgn c (two m16n8 C fragments) into the 16 x 16 block at dst (leading dimension ld)
     const auto put = [&](float* dst, int ld, const float(&c)[2][4], float sgn) {
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dst[frag_row(0, lane, e) * ld + frag_col(0, nt, lane, e)] = sgn * c[nt][e];
+      chunk_detail::put_block16<false>(dst, ld, c, sgn, g, t);  // LA odd
     };
     float acc[2][4] = {}, o[2][4] = {};
     named_barrier<128>(1);  // the diagonal blocks complete

@@ -71,6 +71,25 @@ __device__ __forceinline__ void mma16_f32(float (&d)[2][4], const float* x, int 
   }
 }
 
+// sgn c (one warp's two m16n8 C fragments, lane = 4 g + t) into the 16 x 16 fp32 block at dst with leading dimension
+// ld: the blocked inverse's scratch and result blocks (mma16_f32's operands). PAIRS: 8-byte stores (ld even), else
+// 4-byte ones (an odd ld, which keeps a column's rows in distinct banks).
+template <bool PAIRS>
+__device__ __forceinline__ void put_block16(float* dst, int ld, const float (&c)[2][4], float sgn, int g, int t) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    float* const p0 = dst + g * ld + 8 * nt + 2 * t;  // row g; row g + 8 below
+    float* const p1 = dst + (g + 8) * ld + 8 * nt + 2 * t;
+    if constexpr (PAIRS) {
+      *reinterpret_cast<float2*>(p0) = make_float2(sgn * c[nt][0], sgn * c[nt][1]);
+      *reinterpret_cast<float2*>(p1) = make_float2(sgn * c[nt][2], sgn * c[nt][3]);
+    } else {
+      p0[0] = sgn * c[nt][0], p0[1] = sgn * c[nt][1];
+      p1[0] = sgn * c[nt][2], p1[1] = sgn * c[nt][3];
+    }
+  }
+}
+
 // Scalar load of a gate / beta / parameter element of DType dt (f32 = 0, f64 = 1, bf16 = 2, f16 = 3).
 __device__ __forceinline__ float load_scalar(const void* p, int32_t dt, int64_t off) {
   switch (dt) {

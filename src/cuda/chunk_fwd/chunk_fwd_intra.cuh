@@ -641,14 +641,8 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       float(&W)[4][16 * LDT] = sm.x.inv.T;  // scratch: W_21, W_31, W_20, W_30
       const auto Lb = [&](int bi, int bj) { return &sm.L[16 * bi * LDF + 16 * bj]; };
       const auto Ab = [&](int bi, int bj) { return &Am[16 * bi * LDF + 16 * bj]; };
-      // c (two m16n8 C fragments) times sgn into a 16 x 16 block at dst (leading dimension ld)
       const auto put = [&](float* dst, int ld, const float(&c)[2][4], float sgn) {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          *reinterpret_cast<float2*>(dst + g8 * ld + 8 * nt + 2 * t4) = make_float2(sgn * c[nt][0], sgn * c[nt][1]);
-          *reinterpret_cast<float2*>(dst + (g8 + 8) * ld + 8 * nt + 2 * t4) =
-              make_float2(sgn * c[nt][2], sgn * c[nt][3]);
-        }
+        put_block16<true>(dst, ld, c, sgn, g8, t4);  // LDF, LDT even
       };
       float acc[2][4], tmp[2][4];
       const auto zero = [](float(&c)[2][4]) {
