@@ -186,8 +186,8 @@ int main(int argc, char** argv) {
     c.Hqk = 1;
     c.Hv = 2;
   }
-  if (which == 25) {  // K = V = 128 bf16 without GQA (pass 4's walk of one value head): varlen with an empty
-    c.seqlens = {130, 0, 64, 1};  // sequence, slack rows, the fused gate
+  if (which == 25) {  // K = V = 128 bf16 without GQA: varlen with an empty sequence, slack rows, the fused gate
+    c.seqlens = {130, 0, 64, 1};
     slack = 3;
     c.K = 128;
     c.V = 128;

@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
     const auto Ab = [&](int bi, int bj) { return &s.A[16 * bi][16 * bj]; };
     const auto Tb = [&](int i) { return &s.u1.pt.T[i][0][0]; };
     const auto put = [&](float* dst, int ld, const float(&c)[2][4], float sgn) {
-      chunk_detail::put_block16<false>(dst, ld, c, sgn, g, t);  // LA odd
+      chunk_detail::put_block16<false>(dst, ld, c, sgn, g, t);  // 4-byte stores: LA = 65 is odd
     };
     float acc[2][4] = {}, o[2][4] = {};
     named_barrier<128>(1);  // the diagonal blocks complete
