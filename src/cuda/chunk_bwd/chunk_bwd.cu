@@ -31,15 +31,21 @@ int64_t slots_of(const SeqDims& d) {
   return d.varlen ? d.N + nb : d.B * nb;
 }
 
-// Workspace: the per-(chunk slot, value head) records, then the per-(token, value head) scratch; fp32 (W, S0 bf16),
-// each part 256-byte aligned. Bytes per (slot, head): 4 (256 + 64^2 + 128 V + K V) + 2 (2 64 K + K V) (W as bf16 hi +
-// lo, S0 in bf16).
+// Workspace: the per-(chunk slot, value head) records, then the per-token scratch (dq, dk per token and dqk_heads
+// heads, dg, dbeta per token and value head); fp32 (W, S0 bf16), each part 256-byte aligned. Bytes per (slot, head):
+// 4 (256 + 64^2 + 128 V + K V) + 2 (2 64 K + K V) (W as bf16 hi + lo, S0 in bf16).
 struct WsLayout {
   size_t rows = 0, A = 0, W = 0, U = 0, dU = 0, S0 = 0, dS = 0, dqh = 0, dkh = 0, dgh = 0, dbh = 0, total = 0;
 };
 
-WsLayout ws_layout(const SeqDims& d) {
+// The dq / dk scratch's heads (ChunkBwdArgs::dqk_heads): pass 4 on wgmma sums a q/k head's value heads itself.
+int64_t dqk_heads_of(const SeqDims& d, const ChunkBwdPlan& pl) {
+  return pl.grads_pass == ChunkStatePass::wgmma ? d.Hqk : d.Hv;
+}
+
+WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
   const size_t rec = size_t(slots_of(d)) * size_t(d.Hv), rows = size_t(d.B * d.T * d.Hv), f = sizeof(float);
+  const size_t qk_rows = size_t(d.B * d.T * dqk_heads_of(d, pl));
   const size_t K = size_t(d.K), V = size_t(d.V);
   WsLayout w;
   size_t off = 0;
@@ -54,8 +60,8 @@ WsLayout ws_layout(const SeqDims& d) {
   take(&w.dU, rec * 64 * V * f);
   take(&w.S0, rec * K * V * 2);  // bf16
   take(&w.dS, rec * K * V * f);
-  take(&w.dqh, rows * K * f);
-  take(&w.dkh, rows * K * f);
+  take(&w.dqh, qk_rows * K * f);
+  take(&w.dkh, qk_rows * K * f);
   take(&w.dgh, rows * f);
   take(&w.dbh, rows * f);
   w.total = off;
@@ -72,9 +78,10 @@ __device__ __forceinline__ bool covered(const ChunkBwdArgs& a, int64_t t) {
 }
 
 // One row (token, q/k head) per K / 4 lanes, 4 consecutive elements per lane (16-byte fp32 scratch loads, 8-byte
-// 16-bit loads: dense tensors are 16-byte aligned, validate.cpp). Every load of a row is issued before its first
-// sum: the kernel is bound by the latency of the group's scratch rows (2 Hv / Hqk of them per row). Index math is
-// 32-bit: B T Hv K < 2^31 is validated.
+// 16-bit loads: dense tensors are 16-byte aligned, validate.cpp). The scratch holds dqk_heads / Hqk rows per (token,
+// q/k head) (the value heads', summed here in head order, or their sum: pass 4 on wgmma). Every load of a row is
+// issued before its first sum: the kernel is bound by the latency of the scratch rows (2 dqk_heads / Hqk of them per
+// row). Index math is 32-bit: B T Hv K < 2^31 is validated.
 template <int K>
 __global__ void __launch_bounds__(256) chunk_bwd_qk_kernel(const ChunkBwdArgs a) {
   constexpr int LPR = K / 4, RPB = 256 / LPR;  // lanes per row, rows per block
@@ -93,13 +100,14 @@ __global__ void __launch_bounds__(256) chunk_bwd_qk_kernel(const ChunkBwdArgs a)
   uint4 xq_bits = make_uint4(0u, 0u, 0u, 0u), xk_bits = xq_bits;
   if (cov && a.l2norm) xq_bits = load4_bits(a.q, io, qoff), xk_bits = load4_bits(a.k, io, koff);
   float gq[4] = {0.f, 0.f, 0.f, 0.f}, gk[4] = {0.f, 0.f, 0.f, 0.f};
-  const uint32_t h_end = cov ? (hk + 1) * uint32_t(a.group) : 0u, Hv = uint32_t(a.Hv);
-  for (uint32_t h0 = hk * uint32_t(a.group); h0 < h_end; h0 += G) {
+  const uint32_t Hs = uint32_t(a.dqk_heads), gs = Hs / Hqk;  // scratch heads, per q/k head
+  const uint32_t h_end = cov ? (hk + 1) * gs : 0u;
+  for (uint32_t h0 = hk * gs; h0 < h_end; h0 += G) {
     float4 pq[G], pk[G];
 #pragma unroll
     for (int j = 0; j < G; ++j) {
       if (h0 + j < h_end) {
-        const uint32_t at = (bt * Hv + h0 + j) * K + c;
+        const uint32_t at = (bt * Hs + h0 + j) * K + c;
         pq[j] = *reinterpret_cast<const float4*>(a.dqh + at);
         pk[j] = *reinterpret_cast<const float4*>(a.dkh + at);
       }
@@ -255,12 +263,12 @@ ChunkBwdArgs make_args(const ChunkBwdParams& p, const SeqDims& d) {
 
 // The records and scratch, then the chains' segment split (plan_chunk_bwd: items, sequence table, summaries).
 size_t chunk_bwd_workspace_size(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& pl) {
-  return ws_layout(d).total + (pl.split ? pl.split_bytes : 0);
+  return ws_layout(d, pl).total + (pl.split ? pl.split_bytes : 0);
 }
 
 Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& pl, void* ws, size_t ws_bytes,
                  void* stream) {
-  const WsLayout wl = ws_layout(d);
+  const WsLayout wl = ws_layout(d, pl);
   const size_t need = chunk_bwd_workspace_size(p, d, pl);
   if (need > 0 && (ws == nullptr || ws_bytes < need))
     return FGDN_INVALID("chunk_bwd: workspace: expected at least ", need, " bytes, got ", ws_bytes);
@@ -270,6 +278,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   a.dstate_wg = pl.dstate_pass == ChunkStatePass::wgmma ? pl.dstate_stages : 0;
   a.chains_concurrent = pl.chains_concurrent;
   a.grads_wg = pl.grads_pass == ChunkStatePass::wgmma;
+  a.dqk_heads = int32_t(dqk_heads_of(d, pl));
   auto* base = static_cast<unsigned char*>(ws);
   if (pl.split) {  // the split's part follows the records and scratch (wl.total is 256-byte aligned)
     unsigned char* sp = base + wl.total;

@@ -86,6 +86,9 @@ struct ChunkBwdArgs {
   // pass 3 on wgmma (chunk_bwd_dstate_wg.cuh; K = V = 128) with 2 or 1 input stages, 0: on mma.sync (plan_chunk_bwd)
   int32_t dstate_wg;
   int32_t grads_wg;  // 1: pass 4 on wgmma (chunk_bwd_grads_wg.cuh; K = V = 128, bf16), 0: on mma.sync (plan_chunk_bwd)
+  // heads of the dq / dk scratch: Hqk where pass 4 on wgmma sums a q/k head's value heads itself (in head order, the
+  // sum pass 5a forms otherwise), Hv where pass 4 on mma.sync writes them per value head
+  int32_t dqk_heads;
 
   // ---- workspace (fp32; W, S0 bf16), one record per (chunk slot, value head); rows past a chunk's end are zero
   float* rows;   // [slots, Hv, 4, 64]: gamma (cumsum of g), rho_q, rho_k (l2norm factors, 1 without), beta
@@ -95,8 +98,9 @@ struct ChunkBwdArgs {
   float* dU;     // [slots, Hv, 64, V]   scale P^T dO (prep), then + Kbar dS (dstate pass)
   uint16_t* S0;  // [slots, Hv, K, V]   chunk start states, K-major, bf16 (a GEMM operand only, gdn-math §10.2)
   float* dS;     // [slots, Hv, K, V]    gradients w.r.t. the chunk-end states, K-major
-  float* dqh;    // [B * T * Hv, K]      dq per value head (w.r.t. the normalized q), zero on slack rows
-  float* dkh;    // [B * T * Hv, K]      dk per value head
+  float* dqh;    // [B * T * dqk_heads, K]  dq w.r.t. the normalized q, per value head or summed over a q/k head's
+                 //                         value heads (dqk_heads); never written on slack rows
+  float* dkh;    // [B * T * dqk_heads, K]  dk, the same
   float* dgh;    // [B * T * Hv]         dg w.r.t. the resolved g
   float* dbh;    // [B * T * Hv]         dbeta w.r.t. the resolved beta
 

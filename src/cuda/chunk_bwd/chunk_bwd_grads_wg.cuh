@@ -4,7 +4,10 @@
 // the scratch), on wgmma m64n64k16 / m64n32k16 from 128-byte-swizzled K-major tiles (cuda/common/wgmma.cuh) and
 // register A fragments. Included by chunk_bwd_kernels.cuh after pass 4 (its helpers) and the wgmma chains.
 //
-// One CTA of two warpgroups per (chunk slot, value head): grid (slots, Hv), 256 threads, one CTA per SM (~210 KiB).
+// One CTA of two warpgroups per (chunk slot, q/k head): grid (slots, Hqk), 256 threads, one CTA per SM (~210 KiB),
+// walking the q/k head's Hv / Hqk value heads in order, one item each. dq and dk are summed over them here (pass 5a's
+// sum otherwise, in the same order: the same bits): an item after the first adds the rows the one before stored (the
+// same thread's addresses, L2 hits), so the scratch holds one row per (token, q/k head) instead of Hv / Hqk.
 // Warpgroup j owns keys 64 j .. 64 j + 63 of the key-row products (dQ^T, dK^T [key][token], kept in registers from
 // the first term to the store), value half j of the token-row ones (dV', dU^T) and columns 32 j .. 32 j + 31 of the
 // 64 x 64 ones (dP, dA, Y, dL). Notation as in pass 4: X = scale Lower(dO U^T) (.) D, R0 = X diag(rho_k), R1 =
@@ -59,6 +62,7 @@ struct alignas(1024) GradWgSmem {
   float pv[2][2][kC];              // per-token sums over each warpgroup's columns: v . dV', dL . E
   float zrow[2][kC], zcol[4][kC];  // Z = dD (.) D: row sums per warpgroup, column sums per warp of 16 rows
   float red[8];                    // <S0, dS>_F per warp
+  int64_t tok[2];                  // the items' batch entry sb and first token t0 (read where used: fewer registers)
 };
 static_assert(sizeof(GradWgSmem) + 1024 <= 227 * 1024, "grads (wgmma): one CTA's shared memory");
 
@@ -190,11 +194,8 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
   static_assert(std::is_same_v<E, __nv_bfloat16>, "the wgmma grads pass takes bf16 inputs");
   constexpr int K = 128, V = 128;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<GradWgSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
-  const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), wi = __shfl_sync(0xffffffffu, (tid >> 5) & 3, 0);
-  const int h = int(blockIdx.y);
-  // The item's chunk (pass 4's map: a varlen slack slot holds none)
+  const int hk = int(blockIdx.y);
+  // The items' chunk (pass 4's map: a varlen slack slot holds none)
   int64_t n, c;
   const int64_t slot = blockIdx.x;
   if (a.cu_seqlens == nullptr) {
@@ -204,532 +205,565 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
   }
   int64_t sb, st, len;
   seq_bounds(a, n, &sb, &st, &len);
-  const int64_t t0 = st + kC * c, rec = slot * a.Hv + h;
-  const int nv = int(len - kC * c < kC ? len - kC * c : kC), hk = h / a.group;
+  const int nv = int(len - kC * c < kC ? len - kC * c : kC);
   const float lam = a.scale;
-
-  const uint32_t q_a = smem_addr(&s.q[0][0]), k_a = smem_addr(&s.k[0][0]), v_a = smem_addr(&s.v[0][0]);
-  const uint32_t do_a = smem_addr(&s.dO[0][0]), a_a = smem_addr(&s.a[0][0]), s0_a = smem_addr(&s.s0[0][0][0]);
-  const uint32_t u_a = smem_addr(&s.u[0][0][0]), dut_a = smem_addr(&s.dut[0][0][0]), r_a = smem_addr(&s.r[0][0][0]);
-  const uint32_t q_l = wg::desc_lo(q_a), k_l = wg::desc_lo(k_a), v_l = wg::desc_lo(v_a), do_l = wg::desc_lo(do_a);
-  const uint32_t a_l = wg::desc_lo(a_a), s0_l = wg::desc_lo(s0_a), u_l = wg::desc_lo(u_a), dut_l = wg::desc_lo(dut_a);
-  const uint32_t r_l = wg::desc_lo(r_a);
-  // k step ks (16 elements) of a 128-wide operand held as two [64][64] tiles `half` bytes apart
-  const auto kstep = [](int ks, uint32_t half) { return uint32_t(ks >> 2) * half + uint32_t(ks & 3) * 32; };
-
-  // ---- phase 0: loads, by cp.async in three groups in the order the phases need them: q, k, dO rows (zeros past
-  // nv), U raw (fp32, into r) and the record rows; S0 and dU raw (fp32, into dut); A and v. dS goes to registers (this
-  // warpgroup's keys, all values, as A fragments) by plain loads, in flight with the first group.
   {
-    const int kv = tid & 15, r0 = tid >> 4;
-    const auto rows16 = [&](unsigned char(&dst)[2][8192], const E* src, int64_t rst) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = r0 + 16 * i;
-        const bool ok = r < nv;
-        cp_async16_zfill(&dst[kv >> 3][wg::swz(r, kv & 7)], ok ? src + r * rst + 8 * kv : src, ok);
-      }
-    };
-    // U, dU raw fp32 [64][V] (plain rows): 2048 pieces of 16 bytes, 8 a thread
-    const auto raw = [&](unsigned char* dst, const float* src) {
-      const auto* g8 = reinterpret_cast<const unsigned char*>(src);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) cp_async<16>(dst + (tid + 256 * i) * 16, g8 + (tid + 256 * i) * 16);
-    };
-    rows16(s.q, static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh + t0 * a.q_st, a.q_st);
-    rows16(s.k, static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh + t0 * a.k_st, a.k_st);
-    rows16(s.dO, static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh + t0 * a.do_st, a.do_st);
-    raw(&s.r[0][0][0], a.U + rec * (kC * V));
-    copy_record_rows(s.rows, a.rows, rec, tid);
-    cp_async_commit();
-    {  // S0: bf16 [K][V]
-      const auto* Sg = reinterpret_cast<const unsigned char*>(a.S0 + rec * (K * V));
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int r = r0 + 16 * i;
-        cp_async<16>(&s.s0[r >> 6][kv >> 3][wg::swz(r & 63, kv & 7)], Sg + r * (V * 2) + kv * 16);
-      }
-    }
-    raw(&s.dut[0][0][0], a.dU + rec * (kC * V));
-    cp_async_commit();
-    {  // A: bf16 hi [64][64], then lo
-      const auto* Ag = reinterpret_cast<const unsigned char*>(a.A + rec * (kC * kC));
-      const int cc = tid & 7, rr = tid >> 3;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int pp = i >> 1, r = rr + 32 * (i & 1);
-        cp_async<16>(&s.a[pp][wg::swz(r, cc)], Ag + pp * 8192 + r * 128 + cc * 16);
-      }
-    }
-    rows16(s.v, static_cast<const E*>(a.v) + sb * a.v_sb + h * a.v_sh + t0 * a.v_st, a.v_st);
-    cp_async_commit();
+    auto& s = *reinterpret_cast<GradWgSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+    if (threadIdx.x == 0) s.tok[0] = sb, s.tok[1] = st + kC * c;
+    __syncthreads();
   }
-  // dS rows 64 wgi + 16 wi + g (+ 8), values 16 ks + 2 t4 (+ 1) (+ 8): in flight with the first group, split into A
-  // fragments once the first products are issued
-  float dsf[8][4][2];
-  {
-    const float* dSg = a.dS + rec * (K * V) + (64 * wgi + 16 * wi + g) * V + 2 * t4;
+  for (int h = hk * a.group; h < (hk + 1) * a.group; ++h) {
+    const bool first = h == hk * a.group;
+    const int64_t rec = slot * a.Hv + h;
+    // Thread indices and shared-memory addresses are formed anew per item from an opaque tid: hoisted out of the loop
+    // they stay live through every phase, and the item (at 255 registers) spilled ~540 bytes.
+    int tid = int(threadIdx.x), pad = int((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    asm volatile("mov.b32 %0, %0;" : "+r"(tid));
+    asm volatile("mov.b32 %0, %0;" : "+r"(pad));
+    auto& s = *reinterpret_cast<GradWgSmem*>(smem_raw + pad);
+    const int lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), wi = __shfl_sync(0xffffffffu, (tid >> 5) & 3, 0);
+    const auto tok = [&](int i) { return *reinterpret_cast<const volatile int64_t*>(&s.tok[i]); };
+
+    const uint32_t q_a = smem_addr(&s.q[0][0]), k_a = smem_addr(&s.k[0][0]), v_a = smem_addr(&s.v[0][0]);
+    const uint32_t do_a = smem_addr(&s.dO[0][0]), a_a = smem_addr(&s.a[0][0]), s0_a = smem_addr(&s.s0[0][0][0]);
+    const uint32_t u_a = smem_addr(&s.u[0][0][0]), dut_a = smem_addr(&s.dut[0][0][0]), r_a = smem_addr(&s.r[0][0][0]);
+    const uint32_t q_l = wg::desc_lo(q_a), k_l = wg::desc_lo(k_a), v_l = wg::desc_lo(v_a), do_l = wg::desc_lo(do_a);
+    const uint32_t a_l = wg::desc_lo(a_a), s0_l = wg::desc_lo(s0_a), u_l = wg::desc_lo(u_a), dut_l = wg::desc_lo(dut_a);
+    const uint32_t r_l = wg::desc_lo(r_a);
+    // k step ks (16 elements) of a 128-wide operand held as two [64][64] tiles `half` bytes apart
+    const auto kstep = [](int ks, uint32_t half) { return uint32_t(ks >> 2) * half + uint32_t(ks & 3) * 32; };
+
+    // ---- phase 0: loads, by cp.async in three groups in the order the phases need them: q, k, dO rows (zeros past
+    // nv), U raw (fp32, into r) and the record rows; S0 and dU raw (fp32, into dut); A and v. dS goes to registers
+    // (this warpgroup's keys, all values, as A fragments) by plain loads, in flight with the first group.
+    {
+      const int kv = tid & 15, r0 = tid >> 4;
+      const auto rows16 = [&](unsigned char(&dst)[2][8192], const E* src, int64_t rst) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = r0 + 16 * i;
+          const bool ok = r < nv;
+          cp_async16_zfill(&dst[kv >> 3][wg::swz(r, kv & 7)], ok ? src + r * rst + 8 * kv : src, ok);
+        }
+      };
+      // U, dU raw fp32 [64][V] (plain rows): 2048 pieces of 16 bytes, 8 a thread
+      const auto raw = [&](unsigned char* dst, const float* src) {
+        const auto* g8 = reinterpret_cast<const unsigned char*>(src);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cp_async<16>(dst + (tid + 256 * i) * 16, g8 + (tid + 256 * i) * 16);
+      };
+      const int64_t sb = tok(0), t0 = tok(1);
+      rows16(s.q, static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh + t0 * a.q_st, a.q_st);
+      rows16(s.k, static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh + t0 * a.k_st, a.k_st);
+      rows16(s.dO, static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh + t0 * a.do_st, a.do_st);
+      raw(&s.r[0][0][0], a.U + rec * (kC * V));
+      copy_record_rows(s.rows, a.rows, rec, tid);
+      cp_async_commit();
+      {  // S0: bf16 [K][V]
+        const auto* Sg = reinterpret_cast<const unsigned char*>(a.S0 + rec * (K * V));
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int r = r0 + 16 * i;
+          cp_async<16>(&s.s0[r >> 6][kv >> 3][wg::swz(r & 63, kv & 7)], Sg + r * (V * 2) + kv * 16);
+        }
+      }
+      raw(&s.dut[0][0][0], a.dU + rec * (kC * V));
+      cp_async_commit();
+      {  // A: bf16 hi [64][64], then lo
+        const auto* Ag = reinterpret_cast<const unsigned char*>(a.A + rec * (kC * kC));
+        const int cc = tid & 7, rr = tid >> 3;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int pp = i >> 1, r = rr + 32 * (i & 1);
+          cp_async<16>(&s.a[pp][wg::swz(r, cc)], Ag + pp * 8192 + r * 128 + cc * 16);
+        }
+      }
+      rows16(s.v, static_cast<const E*>(a.v) + sb * a.v_sb + h * a.v_sh + t0 * a.v_st, a.v_st);
+      cp_async_commit();
+    }
+    // dS rows 64 wgi + 16 wi + g (+ 8), values 16 ks + 2 t4 (+ 1) (+ 8): in flight with the first group, split into A
+    // fragments once the first products are issued
+    float dsf[8][4][2];
+    {
+      const float* dSg = a.dS + rec * (K * V) + (64 * wgi + 16 * wi + g) * V + 2 * t4;
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 x = *reinterpret_cast<const float2*>(dSg + (e & 1) * 8 * V + 16 * ks + (e >> 1) * 8);
+          dsf[ks][e][0] = x.x, dsf[ks][e][1] = x.y;
+        }
+    }
+    cp_async_wait<2>();
+    __syncthreads();  // the first group landed
+    {                 // U split into u (rows, value halves)
+      const float* Ur = reinterpret_cast<const float*>(&s.r[0][0][0]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {  // 64 rows x 16 chunks of 8 values, 4 chunks a thread
+        const int idx = tid + 256 * i, row = idx >> 4, ch = idx & 15;
+        const float4 x0 = *reinterpret_cast<const float4*>(Ur + row * V + 8 * ch);
+        const float4 x1 = *reinterpret_cast<const float4*>(Ur + row * V + 8 * ch + 4);
+        const Split2 p0 = split_pair<false>(x0.x, x0.y), p1 = split_pair<false>(x0.z, x0.w);
+        const Split2 p2 = split_pair<false>(x1.x, x1.y), p3 = split_pair<false>(x1.z, x1.w);
+        *reinterpret_cast<uint4*>(&s.u[0][ch >> 3][wg::swz(row, ch & 7)]) = make_uint4(p0.hi, p1.hi, p2.hi, p3.hi);
+        *reinterpret_cast<uint4*>(&s.u[1][ch >> 3][wg::swz(row, ch & 7)]) = make_uint4(p0.lo, p1.lo, p2.lo, p3.lo);
+      }
+    }
+    // The token decays once per item (the phases read them per accumulator element: 16 expf a thread at each of four
+    // sites took ~13% of the pass's instructions); D_rs = e^{gamma_r - gamma_s} stays one expf per entry (§5.8).
+    if (tid < kC) {
+      s.eg[tid] = tid < nv ? expf(s.rows[0][tid]) : 0.f;
+      s.kb[tid] = tid < nv ? expf(s.rows[0][nv - 1] - s.rows[0][tid]) : 0.f;
+    }
+    wg::fence_async_smem();
+    __syncthreads();  // U split; the raw U in r is consumed; the token decays
+
+    // ---- phase 1: dP = dO U^T and Q K^T (columns 32 wgi ..), then dKbar^T = dS U^T
+    float dk[8][4], kbar[8][4], dp[4][4], qk[4][4];
+    {
+      float(&dp16)[16] = reinterpret_cast<float(&)[16]>(dp);
+      float(&qk16)[16] = reinterpret_cast<float(&)[16]>(qk);
+      wg::fence();
+      // (dO, U_lo), (dO, U_hi); B^T = U [s][value], rows 32 wgi ..
+      gwg::mma_ss_k128<32>(dp16, do_l, 0, u_l, 16384 + 4096 * wgi, true);
+      gwg::mma_ss_k128<32>(dp16, do_l, 0, u_l, 4096 * wgi, false);
+      gwg::mma_ss_k128<32>(qk16, q_l, 0, k_l, 4096 * wgi, true);
+      wg::commit();
+    }
+    uint32_t dsh[8][4], dsl[8][4];
 #pragma unroll
     for (int ks = 0; ks < 8; ++ks)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float2 x = *reinterpret_cast<const float2*>(dSg + (e & 1) * 8 * V + 16 * ks + (e >> 1) * 8);
-        dsf[ks][e][0] = x.x, dsf[ks][e][1] = x.y;
+        const Split2 y = split_pair<false>(dsf[ks][e][0], dsf[ks][e][1]);
+        dsh[ks][e] = y.hi, dsl[ks][e] = y.lo;
       }
-  }
-  cp_async_wait<2>();
-  __syncthreads();  // the first group landed
-  {                 // U split into u (rows, value halves)
-    const float* Ur = reinterpret_cast<const float*>(&s.r[0][0][0]);
+    {
+      float(&kv32)[32] = reinterpret_cast<float(&)[32]>(kbar);
+      wg::fence();
+      // (dS_lo, U_hi), (dS_hi, U_lo), (dS_hi, U_hi); B^T = U [token][value]
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {  // 64 rows x 16 chunks of 8 values, 4 chunks a thread
-      const int idx = tid + 256 * i, row = idx >> 4, ch = idx & 15;
-      const float4 x0 = *reinterpret_cast<const float4*>(Ur + row * V + 8 * ch);
-      const float4 x1 = *reinterpret_cast<const float4*>(Ur + row * V + 8 * ch + 4);
-      const Split2 p0 = split_pair<false>(x0.x, x0.y), p1 = split_pair<false>(x0.z, x0.w);
-      const Split2 p2 = split_pair<false>(x1.x, x1.y), p3 = split_pair<false>(x1.z, x1.w);
-      *reinterpret_cast<uint4*>(&s.u[0][ch >> 3][wg::swz(row, ch & 7)]) = make_uint4(p0.hi, p1.hi, p2.hi, p3.hi);
-      *reinterpret_cast<uint4*>(&s.u[1][ch >> 3][wg::swz(row, ch & 7)]) = make_uint4(p0.lo, p1.lo, p2.lo, p3.lo);
+      for (int ks = 0; ks < 8; ++ks) wg::mma_rs_n64<true>(kv32, dsl[ks], wg::desc_at(u_l, kstep(ks, 8192)), ks > 0);
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks) wg::mma_rs_n64<true>(kv32, dsh[ks], wg::desc_at(u_l, 16384 + kstep(ks, 8192)), 1);
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks) wg::mma_rs_n64<true>(kv32, dsh[ks], wg::desc_at(u_l, kstep(ks, 8192)), 1);
+      wg::commit();
     }
-  }
-  // The token decays once per item (the phases read them per accumulator element: 16 expf a thread at each of four
-  // sites took ~13% of the pass's instructions); D_rs = e^{gamma_r - gamma_s} stays one expf per entry (§5.8).
-  if (tid < kC) {
-    s.eg[tid] = tid < nv ? expf(s.rows[0][tid]) : 0.f;
-    s.kb[tid] = tid < nv ? expf(s.rows[0][nv - 1] - s.rows[0][tid]) : 0.f;
-  }
-  wg::fence_async_smem();
-  __syncthreads();  // U split; the raw U in r is consumed; the token decays
-
-  // ---- phase 1: dP = dO U^T and Q K^T (columns 32 wgi ..), then dKbar^T = dS U^T
-  float dk[8][4], kbar[8][4], dp[4][4], qk[4][4];
-  {
-    float(&dp16)[16] = reinterpret_cast<float(&)[16]>(dp);
-    float(&qk16)[16] = reinterpret_cast<float(&)[16]>(qk);
-    wg::fence();
-    // (dO, U_lo), (dO, U_hi); B^T = U [s][value], rows 32 wgi ..
-    gwg::mma_ss_k128<32>(dp16, do_l, 0, u_l, 16384 + 4096 * wgi, true);
-    gwg::mma_ss_k128<32>(dp16, do_l, 0, u_l, 4096 * wgi, false);
-    gwg::mma_ss_k128<32>(qk16, q_l, 0, k_l, 4096 * wgi, true);
-    wg::commit();
-  }
-  uint32_t dsh[8][4], dsl[8][4];
+    wg::wait1();  // dP, Q K^T
+    {  // X = scale dP (.) D (lower, diagonal in): R0 = X diag(rho_k) (rows), R1^T = (diag(rho_q) X)^T; Z = X (.) P^
+      float r0v[4][4], r1v[4][4], zr[2] = {0.f, 0.f}, zc[4][2] = {};
 #pragma unroll
-  for (int ks = 0; ks < 8; ++ks)
+      for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const Split2 y = split_pair<false>(dsf[ks][e][0], dsf[ks][e][1]);
-      dsh[ks][e] = y.hi, dsl[ks][e] = y.lo;
-    }
-  {
-    float(&kv32)[32] = reinterpret_cast<float(&)[32]>(kbar);
-    wg::fence();
-    // (dS_lo, U_hi), (dS_hi, U_lo), (dS_hi, U_hi); B^T = U [token][value]
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks) wg::mma_rs_n64<true>(kv32, dsl[ks], wg::desc_at(u_l, kstep(ks, 8192)), ks > 0);
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks) wg::mma_rs_n64<true>(kv32, dsh[ks], wg::desc_at(u_l, 16384 + kstep(ks, 8192)), 1);
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks) wg::mma_rs_n64<true>(kv32, dsh[ks], wg::desc_at(u_l, kstep(ks, 8192)), 1);
-    wg::commit();
-  }
-  wg::wait1();  // dP, Q K^T
-  {  // X = scale dP (.) D (lower, diagonal in): R0 = X diag(rho_k) (rows), R1^T = (diag(rho_q) X)^T; Z = X (.) P^
-    float r0v[4][4], r1v[4][4], zr[2] = {0.f, 0.f}, zc[4][2] = {};
-#pragma unroll
-    for (int jn = 0; jn < 4; ++jn)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const auto [r, cc] = gwg::n32_at(wi, wgi, g, t4, jn, e);
-        float x = 0.f;
-        if (cc <= r) {
-          x = lam * dp[jn][e] * expf(s.rows[0][r] - s.rows[0][cc]);
-          if (cc < r) {
-            const float zz = x * s.rows[1][r] * s.rows[2][cc] * qk[jn][e];
-            zr[e >> 1] += zz, zc[jn][e & 1] += zz;
+        for (int e = 0; e < 4; ++e) {
+          const auto [r, cc] = gwg::n32_at(wi, wgi, g, t4, jn, e);
+          float x = 0.f;
+          if (cc <= r) {
+            x = lam * dp[jn][e] * expf(s.rows[0][r] - s.rows[0][cc]);
+            if (cc < r) {
+              const float zz = x * s.rows[1][r] * s.rows[2][cc] * qk[jn][e];
+              zr[e >> 1] += zz, zc[jn][e & 1] += zz;
+            }
           }
+          r0v[jn][e] = x * s.rows[2][cc];
+          r1v[jn][e] = x * s.rows[1][r];
         }
-        r0v[jn][e] = x * s.rows[2][cc];
-        r1v[jn][e] = x * s.rows[1][r];
-      }
-    gwg::put_rows<4>(r_a, r_a + 8192, r0v, 4 * wgi, wi, lane);
-    gwg::put_transposed<4>(r_a + 16384 + 4096 * wgi, r_a + 24576 + 4096 * wgi, r1v, wi, lane);
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const float x = lane_sum<1, 4>(zr[hr]);
-      if (t4 == 0) s.zrow[wgi][16 * wi + g + 8 * hr] = x;
-    }
-    gwg::put_col_sums<4>(&s.zcol[wi][32 * wgi], zc, g, t4);
-  }
-  wg::wait0();  // dKbar^T
-  {             // dK^T = diag(kb) dKbar^T (column factor kb_t); tau_t = sum over keys of kb_t k^_t . dKbar_t
-    float tp[8][2];
-#pragma unroll
-    for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int t = 8 * jn + 2 * t4 + u;
-        const float kbt = s.kb[t], rk = s.rows[2][t];
-        float acc = 0.f;
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int key = 64 * wgi + 16 * wi + g + 8 * hr;
-          const float x = kbar[jn][2 * hr + u];
-          dk[jn][2 * hr + u] = kbt * x;
-          const float kk = widen16(*reinterpret_cast<const E*>(&s.k[key >> 6][gwg::at16(t, key & 63)]));
-          acc = fmaf(kk, x, acc);
-        }
-        tp[jn][u] = kbt * rk * acc;
-      }
-    gwg::put_col_sums<8>(s.pk[1][4 * wgi + wi], tp, g, t4);
-  }
-  cp_async_wait<1>();  // S0 and the raw dU (this thread's copies; every thread's after the barrier)
-  wg::fence_async_smem();
-  __syncthreads();  // R0, R1^T complete; S0 and the raw dU landed
-  {                 // <S0, dS>_F per warp (dS as hi + lo: its fp32 value to ~2^-17)
-    float acc = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = 64 * wgi + 16 * wi + g + (e & 1) * 8, val = 16 * ks + 2 * t4 + (e >> 1) * 8;
-        const float2 s2 = chunk_detail::widen_pair<true>(
-            *reinterpret_cast<const uint32_t*>(&s.s0[key >> 6][val >> 6][gwg::at16(key & 63, val & 63)]));
-        const float2 h2 = chunk_detail::widen_pair<true>(dsh[ks][e]), l2 = chunk_detail::widen_pair<true>(dsl[ks][e]);
-        acc = fmaf(s2.x, h2.x + l2.x, fmaf(s2.y, h2.y + l2.y, acc));
-      }
-    acc = lane_sum<1, 32>(acc);
-    if (lane == 0) s.red[tid >> 5] = acc;
-  }
-
-  // ---- phase 2: dQ^T = K^T R0^T, dK^T += Q^T R1, S0 dO^T
-  float dq[8][4], tq[8][4];
-  {
-    uint32_t kt[4][4], qt[4][4];
-    gwg::load_t_frags(&s.k[wgi][0], 16 * wi, lane, kt);
-    gwg::load_t_frags(&s.q[wgi][0], 16 * wi, lane, qt);
-    float(&q32)[32] = reinterpret_cast<float(&)[32]>(dq);
-    float(&k32)[32] = reinterpret_cast<float(&)[32]>(dk);
-    float(&t32)[32] = reinterpret_cast<float(&)[32]>(tq);
-    wg::fence();
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(q32, kt[kc], wg::desc_at(r_l, 8192 + kc * 32), kc > 0);
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(q32, kt[kc], wg::desc_at(r_l, kc * 32), 1);
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(k32, qt[kc], wg::desc_at(r_l, 24576 + kc * 32), 1);
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(k32, qt[kc], wg::desc_at(r_l, 16384 + kc * 32), 1);
-    gwg::mma_ss_k128<64>(t32, s0_l, 16384 * wgi, do_l, 0, true);
-    wg::commit();
-    wg::wait0();
-  }
-  {  // dQ^T += scale e^gamma_t (S0 dO^T); its dgamma term q^_t . (that term) per token
-    float gq[8][2];
-#pragma unroll
-    for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int t = 8 * jn + 2 * t4 + u;
-        const float f = t < nv ? lam * s.eg[t] : 0.f;
-        float acc = 0.f;
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int key = 64 * wgi + 16 * wi + g + 8 * hr;
-          const float x = f * tq[jn][2 * hr + u];
-          dq[jn][2 * hr + u] += x;
-          acc = fmaf(widen16(*reinterpret_cast<const E*>(&s.q[key >> 6][gwg::at16(t, key & 63)])), x, acc);
-        }
-        gq[jn][u] = s.rows[1][t] * acc;
-      }
-    gwg::put_col_sums<8>(s.pk[0][4 * wgi + wi], gq, g, t4);
-  }
-  // dU (raw fp32 in dut) as this thread's accumulator-layout elements of value half wgi: rows 16 wi + g (+ 8)
-  float du[8][4];
-  {
-    const float* Dr = reinterpret_cast<const float*>(&s.dut[0][0][0]);
-#pragma unroll
-    for (int jn = 0; jn < 8; ++jn)
+      gwg::put_rows<4>(r_a, r_a + 8192, r0v, 4 * wgi, wi, lane);
+      gwg::put_transposed<4>(r_a + 16384 + 4096 * wgi, r_a + 24576 + 4096 * wgi, r1v, wi, lane);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        const float2 x = *reinterpret_cast<const float2*>(Dr + (16 * wi + g + 8 * hr) * V + 64 * wgi + 8 * jn + 2 * t4);
-        du[jn][2 * hr] = x.x, du[jn][2 * hr + 1] = x.y;
+        const float x = lane_sum<1, 4>(zr[hr]);
+        if (t4 == 0) s.zrow[wgi][16 * wi + g + 8 * hr] = x;
       }
-  }
-  __syncthreads();  // the raw dU read; R0, R1^T consumed
-  // dU^T (value half wgi) into dut, dU (rows, value half wgi) into r
-  gwg::put_transposed<8>(dut_a + 8192 * wgi, dut_a + 16384 + 8192 * wgi, du, wi, lane);
-  gwg::put_rows<8>(r_a + 8192 * wgi, r_a + 16384 + 8192 * wgi, du, 0, wi, lane);
-  cp_async_wait<0>();  // A and v
-  wg::fence_async_smem();
-  __syncthreads();  // dU^T and dU complete; A and v landed; q, dO, U free
-
-  // ---- phase 3: dV' = A^T dU (value half wgi), dW = -dU S0^T (key half wgi)
-  {
-    float dv[8][4];  // B^T = dU^T [value][token] of value half wgi
-    gwg::at_times_split<64>(dv, s.a, dut_l, 8192 * wgi, 16384 + 8192 * wgi, wi, lane);
-    // dv = diag(b) dV' (rows < nv); v . dV' per token; dV' split into u (rows, value half wgi)
-    float vp[2] = {0.f, 0.f};
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int t = 16 * wi + g + 8 * hr;
-      const float bt = s.rows[3][t];
-      E* const o = static_cast<E*>(a.dv) + sb * a.dv_sb + (t0 + t) * a.dv_st + h * a.dv_sh + 64 * wgi;
-#pragma unroll
-      for (int jn = 0; jn < 8; ++jn) {
-        const int j = 8 * jn + 2 * t4;
-        const float2 vv =
-            chunk_detail::widen_pair<true>(*reinterpret_cast<const uint32_t*>(&s.v[wgi][gwg::at16(t, j)]));
-        vp[hr] = fmaf(vv.x, dv[jn][2 * hr], fmaf(vv.y, dv[jn][2 * hr + 1], vp[hr]));
-        if (t < nv)
-          *reinterpret_cast<uint32_t*>(o + j) = Storage<E>::from2(bt * dv[jn][2 * hr], bt * dv[jn][2 * hr + 1]);
-      }
+      gwg::put_col_sums<4>(&s.zcol[wi][32 * wgi], zc, g, t4);
     }
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const float x = lane_sum<1, 4>(vp[hr]);
-      if (t4 == 0) s.pv[0][wgi][16 * wi + g + 8 * hr] = x;
-    }
-    gwg::put_rows<8>(u_a + 8192 * wgi, u_a + 16384 + 8192 * wgi, dv, 0, wi, lane);
-  }
-  {
-    float dw[8][4];
-    float(&d32)[32] = reinterpret_cast<float(&)[32]>(dw);
-    wg::fence();
-    // dW = -(dU S0^T): A = dU [token][value] (lo, then hi), B^T = S0 [key][value] of key half wgi
-    gwg::mma_ss_k128<64>(d32, r_l, 16384, s0_l, 16384 * wgi, true);
-    gwg::mma_ss_k128<64>(d32, r_l, 0, s0_l, 16384 * wgi, false);
-    wg::commit();
-    wg::wait0();
-#pragma unroll
-    for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dw[jn][e] = -dw[jn][e];
-    gwg::put_rows<8>(q_a + 8192 * wgi, do_a + 8192 * wgi, dw, 0, wi, lane);  // dW hi in q, lo in dO
-  }
-  wg::fence_async_smem();
-  __syncthreads();  // dV' and dW complete
-
-  // ---- phase 4: A^T dW = -(S0 dV'^T)^T (key half wgi); dA (columns 32 wgi ..)
-  {
-    float tw[8][4], ua[4][4], wk[4][4];
-    float(&t32)[32] = reinterpret_cast<float(&)[32]>(tw);
-    float(&ua16)[16] = reinterpret_cast<float(&)[16]>(ua);
-    float(&wk16)[16] = reinterpret_cast<float(&)[16]>(wk);
-    wg::fence();
-    // S0 dV'^T: A = S0 [key][value], B^T = dV' [token][value] (lo, then hi)
-    gwg::mma_ss_k128<64>(t32, s0_l, 16384 * wgi, u_l, 16384, true);
-    gwg::mma_ss_k128<64>(t32, s0_l, 16384 * wgi, u_l, 0, false);
-    // dU V^T (dU lo, hi) and dW K^T (dW lo, hi), columns 32 wgi ..
-    gwg::mma_ss_k128<32>(ua16, r_l, 16384, v_l, 4096 * wgi, true);
-    gwg::mma_ss_k128<32>(ua16, r_l, 0, v_l, 4096 * wgi, false);
-    gwg::mma_ss_k128<32>(wk16, do_l, 0, k_l, 4096 * wgi, true);
-    gwg::mma_ss_k128<32>(wk16, q_l, 0, k_l, 4096 * wgi, false);
-    wg::commit();
-    wg::wait0();
-    {  // A^T dW = -tw^T: dK^T += b_t e^gamma_t (A^T dW)^T; k^_t . (A^T dW)_t per token
-      float kd[8][2];
+    wg::wait0();  // dKbar^T
+    {             // dK^T = diag(kb) dKbar^T (column factor kb_t); tau_t = sum over keys of kb_t k^_t . dKbar_t
+      float tp[8][2];
 #pragma unroll
       for (int jn = 0; jn < 8; ++jn)
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
           const int t = 8 * jn + 2 * t4 + u;
-          const float eg = s.eg[t], f = s.rows[3][t] * eg;
+          const float kbt = s.kb[t], rk = s.rows[2][t];
           float acc = 0.f;
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
             const int key = 64 * wgi + 16 * wi + g + 8 * hr;
-            const float x = -tw[jn][2 * hr + u];
-            dk[jn][2 * hr + u] = fmaf(f, x, dk[jn][2 * hr + u]);
-            acc = fmaf(widen16(*reinterpret_cast<const E*>(&s.k[key >> 6][gwg::at16(t, key & 63)])), x, acc);
+            const float x = kbar[jn][2 * hr + u];
+            dk[jn][2 * hr + u] = kbt * x;
+            const float kk = widen16(*reinterpret_cast<const E*>(&s.k[key >> 6][gwg::at16(t, key & 63)]));
+            acc = fmaf(kk, x, acc);
           }
-          kd[jn][u] = s.rows[2][t] * acc;
+          tp[jn][u] = kbt * rk * acc;
         }
-      gwg::put_col_sums<8>(s.pk[2][4 * wgi + wi], kd, g, t4);
+      gwg::put_col_sums<8>(s.pk[1][4 * wgi + wi], tp, g, t4);
     }
-    // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} rho_k,s (dW_r . k_s), strictly lower: dA^T split into dut[0]
+    cp_async_wait<1>();  // S0 and the raw dU (this thread's copies; every thread's after the barrier)
+    wg::fence_async_smem();
+    __syncthreads();  // R0, R1^T complete; S0 and the raw dU landed
+    {                 // <S0, dS>_F per warp (dS as hi + lo: its fp32 value to ~2^-17)
+      float acc = 0.f;
 #pragma unroll
-    for (int jn = 0; jn < 4; ++jn)
+      for (int ks = 0; ks < 8; ++ks)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const auto [r, cc] = gwg::n32_at(wi, wgi, g, t4, jn, e);
-        const float eg = s.eg[cc];
-        ua[jn][e] = cc < r ? s.rows[3][cc] * (ua[jn][e] + eg * s.rows[2][cc] * wk[jn][e]) : 0.f;
-      }
-    gwg::put_transposed<4>(dut_a + 4096 * wgi, dut_a + 8192 + 4096 * wgi, ua, wi, lane);
-  }
-  wg::fence_async_smem();
-  named_barrier<128>(1 + wgi);  // this warpgroup's rows of dA^T (the only ones its Y reads)
-
-  // ---- phase 5: Y = A^T dA (columns 32 wgi ..): (A_lo, dA_hi), (A_hi, dA_lo), (A_hi, dA_hi)
-  {
-    float y[4][4];  // B^T = dA^T [s][s'], rows 32 wgi ..
-    gwg::at_times_split<32>(y, s.a, dut_l, 4096 * wgi, 8192 + 4096 * wgi, wi, lane);
-    gwg::put_rows<4>(dut_a + 16384, dut_a + 24576, y, 4 * wgi, wi, lane);  // Y [hi, lo] in dut[1]
-  }
-  wg::fence_async_smem();
-  __syncthreads();  // Y complete
-
-  // ---- phase 6: dL = -StrictLower(Y A^T), E = K^ K^^T (.) D (columns 32 wgi ..)
-  {
-    float ya[4][4], kk[4][4];
-    float(&ya16)[16] = reinterpret_cast<float(&)[16]>(ya);
-    float(&kk16)[16] = reinterpret_cast<float(&)[16]>(kk);
-    wg::fence();
-    // A = Y [token][s'] (lo, hi), B^T = A [s][s'] rows 32 wgi ..: (Y_lo, A_hi), (Y_hi, A_lo), (Y_hi, A_hi)
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc)
-      wg::mma_ss_n32_bf16(ya16, wg::desc_at(dut_l, 24576 + kc * 32), wg::desc_at(a_l, 4096 * wgi + kc * 32), kc > 0);
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc)
-      wg::mma_ss_n32_bf16(ya16, wg::desc_at(dut_l, 16384 + kc * 32), wg::desc_at(a_l, 8192 + 4096 * wgi + kc * 32), 1);
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc)
-      wg::mma_ss_n32_bf16(ya16, wg::desc_at(dut_l, 16384 + kc * 32), wg::desc_at(a_l, 4096 * wgi + kc * 32), 1);
-    gwg::mma_ss_k128<32>(kk16, k_l, 0, k_l, 4096 * wgi, true);
-    wg::commit();
-    wg::wait0();
-    // dbeta_r += sum_s dL_rs E_rs; Z += dL_b (.) E (dL_b = diag(b) dL); Xf = dL_b (.) D into u (fp32 [64][64],
-    // row r's column c at c ^ 4 (r & 7)... rotated by r so that a warp's stores and the transposed reads spread)
-    float* Xf = reinterpret_cast<float*>(&s.u[0][0][0]);
-    float tb[2] = {0.f, 0.f}, zr[2] = {0.f, 0.f}, zc[4][2] = {};
-#pragma unroll
-    for (int jn = 0; jn < 4; ++jn)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const auto [r, cc] = gwg::n32_at(wi, wgi, g, t4, jn, e);
-        float x = 0.f;
-        if (cc < r) {
-          const float dl = -ya[jn][e], D = expf(s.rows[0][r] - s.rows[0][cc]);
-          const float Ev = s.rows[2][r] * s.rows[2][cc] * kk[jn][e] * D, tt = dl * Ev, br = s.rows[3][r];
-          x = br * dl * D;
-          zr[e >> 1] += br * tt, zc[jn][e & 1] += br * tt;
-          tb[e >> 1] += tt;
+        for (int e = 0; e < 4; ++e) {
+          const int key = 64 * wgi + 16 * wi + g + (e & 1) * 8, val = 16 * ks + 2 * t4 + (e >> 1) * 8;
+          const float2 s2 = chunk_detail::widen_pair<true>(
+              *reinterpret_cast<const uint32_t*>(&s.s0[key >> 6][val >> 6][gwg::at16(key & 63, val & 63)]));
+          const float2 h2 = chunk_detail::widen_pair<true>(dsh[ks][e]), l2 = chunk_detail::widen_pair<true>(dsl[ks][e]);
+          acc = fmaf(s2.x, h2.x + l2.x, fmaf(s2.y, h2.y + l2.y, acc));
         }
-        Xf[r * kC + ((cc + r) & (kC - 1))] = x;
-      }
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = 16 * wi + g + 8 * hr;
-      const float x = lane_sum<1, 4>(tb[hr]), z = lane_sum<1, 4>(zr[hr]);
-      if (t4 == 0) s.pv[1][wgi][r] = x, s.zrow[wgi][r] += z;
+      acc = lane_sum<1, 32>(acc);
+      if (lane == 0) s.red[tid >> 5] = acc;
     }
-    gwg::put_col_sums<4, true>(&s.zcol[wi][32 * wgi], zc, g, t4);
-  }
-  __syncthreads();  // Xf complete
 
-  // ---- phase 7: R2 = (Xf + Xf^T) diag(rho_k) split into u[1] (rows); dK^T += K^T R2^T
-  {
-    const float* Xf = reinterpret_cast<const float*>(&s.u[0][0][0]);
+    // ---- phase 2: dQ^T = K^T R0^T, dK^T += Q^T R1, S0 dO^T
+    float dq[8][4], tq[8][4];
+    {
+      uint32_t kt[4][4], qt[4][4];
+      gwg::load_t_frags(&s.k[wgi][0], 16 * wi, lane, kt);
+      gwg::load_t_frags(&s.q[wgi][0], 16 * wi, lane, qt);
+      float(&q32)[32] = reinterpret_cast<float(&)[32]>(dq);
+      float(&k32)[32] = reinterpret_cast<float(&)[32]>(dk);
+      float(&t32)[32] = reinterpret_cast<float(&)[32]>(tq);
+      wg::fence();
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {  // 64 rows x 8 chunks of 8 columns, 2 chunks a thread
-      const int idx = tid + 256 * i, r = idx >> 3, ch = idx & 7;
-      uint32_t hi[4], lo[4];
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(q32, kt[kc], wg::desc_at(r_l, 8192 + kc * 32), kc > 0);
 #pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const int c0 = 8 * ch + 2 * p;
-        float x[2];
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(q32, kt[kc], wg::desc_at(r_l, kc * 32), 1);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(k32, qt[kc], wg::desc_at(r_l, 24576 + kc * 32), 1);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(k32, qt[kc], wg::desc_at(r_l, 16384 + kc * 32), 1);
+      gwg::mma_ss_k128<64>(t32, s0_l, 16384 * wgi, do_l, 0, true);
+      wg::commit();
+      wg::wait0();
+    }
+    {  // dQ^T += scale e^gamma_t (S0 dO^T); its dgamma term q^_t . (that term) per token
+      float gq[8][2];
+#pragma unroll
+      for (int jn = 0; jn < 8; ++jn)
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-          const int cc = c0 + u;
-          x[u] = (Xf[r * kC + ((cc + r) & (kC - 1))] + Xf[cc * kC + ((r + cc) & (kC - 1))]) * s.rows[2][cc];
+          const int t = 8 * jn + 2 * t4 + u;
+          const float f = t < nv ? lam * s.eg[t] : 0.f;
+          float acc = 0.f;
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const int key = 64 * wgi + 16 * wi + g + 8 * hr;
+            const float x = f * tq[jn][2 * hr + u];
+            dq[jn][2 * hr + u] += x;
+            acc = fmaf(widen16(*reinterpret_cast<const E*>(&s.q[key >> 6][gwg::at16(t, key & 63)])), x, acc);
+          }
+          gq[jn][u] = s.rows[1][t] * acc;
         }
-        const Split2 y = split_pair<false>(x[0], x[1]);
-        hi[p] = y.hi, lo[p] = y.lo;
-      }
-      *reinterpret_cast<uint4*>(&s.u[1][0][wg::swz(r, ch)]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      *reinterpret_cast<uint4*>(&s.u[1][1][wg::swz(r, ch)]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      gwg::put_col_sums<8>(s.pk[0][4 * wgi + wi], gq, g, t4);
     }
-  }
-  wg::fence_async_smem();
-  __syncthreads();  // R2 complete
-  {
-    uint32_t kt[4][4];
-    gwg::load_t_frags(&s.k[wgi][0], 16 * wi, lane, kt);
-    float(&k32)[32] = reinterpret_cast<float(&)[32]>(dk);
-    const uint32_t r2 = wg::desc_lo(smem_addr(&s.u[1][0][0]));
-    wg::fence();
+    // dU (raw fp32 in dut) as this thread's accumulator-layout elements of value half wgi: rows 16 wi + g (+ 8)
+    float du[8][4];
+    {
+      const float* Dr = reinterpret_cast<const float*>(&s.dut[0][0][0]);
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(k32, kt[kc], wg::desc_at(r2, 8192 + kc * 32), 1);
+      for (int jn = 0; jn < 8; ++jn)
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(k32, kt[kc], wg::desc_at(r2, kc * 32), 1);
-    wg::commit();
-    wg::wait0();
-  }
+        for (int hr = 0; hr < 2; ++hr) {
+          const float2 x =
+              *reinterpret_cast<const float2*>(Dr + (16 * wi + g + 8 * hr) * V + 64 * wgi + 8 * jn + 2 * t4);
+          du[jn][2 * hr] = x.x, du[jn][2 * hr + 1] = x.y;
+        }
+    }
+    __syncthreads();  // the raw dU read; R0, R1^T consumed
+    // dU^T (value half wgi) into dut, dU (rows, value half wgi) into r
+    gwg::put_transposed<8>(dut_a + 8192 * wgi, dut_a + 16384 + 8192 * wgi, du, wi, lane);
+    gwg::put_rows<8>(r_a + 8192 * wgi, r_a + 16384 + 8192 * wgi, du, 0, wi, lane);
+    cp_async_wait<0>();  // A and v
+    wg::fence_async_smem();
+    __syncthreads();  // dU^T and dU complete; A and v landed; q, dO, U free
 
-  // ---- phase 8: dq, dk (per value head, fp32) through [64 tokens][128 keys] stages (q and k, dut: their tiles are
-  // dead), element (t, i) at column (i + 4 t) % 128, so that a warp's stores and the 16-byte row reads spread over the
-  // banks; the row sums; dg, dbeta.
-  float* const sq = reinterpret_cast<float*>(&s.q[0][0]);  // q and k are contiguous: 32 KiB, dead
-  float* const sk = reinterpret_cast<float*>(&s.dut[0][0][0]);
-  static_assert(offsetof(GradWgSmem, k) == offsetof(GradWgSmem, q) + sizeof(GradWgSmem::q), "q, then k");
-  __syncthreads();  // every warp's K^T fragments of phase 7 read
-  {
+    // ---- phase 3: dV' = A^T dU (value half wgi), dW = -dU S0^T (key half wgi)
+    {
+      float dv[8][4];  // B^T = dU^T [value][token] of value half wgi
+      gwg::at_times_split<64>(dv, s.a, dut_l, 8192 * wgi, 16384 + 8192 * wgi, wi, lane);
+      // dv = diag(b) dV' (rows < nv); v . dV' per token; dV' split into u (rows, value half wgi)
+      float vp[2] = {0.f, 0.f};
 #pragma unroll
-    for (int jn = 0; jn < 8; ++jn)
+      for (int hr = 0; hr < 2; ++hr) {
+        const int t = 16 * wi + g + 8 * hr;
+        const float bt = s.rows[3][t];
+        E* const o = static_cast<E*>(a.dv) + tok(0) * a.dv_sb + (tok(1) + t) * a.dv_st + h * a.dv_sh + 64 * wgi;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = 64 * wgi + 16 * wi + g + 8 * (e >> 1), t = 8 * jn + 2 * t4 + (e & 1);
-        sq[t * K + ((key + 4 * t) & (K - 1))] = dq[jn][e];
-        sk[t * K + ((key + 4 * t) & (K - 1))] = dk[jn][e];
+        for (int jn = 0; jn < 8; ++jn) {
+          const int j = 8 * jn + 2 * t4;
+          const float2 vv =
+              chunk_detail::widen_pair<true>(*reinterpret_cast<const uint32_t*>(&s.v[wgi][gwg::at16(t, j)]));
+          vp[hr] = fmaf(vv.x, dv[jn][2 * hr], fmaf(vv.y, dv[jn][2 * hr + 1], vp[hr]));
+          if (t < nv)
+            *reinterpret_cast<uint32_t*>(o + j) = Storage<E>::from2(bt * dv[jn][2 * hr], bt * dv[jn][2 * hr + 1]);
+        }
       }
-  }
-  __syncthreads();
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {  // 64 rows x 32 vectors
-    const int idx = tid + 256 * i, t = idx >> 5, c4 = 4 * (idx & 31);
-    if (t < nv) {
-      const int64_t o = ((sb * a.T + t0 + t) * a.Hv + h) * K + c4;
-      const int p = t * K + ((c4 + 4 * t) & (K - 1));
-      *reinterpret_cast<float4*>(a.dqh + o) = *reinterpret_cast<const float4*>(sq + p);
-      *reinterpret_cast<float4*>(a.dkh + o) = *reinterpret_cast<const float4*>(sk + p);
+      for (int hr = 0; hr < 2; ++hr) {
+        const float x = lane_sum<1, 4>(vp[hr]);
+        if (t4 == 0) s.pv[0][wgi][16 * wi + g + 8 * hr] = x;
+      }
+      gwg::put_rows<8>(u_a + 8192 * wgi, u_a + 16384 + 8192 * wgi, dv, 0, wi, lane);
     }
-  }
-  if (tid < 32) {  // rows r = lane, lane + 32: dgamma, dbeta, tau (the sums over warps and halves in a fixed order)
-    float dgam[2], dbeta[2], tau[2];
+    {
+      float dw[8][4];
+      float(&d32)[32] = reinterpret_cast<float(&)[32]>(dw);
+      wg::fence();
+      // dW = -(dU S0^T): A = dU [token][value] (lo, then hi), B^T = S0 [key][value] of key half wgi
+      gwg::mma_ss_k128<64>(d32, r_l, 16384, s0_l, 16384 * wgi, true);
+      gwg::mma_ss_k128<64>(d32, r_l, 0, s0_l, 16384 * wgi, false);
+      wg::commit();
+      wg::wait0();
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = lane + 32 * hr;
-      float gq = 0.f, tp = 0.f, kd = 0.f, zc = 0.f;
+      for (int jn = 0; jn < 8; ++jn)
 #pragma unroll
-      for (int w = 0; w < 8; ++w) gq += s.pk[0][w][r], tp += s.pk[1][w][r], kd += s.pk[2][w][r];
-#pragma unroll
-      for (int w = 0; w < 4; ++w) zc += s.zcol[w][r];
-      const float zr = s.zrow[0][r] + s.zrow[1][r], eg = s.eg[r], br = s.rows[3][r];
-      dgam[hr] = (gq + br * eg * kd) + (zr - zc);
-      dbeta[hr] = (eg * kd + (s.pv[0][0][r] + s.pv[0][1][r])) + (s.pv[1][0][r] + s.pv[1][1][r]);
-      tau[hr] = tp;
+        for (int e = 0; e < 4; ++e) dw[jn][e] = -dw[jn][e];
+      gwg::put_rows<8>(q_a + 8192 * wgi, do_a + 8192 * wgi, dw, 0, wi, lane);  // dW hi in q, lo in dO
     }
-    // dgamma_{n-1} += e_n <S0, dS>_F; dg_r = sum_{j >= r} dgamma_j + sum_{j < r} tau_j (pass 4's order of the sums)
-    float sd = 0.f;
-    for (int w = 0; w < 8; ++w) sd += s.red[w];
-    const float en = expf(s.rows[0][nv - 1]);
-    // the exclusive prefix of tau and the suffix of dgamma over the 64 rows: lane l holds rows l, l + 32
-    float tsum[2] = {tau[0], tau[1]}, gsum[2] = {dgam[0], dgam[1]};
-    if (lane == ((nv - 1) & 31)) gsum[(nv - 1) >> 5] += en * sd;
+    wg::fence_async_smem();
+    __syncthreads();  // dV' and dW complete
+
+    // ---- phase 4: A^T dW = -(S0 dV'^T)^T (key half wgi); dA (columns 32 wgi ..)
+    {
+      float tw[8][4], ua[4][4], wk[4][4];
+      float(&t32)[32] = reinterpret_cast<float(&)[32]>(tw);
+      float(&ua16)[16] = reinterpret_cast<float(&)[16]>(ua);
+      float(&wk16)[16] = reinterpret_cast<float(&)[16]>(wk);
+      wg::fence();
+      // S0 dV'^T: A = S0 [key][value], B^T = dV' [token][value] (lo, then hi)
+      gwg::mma_ss_k128<64>(t32, s0_l, 16384 * wgi, u_l, 16384, true);
+      gwg::mma_ss_k128<64>(t32, s0_l, 16384 * wgi, u_l, 0, false);
+      // dU V^T (dU lo, hi) and dW K^T (dW lo, hi), columns 32 wgi ..
+      gwg::mma_ss_k128<32>(ua16, r_l, 16384, v_l, 4096 * wgi, true);
+      gwg::mma_ss_k128<32>(ua16, r_l, 0, v_l, 4096 * wgi, false);
+      gwg::mma_ss_k128<32>(wk16, do_l, 0, k_l, 4096 * wgi, true);
+      gwg::mma_ss_k128<32>(wk16, q_l, 0, k_l, 4096 * wgi, false);
+      wg::commit();
+      wg::wait0();
+      {  // A^T dW = -tw^T: dK^T += b_t e^gamma_t (A^T dW)^T; k^_t . (A^T dW)_t per token
+        float kd[8][2];
+#pragma unroll
+        for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int t = 8 * jn + 2 * t4 + u;
+            const float eg = s.eg[t], f = s.rows[3][t] * eg;
+            float acc = 0.f;
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              const int key = 64 * wgi + 16 * wi + g + 8 * hr;
+              const float x = -tw[jn][2 * hr + u];
+              dk[jn][2 * hr + u] = fmaf(f, x, dk[jn][2 * hr + u]);
+              acc = fmaf(widen16(*reinterpret_cast<const E*>(&s.k[key >> 6][gwg::at16(t, key & 63)])), x, acc);
+            }
+            kd[jn][u] = s.rows[2][t] * acc;
+          }
+        gwg::put_col_sums<8>(s.pk[2][4 * wgi + wi], kd, g, t4);
+      }
+      // dA_rs = b_s (dU_r . v_s) + b_s e^{gamma_s} rho_k,s (dW_r . k_s), strictly lower: dA^T split into dut[0]
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const auto [r, cc] = gwg::n32_at(wi, wgi, g, t4, jn, e);
+          const float eg = s.eg[cc];
+          ua[jn][e] = cc < r ? s.rows[3][cc] * (ua[jn][e] + eg * s.rows[2][cc] * wk[jn][e]) : 0.f;
+        }
+      gwg::put_transposed<4>(dut_a + 4096 * wgi, dut_a + 8192 + 4096 * wgi, ua, wi, lane);
+    }
+    wg::fence_async_smem();
+    named_barrier<128>(1 + wgi);  // this warpgroup's rows of dA^T (the only ones its Y reads)
+
+    // ---- phase 5: Y = A^T dA (columns 32 wgi ..): (A_lo, dA_hi), (A_hi, dA_lo), (A_hi, dA_hi)
+    {
+      float y[4][4];  // B^T = dA^T [s][s'], rows 32 wgi ..
+      gwg::at_times_split<32>(y, s.a, dut_l, 4096 * wgi, 8192 + 4096 * wgi, wi, lane);
+      gwg::put_rows<4>(dut_a + 16384, dut_a + 24576, y, 4 * wgi, wi, lane);  // Y [hi, lo] in dut[1]
+    }
+    wg::fence_async_smem();
+    __syncthreads();  // Y complete
+
+    // ---- phase 6: dL = -StrictLower(Y A^T), E = K^ K^^T (.) D (columns 32 wgi ..)
+    {
+      float ya[4][4], kk[4][4];
+      float(&ya16)[16] = reinterpret_cast<float(&)[16]>(ya);
+      float(&kk16)[16] = reinterpret_cast<float(&)[16]>(kk);
+      wg::fence();
+      // A = Y [token][s'] (lo, hi), B^T = A [s][s'] rows 32 wgi ..: (Y_lo, A_hi), (Y_hi, A_lo), (Y_hi, A_hi)
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc)
+        wg::mma_ss_n32_bf16(ya16, wg::desc_at(dut_l, 24576 + kc * 32), wg::desc_at(a_l, 4096 * wgi + kc * 32), kc > 0);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc)
+        wg::mma_ss_n32_bf16(ya16, wg::desc_at(dut_l, 16384 + kc * 32), wg::desc_at(a_l, 8192 + 4096 * wgi + kc * 32),
+                            1);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc)
+        wg::mma_ss_n32_bf16(ya16, wg::desc_at(dut_l, 16384 + kc * 32), wg::desc_at(a_l, 4096 * wgi + kc * 32), 1);
+      gwg::mma_ss_k128<32>(kk16, k_l, 0, k_l, 4096 * wgi, true);
+      wg::commit();
+      wg::wait0();
+      // dbeta_r += sum_s dL_rs E_rs; Z += dL_b (.) E (dL_b = diag(b) dL); Xf = dL_b (.) D into u (fp32 [64][64],
+      // row r's column c at c ^ 4 (r & 7)... rotated by r so that a warp's stores and the transposed reads spread)
+      float* Xf = reinterpret_cast<float*>(&s.u[0][0][0]);
+      float tb[2] = {0.f, 0.f}, zr[2] = {0.f, 0.f}, zc[4][2] = {};
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const auto [r, cc] = gwg::n32_at(wi, wgi, g, t4, jn, e);
+          float x = 0.f;
+          if (cc < r) {
+            const float dl = -ya[jn][e], D = expf(s.rows[0][r] - s.rows[0][cc]);
+            const float Ev = s.rows[2][r] * s.rows[2][cc] * kk[jn][e] * D, tt = dl * Ev, br = s.rows[3][r];
+            x = br * dl * D;
+            zr[e >> 1] += br * tt, zc[jn][e & 1] += br * tt;
+            tb[e >> 1] += tt;
+          }
+          Xf[r * kC + ((cc + r) & (kC - 1))] = x;
+        }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 16 * wi + g + 8 * hr;
+        const float x = lane_sum<1, 4>(tb[hr]), z = lane_sum<1, 4>(zr[hr]);
+        if (t4 == 0) s.pv[1][wgi][r] = x, s.zrow[wgi][r] += z;
+      }
+      gwg::put_col_sums<4, true>(&s.zcol[wi][32 * wgi], zc, g, t4);
+    }
+    __syncthreads();  // Xf complete
+
+    // ---- phase 7: R2 = (Xf + Xf^T) diag(rho_k) split into u[1] (rows); dK^T += K^T R2^T
+    {
+      const float* Xf = reinterpret_cast<const float*>(&s.u[0][0][0]);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {  // 64 rows x 8 chunks of 8 columns, 2 chunks a thread
+        const int idx = tid + 256 * i, r = idx >> 3, ch = idx & 7;
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+          const int c0 = 8 * ch + 2 * p;
+          float x[2];
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int cc = c0 + u;
+            x[u] = (Xf[r * kC + ((cc + r) & (kC - 1))] + Xf[cc * kC + ((r + cc) & (kC - 1))]) * s.rows[2][cc];
+          }
+          const Split2 y = split_pair<false>(x[0], x[1]);
+          hi[p] = y.hi, lo[p] = y.lo;
+        }
+        *reinterpret_cast<uint4*>(&s.u[1][0][wg::swz(r, ch)]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4*>(&s.u[1][1][wg::swz(r, ch)]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      }
+    }
+    wg::fence_async_smem();
+    __syncthreads();  // R2 complete
+    {
+      uint32_t kt[4][4];
+      gwg::load_t_frags(&s.k[wgi][0], 16 * wi, lane, kt);
+      float(&k32)[32] = reinterpret_cast<float(&)[32]>(dk);
+      const uint32_t r2 = wg::desc_lo(smem_addr(&s.u[1][0][0]));
+      wg::fence();
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(k32, kt[kc], wg::desc_at(r2, 8192 + kc * 32), 1);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(k32, kt[kc], wg::desc_at(r2, kc * 32), 1);
+      wg::commit();
+      wg::wait0();
+    }
+
+    // ---- phase 8: dq, dk (fp32, added to the value heads' before) through [64 tokens][128 keys] stages (q and k, dut:
+    // their tiles are dead), element (t, i) at column (i + 4 t) % 128, so that a warp's stores and the 16-byte row
+    // reads spread over the banks; the row sums; dg, dbeta.
+    float* const sq = reinterpret_cast<float*>(&s.q[0][0]);  // q and k are contiguous: 32 KiB, dead
+    float* const sk = reinterpret_cast<float*>(&s.dut[0][0][0]);
+    static_assert(offsetof(GradWgSmem, k) == offsetof(GradWgSmem, q) + sizeof(GradWgSmem::q), "q, then k");
+    __syncthreads();  // every warp's K^T fragments of phase 7 read
+    {
+#pragma unroll
+      for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = 64 * wgi + 16 * wi + g + 8 * (e >> 1), t = 8 * jn + 2 * t4 + (e & 1);
+          sq[t * K + ((key + 4 * t) & (K - 1))] = dq[jn][e];
+          sk[t * K + ((key + 4 * t) & (K - 1))] = dk[jn][e];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {  // 64 rows x 32 vectors
+      const int idx = tid + 256 * i, t = idx >> 5, c4 = 4 * (idx & 31);
+      if (t < nv) {
+        const int64_t o = ((tok(0) * a.T + tok(1) + t) * a.dqk_heads + hk) * K + c4;
+        const int p = t * K + ((c4 + 4 * t) & (K - 1));
+        float4 xq = *reinterpret_cast<const float4*>(sq + p), xk = *reinterpret_cast<const float4*>(sk + p);
+        if (!first) {  // + the value heads before (this thread stored them): dq_h0 + dq_h1 + ..., in head order
+          const float4 pq = *reinterpret_cast<const float4*>(a.dqh + o),
+                       pk = *reinterpret_cast<const float4*>(a.dkh + o);
+          xq = make_float4(pq.x + xq.x, pq.y + xq.y, pq.z + xq.z, pq.w + xq.w);
+          xk = make_float4(pk.x + xk.x, pk.y + xk.y, pk.z + xk.z, pk.w + xk.w);
+        }
+        *reinterpret_cast<float4*>(a.dqh + o) = xq;
+        *reinterpret_cast<float4*>(a.dkh + o) = xk;
+      }
+    }
+    if (tid < 32) {  // rows r = lane, lane + 32: dgamma, dbeta, tau (the sums over warps and halves in a fixed order)
+      float dgam[2], dbeta[2], tau[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = lane + 32 * hr;
+        float gq = 0.f, tp = 0.f, kd = 0.f, zc = 0.f;
+#pragma unroll
+        for (int w = 0; w < 8; ++w) gq += s.pk[0][w][r], tp += s.pk[1][w][r], kd += s.pk[2][w][r];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) zc += s.zcol[w][r];
+        const float zr = s.zrow[0][r] + s.zrow[1][r], eg = s.eg[r], br = s.rows[3][r];
+        dgam[hr] = (gq + br * eg * kd) + (zr - zc);
+        dbeta[hr] = (eg * kd + (s.pv[0][0][r] + s.pv[0][1][r])) + (s.pv[1][0][r] + s.pv[1][1][r]);
+        tau[hr] = tp;
+      }
+      // dgamma_{n-1} += e_n <S0, dS>_F; dg_r = sum_{j >= r} dgamma_j + sum_{j < r} tau_j (pass 4's order of the sums)
+      float sd = 0.f;
+      for (int w = 0; w < 8; ++w) sd += s.red[w];
+      const float en = expf(s.rows[0][nv - 1]);
+      // the exclusive prefix of tau and the suffix of dgamma over the 64 rows: lane l holds rows l, l + 32
+      float tsum[2] = {tau[0], tau[1]}, gsum[2] = {dgam[0], dgam[1]};
+      if (lane == ((nv - 1) & 31)) {  // row nv - 1's half by a select (an indexed local array goes to memory)
+        if (nv > 32)
+          gsum[1] += en * sd;
+        else
+          gsum[0] += en * sd;
+      }
       // rows past nv carry zeros (tau, dgamma: their factors are zero), so the scans run over all 64 rows
 #pragma unroll
-    for (int m = 1; m < 32; m <<= 1) {  // inclusive prefix (tau) and suffix (dgamma) within each half
-      const float tp0 = __shfl_up_sync(0xffffffffu, tsum[0], m), tp1 = __shfl_up_sync(0xffffffffu, tsum[1], m);
-      const float gs0 = __shfl_down_sync(0xffffffffu, gsum[0], m), gs1 = __shfl_down_sync(0xffffffffu, gsum[1], m);
-      if (lane >= m) tsum[0] += tp0, tsum[1] += tp1;
-      if (lane + m < 32) gsum[0] += gs0, gsum[1] += gs1;
-    }
-    const float t_lo = __shfl_sync(0xffffffffu, tsum[0], 31), g_hi = __shfl_sync(0xffffffffu, gsum[1], 0);
-    // exclusive prefixes: the inclusive one of the lane before (no subtraction of tau_r, which may be O(1) where dg
-    // is tiny: g = -30)
-    float ex[2] = {__shfl_up_sync(0xffffffffu, tsum[0], 1), __shfl_up_sync(0xffffffffu, tsum[1], 1)};
-    if (lane == 0) ex[0] = 0.f, ex[1] = 0.f;
+      for (int m = 1; m < 32; m <<= 1) {  // inclusive prefix (tau) and suffix (dgamma) within each half
+        const float tp0 = __shfl_up_sync(0xffffffffu, tsum[0], m), tp1 = __shfl_up_sync(0xffffffffu, tsum[1], m);
+        const float gs0 = __shfl_down_sync(0xffffffffu, gsum[0], m), gs1 = __shfl_down_sync(0xffffffffu, gsum[1], m);
+        if (lane >= m) tsum[0] += tp0, tsum[1] += tp1;
+        if (lane + m < 32) gsum[0] += gs0, gsum[1] += gs1;
+      }
+      const float t_lo = __shfl_sync(0xffffffffu, tsum[0], 31), g_hi = __shfl_sync(0xffffffffu, gsum[1], 0);
+      // exclusive prefixes: the inclusive one of the lane before (no subtraction of tau_r, which may be O(1) where dg
+      // is tiny: g = -30)
+      float ex[2] = {__shfl_up_sync(0xffffffffu, tsum[0], 1), __shfl_up_sync(0xffffffffu, tsum[1], 1)};
+      if (lane == 0) ex[0] = 0.f, ex[1] = 0.f;
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = lane + 32 * hr;
-      const float pre = ex[hr] + (hr ? t_lo : 0.f), suf = gsum[hr] + (hr ? 0.f : g_hi);
-      if (r < nv) {
-        const int64_t row = (sb * a.T + t0 + r) * a.Hv + h;
-        a.dgh[row] = suf + pre;
-        a.dbh[row] = dbeta[hr];
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = lane + 32 * hr;
+        const float pre = ex[hr] + (hr ? t_lo : 0.f), suf = gsum[hr] + (hr ? 0.f : g_hi);
+        if (r < nv) {
+          const int64_t row = (tok(0) * a.T + tok(1) + r) * a.Hv + h;
+          a.dgh[row] = suf + pre;
+          a.dbh[row] = dbeta[hr];
+        }
       }
     }
+    __syncthreads();  // the staged dq, dk and the row sums read: the next item's loads overwrite them
   }
 }
 
