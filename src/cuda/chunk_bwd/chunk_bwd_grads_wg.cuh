@@ -189,7 +189,10 @@ __device__ __forceinline__ void at_times_split(float (&d)[N / 8][4], const unsig
 
 }  // namespace gwg
 
-template <class E>
+// WALK: the CTA walks its q/k head's a.group value heads (GQA); without it (a.group = 1) the one item compiles
+// straight-line: the walk's loop keeps a few more values live and spills 64 bytes at the 255-register cap, which cost
+// the ungrouped shapes ~0.6% (H100).
+template <class E, bool WALK>
 __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(const ChunkBwdArgs a) {
   static_assert(std::is_same_v<E, __nv_bfloat16>, "the wgmma grads pass takes bf16 inputs");
   constexpr int K = 128, V = 128;
@@ -212,8 +215,9 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
     if (threadIdx.x == 0) s.tok[0] = sb, s.tok[1] = st + kC * c;
     __syncthreads();
   }
-  for (int h = hk * a.group; h < (hk + 1) * a.group; ++h) {
-    const bool first = h == hk * a.group;
+  const int h_first = WALK ? hk * a.group : hk, h_end = WALK ? h_first + a.group : h_first + 1;
+  for (int h = h_first; h < h_end; ++h) {
+    const bool first = !WALK || h == h_first;
     const int64_t rec = slot * a.Hv + h;
     // Thread indices and shared-memory addresses are formed anew per item from an opaque tid: hoisted out of the loop
     // they stay live through every phase, and the item (at 255 registers) spilled ~540 bytes.

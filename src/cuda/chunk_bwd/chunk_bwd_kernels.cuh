@@ -1424,6 +1424,7 @@ enum : int {
   kDoneDStateWg1,
   kDoneGrads,
   kDoneGradsWg,
+  kDoneGradsWgWalk,
   kDoneChains,
   kDoneCount
 };
@@ -1554,9 +1555,14 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
   if (e == 0 && a.slots == 0)  // no chunk at all: only dh0 = dht (or 0), from the unsplit reverse chain
     e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
   if constexpr (K == 128 && V == 128 && std::is_same_v<E, __nv_bfloat16>) {
-    if (e == 0 && a.grads_wg)  // pass 4 on wgmma: one CTA per (chunk slot, q/k head), its value heads in turn
-      return launch_one(chunk_bwd_grads_wg_kernel<E>, dim3(unsigned(a.slots), unsigned(a.Hqk)),
-                        sizeof(GradWgSmem) + 1024, done[kDoneGradsWg], st, a, kGradWgThreads);
+    if (e == 0 && a.grads_wg) {  // pass 4 on wgmma: one CTA per (chunk slot, q/k head), its value heads in turn
+      const dim3 grid(unsigned(a.slots), unsigned(a.Hqk));
+      if (a.group > 1)
+        return launch_one(chunk_bwd_grads_wg_kernel<E, true>, grid, sizeof(GradWgSmem) + 1024, done[kDoneGradsWgWalk],
+                          st, a, kGradWgThreads);
+      return launch_one(chunk_bwd_grads_wg_kernel<E, false>, grid, sizeof(GradWgSmem) + 1024, done[kDoneGradsWg], st, a,
+                        kGradWgThreads);
+    }
   }
   if (e == 0) {  // pass 4: persistent, one CTA per SM (and none without an item)
     int dev = 0;
