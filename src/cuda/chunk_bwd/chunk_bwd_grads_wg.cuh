@@ -688,6 +688,22 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
     float* const sk = reinterpret_cast<float*>(&s.dut[0][0][0]);
     static_assert(offsetof(GradWgSmem, k) == offsetof(GradWgSmem, q) + sizeof(GradWgSmem::q), "q, then k");
     __syncthreads();  // every warp's K^T fragments of phase 7 read
+    if (!first) {
+      // The value heads' partial sums before this one (L2 hits: this thread stored them) into the dead S0 and R tiles
+      // by cp.async, each thread its own pieces, waited where it reads them: read beside the stores below they were
+      // eight dependent L2 round trips (a load may not pass the store before it to the same buffer), and loaded into
+      // registers ahead (64 of them) the kernel spilled.
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int idx = tid + 256 * i, t = idx >> 5, c4 = 4 * (idx & 31);
+        if (t < nv) {
+          const int64_t o = ((tok(0) * a.T + tok(1) + t) * a.dqk_heads + hk) * K + c4;
+          cp_async<16>(&s.s0[0][0][0] + 16 * idx, a.dqh + o);
+          cp_async<16>(&s.r[0][0][0] + 16 * idx, a.dkh + o);
+        }
+      }
+      cp_async_commit();
+    }
     {
 #pragma unroll
       for (int jn = 0; jn < 8; ++jn)
@@ -699,6 +715,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
         }
     }
     __syncthreads();
+    if (!first) cp_async_wait<0>();  // this thread's partial sums landed
 #pragma unroll
     for (int i = 0; i < 8; ++i) {  // 64 rows x 32 vectors
       const int idx = tid + 256 * i, t = idx >> 5, c4 = 4 * (idx & 31);
@@ -706,9 +723,9 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
         const int64_t o = ((tok(0) * a.T + tok(1) + t) * a.dqk_heads + hk) * K + c4;
         const int p = t * K + ((c4 + 4 * t) & (K - 1));
         float4 xq = *reinterpret_cast<const float4*>(sq + p), xk = *reinterpret_cast<const float4*>(sk + p);
-        if (!first) {  // + the value heads before (this thread stored them): dq_h0 + dq_h1 + ..., in head order
-          const float4 pq = *reinterpret_cast<const float4*>(a.dqh + o),
-                       pk = *reinterpret_cast<const float4*>(a.dkh + o);
+        if (!first) {  // + the value heads before: dq_h0 + dq_h1 + ..., in head order
+          const float4 pq = *reinterpret_cast<const float4*>(&s.s0[0][0][0] + 16 * idx),
+                       pk = *reinterpret_cast<const float4*>(&s.r[0][0][0] + 16 * idx);
           xq = make_float4(pq.x + xq.x, pq.y + xq.y, pq.z + xq.z, pq.w + xq.w);
           xk = make_float4(pk.x + xk.x, pk.y + xk.y, pk.z + xk.z, pk.w + xk.w);
         }
