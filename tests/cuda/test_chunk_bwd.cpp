@@ -243,14 +243,10 @@ struct GpuRun {
     size_t need = 0;
     const Status st = chunk_bwd_workspace_size(p, &need);
     EXPECT_TRUE(st.ok()) << st.message();
-    if (need) {
-      EXPECT_EQ(cudaMalloc(&ws, need), cudaSuccess);
-      ws_bytes = need;
-      EXPECT_EQ(cudaMemset(ws, 0xff, need), cudaSuccess);  // stale workspace must not matter
-    }
+    reserve(need);
   }
-  // A plan edited by a test may need more workspace than the public plan's (pass 4 on mma.sync keeps dq, dk per
-  // value head, the wgmma pass per q/k head): a larger buffer, stale too.
+  // The workspace, stale (0xff: it must not matter). A plan edited by a test may need more than the public plan's
+  // (pass 4 on mma.sync keeps dq, dk per value head, the wgmma pass per q/k head): a larger buffer then.
   void reserve(size_t need) {
     if (need <= ws_bytes) return;
     if (ws) EXPECT_EQ(cudaFree(ws), cudaSuccess);

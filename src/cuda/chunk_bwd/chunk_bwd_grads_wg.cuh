@@ -190,7 +190,7 @@ __device__ __forceinline__ void at_times_split(float (&d)[N / 8][4], const unsig
 }  // namespace gwg
 
 // WALK: the CTA walks its q/k head's a.group value heads (GQA); without it (a.group = 1) the one item compiles
-// straight-line: the walk's loop keeps a few more values live and spills 64 bytes at the 255-register cap, which cost
+// straight-line: the walk's loop keeps a few more values live and spills 60 bytes at the 255-register cap, which cost
 // the ungrouped shapes ~0.6% (H100).
 template <class E, bool WALK>
 __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(const ChunkBwdArgs a) {
@@ -687,6 +687,8 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
     float* const sq = reinterpret_cast<float*>(&s.q[0][0]);  // q and k are contiguous: 32 KiB, dead
     float* const sk = reinterpret_cast<float*>(&s.dut[0][0][0]);
     static_assert(offsetof(GradWgSmem, k) == offsetof(GradWgSmem, q) + sizeof(GradWgSmem::q), "q, then k");
+    // row t's dq / dk scratch (one row per token and q/k head: the sum over the value heads so far)
+    const auto qk_at = [&](int t) { return ((tok(0) * a.T + tok(1) + t) * a.dqk_heads + hk) * K; };
     __syncthreads();  // every warp's K^T fragments of phase 7 read
     if (!first) {
       // The value heads' partial sums before this one (L2 hits: this thread stored them) into the dead S0 and R tiles
@@ -697,7 +699,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       for (int i = 0; i < 8; ++i) {
         const int idx = tid + 256 * i, t = idx >> 5, c4 = 4 * (idx & 31);
         if (t < nv) {
-          const int64_t o = ((tok(0) * a.T + tok(1) + t) * a.dqk_heads + hk) * K + c4;
+          const int64_t o = qk_at(t) + c4;
           cp_async<16>(&s.s0[0][0][0] + 16 * idx, a.dqh + o);
           cp_async<16>(&s.r[0][0][0] + 16 * idx, a.dkh + o);
         }
@@ -720,7 +722,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
     for (int i = 0; i < 8; ++i) {  // 64 rows x 32 vectors
       const int idx = tid + 256 * i, t = idx >> 5, c4 = 4 * (idx & 31);
       if (t < nv) {
-        const int64_t o = ((tok(0) * a.T + tok(1) + t) * a.dqk_heads + hk) * K + c4;
+        const int64_t o = qk_at(t) + c4;
         const int p = t * K + ((c4 + 4 * t) & (K - 1));
         float4 xq = *reinterpret_cast<const float4*>(sq + p), xk = *reinterpret_cast<const float4*>(sk + p);
         if (!first) {  // + the value heads before: dq_h0 + dq_h1 + ..., in head order
