@@ -433,6 +433,8 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       float(&q32)[32] = reinterpret_cast<float(&)[32]>(dq);
       float(&k32)[32] = reinterpret_cast<float(&)[32]>(dk);
       float(&t32)[32] = reinterpret_cast<float(&)[32]>(tq);
+      wg::pin(
+          k32);  // dK^T = kbt dKbar^T of phase 1, formed before the fence (in the walk ptxas sank it into the group)
       wg::fence();
 #pragma unroll
       for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(q32, kt[kc], wg::desc_at(r_l, 8192 + kc * 32), kc > 0);
@@ -707,8 +709,12 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       }
     }
     if (last && a.l2norm) {
-      const E* src = static_cast<const E*>(a.q) + tok(0) * a.q_sb + hk * a.q_sh + tok(1) * a.q_st;
-      const int kv = tid & 15, r0 = tid >> 4;
+      // the copy's addresses from an opaque tid and head: as phase 0's q copy's expressions, ptxas keeps those live
+      int ot = tid, oh = hk;
+      asm volatile("mov.b32 %0, %0;" : "+r"(ot));
+      asm volatile("mov.b32 %0, %0;" : "+r"(oh));
+      const E* src = static_cast<const E*>(a.q) + tok(0) * a.q_sb + oh * a.q_sh + tok(1) * a.q_st;
+      const int kv = ot & 15, r0 = ot >> 4;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r = r0 + 16 * i;
