@@ -734,7 +734,7 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
     }
     cp_async_wait<0>();
     __syncthreads();  // the stages and every thread's copies
-#pragma unroll
+#pragma unroll 1
     for (int i = 0; i < 8; ++i) {  // 64 rows x 32 vectors
       const int idx = tid + 256 * i, t = idx >> 5, c4 = 4 * (idx & 31);
       if (t < nv) {
