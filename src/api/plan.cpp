@@ -279,8 +279,9 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
                           ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, d.varlen ? " (varlen)" : "", "\n");
   s += str_cat("  prep pass: grid (", slots, ", ", d.Hv, "), one record per (chunk slot, value head); grads pass: ");
   if (pl.grads_pass == ChunkStatePass::wgmma)
-    s += str_cat("wgmma, grid (", slots, ", ", d.Hqk, "), 256 threads per CTA, each the ",
-                 d.Hv / std::max<int64_t>(d.Hqk, 1), " value head(s) of its q/k head in order (dq, dk summed there)\n");
+    s += str_cat(
+        "wgmma, grid (", slots, ", ", d.Hqk, "), 256 threads per CTA, each the ", d.Hv / std::max<int64_t>(d.Hqk, 1),
+        " value head(s) of its q/k head in order (dq, dk summed and their l2norm chain there: no dq / dk pass)\n");
   else
     s += str_cat("mma.sync, ", std::min<int64_t>(slots * d.Hv, pl.sms), " persistent CTAs over the ", slots * d.Hv,
                  " records\n");

@@ -1,7 +1,8 @@
 // cuda::chunk_bwd: the training backward (gdn-math §7) on the GPU. The chunk passes (chunk_bwd_kernels.cuh) leave
 // the core gradients per value head in workspace; the token kernels here finish them:
 //   * chunk_bwd_qk_kernel    dq, dk of a q/k head = the sum over its value heads in head order (§7.5), then the
-//                            l2norm chain dx = rho (dx^ - (dx^ . x^) x^) (§7.6);
+//                            l2norm chain dx = rho (dx^ - (dx^ . x^) x^) (§7.6) (after the mma.sync pass 4 only: the
+//                            wgmma one ends its walk over a q/k head's value heads with the same sum and chain);
 //   * chunk_bwd_token_kernel dbeta through beta = c sigmoid(b), dg through the gate (§7.7), zeros on slack rows;
 //   * chunk_bwd_gate_kernel  dA_log = sum dg g, ddt_bias = sum da per value head, in a fixed order.
 // No host synchronization, no allocation: the caller's workspace (chunk_bwd_workspace_size) holds everything.
@@ -38,14 +39,16 @@ struct WsLayout {
   size_t rows = 0, A = 0, W = 0, U = 0, dU = 0, S0 = 0, dS = 0, dqh = 0, dkh = 0, dgh = 0, dbh = 0, total = 0;
 };
 
-// The dq / dk scratch's heads (ChunkBwdArgs::dqk_heads): pass 4 on wgmma sums a q/k head's value heads itself.
+// The dq / dk scratch's heads (ChunkBwdArgs::dqk_heads): pass 4 on wgmma sums a q/k head's value heads itself
+// (the scratch holds a walk's partial sums; none without GQA).
 int64_t dqk_heads_of(const SeqDims& d, const ChunkBwdPlan& pl) {
   return pl.grads_pass == ChunkStatePass::wgmma ? d.Hqk : d.Hv;
 }
 
 WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
   const size_t rec = size_t(slots_of(d)) * size_t(d.Hv), rows = size_t(d.B * d.T * d.Hv), f = sizeof(float);
-  const size_t qk_rows = size_t(d.B * d.T * dqk_heads_of(d, pl));
+  const bool walk_sums = pl.grads_pass == ChunkStatePass::wgmma;  // partial sums only, and only for GQA
+  const size_t qk_rows = walk_sums && d.Hv == d.Hqk ? 0 : size_t(d.B * d.T * dqk_heads_of(d, pl));
   const size_t K = size_t(d.K), V = size_t(d.V);
   WsLayout w;
   size_t off = 0;
@@ -120,24 +123,14 @@ __global__ void __launch_bounds__(256) chunk_bwd_qk_kernel(const ChunkBwdArgs a)
       }
     }
   }
-  if (a.l2norm) {  // dx = rho (dx^ - (dx^ . x^) x^), x^ = rho x, rho = (|x|^2 + 1e-6)^-1/2 (uncovered: 0)
-    float xq[4], xk[4], sq = 0.f, sk = 0.f, dq = 0.f, dk = 0.f;
+  if (a.l2norm) {  // dx = rho (dx^ - (dx^ . x^) x^) (uncovered: 0)
+    float xq[4], xk[4];
     from_bits4(io, xq_bits, xq);
     from_bits4(io, xk_bits, xk);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      sq = fmaf(xq[e], xq[e], sq), dq = fmaf(gq[e], xq[e], dq);
-      sk = fmaf(xk[e], xk[e], sk), dk = fmaf(gk[e], xk[e], dk);
-    }
-    sq = lane_sum<1, LPR>(sq), dq = lane_sum<1, LPR>(dq);
-    sk = lane_sum<1, LPR>(sk), dk = lane_sum<1, LPR>(dk);
-    const float rq = rsqrtf(sq + 1e-6f), rk = rsqrtf(sk + 1e-6f);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      gq[e] = rq * (gq[e] - dq * rq * rq * xq[e]);
-      gk[e] = rk * (gk[e] - dk * rk * rk * xk[e]);
-    }
+    l2norm_backward4<LPR>(gq, xq);
+    l2norm_backward4<LPR>(gk, xk);
   }
+
   if (!valid) return;
   store4(a.dq, io, int64_t(b) * a.dq_sb + int64_t(t) * a.dq_st + int64_t(hk) * a.dq_sh + c, gq);
   store4(a.dk, io, int64_t(b) * a.dk_sb + int64_t(t) * a.dk_st + int64_t(hk) * a.dk_sh + c, gk);
@@ -160,7 +153,7 @@ __device__ __forceinline__ GateParams gate_params(const ChunkBwdArgs& a, int h) 
 }
 
 // One thread per (token, value head): dbeta, dg outputs; dv rows of slack tokens.
-__global__ void __launch_bounds__(256) chunk_bwd_token_kernel(const ChunkBwdArgs a, int64_t V) {
+__global__ void __launch_bounds__(256) chunk_bwd_token_kernel(const ChunkBwdArgs a, int64_t K, int64_t V) {
   const int64_t row = int64_t(blockIdx.x) * 256 + threadIdx.x;  // (b * T + t) * Hv + h
   if (row >= a.B * a.T * a.Hv) return;
   const int64_t bt = row / a.Hv, b = bt / a.T, t = bt % a.T;
@@ -189,8 +182,14 @@ __global__ void __launch_bounds__(256) chunk_bwd_token_kernel(const ChunkBwdArgs
     }
     store1(a.dg, DType(a.dg_dtype), b * a.dg_sb + t * a.dg_st + h * a.dg_sh, dg);
   }
-  if (!cov)
+  if (!cov) {
     for (int64_t j = 0; j < V; ++j) store1(a.dv, DType(a.io_dtype), b * a.dv_sb + t * a.dv_st + h * a.dv_sh + j, 0.f);
+    if (a.grads_wg && h < a.Hqk)  // dq, dk of slack rows (pass 5a's on the mma.sync path)
+      for (int64_t j = 0; j < K; ++j) {
+        store1(a.dq, DType(a.io_dtype), b * a.dq_sb + t * a.dq_st + h * a.dq_sh + j, 0.f);
+        store1(a.dk, DType(a.io_dtype), b * a.dk_sb + t * a.dk_st + h * a.dk_sh + j, 0.f);
+      }
+  }
 }
 
 // One block per value head: dA_log = sum_t dg_t g_t, ddt_bias = sum_t da_t over every covered token; each thread
@@ -307,7 +306,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)
                                                 : launch_chunk_bwd_passes_f16(a, d.K, d.V, stream)));
   const int64_t qk_rows = d.B * d.T * d.Hqk, v_rows = d.B * d.T * d.Hv;
-  if (qk_rows > 0) {
+  if (qk_rows > 0 && !a.grads_wg) {  // the wgmma pass 4 ends this work itself (its walk's last value head)
     const unsigned blocks = unsigned(ceil_div(qk_rows, 256 / (d.K / 4)));  // K / 4 lanes per row
     if (d.K == 64)
       chunk_bwd_qk_kernel<64><<<blocks, 256, 0, st>>>(a);
@@ -316,7 +315,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
     FGDN_CUDA_CHECK(cudaGetLastError());
   }
   if (v_rows > 0 && (a.dg || a.dbeta || d.varlen)) {
-    chunk_bwd_token_kernel<<<unsigned(ceil_div(v_rows, 256)), 256, 0, st>>>(a, d.V);
+    chunk_bwd_token_kernel<<<unsigned(ceil_div(v_rows, 256)), 256, 0, st>>>(a, d.K, d.V);
     FGDN_CUDA_CHECK(cudaGetLastError());
   }
   if (a.gate_in_kernel && a.g && (a.dA_log || a.ddt_bias) && d.Hv > 0) {

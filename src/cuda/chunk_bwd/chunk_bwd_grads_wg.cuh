@@ -190,8 +190,9 @@ __device__ __forceinline__ void at_times_split(float (&d)[N / 8][4], const unsig
 }  // namespace gwg
 
 // WALK: the CTA walks its q/k head's a.group value heads (GQA); without it (a.group = 1) the one item compiles
-// straight-line: the walk's loop keeps a few more values live and spills 60 bytes at the 255-register cap, which cost
-// the ungrouped shapes ~0.6% (H100).
+// straight-line. Both instances spill 64 bytes at the 255-register cap (ptxas: the dq / dk accumulators and the
+// partial-sum / q copies' addresses live into phase 8's rolled row loop and its l2norm chain); measured with it, the
+// pass doing pass 5a's work is the faster form on every shape (H100: the backward -1.7% .. -5.6%).
 template <class E, bool WALK>
 __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(const ChunkBwdArgs a) {
   static_assert(std::is_same_v<E, __nv_bfloat16>, "the wgmma grads pass takes bf16 inputs");
@@ -433,6 +434,8 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       float(&q32)[32] = reinterpret_cast<float(&)[32]>(dq);
       float(&k32)[32] = reinterpret_cast<float(&)[32]>(dk);
       float(&t32)[32] = reinterpret_cast<float(&)[32]>(tq);
+      wg::pin(
+          k32);  // dK^T = kbt dKbar^T of phase 1, formed before the fence (in the walk ptxas sank it into the group)
       wg::fence();
 #pragma unroll
       for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(q32, kt[kc], wg::desc_at(r_l, 8192 + kc * 32), kc > 0);
@@ -681,31 +684,47 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       wg::wait0();
     }
 
-    // ---- phase 8: dq, dk (fp32, added to the value heads' before) through [64 tokens][128 keys] stages (q and k, dut:
-    // their tiles are dead), element (t, i) at column (i + 4 t) % 128, so that a warp's stores and the 16-byte row
-    // reads spread over the banks; the row sums; dg, dbeta.
-    float* const sq = reinterpret_cast<float*>(&s.q[0][0]);  // q and k are contiguous: 32 KiB, dead
+    // ---- phase 8: dq, dk (fp32) through [64 tokens][128 keys] stages (S0 and dut: dead), element (t, i) at column
+    // (i + 4 t) % 128, so that a warp's stores and the 16-byte row reads spread over the banks; the row sums; dg,
+    // dbeta. An item before the walk's last adds its rows to the partial sums in the scratch (in head order); the last
+    // ends pass 5a's work for them: 0 + dq_h0 + dq_h1 + ... (5a's order), the l2norm chain dx = rho (dx^ - (dx^ . x^)
+    // x^) of the raw row x (k in its tile, q copied into A) with a row's dot products over a warp's 32 lanes (4 keys a
+    // lane: 5a's lanes and order), the io-dtype store. A warp holds one row per step, so `t < nv` is warp-uniform.
+    float* const sq = reinterpret_cast<float*>(&s.s0[0][0][0]);
     float* const sk = reinterpret_cast<float*>(&s.dut[0][0][0]);
-    static_assert(offsetof(GradWgSmem, k) == offsetof(GradWgSmem, q) + sizeof(GradWgSmem::q), "q, then k");
+    const bool last = !WALK || h == h_end - 1;
     // row t's dq / dk scratch (one row per token and q/k head: the sum over the value heads so far)
     const auto qk_at = [&](int t) { return ((tok(0) * a.T + tok(1) + t) * a.dqk_heads + hk) * K; };
     __syncthreads();  // every warp's K^T fragments of phase 7 read
+    // By cp.async into dead tiles, in flight under the staging: the value heads' partial sums (L2 hits: this thread
+    // stored them) into R and U, each thread its own pieces (read beside the stores below they were eight dependent
+    // L2 round trips: a load may not pass the store before it to the same buffer; into registers ahead, spills); for
+    // the last item's l2norm chain the raw q rows into A (the q tile holds dW since phase 3; k is still in its tile).
     if (!first) {
-      // The value heads' partial sums before this one (L2 hits: this thread stored them) into the dead S0 and R tiles
-      // by cp.async, each thread its own pieces, waited where it reads them: read beside the stores below they were
-      // eight dependent L2 round trips (a load may not pass the store before it to the same buffer), and loaded into
-      // registers ahead (64 of them) the kernel spilled.
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
+#pragma unroll 1
+      for (int i = 0; i < 8; ++i) {  // rolled, as the row loop below: the walk's code under the instruction cache
         const int idx = tid + 256 * i, t = idx >> 5, c4 = 4 * (idx & 31);
         if (t < nv) {
           const int64_t o = qk_at(t) + c4;
-          cp_async<16>(&s.s0[0][0][0] + 16 * idx, a.dqh + o);
-          cp_async<16>(&s.r[0][0][0] + 16 * idx, a.dkh + o);
+          cp_async<16>(&s.r[0][0][0] + 16 * idx, a.dqh + o);
+          cp_async<16>(&s.u[0][0][0] + 16 * idx, a.dkh + o);
         }
       }
-      cp_async_commit();
     }
+    if (last && a.l2norm) {
+      // the copy's addresses from an opaque tid and head: as phase 0's q copy's expressions, ptxas keeps those live
+      int ot = tid, oh = hk;
+      asm volatile("mov.b32 %0, %0;" : "+r"(ot));
+      asm volatile("mov.b32 %0, %0;" : "+r"(oh));
+      const E* src = static_cast<const E*>(a.q) + tok(0) * a.q_sb + oh * a.q_sh + tok(1) * a.q_st;
+      const int kv = ot & 15, r0 = ot >> 4;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = r0 + 16 * i;
+        if (r < nv) cp_async<16>(&s.a[kv >> 3][wg::swz(r, kv & 7)], src + r * a.q_st + 8 * kv);
+      }
+    }
+    cp_async_commit();
     {
 #pragma unroll
       for (int jn = 0; jn < 8; ++jn)
@@ -716,23 +735,42 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
           sk[t * K + ((key + 4 * t) & (K - 1))] = dk[jn][e];
         }
     }
-    __syncthreads();
-    if (!first) cp_async_wait<0>();  // this thread's partial sums landed
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {  // 64 rows x 32 vectors
+    cp_async_wait<0>();
+    __syncthreads();  // the stages and every thread's copies
+#pragma unroll 1
+    for (int i = 0; i < 8; ++i) {  // 64 rows x 32 vectors, rolled: unrolled, the pass is ~165 KB of code (past the
+                                   // SM's ~128 KB instruction cache) and measured twice as long
       const int idx = tid + 256 * i, t = idx >> 5, c4 = 4 * (idx & 31);
       if (t < nv) {
-        const int64_t o = qk_at(t) + c4;
         const int p = t * K + ((c4 + 4 * t) & (K - 1));
-        float4 xq = *reinterpret_cast<const float4*>(sq + p), xk = *reinterpret_cast<const float4*>(sk + p);
-        if (!first) {  // + the value heads before: dq_h0 + dq_h1 + ..., in head order
-          const float4 pq = *reinterpret_cast<const float4*>(&s.s0[0][0][0] + 16 * idx),
-                       pk = *reinterpret_cast<const float4*>(&s.r[0][0][0] + 16 * idx);
-          xq = make_float4(pq.x + xq.x, pq.y + xq.y, pq.z + xq.z, pq.w + xq.w);
-          xk = make_float4(pk.x + xk.x, pk.y + xk.y, pk.z + xk.z, pk.w + xk.w);
+        const float4 yq = *reinterpret_cast<const float4*>(sq + p), yk = *reinterpret_cast<const float4*>(sk + p);
+        float4 pq = make_float4(0.f, 0.f, 0.f, 0.f), pk = pq;
+        if (!first)
+          pq = *reinterpret_cast<const float4*>(&s.r[0][0][0] + 16 * idx),
+          pk = *reinterpret_cast<const float4*>(&s.u[0][0][0] + 16 * idx);
+        float gq[4] = {pq.x + yq.x, pq.y + yq.y, pq.z + yq.z, pq.w + yq.w};
+        float gk[4] = {pk.x + yk.x, pk.y + yk.y, pk.z + yk.z, pk.w + yk.w};
+        if (!last) {
+          const int64_t o = qk_at(t) + c4;
+          *reinterpret_cast<float4*>(a.dqh + o) = make_float4(gq[0], gq[1], gq[2], gq[3]);
+          *reinterpret_cast<float4*>(a.dkh + o) = make_float4(gk[0], gk[1], gk[2], gk[3]);
+          continue;
         }
-        *reinterpret_cast<float4*>(a.dqh + o) = xq;
-        *reinterpret_cast<float4*>(a.dkh + o) = xk;
+        if (a.l2norm) {  // x: keys c4 .. c4 + 3 of row t, 8 bytes of the swizzled bf16 tiles (q: its copy in A)
+          const int off = wg::swz(t, (c4 & 63) >> 3) + 2 * (c4 & 7);
+          float xq[4], xk[4];
+          from_bits4<E>(make_uint4(*reinterpret_cast<const uint32_t*>(&s.a[c4 >> 6][off]),
+                                   *reinterpret_cast<const uint32_t*>(&s.a[c4 >> 6][off + 4]), 0u, 0u),
+                        xq);
+          from_bits4<E>(make_uint4(*reinterpret_cast<const uint32_t*>(&s.k[c4 >> 6][off]),
+                                   *reinterpret_cast<const uint32_t*>(&s.k[c4 >> 6][off + 4]), 0u, 0u),
+                        xk);
+          l2norm_backward4<32>(gq, xq);
+          l2norm_backward4<32>(gk, xk);
+        }
+        const int64_t b = tok(0), tt = tok(1) + t;
+        store4(static_cast<E*>(a.dq) + (b * a.dq_sb + tt * a.dq_st + hk * a.dq_sh + c4), gq);
+        store4(static_cast<E*>(a.dk) + (b * a.dk_sb + tt * a.dk_st + hk * a.dk_sh + c4), gk);
       }
     }
     if (tid < 32) {  // rows r = lane, lane + 32: dgamma, dbeta, tau (the sums over warps and halves in a fixed order)

@@ -195,6 +195,19 @@ __device__ __forceinline__ float lane_sum(float x) {
   return x;
 }
 
+// The l2norm chain of a row's gradient (gdn-math §7.6), the row held as 4-element slices by LANES adjacent lanes:
+// g = dx^ in, dx = rho (dx^ - (dx^ . x^) x^) out, x^ = rho x, rho = (|x|^2 + 1e-6)^-1/2; x the raw row (fp32).
+template <int LANES>
+__device__ __forceinline__ void l2norm_backward4(float (&g)[4], const float (&x)[4]) {
+  float n = 0.f, d = 0.f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) n = fmaf(x[e], x[e], n), d = fmaf(g[e], x[e], d);
+  n = lane_sum<1, LANES>(n), d = lane_sum<1, LANES>(d);
+  const float r = rsqrtf(n + 1e-6f);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) g[e] = r * (g[e] - d * r * r * x[e]);
+}
+
 // The row factors of one token's q and k, held as 4-element lane slices across a warp (K = 128): rq = scale / |q|
 // and rk = 1 / |k| with l2norm (x / sqrt(sum x^2 + 1e-6), fp32, gdn-math §1.4; zero rows stay zero), else scale
 // and 1.
