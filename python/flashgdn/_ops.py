@@ -31,8 +31,8 @@ def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_
     (1, 2 or 4 CTAs per value head; 0: the plan's choice); chunk_bwd_chains runs the training backward's two state
     chains one after the other (1) or both at once (2, K = V = 128; 0: the plan's choice); chunk_bwd_grads runs its
     gradients pass on mma.sync (1) or wgmma (2, K = V = 128, bf16; 0: the plan's choice); mixer_kernel runs
-    mixer_decode on the clustered kernel (1) or the pipe kernel (2: one token per row, K-major bf16 pool, 1-D slots,
-    no intermediate states, Kc <= 4; 0: the plan's choice).
+    mixer_decode on the clustered kernel (1) or the pipe kernel (2: one token per row, K-major bf16 or fp32 pool,
+    1-D slots, no intermediate states, Kc <= 4; 0: the plan's choice).
     A differentiable forward called inside the block keeps its options for its backward, wherever backward() runs
     (autograd runs CUDA backward on a thread of its own, which does not see this block).
     """

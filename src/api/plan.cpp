@@ -514,7 +514,7 @@ std::string describe(const RecurrentPlan& pl, const RecurrentDims& d) {
 // quarters, N = 8 23.2 against 28.4 / 28.8, N = 16 43.0 against 44.6 / 45.4; N = 32 and up halves win). Quarters
 // never win; they stay for exec.mixer_split.
 //
-// The pipe kernel takes large batches of single-token rows on a bf16 pool, the memory-bound case where the clustered
+// The pipe kernel takes large batches of single-token rows on a K-major pool, the memory-bound case where the clustered
 // kernel keeps no state bytes in flight while it computes: from N Hv >= 8 x the SM count (128-column tiles), the
 // direct_pipe kernel's threshold in the recurrent plan.
 namespace {
@@ -522,7 +522,7 @@ namespace {
 std::string mixer_pipe_misfit(const MixerDecodeParams& p, const MixerDims& d) {
   using detail::str_cat;
   if (d.varlen || d.T != 1) return str_cat("one token per row (fixed T = 1, no cu_seqlens), got T = ", d.T);
-  if (p.state_pool.dtype != DType::bf16) return "a bf16 state pool";
+  if (p.state_pool.dtype != DType::bf16 && p.state_pool.dtype != DType::f32) return "a bf16 or fp32 state pool";
   if (p.state_layout != StateLayout::k_major) return "a K-major state pool";
   if (p.state_indices.defined() && p.state_indices.ndim != 1) return "1-D state_indices";
   if (p.intermediate_states.defined() || p.intermediate_conv_windows.defined()) return "no intermediate states";
@@ -553,7 +553,7 @@ Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const D
   if (kern == 2 || (kern == 0 && s == 0 && misfit.empty() && tiles >= 8 * int64_t(pl.sms))) {
     pl.pipe = true, pl.forced = kern == 2;
     pl.why = pl.forced ? std::string("exec.mixer_kernel = 2")
-                       : detail::str_cat("N Hv = ", tiles, " state tiles >= 8 per SM, one token per row on a bf16 ",
+                       : detail::str_cat("N Hv = ", tiles, " state tiles >= 8 per SM, one token per row on a K-major ",
                                          "pool: memory-bound, the pipe kernel");
     *out = std::move(pl);
     return Status::OK();
@@ -588,7 +588,8 @@ std::string describe(const MixerDecodePlan& pl, const MixerDims& d) {
                           ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, ", Kc = ", d.Kc, "\n");
   if (pl.pipe) {
     s += str_cat("  pipe kernel: persistent CTAs of ", kMixerPipeThreads, " threads, each a key head's rows (its ",
-                 group, " value heads in turn), ", kMixerPipeStages, "-stage ring of 128 x 128 bf16 states\n");
+                 group, " value heads in turn), ", kMixerPipeStages,
+                 "-stage ring of 128 x 128 states (bf16: 2 CTAs per SM, fp32: 1)\n");
     s += str_cat("  why: ", pl.why, "\n");
     return s;
   }

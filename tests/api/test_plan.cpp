@@ -599,6 +599,7 @@ MixerDims mixer_dims(int64_t Hqk, int64_t Hv, int64_t N) {
 
 TEST(PlanMixerDecode, SplitByClusterAndBatch) {
   MixerDecodeParams p;
+  p.state_layout = StateLayout::v_major;  // the clustered kernel at every batch
   // (value heads per key head, N) -> split, Hqk = 16 on 132 SMs: group * split <= 8; halves once N Hv 2 >= 2 * 4 *
   // 132 = 1056 half-head CTAs, else one CTA per head.
   struct Want {
@@ -644,10 +645,10 @@ TEST(PlanMixerDecode, ForcedSplitIsHonouredOrRejected) {
   EXPECT_NE(st.message().find("Hv / Hqk = 4, split = 4"), std::string::npos) << st.message();
 }
 
-// The pipe kernel: single-token rows on a K-major bf16 pool once N Hv >= 8 x the SM count; the clustered kernel for
-// everything it cannot take; exec.mixer_kernel forces either, and a forced pipe on a call it cannot take is rejected
-// with the requirement.
-TEST(PlanMixerDecode, PipeForLargeSingleTokenBatchesOnBf16Pools) {
+// The pipe kernel: single-token rows on a K-major bf16 or fp32 pool once N Hv >= 8 x the SM count; the clustered kernel
+// for everything it cannot take; exec.mixer_kernel forces either, and a forced pipe on a call it cannot take is
+// rejected with the requirement.
+TEST(PlanMixerDecode, PipeForLargeSingleTokenBatches) {
   MixerDecodeParams p;
   p.state_pool.dtype = DType::bf16;
   MixerDecodePlan pl;
@@ -667,8 +668,11 @@ TEST(PlanMixerDecode, PipeForLargeSingleTokenBatchesOnBf16Pools) {
     EXPECT_NE(st.message().find(needs), std::string::npos) << st.message();
   };
   MixerDecodeParams q = p;
-  q.state_pool.dtype = DType::f32;
-  misfit(q, d, "a bf16 state pool");
+  q.state_pool.dtype = DType::f16;
+  misfit(q, d, "a bf16 or fp32 state pool");
+  q = p, q.state_pool.dtype = DType::f32;  // fp32 pools too
+  ASSERT_TRUE(plan_mixer_decode(q, d, DeviceFacts{kH200Sms}, &pl).ok());
+  EXPECT_TRUE(pl.pipe) << pl.why;
   q = p, q.state_layout = StateLayout::v_major;
   misfit(q, d, "a K-major state pool");
   q = p, q.state_indices.ndim = 2, q.state_indices.data = &pl;  // defined, 2-D (the plan reads no element)

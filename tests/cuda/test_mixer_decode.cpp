@@ -217,18 +217,19 @@ TEST(CudaMixerDecode, SplitsAgreeWithEachOther) {
   }
 }
 
-// The pipe kernel (exec.mixer_kernel = 2: one token per row, K-major bf16 pool, 1-D slots): every GQA ratio and conv
-// width it takes, f16 activations, no conv bias, commit off (pool and conv state untouched); small enough for the
+// The pipe kernel (exec.mixer_kernel = 2: one token per row, K-major bf16 or fp32 pool, 1-D slots): every GQA ratio and
+// conv width it takes, f16 activations, no conv bias, commit off (pool and conv state untouched); small enough for the
 // sanitizers.
 TEST(CudaMixerDecode, PipeKernel) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  for (int64_t r : {1, 2, 3, 4, 8}) {
-    MixerCase c = gpu_case(2, 2 * r);
-    c.pool = DType::bf16, c.B = 5, c.Kc = r == 3 ? 2 : (r == 8 ? 1 : 4), c.act = r == 4 ? DType::f16 : DType::bf16;
-    c.bias = r != 2, c.seed = uint64_t(80 + r);
-    SCOPED_TRACE(testing::Message() << "r " << r);
-    check_against_cpu(c, 0, 2);
-  }
+  for (DType pool : {DType::bf16, DType::f32})
+    for (int64_t r : {1, 2, 3, 4, 8}) {
+      MixerCase c = gpu_case(2, 2 * r);
+      c.pool = pool, c.B = 5, c.Kc = r == 3 ? 2 : (r == 8 ? 1 : 4), c.act = r == 4 ? DType::f16 : DType::bf16;
+      c.bias = r != 2, c.seed = uint64_t(80 + r);
+      SCOPED_TRACE(testing::Message() << "pool " << dtype_name(pool) << " r " << r);
+      check_against_cpu(c, 0, 2);
+    }
   MixerCase nc = gpu_case(2, 4);
   nc.pool = DType::bf16, nc.B = 4, nc.commit = false, nc.Kc = 3;
   check_against_cpu(nc, 0, 2);
@@ -240,6 +241,9 @@ TEST(CudaMixerDecode, PipeKernelLargeBatch) {
   MixerCase big = gpu_case(16, 32);  // 300 rows: the pipe on any part of up to 300 SMs
   big.pool = DType::bf16, big.B = 300, big.seed = 90;
   check_against_cpu(big);
+  MixerCase big32 = big;
+  big32.pool = DType::f32, big32.seed = 91;
+  check_against_cpu(big32);
   MixerTensors m = make_mixer(big);
   DevCase d(big, m);
   std::string text;
@@ -250,22 +254,25 @@ TEST(CudaMixerDecode, PipeKernelLargeBatch) {
 // The pipe kernel and the clustered one sum over K and V in other orders: equal to within rounding, not bitwise.
 TEST(CudaMixerDecode, PipeAgreesWithClustered) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  MixerCase c = gpu_case(16, 32);
-  c.B = 40, c.pool = DType::bf16;
-  std::vector<MixerTensors> res;
-  for (int32_t kernel : {1, 2}) {
-    res.push_back(make_mixer(c));
-    DevCase d(c, res.back());
-    d.p.exec.mixer_kernel = kernel;
-    ASSERT_TRUE(mixer_decode(d.p).ok());
+  for (DType pool : {DType::bf16, DType::f32}) {
+    MixerCase c = gpu_case(16, 32);
+    c.B = 40, c.pool = pool;
+    SCOPED_TRACE(dtype_name(pool));
+    std::vector<MixerTensors> res;
+    for (int32_t kernel : {1, 2}) {
+      res.push_back(make_mixer(c));
+      DevCase d(c, res.back());
+      d.p.exec.mixer_kernel = kernel;
+      ASSERT_TRUE(mixer_decode(d.p).ok());
 #if FLASHGDN_WITH_CUDA
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 #endif
-    d.back();
+      d.back();
+    }
+    EXPECT_LE(rel_err(res[1].out, res[0].out), 5e-3);
+    EXPECT_LE(rel_err(res[1].pool, res[0].pool), pool == DType::f32 ? 1e-5 : 1e-2);
+    EXPECT_TRUE(res[1].conv_state.bit_equal(res[0].conv_state));
   }
-  EXPECT_LE(rel_err(res[1].out, res[0].out), 5e-3);
-  EXPECT_LE(rel_err(res[1].pool, res[0].pool), 1e-2);
-  EXPECT_TRUE(res[1].conv_state.bit_equal(res[0].conv_state));
 }
 
 class CudaMixerDecodeSplit : public testing::TestWithParam<int32_t> {};

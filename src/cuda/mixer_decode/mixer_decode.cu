@@ -500,11 +500,14 @@ Status mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const MixerD
   if (d.N == 0 || d.T == 0) return Status::OK();
   const MixerArgs a = make_args(p, d);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (plan.pipe) {  // one token per row on a K-major bf16 pool (plan_mixer_decode)
-    if (p.state_pool.dtype != DType::bf16 || p.state_layout != StateLayout::k_major)
-      return FGDN_ERROR(internal, "mixer_decode: the pipe kernel planned for a pool other than K-major bf16");
-    const auto launch = p.x.dtype == DType::bf16 ? launch_mixer_pipe<__nv_bfloat16, __nv_bfloat16>
-                                                 : launch_mixer_pipe<__half, __nv_bfloat16>;
+  if (plan.pipe) {  // one token per row on a K-major bf16 or fp32 pool (plan_mixer_decode)
+    if (p.state_layout != StateLayout::k_major)
+      return FGDN_ERROR(internal, "mixer_decode: the pipe kernel planned for a V-major pool");
+    const bool bf = p.x.dtype == DType::bf16;
+    const auto launch =
+        p.state_pool.dtype == DType::bf16
+            ? (bf ? launch_mixer_pipe<__nv_bfloat16, __nv_bfloat16> : launch_mixer_pipe<__half, __nv_bfloat16>)
+            : (bf ? launch_mixer_pipe<__nv_bfloat16, float> : launch_mixer_pipe<__half, float>);
     FGDN_CUDA_CHECK(launch(a, s));
     return Status::OK();
   }

@@ -1,16 +1,17 @@
-// The pipe form of mixer_decode: single-token rows (fixed T = 1) on a K-major 16-bit state pool with 1-D slots and no
-// intermediate states, the memory-bound large-batch case (docs/mixer_decode.md, "The pipe kernel"). Same step as the
-// clustered kernel (mixer_decode.cu); the sums over K and over V run in other orders.
+// The pipe form of mixer_decode: single-token rows (fixed T = 1) on a K-major bf16 or fp32 state pool with 1-D slots
+// and no intermediate states, the memory-bound large-batch case (docs/mixer_decode.md, "The pipe kernel"). Same step as
+// the clustered kernel (mixer_decode.cu); the sums over K and over V run in other orders.
 //
 // Why: the clustered kernel holds one (row, value head) state tile per CTA group in registers, so an SM has no state
 // bytes in flight while its CTAs compute, and each split CTA recomputes the key head's q / k conv. Here CTAs are
 // persistent: CTA b owns key head kh = b mod Hqk and walks the rows n = b / Hqk + m R (R = gridDim.x / Hqk CTAs per
 // key head); for each row it forms the q / k conv once and then walks the key head's `group` value heads. Every
 // (row, value head) item's 128 x 128 state arrives through an S-stage shared-memory ring of TMA bulk copies (one
-// 4 KB block of rows per warp, completing on the stage's mbarrier), the direct_pipe kernel's ring
+// block of 16 rows per warp, 4 KB bf16 or 8 KB fp32, completing on the stage's mbarrier), the direct_pipe kernel's ring
 // (direct_pipe_kernel.cuh), so S items are in flight while one computes. One CTA owns a (row, key head), so the
 // in-place q / k conv-window update needs no cluster: nothing else reads that window during the call.
 //
+// The pool is bf16 or fp32 (the stage holds the rows as stored; elements widened where used, the update rounded once).
 // Per item (row n, value head h = kh group + j), fp32 math, y, o and out rounded to the activation dtype as the
 // engines do:
 //   y      = silu(bias + sum_j W[:, j] w_j)             conv over the window of the last Kc raw inputs (q, k at j = 0)
@@ -31,12 +32,18 @@
 
 namespace flashgdn::cuda::mixer {
 
-// kMixerPipeThreads = 256 threads (2 CTAs per SM at 128 registers), kMixerPipeStages = 3 stages of 32 KB (api/plan.hpp)
+// kMixerPipeThreads = 256 threads, kMixerPipeStages = 3 stages (api/plan.hpp): 3 x 32 KB of bf16 state, 2 CTAs per SM
+// (128 registers); 3 x 64 KB of fp32 state, 1 CTA per SM.
 inline constexpr int kPipeMaxHist = 3;   // Kc <= 4 (the plan sends larger windows to the clustered kernel)
 inline constexpr int kPipeMaxGroup = 8;  // value heads per key head
+template <class ST>
+constexpr int pipe_min_blocks() {
+  return sizeof(ST) == 2 ? 2 : 1;
+}
 
 template <class AT, class ST, int S>
-__global__ void __launch_bounds__(kMixerPipeThreads, 2) mixer_pipe_kernel(const __grid_constant__ MixerArgs p) {
+__global__ void __launch_bounds__(kMixerPipeThreads, pipe_min_blocks<ST>())
+    mixer_pipe_kernel(const __grid_constant__ MixerArgs p) {
   constexpr int NT = kMixerPipeThreads;
   using G = pipe::Geo<ST, kD, kD, NT>;
   constexpr int E = G::E, TPR = G::TPR, P = G::P, NW = G::NW, RPW = G::RPW, kRowBytes = G::kRowBytes;
