@@ -514,9 +514,11 @@ std::string describe(const RecurrentPlan& pl, const RecurrentDims& d) {
 // quarters, N = 8 23.2 against 28.4 / 28.8, N = 16 43.0 against 44.6 / 45.4; N = 32 and up halves win). Quarters
 // never win; they stay for exec.mixer_split.
 //
-// The pipe kernel takes large batches of single-token rows on a K-major pool, the memory-bound case where the clustered
-// kernel keeps no state bytes in flight while it computes: from N Hv >= 8 x the SM count (128-column tiles), the
-// direct_pipe kernel's threshold in the recurrent plan.
+// The pipe kernel takes single-token rows on a K-major pool once there is a (row, value head) state for every SM
+// (N Hv >= SMs): there the clustered kernel keeps no state bytes in flight while it computes and recomputes the q / k
+// conv per CTA. Measured (H100, Hqk = 16, Hv = 32, graph replay; clustered -> pipe): bf16 pool N = 8 18.2 -> 14.0 us,
+// N = 32 68.1 -> 37.1 us, N = 64 125 -> 65 us, N = 256 0.465 -> 0.233 ms; fp32 pool N = 8 24.7 -> 18.5 us, N = 64 147
+// -> 120 us, N = 256 0.528 -> 0.459 ms; at N = 1 (32 states) the clustered kernel wins, 9.2 against 10.6 us.
 namespace {
 // Why the pipe kernel cannot take a call ("" when it can).
 std::string mixer_pipe_misfit(const MixerDecodeParams& p, const MixerDims& d) {
@@ -550,11 +552,11 @@ Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const D
   MixerDecodePlan pl;
   pl.sms = std::max(dev.sms, 1);
   const int64_t tiles = d.N * d.Hv;  // (row, value head) states of 128 columns
-  if (kern == 2 || (kern == 0 && s == 0 && misfit.empty() && tiles >= 8 * int64_t(pl.sms))) {
+  if (kern == 2 || (kern == 0 && s == 0 && misfit.empty() && tiles >= int64_t(pl.sms))) {
     pl.pipe = true, pl.forced = kern == 2;
     pl.why = pl.forced ? std::string("exec.mixer_kernel = 2")
-                       : detail::str_cat("N Hv = ", tiles, " state tiles >= 8 per SM, one token per row on a K-major ",
-                                         "pool: memory-bound, the pipe kernel");
+                       : detail::str_cat("N Hv = ", tiles, " states >= one per SM, one token per row on a K-major ",
+                                         "pool: the pipe kernel");
     *out = std::move(pl);
     return Status::OK();
   }

@@ -238,7 +238,7 @@ TEST(CudaMixerDecode, PipeKernel) {
 // A Qwen3-Next batch large enough that each CTA walks several rows, and the plan's choice there.
 TEST(CudaMixerDecode, PipeKernelLargeBatch) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  MixerCase big = gpu_case(16, 32);  // 300 rows: the pipe on any part of up to 300 SMs
+  MixerCase big = gpu_case(16, 32);  // 300 rows: the plan picks the pipe
   big.pool = DType::bf16, big.B = 300, big.seed = 90;
   check_against_cpu(big);
   MixerCase big32 = big;
@@ -325,7 +325,8 @@ TEST(CudaMixerDecode, StepsBackToBackEqualSynchronizedSteps) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
 #if FLASHGDN_WITH_CUDA
   constexpr int kSteps = 8;
-  for (const int64_t B : {int64_t(1), int64_t(8), int64_t(64)}) {  // 64 rows on a bf16 pool: the pipe kernel
+  // B = 1: the clustered kernel; 8 (fp32 pool) and 64 (bf16 pool): the pipe kernel on 132 SMs
+  for (const int64_t B : {int64_t(1), int64_t(8), int64_t(64)}) {
     SCOPED_TRACE("B " + std::to_string(B));
     MixerCase c = gpu_case(16, 32);
     c.B = B;
