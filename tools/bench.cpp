@@ -52,6 +52,9 @@ const std::vector<CaseDef>& case_list() {
       {"mixer_n8", "mixer_decode T=1, N=8, fp32 pool"},
       {"mixer_n64", "mixer_decode T=1, N=64, fp32 pool"},
       {"mixer_n256", "mixer_decode T=1, N=256, fp32 pool"},
+      {"mixer_bf16_n8", "mixer_decode T=1, N=8, bf16 pool"},
+      {"mixer_bf16_n32", "mixer_decode T=1, N=32, bf16 pool"},
+      {"mixer_bf16_n64", "mixer_decode T=1, N=64, bf16 pool"},
       {"mixer_bf16_n256", "mixer_decode T=1, N=256, bf16 pool"},
       {"prefill_t32k_h16", "prefill bf16 B=1 T=32768 Hqk=Hv=16"},
       {"prefill_t128k_h32", "prefill bf16 B=1 T=131072 Hqk=Hv=32"},
@@ -488,6 +491,12 @@ BenchResult run_case(const std::string& name, int reps, const BenchOptions& opt)
     r = bench_mixer(64, DType::f32, reps, opt.exec);
   else if (name == "mixer_n256")
     r = bench_mixer(256, DType::f32, reps, opt.exec);
+  else if (name == "mixer_bf16_n8")
+    r = bench_mixer(8, DType::bf16, reps, opt.exec);
+  else if (name == "mixer_bf16_n32")
+    r = bench_mixer(32, DType::bf16, reps, opt.exec);
+  else if (name == "mixer_bf16_n64")
+    r = bench_mixer(64, DType::bf16, reps, opt.exec);
   else if (name == "mixer_bf16_n256")
     r = bench_mixer(256, DType::bf16, reps, opt.exec);
   else if (name == "prefill_t32k_h16")
@@ -655,6 +664,10 @@ Command add_bench(CLI::App& app) {
                   "the training backward's gradients pass: 1 mma.sync, 2 wgmma (exec.chunk_bwd_grads; 0 auto)")
       ->check(integer_in<int32_t>(0, 2))
       ->type_name("G");
+  sub->add_option("--mixer-kernel", opt->exec.mixer_kernel,
+                  "mixer_decode's kernel: 1 clustered, 2 pipe (exec.mixer_kernel; 0 auto)")
+      ->check(integer_in<int32_t>(0, 2))
+      ->type_name("M");
   return {sub, [opt] { return run_bench(*opt); }};
 }
 

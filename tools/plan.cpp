@@ -27,7 +27,8 @@ std::string plan_help() {
       "                  verify=0|1 (bf16 intermediate states, no commit), kernel=auto|persistent|direct|\n"
       "                  direct_pipe|wy|wy_mma (exec.recurrent_kernel), sms\n"
       "  mixer_decode keys: N T Hqk Hv (defaults 1 1 16 32; K = V = 128, Kc = 4, bf16 activations),\n"
-      "                  pool=f32|bf16, layout=k|v, split=0|1|2|4 (exec.mixer_split), sms\n");
+      "                  pool=f32|bf16, layout=k|v, split=0|1|2|4 (exec.mixer_split), kernel=0|1|2\n"
+      "                  (exec.mixer_kernel: auto, clustered, pipe), sms\n");
 }
 
 DType dtype_of(const std::string& s) {
@@ -127,6 +128,7 @@ int run_plan(const std::string& op, const std::vector<std::string>& params) {
     p.out = shape(DType::bf16, {N, T, Hv, V});
     p.num_k_heads = Hqk, p.head_k_dim = K;
     p.exec.mixer_split = int32_t(num("split", 0));
+    p.exec.mixer_kernel = int32_t(num("kernel", 0));
     st = mixer_decode_plan(p, &text, sms);
   } else {  // recurrent (CLI11 checked the name)
     const int64_t N = num("N", 1), T = num("T", 1), Hqk = num("Hqk", 16), Hv = num("Hv", 32);

@@ -21,7 +21,7 @@ _EXEC_FIELDS = tuple(_C.options_fields("exec"))  # the order the extension reads
 
 @contextlib.contextmanager
 def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_threads=0, chunk_fwd_segments=0,
-                 chunk_bwd_segments=0, mixer_split=0, chunk_bwd_chains=0, chunk_bwd_grads=0):
+                 chunk_bwd_segments=0, mixer_split=0, chunk_bwd_chains=0, chunk_bwd_grads=0, mixer_kernel=0):
     """Execution options of the calls inside the block (ExecOptions in flashgdn.hpp).
 
     check_indices validates device index tensors on the host (synchronizes: tests and debugging only);
@@ -30,14 +30,17 @@ def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_
     P > 1 about P segments per sequence; 0: the plan's choice); mixer_split forces the CUDA mixer_decode V split
     (1, 2 or 4 CTAs per value head; 0: the plan's choice); chunk_bwd_chains runs the training backward's two state
     chains one after the other (1) or both at once (2, K = V = 128; 0: the plan's choice); chunk_bwd_grads runs its
-    gradients pass on mma.sync (1) or wgmma (2, K = V = 128, bf16; 0: the plan's choice).
+    gradients pass on mma.sync (1) or wgmma (2, K = V = 128, bf16; 0: the plan's choice); mixer_kernel runs
+    mixer_decode on the clustered kernel (1) or the pipe kernel (2: one token per row, K-major bf16 or fp32 pool,
+    1-D slots, no intermediate states, Kc <= 4; 0: the plan's choice).
     A differentiable forward called inside the block keeps its options for its backward, wherever backward() runs
     (autograd runs CUDA backward on a thread of its own, which does not see this block).
     """
     given = dict(check_indices=bool(check_indices), cpu_fp64=bool(cpu_fp64), cpu_algo=_CPU_ALGOS[cpu_algo],
                  cpu_threads=int(cpu_threads), chunk_fwd_segments=int(chunk_fwd_segments),
                  chunk_bwd_segments=int(chunk_bwd_segments), mixer_split=int(mixer_split),
-                 chunk_bwd_chains=int(chunk_bwd_chains), chunk_bwd_grads=int(chunk_bwd_grads))
+                 chunk_bwd_chains=int(chunk_bwd_chains), chunk_bwd_grads=int(chunk_bwd_grads),
+                 mixer_kernel=int(mixer_kernel))
     token = _EXEC.set(tuple(given.get(name, 0) for name in _EXEC_FIELDS))  # fields not named here: 0 (auto)
     try:
         yield

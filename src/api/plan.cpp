@@ -514,8 +514,36 @@ std::string describe(const RecurrentPlan& pl, const RecurrentDims& d) {
 // per-token cluster exchange (H200, Hqk = 16, Hv = 32, fp32 pool: N = 1 10.3 us against 12.0 / 11.9 for halves /
 // quarters, N = 8 23.2 against 28.4 / 28.8, N = 16 43.0 against 44.6 / 45.4; N = 32 and up halves win). Quarters
 // never win; they stay for exec.mixer_split.
+//
+// The pipe kernel takes single-token rows on a K-major pool once there is a (row, value head) state for every SM
+// (N Hv >= SMs): there the clustered kernel keeps no state bytes in flight while it computes and recomputes the q / k
+// conv per CTA. Measured (H100, Hqk = 16, Hv = 32, graph replay; clustered -> pipe): bf16 pool N = 8 18.2 -> 14.0 us,
+// N = 32 68.1 -> 37.1 us, N = 64 125 -> 65 us, N = 256 0.465 -> 0.233 ms; fp32 pool N = 8 24.7 -> 18.5 us, N = 64 147
+// -> 120 us, N = 256 0.528 -> 0.459 ms; at N = 1 (32 states) the clustered kernel wins, 9.2 against 10.6 us.
+namespace {
+// Why the pipe kernel cannot take a call ("" when it can).
+std::string mixer_pipe_misfit(const MixerDecodeParams& p, const MixerDims& d) {
+  using detail::str_cat;
+  if (d.varlen || d.T != 1) return str_cat("one token per row (fixed T = 1, no cu_seqlens), got T = ", d.T);
+  if (p.state_pool.dtype != DType::bf16 && p.state_pool.dtype != DType::f32) return "a bf16 or fp32 state pool";
+  if (p.state_layout != StateLayout::k_major) return "a K-major state pool";
+  if (p.state_indices.defined() && p.state_indices.ndim != 1) return "1-D state_indices";
+  if (p.intermediate_states.defined() || p.intermediate_conv_windows.defined()) return "no intermediate states";
+  if (d.Kc > 4) return str_cat("Kc <= 4, got ", d.Kc);
+  return "";
+}
+}  // namespace
+
 Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const DeviceFacts& dev, MixerDecodePlan* out) {
   const int64_t group = d.Hqk > 0 ? d.Hv / d.Hqk : 1;
+  const int32_t kern = p.exec.mixer_kernel;
+  if (kern < 0 || kern > 2)
+    return FGDN_INVALID("mixer_decode: exec.mixer_kernel: expected 0 (auto), 1 (clustered) or 2 (pipe), got ", kern);
+  const std::string misfit = mixer_pipe_misfit(p, d);
+  if (kern == 2 && !misfit.empty())
+    return FGDN_ERROR(unsupported, "mixer_decode: exec.mixer_kernel = 2: the pipe kernel needs ", misfit);
+  if (kern == 2 && p.exec.mixer_split != 0)
+    return FGDN_INVALID("mixer_decode: exec.mixer_split applies to the clustered kernel, not exec.mixer_kernel = 2");
   const int32_t s = p.exec.mixer_split;
   if (s != 0 && s != 1 && s != 2 && s != 4)
     return FGDN_INVALID("mixer_decode: exec.mixer_split: expected 0 (auto), 1, 2 or 4, got ", s);
@@ -524,8 +552,17 @@ Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const D
                       " (one thread block cluster), got Hv / Hqk = ", group, ", split = ", s);
   MixerDecodePlan pl;
   pl.sms = std::max(dev.sms, 1);
-  pl.forced = s > 0;
-  if (pl.forced) {
+  const int64_t tiles = d.N * d.Hv;  // (row, value head) states of 128 columns
+  if (kern == 2 || (kern == 0 && s == 0 && misfit.empty() && tiles >= int64_t(pl.sms))) {
+    pl.pipe = true, pl.forced = kern == 2;
+    pl.why = pl.forced ? std::string("exec.mixer_kernel = 2")
+                       : detail::str_cat("N Hv = ", tiles, " states >= one per SM, one token per row on a K-major ",
+                                         "pool: the pipe kernel");
+    *out = std::move(pl);
+    return Status::OK();
+  }
+  pl.forced = s > 0 || kern == 1;
+  if (s > 0) {
     pl.split = s;
     pl.why = detail::str_cat("exec.mixer_split = ", s);
   } else {
@@ -552,6 +589,13 @@ std::string describe(const MixerDecodePlan& pl, const MixerDims& d) {
   const int threads = pl.split == 1 ? 256 : 128;
   std::string s = str_cat("mixer_decode on CUDA, ", pl.sms, " SMs: N = ", d.N, " rows, T = ", d.T, ", Hqk = ", d.Hqk,
                           ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, ", Kc = ", d.Kc, "\n");
+  if (pl.pipe) {
+    s += str_cat("  pipe kernel: persistent CTAs of ", kMixerPipeThreads, " threads, each a key head's rows (its ",
+                 group, " value heads in turn), ", kMixerPipeStages,
+                 "-stage ring of 128 x 128 states (bf16: 2 CTAs per SM, fp32: 1)\n");
+    s += str_cat("  why: ", pl.why, "\n");
+    return s;
+  }
   s += str_cat("  fused kernel: grid (", d.Hv * pl.split, ", ", d.N, "), ", threads, " threads, clusters of ",
                group * pl.split, " CTAs (", group, " value heads x ", pl.split, ")\n");
   s += str_cat("  V split: ", pl.split, " CTAs per (row, value head), ", d.V / pl.split, " state columns each (",

@@ -101,16 +101,24 @@ Status plan_recurrent(const RecurrentParams& p, const RecurrentDims& d, const De
 std::string describe(const RecurrentPlan& pl, const RecurrentDims& d);
 
 // ---- mixer_decode ---------------------------------------------------------------------------------------------
-// One kernel (docs/mixer_decode.md): the V columns of each value head split over `split` CTAs (1, 2 or 4) of one
-// thread block cluster with the other value heads of its key head, so group * split <= 8 (the portable cluster).
+// Two kernels (docs/mixer_decode.md): the clustered kernel, the V columns of each value head split over `split` CTAs
+// (1, 2 or 4) of one thread block cluster with the other value heads of its key head, so group * split <= 8 (the
+// portable cluster); and the pipe kernel, persistent CTAs that each own a key head and stream its rows' (row, value
+// head) states through a ring of TMA copies (one token per row, K-major bf16 or fp32 pool, 1-D slots, no
+// intermediate states, Kc <= 4).
 struct MixerDecodePlan {
   int32_t sms = 0;
-  int32_t split = 1;    // CTAs per (row, value head), each 128 / split state columns
-  bool forced = false;  // exec.mixer_split decided it
+  bool pipe = false;    // the pipe kernel (else the clustered kernel with `split`)
+  int32_t split = 1;    // clustered: CTAs per (row, value head), each 128 / split state columns
+  bool forced = false;  // exec.mixer_kernel or exec.mixer_split decided it
   std::string why;
 };
 
 inline constexpr int32_t kMixerMaxCluster = 8;  // CTAs of one cluster: (Hv / Hqk) * split
+// The pipe kernel's configuration: 256 threads per CTA, 3 ring stages (bf16: 32 KB each, 2 CTAs per SM; fp32: 64 KB,
+// 1 CTA per SM).
+inline constexpr int kMixerPipeThreads = 256;
+inline constexpr int kMixerPipeStages = 3;
 
 Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const DeviceFacts& dev, MixerDecodePlan* out);
 std::string describe(const MixerDecodePlan& pl, const MixerDims& d);

@@ -599,6 +599,7 @@ MixerDims mixer_dims(int64_t Hqk, int64_t Hv, int64_t N) {
 
 TEST(PlanMixerDecode, SplitByClusterAndBatch) {
   MixerDecodeParams p;
+  p.state_layout = StateLayout::v_major;  // the clustered kernel at every batch
   // (value heads per key head, N) -> split, Hqk = 16 on 132 SMs: group * split <= 8; halves once N Hv 2 >= 2 * 4 *
   // 132 = 1056 half-head CTAs, else one CTA per head.
   struct Want {
@@ -642,6 +643,66 @@ TEST(PlanMixerDecode, ForcedSplitIsHonouredOrRejected) {
   const Status st = plan_mixer_decode(p, mixer_dims(8, 32, 1), DeviceFacts{kH200Sms}, &pl);
   EXPECT_EQ(st.code(), StatusCode::unsupported);
   EXPECT_NE(st.message().find("Hv / Hqk = 4, split = 4"), std::string::npos) << st.message();
+}
+
+// The pipe kernel: single-token rows on a K-major bf16 or fp32 pool once N Hv >= the SM count; the clustered kernel
+// for everything it cannot take; exec.mixer_kernel forces either, and a forced pipe on a call it cannot take is
+// rejected with the requirement.
+TEST(PlanMixerDecode, PipeForLargeSingleTokenBatches) {
+  MixerDecodeParams p;
+  p.state_pool.dtype = DType::bf16;
+  MixerDecodePlan pl;
+  for (int64_t N : {int64_t(1), int64_t(4), int64_t(5), int64_t(256)}) {  // 132 / 32 = 4.1
+    ASSERT_TRUE(plan_mixer_decode(p, mixer_dims(16, 32, N), DeviceFacts{kH200Sms}, &pl).ok());
+    EXPECT_EQ(pl.pipe, N >= 5) << N << ": " << pl.why;
+    EXPECT_EQ(describe(pl, mixer_dims(16, 32, N)).find("pipe kernel") != std::string::npos, N >= 5);
+  }
+  MixerDims d = mixer_dims(16, 32, 256);
+  const auto misfit = [&](MixerDecodeParams q, const MixerDims& dd, const char* needs) {
+    MixerDecodePlan x;
+    ASSERT_TRUE(plan_mixer_decode(q, dd, DeviceFacts{kH200Sms}, &x).ok());
+    EXPECT_FALSE(x.pipe) << needs;
+    q.exec.mixer_kernel = 2;
+    const Status st = plan_mixer_decode(q, dd, DeviceFacts{kH200Sms}, &x);
+    EXPECT_EQ(st.code(), StatusCode::unsupported) << needs;
+    EXPECT_NE(st.message().find(needs), std::string::npos) << st.message();
+  };
+  MixerDecodeParams q = p;
+  q.state_pool.dtype = DType::f16;
+  misfit(q, d, "a bf16 or fp32 state pool");
+  q = p, q.state_pool.dtype = DType::f32;  // fp32 pools too
+  ASSERT_TRUE(plan_mixer_decode(q, d, DeviceFacts{kH200Sms}, &pl).ok());
+  EXPECT_TRUE(pl.pipe) << pl.why;
+  q = p, q.state_layout = StateLayout::v_major;
+  misfit(q, d, "a K-major state pool");
+  q = p, q.state_indices.ndim = 2, q.state_indices.data = &pl;  // defined, 2-D (the plan reads no element)
+  misfit(q, d, "1-D state_indices");
+  q = p, q.intermediate_states.ndim = 5, q.intermediate_states.data = &pl;
+  misfit(q, d, "no intermediate states");
+  MixerDims t = d;
+  t.T = 4;
+  misfit(p, t, "one token per row");
+  t = d, t.Kc = 5;
+  misfit(p, t, "Kc <= 4");
+  q = p, q.exec.mixer_kernel = 1;  // the clustered kernel forced
+  ASSERT_TRUE(plan_mixer_decode(q, d, DeviceFacts{kH200Sms}, &pl).ok());
+  EXPECT_FALSE(pl.pipe);
+  EXPECT_TRUE(pl.forced);
+  q = p, q.exec.mixer_kernel = 2;  // the pipe forced at N = 1
+  ASSERT_TRUE(plan_mixer_decode(q, mixer_dims(16, 32, 1), DeviceFacts{kH200Sms}, &pl).ok());
+  EXPECT_TRUE(pl.pipe && pl.forced);
+  q.exec.mixer_split = 2;
+  EXPECT_EQ(plan_mixer_decode(q, d, DeviceFacts{kH200Sms}, &pl).code(), StatusCode::invalid_argument);
+  q = p, q.exec.mixer_split = 2;  // a forced split is the clustered kernel's
+  ASSERT_TRUE(plan_mixer_decode(q, d, DeviceFacts{kH200Sms}, &pl).ok());
+  EXPECT_FALSE(pl.pipe);
+  EXPECT_EQ(pl.split, 2);
+  for (int32_t k : {-1, 3}) {
+    q = p, q.exec.mixer_kernel = k;
+    const Status st = plan_mixer_decode(q, d, DeviceFacts{kH200Sms}, &pl);
+    EXPECT_EQ(st.code(), StatusCode::invalid_argument) << k;
+    EXPECT_NE(st.message().find("exec.mixer_kernel"), std::string::npos) << st.message();
+  }
 }
 
 // ---- the printable plans through the public API (host tensors: validated as by the call) ------------------------

@@ -82,12 +82,13 @@ MixerCase gpu_case(int64_t Hqk, int64_t Hv) {
   return c;
 }
 
-// split: exec.mixer_split (0: the plan's choice).
-void check_against_cpu(const MixerCase& c, int32_t split = 0) {
+// split: exec.mixer_split, kernel: exec.mixer_kernel (0: the plan's choice).
+void check_against_cpu(const MixerCase& c, int32_t split = 0, int32_t kernel = 0) {
   MixerTensors gpu = make_mixer(c), cpu = make_mixer(c);
   {
     DevCase d(c, gpu);
     d.p.exec.mixer_split = split;
+    d.p.exec.mixer_kernel = kernel;
     const Status st = mixer_decode(d.p);
     ASSERT_TRUE(st.ok()) << st.message();
 #if FLASHGDN_WITH_CUDA
@@ -216,16 +217,77 @@ TEST(CudaMixerDecode, SplitsAgreeWithEachOther) {
   }
 }
 
+// The pipe kernel (exec.mixer_kernel = 2: one token per row, K-major bf16 or fp32 pool, 1-D slots): every GQA ratio and
+// conv width it takes, f16 activations, no conv bias, commit off (pool and conv state untouched); small enough for the
+// sanitizers.
+TEST(CudaMixerDecode, PipeKernel) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (DType pool : {DType::bf16, DType::f32})
+    for (int64_t r : {1, 2, 3, 4, 8}) {
+      MixerCase c = gpu_case(2, 2 * r);
+      c.pool = pool, c.B = 5, c.Kc = r == 3 ? 2 : (r == 8 ? 1 : 4), c.act = r == 4 ? DType::f16 : DType::bf16;
+      c.bias = r != 2, c.seed = uint64_t(80 + r);
+      SCOPED_TRACE(testing::Message() << "pool " << dtype_name(pool) << " r " << r);
+      check_against_cpu(c, 0, 2);
+    }
+  MixerCase nc = gpu_case(2, 4);
+  nc.pool = DType::bf16, nc.B = 4, nc.commit = false, nc.Kc = 3;
+  check_against_cpu(nc, 0, 2);
+}
+
+// A Qwen3-Next batch large enough that each CTA walks several rows, and the plan's choice there.
+TEST(CudaMixerDecode, PipeKernelLargeBatch) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  MixerCase big = gpu_case(16, 32);  // 300 rows: the plan picks the pipe
+  big.pool = DType::bf16, big.B = 300, big.seed = 90;
+  check_against_cpu(big);
+  MixerCase big32 = big;
+  big32.pool = DType::f32, big32.seed = 91;
+  check_against_cpu(big32);
+  MixerTensors m = make_mixer(big);
+  DevCase d(big, m);
+  std::string text;
+  ASSERT_TRUE(mixer_decode_plan(d.p, &text).ok());
+  EXPECT_NE(text.find("pipe kernel"), std::string::npos) << text;
+}
+
+// The pipe kernel and the clustered one sum over K and V in other orders: equal to within rounding, not bitwise.
+TEST(CudaMixerDecode, PipeAgreesWithClustered) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (DType pool : {DType::bf16, DType::f32}) {
+    MixerCase c = gpu_case(16, 32);
+    c.B = 40, c.pool = pool;
+    SCOPED_TRACE(dtype_name(pool));
+    std::vector<MixerTensors> res;
+    for (int32_t kernel : {1, 2}) {
+      res.push_back(make_mixer(c));
+      DevCase d(c, res.back());
+      d.p.exec.mixer_kernel = kernel;
+      ASSERT_TRUE(mixer_decode(d.p).ok());
+#if FLASHGDN_WITH_CUDA
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+#endif
+      d.back();
+    }
+    EXPECT_LE(rel_err(res[1].out, res[0].out), 5e-3);
+    EXPECT_LE(rel_err(res[1].pool, res[0].pool), pool == DType::f32 ? 1e-5 : 1e-2);
+    EXPECT_TRUE(res[1].conv_state.bit_equal(res[0].conv_state));
+  }
+}
+
 class CudaMixerDecodeSplit : public testing::TestWithParam<int32_t> {};
 
 TEST_P(CudaMixerDecodeSplit, GraphReplayEqualsEagerAndRepeatsAreBitwise) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
 #if FLASHGDN_WITH_CUDA
+  // no in-place update: every launch computes the same (the pipe kernel, -1: 64 rows on a bf16 pool, no intermediates)
+  const bool pipe = GetParam() < 0;
   MixerCase c = gpu_case(16, 32);
-  c.B = 8, c.commit = false, c.intermediates = true;  // no in-place update: every launch computes the same
+  c.B = pipe ? 64 : 8, c.commit = false, c.intermediates = !pipe, c.pool = pipe ? DType::bf16 : DType::f32;
   MixerTensors m = make_mixer(c);
   DevCase d(c, m);
-  d.p.exec.mixer_split = GetParam();
+  d.p.exec.mixer_split = pipe ? 0 : GetParam();
+  d.p.exec.mixer_kernel = pipe ? 2 : 0;
   ASSERT_TRUE(mixer_decode(d.p).ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   d.back();
@@ -253,7 +315,7 @@ TEST_P(CudaMixerDecodeSplit, GraphReplayEqualsEagerAndRepeatsAreBitwise) {
   cudaStreamDestroy(s);
 #endif
 }
-INSTANTIATE_TEST_SUITE_P(Splits, CudaMixerDecodeSplit, testing::Values(0, 1, 2, 4));
+INSTANTIATE_TEST_SUITE_P(Splits, CudaMixerDecodeSplit, testing::Values(0, 1, 2, 4, -1));
 
 // Steps back to back on one pool and conv state: the kernel is launched with programmatic dependent launch, so
 // step i + 1 may start while step i runs; its pdl_wait must order the conv state and pool reads after step i's
@@ -263,10 +325,12 @@ TEST(CudaMixerDecode, StepsBackToBackEqualSynchronizedSteps) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
 #if FLASHGDN_WITH_CUDA
   constexpr int kSteps = 8;
-  for (const int64_t B : {int64_t(1), int64_t(8)}) {
+  // B = 1: the clustered kernel; 8 (fp32 pool) and 64 (bf16 pool): the pipe kernel on 132 SMs
+  for (const int64_t B : {int64_t(1), int64_t(8), int64_t(64)}) {
     SCOPED_TRACE("B " + std::to_string(B));
     MixerCase c = gpu_case(16, 32);
     c.B = B;
+    if (B == 64) c.pool = DType::bf16;
     MixerTensors m = make_mixer(c);
     const HostTensor pool0 = m.pool, conv0 = m.conv_state;
     DevCase d(c, m);

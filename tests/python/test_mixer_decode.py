@@ -54,7 +54,7 @@ def reference_step(layer, h, conv_state, state):
     return x, z, a, b, out
 
 
-def run(device, dtype, r, steps=3, B=3, v_major=False):
+def run(device, dtype, r, steps=3, B=3, v_major=False, pool_dtype=None):
     layer = layer_of(r).to(device=device, dtype=dtype)
     C, Kc, HV = layer.conv_dim, layer.conv_kernel_size, layer.num_v_heads
     torch.manual_seed(7)
@@ -63,7 +63,7 @@ def run(device, dtype, r, steps=3, B=3, v_major=False):
     # flashgdn's copies: slot n + 1 holds row n (slot 0 is vLLM's null block); SGLang-style [slots, C, Kc - 1].
     conv_pool = torch.zeros(B + 1, C, Kc - 1, device=device, dtype=dtype)
     conv_pool[1:] = conv_ref[:, :, 1:]
-    pool = torch.zeros(B + 1, HV, 128, 128, device=device, dtype=torch.float32)
+    pool = torch.zeros(B + 1, HV, 128, 128, device=device, dtype=pool_dtype or torch.float32)
     pool[1:] = state_ref.transpose(-1, -2) if v_major else state_ref
     slots = torch.arange(1, B + 1, device=device, dtype=torch.int32)
     for step in range(steps):
@@ -100,6 +100,19 @@ def test_mixer_decode_matches_transformers_cuda(v_major, split):
             assert rel(got, want) < 2e-2, step
             assert torch.equal(conv, conv_want), step
             assert rel(st, st_want) < 1e-2, step
+
+
+@pytest.mark.skipif(not cuda_ok(), reason="needs a CUDA GPU and flashgdn built with CUDA")
+@pytest.mark.parametrize("pool", ["bfloat16", "float32"])
+def test_mixer_decode_pipe_kernel_matches_transformers_cuda(pool):
+    # exec.mixer_kernel=2: the pipe kernel (one token per row on a K-major pool); the reference keeps its state in
+    # fp32, a bf16 pool rounds every step
+    with flashgdn.exec_options(mixer_kernel=2):
+        for step, got, want, conv, conv_want, st, st_want in run("cuda", torch.bfloat16, 2,
+                                                                 pool_dtype=getattr(torch, pool)):
+            assert rel(got, want) < 2e-2, step
+            assert torch.equal(conv, conv_want), step
+            assert rel(st, st_want) < (2e-2 if pool == "bfloat16" else 1e-2), step
 
 
 @pytest.mark.skipif(not cuda_ok(), reason="needs a CUDA GPU and flashgdn built with CUDA")

@@ -1,5 +1,6 @@
 """Rewrites the CUDA chunk_bwd sources, the prefill's kernels, the recurrent wy kernels (wy_kernel.cuh and, where
-the branch has it, wy_mma_kernel.cuh) and the direct ones (direct_kernel.cuh, direct_pipe_kernel.cuh) for the host
+the branch has it, wy_mma_kernel.cuh), the direct ones (direct_kernel.cuh, direct_pipe_kernel.cuh) and mixer_decode's
+pipe kernel (mixer_pipe_kernel.cuh) for the host
 emulation (emu.hpp): kernel launches
 `k<<<grid, block, smem, stream>>>(args)` become `emu_launch(k, grid, block, args)`, the dynamic shared memory becomes
 one host buffer and the tensor-core products, ldmatrix, the cp.async copies (cuda/common/ptx.cuh), the warp
@@ -119,7 +120,8 @@ SOURCES = (("chunk_bwd/chunk_bwd_kernels.cuh", "chunk_bwd_kernels.cuh"), ("chunk
            ("chunk_fwd/chunk_fwd_state_wg.cuh", "chunk_fwd_state_wg.cuh"), ("chunk_fwd/chunk_fwd_state.cuh", "chunk_fwd_state.cuh"),
            ("chunk_fwd/chunk_fwd.cu", "chunk_fwd_host.inc"), ("recurrent/wy_kernel.cuh", "wy_kernel.cuh"),
            ("recurrent/wy_mma_kernel.cuh", "wy_mma_kernel.cuh"), ("recurrent/direct_kernel.cuh", "direct_kernel.cuh"),
-           ("recurrent/direct_pipe_kernel.cuh", "direct_pipe_kernel.cuh"))
+           ("recurrent/direct_pipe_kernel.cuh", "direct_pipe_kernel.cuh"),
+           ("mixer_decode/mixer_pipe_kernel.cuh", "mixer_pipe_kernel.cuh"))
 for name, out in SOURCES:
     if not os.path.exists(os.path.join(src, name)):
         continue

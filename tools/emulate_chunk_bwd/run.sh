@@ -2,8 +2,8 @@
 # Host emulation of the CUDA chunk_bwd kernels against the CPU oracle (no GPU needed; nvcc's headers are), of the
 # prefill's intra-chunk kernel against fp64 (intra_harness.cpp), of the whole prefill with its wgmma state pass
 # (wgmma, TMA, mbarriers: emu_sm90.hpp) or its mma.sync one and the segment split against the CPU oracle
-# (state_wg_harness.cpp), and of the recurrent wy kernels on multi-token rows against the CPU oracle
-# (recurrent_harness.cpp).
+# (state_wg_harness.cpp), of the recurrent wy kernels on multi-token rows against the CPU oracle
+# (recurrent_harness.cpp), and of mixer_decode's pipe kernel against the CPU op (mixer_harness.cpp).
 # Usage: bash tools/emulate_chunk_bwd/run.sh [--tsan] [build dir with a CPU libflashgdn_static.a, default build-cpu]
 #   [cases]
 # (cases: numbers 0-24 for chunk_bwd, i0-i4 for the intra-chunk kernel, w0-w28 for the prefill, default all; 7-9 and
@@ -46,7 +46,10 @@
 # with f16 activations, r28 a bf16 pool, K = 64, plain g / beta, r29 the benchmark's decode on N = 6, r30 r29 on a
 # strided pool (padded rows); not in the default list); rNp runs case N on the direct_pipe kernel,
 # direct_pipe_kernel.cuh (r23, r27-r30: K-major 16-bit pools; not in the default list; the case's o, pool bits are
-# printed: a bitwise-neutral change keeps them)). --tsan builds with ThreadSanitizer: it reports every pair of
+# printed: a bitwise-neutral change keeps them)); m0-m4 mixer_decode's pipe kernel (mixer_pipe_kernel.cuh; one token per
+# row, K-major pool): m0 GQA 2, Kc 4, a padded row, m1 f16, GQA 4, Kc 3, no conv bias, commit off, m2 MHA, 7 rows,
+# allow_neg_eigval, m3 rows on slots n (row 0 on the null slot), Kc 2, m4 GQA 8, Kc 1 (bf16 pools), m5, m6 m0, m1 on fp32
+# pools (mixer_harness.cpp). --tsan builds with ThreadSanitizer: it reports every pair of
 # shared-memory accesses of two emulated threads (or async units: wgmma, TMA) that no barrier, mbarrier phase or async
 # wait orders (and fails the case).
 # Under --tsan a w case takes 10-90 s of CPU on two cores, chunk_bwd's case 10 a few minutes, an r case under a
@@ -60,7 +63,7 @@ if [[ "${1:-}" == --tsan ]]; then
 fi
 lib="${1:-$root/build-cpu}/libflashgdn_static.a"
 shift || true
-cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 25 i0 i1 i2 i3 i4 w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 r0 r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 r11 r12 r13 r14 r15 r16 r17 r18 r19 r20 r31 r32 r33 r34 r35 r36}"
+cases="${*:-0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 25 i0 i1 i2 i3 i4 w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 r0 r1 r2 r3 r4 r5 r6 r7 r8 r9 r10 r11 r12 r13 r14 r15 r16 r17 r18 r19 r20 r31 r32 r33 r34 r35 r36 m0 m1 m2 m3 m4 m5 m6}"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 out="$(mktemp -d)"
 python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"
@@ -68,7 +71,7 @@ python3 "$root/tools/emulate_chunk_bwd/gen.py" "$root" "$out"
 # for the device headers
 need=()
 for c in $cases; do
-  case "$c" in i*) h=intra_harness ;; w*) h=state_wg_harness ;; r*) h=recurrent_harness ;; *) h=harness ;; esac
+  case "$c" in i*) h=intra_harness ;; w*) h=state_wg_harness ;; r*) h=recurrent_harness ;; m*) h=mixer_harness ;; *) h=harness ;; esac
   [[ " ${need[*]} " == *" $h "* ]] || need+=("$h")
 done
 for h in "${need[@]}"; do
@@ -80,6 +83,8 @@ status=0
 for c in $cases; do
   if [[ "$c" == i* ]]; then
     "$out/intra_harness" "${c#i}" || status=1
+  elif [[ "$c" == m* ]]; then
+    "$out/mixer_harness" "${c#m}" || status=1
   elif [[ "$c" == w* ]]; then
     "$out/state_wg_harness" "${c#w}" || status=1
   elif [[ "$c" == r*d ]]; then
