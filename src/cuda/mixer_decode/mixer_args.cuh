@@ -73,6 +73,25 @@ __device__ __forceinline__ float silu(float u) {
   return u / (1.f + expf(-u));
 }
 
+// The l2norm factors of a token's q and k from its conv outputs y (q at [0, 128), k at [128, 256)), every warp for
+// itself (no barrier) over the lanes' 4-element slices: q^ = rq q, k^ = rk k with rq = scale / |q|, rk = 1 / |k|,
+// |x| = sqrt(sum x^2 + 1e-6), and qk = q^ . k^.
+struct QkNorm {
+  float rq, rk, qk;
+};
+__device__ __forceinline__ QkNorm qk_norm(const float* y, float scale) {
+  const int lane = threadIdx.x & 31;
+  float ssq = 0.f, ssk = 0.f, sqk = 0.f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float qv = y[4 * lane + e], kv = y[kD + 4 * lane + e];
+    ssq = fmaf(qv, qv, ssq), ssk = fmaf(kv, kv, ssk), sqk = fmaf(qv, kv, sqk);
+  }
+  ssq = lane_sum<1, 32>(ssq), ssk = lane_sum<1, 32>(ssk), sqk = lane_sum<1, 32>(sqk);
+  const float rq = scale * rsqrtf(ssq + 1e-6f), rk = rsqrtf(ssk + 1e-6f);
+  return QkNorm{rq, rk, sqk * rq * rk};
+}
+
 inline void copy_strides(int64_t* dst, const TensorView& t) {
   for (int i = 0; i < t.ndim; ++i) dst[i] = t.strides[i];
 }

@@ -297,16 +297,7 @@ __global__ void __launch_bounds__(Cfg<SPLIT>::kThreads, Cfg<SPLIT>::kMinBlocks)
       }
     }
     __syncthreads();
-    // l2norms, every warp for itself (no barrier): |q|^2, |k|^2 and q.k over the lanes' 4-element slices.
-    float ssq = 0.f, ssk = 0.f, sqk = 0.f;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float qv = ys[4 * lane + e], kv = ys[kD + 4 * lane + e];
-      ssq = fmaf(qv, qv, ssq), ssk = fmaf(kv, kv, ssk), sqk = fmaf(qv, kv, sqk);
-    }
-    ssq = lane_sum<1, 32>(ssq), ssk = lane_sum<1, 32>(ssk), sqk = lane_sum<1, 32>(sqk);
-    const float rq = p.scale * rsqrtf(ssq + 1e-6f), rk = rsqrtf(ssk + 1e-6f);
-    const float qk = sqk * rq * rk;  // q^ . k^
+    const auto [rq, rk, qk] = qk_norm(ys, p.scale);  // q^ = rq q, k^ = rk k, q^ . k^
     const float alpha = gates[0], beta = gates[1];
     const float* vs = ys + 2 * kD;  // v of the CTA's columns
 

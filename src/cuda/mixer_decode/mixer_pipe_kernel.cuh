@@ -201,17 +201,8 @@ __global__ void __launch_bounds__(kMixerPipeThreads, pipe_min_blocks<ST>())
         const float vb = p.conv_bias.data ? p.conv_bias.widen(cur.vb) : 0.f;
         s_y[2 * kD + tid] = conv(cur.wv, cur.xv, vtw, from_bits1(p.conv_w_dt, cur.vtx), vb, cur.slot, v_ch(h));
       }
-      __syncthreads();  // q, k, v visible
-      // l2norms, every warp for itself: |q|^2, |k|^2 and q.k over the lanes' 4-element slices
-      float ssq = 0.f, ssk = 0.f, sqk = 0.f;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float qv = s_y[4 * lane + e], kv = s_y[kD + 4 * lane + e];
-        ssq = fmaf(qv, qv, ssq), ssk = fmaf(kv, kv, ssk), sqk = fmaf(qv, kv, sqk);
-      }
-      ssq = lane_sum<1, 32>(ssq), ssk = lane_sum<1, 32>(ssk), sqk = lane_sum<1, 32>(sqk);
-      const float rq = p.scale * rsqrtf(ssq + 1e-6f), rk = rsqrtf(ssk + 1e-6f);
-      const float qk = sqk * rq * rk;  // q^ . k^
+      __syncthreads();                                  // q, k, v visible
+      const auto [rq, rk, qk] = qk_norm(s_y, p.scale);  // q^ = rq q, k^ = rk k, q^ . k^
       const float alpha =
           expf(gate_from_factor(from_bits1(p.a_dt, cur.a), s_gpar[j][0], s_gpar[j][1], p.sp_beta, p.sp_thr));
       const float beta = beta_from_raw(from_bits1(p.b_dt, cur.b), p.allow_neg);
