@@ -521,16 +521,16 @@ std::string describe(const RecurrentPlan& pl, const RecurrentDims& d) {
 // N = 32 68.1 -> 37.1 us, N = 64 125 -> 65 us, N = 256 0.465 -> 0.233 ms; fp32 pool N = 8 24.7 -> 18.5 us, N = 64 147
 // -> 120 us, N = 256 0.528 -> 0.459 ms; at N = 1 (32 states) the clustered kernel wins, 9.2 against 10.6 us.
 namespace {
-// Why the pipe kernel cannot take a call ("" when it can).
-std::string mixer_pipe_misfit(const MixerDecodeParams& p, const MixerDims& d) {
-  using detail::str_cat;
-  if (d.varlen || d.T != 1) return str_cat("one token per row (fixed T = 1, no cu_seqlens), got T = ", d.T);
+// What the pipe kernel needs that a call lacks (null when it can take the call): a constant, so that planning a
+// call formats no text unless the pipe is forced onto a call it cannot take.
+const char* mixer_pipe_misfit(const MixerDecodeParams& p, const MixerDims& d) {
+  if (d.varlen || d.T != 1) return "one token per row (fixed T = 1, no cu_seqlens)";
   if (p.state_pool.dtype != DType::bf16 && p.state_pool.dtype != DType::f32) return "a bf16 or fp32 state pool";
   if (p.state_layout != StateLayout::k_major) return "a K-major state pool";
   if (p.state_indices.defined() && p.state_indices.ndim != 1) return "1-D state_indices";
   if (p.intermediate_states.defined() || p.intermediate_conv_windows.defined()) return "no intermediate states";
-  if (d.Kc > 4) return str_cat("Kc <= 4, got ", d.Kc);
-  return "";
+  if (d.Kc > 4) return "Kc <= 4";
+  return nullptr;
 }
 }  // namespace
 
@@ -539,9 +539,10 @@ Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const D
   const int32_t kern = p.exec.mixer_kernel;
   if (kern < 0 || kern > 2)
     return FGDN_INVALID("mixer_decode: exec.mixer_kernel: expected 0 (auto), 1 (clustered) or 2 (pipe), got ", kern);
-  const std::string misfit = mixer_pipe_misfit(p, d);
-  if (kern == 2 && !misfit.empty())
-    return FGDN_ERROR(unsupported, "mixer_decode: exec.mixer_kernel = 2: the pipe kernel needs ", misfit);
+  const char* misfit = mixer_pipe_misfit(p, d);
+  if (kern == 2 && misfit)
+    return FGDN_ERROR(unsupported, "mixer_decode: exec.mixer_kernel = 2: the pipe kernel needs ", misfit, " (T = ", d.T,
+                      ", Kc = ", d.Kc, ")");
   if (kern == 2 && p.exec.mixer_split != 0)
     return FGDN_INVALID("mixer_decode: exec.mixer_split applies to the clustered kernel, not exec.mixer_kernel = 2");
   const int32_t s = p.exec.mixer_split;
@@ -553,7 +554,7 @@ Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const D
   MixerDecodePlan pl;
   pl.sms = std::max(dev.sms, 1);
   const int64_t tiles = d.N * d.Hv;  // (row, value head) states of 128 columns
-  if (kern == 2 || (kern == 0 && s == 0 && misfit.empty() && tiles >= int64_t(pl.sms))) {
+  if (kern == 2 || (kern == 0 && s == 0 && !misfit && tiles >= int64_t(pl.sms))) {
     pl.pipe = true, pl.forced = kern == 2;
     pl.why = pl.forced ? std::string("exec.mixer_kernel = 2")
                        : detail::str_cat("N Hv = ", tiles, " states >= one per SM, one token per row on a K-major ",

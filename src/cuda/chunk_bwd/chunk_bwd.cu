@@ -130,7 +130,6 @@ __global__ void __launch_bounds__(256) chunk_bwd_qk_kernel(const ChunkBwdArgs a)
     l2norm_backward4<LPR>(gq, xq);
     l2norm_backward4<LPR>(gk, xk);
   }
-
   if (!valid) return;
   store4(a.dq, io, int64_t(b) * a.dq_sb + int64_t(t) * a.dq_st + int64_t(hk) * a.dq_sh + c, gq);
   store4(a.dk, io, int64_t(b) * a.dk_sb + int64_t(t) * a.dk_st + int64_t(hk) * a.dk_sh + c, gk);

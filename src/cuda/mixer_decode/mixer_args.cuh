@@ -66,7 +66,7 @@ struct MixerArgs {
 };
 
 __device__ __forceinline__ bool slot_ok(const MixerArgs& p, int64_t s) {
-  return s >= 0 && s < p.slots && !(p.null_slot_invalid && s == 0);
+  return cuda::slot_ok(s, p.slots, p.null_slot_invalid);
 }
 
 __device__ __forceinline__ float silu(float u) {
@@ -74,22 +74,21 @@ __device__ __forceinline__ float silu(float u) {
 }
 
 // The l2norm factors of a token's q and k from its conv outputs y (q at [0, 128), k at [128, 256)), every warp for
-// itself (no barrier) over the lanes' 4-element slices: q^ = rq q, k^ = rk k with rq = scale / |q|, rk = 1 / |k|,
-// |x| = sqrt(sum x^2 + 1e-6), and qk = q^ . k^.
+// itself (no barrier) over the lanes' 4-element slices: q^ = rq q, k^ = rk k (qk_norm_factors, device_util.cuh), and
+// qk = q^ . k^ from the raw dot product.
 struct QkNorm {
   float rq, rk, qk;
 };
 __device__ __forceinline__ QkNorm qk_norm(const float* y, float scale) {
   const int lane = threadIdx.x & 31;
-  float ssq = 0.f, ssk = 0.f, sqk = 0.f;
+  float q[4], k[4], sqk = 0.f;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float qv = y[4 * lane + e], kv = y[kD + 4 * lane + e];
-    ssq = fmaf(qv, qv, ssq), ssk = fmaf(kv, kv, ssk), sqk = fmaf(qv, kv, sqk);
-  }
-  ssq = lane_sum<1, 32>(ssq), ssk = lane_sum<1, 32>(ssk), sqk = lane_sum<1, 32>(sqk);
-  const float rq = scale * rsqrtf(ssq + 1e-6f), rk = rsqrtf(ssk + 1e-6f);
-  return QkNorm{rq, rk, sqk * rq * rk};
+  for (int e = 0; e < 4; ++e) q[e] = y[4 * lane + e], k[e] = y[kD + 4 * lane + e], sqk = fmaf(q[e], k[e], sqk);
+  sqk = lane_sum<1, 32>(sqk);
+  QkNorm r;
+  qk_norm_factors(q, k, scale, true, &r.rq, &r.rk);
+  r.qk = sqk * r.rq * r.rk;
+  return r;
 }
 
 inline void copy_strides(int64_t* dst, const TensorView& t) {
