@@ -49,9 +49,14 @@ const std::vector<CaseDef>& case_list() {
       {"verify_t12_n1", "verify T=12, N=1, fp32 pool read, bf16 intermediate states, no commit"},
       {"verify_t12_n256", "verify T=12, N=256, fp32 pool read, bf16 intermediate states, no commit"},
       {"mixer_n1", "mixer_decode T=1, N=1, Qwen3-Next (Hqk=16 Hv=32 K=V=128, Kc=4), bf16, fp32 pool"},
+      {"mixer_n2", "mixer_decode T=1, N=2, fp32 pool"},
+      {"mixer_n4", "mixer_decode T=1, N=4, fp32 pool"},
       {"mixer_n8", "mixer_decode T=1, N=8, fp32 pool"},
       {"mixer_n64", "mixer_decode T=1, N=64, fp32 pool"},
       {"mixer_n256", "mixer_decode T=1, N=256, fp32 pool"},
+      {"mixer_bf16_n1", "mixer_decode T=1, N=1, bf16 pool"},
+      {"mixer_bf16_n2", "mixer_decode T=1, N=2, bf16 pool"},
+      {"mixer_bf16_n4", "mixer_decode T=1, N=4, bf16 pool"},
       {"mixer_bf16_n8", "mixer_decode T=1, N=8, bf16 pool"},
       {"mixer_bf16_n32", "mixer_decode T=1, N=32, bf16 pool"},
       {"mixer_bf16_n64", "mixer_decode T=1, N=64, bf16 pool"},
@@ -485,12 +490,22 @@ BenchResult run_case(const std::string& name, int reps, const BenchOptions& opt)
     r = rec(256, 12, DType::f32, true);
   else if (name == "mixer_n1")
     r = bench_mixer(1, DType::f32, reps, opt.exec);
+  else if (name == "mixer_n2")
+    r = bench_mixer(2, DType::f32, reps, opt.exec);
+  else if (name == "mixer_n4")
+    r = bench_mixer(4, DType::f32, reps, opt.exec);
   else if (name == "mixer_n8")
     r = bench_mixer(8, DType::f32, reps, opt.exec);
   else if (name == "mixer_n64")
     r = bench_mixer(64, DType::f32, reps, opt.exec);
   else if (name == "mixer_n256")
     r = bench_mixer(256, DType::f32, reps, opt.exec);
+  else if (name == "mixer_bf16_n1")
+    r = bench_mixer(1, DType::bf16, reps, opt.exec);
+  else if (name == "mixer_bf16_n2")
+    r = bench_mixer(2, DType::bf16, reps, opt.exec);
+  else if (name == "mixer_bf16_n4")
+    r = bench_mixer(4, DType::bf16, reps, opt.exec);
   else if (name == "mixer_bf16_n8")
     r = bench_mixer(8, DType::bf16, reps, opt.exec);
   else if (name == "mixer_bf16_n32")
