@@ -519,7 +519,8 @@ std::string describe(const RecurrentPlan& pl, const RecurrentDims& d) {
 // (N Hv >= SMs): there the clustered kernel keeps no state bytes in flight while it computes and recomputes the q / k
 // conv per CTA. Measured (H100, Hqk = 16, Hv = 32, graph replay; clustered -> pipe): bf16 pool N = 8 18.2 -> 14.0 us,
 // N = 32 68.1 -> 37.1 us, N = 64 125 -> 65 us, N = 256 0.465 -> 0.233 ms; fp32 pool N = 8 24.7 -> 18.5 us, N = 64 147
-// -> 120 us, N = 256 0.528 -> 0.459 ms; at N = 1 (32 states) the clustered kernel wins, 9.2 against 10.6 us.
+// -> 120 us, N = 256 0.528 -> 0.459 ms. Below one state per SM the clustered kernel wins or levels: bf16 pool N = 1,
+// 2, 4 8.1 / 8.7 / 10.0 against 10.6 / 10.9 / 12.0 us, fp32 pool 9.4 / 10.3 / 13.5 against 10.6 / 11.5 / 13.3 us.
 namespace {
 // What the pipe kernel needs that a call lacks (null when it can take the call): a constant, so that planning a
 // call formats no text unless the pipe is forced onto a call it cannot take.

@@ -22,9 +22,10 @@
 // Threads: conv channel tid of q (tid < 128) or k (tid >= 128) and v channel tid (tid < 128); state rows
 // r0 P .. r0 P + P - 1 and columns E c .. E c + E - 1 (r0 = tid / TPR, c = tid % TPR, pipe::Geo); output column tid.
 // Each next item's activations, windows, taps and gates are loaded one item ahead (registers), its slot with them.
-// Barriers per item: after the stage wait (the previous item's shared memory is free), after the conv, after the
-// cross-warp reduction, after the norm's sum. An invalid slot (< 0, >= slots, 0 with null_slot_is_invalid) writes
-// exact zeros to the item's outputs and nothing else; commit = false writes neither the pool nor the conv state.
+// Barriers per item: after the stage wait (the previous item's shared memory is free; the previous item's s_o and s_rho
+// visible, so its output goes out here), after the conv, after the cross-warp reduction. An invalid slot (< 0, >=
+// slots, 0 with null_slot_is_invalid) writes exact zeros to the item's outputs and nothing else; commit = false writes
+// neither the pool nor the conv state.
 #pragma once
 
 #include "cuda/mixer_decode/mixer_args.cuh"
@@ -177,13 +178,20 @@ __global__ void __launch_bounds__(kMixerPipeThreads, pipe_min_blocks<ST>())
   }
 
   AT* out = static_cast<AT*>(p.out);
+  // The item's gated RMSNorm output goes out after the next item's first barrier, which also orders s_o / s_rho
+  // before it (the next item rewrites them only after its third barrier).
+  int64_t prev_off = -1;  // out offset of the item whose output is pending (-1: none)
+  AT prev_z = Act::from(0.f);
   int buf = 0;
   uint32_t parity = 0;  // bit s: the parity of the next phase of s_full[s]
 #pragma unroll 1
   for (uint32_t i = 0; item_n(i) < p.N; ++i) {
     mbar::wait(&s_full[buf], (parity >> buf) & 1u);  // this item's rows have landed
     parity ^= 1u << buf;
-    __syncthreads();  // every thread is done with the previous item's s_y (v), s_red, s_o, s_rho; s_gpar visible
+    __syncthreads();  // every thread is done with the previous item's s_y (v), s_red; its s_o, s_rho and s_gpar visible
+    if (prev_off >= 0 && tid < kD)  // the previous item's out = o rsqrt(mean(o^2) + eps) w silu(z)
+      out[prev_off + tid * p.out_s[3]] = Act::from(s_o[tid] * s_rho * nw * silu(Act::to(prev_z)));
+    prev_off = -1;
     const In nxt = load_in(i + 1);
     const int64_t n = item_n(i);
     const int j = int(i % unsigned(group)), h = kh * group + j;
@@ -279,13 +287,15 @@ __global__ void __launch_bounds__(kMixerPipeThreads, pipe_min_blocks<ST>())
           }
         }
       }
-      __syncthreads();  // s_o, s_rho visible
-      if (tid < kD)     // out = o rsqrt(mean(o^2) + eps) w silu(z)
-        out[o_off + tid * p.out_s[3]] = Act::from(s_o[tid] * s_rho * nw * silu(Act::to(cur.z)));
+      prev_off = o_off, prev_z = cur.z;  // out goes out after the next item's first barrier
     }
     nslot = slot_of(i + S + 1);
     cur = nxt;
     buf = buf + 1 == S ? 0 : buf + 1;
+  }
+  if (prev_off >= 0) {  // the last item's output
+    __syncthreads();
+    if (tid < kD) out[prev_off + tid * p.out_s[3]] = Act::from(s_o[tid] * s_rho * nw * silu(Act::to(prev_z)));
   }
   // No copy outlives the CTA: every item it staged is one it walked (items past the end stage nothing).
 }
