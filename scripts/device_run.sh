@@ -3,7 +3,11 @@
 # side-by-side peer benchmark. Logs and tables go to $OUT (the logs bundled in $OUT/logs.tar.gz, the summary tables
 # as separate files).
 # usage: scripts/device_run.sh [stage...]   stages: build gputest sanitize demo bench python mixer train side
-# (default: all); `pyinstall` installs the package without running pytest (for the Python benchmarks alone).
+# (default: all); `pyinstall` installs the package without running pytest. The build puts the Python extension in
+# the tree too, and the mixer / train / side stages import that one, so they need no pip install.
+# The header-only build dependencies the image lacks travel as .deb in the git-ignored .deps/ (on this machine:
+# `mkdir .deps && cd .deps && apt-get download libcli11-dev nlohmann-json3-dev libdlpack-dev googletest libgtest-dev`),
+# the peers in .peers/ (`bash ../shared/tools/pack_peers.sh .peers`); a run names both in `carry`.
 # Peers: the packs of the git-ignored .peers/ (FLA 0.6.0 wheels, FlashQLA 0.1.3 site) are unpacked to /tmp/fla and
 # /tmp/qla. FLA 0.6 routes its chunk ops to FlashQLA whenever flash_qla is importable, so each peer runs in its own
 # process (PYTHONPATH=/tmp/fla or /tmp/qla), flashgdn beside it.
@@ -31,7 +35,9 @@ if has build; then
     for f in "$deps"/*.deb; do dpkg -x "$f" /; done
   fi
   t0=$(date +%s)
-  cmake -S . -B "${BUILD_DIR:-build-dev}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHGDN_WITH_CUDA=ON >"$LOG/configure.log" 2>&1 &&
+  # The Python extension too, in tree (python/flashgdn/_C*.so): the Python stages use it without a pip install.
+  cmake -S . -B "${BUILD_DIR:-build-dev}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHGDN_WITH_CUDA=ON \
+    -DFLASHGDN_BUILD_PYTHON=ON >"$LOG/configure.log" 2>&1 &&
     cmake --build "${BUILD_DIR:-build-dev}" -j 16 >"$LOG/build.log" 2>&1
   rc=$?
   echo "build rc=$rc in $(( $(date +%s) - t0 )) s" | tee -a "$summary"
@@ -39,11 +45,23 @@ if has build; then
   [ $rc -ne 0 ] && { tail -50 "$LOG/build.log"; tar czf "$OUT/logs.tar.gz" -C "$OUT" logs; exit 1; }
 fi
 B=${BUILD_DIR:-build-dev}
+# The package the Python stages import: the in-tree build when there is one (ahead of a pip-installed copy).
+PYP=""
+ls python/flashgdn/_C*.so >/dev/null 2>&1 && PYP="$PWD/python:"
 
 if has gputest; then
   step gpu tests
-  $B/flashgdn_gpu_tests --gtest_brief=1 >"$LOG/gpu_tests.log" 2>&1
-  echo "gpu tests rc=$? : $(grep -E '^\[  (PASSED|FAILED)' "$LOG/gpu_tests.log" | tr '\n' ' ')" | tee -a "$summary"
+  # GPU_TEST_SHARDS gtest shards at once (default 4): the suite's time is mostly its host-side fp64 references and
+  # input generation (410 s in one process on an H100), which the shards spread over the machine's cores.
+  shards=${GPU_TEST_SHARDS:-4} t0=$(date +%s)
+  for ((i = 0; i < shards; ++i)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i $B/flashgdn_gpu_tests --gtest_brief=1 >"$LOG/gpu_tests.$i.log" 2>&1 &
+  done
+  rc=0
+  for job in $(jobs -p); do wait "$job" || rc=1; done
+  cat "$LOG"/gpu_tests.*.log >"$LOG/gpu_tests.log"
+  passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$LOG/gpu_tests.log" | awk '{s += $1} END {print s + 0}')
+  echo "gpu tests rc=$rc : ${passed:-0} passed in $shards shards, $(( $(date +%s) - t0 )) s" | tee -a "$summary"
   grep -E "^\[  FAILED|Failure|error" "$LOG/gpu_tests.log" | head -30 | tee -a "$summary"
   $B/flashgdn_cpu_tests --gtest_brief=1 >"$LOG/cpu_tests.log" 2>&1
   echo "cpu tests rc=$?" | tee -a "$summary"
@@ -133,12 +151,18 @@ if has bench; then
   sed -n '/^copy /p;/^| case/,$p' "$LOG/bench.log" | tee "$OUT/bench.md" >>"$summary"
 fi
 
-if has python || has pyinstall; then
-  step python package
-  if ls .peers/fla/*.whl >/dev/null 2>&1; then
+# The peers, unpacked once per machine (FLA's wheels to /tmp/fla, FlashQLA's site to /tmp/qla).
+if has python || has mixer || has train || has side; then
+  if ls .peers/fla/*.whl >/dev/null 2>&1 && [ ! -d /tmp/fla/fla ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fla .peers/fla/*.whl >"$LOG/peers.log" 2>&1
   fi
-  if [ -f .peers/flashqla-site.tar.xz ]; then mkdir -p /tmp/qla && tar -C /tmp/qla -xJf .peers/flashqla-site.tar.xz; fi
+  if [ -f .peers/flashqla-site.tar.xz ] && [ ! -d /tmp/qla/flash_qla ]; then
+    mkdir -p /tmp/qla && tar -C /tmp/qla -xJf .peers/flashqla-site.tar.xz
+  fi
+fi
+
+if has python || has pyinstall; then
+  step python package
   t0=$(date +%s)
   python3 -m pip install --no-build-isolation --no-deps -v . >"$LOG/pip_install.log" 2>&1
   echo "pip install rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$summary"
@@ -165,7 +189,7 @@ fi
 if has mixer; then
   # the plan's V split, then each split forced (MIXER_SPLITS= for the plan's alone)
   step mixer decode benchmark
-  (cd /tmp && PYTHONPATH=/tmp/fla PYTHONUNBUFFERED=1 timeout ${MIXER_TIMEOUT:-360} python3 "$OLDPWD/bench/mixer_decode.py" \
+  (cd /tmp && PYTHONPATH=$PYP/tmp/fla PYTHONUNBUFFERED=1 timeout ${MIXER_TIMEOUT:-360} python3 "$OLDPWD/bench/mixer_decode.py" \
     --splits "${MIXER_SPLITS-1,2,4}" --out "$LOG/mixer.json" >"$LOG/mixer.log" 2>&1)
   echo "mixer rc=$?" | tee -a "$summary"
   grep -E "^copy|^\|" "$LOG/mixer.log" >>"$summary"
@@ -173,7 +197,7 @@ fi
 
 if has train; then
   step training step benchmark
-  (cd /tmp && PYTHONPATH=/tmp/qla PYTHONUNBUFFERED=1 timeout ${TRAIN_TIMEOUT:-300} python3 "$OLDPWD/bench/train_step.py" \
+  (cd /tmp && PYTHONPATH=$PYP/tmp/qla PYTHONUNBUFFERED=1 timeout ${TRAIN_TIMEOUT:-500} python3 "$OLDPWD/bench/train_step.py" \
     --shapes ${TRAIN_SHAPES:-8k,32k,4x8k} --out "$LOG/train.json" >"$LOG/train.log" 2>&1)
   echo "train rc=$?" | tee -a "$summary"
   grep -E "^\||not available" "$LOG/train.log" >>"$summary"
@@ -183,7 +207,7 @@ if has side; then
   step side-by-side benchmark
   for peer in ${SIDE_PEERS:-flashqla fla}; do
     site=/tmp/qla; [ "$peer" = fla ] && site=/tmp/fla
-    (cd /tmp && PYTHONPATH=$site PYTHONUNBUFFERED=1 timeout ${SIDE_TIMEOUT:-400} python3 "$OLDPWD/bench/side_by_side.py" \
+    (cd /tmp && PYTHONPATH=$PYP$site PYTHONUNBUFFERED=1 timeout ${SIDE_TIMEOUT:-400} python3 "$OLDPWD/bench/side_by_side.py" \
       --peers "$peer" --out "$LOG/side-$peer" ${SIDE_ARGS:-} >"$LOG/side_by_side-$peer.log" 2>&1)
     echo "side_by_side ($peer) rc=$?" | tee -a "$summary"
     [ -f "$LOG/side-$peer/results.md" ] && cat "$LOG/side-$peer/results.md" >>"$summary"
