@@ -171,17 +171,16 @@ class Bench:
         one = time.perf_counter() - t0
         reps = int(min(100, max(5, self.target_s / max(one, 1e-6))))
         # Each replay timed on its own and the median taken (as `flashgdn bench` does): a mean over back-to-back
-        # replays also counts whatever one slow replay costs.
-        times = []
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for _ in range(reps):
+        # replays also counts whatever one slow replay costs. All are enqueued before the first is waited for, so a
+        # replay's events hold no host launch gap (which otherwise counts whole where one replay is one call).
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        for s, e in ev:
             s.record()
             graph.replay()
             e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / len(calls))
+        self.sync()
         del graph
-        return statistics.median(times)
+        return statistics.median(s.elapsed_time(e) / len(calls) for s, e in ev)
 
     # ceilings -------------------------------------------------------------------------------------------------
     def measure_ceilings(self):
