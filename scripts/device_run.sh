@@ -55,7 +55,7 @@ if has gputest; then
   # input generation (410 s in one process on an H100), which the shards spread over the machine's cores.
   shards=${GPU_TEST_SHARDS:-4} t0=$(date +%s)
   for ((i = 0; i < shards; ++i)); do
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i $B/flashgdn_gpu_tests --gtest_brief=1 >"$LOG/gpu_tests.$i.log" 2>&1 &
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i $B/flashgdn_gpu_tests >"$LOG/gpu_tests.$i.log" 2>&1 &
   done
   rc=0
   for job in $(jobs -p); do wait "$job" || rc=1; done
@@ -63,6 +63,8 @@ if has gputest; then
   passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$LOG/gpu_tests.log" | awk '{s += $1} END {print s + 0}')
   echo "gpu tests rc=$rc : ${passed:-0} passed in $shards shards, $(( $(date +%s) - t0 )) s" | tee -a "$summary"
   grep -E "^\[  FAILED|Failure|error" "$LOG/gpu_tests.log" | head -30 | tee -a "$summary"
+  echo "slowest: $(sed -nE 's/^\[       OK \] ([^ ]+) \(([0-9]+) ms\)$/\2 \1/p' "$LOG/gpu_tests.log" | sort -rn | head -6 |
+    awk '{printf "%s%s %.1f s", (NR > 1 ? ", " : ""), $2, $1 / 1000}')" | tee -a "$summary"
   $B/flashgdn_cpu_tests --gtest_brief=1 >"$LOG/cpu_tests.log" 2>&1
   echo "cpu tests rc=$?" | tee -a "$summary"
   $B/flashgdn_api_tests --gtest_brief=1 >"$LOG/api_tests.log" 2>&1
