@@ -986,10 +986,14 @@ Status validate(const MixerDecodeParams& p, MixerDims* d) {
   if (Hv % Hqk != 0)
     return FGDN_INVALID(c.op, ": z: expected Hv (z.shape[2]) a multiple of num_k_heads = ", Hqk,
                         " (each key head serves Hv / Hqk value heads), got Hv = ", Hv);
-  // Hv V <= numel(z) < 2^31 (check_tensors), and Hqk, K <= C < 2^31 below, so the sum fits in int64.
-  if (Hqk > C || K > C || C != 2 * Hqk * K + Hv * V)
+  // An empty x or z (B = 0 or T = 0) bounds neither C nor Hv V by its element count, so the channel count is formed
+  // with checked products: 2 Hqk K fits (Hqk, K < 2^31), Hv V and the sum may not.
+  int64_t want = 0, hv_v = 0;
+  const bool over = __builtin_mul_overflow(Hv, V, &hv_v) || __builtin_add_overflow(2 * Hqk * K, hv_v, &want);
+  if (over || C != want)
     return FGDN_INVALID(c.op, ": x: expected C = 2 Hqk K + Hv V = 2 * ", Hqk, " * ", K, " + ", Hv, " * ", V, " = ",
-                        2 * Hqk * K + Hv * V, " channels [q | k | v], got C = ", C);
+                        over ? std::string("(past 2^63 - 1)") : std::to_string(want),
+                        " channels [q | k | v], got C = ", C);
   FGDN_RETURN_IF_ERROR(require(c, "a", p.a, "[B, T, Hv] (raw decay input)"));
   FGDN_RETURN_IF_ERROR(require(c, "b", p.b, "[B, T, Hv] (raw beta input)"));
   FGDN_RETURN_IF_ERROR(require(c, "A_log", p.A_log, "[Hv]"));

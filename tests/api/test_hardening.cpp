@@ -193,6 +193,21 @@ TEST(Hardening, SequenceHeadProductPastInt64Rejected) {
   expect_invalid(s.bwd(&cu), {"chunk_bwd: cu_seqlens:", "N * Hv"});
 }
 
+// mixer_decode's channel count C = 2 Hqk K + Hv V on an empty batch: z = [0, 1, 1, 2^63 - 1] made Hv V + 16
+// overflow (a fuzzer input).
+TEST(Hardening, MixerChannelCountPastInt64Rejected) {
+  EmptyBuf x({0, 1, 16}), z({0, 1, 1, kI64Max});
+  flashgdn_mixer_decode_params p;
+  flashgdn_mixer_decode_params_init(&p);
+  p.x = &x.t, p.z = &z.t, p.num_k_heads = 1, p.head_k_dim = 8;
+  expect_invalid(flashgdn_mixer_decode(&p, nullptr),
+                 {"mixer_decode: x: expected C = 2 Hqk K + Hv V", "(past 2^63 - 1)"});
+  EmptyBuf z2({0, 1, int64_t(1) << 32, int64_t(1) << 32});  // Hv V = 2^64: its compact strides already overflow
+  p.z = &z2.t;
+  expect_invalid(flashgdn_mixer_decode(&p, nullptr), {"mixer_decode: z:", "2^63 - 1"});
+  EXPECT_TRUE(x.untouched() && z.untouched() && z2.untouched());
+}
+
 TEST(Hardening, CommitOnEmptyPoolWithHugeHeadsRejected) {
   CommitCase c;
   EmptyBuf pool({0, int64_t(1) << 40, 8, 8}), inter({0, 2, int64_t(1) << 40, 8, 8});
