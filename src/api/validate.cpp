@@ -1024,9 +1024,11 @@ Status validate(const MixerDecodeParams& p, MixerDims* d) {
   // The recurrence: recurrent's rules (pool, indices, intermediates, gate options, cu_seqlens, aliasing).
   MixerDims dims;
   FGDN_RETURN_IF_ERROR(validate(mixer_recurrent_view(p), static_cast<RecurrentDims*>(&dims)));
-  if (dims.T_max > 0 && L < Kc - 2 + dims.T_max)
-    return FGDN_INVALID(c.op, ": conv_state: expected L >= Kc - 2 + T_max = ", Kc - 2 + dims.T_max,
-                        " positions with 2-D state_indices (token t of a row is kept at Kc - 2 + t), got ",
+  // L >= Kc - 2 + T_max, compared as T_max > L - (Kc - 2): an empty batch leaves T_max (state_indices.shape[1])
+  // unbounded, and the sum could overflow.
+  if (dims.T_max > 0 && dims.T_max > L - (Kc - 2))
+    return FGDN_INVALID(c.op, ": conv_state: expected L >= Kc - 2 + T_max (Kc = ", Kc, ", T_max = ", dims.T_max,
+                        ") positions with 2-D state_indices (token t of a row is kept at Kc - 2 + t), got ",
                         shape_str(p.conv_state));
   if (L < Kc - 1)
     return FGDN_INVALID(c.op, ": conv_state: expected L >= Kc - 1 = ", Kc - 1, " positions (the conv window), got ",

@@ -4,6 +4,8 @@
 // leaves both states untouched, sentinel rows write zeros and nothing else.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "mixer_test_util.hpp"
 
 namespace flashgdn::test {
@@ -167,6 +169,20 @@ TEST(CpuMixerDecode, RejectsBadArguments) {
   st = mixer_decode(p);
   EXPECT_FALSE(st.ok());
   EXPECT_TRUE(m.out.bit_equal(out0));  // rejected calls write nothing
+}
+
+// An empty batch bounds no size of its empty tensors: 2-D state_indices [0, 2^63 - 1] (T_max) must be rejected
+// against the conv state's L without forming Kc - 2 + T_max (a signed overflow).
+TEST(CpuMixerDecode, EmptyBatchWithHugeTmaxRejected) {
+  MixerCase c;
+  c.B = 0, c.spec = 2;
+  MixerTensors m = make_mixer(c);
+  MixerDecodeParams p = mixer_params(c, m);
+  ASSERT_TRUE(mixer_decode(p).ok());  // the empty batch as made: nothing to do
+  p.state_indices.shape[1] = std::numeric_limits<int64_t>::max();
+  const Status st = mixer_decode(p);
+  EXPECT_EQ(st.code(), StatusCode::invalid_argument) << st.message();
+  EXPECT_NE(st.message().find("conv_state: expected L >= Kc - 2 + T_max"), std::string::npos) << st.message();
 }
 
 }  // namespace
