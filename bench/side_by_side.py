@@ -140,6 +140,24 @@ class Bench:
         e.synchronize()
         return s.elapsed_time(e) / reps
 
+    def profile(self, call):
+        """One eager call's kernel split (torch.profiler: device time per kernel, the costliest --kernels of them)
+        and the memory it allocates (peak during the call less what was allocated before: its outputs, workspace
+        and temporaries)."""
+        torch = self.torch
+        self.sync()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            out = call()
+            self.sync()
+        peak = torch.cuda.max_memory_allocated() - before
+        del out
+        ks = sorted(((e.key, e.device_time_total / 1e3, e.count) for e in prof.key_averages()
+                     if e.device_time_total > 0), key=lambda k: -k[1])
+        return dict(kernels=[dict(name=n[:120], ms=ms, count=cnt) for n, ms, cnt in ks[:self.args.kernels]],
+                    kernel_ms=sum(k[1] for k in ks), call_MB=peak / 2**20)
+
     def time_graph(self, calls):
         """Per-call ms of a CUDA graph that runs every call of `calls` (each on its own input copy) once."""
         torch = self.torch
@@ -265,6 +283,8 @@ class Bench:
                             out[1].shape == ref_out[1].shape:
                         row["err_state"] = _rel(out[1], ref_out[1])
                 row["eager_ms"] = self.time_eager(call)
+                if self.args.kernels and DEV == "cuda":
+                    row.update(self.profile(call))
             except Exception as e:  # noqa: BLE001 - a failing implementation is a result, not a crash
                 row.update(status=_status_of(e), note=_short(e))
                 _recover(torch)
@@ -665,6 +685,20 @@ def render_markdown(meta, ceilings, rows):
                  f"{_fmt(r.get('eager_ms'), '{:.4f}')} | {_fmt(r.get('TBps'), '{:.2f}')} | "
                  f"{_fmt(r.get('pct_copy'), '{:.0f}')} | {_fmt(r.get('TFLOPs'), '{:.1f}')} | "
                  f"{_fmt(r.get('pct_gemm'), '{:.0f}')} | {sp} | {err} | {note} |")
+    prof = [r for r in rows if r.get("kernels")]
+    if prof:
+        L.append("")
+        L.append("## Kernel split of one eager call (torch.profiler; --kernels)")
+        L.append("")
+        L.append("`call MB`: memory the call allocates (its outputs, workspace and temporaries: the peak during the "
+                 "call less what was allocated before). `kernels ms`: the device time of every kernel of the call.")
+        L.append("")
+        L.append("| case | impl | call MB | kernels ms | costliest kernels (ms, launches) |")
+        L.append("|---|---|---|---|---|")
+        for r in prof:
+            ks = "; ".join(f"{k['name']} {k['ms']:.4f} ({k['count']}x)" for k in r["kernels"])
+            L.append(f"| {r['case']} | {r['impl']} | {_fmt(r.get('call_MB'), '{:.1f}')} | "
+                     f"{_fmt(r.get('kernel_ms'), '{:.4f}')} | {ks.replace('|', '/')} |")
     L.append("")
     L.append("## Host overhead per eager decode call (N=1, Hqk=16, Hv=32, K=V=128)")
     L.append("")
@@ -744,6 +778,9 @@ def main():
                     help="g per token: logsigmoid(N(0, 1)) (fast decay), or FlashQLA's own benchmark gates "
                          "(that divided by 16, every fourth value head at g = 0)")
     ap.add_argument("--no-first-call", action="store_true", help="skip the fresh-process first-call runs")
+    ap.add_argument("--kernels", type=int, default=0, metavar="N",
+                    help="profile one eager call of every case and implementation: the N costliest kernels and the "
+                         "memory the call allocates (CUDA only)")
     ap.add_argument("--peers-compiled", action="store_true",
                     help="the peers' kernels are compiled already (their JIT caches warmed by another process): "
                          "start every case whatever budget is left, instead of reserving time for a compile")
