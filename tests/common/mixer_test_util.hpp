@@ -95,7 +95,8 @@ inline MixerTensors make_mixer(const MixerCase& c) {
   }
   m.conv_state = rnd(c.act, {c.num_slots(), C, c.conv_len()}, 1.0);
   const int64_t i0 = c.layout == StateLayout::k_major ? c.K : c.V, i1 = c.layout == StateLayout::k_major ? c.V : c.K;
-  m.pool = rnd(c.pool, {c.num_slots(), Hv, i0, i1}, 0.3);
+  m.pool = HostTensor(c.pool, {c.num_slots(), Hv, i0, i1});
+  fill_pool_values(m.pool, r, 0.3);  // the last draw of r: no other tensor's values depend on how the pool's are made
   const int64_t cols = c.spec > 0 ? 1 + c.spec : 0;
   m.si = cols ? HostTensor(DType::i32, {N, cols}) : HostTensor(DType::i32, {N});
   for (int64_t n = 0; n < N; ++n) {

@@ -87,6 +87,22 @@ struct Rng {
   int64_t integer(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); }
 };
 
+// Fills t with scale * x, x of mean 0 and variance 1: the Irwin-Hall sum of four 16-bit uniforms (|x| <= 2 sqrt 3)
+// from a counter hash seeded by one draw of rng. For the large state pools of the GPU suites, where a
+// std::normal_distribution draw per element took seconds per case (1.5e8 elements for 300 rows of Qwen3-Next).
+inline void fill_pool_values(HostTensor& t, Rng& rng, double scale) {
+  const uint64_t seed = rng.gen();
+  const double f = scale * std::sqrt(3.0) / 65536.0;  // (sum of four (u + 1/2) - 2^17) * sqrt(3) / 2^16
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    uint64_t z = seed + uint64_t(i + 1) * 0x9E3779B97F4A7C15ull;  // splitmix64
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const double u = double(z & 0xFFFF) + double((z >> 16) & 0xFFFF) + double((z >> 32) & 0xFFFF) + double(z >> 48);
+    t.set(i, f * (u + 2.0 - 131072.0));
+  }
+}
+
 // Repetitions of a determinism loop: n, or FLASHGDN_TEST_REPEATS when set (scripts/device_run.sh sets it under
 // compute-sanitizer, where one launch takes seconds and a repeat checks no code a first launch did not).
 inline int test_repeats(int n) {

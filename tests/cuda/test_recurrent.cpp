@@ -194,7 +194,7 @@ Inputs make(const Spec& s) {
     const int64_t cols = s.T_max > 0 ? s.T_max : 1;
     const int64_t slots = N * cols + s.extra_slots;
     in.pool = HostTensor(s.pool_dt, {slots, s.Hv, R, C});
-    for (int64_t i = 0; i < in.pool.numel(); ++i) in.pool.set(i, 0.1 * rng.normal());  // non-symmetric
+    fill_pool_values(in.pool, rng, 0.1);  // non-symmetric; the last draw of rng (h0 is the other branch)
     // Distinct slots in reverse order, never slot 0 unless an override asks for it.
     if (s.T_max > 0) {
       in.si = HostTensor(s.idx_dt, {N, s.T_max});
