@@ -555,35 +555,46 @@ Status plan_mixer_decode(const MixerDecodeParams& p, const MixerDims& d, const D
   MixerDecodePlan pl;
   pl.sms = std::max(dev.sms, 1);
   const int64_t tiles = d.N * d.Hv;  // (row, value head) states of 128 columns
+  using Why = MixerDecodePlan::Why;
   if (kern == 2 || (kern == 0 && s == 0 && !misfit && tiles >= int64_t(pl.sms))) {
     pl.pipe = true, pl.forced = kern == 2;
-    pl.why = pl.forced ? std::string("exec.mixer_kernel = 2")
-                       : detail::str_cat("N Hv = ", tiles, " states >= one per SM, one token per row on a K-major ",
-                                         "pool: the pipe kernel");
-    *out = std::move(pl);
-    return Status::OK();
-  }
-  pl.forced = s > 0 || kern == 1;
-  if (s > 0) {
-    pl.split = s;
-    pl.why = detail::str_cat("exec.mixer_split = ", s);
+    pl.why = pl.forced ? Why::pipe_forced : Why::pipe_batch;
+  } else if (s > 0) {
+    pl.forced = true, pl.split = s, pl.why = Why::split_forced;
   } else {
-    const int64_t halves = d.N * d.Hv * 2;
-    if (group * 2 <= kMixerMaxCluster && halves >= 2 * 4 * int64_t(pl.sms)) {
-      pl.split = 2;
-      pl.why = detail::str_cat("N Hv 2 = ", halves, " half-head CTAs >= 2 waves of 4 per SM: memory-bound, halves");
-    } else {
-      pl.split = 1;
-      pl.why = group * 2 <= kMixerMaxCluster
-                   ? detail::str_cat("N Hv 2 = ", halves, " half-head CTAs < 2 waves of 4 per SM: latency-bound, ",
-                                     "one CTA per head")
-                   : detail::str_cat("(Hv / Hqk) * 2 = ", group * 2, " CTAs would exceed a cluster of ",
-                                     kMixerMaxCluster, ": one CTA per head");
-    }
+    pl.forced = kern == 1;
+    const bool fits = group * 2 <= kMixerMaxCluster;
+    pl.split = fits && d.N * d.Hv * 2 >= 2 * 4 * int64_t(pl.sms) ? 2 : 1;
+    pl.why = !fits ? Why::cluster : pl.split == 2 ? Why::halves : Why::latency;
   }
-  *out = std::move(pl);
+  *out = pl;
   return Status::OK();
 }
+
+namespace {
+std::string mixer_why(const MixerDecodePlan& pl, const MixerDims& d) {
+  using detail::str_cat;
+  using Why = MixerDecodePlan::Why;
+  const int64_t group = d.Hqk > 0 ? d.Hv / d.Hqk : 1, halves = d.N * d.Hv * 2;
+  switch (pl.why) {
+    case Why::pipe_forced:
+      return "exec.mixer_kernel = 2";
+    case Why::pipe_batch:
+      return str_cat("N Hv = ", d.N * d.Hv, " states >= one per SM, one token per row on a K-major pool: the pipe ",
+                     "kernel");
+    case Why::split_forced:
+      return str_cat("exec.mixer_split = ", pl.split);
+    case Why::halves:
+      return str_cat("N Hv 2 = ", halves, " half-head CTAs >= 2 waves of 4 per SM: memory-bound, halves");
+    case Why::latency:
+      return str_cat("N Hv 2 = ", halves, " half-head CTAs < 2 waves of 4 per SM: latency-bound, one CTA per head");
+    case Why::cluster:
+      return str_cat("(Hv / Hqk) * 2 = ", group * 2, " CTAs would exceed a cluster of ", kMixerMaxCluster,
+                     ": one CTA per head");
+  }
+  return "";
+}
+}  // namespace
 
 std::string describe(const MixerDecodePlan& pl, const MixerDims& d) {
   using detail::str_cat;
@@ -595,13 +606,13 @@ std::string describe(const MixerDecodePlan& pl, const MixerDims& d) {
     s += str_cat("  pipe kernel: persistent CTAs of ", kMixerPipeThreads, " threads, each a key head's rows (its ",
                  group, " value heads in turn), ", kMixerPipeStages,
                  "-stage ring of 128 x 128 states (bf16: 2 CTAs per SM, fp32: 1)\n");
-    s += str_cat("  why: ", pl.why, "\n");
+    s += str_cat("  why: ", mixer_why(pl, d), "\n");
     return s;
   }
   s += str_cat("  fused kernel: grid (", d.Hv * pl.split, ", ", d.N, "), ", threads, " threads, clusters of ",
                group * pl.split, " CTAs (", group, " value heads x ", pl.split, ")\n");
   s += str_cat("  V split: ", pl.split, " CTAs per (row, value head), ", d.V / pl.split, " state columns each (",
-               pl.why, ")\n");
+               mixer_why(pl, d), ")\n");
   return s;
 }
 

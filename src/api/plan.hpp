@@ -107,11 +107,14 @@ std::string describe(const RecurrentPlan& pl, const RecurrentDims& d);
 // head) states through a ring of TMA copies (one token per row, K-major bf16 or fp32 pool, 1-D slots, no
 // intermediate states, Kc <= 4).
 struct MixerDecodePlan {
+  // Why the plan chose as it did: describe() words it with the call's numbers, so that planning a call (every decode
+  // step) formats no text.
+  enum class Why : uint8_t { pipe_forced, pipe_batch, split_forced, halves, latency, cluster };
   int32_t sms = 0;
   bool pipe = false;    // the pipe kernel (else the clustered kernel with `split`)
   int32_t split = 1;    // clustered: CTAs per (row, value head), each 128 / split state columns
   bool forced = false;  // exec.mixer_kernel or exec.mixer_split decided it
-  std::string why;
+  Why why = Why::latency;
 };
 
 inline constexpr int32_t kMixerMaxCluster = 8;  // CTAs of one cluster: (Hv / Hqk) * split

@@ -611,14 +611,15 @@ TEST(PlanMixerDecode, SplitByClusterAndBatch) {
                                   {4, 256, 2}, {5, 1, 1},  {5, 256, 1}, {8, 1, 1}, {8, 256, 1}};
   for (const Want& w : want) {
     MixerDecodePlan pl;
-    ASSERT_TRUE(plan_mixer_decode(p, mixer_dims(16, 16 * w.group, w.N), DeviceFacts{kH200Sms}, &pl).ok());
-    EXPECT_EQ(pl.split, w.split) << "group " << w.group << " N " << w.N << ": " << pl.why;
+    const MixerDims d = mixer_dims(16, 16 * w.group, w.N);
+    ASSERT_TRUE(plan_mixer_decode(p, d, DeviceFacts{kH200Sms}, &pl).ok());
+    EXPECT_EQ(pl.split, w.split) << "group " << w.group << " N " << w.N << ": " << describe(pl, d);
     EXPECT_FALSE(pl.forced);
     EXPECT_LE(w.group * pl.split, kMixerMaxCluster);
   }
   MixerDecodePlan pl;  // fewer SMs: the same batch is large sooner
   ASSERT_TRUE(plan_mixer_decode(p, mixer_dims(16, 32, 8), DeviceFacts{16}, &pl).ok());
-  EXPECT_EQ(pl.split, 2) << pl.why;
+  EXPECT_EQ(pl.split, 2) << describe(pl, mixer_dims(16, 32, 8));
 }
 
 TEST(PlanMixerDecode, ForcedSplitIsHonouredOrRejected) {
@@ -654,7 +655,7 @@ TEST(PlanMixerDecode, PipeForLargeSingleTokenBatches) {
   MixerDecodePlan pl;
   for (int64_t N : {int64_t(1), int64_t(4), int64_t(5), int64_t(256)}) {  // 132 / 32 = 4.1
     ASSERT_TRUE(plan_mixer_decode(p, mixer_dims(16, 32, N), DeviceFacts{kH200Sms}, &pl).ok());
-    EXPECT_EQ(pl.pipe, N >= 5) << N << ": " << pl.why;
+    EXPECT_EQ(pl.pipe, N >= 5) << N << ": " << describe(pl, mixer_dims(16, 32, N));
     EXPECT_EQ(describe(pl, mixer_dims(16, 32, N)).find("pipe kernel") != std::string::npos, N >= 5);
   }
   MixerDims d = mixer_dims(16, 32, 256);
@@ -672,7 +673,7 @@ TEST(PlanMixerDecode, PipeForLargeSingleTokenBatches) {
   misfit(q, d, "a bf16 or fp32 state pool");
   q = p, q.state_pool.dtype = DType::f32;  // fp32 pools too
   ASSERT_TRUE(plan_mixer_decode(q, d, DeviceFacts{kH200Sms}, &pl).ok());
-  EXPECT_TRUE(pl.pipe) << pl.why;
+  EXPECT_TRUE(pl.pipe) << describe(pl, d);
   q = p, q.state_layout = StateLayout::v_major;
   misfit(q, d, "a K-major state pool");
   q = p, q.state_indices.ndim = 2, q.state_indices.data = &pl;  // defined, 2-D (the plan reads no element)
