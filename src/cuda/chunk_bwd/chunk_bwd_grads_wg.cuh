@@ -434,8 +434,8 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       float(&q32)[32] = reinterpret_cast<float(&)[32]>(dq);
       float(&k32)[32] = reinterpret_cast<float(&)[32]>(dk);
       float(&t32)[32] = reinterpret_cast<float(&)[32]>(tq);
-      wg::pin(
-          k32);  // dK^T = kbt dKbar^T of phase 1, formed before the fence (in the walk ptxas sank it into the group)
+      // dK^T = kbt dKbar^T of phase 1, formed before the fence (in the walk ptxas sank it into the group)
+      wg::pin(k32);
       wg::fence();
 #pragma unroll
       for (int kc = 0; kc < 4; ++kc) wg::mma_rs_n64<true>(q32, kt[kc], wg::desc_at(r_l, 8192 + kc * 32), kc > 0);
