@@ -82,20 +82,23 @@ MixerCase gpu_case(int64_t Hqk, int64_t Hv) {
   return c;
 }
 
-// split: exec.mixer_split, kernel: exec.mixer_kernel (0: the plan's choice).
+// One call on case c's tensors m, copied to the device and back; split: exec.mixer_split, kernel: exec.mixer_kernel
+// (0: the plan's choice).
+void run_on_device(const MixerCase& c, MixerTensors& m, int32_t split, int32_t kernel) {
+  DevCase d(c, m);
+  d.p.exec.mixer_split = split;
+  d.p.exec.mixer_kernel = kernel;
+  const Status st = mixer_decode(d.p);
+  ASSERT_TRUE(st.ok()) << st.message();
+#if FLASHGDN_WITH_CUDA
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+#endif
+  d.back();
+}
+
 void check_against_cpu(const MixerCase& c, int32_t split = 0, int32_t kernel = 0) {
   MixerTensors gpu = make_mixer(c), cpu = make_mixer(c);
-  {
-    DevCase d(c, gpu);
-    d.p.exec.mixer_split = split;
-    d.p.exec.mixer_kernel = kernel;
-    const Status st = mixer_decode(d.p);
-    ASSERT_TRUE(st.ok()) << st.message();
-#if FLASHGDN_WITH_CUDA
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-#endif
-    d.back();
-  }
+  ASSERT_NO_FATAL_FAILURE(run_on_device(c, gpu, split, kernel));
   MixerDecodeParams p = mixer_params(c, cpu);
   p.exec.cpu_fp64 = true;
   ASSERT_TRUE(mixer_decode(p).ok());
@@ -202,13 +205,7 @@ TEST(CudaMixerDecode, SplitsAgreeWithEachOther) {
   std::vector<MixerTensors> res;
   for (int32_t split : {1, 2, 4}) {
     res.push_back(make_mixer(c));
-    DevCase d(c, res.back());
-    d.p.exec.mixer_split = split;
-    ASSERT_TRUE(mixer_decode(d.p).ok());
-#if FLASHGDN_WITH_CUDA
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-#endif
-    d.back();
+    ASSERT_NO_FATAL_FAILURE(run_on_device(c, res.back(), split, 0));
   }
   for (size_t i = 1; i < res.size(); ++i) {
     EXPECT_LE(rel_err(res[i].out, res[0].out), 5e-3);
@@ -261,13 +258,7 @@ TEST(CudaMixerDecode, PipeAgreesWithClustered) {
     std::vector<MixerTensors> res;
     for (int32_t kernel : {1, 2}) {
       res.push_back(make_mixer(c));
-      DevCase d(c, res.back());
-      d.p.exec.mixer_kernel = kernel;
-      ASSERT_TRUE(mixer_decode(d.p).ok());
-#if FLASHGDN_WITH_CUDA
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-#endif
-      d.back();
+      ASSERT_NO_FATAL_FAILURE(run_on_device(c, res.back(), 0, kernel));
     }
     EXPECT_LE(rel_err(res[1].out, res[0].out), 5e-3);
     EXPECT_LE(rel_err(res[1].pool, res[0].pool), pool == DType::f32 ? 1e-5 : 1e-2);
