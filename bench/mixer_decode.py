@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 import flashgdn
+from graph_timing import capture, replay_ms
 
 HQK, HV, K, V, KC = 16, 32, 128, 128, 4
 C = 2 * HQK * K + HV * V
@@ -63,28 +64,10 @@ def copy_tbps():
 
 def graph_us(calls, reps=30):
     """Median per-call microseconds of a CUDA graph running every call once."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for c in calls:
-            c()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c in calls:
-            c()
+    g = capture(torch, calls)
     g.replay()
     torch.cuda.synchronize()
-    # every replay between its own events, all enqueued before the first is waited for, so that a replay's time
-    # holds no host launch gap (which otherwise counts whole where one replay is one call)
-    ev = [(torch.cuda.Event(True), torch.cuda.Event(True)) for _ in range(reps)]
-    for s, e in ev:
-        s.record()
-        g.replay()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1e3 / len(calls) for s, e in ev)
+    return statistics.median(t * 1e3 / len(calls) for t in replay_ms(torch, g, reps))
 
 
 class Fla:

@@ -23,6 +23,8 @@ import sys
 import time
 import traceback
 
+from graph_timing import capture, replay_ms
+
 os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")  # FLA's Triton autotune: reuse across processes
 
 L2_BYTES = 60 * 2**20  # H200 L2 (about 60 MB): graph replays rotate over inputs at least twice that
@@ -163,18 +165,8 @@ class Bench:
         torch = self.torch
         if DEV != "cuda":
             raise RuntimeError("CUDA graphs need a GPU")
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for c in calls:
-                c()
-        torch.cuda.current_stream().wait_stream(side)
-        self.sync()
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
-                for c in calls:
-                    c()
+            graph = capture(torch, calls)
         except Exception:
             try:
                 self.sync()
@@ -191,14 +183,9 @@ class Bench:
         # Each replay timed on its own and the median taken (as `flashgdn bench` does): a mean over back-to-back
         # replays also counts whatever one slow replay costs. All are enqueued before the first is waited for, so a
         # replay's events hold no host launch gap (which otherwise counts whole where one replay is one call).
-        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-        for s, e in ev:
-            s.record()
-            graph.replay()
-            e.record()
-        self.sync()
+        times = replay_ms(torch, graph, reps)
         del graph
-        return statistics.median(s.elapsed_time(e) / len(calls) for s, e in ev)
+        return statistics.median(t / len(calls) for t in times)
 
     # ceilings -------------------------------------------------------------------------------------------------
     def measure_ceilings(self):
