@@ -158,7 +158,7 @@ double time_graph(int rotations, int reps, const std::function<void(int, cudaStr
   // Every replay between its own pair of events, all enqueued before the first is waited for: while replay i runs
   // the host enqueues i + 1, so a replay's time holds no host launch gap (with one replay per synchronization the
   // gap between the start event and the graph's first kernel counted, whole where one replay is one call). The
-  // median drops the first replay, which starts behind its launch.
+  // first replay, which starts behind its launch, is one sample of the median.
   std::vector<cudaEvent_t> ev(2 * size_t(reps));
   for (auto& e : ev) cudaEventCreate(&e);
   for (int i = 0; i < reps; ++i) {
@@ -459,6 +459,12 @@ BenchResult bench_train_bwd(const std::vector<int64_t>& lens, int64_t Hqk, int64
   return res;
 }
 
+bool listed(const std::string& name) {
+  for (const CaseDef& c : case_list())
+    if (c.name == name) return true;
+  return false;
+}
+
 BenchResult run_case(const std::string& name, int reps, const BenchOptions& opt) {
   BenchResult r;
   auto rec = [&](int64_t N, int64_t T, DType pd, bool verify, bool gated = false) {
@@ -497,32 +503,9 @@ BenchResult run_case(const std::string& name, int reps, const BenchOptions& opt)
     r = rec(1, 12, DType::f32, true);
   else if (name == "verify_t12_n256")
     r = rec(256, 12, DType::f32, true);
-  else if (name == "mixer_n1")
-    r = bench_mixer(1, DType::f32, reps, opt.exec);
-  else if (name == "mixer_n2")
-    r = bench_mixer(2, DType::f32, reps, opt.exec);
-  else if (name == "mixer_n4")
-    r = bench_mixer(4, DType::f32, reps, opt.exec);
-  else if (name == "mixer_n8")
-    r = bench_mixer(8, DType::f32, reps, opt.exec);
-  else if (name == "mixer_n64")
-    r = bench_mixer(64, DType::f32, reps, opt.exec);
-  else if (name == "mixer_n256")
-    r = bench_mixer(256, DType::f32, reps, opt.exec);
-  else if (name == "mixer_bf16_n1")
-    r = bench_mixer(1, DType::bf16, reps, opt.exec);
-  else if (name == "mixer_bf16_n2")
-    r = bench_mixer(2, DType::bf16, reps, opt.exec);
-  else if (name == "mixer_bf16_n4")
-    r = bench_mixer(4, DType::bf16, reps, opt.exec);
-  else if (name == "mixer_bf16_n8")
-    r = bench_mixer(8, DType::bf16, reps, opt.exec);
-  else if (name == "mixer_bf16_n32")
-    r = bench_mixer(32, DType::bf16, reps, opt.exec);
-  else if (name == "mixer_bf16_n64")
-    r = bench_mixer(64, DType::bf16, reps, opt.exec);
-  else if (name == "mixer_bf16_n256")
-    r = bench_mixer(256, DType::bf16, reps, opt.exec);
+  else if (name.rfind("mixer_", 0) == 0 && listed(name))  // mixer_nN (fp32 pool), mixer_bf16_nN
+    r = bench_mixer(std::stoll(name.substr(name.rfind('n') + 1)),
+                    name.rfind("mixer_bf16_", 0) == 0 ? DType::bf16 : DType::f32, reps, opt.exec);
   else if (name == "prefill_t32k_h16")
     r = pre({32768}, 16, 16, DType::bf16);
   else if (name == "prefill_t128k_h32")
