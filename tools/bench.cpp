@@ -668,7 +668,8 @@ Command add_bench(CLI::App& app) {
       ->check(integer_in<int32_t>(0, 2))
       ->type_name("C");
   sub->add_option("--chunk-bwd-grads", opt->exec.chunk_bwd_grads,
-                  "the training backward's gradients pass: 1 mma.sync, 2 wgmma (exec.chunk_bwd_grads; 0 auto)")
+                  "the training backward's gradients pass: 1 mma.sync, 2 wgmma, 3 fused with the reverse chain "
+                  "(exec.chunk_bwd_grads; 0 auto)")
       ->check(integer_in<int32_t>(0, 2))
       ->type_name("G");
   sub->add_option("--mixer-kernel", opt->exec.mixer_kernel,

@@ -199,6 +199,9 @@ constexpr double kStepShared = 1.65;
 constexpr bool kChainsConcurrentByDefault = true;
 // Pass 4 on wgmma wherever it can run (K = V = 128, bf16): docs/chunk_bwd.md "Pass 4 on wgmma".
 constexpr bool kGradsWgByDefault = true;
+// Chunk slots per CTA walk of the fused gradients pass (cuda::bwd_detail::kFusedMaxWalk at most): its CTAs walk
+// independently from pass 3's records, so the walk length trades the reverse chain's steps against the CTAs' count.
+constexpr int32_t kChunkBwdFusedWalk = 16;
 
 // The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 152 KiB, the wgmma
 // one's warpgroup and 140 KiB, the mma.sync dstate kernel's 206 KiB, the wgmma one's 190 KiB with two stages: one per
@@ -244,16 +247,19 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   pl.chains_concurrent = chains == 2 || (chains == 0 && wg && kChainsConcurrentByDefault);
   pl.state_stages = pl.dstate_stages = pl.chains_concurrent ? 1 : 2;
   const int32_t grads = p.exec.chunk_bwd_grads;
-  if (grads < 0 || grads > 2)
-    return FGDN_INVALID("chunk_bwd: exec.chunk_bwd_grads: expected 0 (auto), 1 (mma.sync) or 2 (wgmma), got ", grads);
+  if (grads < 0 || grads > 3)
+    return FGDN_INVALID(
+        "chunk_bwd: exec.chunk_bwd_grads: expected 0 (auto), 1 (mma.sync), 2 (wgmma) or 3 (fused with the reverse "
+        "chain), got ",
+        grads);
   const bool grads_wg_ok = wg && p.q.dtype == DType::bf16;
-  if (grads == 2 && !grads_wg_ok)
-    return FGDN_ERROR(unsupported,
-                      "chunk_bwd: exec.chunk_bwd_grads = 2: the wgmma gradients pass needs K = V = 128 and "
-                      "bf16 inputs, got K=",
-                      d.K, " V=", d.V, " ", dtype_name(p.q.dtype));
+  if (grads >= 2 && !grads_wg_ok)
+    return FGDN_ERROR(unsupported, "chunk_bwd: exec.chunk_bwd_grads = ", grads,
+                      ": this gradients pass needs K = V = 128 and bf16 inputs, got K=", d.K, " V=", d.V, " ",
+                      dtype_name(p.q.dtype));
   pl.grads_pass =
       grads == 2 || (grads == 0 && grads_wg_ok && kGradsWgByDefault) ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync;
+  if (grads == 3) pl.fused_walk = kChunkBwdFusedWalk;
   const int64_t nch_total = ceil_div(d.T, kChunkFwdChunk);
   const int64_t avg = d.varlen ? ceil_div(nch_total, std::max<int64_t>(d.N, 1)) : nch_total;
   plan_segments(&pl, p.exec.chunk_bwd_segments, "exec.chunk_bwd_segments", d, avg, nch_total,
@@ -278,7 +284,12 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
   std::string s = str_cat("chunk_bwd on CUDA, ", pl.sms, " SMs: N = ", d.N, " sequences, T = ", d.T, ", Hqk = ", d.Hqk,
                           ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, d.varlen ? " (varlen)" : "", "\n");
   s += str_cat("  prep pass: grid (", slots, ", ", d.Hv, "), one record per (chunk slot, value head); grads pass: ");
-  if (pl.grads_pass == ChunkStatePass::wgmma)
+  if (pl.fused_walk > 0)
+    s += str_cat("fused with the reverse chain, grid (", ceil_div(slots, pl.fused_walk), ", ", d.Hv,
+                 "), 256 threads per CTA, each a walk of ", pl.fused_walk,
+                 " chunk slots of a value head in reverse (dS carried; pass 3's record where a walk or sequence "
+                 "ends)\n");
+  else if (pl.grads_pass == ChunkStatePass::wgmma)
     s += str_cat(
         "wgmma, grid (", slots, ", ", d.Hqk, "), 256 threads per CTA, each the ", d.Hv / std::max<int64_t>(d.Hqk, 1),
         " value head(s) of its q/k head in order (dq, dk summed and their l2norm chain there: no dq / dk pass)\n");

@@ -60,6 +60,9 @@ struct ChunkBwdPlan {
   ChunkStatePass state_pass = ChunkStatePass::mma_sync;   // pass 2's kernel
   ChunkStatePass dstate_pass = ChunkStatePass::mma_sync;  // pass 3's kernel
   ChunkStatePass grads_pass = ChunkStatePass::mma_sync;   // pass 4's kernel (wgmma: K = V = 128, bf16)
+  // > 0: pass 4 fused with the reverse chain (K = V = 128, bf16; docs/chunk_bwd.md "Fused gradients pass"), one CTA
+  // per walk of this many chunk slots and value head, dq / dk per value head (pass 5a sums them); grads_pass unused
+  int32_t fused_walk = 0;
   // The wgmma passes' input stages: 2 (double-buffered, one CTA per SM: the faster at one chain alone) or 1 (early
   // refill, two CTAs per SM: both chains at once, `chains`). docs/chunk_bwd.md "Pass 2 on wgmma", "Pass 3 on wgmma".
   int32_t state_stages = 2;

@@ -794,7 +794,8 @@ TEST(ChunkBwdPlan, ChainsOverride) {
 }
 
 // exec.chunk_bwd_grads: pass 4 on wgmma by default where it runs (K = V = 128, bf16), mma.sync elsewhere; 1 forces
-// mma.sync, 2 wgmma (unsupported outside its contract, the message says what it needs); the text names it.
+// mma.sync, 2 wgmma, 3 the fused pass (2, 3 unsupported outside their contract, the message says what they need); the
+// text names it.
 TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   ChunkShape s;
   s.T = 8192, s.Hv = 32;
@@ -808,7 +809,11 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   EXPECT_NE(describe(pl, c.d).find("grads pass: mma.sync"), std::string::npos) << describe(pl, c.d);
   c.p.exec.chunk_bwd_grads = 2;
   EXPECT_EQ(bwd_plan(c).grads_pass, ChunkStatePass::wgmma);
-  c.p.exec.chunk_bwd_grads = 3;
+  c.p.exec.chunk_bwd_grads = 3;  // fused with the reverse chain
+  pl = bwd_plan(c);
+  EXPECT_GT(pl.fused_walk, 0);
+  EXPECT_NE(describe(pl, c.d).find("grads pass: fused with the reverse chain"), std::string::npos) << describe(pl, c.d);
+  c.p.exec.chunk_bwd_grads = 4;
   ChunkBwdPlan bad;
   Status st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
   EXPECT_EQ(st.code(), StatusCode::invalid_argument) << st.message();

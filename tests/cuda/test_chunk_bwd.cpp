@@ -41,7 +41,7 @@ struct BwdCase {
   int32_t segments = 0;     // exec.chunk_bwd_segments: 0 the plan's choice, 1 unsplit, P > 1 the chains' split
   double gate_decay = 1.0;  // the fused gate's e^{A_log} scaled by it
   int32_t chains = 0;       // exec.chunk_bwd_chains: 0 the plan's choice, 1 one after the other, 2 both at once
-  int32_t grads = 0;        // exec.chunk_bwd_grads: 0 the plan's choice, 1 mma.sync, 2 wgmma
+  int32_t grads = 0;        // exec.chunk_bwd_grads: 0 the plan's choice, 1 mma.sync, 2 wgmma, 3 fused
 };
 
 BwdCase bcase(const std::string& name, int64_t B, int64_t T, int64_t Hqk, int64_t Hv, int64_t K, int64_t V) {
@@ -908,6 +908,45 @@ TEST(CudaChunkBwd, GradsPassWgmmaAgainstMmaSync) {
   b.gate = true;
   b.neg_eig = true;
   check_grads_pass(b);
+}
+
+// The fused gradients pass (exec.chunk_bwd_grads = 3: pass 4 with the reverse chain, walks of 16 chunk slots that
+// carry dS; docs/chunk_bwd.md "Fused gradients pass") against the oracle: partial chunks, empty sequences and slack
+// rows with the fused gate; walks that cross sequence ends and continue a sequence (1500 tokens: 24 chunks, GQA 4,
+// V-major); the chains' split (pass 3's records from the split walks) without h0 and dht; identical keys, g = -30,
+// nearly parallel keys; then bitwise repeatable, eager and graph replay, over more CTAs than SMs.
+TEST(CudaChunkBwd, FusedGradsAgainstOracle) {
+  REQUIRE_GPU();
+  BwdCase b = bcase("fused_varlen_lengths_slack_gate", 1, 0, 2, 4, 128, 128);
+  b.c.seqlens = {1, 63, 0, 65, 131, 0, 64, 1100};
+  b.slack = 5;
+  b.gate = true;
+  b.grads = 3;
+  check(b);
+  b = bcase("fused_walk_t1500_gqa4_vmajor", 2, 1500, 1, 4, 128, 128);
+  b.c.g_scale = 0.02;
+  b.c.layout = StateLayout::v_major;
+  b.grads = 3;
+  check(b);
+  b = bcase("fused_split_p4_no_h0_no_dht", 1, 1200, 2, 4, 128, 128);
+  b.c.has_h0 = false;
+  b.has_dht = false;
+  b.c.g_scale = 0.02;
+  b.segments = 4;
+  b.grads = 3;
+  check(b);
+  for (int special : {1, 2, 3}) {
+    b = bcase(special == 1 ? "fused_identical_keys" : special == 2 ? "fused_g_minus_30" : "fused_near_parallel_keys", 1,
+              special == 3 ? 300 : 200, 1, 2, 128, 128);
+    b.special = special;
+    b.grads = 3;
+    check(b);
+  }
+  b = bcase("fused_many_varlen_slack", 1, 0, 4, 16, 128, 128);
+  b.c.seqlens = {2000, 0, 1500, 77, 0, 600};
+  b.slack = 9;
+  b.grads = 3;
+  check_deterministic(b);
 }
 
 // More items than SMs (a wave and a partial one), varlen with slack slots (CTAs without a chunk), repeat and graph

@@ -208,6 +208,10 @@ inline void mma_ss_n32_bf16(float (&d)[16], uint64_t da, uint64_t db, int accumu
 inline void mma_rs_n32_bf16(float (&d)[16], const uint32_t (&a)[4], uint64_t db, int accumulate) {
   issue(d, 32, true, a, 0, db, accumulate, false, false);
 }
+template <int N, int TA, int TB>
+inline void mma_ss_t(float (&d)[N / 2], uint64_t da, uint64_t db, int accumulate) {
+  issue(d, N, true, nullptr, da, db, accumulate, TA != 0, TB != 0);
+}
 // (a new form of wgmma.cuh: one line on issue(d, N, BF16, A registers or null, A descriptor, B descriptor, scale-d,
 // A transposed (MN-major), B transposed))
 

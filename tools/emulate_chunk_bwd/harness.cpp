@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
     }
     p.exec.chunk_bwd_segments = segments;
     p.exec.chunk_bwd_chains = form == "c" && c.K == 128 && c.V == 128 ? 2 : 1;
-    p.exec.chunk_bwd_grads = form == "g" ? 2 : (form == "gm" ? 1 : 0);
+    p.exec.chunk_bwd_grads = form == "f" ? 3 : form == "g" ? 2 : (form == "gm" ? 1 : 0);
     ChunkBwdPlan pl;
     s = plan_chunk_bwd(p, d, DeviceFacts{132}, &pl);
     if (!s.ok()) {

@@ -102,6 +102,8 @@ for c in $cases; do
     "$out/harness" "${c%s1}" 1 || status=1
   elif [[ "$c" == *c ]]; then
     "$out/harness" "${c%c}" c || status=1
+  elif [[ "$c" == *f ]]; then
+    "$out/harness" "${c%f}" f || status=1
   elif [[ "$c" == *gm ]]; then
     "$out/harness" "${c%gm}" gm || status=1
   elif [[ "$c" == *g ]]; then

@@ -276,6 +276,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   a.dstate_wg = pl.dstate_pass == ChunkStatePass::wgmma ? pl.dstate_stages : 0;
   a.chains_concurrent = pl.chains_concurrent;
   a.grads_wg = pl.grads_pass == ChunkStatePass::wgmma;
+  a.fused_walk = pl.fused_walk;
   a.dqk_heads = int32_t(dqk_heads_of(d, pl));
   auto* base = static_cast<unsigned char*>(ws);
   if (pl.split) {  // the split's part follows the records and scratch (wl.total is 256-byte aligned)

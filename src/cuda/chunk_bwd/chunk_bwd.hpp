@@ -86,6 +86,9 @@ struct ChunkBwdArgs {
   // pass 3 on wgmma (chunk_bwd_dstate_wg.cuh; K = V = 128) with 2 or 1 input stages, 0: on mma.sync (plan_chunk_bwd)
   int32_t dstate_wg;
   int32_t grads_wg;  // 1: pass 4 on wgmma (chunk_bwd_grads_wg.cuh; K = V = 128, bf16), 0: on mma.sync (plan_chunk_bwd)
+  // pass 4 fused with the reverse chain (chunk_bwd_fused.cuh; K = V = 128, bf16): one CTA per (walk of fused_walk
+  // chunk slots, value head); 0: grads_wg decides
+  int32_t fused_walk;
   // heads of the dq / dk scratch: Hqk where pass 4 on wgmma sums a q/k head's value heads itself (in head order, the
   // sum pass 5a forms otherwise), Hv where pass 4 on mma.sync writes them per value head
   int32_t dqk_heads;

@@ -1408,6 +1408,7 @@ __global__ void __launch_bounds__(kGradThreads, 1) chunk_bwd_grads_kernel(const 
 // Passes 2 and 3 on wgmma (K = V = 128): built on the chain helpers above (the dstate file includes the state one).
 #include "cuda/chunk_bwd/chunk_bwd_dstate_wg.cuh"
 // Pass 4 on wgmma (K = V = 128, bf16): pass 4's helpers above.
+#include "cuda/chunk_bwd/chunk_bwd_fused.cuh"
 #include "cuda/chunk_bwd/chunk_bwd_grads_wg.cuh"
 
 namespace flashgdn::cuda::bwd_detail {
@@ -1425,6 +1426,7 @@ enum : int {
   kDoneGrads,
   kDoneGradsWg,
   kDoneGradsWgWalk,
+  kDoneFused,
   kDoneChains,
   kDoneCount
 };
@@ -1555,6 +1557,11 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
   if (e == 0 && a.slots == 0)  // no chunk at all: only dh0 = dht (or 0), from the unsplit reverse chain
     e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
   if constexpr (K == 128 && V == 128 && std::is_same_v<E, __nv_bfloat16>) {
+    if (e == 0 && a.fused_walk > 0) {  // pass 4 fused with the reverse chain: one CTA per (walk, value head)
+      const dim3 grid(unsigned((a.slots + a.fused_walk - 1) / a.fused_walk), unsigned(a.Hv));
+      return launch_one(chunk_bwd_fused_kernel<E>, grid, sizeof(FusedSmem) + 1024, done[kDoneFused], st, a,
+                        kFusedThreads);
+    }
     if (e == 0 && a.grads_wg) {  // pass 4 on wgmma: one CTA per (chunk slot, q/k head), its value heads in turn
       const dim3 grid(unsigned(a.slots), unsigned(a.Hqk));
       if (a.group > 1)

@@ -146,6 +146,29 @@ __device__ __forceinline__ void mma_rs_n32_bf16(float (&d)[16], const uint32_t (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
 }
 
+// d (+)= A B, m64nNk16 (N = 64 or 32), bf16, both operands from shared memory in the 128-byte-swizzled [rows][64]
+// tiles above; TA / TB = 1: that operand is MN-major (the tile's rows are the k index: A^T or B as stored, a k step of 16
+// is 16 rows = 2048 bytes), else K-major (rows m or n, a k step 32 bytes). One descriptor form serves both: in an
+// MN-major tile the stride between 8-row groups is the same 1024 bytes, and an operand of at most 64 columns needs no
+// leading byte offset. Any product of stored tiles thus runs without a transposed copy.
+template <int N, int TA, int TB>
+__device__ __forceinline__ void mma_ss_t(float (&d)[N / 2], uint64_t da, uint64_t db, int accumulate) {
+  static_assert((N == 64 || N == 32) && (TA == 0 || TA == 1) && (TB == 0 || TB == 1), "m64n64 / m64n32, 0 or 1");
+  if constexpr (N == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FGDN_WG_D32_STR ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : FGDN_WG_D32
+        : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FGDN_WG_D16_STR ", %16, %17, p, 1, 1, %19, %20;\n}\n"
+        : FGDN_WG_D16
+        : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+  }
+}
+
 #undef FGDN_WG_D16
 #undef FGDN_WG_D16_STR
 #undef FGDN_WG_D32
