@@ -30,6 +30,8 @@
 // phases; every wgmma group is waited within its phase.
 #pragma once
 
+#include <cstddef>
+
 #include "cuda/chunk_bwd/chunk_bwd_grads_wg.cuh"
 #include "cuda/common/wgmma.cuh"
 
@@ -92,6 +94,30 @@ __device__ __forceinline__ void pack(const float (&d)[NJ][4], uint32_t (&x)[NJ][
   chunk_detail::pack_acc<true, NJ>(d, x);
 }
 
+// An accumulator's rows as hi + lo into the tiles at hi, lo (gwg::put_rows), or rounded once into the tile at `at`,
+// two column groups at a time: the packed halves of one pair live at once, not the whole accumulator's.
+template <int NJ>
+__device__ __forceinline__ void put_rows(uint32_t hi, uint32_t lo, const float (&d)[NJ][4], int c0, int wi, int lane) {
+#pragma unroll
+  for (int np = 0; np < NJ / 2; ++np) {
+    uint32_t xh[2][2], xl[2][2];
+    const float(&dp)[2][4] = *reinterpret_cast<const float(*)[2][4]>(&d[2 * np][0]);
+    chunk_detail::split_acc<true>(dp, xh, xl);
+    gwg::store_rows_at<2>(hi, xh, c0 + 2 * np, wi, lane);
+    gwg::store_rows_at<2>(lo, xl, c0 + 2 * np, wi, lane);
+  }
+}
+template <int NJ>
+__device__ __forceinline__ void put_rows(uint32_t at, const float (&d)[NJ][4], int c0, int wi, int lane) {
+#pragma unroll
+  for (int np = 0; np < NJ / 2; ++np) {
+    uint32_t x[2][2];
+    const float(&dp)[2][4] = *reinterpret_cast<const float(*)[2][4]>(&d[2 * np][0]);
+    chunk_detail::pack_acc<true, 2>(dp, x);
+    gwg::store_rows_at<2>(at, x, c0 + 2 * np, wi, lane);
+  }
+}
+
 // The sum over the four lanes of a quad (one row's columns in an accumulator) of x; lane t4 == 0 stores it.
 __device__ __forceinline__ void put_row_sum(float* dst, int r, float x, int t4) {
   x = lane_sum<1, 4>(x);
@@ -124,15 +150,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
   }
   __syncthreads();
 
-  const uint32_t q_l = wg::desc_lo(smem_addr(&s.q[0][0])), k_l = wg::desc_lo(smem_addr(&s.k[0][0]));
-  const uint32_t v_l = wg::desc_lo(smem_addr(&s.v[0][0])), do_l = wg::desc_lo(smem_addr(&s.dO[0][0]));
-  const uint32_t a_l = wg::desc_lo(smem_addr(&s.a[0][0])), s0_l = wg::desc_lo(smem_addr(&s.s0[0][0][0]));
-  const uint32_t x1_l = wg::desc_lo(smem_addr(&s.x1[0][0][0])), x2_l = wg::desc_lo(smem_addr(&s.x2[0][0]));
-  const uint32_t x3_l = wg::desc_lo(smem_addr(&s.x3[0][0])), x5_l = wg::desc_lo(smem_addr(&s.x5[0]));
-  const uint32_t x6_l = wg::desc_lo(smem_addr(&s.x6[0])), x7_l = wg::desc_lo(smem_addr(&s.x7[0]));
-  const uint32_t x1_a = smem_addr(&s.x1[0][0][0]), x2_a = smem_addr(&s.x2[0][0]), x3_a = smem_addr(&s.x3[0][0]);
-  const uint32_t x5_a = smem_addr(&s.x5[0]), x6_a = smem_addr(&s.x6[0]), x7_a = smem_addr(&s.x7[0]);
-  const uint32_t v_a = smem_addr(&s.v[0][0]);
+  // One shared address and one descriptor low word for every tile: each operand and store adds its tile's offset
+  // (an immediate), so no per-tile address stays live in a register.
+  const uint32_t sa = smem_addr(&s), sl = wg::desc_lo(sa);
+  constexpr uint32_t o_q = offsetof(FusedSmem, q), o_k = offsetof(FusedSmem, k), o_v = offsetof(FusedSmem, v);
+  constexpr uint32_t o_do = offsetof(FusedSmem, dO), o_a = offsetof(FusedSmem, a), o_s0 = offsetof(FusedSmem, s0);
+  constexpr uint32_t o_x1 = offsetof(FusedSmem, x1), o_x2 = offsetof(FusedSmem, x2), o_x3 = offsetof(FusedSmem, x3);
+  constexpr uint32_t o_x5 = offsetof(FusedSmem, x5), o_x6 = offsetof(FusedSmem, x6), o_x7 = offsetof(FusedSmem, x7);
 
   // Loads of slot i's inputs (cp.async, one group): parts as they free up in the chunk before.
   enum : int { kLdQVO = 1, kLdS0 = 2, kLdA = 4, kLdKR = 8 };
@@ -219,16 +243,14 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       float acc = 0.f;
 #pragma unroll
       for (int vh = 0; vh < 2; ++vh) {
-        uint32_t x[8][2];
-        fz::pack<8>(ds[vh], x);
-        gwg::store_rows_at<8>(x1_a + 16384 * wgi + 8192 * vh, x, 0, wi, lane);
+        fz::put_rows<8>(sa + o_x1 + 16384 * wgi + 8192 * vh, ds[vh], 0, wi, lane);
 #pragma unroll
         for (int jn = 0; jn < 8; ++jn)
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
             const int key = 16 * wi + g + 8 * hr, val = 8 * jn + 2 * t4;
-            const float2 s2 = chunk_detail::widen_pair<true>(
-                *reinterpret_cast<const uint32_t*>(&s.s0[wgi][vh][gwg::at16(key, val)]));
+            const float2 s2 =
+                chunk_detail::widen_pair<true>(*reinterpret_cast<const uint32_t*>(&s.s0[wgi][vh][gwg::at16(key, val)]));
             acc = fmaf(s2.x, ds[vh][jn][2 * hr], fmaf(s2.y, ds[vh][jn][2 * hr + 1], acc));
           }
       }
@@ -253,12 +275,14 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     {
       float pq[4][4], ks[8][4];
       wg::fence();
-      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(pq), q_l, 0, k_l, 4096 * wgi, true);
-      fz::mma<64, 0, 1, 8>(ks, k_l, [](int j) { return fz::kmaj(j); }, s0_l,
-                           [&](int j) { return uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
+      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(pq), sl, o_q, sl, o_k + 4096 * wgi, true);
+      fz::mma<64, 0, 1, 8>(
+          ks, sl, [](int j) { return o_k + fz::kmaj(j); }, sl,
+          [&](int j) { return o_s0 + uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
       wg::commit();
-      fz::mma<64, 0, 1, 8>(du, k_l, [](int j) { return fz::kmaj(j); }, x1_l,
-                           [&](int j) { return uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
+      fz::mma<64, 0, 1, 8>(
+          du, sl, [](int j) { return o_k + fz::kmaj(j); }, sl,
+          [&](int j) { return o_x1 + uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
       wg::commit();
       wg::wait1();
       {  // P^ = rho_q rho_k (Q K^T) (.) D (s <= r), P_lam = lam P^ (rows, columns 32 wgi ..)
@@ -275,7 +299,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr)
             x[jn][hr] = chunk_detail::Elem<true>::pack(lam * ph[jn][2 * hr], lam * ph[jn][2 * hr + 1]);
-        gwg::store_rows_at<4>(x5_a, x, 4 * wgi, wi, lane);
+        gwg::store_rows_at<4>((sa + o_x5), x, 4 * wgi, wi, lane);
       }
       {  // W' = V - diag(e rho_k) KS, Wb = diag(b) W' (value half wgi): hi into x2, lo into x6 / x7 (for U)
 #pragma unroll
@@ -283,12 +307,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
             const int r = 16 * wi + g + 8 * hr, c = 8 * jn + 2 * t4;
-            const float2 vv = chunk_detail::widen_pair<true>(*reinterpret_cast<const uint32_t*>(&s.v[wgi][gwg::at16(r, c)]));
+            const float2 vv =
+                chunk_detail::widen_pair<true>(*reinterpret_cast<const uint32_t*>(&s.v[wgi][gwg::at16(r, c)]));
             const float f = fe[r] * rk[r], b = bt[r];
             ks[jn][2 * hr] = b * (vv.x - f * ks[jn][2 * hr]);
             ks[jn][2 * hr + 1] = b * (vv.y - f * ks[jn][2 * hr + 1]);
           }
-        gwg::put_rows<8>(x2_a + 8192 * wgi, x6_a + 8192 * wgi, ks, 0, wi, lane);
+        fz::put_rows<8>((sa + o_x2) + 8192 * wgi, (sa + o_x6) + 8192 * wgi, ks, 0, wi, lane);
       }
       wg::wait0();
 #pragma unroll
@@ -303,12 +328,15 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     {
       float u[8][4];
       wg::fence();
-      fz::mma<64, 0, 1, 4>(u, a_l, [](int j) { return uint32_t(32 * j); }, x2_l,
-                           [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, true);
-      fz::mma<64, 0, 1, 4>(u, a_l, [](int j) { return uint32_t(8192 + 32 * j); }, x2_l,
-                           [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
-      fz::mma<64, 0, 1, 4>(u, a_l, [](int j) { return uint32_t(32 * j); }, x6_l,
-                           [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
+      fz::mma<64, 0, 1, 4>(
+          u, sl, [](int j) { return o_a + uint32_t(32 * j); }, sl,
+          [&](int j) { return o_x2 + uint32_t(8192 * wgi + 2048 * j); }, true);
+      fz::mma<64, 0, 1, 4>(
+          u, sl, [](int j) { return o_a + uint32_t(8192 + 32 * j); }, sl,
+          [&](int j) { return o_x2 + uint32_t(8192 * wgi + 2048 * j); }, false);
+      fz::mma<64, 0, 1, 4>(
+          u, sl, [](int j) { return o_a + uint32_t(32 * j); }, sl,
+          [&](int j) { return o_x6 + uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
       wg::wait0();  // this warpgroup's reads of its Wb lo tile done: U lo takes its place
       // tau_r = kb rho_k k_r . (U dS^T)_r = U_r . (Kbar dS)_r, from the fp32 U and C1's accumulator (du holds Kbar dS)
@@ -318,12 +346,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
 #pragma unroll
         for (int e = 0; e < 4; ++e) tp[e >> 1] = fmaf(u[jn][e], du[jn][e], tp[e >> 1]);
       wg::fence();
-      fz::mma<64, 1, 1, 4>(du, x5_l, [](int j) { return uint32_t(2048 * j); }, do_l,
-                           [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
+      fz::mma<64, 1, 1, 4>(
+          du, sl, [](int j) { return o_x5 + uint32_t(2048 * j); }, sl,
+          [&](int j) { return o_do + uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) fz::put_row_sum(s.tau[wgi], 16 * wi + g + 8 * hr, tp[hr], t4);
-      gwg::put_rows<8>(x3_a + 8192 * wgi, x6_a + 8192 * wgi, u, 0, wi, lane);
+      fz::put_rows<8>((sa + o_x3) + 8192 * wgi, (sa + o_x6) + 8192 * wgi, u, 0, wi, lane);
       wg::wait0();
     }
     wg::fence_async_smem();
@@ -334,10 +363,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     {
       float dp[4][4];
       wg::fence();
-      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(dp), do_l, 0, x3_l, 4096 * wgi, true);
-      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(dp), do_l, 0, x6_l, 4096 * wgi, false);
+      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(dp), sl, o_do, sl, o_x3 + 4096 * wgi, true);
+      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(dp), sl, o_do, sl, o_x6 + 4096 * wgi, false);
       wg::commit();
-      gwg::mma_ss_k128<64>(reinterpret_cast<float(&)[32]>(dk), x3_l, 0, x1_l, 16384 * wgi, true);
+      gwg::mma_ss_k128<64>(reinterpret_cast<float(&)[32]>(dk), sl, o_x3, sl, o_x1 + 16384 * wgi, true);
       wg::commit();
       wg::wait1();
       {  // Pm = lam Lower(dO U^T) (.) D in place; Z = dP (.) P^ (P^ holds D)
@@ -374,8 +403,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           r0v[jn][2 * hr] = dp[jn][2 * hr] * rk[c], r0v[jn][2 * hr + 1] = dp[jn][2 * hr + 1] * rk[c + 1];
           x1r[jn][hr] = chunk_detail::Elem<true>::pack(rq[r] * dp[jn][2 * hr], rq[r] * dp[jn][2 * hr + 1]);
         }
-      gwg::put_rows<4>(x6_a, x5_a, r0v, 4 * wgi, wi, lane);  // R0 = Pm diag(rho_k) as hi + lo
-      gwg::store_rows_at<4>(x7_a, x1r, 4 * wgi, wi, lane);   // R1 = diag(rho_q) Pm
+      fz::put_rows<4>((sa + o_x6), (sa + o_x5), r0v, 4 * wgi, wi, lane);  // R0 = Pm diag(rho_k) as hi + lo
+      gwg::store_rows_at<4>((sa + o_x7), x1r, 4 * wgi, wi, lane);         // R1 = diag(rho_q) Pm
     }
     wg::fence_async_smem();
     __syncthreads();
@@ -385,11 +414,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     {
       float dq[8][4];
       wg::fence();
-      gwg::mma_ss_k128<64>(reinterpret_cast<float(&)[32]>(dq), do_l, 0, s0_l, 16384 * wgi, true);
-      fz::mma<64, 1, 1, 4>(dk, x7_l, [](int j) { return uint32_t(2048 * j); }, q_l,
-                           [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
+      gwg::mma_ss_k128<64>(reinterpret_cast<float(&)[32]>(dq), sl, o_do, sl, o_s0 + 16384 * wgi, true);
+      fz::mma<64, 1, 1, 4>(
+          dk, sl, [](int j) { return o_x7 + uint32_t(2048 * j); }, sl,
+          [&](int j) { return o_q + uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
-      gwg::put_rows<8>(x1_a + 8192 * wgi, x1_a + 16384 + 8192 * wgi, du, 0, wi, lane);
+      fz::put_rows<8>((sa + o_x1) + 8192 * wgi, (sa + o_x1) + 16384 + 8192 * wgi, du, 0, wi, lane);
       wg::wait0();
       float gq[2] = {0.f, 0.f};  // dgamma += rho_q q . dQ^ of G1 (gdn-math §7.3 step 1)
 #pragma unroll
@@ -401,10 +431,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           gq[e >> 1] = fmaf(widen16(*reinterpret_cast<const E*>(&s.q[wgi][gwg::at16(r, key)])), dq[jn][e], gq[e >> 1]);
         }
       wg::fence();
-      fz::mma<64, 0, 1, 4>(dq, x6_l, [](int j) { return uint32_t(32 * j); }, k_l,
-                           [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
-      fz::mma<64, 0, 1, 4>(dq, x5_l, [](int j) { return uint32_t(32 * j); }, k_l,
-                           [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
+      fz::mma<64, 0, 1, 4>(
+          dq, sl, [](int j) { return o_x6 + uint32_t(32 * j); }, sl,
+          [&](int j) { return o_k + uint32_t(8192 * wgi + 2048 * j); }, false);
+      fz::mma<64, 0, 1, 4>(
+          dq, sl, [](int j) { return o_x5 + uint32_t(32 * j); }, sl,
+          [&](int j) { return o_k + uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -427,74 +459,113 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     wg::fence_async_smem();
     __syncthreads();
 
-    // ---- phase 6: C2 dV' = A^T dU and K S0 again (group 1); G7 dA = dU Wb^T (group 2)
+    // ---- phase 6: C2 dV' = A^T dU (group 1), G7 dA = dU Wb^T (group 2); then K S0 again (group 3) for the row sums
+    // that need V, KS and dV' together (dbeta, kappa), which free v for dVg
     {
-      float dvp[8][4], ks[8][4], da[4][4];
-      wg::fence();
-      // (A_lo, dU_hi), (A_hi, dU_lo), (A_hi, dU_hi): A^T and dU MN-major
-      fz::mma<64, 1, 1, 4>(dvp, a_l, [](int j) { return uint32_t(8192 + 2048 * j); }, x1_l,
-                           [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, true);
-      fz::mma<64, 1, 1, 4>(dvp, a_l, [](int j) { return uint32_t(2048 * j); }, x1_l,
-                           [&](int j) { return uint32_t(16384 + 8192 * wgi + 2048 * j); }, false);
-      fz::mma<64, 1, 1, 4>(dvp, a_l, [](int j) { return uint32_t(2048 * j); }, x1_l,
-                           [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
-      fz::mma<64, 0, 1, 8>(ks, k_l, [](int j) { return fz::kmaj(j); }, s0_l,
-                           [&](int j) { return uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
-      wg::commit();
-      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(da), x1_l, 0, x2_l, 4096 * wgi, true);
-      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(da), x1_l, 16384, x2_l, 4096 * wgi, false);
-      wg::commit();
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {  // Ob = diag(lam e rho_q) dO in place (dO's last reader was G1): 1024 pieces of 8
-        const int p = tid + 256 * j, r = p >> 4, kv = p & 15;
-        uint4* at = reinterpret_cast<uint4*>(&s.dO[kv >> 3][wg::swz(r, kv & 7)]);
-        uint4 w = *at;
-        const float f = fqg[r];
-        uint32_t* ww = &w.x;
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          const float2 x = chunk_detail::widen_pair<true>(ww[m]);
-          ww[m] = chunk_detail::Elem<true>::pack(f * x.x, f * x.y);
-        }
-        *at = w;
-      }
-      wg::wait1();
+      float dvp[8][4];
       {
+        float da[4][4];
+        wg::fence();
+        // (A_lo, dU_hi), (A_hi, dU_lo), (A_hi, dU_hi): A^T and dU MN-major
+        fz::mma<64, 1, 1, 4>(
+            dvp, sl, [](int j) { return o_a + uint32_t(8192 + 2048 * j); }, sl,
+            [&](int j) { return o_x1 + uint32_t(8192 * wgi + 2048 * j); }, true);
+        fz::mma<64, 1, 1, 4>(
+            dvp, sl, [](int j) { return o_a + uint32_t(2048 * j); }, sl,
+            [&](int j) { return o_x1 + uint32_t(16384 + 8192 * wgi + 2048 * j); }, false);
+        fz::mma<64, 1, 1, 4>(
+            dvp, sl, [](int j) { return o_a + uint32_t(2048 * j); }, sl,
+            [&](int j) { return o_x1 + uint32_t(8192 * wgi + 2048 * j); }, false);
+        wg::commit();
+        gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(da), sl, o_x1, sl, o_x2 + 4096 * wgi, true);
+        gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(da), sl, o_x1 + 16384, sl, o_x2 + 4096 * wgi, false);
+        wg::commit();
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {  // Ob = diag(lam e rho_q) dO in place (dO's last reader was G1): 1024 pieces
+          const int p = tid + 256 * j, r = p >> 4, kv = p & 15;
+          uint4* at = reinterpret_cast<uint4*>(&s.dO[kv >> 3][wg::swz(r, kv & 7)]);
+          uint4 w = *at;
+          const float f = fqg[r];
+          uint32_t* ww = &w.x;
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            const float2 x = chunk_detail::widen_pair<true>(ww[m]);
+            ww[m] = chunk_detail::Elem<true>::pack(f * x.x, f * x.y);
+          }
+          *at = w;
+        }
+        wg::wait0();
+#pragma unroll
+        for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const auto [r, c] = gwg::n32_at(wi, wgi, g, t4, jn, e);
+            if (c >= r) da[jn][e] = 0.f;  // strictly lower: the other entries of A do not depend on L
+          }
+        fz::put_rows<4>(sa + o_x5, sa + o_x6, da, 4 * wgi, wi, lane);
+      }
+      float ks[8][4];
+      wg::fence();
+      fz::mma<64, 0, 1, 8>(
+          ks, sl, [](int j) { return o_k + fz::kmaj(j); }, sl,
+          [&](int j) { return o_s0 + uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
+      wg::commit();
+      // dv = diag(b) dV' (rows < nv); dV'' = -diag(b e) dV' into x3 (G8's operand), two column groups at a time
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 16 * wi + g + 8 * hr;
+        const float b = bt[r];
+        E* const o = static_cast<E*>(a.dv) + sb * a.dv_sb + (t0 + r) * a.dv_st + h * a.dv_sh + 64 * wgi;
+        if (r < nv)
+#pragma unroll
+          for (int jn = 0; jn < 8; ++jn)
+            *reinterpret_cast<uint32_t*>(o + 8 * jn + 2 * t4) =
+                Storage<E>::from2(b * dvp[jn][2 * hr], b * dvp[jn][2 * hr + 1]);
+      }
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t x[2][2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const float cv = -fbe[16 * wi + g + 8 * hr];
+            x[u][hr] = chunk_detail::Elem<true>::pack(cv * dvp[2 * np + u][2 * hr], cv * dvp[2 * np + u][2 * hr + 1]);
+          }
+        gwg::store_rows_at<2>(sa + o_x3 + 8192 * wgi, x, 2 * np, wi, lane);
+      }
+      wg::wait0();
+      {  // dbeta += rowdot(W', dV'), kappa = rowdot(KS, dV') (W' = V - diag(e rho_k) KS), this value half
         float pb[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};
-        uint32_t xg[8][2], xv[8][2];
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const int r = 16 * wi + g + 8 * hr;
-          const float b = bt[r], f = fe[r] * rk[r], cg = -fbg[r], cv = -fbe[r];
-          E* const o = static_cast<E*>(a.dv) + sb * a.dv_sb + (t0 + r) * a.dv_st + h * a.dv_sh + 64 * wgi;
+          const float f = fe[r] * rk[r];
 #pragma unroll
           for (int jn = 0; jn < 8; ++jn) {
-            const int c = 8 * jn + 2 * t4;
-            const float d0 = dvp[jn][2 * hr], d1 = dvp[jn][2 * hr + 1];
-            const float2 vv = chunk_detail::widen_pair<true>(*reinterpret_cast<const uint32_t*>(&s.v[wgi][gwg::at16(r, c)]));
-            const float k0 = ks[jn][2 * hr], k1 = ks[jn][2 * hr + 1];
+            const float2 vv = chunk_detail::widen_pair<true>(
+                *reinterpret_cast<const uint32_t*>(&s.v[wgi][gwg::at16(r, 8 * jn + 2 * t4)]));
+            const float d0 = dvp[jn][2 * hr], d1 = dvp[jn][2 * hr + 1], k0 = ks[jn][2 * hr], k1 = ks[jn][2 * hr + 1];
             pb[hr] = fmaf(vv.x - f * k0, d0, fmaf(vv.y - f * k1, d1, pb[hr]));
             pk[hr] = fmaf(k0, d0, fmaf(k1, d1, pk[hr]));
-            if (r < nv) *reinterpret_cast<uint32_t*>(o + c) = Storage<E>::from2(b * d0, b * d1);
-            xg[jn][hr] = chunk_detail::Elem<true>::pack(cg * d0, cg * d1);
-            xv[jn][hr] = chunk_detail::Elem<true>::pack(cv * d0, cv * d1);
           }
           fz::put_row_sum(s.dbv[wgi], r, pb[hr], t4);
           fz::put_row_sum(s.kap[wgi], r, pk[hr], t4);
         }
-        __syncwarp();  // this warp's reads of v (its 16 rows of value half wgi) before dVg overwrites them
-        gwg::store_rows_at<8>(v_a + 8192 * wgi, xg, 0, wi, lane);
-        gwg::store_rows_at<8>(x3_a + 8192 * wgi, xv, 0, wi, lane);
       }
-      wg::wait0();
+      __syncwarp();  // this warp's reads of v (its 16 rows of value half wgi) before dVg overwrites them
 #pragma unroll
-      for (int jn = 0; jn < 4; ++jn)
+      for (int np = 0; np < 4; ++np) {  // dVg = -diag(b e rho_k) dV' over v (C3's operand)
+        uint32_t x[2][2];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const auto [r, c] = gwg::n32_at(wi, wgi, g, t4, jn, e);
-          if (c >= r) da[jn][e] = 0.f;  // strictly lower: the other entries of A do not depend on L
-        }
-      gwg::put_rows<4>(x5_a, x6_a, da, 4 * wgi, wi, lane);
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const float cg = -fbg[16 * wi + g + 8 * hr];
+            x[u][hr] = chunk_detail::Elem<true>::pack(cg * dvp[2 * np + u][2 * hr], cg * dvp[2 * np + u][2 * hr + 1]);
+          }
+        gwg::store_rows_at<2>(sa + o_v + 8192 * wgi, x, 2 * np, wi, lane);
+      }
     }
     wg::fence_async_smem();
     __syncthreads();
@@ -512,22 +583,26 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
 #pragma unroll
           for (int e = 0; e < 4; ++e) ds[vh][jn][e] *= en;
       wg::fence();
-      fz::mma<32, 1, 1, 4>(xx, a_l, [](int j) { return uint32_t(2048 * j); }, x5_l,
-                           [&](int j) { return uint32_t(64 * wgi + 2048 * j); }, true);
-      fz::mma<32, 1, 1, 4>(xx, a_l, [](int j) { return uint32_t(2048 * j); }, x6_l,
-                           [&](int j) { return uint32_t(64 * wgi + 2048 * j); }, false);
+      fz::mma<32, 1, 1, 4>(
+          xx, sl, [](int j) { return o_a + uint32_t(2048 * j); }, sl,
+          [&](int j) { return o_x5 + uint32_t(64 * wgi + 2048 * j); }, true);
+      fz::mma<32, 1, 1, 4>(
+          xx, sl, [](int j) { return o_a + uint32_t(2048 * j); }, sl,
+          [&](int j) { return o_x6 + uint32_t(64 * wgi + 2048 * j); }, false);
       wg::commit();
-      gwg::mma_ss_k128<64>(reinterpret_cast<float(&)[32]>(dk), x3_l, 0, s0_l, 16384 * wgi, false);
+      gwg::mma_ss_k128<64>(reinterpret_cast<float(&)[32]>(dk), sl, o_x3, sl, o_s0 + 16384 * wgi, false);
 #pragma unroll
       for (int vh = 0; vh < 2; ++vh) {
-        fz::mma<64, 1, 1, 4>(ds[vh], q_l, [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, do_l,
-                             [&](int j) { return uint32_t(8192 * vh + 2048 * j); }, false);
-        fz::mma<64, 1, 1, 4>(ds[vh], k_l, [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, v_l,
-                             [&](int j) { return uint32_t(8192 * vh + 2048 * j); }, false);
+        fz::mma<64, 1, 1, 4>(
+            ds[vh], sl, [&](int j) { return o_q + uint32_t(8192 * wgi + 2048 * j); }, sl,
+            [&](int j) { return o_do + uint32_t(8192 * vh + 2048 * j); }, false);
+        fz::mma<64, 1, 1, 4>(
+            ds[vh], sl, [&](int j) { return o_k + uint32_t(8192 * wgi + 2048 * j); }, sl,
+            [&](int j) { return o_v + uint32_t(8192 * vh + 2048 * j); }, false);
       }
       wg::commit();
       wg::wait1();  // this warpgroup's reads of its dA columns done: X lo takes them in x6
-      gwg::put_rows<4>(x7_a, x6_a, xx, 4 * wgi, wi, lane);
+      fz::put_rows<4>((sa + o_x7), (sa + o_x6), xx, 4 * wgi, wi, lane);
       wg::wait0();
     }
     wg::fence_async_smem();
@@ -538,11 +613,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     {
       float y[4][4], ee[4][4];
       wg::fence();
-      fz::mma<32, 0, 0, 4>(y, x7_l, [](int j) { return uint32_t(32 * j); }, a_l,
-                           [&](int j) { return uint32_t(4096 * wgi + 32 * j); }, true);
-      fz::mma<32, 0, 0, 4>(y, x6_l, [](int j) { return uint32_t(32 * j); }, a_l,
-                           [&](int j) { return uint32_t(4096 * wgi + 32 * j); }, false);
-      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(ee), k_l, 0, k_l, 4096 * wgi, true);
+      fz::mma<32, 0, 0, 4>(
+          y, sl, [](int j) { return o_x7 + uint32_t(32 * j); }, sl,
+          [&](int j) { return o_a + uint32_t(4096 * wgi + 32 * j); }, true);
+      fz::mma<32, 0, 0, 4>(
+          y, sl, [](int j) { return o_x6 + uint32_t(32 * j); }, sl,
+          [&](int j) { return o_a + uint32_t(4096 * wgi + 32 * j); }, false);
+      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(ee), sl, o_k, sl, o_k + 4096 * wgi, true);
       wg::commit();
       wg::wait0();
       uint32_t xm[4][2], xr[4][2];
@@ -571,8 +648,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           xm[jn][hr] = chunk_detail::Elem<true>::pack(y[jn][2 * hr] * rk[c], y[jn][2 * hr + 1] * rk[c + 1]);
           xr[jn][hr] = chunk_detail::Elem<true>::pack(rk[r] * y[jn][2 * hr], rk[r] * y[jn][2 * hr + 1]);
         }
-      gwg::store_rows_at<4>(x2_a, xm, 4 * wgi, wi, lane);
-      gwg::store_rows_at<4>(x2_a + 8192, xr, 4 * wgi, wi, lane);
+      gwg::store_rows_at<4>((sa + o_x2), xm, 4 * wgi, wi, lane);
+      gwg::store_rows_at<4>((sa + o_x2) + 8192, xr, 4 * wgi, wi, lane);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int r = 16 * wi + g + 8 * hr;
@@ -589,10 +666,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     // ---- phase 9: G10 dK^ += M1 diag(rho_k) K + (diag(rho_k) M1)^T K; dk; dg, dbeta
     {
       wg::fence();
-      fz::mma<64, 0, 1, 4>(dk, x2_l, [](int j) { return uint32_t(32 * j); }, k_l,
-                           [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
-      fz::mma<64, 1, 1, 4>(dk, x2_l, [](int j) { return uint32_t(8192 + 2048 * j); }, k_l,
-                           [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
+      fz::mma<64, 0, 1, 4>(
+          dk, sl, [](int j) { return o_x2 + uint32_t(32 * j); }, sl,
+          [&](int j) { return o_k + uint32_t(8192 * wgi + 2048 * j); }, false);
+      fz::mma<64, 1, 1, 4>(
+          dk, sl, [](int j) { return o_x2 + uint32_t(8192 + 2048 * j); }, sl,
+          [&](int j) { return o_k + uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
       wg::wait0();
 #pragma unroll
@@ -615,8 +694,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
         float zc = 0.f;
 #pragma unroll
         for (int w = 0; w < 4; ++w) zc += s.zcol[w][r];
-        dgam[hr] = (s.g1[0][r] + s.g1[1][r]) - fbg[r] * (s.kap[0][r] + s.kap[1][r]) +
-                   ((s.zrow[0][r] + s.zrow[1][r]) - zc);
+        dgam[hr] =
+            (s.g1[0][r] + s.g1[1][r]) - fbg[r] * (s.kap[0][r] + s.kap[1][r]) + ((s.zrow[0][r] + s.zrow[1][r]) - zc);
         dbeta[hr] = (s.dbv[0][r] + s.dbv[1][r]) + (s.dbl[0][r] + s.dbl[1][r]);
         tau[hr] = s.tau[0][r] + s.tau[1][r];
       }
