@@ -670,7 +670,7 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--chunk-bwd-grads", opt->exec.chunk_bwd_grads,
                   "the training backward's gradients pass: 1 mma.sync, 2 wgmma, 3 fused with the reverse chain "
                   "(exec.chunk_bwd_grads; 0 auto)")
-      ->check(integer_in<int32_t>(0, 2))
+      ->check(integer_in<int32_t>(0, 3))
       ->type_name("G");
   sub->add_option("--mixer-kernel", opt->exec.mixer_kernel,
                   "mixer_decode's kernel: 1 clustered, 2 pipe (exec.mixer_kernel; 0 auto)")

@@ -146,15 +146,20 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     });
   // dS, the gradient w.r.t. chunk c's end state, as the next product's operand dS^T (hi, lo) and, but for a summary,
   // into its record (fp32: it enters dg through <S0, dS>), from the registers
+  // With the fused gradients pass (a.fused_walk) only the records it reads: dS where a walk of it starts (the last
+  // slot of a walk) or a sequence ends; no dU.
+  const int64_t nch = (w.len + kC - 1) / kC;
   const auto put_grad = [&](int64_t c) {
-    float* dSg = a.dS + (chunk_slot(a, w.n, w.st, c) * a.Hv + h) * (K * V) + w.j0;
+    const int64_t slot = chunk_slot(a, w.n, w.st, c);
+    const bool rec_out = !sum && (a.fused_walk == 0 || c == nch - 1 || (slot + 1) % a.fused_walk == 0);
+    float* dSg = a.dS + (slot * a.Hv + h) * (K * V) + w.j0;
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
       uint32_t xh[NJ][2], xl[NJ][2];
       chunk_detail::split_acc<true>(dacc[mb], xh, xl);
       chunk_detail::store_transposed(dst_addr + 4096 * mb, xh, wi, lane);
       chunk_detail::store_transposed(dst_addr + 8192 + 4096 * mb, xl, wi, lane);
-      if (!sum)
+      if (rec_out)
         for_pairs<NJ>(64 * mb + 16 * wi, 0, lane, [&](int jn, int e, int i, int j) {
           *reinterpret_cast<float2*>(dSg + i * V + j) = make_float2(dacc[mb][jn][e], dacc[mb][jn][e + 1]);
         });
@@ -262,7 +267,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
         const float2 d0 = *reinterpret_cast<const float2*>(&g.du0[r][j]);
         const float2 uv = make_float2(fmaf(kb[e / 2], u[jn][e], d0.x), fmaf(kb[e / 2], u[jn][e + 1], d0.y));
-        if (!sum) *reinterpret_cast<float2*>(dUg + r * V + j) = uv;
+        if (!sum && a.fused_walk == 0) *reinterpret_cast<float2*>(dUg + r * V + j) = uv;
         nd[jn][e] = -uv.x, nd[jn][e + 1] = -uv.y;
       });
       uint32_t xh[NJ][2], xl[NJ][2];

@@ -131,98 +131,110 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
   static_assert(std::is_same_v<E, __nv_bfloat16>, "the fused gradients pass takes bf16 inputs");
   constexpr int K = 128, V = 128;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<FusedSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
-  const int tid = int(threadIdx.x), lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), wi = __shfl_sync(0xffffffffu, (tid >> 5) & 3, 0);
   const int h = int(blockIdx.y);
   const int64_t s_lo = int64_t(blockIdx.x) * a.fused_walk;
   const int nw = int(a.slots - s_lo < a.fused_walk ? a.slots - s_lo : a.fused_walk);
   const float lam = a.scale;
-  if (tid < nw) {
-    int64_t n = 0, c = 0, sb = 0, st = 0, len = 0;
-    const bool ok = slot_chunk(a, s_lo + tid, &n, &c);
-    if (ok) seq_bounds(a, n, &sb, &st, &len);
-    s.wn[tid] = ok ? int32_t(n) : -1;
-    s.wc[tid] = int32_t(c);
-    s.wnv[tid] = ok ? int32_t(len - kC * c < kC ? len - kC * c : kC) : 0;
-    s.wsb[tid] = sb;
-    s.wt0[tid] = st + kC * c;
+  {
+    auto& s = *reinterpret_cast<FusedSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+    const int tid = int(threadIdx.x);
+    if (tid < nw) {
+      int64_t n = 0, c = 0, sb = 0, st = 0, len = 0;
+      const bool ok = slot_chunk(a, s_lo + tid, &n, &c);
+      if (ok) seq_bounds(a, n, &sb, &st, &len);
+      s.wn[tid] = ok ? int32_t(n) : -1;
+      s.wc[tid] = int32_t(c);
+      s.wnv[tid] = ok ? int32_t(len - kC * c < kC ? len - kC * c : kC) : 0;
+      s.wsb[tid] = sb;
+      s.wt0[tid] = st + kC * c;
+    }
+    __syncthreads();
   }
-  __syncthreads();
-
-  // One shared address and one descriptor low word for every tile: each operand and store adds its tile's offset
-  // (an immediate), so no per-tile address stays live in a register.
-  const uint32_t sa = smem_addr(&s), sl = wg::desc_lo(sa);
   constexpr uint32_t o_q = offsetof(FusedSmem, q), o_k = offsetof(FusedSmem, k), o_v = offsetof(FusedSmem, v);
   constexpr uint32_t o_do = offsetof(FusedSmem, dO), o_a = offsetof(FusedSmem, a), o_s0 = offsetof(FusedSmem, s0);
   constexpr uint32_t o_x1 = offsetof(FusedSmem, x1), o_x2 = offsetof(FusedSmem, x2), o_x3 = offsetof(FusedSmem, x3);
   constexpr uint32_t o_x5 = offsetof(FusedSmem, x5), o_x6 = offsetof(FusedSmem, x6), o_x7 = offsetof(FusedSmem, x7);
-
-  // Loads of slot i's inputs (cp.async, one group): parts as they free up in the chunk before.
   enum : int { kLdQVO = 1, kLdS0 = 2, kLdA = 4, kLdKR = 8 };
-  const auto load = [&](int i, int parts) {
-    const int nv = s.wnv[i];
-    const int64_t sb = s.wsb[i], t0 = s.wt0[i], rec = (s_lo + i) * a.Hv + h;
-    const int kv = tid & 15, r0 = tid >> 4;  // 16-byte piece kv of rows r0 + 16 j
-    const auto rows16 = [&](unsigned char(&dst)[2][8192], const E* src, int64_t rst) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = r0 + 16 * j;
-        const bool ok = r < nv;
-        cp_async16_zfill(&dst[kv >> 3][wg::swz(r, kv & 7)], ok ? src + r * rst + 8 * kv : src, ok);
-      }
-    };
-    const int hk = h / a.group;
-    if (parts & kLdQVO) {
-      rows16(s.q, static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh + t0 * a.q_st, a.q_st);
-      rows16(s.v, static_cast<const E*>(a.v) + sb * a.v_sb + h * a.v_sh + t0 * a.v_st, a.v_st);
-      rows16(s.dO, static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh + t0 * a.do_st, a.do_st);
-    }
-    if (parts & kLdS0) {  // bf16 [K][V]
-      const auto* Sg = reinterpret_cast<const unsigned char*>(a.S0 + rec * (K * V));
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int r = r0 + 16 * j;
-        cp_async<16>(&s.s0[r >> 6][kv >> 3][wg::swz(r & 63, kv & 7)], Sg + r * (V * 2) + kv * 16);
-      }
-    }
-    if (parts & kLdA) {  // bf16 hi [64][64], then lo
-      const auto* Ag = reinterpret_cast<const unsigned char*>(a.A + rec * (kC * kC));
-      const int cc = tid & 7, rr = tid >> 3;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int p = j >> 1, r = rr + 32 * (j & 1);
-        cp_async<16>(&s.a[p][wg::swz(r, cc)], Ag + p * 8192 + r * 128 + cc * 16);
-      }
-    }
-    if (parts & kLdKR) {
-      rows16(s.k, static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh + t0 * a.k_st, a.k_st);
-      copy_record_rows(s.rows, a.rows, rec, tid);
-    }
-    cp_async_commit();
-  };
-
   // dS (fp32, registers): key 64 wgi + 16 wi + g (+ 8), value 64 vh + 8 jn + 2 t4 (+ 1), m64n64 layout per half
   float ds[2][8][4];
-  const auto load_ds = [&](int i) {  // pass 3's record: the gradient w.r.t. the chunk's end state, K-major
-    const float* src = a.dS + ((s_lo + i) * a.Hv + h) * (K * V) + (64 * wgi + 16 * wi + g) * V + 2 * t4;
-#pragma unroll
-    for (int vh = 0; vh < 2; ++vh)
-#pragma unroll
-      for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const float2 x = *reinterpret_cast<const float2*>(src + hr * 8 * V + 64 * vh + 8 * jn);
-          ds[vh][jn][2 * hr] = x.x, ds[vh][jn][2 * hr + 1] = x.y;
-        }
-  };
-
   int i = nw - 1;
-  while (i >= 0 && s.wn[i] < 0) --i;
-  if (i < 0) return;
-  load(i, kLdQVO | kLdS0 | kLdA | kLdKR);
-  bool carry = false;
+  {
+    const auto& s0 = *reinterpret_cast<const FusedSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+    while (i >= 0 && s0.wn[i] < 0) --i;
+  }
+  bool carry = false, first = true;
   while (i >= 0) {
+    // Thread indices and shared addresses formed anew per chunk from an opaque tid and base: formed once before the
+    // loop, every address derived from them (hoisted by the compiler) stays live through all phases and spills.
+    int tid = int(threadIdx.x), pad = int((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    asm volatile("mov.b32 %0, %0;" : "+r"(tid));
+    asm volatile("mov.b32 %0, %0;" : "+r"(pad));
+    auto& s = *reinterpret_cast<FusedSmem*>(smem_raw + pad);
+    const int lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), wi = __shfl_sync(0xffffffffu, (tid >> 5) & 3, 0);
+    // one shared address and one descriptor low word for every tile: each operand and store adds its tile's offset
+    // (an immediate)
+    const uint32_t sa = smem_addr(&s), sl = wg::desc_lo(sa);
+    // Loads of slot i's inputs (cp.async, one group): parts as they free up in the chunk before.
+    const auto load = [&](int i, int parts) {
+      const int nv = s.wnv[i];
+      const int64_t sb = s.wsb[i], t0 = s.wt0[i], rec = (s_lo + i) * a.Hv + h;
+      const int kv = tid & 15, r0 = tid >> 4;  // 16-byte piece kv of rows r0 + 16 j
+      const auto rows16 = [&](unsigned char(&dst)[2][8192], const E* src, int64_t rst) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int r = r0 + 16 * j;
+          const bool ok = r < nv;
+          cp_async16_zfill(&dst[kv >> 3][wg::swz(r, kv & 7)], ok ? src + r * rst + 8 * kv : src, ok);
+        }
+      };
+      const int hk = h / a.group;
+      if (parts & kLdQVO) {
+        rows16(s.q, static_cast<const E*>(a.q) + sb * a.q_sb + hk * a.q_sh + t0 * a.q_st, a.q_st);
+        rows16(s.v, static_cast<const E*>(a.v) + sb * a.v_sb + h * a.v_sh + t0 * a.v_st, a.v_st);
+        rows16(s.dO, static_cast<const E*>(a.d_o) + sb * a.do_sb + h * a.do_sh + t0 * a.do_st, a.do_st);
+      }
+      if (parts & kLdS0) {  // bf16 [K][V]
+        const auto* Sg = reinterpret_cast<const unsigned char*>(a.S0 + rec * (K * V));
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int r = r0 + 16 * j;
+          cp_async<16>(&s.s0[r >> 6][kv >> 3][wg::swz(r & 63, kv & 7)], Sg + r * (V * 2) + kv * 16);
+        }
+      }
+      if (parts & kLdA) {  // bf16 hi [64][64], then lo
+        const auto* Ag = reinterpret_cast<const unsigned char*>(a.A + rec * (kC * kC));
+        const int cc = tid & 7, rr = tid >> 3;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int p = j >> 1, r = rr + 32 * (j & 1);
+          cp_async<16>(&s.a[p][wg::swz(r, cc)], Ag + p * 8192 + r * 128 + cc * 16);
+        }
+      }
+      if (parts & kLdKR) {
+        rows16(s.k, static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh + t0 * a.k_st, a.k_st);
+        copy_record_rows(s.rows, a.rows, rec, tid);
+      }
+      cp_async_commit();
+    };
+
+    const auto load_ds = [&](int i) {  // pass 3's record: the gradient w.r.t. the chunk's end state, K-major
+      const float* src = a.dS + ((s_lo + i) * a.Hv + h) * (K * V) + (64 * wgi + 16 * wi + g) * V + 2 * t4;
+#pragma unroll
+      for (int vh = 0; vh < 2; ++vh)
+#pragma unroll
+        for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const float2 x = *reinterpret_cast<const float2*>(src + hr * 8 * V + 64 * vh + 8 * jn);
+            ds[vh][jn][2 * hr] = x.x, ds[vh][jn][2 * hr + 1] = x.y;
+          }
+    };
+
+    if (first) {
+      load(i, kLdQVO | kLdS0 | kLdA | kLdKR);
+      first = false;
+    }
     int i2 = i - 1;  // the walk's next chunk (the one before in the sequence, when it continues)
     while (i2 >= 0 && s.wn[i2] < 0) --i2;
     const bool cont = i2 >= 0 && s.wn[i2] == s.wn[i] && s.wc[i2] == s.wc[i] - 1;

@@ -307,7 +307,7 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
       float du[NJ][4];
       for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
         const float2 uv = make_float2(x0[jn][e / 2].x - u[jn][e], x0[jn][e / 2].y - u[jn][e + 1]);
-        if (!sum) *reinterpret_cast<float2*>(Ug + r * V + j) = uv;
+        if (!sum && a.fused_walk == 0) *reinterpret_cast<float2*>(Ug + r * V + j) = uv;  // U: pass 4's input
         du[jn][e] = kb[e / 2] * uv.x, du[jn][e + 1] = kb[e / 2] * uv.y;
       });
       uint32_t xh[NJ][2], xl[NJ][2];
