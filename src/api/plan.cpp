@@ -202,6 +202,7 @@ constexpr bool kGradsWgByDefault = true;
 // Chunk slots per CTA walk of the fused gradients pass (cuda::bwd_detail::kFusedMaxWalk at most): its CTAs walk
 // independently from pass 3's records, so the walk length trades the reverse chain's steps against the CTAs' count.
 constexpr int32_t kChunkBwdFusedWalk = 16;
+constexpr bool kFusedGradsByDefault = true;
 
 // The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 152 KiB, the wgmma
 // one's warpgroup and 140 KiB, the mma.sync dstate kernel's 206 KiB, the wgmma one's 190 KiB with two stages: one per
@@ -257,9 +258,13 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
     return FGDN_ERROR(unsupported, "chunk_bwd: exec.chunk_bwd_grads = ", grads,
                       ": this gradients pass needs K = V = 128 and bf16 inputs, got K=", d.K, " V=", d.V, " ",
                       dtype_name(p.q.dtype));
-  pl.grads_pass =
-      grads == 2 || (grads == 0 && grads_wg_ok && kGradsWgByDefault) ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync;
-  if (grads == 3) pl.fused_walk = kChunkBwdFusedWalk;
+  // The fused pass by default where it runs, but for allow_neg_eigval: with beta up to 2 the chunk transition has an
+  // eigenvalue near -1 along nearly parallel keys, where its single bf16 operands leave the bounds and the wgmma
+  // pass's splits do not (docs/chunk_bwd.md "Fused gradients pass").
+  const bool fused = grads == 3 || (grads == 0 && grads_wg_ok && !p.gate.allow_neg_eigval && kFusedGradsByDefault);
+  pl.fused_walk = fused ? kChunkBwdFusedWalk : 0;
+  pl.grads_pass = !fused && (grads == 2 || (grads == 0 && grads_wg_ok && kGradsWgByDefault)) ? ChunkStatePass::wgmma
+                                                                                             : ChunkStatePass::mma_sync;
   const int64_t nch_total = ceil_div(d.T, kChunkFwdChunk);
   const int64_t avg = d.varlen ? ceil_div(nch_total, std::max<int64_t>(d.N, 1)) : nch_total;
   plan_segments(&pl, p.exec.chunk_bwd_segments, "exec.chunk_bwd_segments", d, avg, nch_total,

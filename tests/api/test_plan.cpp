@@ -793,41 +793,54 @@ TEST(ChunkBwdPlan, ChainsOverride) {
   EXPECT_NE(st.message().find("need K = V = 128, got K=64 V=64"), std::string::npos) << st.message();
 }
 
-// exec.chunk_bwd_grads: pass 4 on wgmma by default where it runs (K = V = 128, bf16), mma.sync elsewhere; 1 forces
-// mma.sync, 2 wgmma, 3 the fused pass (2, 3 unsupported outside their contract, the message says what they need); the
-// text names it.
+// exec.chunk_bwd_grads: the fused pass (pass 4 with the reverse chain) by default where it runs (K = V = 128, bf16)
+// but for allow_neg_eigval, which takes pass 4 on wgmma; mma.sync elsewhere; 1 forces mma.sync, 2 wgmma, 3 the fused
+// pass (2, 3 unsupported outside their contract, the message says what they need); the text names it.
 TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   ChunkShape s;
   s.T = 8192, s.Hv = 32;
   BwdCall c = bwd_call(s);
   ChunkBwdPlan pl = bwd_plan(c);
+  EXPECT_GT(pl.fused_walk, 0);
+  EXPECT_EQ(pl.grads_pass, ChunkStatePass::mma_sync);  // dq, dk per value head: pass 5a sums them
+  EXPECT_NE(describe(pl, c.d).find("grads pass: fused with the reverse chain"), std::string::npos) << describe(pl, c.d);
+  c.p.gate.use_beta_sigmoid_in_kernel = true, c.p.gate.allow_neg_eigval = true;
+  pl = bwd_plan(c);
+  EXPECT_EQ(pl.fused_walk, 0);
   EXPECT_EQ(pl.grads_pass, ChunkStatePass::wgmma);
   EXPECT_NE(describe(pl, c.d).find("grads pass: wgmma"), std::string::npos) << describe(pl, c.d);
+  c.p.gate.allow_neg_eigval = false;
   c.p.exec.chunk_bwd_grads = 1;
   pl = bwd_plan(c);
+  EXPECT_EQ(pl.fused_walk, 0);
   EXPECT_EQ(pl.grads_pass, ChunkStatePass::mma_sync);
   EXPECT_NE(describe(pl, c.d).find("grads pass: mma.sync"), std::string::npos) << describe(pl, c.d);
   c.p.exec.chunk_bwd_grads = 2;
-  EXPECT_EQ(bwd_plan(c).grads_pass, ChunkStatePass::wgmma);
-  c.p.exec.chunk_bwd_grads = 3;  // fused with the reverse chain
   pl = bwd_plan(c);
-  EXPECT_GT(pl.fused_walk, 0);
-  EXPECT_NE(describe(pl, c.d).find("grads pass: fused with the reverse chain"), std::string::npos) << describe(pl, c.d);
+  EXPECT_EQ(pl.fused_walk, 0);
+  EXPECT_EQ(pl.grads_pass, ChunkStatePass::wgmma);
+  c.p.exec.chunk_bwd_grads = 3;
+  c.p.gate.allow_neg_eigval = true;  // an explicit 3 takes the fused pass even so
+  EXPECT_GT(bwd_plan(c).fused_walk, 0);
   c.p.exec.chunk_bwd_grads = 4;
   ChunkBwdPlan bad;
   Status st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
   EXPECT_EQ(st.code(), StatusCode::invalid_argument) << st.message();
   EXPECT_NE(st.message().find("exec.chunk_bwd_grads: expected 0 (auto), 1"), std::string::npos) << st.message();
-  s.dt = DType::f16;  // f16 and K or V = 64: mma.sync, and 2 is unsupported
+  s.dt = DType::f16;  // f16 and K or V = 64: mma.sync, and 2, 3 are unsupported
   c = bwd_call(s);
   EXPECT_EQ(bwd_plan(c).grads_pass, ChunkStatePass::mma_sync);
-  c.p.exec.chunk_bwd_grads = 2;
-  st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
-  EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();
-  EXPECT_NE(st.message().find("needs K = V = 128 and bf16 inputs"), std::string::npos) << st.message();
+  EXPECT_EQ(bwd_plan(c).fused_walk, 0);
+  for (int32_t g : {2, 3}) {
+    c.p.exec.chunk_bwd_grads = g;
+    st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
+    EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();
+    EXPECT_NE(st.message().find("needs K = V = 128 and bf16 inputs"), std::string::npos) << st.message();
+  }
   s.dt = DType::bf16, s.K = 64;
   c = bwd_call(s);
   EXPECT_EQ(bwd_plan(c).grads_pass, ChunkStatePass::mma_sync);
+  EXPECT_EQ(bwd_plan(c).fused_walk, 0);
 }
 
 // Passes 2 and 3 run on wgmma where K = V = 128 (bf16 and f16), both at once in their one-stage forms unless

@@ -36,7 +36,7 @@ int64_t slots_of(const SeqDims& d) {
 // heads, dg, dbeta per token and value head); fp32 (W, S0 bf16), each part 256-byte aligned. Bytes per (slot, head):
 // 4 (256 + 64^2 + 128 V + K V) + 2 (2 64 K + K V) (W as bf16 hi + lo, S0 in bf16).
 struct WsLayout {
-  size_t rows = 0, A = 0, W = 0, U = 0, dU = 0, S0 = 0, dS = 0, dqh = 0, dkh = 0, dgh = 0, dbh = 0, total = 0;
+  size_t rows = 0, A = 0, W = 0, U = 0, dU = 0, S0 = 0, dS = 0, dqh = 0, dkh = 0, dgh = 0, dbh = 0, flag = 0, total = 0;
 };
 
 // The dq / dk scratch's heads (ChunkBwdArgs::dqk_heads): pass 4 on wgmma sums a q/k head's value heads itself
@@ -67,6 +67,7 @@ WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
   take(&w.dkh, qk_rows * K * f);
   take(&w.dgh, rows * f);
   take(&w.dbh, rows * f);
+  take(&w.flag, pl.fused_walk > 0 ? sizeof(int32_t) : 0);  // ChunkBwdArgs::beta_big
   w.total = off;
   return w;
 }
@@ -97,6 +98,7 @@ __global__ void __launch_bounds__(256) chunk_bwd_qk_kernel(const ChunkBwdArgs a)
   const bool valid = row < rows;
   const uint32_t bt = valid ? row / Hqk : 0u, hk = row - bt * Hqk, b = bt / T, t = bt - b * T;
   const DType io = DType(a.io_dtype);
+  if (a.beta_big && *a.beta_big) return;    // pass 4 on wgmma ran (a beta above 1) and did this work itself
   const bool cov = valid && covered(a, t);  // slack rows: zero gradients; neither their scratch nor inputs are read
   const int64_t qoff = int64_t(b) * a.q_sb + int64_t(t) * a.q_st + int64_t(hk) * a.q_sh + c;
   const int64_t koff = int64_t(b) * a.k_sb + int64_t(t) * a.k_st + int64_t(hk) * a.k_sh + c;
@@ -183,7 +185,7 @@ __global__ void __launch_bounds__(256) chunk_bwd_token_kernel(const ChunkBwdArgs
   }
   if (!cov) {
     for (int64_t j = 0; j < V; ++j) store1(a.dv, DType(a.io_dtype), b * a.dv_sb + t * a.dv_st + h * a.dv_sh + j, 0.f);
-    if (a.grads_wg && h < a.Hqk)  // dq, dk of slack rows (pass 5a's on the mma.sync path)
+    if ((a.grads_wg || (a.beta_big && *a.beta_big)) && h < a.Hqk)  // dq, dk of slack rows (else pass 5a's)
       for (int64_t j = 0; j < K; ++j) {
         store1(a.dq, DType(a.io_dtype), b * a.dq_sb + t * a.dq_st + h * a.dq_sh + j, 0.f);
         store1(a.dk, DType(a.io_dtype), b * a.dk_sb + t * a.dk_st + h * a.dk_sh + j, 0.f);
@@ -299,10 +301,12 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   a.dkh = reinterpret_cast<float*>(base + wl.dkh);
   a.dgh = reinterpret_cast<float*>(base + wl.dgh);
   a.dbh = reinterpret_cast<float*>(base + wl.dbh);
+  if (pl.fused_walk > 0) a.beta_big = reinterpret_cast<int32_t*>(base + wl.flag);
   const auto st = static_cast<cudaStream_t>(stream);
   // Slack rows (varlen: outside [cu[0], cu[N])) are never written by the chunk passes, and the kernels below never
   // read their scratch (covered()): no clearing pass over it.
   const bool bf16 = p.q.dtype == DType::bf16;
+  if (a.beta_big) FGDN_CUDA_CHECK(cudaMemsetAsync(a.beta_big, 0, sizeof(int32_t), st));
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)
                                                 : launch_chunk_bwd_passes_f16(a, d.K, d.V, stream)));
   const int64_t qk_rows = d.B * d.T * d.Hqk, v_rows = d.B * d.T * d.Hv;

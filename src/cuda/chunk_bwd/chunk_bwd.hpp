@@ -89,6 +89,9 @@ struct ChunkBwdArgs {
   // pass 4 fused with the reverse chain (chunk_bwd_fused.cuh; K = V = 128, bf16): one CTA per (walk of fused_walk
   // chunk slots, value head); 0: grads_wg decides
   int32_t fused_walk;
+  // [1] with fused_walk: prep sets it where a chunk's beta exceeds 1; then pass 4 on wgmma runs instead of the fused
+  // pass (each kernel reads it and returns at once when it is not its turn) and the chains store every record
+  int32_t* beta_big;
   // heads of the dq / dk scratch: Hqk where pass 4 on wgmma sums a q/k head's value heads itself (in head order, the
   // sum pass 5a forms otherwise), Hv where pass 4 on mma.sync writes them per value head
   int32_t dqk_heads;

@@ -146,12 +146,13 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     });
   // dS, the gradient w.r.t. chunk c's end state, as the next product's operand dS^T (hi, lo) and, but for a summary,
   // into its record (fp32: it enters dg through <S0, dS>), from the registers
-  // With the fused gradients pass (a.fused_walk) only the records it reads: dS where a walk of it starts (the last
-  // slot of a walk) or a sequence ends; no dU.
+  // With the fused gradients pass (fused_on) only the records it reads: dS where a walk of it starts (the last slot
+  // of a walk) or a sequence ends; no dU.
   const int64_t nch = (w.len + kC - 1) / kC;
+  const bool trim = fused_on(a);
   const auto put_grad = [&](int64_t c) {
     const int64_t slot = chunk_slot(a, w.n, w.st, c);
-    const bool rec_out = !sum && (a.fused_walk == 0 || c == nch - 1 || (slot + 1) % a.fused_walk == 0);
+    const bool rec_out = !sum && (!trim || c == nch - 1 || (slot + 1) % a.fused_walk == 0);
     float* dSg = a.dS + (slot * a.Hv + h) * (K * V) + w.j0;
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
@@ -267,7 +268,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
         const float2 d0 = *reinterpret_cast<const float2*>(&g.du0[r][j]);
         const float2 uv = make_float2(fmaf(kb[e / 2], u[jn][e], d0.x), fmaf(kb[e / 2], u[jn][e + 1], d0.y));
-        if (!sum && a.fused_walk == 0) *reinterpret_cast<float2*>(dUg + r * V + j) = uv;
+        if (!sum && !trim) *reinterpret_cast<float2*>(dUg + r * V + j) = uv;
         nd[jn][e] = -uv.x, nd[jn][e + 1] = -uv.y;
       });
       uint32_t xh[NJ][2], xl[NJ][2];

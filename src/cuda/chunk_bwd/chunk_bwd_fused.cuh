@@ -130,6 +130,7 @@ template <class E>
 __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const ChunkBwdArgs a) {
   static_assert(std::is_same_v<E, __nv_bfloat16>, "the fused gradients pass takes bf16 inputs");
   constexpr int K = 128, V = 128;
+  if (!fused_on(a)) return;  // a beta above 1: pass 4 on wgmma instead
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int h = int(blockIdx.y);
   const int64_t s_lo = int64_t(blockIdx.x) * a.fused_walk;
@@ -350,7 +351,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           u, sl, [](int j) { return o_a + uint32_t(32 * j); }, sl,
           [&](int j) { return o_x6 + uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
-      wg::wait0();  // this warpgroup's reads of its Wb lo tile done: U lo takes its place
+      wg::wait0();
+      // every warp of this warpgroup done reading its Wb lo tile (each warp's group reads all of B): U lo takes it
+      named_barrier<128>(1 + wgi);
       // tau_r = kb rho_k k_r . (U dS^T)_r = U_r . (Kbar dS)_r, from the fp32 U and C1's accumulator (du holds Kbar dS)
       float tp[2] = {0.f, 0.f};
 #pragma unroll
@@ -613,7 +616,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
             [&](int j) { return o_v + uint32_t(8192 * vh + 2048 * j); }, false);
       }
       wg::commit();
-      wg::wait1();  // this warpgroup's reads of its dA columns done: X lo takes them in x6
+      wg::wait1();
+      named_barrier<128>(1 + wgi);  // every warp of this warpgroup done reading its dA columns: X lo takes them
       fz::put_rows<4>((sa + o_x7), (sa + o_x6), xx, 4 * wgi, wi, lane);
       wg::wait0();
     }

@@ -197,6 +197,7 @@ template <class E, bool WALK>
 __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(const ChunkBwdArgs a) {
   static_assert(std::is_same_v<E, __nv_bfloat16>, "the wgmma grads pass takes bf16 inputs");
   constexpr int K = 128, V = 128;
+  if (a.fused_walk > 0 && fused_on(a)) return;  // launched beside the fused pass: it runs where every beta <= 1
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int hk = int(blockIdx.y);
   // The items' chunk (pass 4's map: a varlen slack slot holds none)

@@ -181,6 +181,12 @@ __device__ __forceinline__ void copy_record_rows(float (*dst)[kC], const float* 
   if (tid < 4 * kC / 4) cp_async<16>(&dst[tid / (kC / 4)][4 * (tid % (kC / 4))], rows + rec * kRowRec + 4 * tid);
 }
 
+// Whether the fused gradients pass runs (a.fused_walk, and no chunk's beta above 1: prep's flag, read by every later
+// pass; a beta up to 2 takes the wgmma pass 4 and the split operands it needs there, docs/chunk_bwd.md).
+__device__ __forceinline__ bool fused_on(const ChunkBwdArgs& a) {
+  return a.fused_walk > 0 && !(a.beta_big && *a.beta_big);
+}
+
 // Whether a chunk's largest beta (the record's row 3; rows past the chunk end hold 0) exceeds 1: prep then forms W
 // from a three-part split of its left operand, and the wgmma chains add W's lo terms (docs/chunk_bwd.md "Passes").
 // The same value in every lane of every warp.
@@ -436,6 +442,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   // meet at a named barrier of their own, so the four row blocks go on to their products independently.
   // beta > 1: W's left operand in three parts, hi + lo + rest (the W product below says why)
   const bool w_rest = beta_above_one(*reinterpret_cast<const float(*)[4][kC]>(s.gam), lane);
+  if (w_rest && a.beta_big && tid == 0) *a.beta_big = 1;  // (every writer stores the same value)
   {
     auto* Ag = reinterpret_cast<__nv_bfloat16*>(a.A + cp.rec * (kC * kC));
     const auto put16 = [](__nv_bfloat16* p, const uint32_t(&x)[4]) {
@@ -1557,10 +1564,23 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
   if (e == 0 && a.slots == 0)  // no chunk at all: only dh0 = dht (or 0), from the unsplit reverse chain
     e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
   if constexpr (K == 128 && V == 128 && std::is_same_v<E, __nv_bfloat16>) {
-    if (e == 0 && a.fused_walk > 0) {  // pass 4 fused with the reverse chain: one CTA per (walk, value head)
+    if (e == 0 && a.fused_walk > 0) {
+      // pass 4 fused with the reverse chain, one CTA per (walk, value head); beside it pass 4 on wgmma, which runs
+      // instead where a beta exceeds 1 (prep's flag: each returns at once when it is not its turn), with its own
+      // dq / dk scratch heads
       const dim3 grid(unsigned((a.slots + a.fused_walk - 1) / a.fused_walk), unsigned(a.Hv));
-      return launch_one(chunk_bwd_fused_kernel<E>, grid, sizeof(FusedSmem) + 1024, done[kDoneFused], st, a,
-                        kFusedThreads);
+      e = launch_one(chunk_bwd_fused_kernel<E>, grid, sizeof(FusedSmem) + 1024, done[kDoneFused], st, a, kFusedThreads);
+      ChunkBwdArgs ag = a;
+      ag.grads_wg = 1;
+      ag.dqk_heads = int32_t(a.Hqk);
+      const dim3 g4(unsigned(a.slots), unsigned(a.Hqk));
+      if (e == 0 && a.group > 1)
+        e = launch_one(chunk_bwd_grads_wg_kernel<E, true>, g4, sizeof(GradWgSmem) + 1024, done[kDoneGradsWgWalk], st,
+                       ag, kGradWgThreads);
+      else if (e == 0)
+        e = launch_one(chunk_bwd_grads_wg_kernel<E, false>, g4, sizeof(GradWgSmem) + 1024, done[kDoneGradsWg], st, ag,
+                       kGradWgThreads);
+      return e;
     }
     if (e == 0 && a.grads_wg) {  // pass 4 on wgmma: one CTA per (chunk slot, q/k head), its value heads in turn
       const dim3 grid(unsigned(a.slots), unsigned(a.Hqk));

@@ -167,7 +167,7 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
   const int h = blockIdx.y;
   ChainWork w;
   if (!chain_work<K>(a, false, &w, z)) return;
-  const bool sum = a.chain_mode == kChainSummary;
+  const bool sum = a.chain_mode == kChainSummary, trim = fused_on(a);  // trim: U unread (the fused pass forms it)
   const int r0 = 16 * wi + (lane >> 2);  // this thread's rows (tokens of product 1, keys of a block of product 2)
 
   // descriptor low words: S0^T (hi; lo at + 8192; key half at + 4096), (diag(kb) U)^T (hi; lo at + 4096), stage 0's
@@ -307,7 +307,7 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
       float du[NJ][4];
       for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
         const float2 uv = make_float2(x0[jn][e / 2].x - u[jn][e], x0[jn][e / 2].y - u[jn][e + 1]);
-        if (!sum && a.fused_walk == 0) *reinterpret_cast<float2*>(Ug + r * V + j) = uv;  // U: pass 4's input
+        if (!sum && !trim) *reinterpret_cast<float2*>(Ug + r * V + j) = uv;  // U: pass 4's input
         du[jn][e] = kb[e / 2] * uv.x, du[jn][e + 1] = kb[e / 2] * uv.y;
       });
       uint32_t xh[NJ][2], xl[NJ][2];
