@@ -118,6 +118,40 @@ __device__ __forceinline__ void put_rows(uint32_t at, const float (&d)[NJ][4], i
   }
 }
 
+// diag(sign f) d rounded once into the tile at `at` (f: a per-row table of the chunk, rows 16 wi + lane / 4 (+ 8)), two
+// column groups at a time.
+template <int NJ>
+__device__ __forceinline__ void put_rows_scaled(uint32_t at, const float (&d)[NJ][4], const float* f, float sign,
+                                                int wi, int lane) {
+  const float f0 = sign * f[16 * wi + (lane >> 2)], f1 = sign * f[16 * wi + (lane >> 2) + 8];
+#pragma unroll
+  for (int np = 0; np < NJ / 2; ++np) {
+    uint32_t x[2][2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      x[u][0] = chunk_detail::Elem<true>::pack(f0 * d[2 * np + u][0], f0 * d[2 * np + u][1]);
+      x[u][1] = chunk_detail::Elem<true>::pack(f1 * d[2 * np + u][2], f1 * d[2 * np + u][3]);
+    }
+    gwg::store_rows_at<2>(at, x, 2 * np, wi, lane);
+  }
+}
+
+// A key-half accumulator of dq^ or dk^ (rows: tokens 16 wi + lane / 4 (+ 8) < nv; columns: keys 64 wgi + ..) into the
+// per-value-head fp32 scratch at dst + (row0 + r Hv) K (pass 5a sums the heads and runs the l2norm chain).
+__device__ __forceinline__ void store_key_rows(float* dst, const float (&d)[8][4], int64_t row0, int64_t Hv, int nv,
+                                               int wgi, int wi, int lane) {
+  constexpr int K = 128;
+#pragma unroll
+  for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = 16 * wi + (lane >> 2) + 8 * hr;
+      if (r < nv)
+        *reinterpret_cast<float2*>(dst + (row0 + r * Hv) * K + 64 * wgi + 8 * jn + 2 * (lane & 3)) =
+            make_float2(d[jn][2 * hr], d[jn][2 * hr + 1]);
+    }
+}
+
 // The sum over the four lanes of a quad (one row's columns in an accumulator) of x; lane t4 == 0 stores it.
 __device__ __forceinline__ void put_row_sum(float* dst, int r, float x, int t4) {
   x = lane_sum<1, 4>(x);
@@ -459,17 +493,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
         fz::put_row_sum(s.g1[wgi], r, rq[r] * gq[hr], t4);
       }
       wg::wait0();
-      // dQ^ w.r.t. the normalized q, per value head (pass 5a sums the heads)
-#pragma unroll
-      for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int r = 16 * wi + g + 8 * hr;
-          if (r < nv) {
-            const int64_t o = ((sb * a.T + t0 + r) * a.Hv + h) * K + 64 * wgi + 8 * jn + 2 * t4;
-            *reinterpret_cast<float2*>(a.dqh + o) = make_float2(dq[jn][2 * hr], dq[jn][2 * hr + 1]);
-          }
-        }
+      fz::store_key_rows(a.dqh, dq, (sb * a.T + t0) * a.Hv + h, a.Hv, nv, wgi, wi, lane);  // dQ^ (normalized q)
     }
     wg::fence_async_smem();
     __syncthreads();
@@ -537,18 +561,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
             *reinterpret_cast<uint32_t*>(o + 8 * jn + 2 * t4) =
                 Storage<E>::from2(b * dvp[jn][2 * hr], b * dvp[jn][2 * hr + 1]);
       }
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t x[2][2];
-#pragma unroll
-        for (int u = 0; u < 2; ++u)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const float cv = -fbe[16 * wi + g + 8 * hr];
-            x[u][hr] = chunk_detail::Elem<true>::pack(cv * dvp[2 * np + u][2 * hr], cv * dvp[2 * np + u][2 * hr + 1]);
-          }
-        gwg::store_rows_at<2>(sa + o_x3 + 8192 * wgi, x, 2 * np, wi, lane);
-      }
+      fz::put_rows_scaled<8>(sa + o_x3 + 8192 * wgi, dvp, fbe, -1.f, wi, lane);  // dV'' = -diag(b e) dV'
       wg::wait0();
       {  // dbeta += rowdot(W', dV'), kappa = rowdot(KS, dV') (W' = V - diag(e rho_k) KS), this value half
         float pb[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};
@@ -569,18 +582,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
         }
       }
       __syncwarp();  // this warp's reads of v (its 16 rows of value half wgi) before dVg overwrites them
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {  // dVg = -diag(b e rho_k) dV' over v (C3's operand)
-        uint32_t x[2][2];
-#pragma unroll
-        for (int u = 0; u < 2; ++u)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const float cg = -fbg[16 * wi + g + 8 * hr];
-            x[u][hr] = chunk_detail::Elem<true>::pack(cg * dvp[2 * np + u][2 * hr], cg * dvp[2 * np + u][2 * hr + 1]);
-          }
-        gwg::store_rows_at<2>(sa + o_v + 8192 * wgi, x, 2 * np, wi, lane);
-      }
+      fz::put_rows_scaled<8>(sa + o_v + 8192 * wgi, dvp, fbg, -1.f, wi, lane);  // dVg = -diag(b e rho_k) dV', C3's
     }
     wg::fence_async_smem();
     __syncthreads();
@@ -690,16 +692,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           [&](int j) { return o_k + uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
       wg::wait0();
-#pragma unroll
-      for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int r = 16 * wi + g + 8 * hr;
-          if (r < nv) {
-            const int64_t o = ((sb * a.T + t0 + r) * a.Hv + h) * K + 64 * wgi + 8 * jn + 2 * t4;
-            *reinterpret_cast<float2*>(a.dkh + o) = make_float2(dk[jn][2 * hr], dk[jn][2 * hr + 1]);
-          }
-        }
+      fz::store_key_rows(a.dkh, dk, (sb * a.T + t0) * a.Hv + h, a.Hv, nv, wgi, wi, lane);  // dK^ (normalized k)
     }
     __syncthreads();  // every partial sum in
     if (tid < 32) {   // rows r = lane, lane + 32: dgamma, dbeta, tau (the sums in a fixed order)
@@ -718,35 +711,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       float sd = 0.f;
       for (int w = 0; w < 8; ++w) sd += s.red[w];
       const float en = expf(gam[nv - 1]);
-      float tsum[2] = {tau[0], tau[1]}, gsum[2] = {dgam[0], dgam[1]};
-      if (lane == ((nv - 1) & 31)) {  // dgamma_{n-1} += e_n <S0, dS>
-        if (nv > 32)
-          gsum[1] += en * sd;
-        else
-          gsum[0] += en * sd;
-      }
-      // dg_r = sum_{j >= r} dgamma_j + sum_{j < r} tau_j (the tau terms as an exclusive prefix: no cancellation of
-      // O(1) terms where dg is tiny); rows past nv carry zeros
-#pragma unroll
-      for (int m = 1; m < 32; m <<= 1) {
-        const float tp0 = __shfl_up_sync(0xffffffffu, tsum[0], m), tp1 = __shfl_up_sync(0xffffffffu, tsum[1], m);
-        const float gs0 = __shfl_down_sync(0xffffffffu, gsum[0], m), gs1 = __shfl_down_sync(0xffffffffu, gsum[1], m);
-        if (lane >= m) tsum[0] += tp0, tsum[1] += tp1;
-        if (lane + m < 32) gsum[0] += gs0, gsum[1] += gs1;
-      }
-      const float t_lo = __shfl_sync(0xffffffffu, tsum[0], 31), g_hi = __shfl_sync(0xffffffffu, gsum[1], 0);
-      float ex[2] = {__shfl_up_sync(0xffffffffu, tsum[0], 1), __shfl_up_sync(0xffffffffu, tsum[1], 1)};
-      if (lane == 0) ex[0] = 0.f, ex[1] = 0.f;
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int r = lane + 32 * hr;
-        const float pre = ex[hr] + (hr ? t_lo : 0.f), suf = gsum[hr] + (hr ? 0.f : g_hi);
-        if (r < nv) {
-          const int64_t row = (sb * a.T + t0 + r) * a.Hv + h;
-          a.dgh[row] = suf + pre;
-          a.dbh[row] = dbeta[hr];
-        }
-      }
+      gwg::store_dg_dbeta(a, (sb * a.T + t0) * a.Hv + h, nv, lane, dgam, dbeta, tau, en * sd);
     }
     __syncthreads();  // the partial sums and rows read; M1 (x2) and k consumed
     if (i2 >= 0) load(i2, kLdKR);

@@ -187,6 +187,43 @@ __device__ __forceinline__ void at_times_split(float (&d)[N / 8][4], const unsig
   wg::wait0();
 }
 
+// One warp's end of an item: lane l holds rows l and l + 32 of dgamma, dbeta and tau (the pass's per-row sums; rows
+// past nv zero); dgamma_{n-1} += last (e_n <S0, dS>_F), then dg_r = sum_{j >= r} dgamma_j + sum_{j < r} tau_j, the
+// tau terms of gdn-math §7.3 step 3 as an exclusive prefix (no cancellation of O(1) terms where dg is tiny: g = -30),
+// stored with dbeta for rows r < nv at dgh / dbh[row0 + r Hv].
+__device__ __forceinline__ void store_dg_dbeta(const ChunkBwdArgs& a, int64_t row0, int nv, int lane,
+                                               const float (&dgam)[2], const float (&dbeta)[2], const float (&tau)[2],
+                                               float last) {
+  float tsum[2] = {tau[0], tau[1]}, gsum[2] = {dgam[0], dgam[1]};
+  if (lane == ((nv - 1) & 31)) {  // row nv - 1's half by a select (an indexed local array goes to memory)
+    if (nv > 32)
+      gsum[1] += last;
+    else
+      gsum[0] += last;
+  }
+  // rows past nv carry zeros (tau, dgamma: their factors are zero), so the scans run over all 64 rows
+#pragma unroll
+  for (int m = 1; m < 32; m <<= 1) {  // inclusive prefix (tau) and suffix (dgamma) within each half
+    const float tp0 = __shfl_up_sync(0xffffffffu, tsum[0], m), tp1 = __shfl_up_sync(0xffffffffu, tsum[1], m);
+    const float gs0 = __shfl_down_sync(0xffffffffu, gsum[0], m), gs1 = __shfl_down_sync(0xffffffffu, gsum[1], m);
+    if (lane >= m) tsum[0] += tp0, tsum[1] += tp1;
+    if (lane + m < 32) gsum[0] += gs0, gsum[1] += gs1;
+  }
+  const float t_lo = __shfl_sync(0xffffffffu, tsum[0], 31), g_hi = __shfl_sync(0xffffffffu, gsum[1], 0);
+  // exclusive prefixes: the inclusive one of the lane before (no subtraction of tau_r)
+  float ex[2] = {__shfl_up_sync(0xffffffffu, tsum[0], 1), __shfl_up_sync(0xffffffffu, tsum[1], 1)};
+  if (lane == 0) ex[0] = 0.f, ex[1] = 0.f;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int r = lane + 32 * hr;
+    const float pre = ex[hr] + (hr ? t_lo : 0.f), suf = gsum[hr] + (hr ? 0.f : g_hi);
+    if (r < nv) {
+      a.dgh[row0 + r * a.Hv] = suf + pre;
+      a.dbh[row0 + r * a.Hv] = dbeta[hr];
+    }
+  }
+}
+
 }  // namespace gwg
 
 // WALK: the CTA walks its q/k head's a.group value heads (GQA); without it (a.group = 1) the one item compiles
@@ -793,37 +830,8 @@ __global__ void __launch_bounds__(kGradWgThreads, 1) chunk_bwd_grads_wg_kernel(c
       float sd = 0.f;
       for (int w = 0; w < 8; ++w) sd += s.red[w];
       const float en = expf(s.rows[0][nv - 1]);
-      // the exclusive prefix of tau and the suffix of dgamma over the 64 rows: lane l holds rows l, l + 32
-      float tsum[2] = {tau[0], tau[1]}, gsum[2] = {dgam[0], dgam[1]};
-      if (lane == ((nv - 1) & 31)) {  // row nv - 1's half by a select (an indexed local array goes to memory)
-        if (nv > 32)
-          gsum[1] += en * sd;
-        else
-          gsum[0] += en * sd;
-      }
-      // rows past nv carry zeros (tau, dgamma: their factors are zero), so the scans run over all 64 rows
-#pragma unroll
-      for (int m = 1; m < 32; m <<= 1) {  // inclusive prefix (tau) and suffix (dgamma) within each half
-        const float tp0 = __shfl_up_sync(0xffffffffu, tsum[0], m), tp1 = __shfl_up_sync(0xffffffffu, tsum[1], m);
-        const float gs0 = __shfl_down_sync(0xffffffffu, gsum[0], m), gs1 = __shfl_down_sync(0xffffffffu, gsum[1], m);
-        if (lane >= m) tsum[0] += tp0, tsum[1] += tp1;
-        if (lane + m < 32) gsum[0] += gs0, gsum[1] += gs1;
-      }
-      const float t_lo = __shfl_sync(0xffffffffu, tsum[0], 31), g_hi = __shfl_sync(0xffffffffu, gsum[1], 0);
-      // exclusive prefixes: the inclusive one of the lane before (no subtraction of tau_r, which may be O(1) where dg
-      // is tiny: g = -30)
-      float ex[2] = {__shfl_up_sync(0xffffffffu, tsum[0], 1), __shfl_up_sync(0xffffffffu, tsum[1], 1)};
-      if (lane == 0) ex[0] = 0.f, ex[1] = 0.f;
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int r = lane + 32 * hr;
-        const float pre = ex[hr] + (hr ? t_lo : 0.f), suf = gsum[hr] + (hr ? 0.f : g_hi);
-        if (r < nv) {
-          const int64_t row = (tok(0) * a.T + tok(1) + r) * a.Hv + h;
-          a.dgh[row] = suf + pre;
-          a.dbh[row] = dbeta[hr];
-        }
-      }
+      const int64_t row0 = (tok(0) * a.T + tok(1)) * a.Hv + h;
+      gwg::store_dg_dbeta(a, row0, nv, lane, dgam, dbeta, tau, en * sd);
     }
     __syncthreads();  // the staged dq, dk and the row sums read: the next item's loads overwrite them
   }

@@ -147,8 +147,8 @@ __device__ __forceinline__ void mma_rs_n32_bf16(float (&d)[16], const uint32_t (
 }
 
 // d (+)= A B, m64nNk16 (N = 64 or 32), bf16, both operands from shared memory in the 128-byte-swizzled [rows][64]
-// tiles above; TA / TB = 1: that operand is MN-major (the tile's rows are the k index: A^T or B as stored, a k step of 16
-// is 16 rows = 2048 bytes), else K-major (rows m or n, a k step 32 bytes). One descriptor form serves both: in an
+// tiles above; TA / TB = 1: that operand is MN-major (the tile's rows are the k index: A^T or B as stored, a k step of
+// 16 is 16 rows = 2048 bytes), else K-major (rows m or n, a k step 32 bytes). One descriptor form serves both: in an
 // MN-major tile the stride between 8-row groups is the same 1024 bytes, and an operand of at most 64 columns needs no
 // leading byte offset. Any product of stored tiles thus runs without a transposed copy.
 template <int N, int TA, int TB>
