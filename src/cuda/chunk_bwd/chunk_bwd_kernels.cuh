@@ -1564,6 +1564,7 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
   if (e == 0 && a.slots == 0)  // no chunk at all: only dh0 = dht (or 0), from the unsplit reverse chain
     e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
   if constexpr (K == 128 && V == 128 && std::is_same_v<E, __nv_bfloat16>) {
+    if (e == 0 && a.fused_walk > kFusedMaxWalk) return static_cast<int>(cudaErrorInvalidValue);  // the walk table
     if (e == 0 && a.fused_walk > 0) {
       // pass 4 fused with the reverse chain, one CTA per (walk, value head); beside it pass 4 on wgmma, which runs
       // instead where a beta exceeds 1 (prep's flag: each returns at once when it is not its turn), with its own
