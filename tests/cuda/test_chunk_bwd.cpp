@@ -917,7 +917,8 @@ TEST(CudaChunkBwd, GradsPassWgmmaAgainstMmaSync) {
 // carry dS; docs/chunk_bwd.md "Fused gradients pass") against the oracle: partial chunks, empty sequences and slack
 // rows with the fused gate; walks that cross sequence ends and continue a sequence (1500 tokens: 24 chunks, GQA 4,
 // V-major); the chains' split (pass 3's records from the split walks) without h0 and dht; identical keys, g = -30,
-// nearly parallel keys; then bitwise repeatable, eager and graph replay, over more CTAs than SMs.
+// nearly parallel keys; without GQA (the l2norm chain in the pass) with and without the l2norm; then bitwise
+// repeatable, eager and graph replay, over more CTAs than SMs.
 TEST(CudaChunkBwd, FusedGradsAgainstOracle) {
   REQUIRE_GPU();
   BwdCase b = bcase("fused_varlen_lengths_slack_gate", 1, 0, 2, 4, 128, 128);
@@ -947,6 +948,17 @@ TEST(CudaChunkBwd, FusedGradsAgainstOracle) {
     b.grads = 3;
     check(b);
   }
+  // without GQA the pass runs the l2norm chain itself (no pass 5a): with and without the l2norm, slack rows zero
+  b = bcase("fused_mha_varlen_slack_no_l2norm", 1, 0, 4, 4, 128, 128);
+  b.c.seqlens = {70, 0, 1300, 5};
+  b.c.l2norm = false;
+  b.slack = 7;
+  b.grads = 3;
+  check(b);
+  b = bcase("fused_mha_b2_t700_gate", 2, 700, 2, 2, 128, 128);
+  b.gate = true;
+  b.grads = 3;
+  check(b);
   b = bcase("fused_many_varlen_slack", 1, 0, 4, 16, 128, 128);
   b.c.seqlens = {2000, 0, 1500, 77, 0, 600};
   b.slack = 9;

@@ -47,7 +47,8 @@ int64_t dqk_heads_of(const SeqDims& d, const ChunkBwdPlan& pl) {
 
 WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
   const size_t rec = size_t(slots_of(d)) * size_t(d.Hv), rows = size_t(d.B * d.T * d.Hv), f = sizeof(float);
-  const bool walk_sums = pl.grads_pass == ChunkStatePass::wgmma;  // partial sums only, and only for GQA
+  // partial sums only, and only for GQA (without GQA the wgmma and the fused pass end the dq / dk work themselves)
+  const bool walk_sums = pl.grads_pass == ChunkStatePass::wgmma || pl.fused_walk > 0;
   const size_t qk_rows = walk_sums && d.Hv == d.Hqk ? 0 : size_t(d.B * d.T * dqk_heads_of(d, pl));
   const size_t K = size_t(d.K), V = size_t(d.V);
   WsLayout w;
@@ -185,7 +186,8 @@ __global__ void __launch_bounds__(256) chunk_bwd_token_kernel(const ChunkBwdArgs
   }
   if (!cov) {
     for (int64_t j = 0; j < V; ++j) store1(a.dv, DType(a.io_dtype), b * a.dv_sb + t * a.dv_st + h * a.dv_sh + j, 0.f);
-    if ((a.grads_wg || (a.beta_big && *a.beta_big)) && h < a.Hqk)  // dq, dk of slack rows (else pass 5a's)
+    // dq, dk of slack rows where pass 5a does not run
+    if ((a.grads_wg || (a.beta_big && *a.beta_big) || (a.fused_walk > 0 && a.group == 1)) && h < a.Hqk)
       for (int64_t j = 0; j < K; ++j) {
         store1(a.dq, DType(a.io_dtype), b * a.dq_sb + t * a.dq_st + h * a.dq_sh + j, 0.f);
         store1(a.dk, DType(a.io_dtype), b * a.dk_sb + t * a.dk_st + h * a.dk_sh + j, 0.f);
@@ -310,7 +312,8 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)
                                                 : launch_chunk_bwd_passes_f16(a, d.K, d.V, stream)));
   const int64_t qk_rows = d.B * d.T * d.Hqk, v_rows = d.B * d.T * d.Hv;
-  if (qk_rows > 0 && !a.grads_wg) {  // the wgmma pass 4 ends this work itself (its walk's last value head)
+  // the wgmma pass 4 ends this work itself (its walk's last value head), the fused pass without GQA
+  if (qk_rows > 0 && !a.grads_wg && !(a.fused_walk > 0 && a.group == 1)) {
     const unsigned blocks = unsigned(ceil_div(qk_rows, 256 / (d.K / 4)));  // K / 4 lanes per row
     if (d.K == 64)
       chunk_bwd_qk_kernel<64><<<blocks, 256, 0, st>>>(a);

@@ -59,7 +59,8 @@ struct alignas(1024) FusedSmem {
   float f[6][kC];                // per token: e, kb, kb rho_k, lam e rho_q, b e rho_k, b e (0 past the chunk end)
   // per-token partial sums (index [warpgroup] or [warp of the columns' warpgroup]), summed in phase 9
   float g1[2][kC], tau[2][kC], kap[2][kC], dbv[2][kC], dbl[2][kC], zrow[2][kC], zcol[4][kC];
-  float red[8];  // <S0, dS> per warp
+  float red[8];       // <S0, dS> per warp
+  float ldot[2][kC];  // without GQA: per token and key half, dx^ . x (the l2norm chain of dq, dk)
   // the walk: per slot its sequence (-1: no chunk), chunk, rows, batch entry and first token
   int32_t wn[kFusedMaxWalk], wc[kFusedMaxWalk], wnv[kFusedMaxWalk];
   int64_t wsb[kFusedMaxWalk], wt0[kFusedMaxWalk];
@@ -316,6 +317,38 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     const float* rq = s.rows[1];
     const float* rk = s.rows[2];
     const float* bt = s.rows[3];
+    // Without GQA: dx = rho (dx^ - (dx^ . x^) x^) = rho (dx^ - rho^2 (dx^ . x) x) for a key-half accumulator of dx^
+    // (gdn-math §7.6; x the raw row in its tile, rho = 1 without the l2norm), stored in the io dtype for rows < nv.
+    // The row dot spans both warpgroups' keys: partial sums, a CTA barrier, then the stores.
+    const auto finish_rows = [&](const float(&d)[8][4], const unsigned char(&xt)[2][8192], const float* rho, void* out,
+                                 int64_t o_sb, int64_t o_st, int64_t o_sh) {
+      float p[2] = {0.f, 0.f};
+#pragma unroll
+      for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const float2 x = chunk_detail::widen_pair<true>(
+              *reinterpret_cast<const uint32_t*>(&xt[wgi][gwg::at16(16 * wi + g + 8 * hr, 8 * jn + 2 * t4)]));
+          p[hr] = fmaf(d[jn][2 * hr], x.x, fmaf(d[jn][2 * hr + 1], x.y, p[hr]));
+        }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) fz::put_row_sum(s.ldot[wgi], 16 * wi + g + 8 * hr, p[hr], t4);
+      __syncthreads();
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 16 * wi + g + 8 * hr;
+        if (r >= nv) continue;
+        const float rr = rho[r], c = a.l2norm ? rr * rr * (s.ldot[0][r] + s.ldot[1][r]) : 0.f;
+        E* const o = static_cast<E*>(out) + sb * o_sb + (t0 + r) * o_st + h * o_sh + 64 * wgi;
+#pragma unroll
+        for (int jn = 0; jn < 8; ++jn) {
+          const float2 x = chunk_detail::widen_pair<true>(
+              *reinterpret_cast<const uint32_t*>(&xt[wgi][gwg::at16(r, 8 * jn + 2 * t4)]));
+          *reinterpret_cast<uint32_t*>(o + 8 * jn + 2 * t4) =
+              Storage<E>::from2(rr * (d[jn][2 * hr] - c * x.x), rr * (d[jn][2 * hr + 1] - c * x.y));
+        }
+      }
+    };
 
     // ---- phase 2: Q K^T, K S0 (group 1); C1 K dS (group 2)
     float ph[4][4], du[8][4];
@@ -493,7 +526,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
         fz::put_row_sum(s.g1[wgi], r, rq[r] * gq[hr], t4);
       }
       wg::wait0();
-      fz::store_key_rows(a.dqh, dq, (sb * a.T + t0) * a.Hv + h, a.Hv, nv, wgi, wi, lane);  // dQ^ (normalized q)
+      if (a.group == 1)  // without GQA dq is complete here: its l2norm chain, stored (pass 5a does not run)
+        finish_rows(dq, s.q, rq, a.dq, a.dq_sb, a.dq_st, a.dq_sh);
+      else
+        fz::store_key_rows(a.dqh, dq, (sb * a.T + t0) * a.Hv + h, a.Hv, nv, wgi, wi, lane);  // dQ^ (normalized q)
     }
     wg::fence_async_smem();
     __syncthreads();
@@ -692,7 +728,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           [&](int j) { return o_k + uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
       wg::wait0();
-      fz::store_key_rows(a.dkh, dk, (sb * a.T + t0) * a.Hv + h, a.Hv, nv, wgi, wi, lane);  // dK^ (normalized k)
+      if (a.group == 1)
+        finish_rows(dk, s.k, rk, a.dk, a.dk_sb, a.dk_st, a.dk_sh);
+      else
+        fz::store_key_rows(a.dkh, dk, (sb * a.T + t0) * a.Hv + h, a.Hv, nv, wgi, wi, lane);  // dK^ (normalized k)
     }
     __syncthreads();  // every partial sum in
     if (tid < 32) {   // rows r = lane, lane + 32: dgamma, dbeta, tau (the sums in a fixed order)
