@@ -73,6 +73,16 @@ WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
   return w;
 }
 
+// Whether pass 5a (chunk_bwd_qk_kernel) ends the dq / dk work: not where pass 4 on wgmma did it (planned, or the
+// fused pass's stand-in when a beta exceeds 1: prep's flag) or the fused pass did it (no GQA). The host launches 5a
+// only where the plan leaves it the work (qk_planned); the flag is read on the device.
+__host__ __device__ __forceinline__ bool qk_planned(const ChunkBwdArgs& a) {
+  return !a.grads_wg && !(a.fused_walk > 0 && a.group == 1);
+}
+__device__ __forceinline__ bool qk_pass_runs(const ChunkBwdArgs& a) {
+  return qk_planned(a) && !(a.beta_big && *a.beta_big);
+}
+
 // Rows of slack tokens (varlen: outside [cu[0], cu[N]), clamped) get zero gradients.
 __device__ __forceinline__ bool covered(const ChunkBwdArgs& a, int64_t t) {
   if (a.cu_seqlens == nullptr) return true;
@@ -99,7 +109,7 @@ __global__ void __launch_bounds__(256) chunk_bwd_qk_kernel(const ChunkBwdArgs a)
   const bool valid = row < rows;
   const uint32_t bt = valid ? row / Hqk : 0u, hk = row - bt * Hqk, b = bt / T, t = bt - b * T;
   const DType io = DType(a.io_dtype);
-  if (a.beta_big && *a.beta_big) return;    // pass 4 on wgmma ran (a beta above 1) and did this work itself
+  if (!qk_pass_runs(a)) return;             // pass 4 on wgmma ran (a beta above 1) and did this work itself
   const bool cov = valid && covered(a, t);  // slack rows: zero gradients; neither their scratch nor inputs are read
   const int64_t qoff = int64_t(b) * a.q_sb + int64_t(t) * a.q_st + int64_t(hk) * a.q_sh + c;
   const int64_t koff = int64_t(b) * a.k_sb + int64_t(t) * a.k_st + int64_t(hk) * a.k_sh + c;
@@ -186,8 +196,7 @@ __global__ void __launch_bounds__(256) chunk_bwd_token_kernel(const ChunkBwdArgs
   }
   if (!cov) {
     for (int64_t j = 0; j < V; ++j) store1(a.dv, DType(a.io_dtype), b * a.dv_sb + t * a.dv_st + h * a.dv_sh + j, 0.f);
-    // dq, dk of slack rows where pass 5a does not run
-    if ((a.grads_wg || (a.beta_big && *a.beta_big) || (a.fused_walk > 0 && a.group == 1)) && h < a.Hqk)
+    if (!qk_pass_runs(a) && h < a.Hqk)  // dq, dk of slack rows (else pass 5a's)
       for (int64_t j = 0; j < K; ++j) {
         store1(a.dq, DType(a.io_dtype), b * a.dq_sb + t * a.dq_st + h * a.dq_sh + j, 0.f);
         store1(a.dk, DType(a.io_dtype), b * a.dk_sb + t * a.dk_st + h * a.dk_sh + j, 0.f);
@@ -312,8 +321,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)
                                                 : launch_chunk_bwd_passes_f16(a, d.K, d.V, stream)));
   const int64_t qk_rows = d.B * d.T * d.Hqk, v_rows = d.B * d.T * d.Hv;
-  // the wgmma pass 4 ends this work itself (its walk's last value head), the fused pass without GQA
-  if (qk_rows > 0 && !a.grads_wg && !(a.fused_walk > 0 && a.group == 1)) {
+  if (qk_rows > 0 && qk_planned(a)) {
     const unsigned blocks = unsigned(ceil_div(qk_rows, 256 / (d.K / 4)));  // K / 4 lanes per row
     if (d.K == 64)
       chunk_bwd_qk_kernel<64><<<blocks, 256, 0, st>>>(a);

@@ -69,15 +69,14 @@ static_assert(sizeof(FusedSmem) + 1024 <= 227 * 1024, "fused grads: one CTA's sh
 
 namespace fz {
 
-constexpr uint32_t kTile = 8192;
-
-// Offset of k step ks (16) of a K-major operand whose 128-wide k range is two tiles `half` bytes apart.
-__device__ __forceinline__ uint32_t kmaj(int ks, uint32_t half = kTile) {
-  return uint32_t(ks >> 2) * half + uint32_t(ks & 3) * 32;
+// Offset of k step ks (16) of a K-major operand whose 128-wide k range is two adjacent [64][64] tiles.
+__device__ __forceinline__ uint32_t kmaj(int ks) {
+  return uint32_t(ks >> 2) * 8192 + uint32_t(ks & 3) * 32;
 }
-// Offset of k step ks of an MN-major operand whose k rows run on through tiles `next` bytes apart (64 rows each).
-__device__ __forceinline__ uint32_t mnmaj(int ks, uint32_t next = 2 * kTile) {
-  return uint32_t(ks >> 2) * next + uint32_t(ks & 3) * 2048;
+// Offset of k step ks of an MN-major operand whose 128 k rows run on through two tiles 16 KiB apart ([key half][value
+// half] tiles: S0, dSb).
+__device__ __forceinline__ uint32_t mnmaj(int ks) {
+  return uint32_t(ks >> 2) * 16384 + uint32_t(ks & 3) * 2048;
 }
 
 // d (+)= A B over KS k steps: A, B from the descriptor low words a, b at offsets fa(ks), fb(ks). first: d is
@@ -88,11 +87,6 @@ __device__ __forceinline__ void mma(float (&d)[N / 8][4], uint32_t a, FA fa, uin
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks)
     wg::mma_ss_t<N, TA, TB>(dv, wg::desc_at(a, fa(ks)), wg::desc_at(b, fb(ks)), first ? ks > 0 : 1);
-}
-
-template <int NJ>
-__device__ __forceinline__ void pack(const float (&d)[NJ][4], uint32_t (&x)[NJ][2]) {
-  chunk_detail::pack_acc<true, NJ>(d, x);
 }
 
 // An accumulator's rows as hi + lo into the tiles at hi, lo (gwg::put_rows), or rounded once into the tile at `at`,
@@ -119,12 +113,12 @@ __device__ __forceinline__ void put_rows(uint32_t at, const float (&d)[NJ][4], i
   }
 }
 
-// diag(sign f) d rounded once into the tile at `at` (f: a per-row table of the chunk, rows 16 wi + lane / 4 (+ 8)), two
+// -diag(f) d rounded once into the tile at `at` (f: a per-row table of the chunk, rows 16 wi + lane / 4 (+ 8)), two
 // column groups at a time.
 template <int NJ>
-__device__ __forceinline__ void put_rows_scaled(uint32_t at, const float (&d)[NJ][4], const float* f, float sign,
-                                                int wi, int lane) {
-  const float f0 = sign * f[16 * wi + (lane >> 2)], f1 = sign * f[16 * wi + (lane >> 2) + 8];
+__device__ __forceinline__ void put_rows_neg_scaled(uint32_t at, const float (&d)[NJ][4], const float* f, int wi,
+                                                    int lane) {
+  const float f0 = -f[16 * wi + (lane >> 2)], f1 = -f[16 * wi + (lane >> 2) + 8];
 #pragma unroll
   for (int np = 0; np < NJ / 2; ++np) {
     uint32_t x[2][2];
@@ -597,7 +591,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
             *reinterpret_cast<uint32_t*>(o + 8 * jn + 2 * t4) =
                 Storage<E>::from2(b * dvp[jn][2 * hr], b * dvp[jn][2 * hr + 1]);
       }
-      fz::put_rows_scaled<8>(sa + o_x3 + 8192 * wgi, dvp, fbe, -1.f, wi, lane);  // dV'' = -diag(b e) dV'
+      fz::put_rows_neg_scaled<8>(sa + o_x3 + 8192 * wgi, dvp, fbe, wi, lane);  // dV'' = -diag(b e) dV'
       wg::wait0();
       {  // dbeta += rowdot(W', dV'), kappa = rowdot(KS, dV') (W' = V - diag(e rho_k) KS), this value half
         float pb[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};
@@ -618,7 +612,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
         }
       }
       __syncwarp();  // this warp's reads of v (its 16 rows of value half wgi) before dVg overwrites them
-      fz::put_rows_scaled<8>(sa + o_v + 8192 * wgi, dvp, fbg, -1.f, wi, lane);  // dVg = -diag(b e rho_k) dV', C3's
+      fz::put_rows_neg_scaled<8>(sa + o_v + 8192 * wgi, dvp, fbg, wi, lane);  // dVg = -diag(b e rho_k) dV', C3's
     }
     wg::fence_async_smem();
     __syncthreads();

@@ -82,6 +82,34 @@ __device__ __forceinline__ void pin(float (&x)[N]) {
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31}"
 
+#define FGDN_WG_D16                                                                                           \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define FGDN_WG_D16_STR "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+
+// d (+)= A B, m64nNk16 (N = 64 or 32), bf16, both operands from shared memory in the 128-byte-swizzled [rows][64]
+// tiles above; TA / TB = 1: that operand is MN-major (the tile's rows are the k index: A^T or B as stored, a k step of
+// 16 is 16 rows = 2048 bytes), else K-major (rows m or n, a k step 32 bytes). One descriptor form serves both: in an
+// MN-major tile the stride between 8-row groups is the same 1024 bytes, and an operand of at most 64 columns needs no
+// leading byte offset. Any product of stored tiles thus runs without a transposed copy.
+template <int N, int TA, int TB>
+__device__ __forceinline__ void mma_ss_t(float (&d)[N / 2], uint64_t da, uint64_t db, int accumulate) {
+  static_assert((N == 64 || N == 32) && (TA == 0 || TA == 1) && (TB == 0 || TB == 1), "m64n64 / m64n32, 0 or 1");
+  if constexpr (N == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FGDN_WG_D32_STR ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : FGDN_WG_D32
+        : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FGDN_WG_D16_STR ", %16, %17, p, 1, 1, %19, %20;\n}\n"
+        : FGDN_WG_D16
+        : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+  }
+}
+
 // d (+)= A B, m64n64k16, A [64][16] and B^T [64][16] from shared memory (K-major descriptors). The accumulator of
 // warp w of the warpgroup: d[4 jn + e] is row 16 w + lane / 4 + 8 (e / 2), column 8 jn + 2 (lane % 4) + e % 2
 // (jn = 0..7). accumulate = 0 overwrites d: a fresh accumulator needs no zeroing instructions, which would otherwise
@@ -89,11 +117,7 @@ __device__ __forceinline__ void pin(float (&x)[N]) {
 template <bool BF16>
 __device__ __forceinline__ void mma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
   if constexpr (BF16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FGDN_WG_D32_STR ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : FGDN_WG_D32
-        : "l"(da), "l"(db), "r"(accumulate));
+    mma_ss_t<64, 0, 0>(d, da, db, accumulate);
   } else {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -123,19 +147,10 @@ __device__ __forceinline__ void mma_rs_n64(float (&d)[32], const uint32_t (&a)[4
   }
 }
 
-#define FGDN_WG_D16                                                                                           \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-#define FGDN_WG_D16_STR "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-
 // m64n32k16, bf16 operands, f32 accumulation: the n64 forms' layouts with 4 column groups (d[4 jn + e], jn = 0..3);
 // B^T [32][16] K-major from shared memory. A from shared memory (mma_ss_n32) or from registers (mma_rs_n32).
 __device__ __forceinline__ void mma_ss_n32_bf16(float (&d)[16], uint64_t da, uint64_t db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FGDN_WG_D16_STR ", %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : FGDN_WG_D16
-      : "l"(da), "l"(db), "r"(accumulate));
+  mma_ss_t<32, 0, 0>(d, da, db, accumulate);
 }
 __device__ __forceinline__ void mma_rs_n32_bf16(float (&d)[16], const uint32_t (&a)[4], uint64_t db, int accumulate) {
   asm volatile(
@@ -144,29 +159,6 @@ __device__ __forceinline__ void mma_rs_n32_bf16(float (&d)[16], const uint32_t (
       ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
       : FGDN_WG_D16
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
-}
-
-// d (+)= A B, m64nNk16 (N = 64 or 32), bf16, both operands from shared memory in the 128-byte-swizzled [rows][64]
-// tiles above; TA / TB = 1: that operand is MN-major (the tile's rows are the k index: A^T or B as stored, a k step of
-// 16 is 16 rows = 2048 bytes), else K-major (rows m or n, a k step 32 bytes). One descriptor form serves both: in an
-// MN-major tile the stride between 8-row groups is the same 1024 bytes, and an operand of at most 64 columns needs no
-// leading byte offset. Any product of stored tiles thus runs without a transposed copy.
-template <int N, int TA, int TB>
-__device__ __forceinline__ void mma_ss_t(float (&d)[N / 2], uint64_t da, uint64_t db, int accumulate) {
-  static_assert((N == 64 || N == 32) && (TA == 0 || TA == 1) && (TB == 0 || TB == 1), "m64n64 / m64n32, 0 or 1");
-  if constexpr (N == 64) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FGDN_WG_D32_STR ", %32, %33, p, 1, 1, %35, %36;\n}\n"
-        : FGDN_WG_D32
-        : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FGDN_WG_D16_STR ", %16, %17, p, 1, 1, %19, %20;\n}\n"
-        : FGDN_WG_D16
-        : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
-  }
 }
 
 #undef FGDN_WG_D16
