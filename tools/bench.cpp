@@ -668,9 +668,9 @@ Command add_bench(CLI::App& app) {
       ->check(integer_in<int32_t>(0, 2))
       ->type_name("C");
   sub->add_option("--chunk-bwd-grads", opt->exec.chunk_bwd_grads,
-                  "the training backward's gradients pass: 1 mma.sync, 2 wgmma, 3 fused with the reverse chain "
-                  "(exec.chunk_bwd_grads; 0 auto)")
-      ->check(integer_in<int32_t>(0, 3))
+                  "the training backward's gradients pass: 1 mma.sync, 2 wgmma, 3 fused with the reverse chain, "
+                  "4 fused, the value heads' dq / dk summed by pass 5a (exec.chunk_bwd_grads; 0 auto)")
+      ->check(integer_in<int32_t>(0, 4))
       ->type_name("G");
   sub->add_option("--mixer-kernel", opt->exec.mixer_kernel,
                   "mixer_decode's kernel: 1 clustered, 2 pipe (exec.mixer_kernel; 0 auto)")

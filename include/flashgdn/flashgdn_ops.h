@@ -46,8 +46,8 @@
   S(int32_t, int32_t, chunk_bwd_chains, 0,                                                                        \
     "CUDA chunk_bwd chains: 0 auto, 1 one after the other, 2 both at once (K = V = 128)")                         \
   S(int32_t, int32_t, chunk_bwd_grads, 0,                                                                         \
-    "CUDA chunk_bwd gradients pass: 0 auto, 1 mma.sync, 2 wgmma, 3 fused with the reverse chain (2, 3: K = V = " \
-    "128, bf16)")                                                                                                 \
+    "CUDA chunk_bwd gradients pass: 0 auto, 1 mma.sync, 2 wgmma, 3 fused with the reverse chain, 4 fused with "   \
+    "the value heads' dq / dk summed by a pass of their own (2-4: K = V = 128, bf16)")                            \
   S(int32_t, int32_t, mixer_kernel, 0,                                                                            \
     "CUDA mixer_decode kernel: 0 auto, 1 clustered (V split: mixer_split), 2 pipe (T = 1, K-major pool)")
 

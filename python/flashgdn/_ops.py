@@ -30,8 +30,8 @@ def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_
     P > 1 about P segments per sequence; 0: the plan's choice); mixer_split forces the CUDA mixer_decode V split
     (1, 2 or 4 CTAs per value head; 0: the plan's choice); chunk_bwd_chains runs the training backward's two state
     chains one after the other (1) or both at once (2, K = V = 128; 0: the plan's choice); chunk_bwd_grads runs its
-    gradients pass on mma.sync (1), wgmma (2) or fused with the reverse chain (3; 2, 3: K = V = 128, bf16; 0: the
-    plan's choice); mixer_kernel runs
+    gradients pass on mma.sync (1), wgmma (2), fused with the reverse chain (3) or fused with the value heads' dq / dk
+    summed by a pass of their own (4; 2-4: K = V = 128, bf16; 0: the plan's choice); mixer_kernel runs
     mixer_decode on the clustered kernel (1) or the pipe kernel (2: one token per row, K-major bf16 or fp32 pool,
     1-D slots, no intermediate states, Kc <= 4; 0: the plan's choice).
     A differentiable forward called inside the block keeps its options for its backward, wherever backward() runs

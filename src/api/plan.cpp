@@ -202,6 +202,10 @@ constexpr bool kGradsWgByDefault = true;
 // Chunk slots per CTA walk of the fused gradients pass (cuda::bwd_detail::kFusedMaxWalk at most): its CTAs walk
 // independently from pass 3's records, so the walk length trades the reverse chain's steps against the CTAs' count.
 constexpr int32_t kChunkBwdFusedWalk = 16;
+// The fused pass's clusters (exec.chunk_bwd_grads 3, the default): a GQA group of 2 value heads per q/k head. Groups
+// of 4 in clusters measured 7% slower than pass 5a's sum at varlen 4 x 8K Hv = 64 (rank 0 reads three partial sums
+// per exchange, and a cluster waits for four free SMs at once).
+constexpr int64_t kChunkBwdFusedCluster = 2;
 constexpr bool kFusedGradsByDefault = true;
 
 // The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 152 KiB, the wgmma
@@ -248,10 +252,10 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   pl.chains_concurrent = chains == 2 || (chains == 0 && wg && kChainsConcurrentByDefault);
   pl.state_stages = pl.dstate_stages = pl.chains_concurrent ? 1 : 2;
   const int32_t grads = p.exec.chunk_bwd_grads;
-  if (grads < 0 || grads > 3)
+  if (grads < 0 || grads > 4)
     return FGDN_INVALID(
-        "chunk_bwd: exec.chunk_bwd_grads: expected 0 (auto), 1 (mma.sync), 2 (wgmma) or 3 (fused with the reverse "
-        "chain), got ",
+        "chunk_bwd: exec.chunk_bwd_grads: expected 0 (auto), 1 (mma.sync), 2 (wgmma), 3 (fused with the reverse "
+        "chain) or 4 (fused, the value heads' dq / dk summed by pass 5a), got ",
         grads);
   const bool grads_wg_ok = wg && p.q.dtype == DType::bf16;
   if (grads >= 2 && !grads_wg_ok)
@@ -261,8 +265,12 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   // The fused pass by default where it runs, but for allow_neg_eigval: with beta up to 2 the chunk transition has an
   // eigenvalue near -1 along nearly parallel keys, where its single bf16 operands leave the bounds and the wgmma
   // pass's splits do not (docs/chunk_bwd.md "Fused gradients pass").
-  const bool fused = grads == 3 || (grads == 0 && grads_wg_ok && !p.gate.allow_neg_eigval && kFusedGradsByDefault);
+  const bool fused = grads >= 3 || (grads == 0 && grads_wg_ok && !p.gate.allow_neg_eigval && kFusedGradsByDefault);
   pl.fused_walk = fused ? kChunkBwdFusedWalk : 0;
+  // With two value heads per q/k head their CTAs run as one cluster and its rank 0 sums their dq, dk: no pass 5a,
+  // whose scratch round trip costs more than the exchange in the pass (docs/chunk_bwd.md "Fused gradients pass")
+  const int64_t group = d.Hv / std::max<int64_t>(d.Hqk, 1);
+  pl.fused_cluster = fused && grads != 4 && group == kChunkBwdFusedCluster ? int32_t(group) : 0;
   pl.grads_pass = !fused && (grads == 2 || (grads == 0 && grads_wg_ok && kGradsWgByDefault)) ? ChunkStatePass::wgmma
                                                                                              : ChunkStatePass::mma_sync;
   const int64_t nch_total = ceil_div(d.T, kChunkFwdChunk);
@@ -290,10 +298,15 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
                           ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, d.varlen ? " (varlen)" : "", "\n");
   s += str_cat("  prep pass: grid (", slots, ", ", d.Hv, "), one record per (chunk slot, value head); grads pass: ");
   if (pl.fused_walk > 0)
-    s += str_cat("fused with the reverse chain, grid (", ceil_div(slots, pl.fused_walk), ", ", d.Hv,
-                 "), 256 threads per CTA, each a walk of ", pl.fused_walk,
-                 " chunk slots of a value head in reverse (dS carried; pass 3's record where a walk or sequence "
-                 "ends)\n");
+    s +=
+        str_cat("fused with the reverse chain, grid (", ceil_div(slots, pl.fused_walk), ", ", d.Hv,
+                "), 256 threads per CTA, each a walk of ", pl.fused_walk,
+                " chunk slots of a value head in reverse (dS carried; pass 3's record where a walk or sequence "
+                "ends)",
+                pl.fused_cluster > 0 ? str_cat("; clusters of the ", pl.fused_cluster,
+                                               " value heads of a q/k head, rank 0 sums their dq, dk (no dq / dk pass)")
+                                     : "",
+                "\n");
   else if (pl.grads_pass == ChunkStatePass::wgmma)
     s += str_cat(
         "wgmma, grid (", slots, ", ", d.Hqk, "), 256 threads per CTA, each the ", d.Hv / std::max<int64_t>(d.Hqk, 1),

@@ -795,15 +795,24 @@ TEST(ChunkBwdPlan, ChainsOverride) {
 
 // exec.chunk_bwd_grads: the fused pass (pass 4 with the reverse chain) by default where it runs (K = V = 128, bf16)
 // but for allow_neg_eigval, which takes pass 4 on wgmma; mma.sync elsewhere; 1 forces mma.sync, 2 wgmma, 3 the fused
-// pass (2, 3 unsupported outside their contract, the message says what they need); the text names it.
+// pass, 4 the fused pass with pass 5a's GQA sum (2-4 unsupported outside their contract, the message says what they
+// need); the text names it. With two value heads per q/k head the fused pass runs them as one cluster.
 TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   ChunkShape s;
   s.T = 8192, s.Hv = 32;
   BwdCall c = bwd_call(s);
   ChunkBwdPlan pl = bwd_plan(c);
   EXPECT_GT(pl.fused_walk, 0);
-  EXPECT_EQ(pl.grads_pass, ChunkStatePass::mma_sync);  // dq, dk per value head: pass 5a sums them
+  EXPECT_EQ(pl.fused_cluster, 2);  // Hqk = 16, Hv = 32: the two value heads of a q/k head in a cluster
+  EXPECT_EQ(pl.grads_pass, ChunkStatePass::mma_sync);
   EXPECT_NE(describe(pl, c.d).find("grads pass: fused with the reverse chain"), std::string::npos) << describe(pl, c.d);
+  EXPECT_NE(describe(pl, c.d).find("clusters of the 2 value heads of a q/k head"), std::string::npos)
+      << describe(pl, c.d);
+  for (const auto& [hqk, cluster] : {std::pair{8, 0}, std::pair{2, 0}, std::pair{32, 0}}) {  // groups 4, 16, 1
+    ChunkShape g = s;
+    g.Hqk = hqk;
+    EXPECT_EQ(bwd_plan(bwd_call(g)).fused_cluster, cluster) << "Hqk " << hqk;
+  }
   c.p.gate.use_beta_sigmoid_in_kernel = true, c.p.gate.allow_neg_eigval = true;
   pl = bwd_plan(c);
   EXPECT_EQ(pl.fused_walk, 0);
@@ -822,7 +831,11 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   c.p.exec.chunk_bwd_grads = 3;
   c.p.gate.allow_neg_eigval = true;  // an explicit 3 takes the fused pass even so
   EXPECT_GT(bwd_plan(c).fused_walk, 0);
-  c.p.exec.chunk_bwd_grads = 4;
+  c.p.exec.chunk_bwd_grads = 4;  // the fused pass, pass 5a sums the value heads
+  EXPECT_GT(bwd_plan(c).fused_walk, 0);
+  EXPECT_EQ(bwd_plan(c).fused_cluster, 0);
+  EXPECT_EQ(describe(bwd_plan(c), c.d).find("clusters of"), std::string::npos);
+  c.p.exec.chunk_bwd_grads = 5;
   ChunkBwdPlan bad;
   Status st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
   EXPECT_EQ(st.code(), StatusCode::invalid_argument) << st.message();
@@ -831,7 +844,7 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   c = bwd_call(s);
   EXPECT_EQ(bwd_plan(c).grads_pass, ChunkStatePass::mma_sync);
   EXPECT_EQ(bwd_plan(c).fused_walk, 0);
-  for (int32_t g : {2, 3}) {
+  for (int32_t g : {2, 3, 4}) {
     c.p.exec.chunk_bwd_grads = g;
     st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
     EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();

@@ -916,9 +916,10 @@ TEST(CudaChunkBwd, GradsPassWgmmaAgainstMmaSync) {
 // The fused gradients pass (exec.chunk_bwd_grads = 3: pass 4 with the reverse chain, walks of 16 chunk slots that
 // carry dS; docs/chunk_bwd.md "Fused gradients pass") against the oracle: partial chunks, empty sequences and slack
 // rows with the fused gate; walks that cross sequence ends and continue a sequence (1500 tokens: 24 chunks, GQA 4,
-// V-major); the chains' split (pass 3's records from the split walks) without h0 and dht; identical keys, g = -30,
-// nearly parallel keys; without GQA (the l2norm chain in the pass) with and without the l2norm; then bitwise
-// repeatable, eager and graph replay, over more CTAs than SMs.
+// V-major), the same with pass 5a summing the value heads (4) instead of the pass's clusters, and GQA 16 (no
+// cluster: pass 5a); the chains' split (pass 3's records from the split walks) without h0 and dht; identical keys,
+// g = -30, nearly parallel keys; without GQA (the l2norm chain in the pass) with and without the l2norm; then bitwise
+// repeatable, eager and graph replay, over more CTAs than SMs (clusters of 4).
 TEST(CudaChunkBwd, FusedGradsAgainstOracle) {
   REQUIRE_GPU();
   BwdCase b = bcase("fused_varlen_lengths_slack_gate", 1, 0, 2, 4, 128, 128);
@@ -930,6 +931,13 @@ TEST(CudaChunkBwd, FusedGradsAgainstOracle) {
   b = bcase("fused_walk_t1500_gqa4_vmajor", 2, 1500, 1, 4, 128, 128);
   b.c.g_scale = 0.02;
   b.c.layout = StateLayout::v_major;
+  b.grads = 3;
+  check(b);
+  b.c.name = "fused_walk_t1500_gqa4_vmajor_pass5a";
+  b.grads = 4;
+  check(b);
+  b = bcase("fused_gqa16_varlen", 1, 0, 1, 16, 128, 128);
+  b.c.seqlens = {700, 0, 65};
   b.grads = 3;
   check(b);
   b = bcase("fused_split_p4_no_h0_no_dht", 1, 1200, 2, 4, 128, 128);

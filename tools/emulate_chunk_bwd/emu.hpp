@@ -406,6 +406,11 @@ cudaError_t CUDARTAPI cudaGetDevice(int* d) {
   *d = 0;
   return cudaSuccess;
 }
+// A launch with attributes (a cluster): not emulated, the emulation runs the forms launched with <<<>>>.
+cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void*, void**) {
+  std::fprintf(stderr, "cudaLaunchKernelEx: launches with attributes (clusters) are not emulated\n");
+  return cudaErrorNotSupported;
+}
 const char* CUDARTAPI cudaGetErrorString(cudaError_t) {
   return "emulated";
 }

@@ -16,7 +16,8 @@
 # case N runs the
 # chains (at K = V = 128) on the plan's wgmma kernels (2 input stages), Ns1 on their one-stage forms one after the
 # other, Nc both at once (exec.chunk_bwd_chains = 2; Ns1 and Nc are compared bitwise with N), Nm pass 3 on the
-# mma.sync kernel, Ng / Ngm / Nf pass 4 on wgmma / mma.sync / the fused pass (exec.chunk_bwd_grads 2 / 1 / 3; the plan takes the fused
+# mma.sync kernel, Ng / Ngm / Nf pass 4 on wgmma / mma.sync / the fused pass (exec.chunk_bwd_grads 2 / 1 / 3, every
+# form without the fused pass's clusters, which are not emulated: pass 5a sums the value heads; the plan takes the fused
 # pass at K = V = 128 bf16, the wgmma pass 4 where a beta exceeds 1 or under allow_neg_eigval); w0 bf16 GQA 2 with a partial last chunk, w1 varlen with a length-0 sequence and slack rows, w2 / w3
 # the split forced (decay windows / full summaries), w4 fp16 v-major with checkpoints, w5 the wgmma model alone
 # against plain products, w6 nearly parallel keys, w7 identical keys with a full last chunk, w8 the same with the

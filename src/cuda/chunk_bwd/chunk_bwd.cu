@@ -74,10 +74,10 @@ WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
 }
 
 // Whether pass 5a (chunk_bwd_qk_kernel) ends the dq / dk work: not where pass 4 on wgmma did it (planned, or the
-// fused pass's stand-in when a beta exceeds 1: prep's flag) or the fused pass did it (no GQA). The host launches 5a
-// only where the plan leaves it the work (qk_planned); the flag is read on the device.
+// fused pass's stand-in when a beta exceeds 1: prep's flag) or the fused pass did it (no GQA, or its clusters). The
+// host launches 5a only where the plan leaves it the work (qk_planned); the flag is read on the device.
 __host__ __device__ __forceinline__ bool qk_planned(const ChunkBwdArgs& a) {
-  return !a.grads_wg && !(a.fused_walk > 0 && a.group == 1);
+  return !a.grads_wg && !(a.fused_walk > 0 && (a.group == 1 || a.fused_cluster > 1));
 }
 __device__ __forceinline__ bool qk_pass_runs(const ChunkBwdArgs& a) {
   return qk_planned(a) && !(a.beta_big && *a.beta_big);
@@ -290,6 +290,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   a.chains_concurrent = pl.chains_concurrent;
   a.grads_wg = pl.grads_pass == ChunkStatePass::wgmma;
   a.fused_walk = pl.fused_walk;
+  a.fused_cluster = pl.fused_cluster;
   a.dqk_heads = int32_t(dqk_heads_of(d, pl));
   auto* base = static_cast<unsigned char*>(ws);
   if (pl.split) {  // the split's part follows the records and scratch (wl.total is 256-byte aligned)

@@ -89,6 +89,10 @@ struct ChunkBwdArgs {
   // pass 4 fused with the reverse chain (chunk_bwd_fused.cuh; K = V = 128, bf16): one CTA per (walk of fused_walk
   // chunk slots, value head); 0: grads_wg decides
   int32_t fused_walk;
+  // with fused_walk and GQA: the fused pass's CTAs of a q/k head's value heads form clusters of this many (the
+  // group; the plan takes 2), and rank 0 sums their dq, dk (in head order) and runs the l2norm chain: no pass 5a;
+  // 0: pass 5a sums them
+  int32_t fused_cluster;
   // [1] with fused_walk: prep sets it where a chunk's beta exceeds 1; then pass 4 on wgmma runs instead of the fused
   // pass (each kernel reads it and returns at once when it is not its turn) and the chains store every record
   int32_t* beta_big;

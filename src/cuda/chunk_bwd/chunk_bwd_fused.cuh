@@ -33,6 +33,7 @@
 #include <cstddef>
 
 #include "cuda/chunk_bwd/chunk_bwd_grads_wg.cuh"
+#include "cuda/common/mbarrier.cuh"
 #include "cuda/common/wgmma.cuh"
 
 namespace flashgdn::cuda::bwd_detail {
@@ -147,6 +148,27 @@ __device__ __forceinline__ void store_key_rows(float* dst, const float (&d)[8][4
     }
 }
 
+// d += the key-half rows that store_key_rows wrote from another value head's CTA at src + (row0 + r Hv) K (rows < nv),
+// every load issued before the first add.
+__device__ __forceinline__ void add_key_rows(float (&d)[8][4], const float* src, int64_t row0, int64_t Hv, int nv,
+                                             int wgi, int wi, int lane) {
+  constexpr int K = 128;
+  float2 x[8][2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int r = 16 * wi + (lane >> 2) + 8 * hr;
+#pragma unroll
+    for (int jn = 0; jn < 8; ++jn)
+      x[jn][hr] = r < nv
+                      ? *reinterpret_cast<const float2*>(src + (row0 + r * Hv) * K + 64 * wgi + 8 * jn + 2 * (lane & 3))
+                      : make_float2(0.f, 0.f);
+  }
+#pragma unroll
+  for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) d[jn][2 * hr] += x[jn][hr].x, d[jn][2 * hr + 1] += x[jn][hr].y;
+}
+
 // The sum over the four lanes of a quad (one row's columns in an accumulator) of x; lane t4 == 0 stores it.
 __device__ __forceinline__ void put_row_sum(float* dst, int r, float x, int t4) {
   x = lane_sum<1, 4>(x);
@@ -193,6 +215,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     while (i >= 0 && s0.wn[i] < 0) --i;
   }
   bool carry = false, first = true;
+  // With fused_cluster (GQA): this CTA's rank among its q/k head's value heads, and whether it has arrived at the
+  // cluster barrier without waiting yet
+  const int rank = a.fused_cluster > 1 ? h % a.fused_cluster : 0;
+  bool arrived = false;
   while (i >= 0) {
     // Thread indices and shared addresses formed anew per chunk from an opaque tid and base: formed once before the
     // loop, every address derived from them (hoisted by the compiler) stays live through all phases and spills.
@@ -270,6 +296,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     const bool cont = i2 >= 0 && s.wn[i2] == s.wn[i] && s.wc[i2] == s.wc[i] - 1;
     const int nv = s.wnv[i];
     const int64_t sb = s.wsb[i], t0 = s.wt0[i];
+    const int hk = h / a.group;
     if (!carry) load_ds(i);
     cp_async_wait<0>();
     __syncthreads();  // slot i's inputs landed (every thread's copies)
@@ -333,7 +360,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
         const int r = 16 * wi + g + 8 * hr;
         if (r >= nv) continue;
         const float rr = rho[r], c = a.l2norm ? rr * rr * (s.ldot[0][r] + s.ldot[1][r]) : 0.f;
-        E* const o = static_cast<E*>(out) + sb * o_sb + (t0 + r) * o_st + h * o_sh + 64 * wgi;
+        E* const o = static_cast<E*>(out) + sb * o_sb + (t0 + r) * o_st + hk * o_sh + 64 * wgi;
 #pragma unroll
         for (int jn = 0; jn < 8; ++jn) {
           const float2 x = chunk_detail::widen_pair<true>(
@@ -342,6 +369,25 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
               Storage<E>::from2(rr * (d[jn][2 * hr] - c * x.x), rr * (d[jn][2 * hr + 1] - c * x.y));
         }
       }
+    };
+
+    // With GQA, dq^ or dk^ of this value head (d) to the scratch (fp32, per value head: pass 5a sums the heads), or
+    // with a cluster: rank 1 stores it and arrives (it waits only before it arrives again, so it runs ahead by up to
+    // one exchange); rank 0 arrives, waits, adds rank 1's rows and returns true: it then holds the q/k head's sum and
+    // ends the work (the l2norm chain, the store). Rank 0 summing both dq and dk measured faster than the ranks taking
+    // turns, where each CTA waits for the other once a chunk.
+    const auto hand_over = [&](float(&d)[8][4], float* scratch) {
+      const int64_t row0 = (sb * a.T + t0) * a.Hv + h;
+      if (rank > 0 || a.fused_cluster <= 1) {
+        if (arrived) mbar::cluster_wait();
+        fz::store_key_rows(scratch, d, row0, a.Hv, nv, wgi, wi, lane);
+        if (a.fused_cluster > 1) mbar::cluster_arrive(), arrived = true;
+        return false;
+      }
+      mbar::cluster_arrive();
+      mbar::cluster_wait();
+      for (int p = 1; p < a.fused_cluster; ++p) fz::add_key_rows(d, scratch, row0 + p, a.Hv, nv, wgi, wi, lane);
+      return true;
     };
 
     // ---- phase 2: Q K^T, K S0 (group 1); C1 K dS (group 2)
@@ -520,10 +566,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
         fz::put_row_sum(s.g1[wgi], r, rq[r] * gq[hr], t4);
       }
       wg::wait0();
-      if (a.group == 1)  // without GQA dq is complete here: its l2norm chain, stored (pass 5a does not run)
-        finish_rows(dq, s.q, rq, a.dq, a.dq_sb, a.dq_st, a.dq_sh);
-      else
-        fz::store_key_rows(a.dqh, dq, (sb * a.T + t0) * a.Hv + h, a.Hv, nv, wgi, wi, lane);  // dQ^ (normalized q)
+      // dQ^ (w.r.t. the normalized q): complete here without GQA or on a cluster's rank 0: its l2norm chain, stored
+      if (a.group == 1 || hand_over(dq, a.dqh)) finish_rows(dq, s.q, rq, a.dq, a.dq_sb, a.dq_st, a.dq_sh);
     }
     wg::fence_async_smem();
     __syncthreads();
@@ -722,10 +766,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           [&](int j) { return o_k + uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
       wg::wait0();
-      if (a.group == 1)
-        finish_rows(dk, s.k, rk, a.dk, a.dk_sb, a.dk_st, a.dk_sh);
-      else
-        fz::store_key_rows(a.dkh, dk, (sb * a.T + t0) * a.Hv + h, a.Hv, nv, wgi, wi, lane);  // dK^ (normalized k)
+      if (a.group == 1 || hand_over(dk, a.dkh)) finish_rows(dk, s.k, rk, a.dk, a.dk_sb, a.dk_st, a.dk_sh);
     }
     __syncthreads();  // every partial sum in
     if (tid < 32) {   // rows r = lane, lane + 32: dgamma, dbeta, tau (the sums in a fixed order)
@@ -751,6 +792,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     carry = cont;
     i = i2;
   }
+  if (arrived) mbar::cluster_wait();  // every arrive of a cluster barrier has its wait
 }
 
 }  // namespace flashgdn::cuda::bwd_detail

@@ -1447,6 +1447,21 @@ int launch_one(Kernel kernel, dim3 grid, size_t smem, std::atomic<uint64_t>& don
   kernel<<<grid, threads, smem, st>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
+// launch_one with clusters of `cy` CTAs along y (cy > 1; grid.y a multiple of it)
+template <class Kernel>
+int launch_clusters_y(Kernel kernel, dim3 grid, unsigned cy, size_t smem, std::atomic<uint64_t>& done, cudaStream_t st,
+                      const ChunkBwdArgs& a, int threads) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return 0;
+  const int e = prepare_launch(kernel, smem, done);
+  if (e != 0) return e;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid, cfg.blockDim = dim3(unsigned(threads)), cfg.dynamicSmemBytes = smem, cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = cy, attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr, cfg.numAttrs = 1;
+  return static_cast<int>(cudaLaunchKernelEx(&cfg, kernel, a));
+}
 
 // Passes 2 and 3. Unsplit: one CTA per (sequence, value head, kBV columns) walks every chunk. Split (gdn-math §6,
 // a.items set): the work list of segments; per chain the summaries [M | N] (augmented columns, (K + V) / kBV CTAs per
@@ -1568,9 +1583,16 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
     if (e == 0 && a.fused_walk > 0) {
       // pass 4 fused with the reverse chain, one CTA per (walk, value head); beside it pass 4 on wgmma, which runs
       // instead where a beta exceeds 1 (prep's flag: each returns at once when it is not its turn), with its own
-      // dq / dk scratch heads
+      // dq / dk scratch heads. With a.fused_cluster the value heads of a q/k head run as one cluster.
       const dim3 grid(unsigned((a.slots + a.fused_walk - 1) / a.fused_walk), unsigned(a.Hv));
-      e = launch_one(chunk_bwd_fused_kernel<E>, grid, sizeof(FusedSmem) + 1024, done[kDoneFused], st, a, kFusedThreads);
+      if (a.fused_cluster > 1 && a.Hv % a.fused_cluster == 0)
+        e = launch_clusters_y(chunk_bwd_fused_kernel<E>, grid, unsigned(a.fused_cluster), sizeof(FusedSmem) + 1024,
+                              done[kDoneFused], st, a, kFusedThreads);
+      else if (a.fused_cluster > 1)
+        e = static_cast<int>(cudaErrorInvalidValue);  // the plan's cluster is the GQA group, which divides Hv
+      else
+        e = launch_one(chunk_bwd_fused_kernel<E>, grid, sizeof(FusedSmem) + 1024, done[kDoneFused], st, a,
+                       kFusedThreads);
       ChunkBwdArgs ag = a;
       ag.grads_wg = 1;
       ag.dqk_heads = int32_t(a.Hqk);
