@@ -3,8 +3,10 @@
 // carries the chunk-end state gradient dS in its registers from chunk to chunk (gdn-math §7.2: the reverse chain, one
 // step per chunk; taken from pass 3's record where a walk or a sequence ends), and forms every gradient of §7.3 per
 // chunk from q, k, v, dO, A (prep's split), S0 (pass 2's bf16 record) and dS alone: U, dU, W' and the rest are formed
-// here, no U or dU record is read. Out: dv, dq and dk w.r.t. the normalized q, k per value head (fp32 scratch; pass 5a
-// sums the value heads and runs the l2norm chain), dg and dbeta w.r.t. the resolved g, beta (fp32 scratch).
+// here, no U or dU record is read. Out: dv; dq and dk (the l2norm chain run here) without GQA, or with two value heads
+// per q/k head from rank 0 of the pair's cluster, which adds rank 1's rows; else w.r.t. the normalized q, k per value
+// head (fp32 scratch; pass 5a sums the value heads and runs the l2norm chain); dg and dbeta w.r.t. the resolved g,
+// beta (fp32 scratch).
 //
 // Notation per chunk (n <= 64 rows; rows past n zero with g = 0, beta = 0): gamma the chunk-local cumsum of g, e_r =
 // e^gamma_r, kb_r = e^(gamma_n - gamma_r), D_rs = e^(gamma_r - gamma_s) (s <= r), q^ = rho_q q, k^ = rho_k k, lam the
