@@ -1438,29 +1438,24 @@ enum : int {
   kDoneCount
 };
 
+// cluster_y > 1: clusters of that many CTAs along y (grid.y a multiple of it; the launch fails otherwise)
 template <class Kernel>
 int launch_one(Kernel kernel, dim3 grid, size_t smem, std::atomic<uint64_t>& done, cudaStream_t st,
-               const ChunkBwdArgs& a, int threads = kThreads) {
+               const ChunkBwdArgs& a, int threads = kThreads, int cluster_y = 1) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return 0;
   const int e = prepare_launch(kernel, smem, done);
   if (e != 0) return e;
+  if (cluster_y > 1) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = dim3(unsigned(threads)), cfg.dynamicSmemBytes = smem, cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = unsigned(cluster_y), attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    return static_cast<int>(cudaLaunchKernelEx(&cfg, kernel, a));
+  }
   kernel<<<grid, threads, smem, st>>>(a);
   return static_cast<int>(cudaGetLastError());
-}
-// launch_one with clusters of `cy` CTAs along y (cy > 1; grid.y a multiple of it)
-template <class Kernel>
-int launch_clusters_y(Kernel kernel, dim3 grid, unsigned cy, size_t smem, std::atomic<uint64_t>& done, cudaStream_t st,
-                      const ChunkBwdArgs& a, int threads) {
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return 0;
-  const int e = prepare_launch(kernel, smem, done);
-  if (e != 0) return e;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid, cfg.blockDim = dim3(unsigned(threads)), cfg.dynamicSmemBytes = smem, cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = cy, attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr, cfg.numAttrs = 1;
-  return static_cast<int>(cudaLaunchKernelEx(&cfg, kernel, a));
 }
 
 // Passes 2 and 3. Unsplit: one CTA per (sequence, value head, kBV columns) walks every chunk. Split (gdn-math §6,
@@ -1580,38 +1575,25 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
     e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
   if constexpr (K == 128 && V == 128 && std::is_same_v<E, __nv_bfloat16>) {
     if (e == 0 && a.fused_walk > kFusedMaxWalk) return static_cast<int>(cudaErrorInvalidValue);  // the walk table
-    if (e == 0 && a.fused_walk > 0) {
-      // pass 4 fused with the reverse chain, one CTA per (walk, value head); beside it pass 4 on wgmma, which runs
-      // instead where a beta exceeds 1 (prep's flag: each returns at once when it is not its turn), with its own
-      // dq / dk scratch heads. With a.fused_cluster the value heads of a q/k head run as one cluster.
-      const dim3 grid(unsigned((a.slots + a.fused_walk - 1) / a.fused_walk), unsigned(a.Hv));
-      if (a.fused_cluster > 1 && a.Hv % a.fused_cluster == 0)
-        e = launch_clusters_y(chunk_bwd_fused_kernel<E>, grid, unsigned(a.fused_cluster), sizeof(FusedSmem) + 1024,
-                              done[kDoneFused], st, a, kFusedThreads);
-      else if (a.fused_cluster > 1)
-        e = static_cast<int>(cudaErrorInvalidValue);  // the plan's cluster is the GQA group, which divides Hv
-      else
-        e = launch_one(chunk_bwd_fused_kernel<E>, grid, sizeof(FusedSmem) + 1024, done[kDoneFused], st, a,
-                       kFusedThreads);
+    // Pass 4 fused with the reverse chain: one CTA per (walk, value head), in clusters of a q/k head's value heads
+    // where a.fused_cluster says so
+    if (e == 0 && a.fused_walk > 0)
+      e = launch_one(chunk_bwd_fused_kernel<E>,
+                     dim3(unsigned((a.slots + a.fused_walk - 1) / a.fused_walk), unsigned(a.Hv)),
+                     sizeof(FusedSmem) + 1024, done[kDoneFused], st, a, kFusedThreads, a.fused_cluster);
+    // Pass 4 on wgmma: one CTA per (chunk slot, q/k head), its value heads in turn. Beside the fused pass it runs
+    // instead where a beta exceeds 1 (prep's flag: each returns at once when it is not its turn), with its own dq / dk
+    // scratch heads (the wgmma pass's own args otherwise: the same fields).
+    if (e == 0 && (a.grads_wg || a.fused_walk > 0)) {
       ChunkBwdArgs ag = a;
       ag.grads_wg = 1;
       ag.dqk_heads = int32_t(a.Hqk);
-      const dim3 g4(unsigned(a.slots), unsigned(a.Hqk));
-      if (e == 0 && a.group > 1)
-        e = launch_one(chunk_bwd_grads_wg_kernel<E, true>, g4, sizeof(GradWgSmem) + 1024, done[kDoneGradsWgWalk], st,
-                       ag, kGradWgThreads);
-      else if (e == 0)
-        e = launch_one(chunk_bwd_grads_wg_kernel<E, false>, g4, sizeof(GradWgSmem) + 1024, done[kDoneGradsWg], st, ag,
-                       kGradWgThreads);
-      return e;
-    }
-    if (e == 0 && a.grads_wg) {  // pass 4 on wgmma: one CTA per (chunk slot, q/k head), its value heads in turn
       const dim3 grid(unsigned(a.slots), unsigned(a.Hqk));
       if (a.group > 1)
         return launch_one(chunk_bwd_grads_wg_kernel<E, true>, grid, sizeof(GradWgSmem) + 1024, done[kDoneGradsWgWalk],
-                          st, a, kGradWgThreads);
-      return launch_one(chunk_bwd_grads_wg_kernel<E, false>, grid, sizeof(GradWgSmem) + 1024, done[kDoneGradsWg], st, a,
-                        kGradWgThreads);
+                          st, ag, kGradWgThreads);
+      return launch_one(chunk_bwd_grads_wg_kernel<E, false>, grid, sizeof(GradWgSmem) + 1024, done[kDoneGradsWg], st,
+                        ag, kGradWgThreads);
     }
   }
   if (e == 0) {  // pass 4: persistent, one CTA per SM (and none without an item)
