@@ -47,7 +47,7 @@ constexpr int kFusedMaxWalk = 32;   // chunk slots per walk, at most (the plan's
 // the comments say (phase numbers of the header).
 struct alignas(1024) FusedSmem {
   unsigned char q[2][8192];      // q [key half]
-  unsigned char k[2][8192];      // k [key half]
+  unsigned char k[2][2][8192];   // k [buffer][key half]: chunk c's and the next chunk's (in flight from phase 7)
   unsigned char v[2][8192];      // v [value half]; dVg from phase 6
   unsigned char dO[2][8192];     // dO [value half]; Ob from phase 5
   unsigned char a[2][8192];      // A [hi, lo] [64 t][64 s]
@@ -58,7 +58,7 @@ struct alignas(1024) FusedSmem {
   unsigned char x5[8192];        // P_lam (2-3); dA hi (6-7)
   unsigned char x6[8192];        // R0 (4-5); dA lo (6-7)
   unsigned char x7[8192];        // R1 (4-5); X (7-8)
-  float rows[4][kC];             // the record's gamma, rho_q, rho_k, beta
+  float rows[2][4][kC];          // [buffer] the record's gamma, rho_q, rho_k, beta (buffered with k)
   float f[6][kC];                // per token: e, kb, kb rho_k, lam e rho_q, b e rho_k, b e (0 past the chunk end)
   // per-token partial sums (index [warpgroup] or [warp of the columns' warpgroup]), summed in phase 9
   float g1[2][kC], tau[2][kC], kap[2][kC], dbv[2][kC], dbl[2][kC], zrow[2][kC], zcol[4][kC];
@@ -217,6 +217,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     while (i >= 0 && s0.wn[i] < 0) --i;
   }
   bool carry = false, first = true;
+  int kbuf = 0;  // this chunk's k and record-row buffer; the next chunk's go into the other one
   // With fused_cluster (GQA): this CTA's rank among its q/k head's value heads, and whether it has arrived at the
   // cluster barrier without waiting yet
   const int rank = a.fused_cluster > 1 ? h % a.fused_cluster : 0;
@@ -232,9 +233,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     const int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0), wi = __shfl_sync(0xffffffffu, (tid >> 5) & 3, 0);
     // one shared address and one descriptor low word for every tile: each operand and store adds its tile's offset
     // (an immediate)
-    const uint32_t sa = smem_addr(&s), sl = wg::desc_lo(sa);
-    // Loads of slot i's inputs (cp.async, one group): parts as they free up in the chunk before.
-    const auto load = [&](int i, int parts) {
+    // buf: kbuf through a shuffle from lane 0, which ptxas knows to be warp-uniform, so that the k tile's descriptors
+    // stay in uniform registers
+    const int buf = __shfl_sync(0xffffffffu, kbuf, 0);
+    const uint32_t sa = smem_addr(&s), sl = wg::desc_lo(sa), slk = wg::desc_lo(sa + o_k + 16384u * buf);
+    // Loads of slot i's inputs (cp.async, one group): parts as they free up in the chunk before; k and the record rows
+    // into buffer kb.
+    const auto load = [&](int i, int parts, int kb) {
       const int nv = s.wnv[i];
       const int64_t sb = s.wsb[i], t0 = s.wt0[i], rec = (s_lo + i) * a.Hv + h;
       const int kv = tid & 15, r0 = tid >> 4;  // 16-byte piece kv of rows r0 + 16 j
@@ -270,8 +275,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
         }
       }
       if (parts & kLdKR) {
-        rows16(s.k, static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh + t0 * a.k_st, a.k_st);
-        copy_record_rows(s.rows, a.rows, rec, tid);
+        rows16(s.k[kb], static_cast<const E*>(a.k) + sb * a.k_sb + hk * a.k_sh + t0 * a.k_st, a.k_st);
+        copy_record_rows(s.rows[kb], a.rows, rec, tid);
       }
       cp_async_commit();
     };
@@ -289,8 +294,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           }
     };
 
-    if (first) {
-      load(i, kLdQVO | kLdS0 | kLdA | kLdKR);
+    if (first) {  // two groups, as every chunk's loads below: A is waited for only before phase 3
+      load(i, kLdQVO | kLdS0 | kLdKR, buf);
+      load(i, kLdA, buf);
       first = false;
     }
     int i2 = i - 1;  // the walk's next chunk (the one before in the sequence, when it continues)
@@ -300,13 +306,14 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     const int64_t sb = s.wsb[i], t0 = s.wt0[i];
     const int hk = h / a.group;
     if (!carry) load_ds(i);
-    cp_async_wait<0>();
-    __syncthreads();  // slot i's inputs landed (every thread's copies)
+    cp_async_wait<1>();
+    __syncthreads();  // slot i's inputs but A landed (every thread's copies)
 
     // ---- phase 1: per-token factors; dSb = bf16(dS); <S0, dS>
     if (tid < kC) {
-      const float gn = s.rows[0][nv - 1], gm = s.rows[0][tid], rq = s.rows[1][tid], rk = s.rows[2][tid];
-      const float b = s.rows[3][tid], e = tid < nv ? expf(gm) : 0.f, kb = tid < nv ? expf(gn - gm) : 0.f;
+      const float(&rw)[4][kC] = s.rows[buf];
+      const float gn = rw[0][nv - 1], gm = rw[0][tid], rq = rw[1][tid], rk = rw[2][tid];
+      const float b = rw[3][tid], e = tid < nv ? expf(gm) : 0.f, kb = tid < nv ? expf(gn - gm) : 0.f;
       s.f[0][tid] = e, s.f[1][tid] = kb, s.f[2][tid] = kb * rk, s.f[3][tid] = lam * e * rq;
       s.f[4][tid] = b * e * rk, s.f[5][tid] = b * e;
     }
@@ -336,10 +343,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     const float* fqg = s.f[3];
     const float* fbg = s.f[4];
     const float* fbe = s.f[5];
-    const float* gam = s.rows[0];
-    const float* rq = s.rows[1];
-    const float* rk = s.rows[2];
-    const float* bt = s.rows[3];
+    const float* gam = s.rows[buf][0];
+    const float* rq = s.rows[buf][1];
+    const float* rk = s.rows[buf][2];
+    const float* bt = s.rows[buf][3];
     // Without GQA: dx = rho (dx^ - (dx^ . x^) x^) = rho (dx^ - rho^2 (dx^ . x) x) for a key-half accumulator of dx^
     // (gdn-math §7.6; x the raw row in its tile, rho = 1 without the l2norm), stored in the io dtype for rows < nv.
     // The row dot spans both warpgroups' keys: partial sums, a CTA barrier, then the stores.
@@ -397,13 +404,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     {
       float pq[4][4], ks[8][4];
       wg::fence();
-      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(pq), sl, o_q, sl, o_k + 4096 * wgi, true);
+      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(pq), sl, o_q, slk, 4096 * wgi, true);
       fz::mma<64, 0, 1, 8>(
-          ks, sl, [](int j) { return o_k + fz::kmaj(j); }, sl,
+          ks, slk, [](int j) { return fz::kmaj(j); }, sl,
           [&](int j) { return o_s0 + uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
       wg::commit();
       fz::mma<64, 0, 1, 8>(
-          du, sl, [](int j) { return o_k + fz::kmaj(j); }, sl,
+          du, slk, [](int j) { return fz::kmaj(j); }, sl,
           [&](int j) { return o_x1 + uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
       wg::commit();
       wg::wait1();
@@ -443,6 +450,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
 #pragma unroll
         for (int e = 0; e < 4; ++e) du[jn][e] *= fkr[16 * wi + g + 8 * (e >> 1)];  // Kbar dS
     }
+    cp_async_wait<0>();  // A (this thread's copies; every thread's after the barrier)
     wg::fence_async_smem();
     __syncthreads();
 
@@ -556,11 +564,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
         }
       wg::fence();
       fz::mma<64, 0, 1, 4>(
-          dq, sl, [](int j) { return o_x6 + uint32_t(32 * j); }, sl,
-          [&](int j) { return o_k + uint32_t(8192 * wgi + 2048 * j); }, false);
+          dq, sl, [](int j) { return o_x6 + uint32_t(32 * j); }, slk,
+          [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
       fz::mma<64, 0, 1, 4>(
-          dq, sl, [](int j) { return o_x5 + uint32_t(32 * j); }, sl,
-          [&](int j) { return o_k + uint32_t(8192 * wgi + 2048 * j); }, false);
+          dq, sl, [](int j) { return o_x5 + uint32_t(32 * j); }, slk,
+          [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -622,7 +630,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       float ks[8][4];
       wg::fence();
       fz::mma<64, 0, 1, 8>(
-          ks, sl, [](int j) { return o_k + fz::kmaj(j); }, sl,
+          ks, slk, [](int j) { return fz::kmaj(j); }, sl,
           [&](int j) { return o_s0 + uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
       wg::commit();
       // dv = diag(b) dV' (rows < nv); dV'' = -diag(b e) dV' into x3 (G8's operand), two column groups at a time
@@ -690,7 +698,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
             ds[vh], sl, [&](int j) { return o_q + uint32_t(8192 * wgi + 2048 * j); }, sl,
             [&](int j) { return o_do + uint32_t(8192 * vh + 2048 * j); }, false);
         fz::mma<64, 1, 1, 4>(
-            ds[vh], sl, [&](int j) { return o_k + uint32_t(8192 * wgi + 2048 * j); }, sl,
+            ds[vh], slk, [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, sl,
             [&](int j) { return o_v + uint32_t(8192 * vh + 2048 * j); }, false);
       }
       wg::commit();
@@ -701,7 +709,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     }
     wg::fence_async_smem();
     __syncthreads();
-    if (i2 >= 0) load(i2, kLdQVO | kLdS0);  // q, v, dO (Ob, dVg), S0 read for the last time
+    // q, v, dO (Ob, dVg), S0 read for the last time; k and the rows into the other buffer
+    if (i2 >= 0) load(i2, kLdQVO | kLdS0 | kLdKR, buf ^ 1);
 
     // ---- phase 8: dL = -StrictLower(X A^T), E; dbeta, Z, M1
     {
@@ -713,7 +722,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       fz::mma<32, 0, 0, 4>(
           y, sl, [](int j) { return o_x6 + uint32_t(32 * j); }, sl,
           [&](int j) { return o_a + uint32_t(4096 * wgi + 32 * j); }, false);
-      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(ee), sl, o_k, sl, o_k + 4096 * wgi, true);
+      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(ee), slk, 0, slk, 4096 * wgi, true);
       wg::commit();
       wg::wait0();
       uint32_t xm[4][2], xr[4][2];
@@ -755,20 +764,20 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     }
     wg::fence_async_smem();
     __syncthreads();
-    if (i2 >= 0) load(i2, kLdA);  // A read for the last time
+    if (i2 >= 0) load(i2, kLdA, buf ^ 1);  // A read for the last time
 
     // ---- phase 9: G10 dK^ += M1 diag(rho_k) K + (diag(rho_k) M1)^T K; dk; dg, dbeta
     {
       wg::fence();
       fz::mma<64, 0, 1, 4>(
-          dk, sl, [](int j) { return o_x2 + uint32_t(32 * j); }, sl,
-          [&](int j) { return o_k + uint32_t(8192 * wgi + 2048 * j); }, false);
+          dk, sl, [](int j) { return o_x2 + uint32_t(32 * j); }, slk,
+          [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
       fz::mma<64, 1, 1, 4>(
-          dk, sl, [](int j) { return o_x2 + uint32_t(8192 + 2048 * j); }, sl,
-          [&](int j) { return o_k + uint32_t(8192 * wgi + 2048 * j); }, false);
+          dk, sl, [](int j) { return o_x2 + uint32_t(8192 + 2048 * j); }, slk,
+          [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
       wg::wait0();
-      if (a.group == 1 || hand_over(dk, a.dkh)) finish_rows(dk, s.k, rk, a.dk, a.dk_sb, a.dk_st, a.dk_sh);
+      if (a.group == 1 || hand_over(dk, a.dkh)) finish_rows(dk, s.k[buf], rk, a.dk, a.dk_sb, a.dk_st, a.dk_sh);
     }
     __syncthreads();  // every partial sum in
     if (tid < 32) {   // rows r = lane, lane + 32: dgamma, dbeta, tau (the sums in a fixed order)
@@ -789,9 +798,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       const float en = expf(gam[nv - 1]);
       gwg::store_dg_dbeta(a, (sb * a.T + t0) * a.Hv + h, nv, lane, dgam, dbeta, tau, en * sd);
     }
-    __syncthreads();  // the partial sums and rows read; M1 (x2) and k consumed
-    if (i2 >= 0) load(i2, kLdKR);
+    // the partial sums, f and M1 (x2) are written again only after the next chunk's first barrier
     carry = cont;
+    kbuf ^= 1;
     i = i2;
   }
   if (arrived) mbar::cluster_wait();  // every arrive of a cluster barrier has its wait
