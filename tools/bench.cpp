@@ -105,7 +105,7 @@ struct BenchOptions {
   int reps = 20;
   ExecOptions exec;  // kernel overrides for A/B runs (--recurrent-kernel, --chunk-segments, --chunk-bwd-segments,
                      // --chunk-bwd-chains)
-  std::string gates = "uniform";  // the prefill's g per token (--gates)
+  std::string gates = "uniform";  // the prefill's and the training backward's g per token (--gates)
   int64_t ws_offset = 0;          // bytes between the workspace allocation and the pointer the op gets (--ws-offset)
 };
 
@@ -369,11 +369,12 @@ BenchResult bench_mixer(int64_t N, DType pool_dtype, int reps, const ExecOptions
 }
 
 // ---- prefill cases -------------------------------------------------------------------------------------
-// The prefill's g per (token, value head), g of shape [1, T, Hv]: "uniform" U(-0.1, 0); "logsigmoid"
+// The prefill's and the training backward's g per (token, value head), g of shape [1, T, Hv]: "uniform" U(-0.1, 0);
+// "u1" U(-1, 0) (bench/train_step.py's); "logsigmoid"
 // logsigmoid(N(0, 1)) (fast decay); "flashqla" FlashQLA's benchmark gates, logsigmoid(N(0, 1)) / 16 with every
 // fourth value head at g = 0 (no decay: the segment split's summaries then cover whole segments).
 void fill_gates(DeviceTensor& g, int64_t T, int64_t Hv, const std::string& gates) {
-  if (gates == "uniform") return fill_random(g, 24, -0.1, 0.0, true);
+  if (gates == "uniform" || gates == "u1") return fill_random(g, 24, gates == "u1" ? -1.0 : -0.1, 0.0, true);
   HostTensor h(DType::f32, {T * Hv});
   test::Rng rng(24);
   const double scale = gates == "flashqla" ? 1.0 / 16 : 1.0;
@@ -441,7 +442,7 @@ BenchResult bench_train_bwd(const std::vector<int64_t>& lens, int64_t Hqk, int64
   DeviceTensor dq(dt, {1, T, Hqk, K}), dk(dt, {1, T, Hqk, K}), dv(dt, {1, T, Hv, V});
   DeviceTensor dg(DType::f32, {1, T, Hv}), dbeta(DType::f32, {1, T, Hv}), cu;
   fill_random(q, 31), fill_random(k, 32), fill_random(v, 33), fill_random(d_o, 34);
-  fill_random(g, 35, -0.1, 0.0, true), fill_random(beta, 36, 1.0, 0.0, true);
+  fill_gates(g, T, Hv, opt.gates), fill_random(beta, 36, 1.0, 0.0, true);
   ChunkBwdParams p;
   p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = g.view(), p.beta = beta.view(), p.d_o = d_o.view();
   p.dq = dq.view(), p.dk = dk.view(), p.dv = dv.view(), p.dg = dg.view(), p.dbeta = dbeta.view();
@@ -558,7 +559,7 @@ int run_bench(const BenchOptions& opt) {
   std::printf("measuring ceilings (2 GiB device copy, bf16 GEMM 8192^3)...\n");
   std::fflush(stdout);
   Ceilings ceil = measure_ceilings();
-  std::printf("copy %.2f TB/s, bf16 GEMM %.0f TFLOP/s; prefill gates %s\n\n", ceil.copy_tbps, ceil.gemm_tflops,
+  std::printf("copy %.2f TB/s, bf16 GEMM %.0f TFLOP/s; gates %s\n\n", ceil.copy_tbps, ceil.gemm_tflops,
               opt.gates.c_str());
   std::vector<BenchResult> results;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -645,9 +646,10 @@ Command add_bench(CLI::App& app) {
       ->check(integer_in<int32_t>(0, 4096))
       ->type_name("P");
   sub->add_option("--gates", opt->gates,
-                  "the prefill's g per token: uniform U(-0.1, 0), logsigmoid logsigmoid(N(0, 1)), flashqla "
-                  "logsigmoid(N(0, 1)) / 16 with every fourth value head at 0")
-      ->check(CLI::IsMember({"uniform", "logsigmoid", "flashqla"}))
+                  "the prefill's and the training backward's g per token: uniform U(-0.1, 0), u1 U(-1, 0) "
+                  "(bench/train_step.py's), logsigmoid logsigmoid(N(0, 1)), flashqla logsigmoid(N(0, 1)) / 16 with "
+                  "every fourth value head at 0")
+      ->check(CLI::IsMember({"uniform", "u1", "logsigmoid", "flashqla"}))
       ->capture_default_str();
   sub->add_option("--ws-offset", opt->ws_offset,
                   "start the prefill's and the backward's workspace this many bytes into its allocation (a multiple "
@@ -672,6 +674,11 @@ Command add_bench(CLI::App& app) {
                   "4 fused, the value heads' dq / dk summed by pass 5a (exec.chunk_bwd_grads; 0 auto)")
       ->check(integer_in<int32_t>(0, 4))
       ->type_name("G");
+  sub->add_option("--chunk-bwd-window", opt->exec.chunk_bwd_window,
+                  "the training backward's dstate chain: 1 every chunk, not only the decay windows of the gradients "
+                  "the fused pass reads (exec.chunk_bwd_window; 0 auto)")
+      ->check(integer_in<int32_t>(0, 1))
+      ->type_name("W");
   sub->add_option("--mixer-kernel", opt->exec.mixer_kernel,
                   "mixer_decode's kernel: 1 clustered, 2 pipe (exec.mixer_kernel; 0 auto)")
       ->check(integer_in<int32_t>(0, 2))

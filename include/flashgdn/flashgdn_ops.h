@@ -49,7 +49,10 @@
     "CUDA chunk_bwd gradients pass: 0 auto, 1 mma.sync, 2 wgmma, 3 fused with the reverse chain, 4 fused with "   \
     "the value heads' dq / dk summed by a pass of their own (2-4: K = V = 128, bf16)")                            \
   S(int32_t, int32_t, mixer_kernel, 0,                                                                            \
-    "CUDA mixer_decode kernel: 0 auto, 1 clustered (V split: mixer_split), 2 pipe (T = 1, K-major pool)")
+    "CUDA mixer_decode kernel: 0 auto, 1 clustered (V split: mixer_split), 2 pipe (T = 1, K-major pool)")         \
+  S(int32_t, int32_t, chunk_bwd_window, 0,                                                                        \
+    "CUDA chunk_bwd dstate chain: 0 auto (with the fused pass: the decay windows of the gradients it reads, "     \
+    "exact to below fp32 rounding), 1 every chunk")
 
 /* Gate and beta as given, or raw projections turned into them inside the op (gdn-math 4):
  *   g = -exp(A_log) * softplus(a + dt_bias),  beta = sigmoid(b) (x2 with allow_neg_eigval). */

@@ -271,6 +271,10 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   // whose scratch round trip costs more than the exchange in the pass (docs/chunk_bwd.md "Fused gradients pass")
   const int64_t group = d.Hv / std::max<int64_t>(d.Hqk, 1);
   pl.fused_cluster = fused && grads != 4 && group == kChunkBwdFusedCluster ? int32_t(group) : 0;
+  const int32_t window = p.exec.chunk_bwd_window;
+  if (window < 0 || window > 1)
+    return FGDN_INVALID("chunk_bwd: exec.chunk_bwd_window: expected 0 (auto) or 1 (off), got ", window);
+  pl.decay_window = fused && window == 0 && pl.dstate_pass == ChunkStatePass::wgmma;
   pl.grads_pass = !fused && (grads == 2 || (grads == 0 && grads_wg_ok && kGradsWgByDefault)) ? ChunkStatePass::wgmma
                                                                                              : ChunkStatePass::mma_sync;
   const int64_t nch_total = ceil_div(d.T, kChunkFwdChunk);
@@ -336,6 +340,11 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
     s += str_cat("  per chain (state forward, dstate reverse): scan grid (", d.N, ", ", d.Hv, ", ", d.V / 16,
                  "), segments from their boundary states grid (", pl.cap, ", ", d.Hv, ", ", cols, ")\n");
   }
+  if (pl.decay_window)
+    s += str_cat(
+        "  dstate chain: each gradient the fused pass reads (a walk's end) and dh0 from the chunks of its "
+        "decay window only (e^",
+        cuda::kDecayWindowLogTau, ", unit keys, beta in [0, 2]), where the gates allow\n");
   s += str_cat("  split: ", pl.why, "\n");
   s += str_cat("  workspace: the records and scratch (chunk_bwd_workspace_size)");
   if (pl.split)

@@ -73,6 +73,10 @@ struct ChunkBwdPlan {
   // Both chains in one launch per phase (exec.chunk_bwd_chains; K = V = 128, both at one stage): a state and a dstate
   // CTA per SM, so that their latency-bound steps overlap. Else pass 2, then pass 3.
   bool chains_concurrent = false;
+  // With fused_walk and the dstate chain on wgmma (exec.chunk_bwd_window 0): prep writes a decay table, and the
+  // dstate chain takes each gradient the fused pass reads (the end of a walk) or dh0 from the chunks of its decay
+  // window only, from a zero gradient (docs/chunk_bwd.md "Decay window of the reverse chain")
+  bool decay_window = false;
   bool split = false;
   bool forced = false;     // exec.chunk_bwd_segments decided the split
   int64_t segments = 1;    // P: segments of a typical sequence

@@ -265,6 +265,51 @@ TEST(ChunkFwdDecayWindow, MatchesTheReference) {
   }
 }
 
+// The reverse chain's window (decay_window_end, docs/chunk_bwd.md "Decay window of the reverse chain"): the earliest
+// e in [a, b) with d[a] + ... + d[e] <= log tau, against the definition one chunk at a time, and the mirror image of
+// decay_window_start.
+int64_t window_end_reference(const std::vector<float>& d, int64_t a, int64_t b) {
+  float s = 0.f;
+  for (int64_t e = a; e < b; ++e) {
+    if (d[size_t(e)] == kInf) return -1;
+    s += d[size_t(e)];
+    if (s <= kTau) return e;
+  }
+  return -1;
+}
+
+TEST(ChunkBwdDecayWindow, EarliestEndOfTheWindow) {
+  const auto end = [](const std::vector<float>& d, int64_t a, int64_t b) {
+    return cuda::decay_window_end(d.data(), a, b, kTau);
+  };
+  EXPECT_EQ(end(std::vector<float>(64, -32.f), 16, 32), 16);  // g ~ U(-1, 0): one chunk
+  EXPECT_EQ(end(std::vector<float>(64, -3.2f), 16, 32), 22);  // ~-3.2 a chunk: seven chunks
+  EXPECT_EQ(end(std::vector<float>(64, 0.f), 0, 64), -1);     // g = 0
+  EXPECT_EQ(end({-7.f, -7.f, -7.f}, 0, 3), 2);                // e^Gamma = tau exactly qualifies
+  EXPECT_EQ(end({-7.f, -7.f, -6.99f}, 0, 3), -1);
+  EXPECT_EQ(end({-10.f, kInf, -30.f}, 0, 3), -1);  // an unbounded chunk before the end: none
+  EXPECT_EQ(end({-30.f, kInf}, 0, 2), 0);          // after it: the window never reaches it
+  EXPECT_EQ(end({-40.f, 30.f, -20.f}, 1, 3), -1);  // the sum from a, not from 0
+  EXPECT_EQ(end({-1.f, std::nanf(""), -30.f}, 0, 3), -1);
+  EXPECT_EQ(end({-5.f}, 1, 1), -1);  // an empty range
+  Rng rng(23);
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int64_t n = 1 + int64_t(rng.uniform() * 40);
+    std::vector<float> d(static_cast<size_t>(n));
+    const double scale = std::pow(10.0, 2.0 * rng.uniform() - 1.0);
+    for (auto& x : d) {
+      x = float(-scale * rng.uniform());
+      if (rng.uniform() < 0.03) x = kInf;
+      if (rng.uniform() < 0.03) x = float(2.0 * rng.uniform());
+    }
+    const int64_t a = int64_t(rng.uniform() * double(n)), b = a + int64_t(rng.uniform() * double(n - a + 1));
+    EXPECT_EQ(end(d, a, b), window_end_reference(d, a, b)) << "trial " << trial << " a " << a << " b " << b;
+    std::vector<float> r(d.rbegin(), d.rend());  // the mirror: e = n - 1 - (decay_window_start on the reversed table)
+    const int64_t s = window(r, n - b, n - a);
+    EXPECT_EQ(end(d, a, b), s < 0 ? -1 : n - 1 - s) << "trial " << trial;
+  }
+}
+
 // The varlen work-item bound covers every sequence's segments, for lengths around the chunk and segment sizes.
 // Varlen: the plan's item bound covers every segment the device's list builds (max(1, ceil(chunks / Ls)) per
 // sequence: an empty or short sequence takes one item). `plan_of(shape, P)` is the op's plan with P forced.
@@ -808,6 +853,24 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   EXPECT_NE(describe(pl, c.d).find("grads pass: fused with the reverse chain"), std::string::npos) << describe(pl, c.d);
   EXPECT_NE(describe(pl, c.d).find("clusters of the 2 value heads of a q/k head"), std::string::npos)
       << describe(pl, c.d);
+  // the dstate chain's decay window with the fused pass, unless exec.chunk_bwd_window = 1
+  EXPECT_TRUE(pl.decay_window);
+  EXPECT_NE(describe(pl, c.d).find("from the chunks of its decay window only (e^-21"), std::string::npos)
+      << describe(pl, c.d);
+  {
+    BwdCall w = c;
+    w.p.exec.chunk_bwd_window = 1;
+    EXPECT_FALSE(bwd_plan(w).decay_window);
+    EXPECT_EQ(describe(bwd_plan(w), w.d).find("decay window"), std::string::npos);
+    w.p.exec.chunk_bwd_window = 2;
+    ChunkBwdPlan bad;
+    const Status st = plan_chunk_bwd(w.p, w.d, DeviceFacts{kH200Sms}, &bad);
+    EXPECT_EQ(st.code(), StatusCode::invalid_argument) << st.message();
+    EXPECT_NE(st.message().find("exec.chunk_bwd_window: expected 0 (auto) or 1 (off), got 2"), std::string::npos)
+        << st.message();
+    w.p.exec.chunk_bwd_window = 0, w.p.exec.chunk_bwd_grads = 2;  // no fused pass: every record is read
+    EXPECT_FALSE(bwd_plan(w).decay_window);
+  }
   for (const auto& [hqk, cluster] : {std::pair{8, 0}, std::pair{2, 0}, std::pair{32, 0}}) {  // groups 4, 16, 1
     ChunkShape g = s;
     g.Hqk = hqk;
@@ -833,6 +896,7 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   EXPECT_GT(bwd_plan(c).fused_walk, 0);
   c.p.exec.chunk_bwd_grads = 4;  // the fused pass, pass 5a sums the value heads
   EXPECT_GT(bwd_plan(c).fused_walk, 0);
+  EXPECT_TRUE(bwd_plan(c).decay_window);
   EXPECT_EQ(bwd_plan(c).fused_cluster, 0);
   EXPECT_EQ(describe(bwd_plan(c), c.d).find("clusters of"), std::string::npos);
   c.p.exec.chunk_bwd_grads = 5;

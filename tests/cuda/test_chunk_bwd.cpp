@@ -8,10 +8,12 @@
 // by the plan; passes 2 and 3 on wgmma (K = V = 128, the plan's choice) against each on mma.sync.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "test_util.hpp"
@@ -42,6 +44,7 @@ struct BwdCase {
   double gate_decay = 1.0;  // the fused gate's e^{A_log} scaled by it
   int32_t chains = 0;       // exec.chunk_bwd_chains: 0 the plan's choice, 1 one after the other, 2 both at once
   int32_t grads = 0;        // exec.chunk_bwd_grads: 0 the plan's choice, 1 mma.sync, 2 wgmma, 3 fused
+  int32_t window = 0;       // exec.chunk_bwd_window: 0 the plan's choice, 1 every chunk of the dstate chain
 };
 
 BwdCase bcase(const std::string& name, int64_t B, int64_t T, int64_t Hqk, int64_t Hv, int64_t K, int64_t V) {
@@ -155,6 +158,7 @@ void set_options(const BwdCase& bc, ChunkBwdParams* p) {
   p->exec.chunk_bwd_segments = bc.segments;  // the CPU backend ignores it
   p->exec.chunk_bwd_chains = bc.chains;
   p->exec.chunk_bwd_grads = bc.grads;
+  p->exec.chunk_bwd_window = bc.window;
 }
 
 // The oracle: the public API on CPU tensors in fp64, inputs cast from the device's values.
@@ -972,6 +976,92 @@ TEST(CudaChunkBwd, FusedGradsAgainstOracle) {
   b.slack = 9;
   b.grads = 3;
   check_deterministic(b);
+}
+
+// The dstate chain's decay window (docs/chunk_bwd.md "Decay window of the reverse chain"). Head 0 decays fast (g =
+// -0.5: e^-32 a chunk, a window of one chunk), head 1 not at all (g = 0: no window), MHA, 40 chunks = walks of 16,
+// 16, 8 chunks. (1) The gradients with the window against the fp64 oracle and against the chain over every chunk
+// (exec.chunk_bwd_window = 1): what the window drops is below fp32 rounding. (2) dO NaN in chunk 20 (walk 1): with
+// the window, head 0's gradients of walk 0 (tokens < 1024) and dh0 stay finite and equal to the clean run's (the
+// gradient at chunk 15's end came from chunk 16 alone, chunks 17-39 skipped); head 1's are NaN (no window: the
+// chain crosses chunk 20). Over every chunk head 0's are NaN too. (3) Neither unit keys (no l2norm) nor a beta
+// outside [0, 2] (one beta = -0.1 in chunk 16 of head 0) allows the window: head 0's walk 0 NaN again. (4) Varlen
+// (sequences not aligned to the walks, an empty one), fast decay, GQA 2 with its clusters: the window against the
+// oracle and the chain over every chunk.
+TEST(CudaChunkBwd, DecayWindowOfTheReverseChain) {
+  REQUIRE_GPU();
+  constexpr int64_t T = 40 * 64, Hv = 2, walk0 = 16 * 64;
+  BwdCase b = bcase("window_fast_and_flat_heads", 1, T, 2, Hv, 128, 128);
+  b.grads = 3;
+  auto problem = [&](const BwdCase& bc) {
+    Problem pr = make_problem(bc);
+    for (int64_t t = 0; t < T; ++t) pr.in.g.set(t * Hv + 0, -0.5), pr.in.g.set(t * Hv + 1, 0.0);
+    return pr;
+  };
+  const auto near = [](const Grads& x, const Grads& y, const char* what) {
+    for (auto [gx, gy, name] : {std::tuple{&x.dq, &y.dq, "dq"},
+                                {&x.dk, &y.dk, "dk"},
+                                {&x.dv, &y.dv, "dv"},
+                                {&x.dg, &y.dg, "dg"},
+                                {&x.dbeta, &y.dbeta, "dbeta"},
+                                {&x.dh0, &y.dh0, "dh0"}})
+      EXPECT_LE(rel_err(*gx, *gy), 1e-5) << what << ": " << name;
+  };
+  const Problem pr = problem(b);
+  const Grads win = run_gpu(b, pr);
+  expect_close(b, pr, run_oracle(b, pr), win);
+  BwdCase every = b;
+  every.window = 1;
+  near(win, run_gpu(every, pr), "window against every chunk");
+
+  // walk 0 of head h: are dv's and dg's rows (tokens < 1024) and dh0 all finite, and (finite) near `clean`'s?
+  const auto walk0_finite = [&](const Grads& g, int64_t h) {
+    bool fin = true;
+    for (int64_t t = 0; t < walk0; ++t) {
+      fin = fin && std::isfinite(g.dg.get(t * Hv + h)) && std::isfinite(g.dbeta.get(t * Hv + h));
+      for (int64_t j = 0; j < 128; ++j) fin = fin && std::isfinite(g.dv.get((t * Hv + h) * 128 + j));
+    }
+    for (int64_t i = 0; i < 128 * 128; ++i) fin = fin && std::isfinite(g.dh0.get(h * 128 * 128 + i));
+    return fin;
+  };
+  const auto poisoned = [&](Problem x) {  // dO NaN in chunk 20
+    for (int64_t t = 20 * 64; t < 21 * 64; ++t)
+      for (int64_t i = 0; i < Hv * 128; ++i) x.d_o.set(t * Hv * 128 + i, std::numeric_limits<double>::quiet_NaN());
+    return x;
+  };
+  const Problem bad = poisoned(pr);
+  const Grads wbad = run_gpu(b, bad);
+  EXPECT_TRUE(walk0_finite(wbad, 0)) << "head 0 (window): walk 0 must not see chunk 20";
+  EXPECT_FALSE(walk0_finite(wbad, 1)) << "head 1 (g = 0, no window): walk 0 must see chunk 20";
+  double dv_dev = 0, dh0_dev = 0;
+  for (int64_t t = 0; t < walk0; ++t)
+    for (int64_t j = 0; j < 128; ++j) {
+      const int64_t i = (t * Hv + 0) * 128 + j;
+      dv_dev = std::max(dv_dev, std::abs(wbad.dv.get(i) - win.dv.get(i)));
+    }
+  for (int64_t i = 0; i < 128 * 128; ++i) dh0_dev = std::max(dh0_dev, std::abs(wbad.dh0.get(i) - win.dh0.get(i)));
+  EXPECT_EQ(dv_dev, 0.0) << "head 0's walk 0 with and without the NaN chunk";
+  EXPECT_EQ(dh0_dev, 0.0) << "head 0's dh0 with and without the NaN chunk";
+  EXPECT_FALSE(walk0_finite(run_gpu(every, bad), 0)) << "every chunk: head 0's walk 0 sees chunk 20";
+  BwdCase raw = b;
+  raw.c.l2norm = false;  // unit keys as given (make_inputs), but nothing tells the kernels so
+  const Problem raw_bad = poisoned(problem(raw));
+  EXPECT_TRUE(walk0_finite(run_gpu(raw, problem(raw)), 0)) << "no l2norm, clean inputs";
+  EXPECT_FALSE(walk0_finite(run_gpu(raw, raw_bad), 0)) << "no l2norm: no window";
+  Problem neg = pr;
+  neg.in.beta.set((16 * 64 + 3) * Hv + 0, -0.1);
+  EXPECT_TRUE(walk0_finite(run_gpu(b, neg), 0)) << "a beta below 0, clean inputs";
+  EXPECT_FALSE(walk0_finite(run_gpu(b, poisoned(neg)), 0)) << "a beta below 0 in chunk 16: no window";
+
+  BwdCase v = bcase("window_varlen_gqa2", 1, 0, 2, 4, 128, 128);
+  v.c.seqlens = {300, 2300, 0, 1500, 64};
+  v.grads = 3;
+  const Problem pv = make_problem(v);  // g = -U(0, 1): windows of one chunk
+  const Grads vw = run_gpu(v, pv);
+  expect_close(v, pv, run_oracle(v, pv), vw);
+  BwdCase ve = v;
+  ve.window = 1;
+  near(vw, run_gpu(ve, pv), "varlen: window against every chunk");
 }
 
 // More items than SMs (a wave and a partial one), varlen with slack slots (CTAs without a chunk), repeat and graph

@@ -36,7 +36,8 @@ int64_t slots_of(const SeqDims& d) {
 // heads, dg, dbeta per token and value head); fp32 (W, S0 bf16), each part 256-byte aligned. Bytes per (slot, head):
 // 4 (256 + 64^2 + 128 V + K V) + 2 (2 64 K + K V) (W as bf16 hi + lo, S0 in bf16).
 struct WsLayout {
-  size_t rows = 0, A = 0, W = 0, U = 0, dU = 0, S0 = 0, dS = 0, dqh = 0, dkh = 0, dgh = 0, dbh = 0, flag = 0, total = 0;
+  size_t rows = 0, A = 0, W = 0, U = 0, dU = 0, S0 = 0, dS = 0, dqh = 0, dkh = 0, dgh = 0, dbh = 0, flag = 0, dec = 0,
+         total = 0;
 };
 
 // The dq / dk scratch's heads (ChunkBwdArgs::dqk_heads): pass 4 on wgmma sums a q/k head's value heads itself
@@ -69,6 +70,7 @@ WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
   take(&w.dgh, rows * f);
   take(&w.dbh, rows * f);
   take(&w.flag, pl.fused_walk > 0 ? sizeof(int32_t) : 0);  // ChunkBwdArgs::beta_big
+  take(&w.dec, pl.decay_window ? rec * f : 0);             // ChunkBwdArgs::dec
   w.total = off;
   return w;
 }
@@ -314,6 +316,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   a.dgh = reinterpret_cast<float*>(base + wl.dgh);
   a.dbh = reinterpret_cast<float*>(base + wl.dbh);
   if (pl.fused_walk > 0) a.beta_big = reinterpret_cast<int32_t*>(base + wl.flag);
+  if (pl.decay_window) a.dec = reinterpret_cast<float*>(base + wl.dec);
   const auto st = static_cast<cudaStream_t>(stream);
   // Slack rows (varlen: outside [cu[0], cu[N])) are never written by the chunk passes, and the kernels below never
   // read their scratch (covered()): no clearing pass over it.

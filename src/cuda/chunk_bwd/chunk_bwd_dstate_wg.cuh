@@ -150,9 +150,9 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
   // of a walk) or a sequence ends; no dU.
   const int64_t nch = (w.len + kC - 1) / kC;
   const bool trim = fused_on(a);
-  const auto put_grad = [&](int64_t c) {
+  const auto put_grad = [&](int64_t c, bool record) {
     const int64_t slot = chunk_slot(a, w.n, w.st, c);
-    const bool rec_out = !sum && (!trim || c == nch - 1 || (slot + 1) % a.fused_walk == 0);
+    const bool rec_out = record && !sum && (!trim || c == nch - 1 || (slot + 1) % a.fused_walk == 0);
     float* dSg = a.dS + (slot * a.Hv + h) * (K * V) + w.j0;
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
@@ -166,12 +166,44 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
         });
     }
   };
+  // The decay window (a.dec; docs/chunk_bwd.md "Decay window of the reverse chain"). With the fused pass only the
+  // gradients at the ends of its walks (the last slot of a walk) and dh0 are read. From dS(x), the gradient w.r.t. the
+  // end of chunk x, the next one read is dS(y), y < x the last slot of the walk before x's (or the walk's start for
+  // dh0). Where the chunks y + 1 .. e (e < x) decay by e^-21 with contractive transitions, dS(y) = Phi^T dS(e) + the
+  // terms of those chunks, and ||Phi^T dS(e)||_F <= e^-21 ||dS(e)||_F is dropped: the walk goes on at chunk e from
+  // dS(e) = 0 instead of at x. Every CTA of the (sequence, value head) finds the same e (the same table, the same sum).
+  const bool window = trim && a.dec && !sum;
+  const int64_t slot0 = chunk_slot(a, w.n, w.st, 0);  // chunk c's slot: slot0 + c
+  // the chunk to walk next from dS(x): x, e < x (from a zero gradient), or c_begin - 1 (nothing left that is read)
+  const auto next_from = [&](int64_t x) -> int64_t {
+    if (!window) return x;
+    const int64_t y = (slot0 + x) / a.fused_walk * a.fused_walk - 1 - slot0;
+    if (y < w.c_begin && !(w.seg == 0 && a.dh0)) return w.c_begin - 1;
+    const int64_t e =
+        decay_window_end(a.dec + h * a.slots + slot0, y < w.c_begin ? w.c_begin : y + 1, x + 1, kDecayWindowLogTau);
+    return e >= 0 ? e : x;
+  };
+  const auto restart = [&] {  // dS = 0: the start of a decay window (the operand tiles, no record)
+#pragma unroll
+    for (int mb = 0; mb < 2; ++mb)
+#pragma unroll
+      for (int jn = 0; jn < NJ; ++jn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dacc[mb][jn][e] = 0.f;
+    put_grad(0, false);
+  };
+  int64_t c = w.c_end - 1;
   if (w.c_begin < w.c_end) {
-    dstate_wg_prefetch<E, V>(a, s.stg[0], w, w.c_end - 1, h, tid);
-    put_grad(w.c_end - 1);
+    const int64_t c1 = next_from(c);
+    if (c1 >= w.c_begin) dstate_wg_prefetch<E, V>(a, s.stg[0], w, c1, h, tid);
+    put_grad(c, true);
+    if (c1 < c) restart();
+    c = c1;
   }
-  for (int64_t c = w.c_end - 1; c >= w.c_begin; --c) {
-    const int bf = STAGES == 1 ? 0 : int(w.c_end - 1 - c) & 1;
+  for (int step = 0; c >= w.c_begin; ++step) {
+    const int bf = STAGES == 1 ? 0 : step & 1;
+    // the chunk after c: c - 1, or where the window of the gradient read at c - 1 (the end of a fused walk) starts
+    const int64_t nx = window && c > w.c_begin && (slot0 + c) % a.fused_walk == 0 ? next_from(c - 1) : c - 1;
     const int64_t rec = chunk_slot(a, w.n, w.st, c) * a.Hv + h;
     const int nv = int(w.len - kC * c < kC ? w.len - kC * c : kC);
     const Stage& g = s.stg[bf];
@@ -229,7 +261,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     // and (bf16) the A fragments of product 2: Q^T and W^T of key blocks 0, 1 (keys 64 mb + 16 wi ..; k steps of 16
     // tokens). An f16 walk loads them after the wait, into the registers of the k fragments.
     if constexpr (STAGES == 2) {
-      if (c > w.c_begin) dstate_wg_prefetch<E, V>(a, s.stg[bf ^ 1], w, c - 1, h, tid);
+      if (nx >= w.c_begin) dstate_wg_prefetch<E, V>(a, s.stg[bf ^ 1], w, nx, h, tid);
     }
     {  // Ob = diag(qg) dO, qg_r = scale rho_q,r e^{gamma_r} (scale Gamma Q^ = diag(qg) Q), split
       uint32_t oh[NJ][2], ol[NJ][2];
@@ -307,7 +339,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     wg::commit();
     // one stage: refilled with chunk c - 1 now that every thread is done with it (the barrier above), under product 2
     if constexpr (STAGES == 1) {
-      if (c > w.c_begin) dstate_wg_prefetch<E, V>(a, s.stg[0], w, c - 1, h, tid);
+      if (nx >= w.c_begin) dstate_wg_prefetch<E, V>(a, s.stg[0], w, nx, h, tid);
     }
     wg::wait0();
     if (w_lo_terms) {       // W_lo^T (-dU)_hi where the chunk's beta exceeds 1; no group in flight
@@ -325,7 +357,11 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       wg::commit();
       wg::wait0();
     }
-    if (c > w.c_begin) put_grad(c - 1);
+    if (c > w.c_begin) {
+      put_grad(c - 1, true);
+      if (nx < c - 1) restart();
+    }
+    c = nx;
   }
   if (sum) {                                                          // this CTA's columns of the item's [M | N]
     float* dst = chain_mn<K, V>(a, w.reverse, w.item, h) + K + w.j0;  // N columns

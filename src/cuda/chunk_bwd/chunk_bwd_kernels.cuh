@@ -197,6 +197,14 @@ __device__ __forceinline__ bool beta_above_one(const float (&rows)[4][kC], int l
   return b > 1.f;
 }
 
+// Whether every transition of a chunk is a contraction times e^g (gdn-math §1.3): unit keys (the in-kernel l2norm)
+// and every beta (the record's row 3; rows past the chunk end hold 0) in [0, 2]; a NaN beta fails. The same value in
+// every lane of every warp.
+__device__ __forceinline__ bool chunk_bounded(const ChunkBwdArgs& a, const float (&rows)[4][kC], int lane) {
+  const float b0 = rows[3][lane], b1 = rows[3][lane + 32];
+  return __all_sync(0xffffffffu, b0 >= 0.f && b0 <= 2.f && b1 >= 0.f && b1 <= 2.f) && a.l2norm;
+}
+
 // ---- pass 1: prep (grid (slots, Hv)) -------------------------------------------------------------------------
 // Dead tiles are reused so that two CTAs fit an SM (<= 113 KiB at K = V = 128): q is dead after Q K^T, P after dU
 // (formed by warps 4-7 while warps 0-3 invert), L after the inversion. P is one bf16 tile (a GEMM operand that gdn-math
@@ -443,6 +451,11 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   // beta > 1: W's left operand in three parts, hi + lo + rest (the W product below says why)
   const bool w_rest = beta_above_one(*reinterpret_cast<const float(*)[4][kC]>(s.gam), lane);
   if (w_rest && a.beta_big && tid == 0) *a.beta_big = 1;  // (every writer stores the same value)
+  if (a.dec && warp == 0) {  // the decay table (the dstate chain's decay window): gamma_n where the chunk is bounded
+    const auto& rw = *reinterpret_cast<const float(*)[4][kC]>(s.gam);
+    const bool bounded = chunk_bounded(a, rw, lane);
+    if (lane == 0) a.dec[h * a.slots + slot] = bounded ? rw[0][cp.nv - 1] : kDecayUnbounded;
+  }
   {
     auto* Ag = reinterpret_cast<__nv_bfloat16*>(a.A + cp.rec * (kC * kC));
     const auto put16 = [](__nv_bfloat16* p, const uint32_t(&x)[4]) {

@@ -64,6 +64,25 @@ FLASHGDN_HOST_DEVICE inline int64_t decay_window_start(const float* d, int64_t a
   return -1;
 }
 
+// The mirror image, for the reverse chain of the backward (docs/chunk_bwd.md "Decay window of the reverse chain"): the
+// earliest e in [a, b) with d[a] + d[a + 1] + ... + d[e] <= log_tau (summed in that order in fp32); -1 when there is
+// none. The gradient w.r.t. the state after chunk a - 1 then takes the chunks [a, e] from a zero gradient at e's end:
+// what it drops is Phi(a -> e + 1)^T dS(e), at most e^Gamma ||dS(e)||_F.
+FLASHGDN_HOST_DEVICE inline int64_t decay_window_end(const float* d, int64_t a, int64_t b, float log_tau) {
+  constexpr int R = 8;
+  float s = 0.f;
+  for (int64_t n = a; n < b; n += R) {
+    float x[R];
+    for (int r = 0; r < R; ++r) x[r] = n + r < b ? d[n + r] : 0.f;
+    for (int r = 0; r < R && n + r < b; ++r) {
+      s += x[r];
+      if (s <= log_tau) return n + r;
+      if (!(s <= 3.40282347e38f)) return -1;  // +inf (an unbounded chunk) or NaN: no later end qualifies
+    }
+  }
+  return -1;
+}
+
 // One unit of work of the split path: chunks [c_begin, c_end) of sequence n, segment seg of nseg.
 struct ChunkWorkItem {
   int32_t n;  // sequence; -1: no work (grid slack)
