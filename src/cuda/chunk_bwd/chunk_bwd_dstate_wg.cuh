@@ -150,9 +150,12 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
   // of a walk) or a sequence ends; no dU.
   const int64_t nch = (w.len + kC - 1) / kC;
   const bool trim = fused_on(a);
+  // where a slot sits in its fused walk: slots fit 32 bits (B T Hv < 2^31 is validated), and a 32-bit remainder is
+  // a few instructions where a 64-bit one is a call
+  const auto in_walk = [&](int64_t slot) { return int(uint32_t(slot) % uint32_t(a.fused_walk)); };
   const auto put_grad = [&](int64_t c, bool record) {
     const int64_t slot = chunk_slot(a, w.n, w.st, c);
-    const bool rec_out = record && !sum && (!trim || c == nch - 1 || (slot + 1) % a.fused_walk == 0);
+    const bool rec_out = record && !sum && (!trim || c == nch - 1 || in_walk(slot + 1) == 0);
     float* dSg = a.dS + (slot * a.Hv + h) * (K * V) + w.j0;
 #pragma unroll
     for (int mb = 0; mb < 2; ++mb) {
@@ -177,7 +180,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
   // the chunk to walk next from dS(x): x, e < x (from a zero gradient), or c_begin - 1 (nothing left that is read)
   const auto next_from = [&](int64_t x) -> int64_t {
     if (!window) return x;
-    const int64_t y = (slot0 + x) / a.fused_walk * a.fused_walk - 1 - slot0;
+    const int64_t y = x - in_walk(slot0 + x) - 1;
     if (y < w.c_begin && !(w.seg == 0 && a.dh0)) return w.c_begin - 1;
     const int64_t e =
         decay_window_end(a.dec + h * a.slots + slot0, y < w.c_begin ? w.c_begin : y + 1, x + 1, kDecayWindowLogTau);
@@ -203,7 +206,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
   for (int step = 0; c >= w.c_begin; ++step) {
     const int bf = STAGES == 1 ? 0 : step & 1;
     // the chunk after c: c - 1, or where the window of the gradient read at c - 1 (the end of a fused walk) starts
-    const int64_t nx = window && c > w.c_begin && (slot0 + c) % a.fused_walk == 0 ? next_from(c - 1) : c - 1;
+    const int64_t nx = window && c > w.c_begin && in_walk(slot0 + c) == 0 ? next_from(c - 1) : c - 1;
     const int64_t rec = chunk_slot(a, w.n, w.st, c) * a.Hv + h;
     const int nv = int(w.len - kC * c < kC ? w.len - kC * c : kC);
     const Stage& g = s.stg[bf];
