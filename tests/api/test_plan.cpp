@@ -247,21 +247,34 @@ TEST(ChunkFwdDecayWindow, PositiveGatesAreSummed) {
   EXPECT_EQ(window({-40.f, 30.f, -20.f}, 0, 3), 0);  // the whole product decays by e^-30
 }
 
+// A random decay table of 1 .. 40 chunks (~0.1 .. 10 of decay per chunk, some unbounded or positive entries) and a
+// range [a, b) inside it (a > 0: a segment of a sequence).
+struct RandomTable {
+  std::vector<float> d;
+  int64_t a = 0, b = 0;
+};
+RandomTable random_table(Rng& rng) {
+  RandomTable t;
+  const int64_t n = 1 + int64_t(rng.uniform() * 40);
+  t.d.resize(static_cast<size_t>(n));
+  const double scale = std::pow(10.0, 2.0 * rng.uniform() - 1.0);
+  for (auto& x : t.d) {
+    x = float(-scale * rng.uniform());
+    if (rng.uniform() < 0.03) x = kInf;
+    if (rng.uniform() < 0.03) x = float(2.0 * rng.uniform());
+  }
+  t.a = int64_t(rng.uniform() * double(n)), t.b = t.a + int64_t(rng.uniform() * double(n - t.a + 1));
+  return t;
+}
+
 // The eight-at-a-time loads give the reference's answer at every block boundary, for random segments inside a
-// longer table (the offset a > 0: a segment of a sequence).
+// longer table.
 TEST(ChunkFwdDecayWindow, MatchesTheReference) {
   Rng rng(17);
   for (int trial = 0; trial < 4000; ++trial) {
-    const int64_t n = 1 + int64_t(rng.uniform() * 40);
-    std::vector<float> d(static_cast<size_t>(n));
-    const double scale = std::pow(10.0, 2.0 * rng.uniform() - 1.0);  // ~0.1 .. 10 per chunk
-    for (auto& x : d) {
-      x = float(-scale * rng.uniform());
-      if (rng.uniform() < 0.03) x = kInf;
-      if (rng.uniform() < 0.03) x = float(2.0 * rng.uniform());
-    }
-    const int64_t a = int64_t(rng.uniform() * double(n)), b = a + int64_t(rng.uniform() * double(n - a + 1));
-    EXPECT_EQ(window(d, a, b), window_reference(d, a, b)) << "trial " << trial << " a " << a << " b " << b;
+    const RandomTable t = random_table(rng);
+    EXPECT_EQ(window(t.d, t.a, t.b), window_reference(t.d, t.a, t.b))
+        << "trial " << trial << " a " << t.a << " b " << t.b;
   }
 }
 
@@ -294,19 +307,12 @@ TEST(ChunkBwdDecayWindow, EarliestEndOfTheWindow) {
   EXPECT_EQ(end({-5.f}, 1, 1), -1);  // an empty range
   Rng rng(23);
   for (int trial = 0; trial < 4000; ++trial) {
-    const int64_t n = 1 + int64_t(rng.uniform() * 40);
-    std::vector<float> d(static_cast<size_t>(n));
-    const double scale = std::pow(10.0, 2.0 * rng.uniform() - 1.0);
-    for (auto& x : d) {
-      x = float(-scale * rng.uniform());
-      if (rng.uniform() < 0.03) x = kInf;
-      if (rng.uniform() < 0.03) x = float(2.0 * rng.uniform());
-    }
-    const int64_t a = int64_t(rng.uniform() * double(n)), b = a + int64_t(rng.uniform() * double(n - a + 1));
-    EXPECT_EQ(end(d, a, b), window_end_reference(d, a, b)) << "trial " << trial << " a " << a << " b " << b;
-    std::vector<float> r(d.rbegin(), d.rend());  // the mirror: e = n - 1 - (decay_window_start on the reversed table)
-    const int64_t s = window(r, n - b, n - a);
-    EXPECT_EQ(end(d, a, b), s < 0 ? -1 : n - 1 - s) << "trial " << trial;
+    const RandomTable t = random_table(rng);
+    const int64_t n = int64_t(t.d.size());
+    EXPECT_EQ(end(t.d, t.a, t.b), window_end_reference(t.d, t.a, t.b)) << "trial " << trial << " a " << t.a;
+    std::vector<float> r(t.d.rbegin(), t.d.rend());  // the mirror: e = n - 1 - (decay_window_start, reversed table)
+    const int64_t s = window(r, n - t.b, n - t.a);
+    EXPECT_EQ(end(t.d, t.a, t.b), s < 0 ? -1 : n - 1 - s) << "trial " << trial;
   }
 }
 
