@@ -206,6 +206,30 @@ def test_chunk_backward_gradients_passes_near_oracle():
             grads(sel, dtype=torch.float16)
 
 
+def test_chunk_backward_decay_window_option():
+    # exec_options(chunk_bwd_window=1) runs the backward's dstate chain over every chunk instead of the decay windows
+    # of the gradients the fused pass reads (docs/chunk_bwd.md). g ~ U(-1, 0): windows of one chunk, 40 chunks (walks
+    # of 16): the two agree to fp32 rounding; 2 is rejected, naming the option
+    T = 2560
+    q, k, v, _, beta = inputs(1, T, 2, 2, 128, 128, torch.bfloat16, seed=7)
+    gen = torch.Generator(device="cpu").manual_seed(8)
+    g = (-torch.rand(1, T, 2, generator=gen)).cuda()
+    do = torch.randn(1, T, 2, 128, generator=gen).to(torch.bfloat16).cuda()
+
+    def grads(window):
+        xs = [x.clone().requires_grad_(True) for x in (q, k, v, g, beta)]
+        with flashgdn.exec_options(chunk_bwd_window=window):
+            o, _ = call(flashgdn.chunk_gated_delta_rule, *xs, use_qk_l2norm_in_kernel=True)
+            o.backward(do)
+        return [x.grad.double() for x in xs]
+
+    for a, b in zip(grads(0), grads(1)):
+        assert torch.isfinite(a).all()
+        assert (a - b).norm() <= 1e-4 * b.norm()
+    with pytest.raises(Exception, match="chunk_bwd_window"):
+        grads(2)
+
+
 def test_fused_recurrent_vs_oracle():
     lens = [1, 7, 0, 12]
     cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int64, device="cuda")

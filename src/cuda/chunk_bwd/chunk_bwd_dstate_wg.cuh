@@ -119,7 +119,8 @@ __device__ __forceinline__ void load_k_frags(const unsigned char (&kt)[2][8192],
 // The walk of one CTA (ChainWork w, value head h). Per step c (reverse): [barrier: stage landed, dS^T] dU = dU0 +
 // diag(kb) K dS (wgmma), dU stored, (-dU)^T and Ob^T split [barrier] dS <- e_n dS + Q^T Ob + W^T (-dU) (wgmma, in the
 // registers), then dS^T and the record dS of chunk c - 1. A summary stores only its end gradient (its columns of
-// [M | N]); the sequence's first segment (or the whole walk) stores dh0.
+// [M | N]); the sequence's first segment (or the whole walk) stores dh0. With the fused pass and a decay table the walk
+// visits only the chunks of the decay windows of the gradients that pass reads (next_from, below).
 template <class E, int V, int STAGES>
 __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSmem<STAGES>& s, const ChainWork& w,
                                                int h, int tid, int wi, int lane) {
