@@ -96,10 +96,10 @@ struct ChunkBwdArgs {
   // [1] with fused_walk: prep sets it where a chunk's beta exceeds 1; then pass 4 on wgmma runs instead of the fused
   // pass (each kernel reads it and returns at once when it is not its turn) and the chains store every record
   int32_t* beta_big;
-  // [Hv, slots] with fused_walk, unless exec.chunk_bwd_window = 1: prep's decay table (gamma_n of a chunk whose
-  // transitions are contractions times e^g: unit keys, every beta in [0, 2]; else kDecayUnbounded), by which the
-  // dstate chain starts each gradient the fused pass reads from its decay window (docs/chunk_bwd.md); null: every
-  // chunk of the chain
+  // [Hv, slots] with the plan's decay_window (the fused pass, the dstate chain on wgmma, exec.chunk_bwd_window 0):
+  // prep's decay table (gamma_n of a chunk whose transitions are contractions times e^g: unit keys, every beta in
+  // [0, 2]; else kDecayUnbounded), by which the dstate chain takes each gradient the fused pass reads from its decay
+  // window (docs/chunk_bwd.md "Decay window of the reverse chain"); may be null: every chunk of the chain
   float* dec;
   // heads of the dq / dk scratch: Hqk where pass 4 on wgmma sums a q/k head's value heads itself (in head order, the
   // sum pass 5a forms otherwise), Hv where pass 4 on mma.sync writes them per value head
