@@ -195,8 +195,18 @@ int main(int argc, char** argv) {
     c.Hv = 2;
     gate = true;
   }
+  if (which == 26) {  // K = V = 128 bf16 without GQA, 20 chunks (fused walks of 16 and 4), the chains unsplit: head 0
+    c.T = 1280;       // decays by e^-32 a chunk (the dstate chain's decay windows: one chunk for the gradient at chunk
+    c.K = 128;        // 15's end, one for dh0; chunks 1-14 and 17-19 skipped), head 1 by ~e^-0.6 (every chunk)
+    c.V = 128;
+    c.Hqk = 2;
+    c.Hv = 2;
+    segments = 1;
+  }
   if (segments > 1) c.g_scale = 0.02;
   GdnInputs in = make_inputs(c);
+  if (which == 26)
+    for (int64_t t = 0; t < c.T; ++t) in.g.set(t * 2, -0.5), in.g.set(t * 2 + 1, -0.02 * in.g.get(t * 2 + 1));
   if (which == 20) {
     for (int64_t row : {5, 64, 70, 149})
       for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, 1e-5 * in.k.get(row * c.K + i));
@@ -302,7 +312,8 @@ int main(int argc, char** argv) {
     }
     p.exec.chunk_bwd_segments = segments;
     p.exec.chunk_bwd_chains = form == "c" && c.K == 128 && c.V == 128 ? 2 : 1;
-    p.exec.chunk_bwd_grads = form == "f" ? 3 : form == "g" ? 2 : (form == "gm" ? 1 : 0);
+    p.exec.chunk_bwd_grads = form == "f" || form == "fw" ? 3 : form == "g" ? 2 : (form == "gm" ? 1 : 0);
+    p.exec.chunk_bwd_window = form == "fw" ? 1 : 0;  // fw: the dstate chain over every chunk
     ChunkBwdPlan pl;
     s = plan_chunk_bwd(p, d, DeviceFacts{132}, &pl);
     if (!s.ok()) {
@@ -330,6 +341,31 @@ int main(int argc, char** argv) {
       diff += !same;
       printf("case %d output %zu: chains %s vs 2 stages %s\n", which, i, dstate.c_str(),
              same ? "bitwise equal" : "DIFFERENT  FAIL");
+    }
+  }
+  if (dstate == "f") {  // the dstate chain's decay windows against the chain over every chunk: fp32 rounding apart
+    run(false, c.dtype, DType::f32, two, "fw");
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double e = rel_err(got[i], two[i]);
+      diff += !(e <= 1e-5);
+      printf("case %d output %zu: windows vs every chunk rel %.2e%s\n", which, i, e, e <= 1e-5 ? "" : "  FAIL");
+    }
+    if (which == 26) {  // dO NaN in chunk 18: head 0's walk 0 (tokens < 1024) sees it only without the windows
+      for (int64_t t = 18 * 64; t < 19 * 64; ++t)
+        for (int64_t i = 0; i < c.Hv * c.V; ++i) d_o.set(t * c.Hv * c.V + i, NAN);
+      const auto walk0_finite = [&](const std::vector<HostTensor>& o, int64_t h) {
+        for (int64_t t = 0; t < 1024; ++t)
+          for (int64_t j = 0; j < c.V; ++j)
+            if (!std::isfinite(o[2].get((t * c.Hv + h) * c.V + j))) return false;
+        return true;
+      };
+      std::vector<HostTensor> wn, en;
+      run(false, c.dtype, DType::f32, wn, "f");
+      run(false, c.dtype, DType::f32, en, "fw");
+      const bool ok = walk0_finite(wn, 0) && !walk0_finite(wn, 1) && !walk0_finite(en, 0);
+      diff += !ok;
+      printf("case %d dO NaN in chunk 18: walk 0 finite with windows head 0 %d head 1 %d, every chunk head 0 %d%s\n",
+             which, walk0_finite(wn, 0), walk0_finite(wn, 1), walk0_finite(en, 0), ok ? "" : "  FAIL");
     }
   }
   printf("smem prep %zu %zu state %zu state_wg %zu %zu dstate %zu dstate_wg %zu %zu grads %zu %zu\n",

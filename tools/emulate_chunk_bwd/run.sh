@@ -6,17 +6,19 @@
 # (recurrent_harness.cpp), and of mixer_decode's pipe kernel against the CPU op (mixer_harness.cpp).
 # Usage: bash tools/emulate_chunk_bwd/run.sh [--tsan] [build dir with a CPU libflashgdn_static.a, default build-cpu]
 #   [cases]
-# (cases: numbers 0-24 for chunk_bwd, i0-i4 for the intra-chunk kernel, w0-w28 for the prefill, default all; 7-9 and
+# (cases: numbers 0-26 for chunk_bwd, i0-i4 for the intra-chunk kernel, w0-w28 for the prefill, default all; 7-9 and
 # 11 force the chains' segment split, 10 nearly parallel keys, 11-15 K = V = 128 bf16, 13-15 the GPU test's inputs:
 # 13 identical keys with beta = 1, g = 0, 14 g = -30, 15 a T = 500 Hv = 8 gated walk; 16, 17 beta = 2 with nearly
 # parallel / identical keys (K = V = 128 bf16, five chunks), 18, 19 the same with the chains' split forced,
 # 20 keys and a query of norm ~1e-4 with scale 0.3, K = 128, V = 64, 21 16 at K = V = 64 with GQA 2, 22, 23 17 on one
 # walk of 16 / 32 chunks (T = 1024 / 2048, no split; 23 not in the default list), 24 23 with beta = 1.999 (not in the
-# default list), 25 K = V = 128 bf16 without GQA (varlen, an empty sequence, slack rows, the gate); a chunk_bwd
-# case N runs the
+# default list), 25 K = V = 128 bf16 without GQA (varlen, an empty sequence, slack rows, the gate), 26 K = V = 128 bf16
+# without GQA, 20 chunks unsplit, one head decaying by e^-32 a chunk and one slowly (the dstate chain's decay windows:
+# 26f, ~2 min, not in the default list, also runs dO NaN in a skipped chunk); a chunk_bwd case N runs the
 # chains (at K = V = 128) on the plan's wgmma kernels (2 input stages), Ns1 on their one-stage forms one after the
 # other, Nc both at once (exec.chunk_bwd_chains = 2; Ns1 and Nc are compared bitwise with N), Nm pass 3 on the
-# mma.sync kernel, Ng / Ngm / Nf pass 4 on wgmma / mma.sync / the fused pass (exec.chunk_bwd_grads 2 / 1 / 3, every
+# mma.sync kernel, Ng / Ngm / Nf pass 4 on wgmma / mma.sync / the fused pass (exec.chunk_bwd_grads 2 / 1 / 3; Nf also
+# against Nfw, the same with exec.chunk_bwd_window = 1, within 1e-5; every
 # form without the fused pass's clusters, which are not emulated: pass 5a sums the value heads; the plan takes the fused
 # pass at K = V = 128 bf16, the wgmma pass 4 where a beta exceeds 1 or under allow_neg_eigval); w0 bf16 GQA 2 with a partial last chunk, w1 varlen with a length-0 sequence and slack rows, w2 / w3
 # the split forced (decay windows / full summaries), w4 fp16 v-major with checkpoints, w5 the wgmma model alone
@@ -104,6 +106,8 @@ for c in $cases; do
     "$out/harness" "${c%s1}" 1 || status=1
   elif [[ "$c" == *c ]]; then
     "$out/harness" "${c%c}" c || status=1
+  elif [[ "$c" == *fw ]]; then
+    "$out/harness" "${c%fw}" fw || status=1
   elif [[ "$c" == *f ]]; then
     "$out/harness" "${c%f}" f || status=1
   elif [[ "$c" == *gm ]]; then
