@@ -45,42 +45,38 @@ inline constexpr float kDecayWindowLogTau = -21.f;
 // outside [0, 2], or keys without the in-kernel l2norm): no window reaches past it.
 inline constexpr float kDecayUnbounded = std::numeric_limits<float>::infinity();
 
-// The start of the decay window of a segment of chunks [a, b): the latest c in [a, b) with
-// d[b - 1] + d[b - 2] + ... + d[c] <= log_tau (summed in that order in fp32), d[n] the log decay gamma_n of chunk n
-// (kDecayUnbounded where unknown); -1 when there is none (the full [M | N] summary). Eight loads at a time, so that
-// they are in flight together on the device.
-FLASHGDN_HOST_DEVICE inline int64_t decay_window_start(const float* d, int64_t a, int64_t b, float log_tau) {
+// The walk of a decay window: d[first], d[first + step], ... (count entries, d[n] the log decay gamma_n of chunk n,
+// kDecayUnbounded where unknown) summed in that order in fp32 until the sum is <= log_tau: that entry's index; -1 when
+// the sum never gets there or an unbounded (or NaN) entry comes first. Eight loads at a time, so that they are in
+// flight together on the device.
+FLASHGDN_HOST_DEVICE inline int64_t decay_window_walk(const float* d, int64_t first, int64_t count, int step,
+                                                      float log_tau) {
   constexpr int R = 8;
   float s = 0.f;
-  for (int64_t n = b; n > a; n -= R) {
+  for (int64_t i = 0; i < count; i += R) {
     float x[R];
-    for (int r = 0; r < R; ++r) x[r] = n - 1 - r >= a ? d[n - 1 - r] : 0.f;
-    for (int r = 0; r < R && n - 1 - r >= a; ++r) {
+    for (int r = 0; r < R; ++r) x[r] = i + r < count ? d[first + step * (i + r)] : 0.f;
+    for (int r = 0; r < R && i + r < count; ++r) {
       s += x[r];
-      if (s <= log_tau) return n - 1 - r;
-      if (!(s <= 3.40282347e38f)) return -1;  // +inf (an unbounded chunk) or NaN: no earlier start qualifies
+      if (s <= log_tau) return first + step * (i + r);
+      if (!(s <= 3.40282347e38f)) return -1;  // +inf (an unbounded chunk) or NaN: no entry further on qualifies
     }
   }
   return -1;
 }
 
+// The start of the decay window of a segment of chunks [a, b): the latest c in [a, b) with
+// d[b - 1] + d[b - 2] + ... + d[c] <= log_tau; -1 when there is none (the full [M | N] summary).
+FLASHGDN_HOST_DEVICE inline int64_t decay_window_start(const float* d, int64_t a, int64_t b, float log_tau) {
+  return decay_window_walk(d, b - 1, b - a, -1, log_tau);
+}
+
 // The mirror image, for the reverse chain of the backward (docs/chunk_bwd.md "Decay window of the reverse chain"): the
-// earliest e in [a, b) with d[a] + d[a + 1] + ... + d[e] <= log_tau (summed in that order in fp32); -1 when there is
-// none. The gradient w.r.t. the state after chunk a - 1 then takes the chunks [a, e] from a zero gradient at e's end:
-// what it drops is Phi(a -> e + 1)^T dS(e), at most e^Gamma ||dS(e)||_F.
+// earliest e in [a, b) with d[a] + d[a + 1] + ... + d[e] <= log_tau; -1 when there is none. The gradient w.r.t. the
+// state after chunk a - 1 then takes the chunks [a, e] from a zero gradient at e's end: what it drops is
+// Phi(a -> e + 1)^T dS(e), at most e^Gamma ||dS(e)||_F.
 FLASHGDN_HOST_DEVICE inline int64_t decay_window_end(const float* d, int64_t a, int64_t b, float log_tau) {
-  constexpr int R = 8;
-  float s = 0.f;
-  for (int64_t n = a; n < b; n += R) {
-    float x[R];
-    for (int r = 0; r < R; ++r) x[r] = n + r < b ? d[n + r] : 0.f;
-    for (int r = 0; r < R && n + r < b; ++r) {
-      s += x[r];
-      if (s <= log_tau) return n + r;
-      if (!(s <= 3.40282347e38f)) return -1;  // +inf (an unbounded chunk) or NaN: no later end qualifies
-    }
-  }
-  return -1;
+  return decay_window_walk(d, a, b - a, 1, log_tau);
 }
 
 // One unit of work of the split path: chunks [c_begin, c_end) of sequence n, segment seg of nseg.
