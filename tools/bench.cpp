@@ -665,9 +665,9 @@ Command add_bench(CLI::App& app) {
       ->check(integer_in<int32_t>(0, 4096))
       ->type_name("P");
   sub->add_option("--chunk-bwd-chains", opt->exec.chunk_bwd_chains,
-                  "the training backward's two state chains: 1 one after the other, 2 both at once "
-                  "(exec.chunk_bwd_chains; 0 auto)")
-      ->check(integer_in<int32_t>(0, 2))
+                  "the training backward's two state chains: 1 one after the other, 2 both at once as a CTA per "
+                  "chain, 3 both at once in one CTA (exec.chunk_bwd_chains; 0 auto)")
+      ->check(integer_in<int32_t>(0, 3))
       ->type_name("C");
   sub->add_option("--chunk-bwd-grads", opt->exec.chunk_bwd_grads,
                   "the training backward's gradients pass: 1 mma.sync, 2 wgmma, 3 fused with the reverse chain, "

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cuda/chunk_bwd/chunk_bwd.hpp"
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
 
 namespace flashgdn {
@@ -189,9 +190,12 @@ namespace {
 // (1.38 ms / 512).
 constexpr double kStepStateMma = 1.0, kStepStateWg = 0.72, kStepDstateMma = 1.37, kStepDstateWg = 0.96;
 
-// Both chains at once (ChunkBwdPlan::chains_concurrent, K = V = 128): the one-stage wgmma state and dstate kernels
-// (106 and 111 KiB, two CTAs per SM) run in one launch per phase whose grid holds both chains' CTAs, so an SM runs a
-// state CTA beside a dstate CTA. kStepShared: the step of such a pair against the slower chain's step alone, measured
+// Both chains at once (ChunkBwdPlan::chains_concurrent, K = V = 128): the one-stage wgmma state and dstate chains
+// (106 and 111 KiB) run in one launch per phase, so an SM runs a state step beside a dstate step: a CTA per chain,
+// two per SM, or one CTA of both (a warpgroup each) where the unsplit chains fit one wave (every SM then holds one
+// step of each; as two CTAs an SM may get two of one chain. Where the grid runs in waves, or the split's summaries
+// leave the dstate warpgroup idle, a CTA per chain lets the next one take the slot a chain frees).
+// kStepShared: the step of such a pair against the slower chain's step alone, measured
 // (ncu, T = 32K, Hv = 32): 2.27 ms / 512 = 4.44 us against the dstate kernel's 2.70 us alone. The two CTAs of an SM
 // mostly take turns (their steps are bound by the SM's shared-memory and L2 traffic more than by latency), so both
 // chains at once take 2.27 ms against 1.03 + 1.38 one after the other: 6 % of the chains, and the default.
@@ -239,17 +243,18 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   pl.state_pass = d.K == 128 && d.V == 128 ? ChunkStatePass::wgmma : ChunkStatePass::mma_sync;
   pl.dstate_pass = pl.state_pass;  // both chains on wgmma at K = V = 128
   const int32_t chains = p.exec.chunk_bwd_chains;
-  if (chains < 0 || chains > 2)
+  if (chains < 0 || chains > 3)
     return FGDN_INVALID(
-        "chunk_bwd: exec.chunk_bwd_chains: expected 0 (auto), 1 (one after the other) or 2 (at once), "
-        "got ",
+        "chunk_bwd: exec.chunk_bwd_chains: expected 0 (auto), 1 (one after the other), 2 (at once, a CTA per chain) "
+        "or 3 (at once, one CTA of both), got ",
         chains);
   const bool wg = pl.state_pass == ChunkStatePass::wgmma;
-  if (chains == 2 && !wg)
-    return FGDN_ERROR(unsupported,
-                      "chunk_bwd: exec.chunk_bwd_chains = 2: both chains at once need K = V = 128, got K=", d.K,
-                      " V=", d.V);
-  pl.chains_concurrent = chains == 2 || (chains == 0 && wg && kChainsConcurrentByDefault);
+  if (chains >= 2 && !wg)
+    return FGDN_ERROR(unsupported, "chunk_bwd: exec.chunk_bwd_chains = ", chains,
+                      ": both chains at once need K = V = 128, got K=", d.K, " V=", d.V);
+  // the form is settled below, once the split is
+  pl.chains_concurrent =
+      chains >= 2 || (chains == 0 && wg && kChainsConcurrentByDefault) ? cuda::kChainsTwoCtas : cuda::kChainsSerial;
   pl.state_stages = pl.dstate_stages = pl.chains_concurrent ? 1 : 2;
   const int32_t grads = p.exec.chunk_bwd_grads;
   if (grads < 0 || grads > 4)
@@ -281,6 +286,10 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   const int64_t avg = d.varlen ? ceil_div(nch_total, std::max<int64_t>(d.N, 1)) : nch_total;
   plan_segments(&pl, p.exec.chunk_bwd_segments, "exec.chunk_bwd_segments", d, avg, nch_total,
                 [&] { return auto_bwd_segments(d, avg, pl.sms, pl, &pl.why); });
+  // one CTA of both chains where the unsplit chains fit one wave (above kStepShared)
+  if (chains == 3 ||
+      (chains == 0 && pl.chains_concurrent && !pl.split && d.N * d.Hv * (d.V / kChunkBwdChainCols) <= pl.sms))
+    pl.chains_concurrent = cuda::kChainsOneCta;
   if (pl.split) {
     pl.ws_items = 0;
     pl.ws_seq_first = align_up(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem));
@@ -319,16 +328,20 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
     s += str_cat("mma.sync, ", std::min<int64_t>(slots * d.Hv, pl.sms), " persistent CTAs over the ", slots * d.Hv,
                  " records\n");
   const bool wg = pl.state_pass == ChunkStatePass::wgmma, dwg = pl.dstate_pass == ChunkStatePass::wgmma;
-  const auto stages = [](int32_t n) {
-    return n == 1 ? ", 1 input stage (two CTAs per SM)" : ", 2 input stages (one CTA per SM)";
+  const bool one_cta = pl.chains_concurrent == cuda::kChainsOneCta;
+  const auto stages = [&](int32_t n) {
+    return n == 2    ? ", 2 input stages (one CTA per SM)"
+           : one_cta ? ", 1 input stage (a warpgroup of a CTA of both chains)"
+                     : ", 1 input stage (two CTAs per SM)";
   };
+  const char* per = one_cta ? " threads" : " threads per CTA";
   s += str_cat("  state pass: ", state_pass_name(pl.state_pass), wg ? " (K = V = 128), 128" : " (K or V = 64), 256",
-               " threads per CTA", wg ? stages(pl.state_stages) : "",
-               "; dstate pass: ", state_pass_name(pl.dstate_pass), dwg ? " (K = V = 128), 128" : " (K or V = 64), 256",
-               " threads per CTA", dwg ? stages(pl.dstate_stages) : "", "\n");
+               per, wg ? stages(pl.state_stages) : "", "; dstate pass: ", state_pass_name(pl.dstate_pass),
+               dwg ? " (K = V = 128), 128" : " (K or V = 64), 256", per, dwg ? stages(pl.dstate_stages) : "", "\n");
   s += str_cat("  chains: ",
-               pl.chains_concurrent ? "both at once (one launch per phase, a state and a dstate CTA per SM)"
-                                    : "one after the other",
+               one_cta                ? "both at once (one launch per phase, each CTA a dstate and a state warpgroup)"
+               : pl.chains_concurrent ? "both at once (one launch per phase, a state and a dstate CTA per SM)"
+                                      : "one after the other",
                "\n");
   if (!pl.split) {
     s += str_cat("  state and dstate chains: grid (", d.N, ", ", d.Hv, ", ", cols, "), every chunk of a sequence\n");

@@ -70,9 +70,10 @@ struct ChunkBwdPlan {
   // refill, two CTAs per SM: both chains at once, `chains`). docs/chunk_bwd.md "Pass 2 on wgmma", "Pass 3 on wgmma".
   int32_t state_stages = 2;
   int32_t dstate_stages = 2;
-  // Both chains in one launch per phase (exec.chunk_bwd_chains; K = V = 128, both at one stage): a state and a dstate
-  // CTA per SM, so that their latency-bound steps overlap. Else pass 2, then pass 3.
-  bool chains_concurrent = false;
+  // Both chains in one launch per phase (exec.chunk_bwd_chains; K = V = 128, both at one stage), so that their
+  // latency-bound steps overlap on each SM: cuda::ChainsForm, kChainsTwoCtas (a CTA per chain, two per SM) or
+  // kChainsOneCta (one CTA of a warpgroup per chain). 0: pass 2, then pass 3.
+  int32_t chains_concurrent = 0;
   // With fused_walk and the dstate chain on wgmma (exec.chunk_bwd_window 0): prep writes a decay table, and the
   // dstate chain takes each gradient the fused pass reads (the end of a walk) or dh0 from the chunks of its decay
   // window only, from a zero gradient (docs/chunk_bwd.md "Decay window of the reverse chain")

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/plan.hpp"
+#include "cuda/chunk_bwd/chunk_bwd.hpp"
 #include "cuda/chunk_fwd/chunk_fwd.hpp"
 #include "cuda/recurrent/recurrent_args.hpp"
 #include "mixer_test_util.hpp"
@@ -812,26 +813,39 @@ TEST(ChunkBwdPlan, AutomaticSegmentSplit) {
   EXPECT_TRUE(pl.split) << pl.why;
 }
 
-// exec.chunk_bwd_chains: 0 the plan's, 1 one after the other, 2 both at once (K = V = 128 only); the split then
-// keeps one summary buffer per chain.
+// exec.chunk_bwd_chains: 0 the plan's, 1 one after the other, 2 both at once as a CTA per chain, 3 both at once in
+// one CTA (K = V = 128 only); the split then keeps one summary buffer per chain. The plan takes one CTA of both where
+// the unsplit chains fit one wave (N Hv V / 32 <= SMs), else a CTA per chain.
 TEST(ChunkBwdPlan, ChainsOverride) {
   ChunkShape s;
   s.T = 32768, s.Hqk = s.Hv = 4;  // split at P = 8
   BwdCall c = bwd_call(s);
   c.p.exec.chunk_bwd_chains = 1;
   ChunkBwdPlan pl = bwd_plan(c);
-  EXPECT_FALSE(pl.chains_concurrent);
+  EXPECT_EQ(pl.chains_concurrent, cuda::kChainsSerial);
   ASSERT_TRUE(pl.split) << pl.why;
   const size_t mn = size_t(pl.cap) * 4 * 128 * 256 * sizeof(float);
   EXPECT_EQ(pl.ws_mn_rev, pl.ws_mn);
   EXPECT_EQ(pl.split_bytes, pl.ws_mn + mn);
-  c.p.exec.chunk_bwd_chains = 2;
-  pl = bwd_plan(c);
-  EXPECT_TRUE(pl.chains_concurrent);
-  ASSERT_TRUE(pl.split) << pl.why;
-  EXPECT_EQ(pl.ws_mn_rev, pl.ws_mn + up256(mn));
-  EXPECT_EQ(pl.split_bytes, pl.ws_mn_rev + mn);
-  c.p.exec.chunk_bwd_chains = 3;
+  for (const int32_t chains : {0, 2, 3}) {
+    c.p.exec.chunk_bwd_chains = chains;
+    pl = bwd_plan(c);
+    // split: a CTA per chain unless forced
+    EXPECT_EQ(pl.chains_concurrent, chains == 3 ? cuda::kChainsOneCta : cuda::kChainsTwoCtas) << chains;
+    ASSERT_TRUE(pl.split) << pl.why;
+    EXPECT_EQ(pl.ws_mn_rev, pl.ws_mn + up256(mn));
+    EXPECT_EQ(pl.split_bytes, pl.ws_mn_rev + mn);
+  }
+  // unsplit: one CTA of both where N Hv V / 32 <= SMs (Hv = 32: 128 CTAs on 132 SMs), a CTA per chain past that
+  ChunkShape u = s;
+  u.Hqk = 16, u.Hv = 32;
+  BwdCall cu = bwd_call(u);
+  EXPECT_EQ(bwd_plan(cu).chains_concurrent, cuda::kChainsOneCta);
+  cu.p.exec.chunk_bwd_chains = 2;
+  EXPECT_EQ(bwd_plan(cu).chains_concurrent, cuda::kChainsTwoCtas);
+  u.Hv = 64;  // 256 CTAs
+  EXPECT_EQ(bwd_plan(bwd_call(u)).chains_concurrent, cuda::kChainsTwoCtas);
+  c.p.exec.chunk_bwd_chains = 4;
   ChunkBwdPlan bad;
   Status st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
   EXPECT_EQ(st.code(), StatusCode::invalid_argument) << st.message();
@@ -936,14 +950,16 @@ TEST(ChunkBwdPlan, StatePassKernel) {
   EXPECT_EQ(pl.state_pass, ChunkStatePass::wgmma);
   EXPECT_EQ(pl.dstate_pass, ChunkStatePass::wgmma);
   EXPECT_FALSE(pl.split) << pl.why;
-  // the default: both chains at once (one launch per phase), each in its one-stage form, and the text says so
-  EXPECT_TRUE(pl.chains_concurrent);
+  // the default: both chains at once (one launch per phase; one CTA of both: 128 CTAs on 132 SMs), each in its
+  // one-stage form, and the text says so
+  EXPECT_EQ(pl.chains_concurrent, cuda::kChainsOneCta);
   EXPECT_EQ(pl.state_stages, 1);
   EXPECT_EQ(pl.dstate_stages, 1);
   std::string text = describe(pl, bwd_call(s).d);
-  EXPECT_NE(text.find("state pass: wgmma (K = V = 128), 128 threads per CTA, 1 input stage (two CTAs per SM); dstate "
-                      "pass: wgmma (K = V = 128), 128 threads per CTA, 1 input stage (two CTAs per SM)\n  chains: both "
-                      "at once"),
+  EXPECT_NE(text.find("state pass: wgmma (K = V = 128), 128 threads, 1 input stage (a warpgroup of a CTA of both "
+                      "chains); dstate pass: wgmma (K = V = 128), 128 threads, 1 input stage (a warpgroup of a CTA of "
+                      "both chains)\n  chains: both at once (one launch per phase, each CTA a dstate and a state "
+                      "warpgroup)"),
             std::string::npos)
       << text;
   // one after the other (exec.chunk_bwd_chains = 1): two input stages each (one CTA per SM)
@@ -957,6 +973,14 @@ TEST(ChunkBwdPlan, StatePassKernel) {
   text = describe(pl, serial.d);
   EXPECT_NE(text.find("threads per CTA, 2 input stages (one CTA per SM); dstate pass: wgmma (K = V = 128), 128 threads "
                       "per CTA, 2 input stages (one CTA per SM)\n  chains: one after the other\n"),
+            std::string::npos)
+      << text;
+  // a CTA per chain (exec.chunk_bwd_chains = 2)
+  BwdCall two = bwd_call(s);
+  two.p.exec.chunk_bwd_chains = 2;
+  text = describe(bwd_plan(two), two.d);
+  EXPECT_NE(text.find("threads per CTA, 1 input stage (two CTAs per SM)\n  chains: both at once (one launch per "
+                      "phase, a state and a dstate CTA per SM)\n"),
             std::string::npos)
       << text;
   s.Hqk = s.Hv = 4;

@@ -42,7 +42,7 @@ struct BwdCase {
                             // 6: 5 with beta = 1.999
   int32_t segments = 0;     // exec.chunk_bwd_segments: 0 the plan's choice, 1 unsplit, P > 1 the chains' split
   double gate_decay = 1.0;  // the fused gate's e^{A_log} scaled by it
-  int32_t chains = 0;       // exec.chunk_bwd_chains: 0 the plan's choice, 1 one after the other, 2 both at once
+  int32_t chains = 0;       // exec.chunk_bwd_chains: 0 the plan's choice, 1 one after the other, 2 / 3 both at once
   int32_t grads = 0;        // exec.chunk_bwd_grads: 0 the plan's choice, 1 mma.sync, 2 wgmma, 3 fused
   int32_t window = 0;       // exec.chunk_bwd_window: 0 the plan's choice, 1 every chunk of the dstate chain
 };
@@ -722,8 +722,8 @@ TEST(CudaChunkBwd, StatePassSingleStageBitwise) {
 }
 
 // The one-stage wgmma pass 2 fits two CTAs per SM (shared memory and registers as compiled: 106 KiB + 1 KiB of
-// alignment), which is what running both chains at once needs; the two-stage form (140 KiB, W hi and lo in both
-// stages) one.
+// alignment), which is what running both chains at once as a CTA per chain needs; the two-stage form (140 KiB, W hi
+// and lo in both stages) one.
 TEST(CudaChunkBwd, StatePassSingleStageTwoCtasPerSm) {
   REQUIRE_GPU();
   for (const bool bf16 : {true, false}) {
@@ -747,7 +747,8 @@ Grads run_gpu_dstate_pass(const BwdCase& bc, const Problem& pr, ChunkStatePass p
   return run_gpu_planned(bc, pr, [&](ChunkBwdPlan& pl) { pl.dstate_pass = pass, pl.dstate_stages = stages; });
 }
 
-// The public call with exec.chunk_bwd_chains = chains (2: both chains in one launch per phase, one stage each).
+// The public call with exec.chunk_bwd_chains = chains (2, 3: both chains in one launch per phase, one stage each, as
+// a CTA per chain or one CTA of both).
 Grads run_gpu_chains(BwdCase bc, const Problem& pr, int32_t chains) {
   bc.chains = chains;
   GpuRun run(bc, pr);
@@ -776,9 +777,10 @@ void check_dstate_pass(BwdCase b) {
   EXPECT_LE(rel_err(wg.dh0, mma.dh0), 2e-3) << name << " dh0: wgmma vs mma.sync";
   EXPECT_TRUE(same_bits(wg, wg1)) << name << ": one stage against two";
   // both chains at once (their one-stage forms in one launch per phase, the reverse summaries in a buffer of their
-  // own): the same products in the same order, so the same bits as one chain after the other
-  const Grads both = run_gpu_chains(b, pr, 2);
-  EXPECT_TRUE(same_bits(wg, both)) << name << ": both chains at once against one after the other";
+  // own; a CTA per chain, or one CTA of both): the same products in the same order, so the same bits as one chain
+  // after the other
+  EXPECT_TRUE(same_bits(wg, run_gpu_chains(b, pr, 2))) << name << ": both chains at once (a CTA per chain)";
+  EXPECT_TRUE(same_bits(wg, run_gpu_chains(b, pr, 3))) << name << ": both chains at once (one CTA of both)";
   EXPECT_TRUE(same_bits(wg, run_gpu_chains(b, pr, 1))) << name << ": exec.chunk_bwd_chains = 1";
   for (int i = 0; i < 3; ++i)
     EXPECT_TRUE(same_bits(wg, run_gpu_dstate_pass(b, pr, ChunkStatePass::wgmma, 2))) << name << " repeat " << i;

@@ -153,8 +153,9 @@ def test_chunk_backward_vs_oracle():
 
 
 def test_chunk_backward_chains_at_once_equal_one_after_the_other():
-    # exec_options(chunk_bwd_chains=...): both state chains in one launch (the default at K = V = 128) or one after
-    # the other give the same gradients bit for bit; K = 64 cannot run them at once and says so
+    # exec_options(chunk_bwd_chains=...): both state chains in one launch (the default at K = V = 128; a CTA per
+    # chain or one CTA of both) or one after the other give the same gradients bit for bit; K = 64 cannot run them at
+    # once and says so
     q, k, v, g, beta = inputs(1, 300, 1, 2, 128, 128, torch.bfloat16, seed=5)
     do = torch.randn(1, 300, 2, 128, device="cuda", dtype=torch.bfloat16)
 
@@ -168,8 +169,9 @@ def test_chunk_backward_chains_at_once_equal_one_after_the_other():
 
     for a, b in zip(grads(0), grads(1)):
         assert torch.equal(a, b)
-    for a, b in zip(grads(0), grads(2)):
-        assert torch.equal(a, b)
+    for chains in (2, 3):  # a CTA per chain, one CTA of both
+        for a, b in zip(grads(0), grads(chains)):
+            assert torch.equal(a, b)
     with pytest.raises(Exception, match="chunk_bwd_chains"):
         grads(2, K=64)
 

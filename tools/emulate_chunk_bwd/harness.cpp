@@ -1,9 +1,10 @@
 // The CUDA chunk_bwd (src/cuda/chunk_bwd/) run in the host emulation of emu.hpp against the CPU oracle (fp64
 // recurrence through the public API), on fresh random inputs with NaN outputs and NaN slack rows. Prints the
-// relative error of every gradient. Usage: harness <case 0-25> [chains: 2 | 1 | c | mma] (run.sh builds and runs
+// relative error of every gradient. Usage: harness <case 0-25> [chains: 2 | 1 | c | p | mma] (run.sh builds and runs
 // all). At K = V = 128 the second argument runs the chains on the wgmma kernels with 2 input stages (the plan's
-// choice), with 1 stage each (one after the other), with 1 stage both at once (exec.chunk_bwd_chains = 2), or pass 3
-// on the mma.sync kernel; 1 and c are also compared bitwise with 2 (the same products in the same order).
+// choice), with 1 stage each (one after the other), with 1 stage both at once (exec.chunk_bwd_chains = 2: a CTA per
+// chain; 3: one CTA of both), or pass 3 on the mma.sync kernel; 1, c and p are also compared bitwise with 2 (the same
+// products in the same order).
 #include "emu.hpp"
 
 // The kernels see the emulation above.
@@ -311,7 +312,8 @@ int main(int argc, char** argv) {
       return;
     }
     p.exec.chunk_bwd_segments = segments;
-    p.exec.chunk_bwd_chains = form == "c" && c.K == 128 && c.V == 128 ? 2 : 1;
+    const bool kv128 = c.K == 128 && c.V == 128;
+    p.exec.chunk_bwd_chains = form == "c" && kv128 ? 2 : form == "p" && kv128 ? 3 : 1;
     p.exec.chunk_bwd_grads = form == "f" || form == "fw" ? 3 : form == "g" ? 2 : (form == "gm" ? 1 : 0);
     p.exec.chunk_bwd_window = form == "fw" ? 1 : 0;  // fw: the dstate chain over every chunk
     ChunkBwdPlan pl;
@@ -334,7 +336,8 @@ int main(int argc, char** argv) {
   run(true, DType::f64, DType::f64, ref, "2");
   run(false, c.dtype, DType::f32, got, dstate);
   int diff = 0;
-  if (dstate == "1" || dstate == "c") {  // the one-stage forms: the same products in the same order, the same bits
+  // the one-stage forms: the same products in the same order, the same bits
+  if (dstate == "1" || dstate == "c" || dstate == "p") {
     run(false, c.dtype, DType::f32, two, "2");
     for (size_t i = 0; i < got.size(); ++i) {
       const bool same = got[i].bit_equal(two[i]);

@@ -16,7 +16,8 @@
 # without GQA, 20 chunks unsplit, one head decaying by e^-32 a chunk and one slowly (the dstate chain's decay windows:
 # 26f, ~2 min, not in the default list, also runs dO NaN in a skipped chunk); a chunk_bwd case N runs the
 # chains (at K = V = 128) on the plan's wgmma kernels (2 input stages), Ns1 on their one-stage forms one after the
-# other, Nc both at once (exec.chunk_bwd_chains = 2; Ns1 and Nc are compared bitwise with N), Nm pass 3 on the
+# other, Nc both at once (exec.chunk_bwd_chains = 2: a CTA per chain), Np both at once in one CTA (3; Ns1, Nc and Np
+# are compared bitwise with N), Nm pass 3 on the
 # mma.sync kernel, Ng / Ngm / Nf pass 4 on wgmma / mma.sync / the fused pass (exec.chunk_bwd_grads 2 / 1 / 3; Nf also
 # against Nfw, the same with exec.chunk_bwd_window = 1, within 1e-5; every
 # form without the fused pass's clusters, which are not emulated: pass 5a sums the value heads; the plan takes the fused
@@ -106,6 +107,8 @@ for c in $cases; do
     "$out/harness" "${c%s1}" 1 || status=1
   elif [[ "$c" == *c ]]; then
     "$out/harness" "${c%c}" c || status=1
+  elif [[ "$c" == *p ]]; then
+    "$out/harness" "${c%p}" p || status=1
   elif [[ "$c" == *fw ]]; then
     "$out/harness" "${c%fw}" fw || status=1
   elif [[ "$c" == *f ]]; then

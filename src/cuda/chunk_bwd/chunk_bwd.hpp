@@ -127,8 +127,13 @@ struct ChunkBwdArgs {
   int64_t seg_chunks;         // chunks per segment
   float* mn;                  // [items_cap, Hv, K, K + V] summaries [M | N], then the scan's states (the forward chain)
   float* mn_rev;              // the same for the reverse chain: mn, or a buffer of its own when both chains run at once
-  int32_t chains_concurrent;  // 1: passes 2 and 3 in one launch per phase (K = V = 128, one input stage each)
+  int32_t chains_concurrent;  // ChainsForm: passes 2 and 3 one after the other, or in one launch per phase
 };
+
+// How passes 2 and 3 run (ChunkBwdArgs::chains_concurrent, plan_chunk_bwd): one after the other, or at K = V = 128 in
+// one launch per phase with one input stage each, a CTA per chain (two CTAs per SM) or one CTA of a warpgroup per chain
+// (docs/chunk_bwd.md "Both chains at once").
+enum ChainsForm : int32_t { kChainsSerial = 0, kChainsTwoCtas = 1, kChainsOneCta = 2 };
 
 // How a chain kernel (passes 2, 3) walks: every chunk of a sequence (grid (N, Hv, V / 32)); one segment from its
 // start state (grid (items_cap, Hv, V / 32)); or a segment's summary [M | N] from the augmented start [I | 0]

@@ -121,7 +121,7 @@ __device__ __forceinline__ void load_k_frags(const unsigned char (&kt)[2][8192],
 // registers), then dS^T and the record dS of chunk c - 1. A summary stores only its end gradient (its columns of
 // [M | N]); the sequence's first segment (or the whole walk) stores dh0. With the fused pass and a decay table the walk
 // visits only the chunks of the decay windows of the gradients that pass reads (next_from, below).
-template <class E, int V, int STAGES>
+template <class E, int V, int STAGES, int BAR>
 __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSmem<STAGES>& s, const ChainWork& w,
                                                int h, int tid, int wi, int lane) {
   constexpr int K = 128, NJ = kBV / 8;
@@ -213,7 +213,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     const Stage& g = s.stg[bf];
     cp_async_wait_all();
     wg::fence_async_smem();  // this thread's copies and dS^T stores, before the async proxy's (wgmma) reads
-    __syncthreads();         // stage bf landed (every thread's copies); dS^T complete; (-dU)^T, Ob^T free
+    chain_sync<BAR>();       // stage bf landed (every thread's copies); dS^T complete; (-dU)^T, Ob^T free
 
     // e_n = e^{gamma_{n-1}} before product 1 (for dS <- e_n dS); every other factor and operand of the step is formed
     // while product 1 runs
@@ -320,7 +320,8 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc) ready_frag(InTile<__half>{nullptr, 0}, qt[mb][kc], qtl[mb][kc]);
     }
-    __syncthreads();  // (-dU)^T, Ob^T complete; every warp's product-1 reads of dS^T and k and its reads of stage done
+    chain_sync<BAR>();  // (-dU)^T, Ob^T complete; every warp's product-1 reads of dS^T and k and its reads of stage
+                        // done
 
     // ---- product 2: dS <- e_n dS + Q^T Ob + W^T (-dU), per key block (k steps of 16 tokens)
     wg::fence();
@@ -348,7 +349,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     wg::wait0();
     if (w_lo_terms) {       // W_lo^T (-dU)_hi where the chunk's beta exceeds 1; no group in flight
       cp_async_wait_all();  // W's lo tile (and a one-stage walk's refill) landed, every thread's
-      __syncthreads();
+      chain_sync<BAR>();
 #pragma unroll
       for (int mb = 0; mb < 2; ++mb) chunk_detail::load_kt_frags(g.w[1], 64 * mb + 16 * wi, lane, wtl[mb]);
       wg::fence();
@@ -385,44 +386,66 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
   }
 }
 
-// STAGES: 2 (double-buffered, one CTA per SM) or 1 (early refill, two CTAs per SM); launch_dstate picks it from
-// a.dstate_wg.
-// z: the CTA's column tile in its chain's grid (chunk_bwd_dstate_wg_kernel, chunk_bwd_chains_wg_kernel).
-template <class E, int V, int STAGES>
-__device__ __forceinline__ void dstate_wg_chain(const ChunkBwdArgs& a, int z) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  // aligned to 1024 bytes (the swizzle) by an offset from smem_raw, so that the compiler still sees shared memory
-  auto& s = *reinterpret_cast<DStateWgSmem<STAGES>*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
-  const int tid = threadIdx.x, lane = tid & 31;
+// STAGES: 2 (double-buffered, one CTA per SM) or 1 (early refill, two CTAs per SM, or beside the state chain in one
+// CTA); launch_dstate picks it from a.dstate_wg.
+// z: the warpgroup's column tile in its chain's grid (chunk_bwd_dstate_wg_kernel, the chains kernels); sm:
+// its shared memory (1024-byte aligned); BAR: its barrier (chain_sync).
+template <class E, int V, int STAGES, int BAR>
+__device__ __forceinline__ void dstate_wg_chain(const ChunkBwdArgs& a, int z, unsigned char* sm) {
+  auto& s = *reinterpret_cast<DStateWgSmem<STAGES>*>(sm);
+  const int tid = threadIdx.x % kDStateWgThreads, lane = tid & 31;  // the thread within its warpgroup
   // the warp index, broadcast from lane 0 so that the compiler sees it warp-uniform
   const int wi = __shfl_sync(0xffffffffu, tid >> 5, 0);
   ChainWork w;
   if (!chain_work<128>(a, true, &w, z)) return;
-  dstate_wg_walk<E, V, STAGES>(a, s, w, int(blockIdx.y), tid, wi, lane);
+  dstate_wg_walk<E, V, STAGES, BAR>(a, s, w, int(blockIdx.y), tid, wi, lane);
 }
 
 template <class E, int V, int STAGES>
 __global__ void __launch_bounds__(kDStateWgThreads, STAGES == 1 ? 2 : 1)
     chunk_bwd_dstate_wg_kernel(const ChunkBwdArgs a) {
-  dstate_wg_chain<E, V, STAGES>(a, int(blockIdx.z));
+  dstate_wg_chain<E, V, STAGES, 0>(a, int(blockIdx.z), chain_smem());
 }
 
-// Passes 2 and 3 at once (the plan's chains_concurrent, K = V = 128): the grid's z holds the dstate chain's column
-// tiles (V / 32, its summaries too: N columns alone), then the state chain's (V / 32, or (K + V) / 32 for the
-// summaries), every CTA one warpgroup of its chain in its one-stage form (two CTAs per SM), so that an SM runs a
-// dstate and a state CTA side by side and their latency-bound steps overlap. The dstate CTAs, the longer chain (2.70
-// against 2.02 us a step alone; ncu samples its warps 1.25x as often in this kernel), come first, so they are
-// dispatched first: measured on an H100, the state chain first was 2.5% slower at T = 32K Hqk = Hv = 4 (the split)
-// and level at the unsplit shapes (docs/chunk_bwd.md; that the schedulers favour the older CTA's warps is the likely
-// reason, not verified). The chains share nothing (the reverse one's summaries in a.mn_rev).
+// Passes 2 and 3 at once (the plan's chains_concurrent, K = V = 128), each chain in its one-stage form, so that an SM
+// runs a state step beside a dstate step and their latency-bound steps overlap. The chains share nothing (the reverse
+// one's summaries in a.mn_rev). Two forms:
+//
+// chunk_bwd_chains_wg_kernel (kChainsTwoCtas): one warpgroup per CTA, two CTAs per SM; the grid's z holds the dstate
+// chain's column tiles (V / 32, its summaries too: N columns alone), then the state chain's (V / 32, or (K + V) / 32
+// for the summaries). A CTA's slot frees when its own chain ends, so where the grid runs in several waves the next CTA
+// takes it. The dstate CTAs, the longer chain over every chunk, come first, so they are dispatched first: measured on
+// an H100, the state chain first was 2.5% slower at T = 32K Hqk = Hv = 4 (the split) and level at the unsplit shapes
+// (docs/chunk_bwd.md; that the schedulers favour the older CTA's warps is the likely reason, not verified).
 template <class E, int V>
 __global__ void __launch_bounds__(kDStateWgThreads, 2) chunk_bwd_chains_wg_kernel(const ChunkBwdArgs a) {
   constexpr int zd = V / kBV;
   const int z = int(blockIdx.z);
   if (z < zd)
-    dstate_wg_chain<E, V, 1>(a, z);
+    dstate_wg_chain<E, V, 1, 0>(a, z, chain_smem());
   else
-    state_wg_chain<E, V, 1>(a, z - zd);
+    state_wg_chain<E, V, 1, 0>(a, z - zd, chain_smem());
 }
+
+// chunk_bwd_chains_pair_kernel (kChainsOneCta): one CTA of two warpgroups per (item, value head, column tile z),
+// warpgroup 0 the dstate chain's tile z (it has V / 32: a summary tile past them leaves warpgroup 0 idle) and
+// warpgroup 1 the state chain's (the grid is the state chain's), each over its own shared memory (the dstate chain's,
+// then the state chain's: 218 KiB, one CTA per SM) with a named barrier of its own. Every SM then holds one step of
+// each chain; as two CTAs an SM may get two of the same chain, and a state chain that outlasts its dstate partner
+// (decay windows) then shares its SM for the rest of the walk. The plan takes it where the grid fits one wave.
+constexpr int kChainsThreads = 2 * kStateWgThreads;
+template <class E, int V>
+__global__ void __launch_bounds__(kChainsThreads, 1) chunk_bwd_chains_pair_kernel(const ChunkBwdArgs a) {
+  const int z = int(blockIdx.z);
+  unsigned char* sm = chain_smem();
+  if (threadIdx.x < kDStateWgThreads) {
+    if (z < V / kBV) dstate_wg_chain<E, V, 1, 1>(a, z, sm);
+  } else {
+    state_wg_chain<E, V, 1, 2>(a, z, sm + sizeof(DStateWgSmem<1>));
+  }
+}
+static_assert(sizeof(DStateWgSmem<1>) % 1024 == 0 &&
+                  sizeof(DStateWgSmem<1>) + sizeof(StateWgSmem<1>) + 1024 <= 227 * 1024,
+              "both chains in one CTA: the state chain's tiles 1024-byte aligned, one CTA's shared memory");
 
 }  // namespace flashgdn::cuda::bwd_detail

@@ -1448,6 +1448,7 @@ enum : int {
   kDoneGradsWgWalk,
   kDoneFused,
   kDoneChains,
+  kDoneChainsPair,
   kDoneCount
 };
 
@@ -1518,14 +1519,18 @@ int launch_dstate(const ChunkBwdArgs& a, dim3 grid, std::atomic<uint64_t>* done,
   return launch_one(chunk_bwd_dstate_kernel<E, K, V>, grid, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
 }
 
-// Both chains in one launch (a.chains_concurrent, K = V = 128): the dstate chain's V / 32 column tiles in z (its
-// summaries too: N columns alone), then the grid `g` of the state chain (chunk_bwd_chains_wg_kernel says why).
+// Both chains in one launch (a.chains_concurrent, K = V = 128; chunk_bwd_chains_wg_kernel says why), `g` the state
+// chain's grid: kChainsTwoCtas adds the dstate chain's V / 32 column tiles (its summaries too: N columns alone) in z
+// before it, kChainsOneCta runs the dstate chain's tile z beside the state chain's in each CTA.
 template <class E, int K, int V>
 int launch_both(const ChunkBwdArgs& a, dim3 g, std::atomic<uint64_t>* done, cudaStream_t st) {
   if constexpr (K == 128 && V == 128) {
-    constexpr size_t s1 = sizeof(StateWgSmem<1>), d1 = sizeof(DStateWgSmem<1>), smem = (s1 > d1 ? s1 : d1) + 1024;
-    return launch_one(chunk_bwd_chains_wg_kernel<E, V>, dim3(g.x, g.y, g.z + V / kBV), smem, done[kDoneChains], st, a,
-                      kDStateWgThreads);
+    constexpr size_t s1 = sizeof(StateWgSmem<1>), d1 = sizeof(DStateWgSmem<1>);
+    if (a.chains_concurrent == kChainsOneCta)
+      return launch_one(chunk_bwd_chains_pair_kernel<E, V>, g, d1 + s1 + 1024, done[kDoneChainsPair], st, a,
+                        kChainsThreads);
+    return launch_one(chunk_bwd_chains_wg_kernel<E, V>, dim3(g.x, g.y, g.z + V / kBV), (s1 > d1 ? s1 : d1) + 1024,
+                      done[kDoneChains], st, a, kDStateWgThreads);
   }
   return static_cast<int>(cudaErrorInvalidValue);  // the plan sets chains_concurrent at K = V = 128 only
 }

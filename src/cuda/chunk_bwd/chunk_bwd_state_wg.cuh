@@ -148,20 +148,38 @@ __device__ __forceinline__ void state_wg_load_u0(float2 (&x0)[NJ][2], const Chun
   });
 }
 
+// The barrier of a chain's warpgroup: the CTA's where the chain has the CTA to itself (BAR = 0), else named barrier
+// BAR of its 128 threads (both chains in one CTA, chunk_bwd_chains_pair_kernel).
+template <int BAR>
+__device__ __forceinline__ void chain_sync() {
+  static_assert(kStateWgThreads == 128, "a chain is one warpgroup");
+  if constexpr (BAR == 0)
+    __syncthreads();
+  else
+    named_barrier<128>(BAR);
+}
+
+// The dynamic shared memory, aligned to 1024 bytes (the swizzle) by an offset from smem_raw, so that the compiler
+// still sees shared memory.
+__device__ __forceinline__ unsigned char* chain_smem() {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  return smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+}
+
 // Per step c: [barrier: stage c landed, S0^T] U = U0 - W S0 (wgmma), U stored, (diag(kb) U)^T split
 // [barrier: (diag(kb) U)^T] S <- e_n S + K^T (diag(kb) U) (wgmma, in the registers), then S0^T of chunk c + 1 and its
 // record S0 (bf16, the hi part). A summary stores only its end state (store_summary's columns of [M | N]).
-// z: the CTA's column tile in its chain's grid (chunk_bwd_state_wg_kernel, chunk_bwd_chains_wg_kernel).
-template <class E, int V, int Stages>
-__device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
+// z: the warpgroup's column tile in its chain's grid (chunk_bwd_state_wg_kernel, the chains kernels); sm: its
+// shared memory (1024-byte aligned); BAR: its barrier (chain_sync).
+template <class E, int V, int Stages, int BAR>
+__device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z, unsigned char* sm) {
   static_assert(Stages == 1 || Stages == 2, "state (wgmma): one or two input stages");
   constexpr int K = 128, NJ = kBV / 8;
   constexpr bool kF16 = std::is_same_v<E, __half>, kOne = Stages == 1;
   using Smem = StateWgSmem<Stages>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  // aligned to 1024 bytes (the swizzle) by an offset from smem_raw, so that the compiler still sees shared memory
-  auto& s = *reinterpret_cast<Smem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
-  const int tid = threadIdx.x, lane = tid & 31, t4 = lane & 3;
+  auto& s = *reinterpret_cast<Smem*>(sm);
+  // the thread within its warpgroup (the wgmma fragments and the copies are the warpgroup's)
+  const int tid = threadIdx.x % kStateWgThreads, lane = tid & 31, t4 = lane & 3;
   // the warp index, broadcast from lane 0 so that the compiler sees it warp-uniform
   const int wi = __shfl_sync(0xffffffffu, tid >> 5, 0);
   const int h = blockIdx.y;
@@ -229,7 +247,7 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
     const auto& g = s.stg[bf];
     cp_async_wait_all();
     wg::fence_async_smem();  // this thread's copies and S0^T stores, before the async proxy's (wgmma) reads
-    __syncthreads();         // stage bf (and k) landed (every thread's copies); S0^T complete; the other stage free
+    chain_sync<BAR>();       // stage bf (and k) landed (every thread's copies); S0^T complete; the other stage free
 
     // the step's factors and U0 into registers, before product 1 is issued (a branch while a wgmma group is in flight
     // makes ptxas wait for it at the join): e_n = e^{gamma_{n-1}}, kb of rows r0, r0 + 8
@@ -293,7 +311,7 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
       cp_async_wait_all();  // W's lo tile (and chunk c + 1's copies) landed, every thread's, before the async proxy
                             // reads
       wg::fence_async_smem();
-      __syncthreads();
+      chain_sync<BAR>();
       wg::fence();
 #pragma unroll
       for (int ks = 0; ks < K / 16; ++ks)
@@ -323,7 +341,7 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc) ready_frag(InTile<__half>{nullptr, 0}, kt[mb][kc], ktl[mb][kc]);
     }
-    __syncthreads();  // (diag(kb) U)^T complete; every warp's product-1 reads of S0^T done (waited)
+    chain_sync<BAR>();  // (diag(kb) U)^T complete; every warp's product-1 reads of S0^T done (waited)
 
     // ---- product 2: S <- e_n S + K^T (diag(kb) U)_lo + K^T (diag(kb) U)_hi (+ K^T_lo (diag(kb) U)_hi for f16)
     wg::fence();
@@ -361,7 +379,7 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z) {
 template <class E, int V, int Stages>
 __global__ void __launch_bounds__(kStateWgThreads, Stages == 1 ? 2 : 1)
     chunk_bwd_state_wg_kernel(const ChunkBwdArgs a) {
-  state_wg_chain<E, V, Stages>(a, int(blockIdx.z));
+  state_wg_chain<E, V, Stages, 0>(a, int(blockIdx.z), chain_smem());
 }
 
 }  // namespace flashgdn::cuda::bwd_detail
