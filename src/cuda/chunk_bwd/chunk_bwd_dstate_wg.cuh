@@ -431,8 +431,9 @@ __global__ void __launch_bounds__(kDStateWgThreads, 2) chunk_bwd_chains_wg_kerne
 // warpgroup 0 the dstate chain's tile z (it has V / 32: a summary tile past them leaves warpgroup 0 idle) and
 // warpgroup 1 the state chain's (the grid is the state chain's), each over its own shared memory (the dstate chain's,
 // then the state chain's: 218 KiB, one CTA per SM) with a named barrier of its own. Every SM then holds one step of
-// each chain; as two CTAs an SM may get two of the same chain, and a state chain that outlasts its dstate partner
-// (decay windows) then shares its SM for the rest of the walk. The plan takes it where the grid fits one wave.
+// each chain, where with a CTA per chain an SM may get two CTAs of one chain (a state CTA that outlasts its dstate
+// neighbour, under decay windows, then walks on beside another state CTA). The plan takes it where the grid fits one
+// wave: its CTA holds the slot until the longer of its two chains ends.
 constexpr int kChainsThreads = 2 * kStateWgThreads;
 template <class E, int V>
 __global__ void __launch_bounds__(kChainsThreads, 1) chunk_bwd_chains_pair_kernel(const ChunkBwdArgs a) {
