@@ -404,7 +404,7 @@ __device__ __forceinline__ void dstate_wg_chain(const ChunkBwdArgs& a, int z, un
 template <class E, int V, int STAGES>
 __global__ void __launch_bounds__(kDStateWgThreads, STAGES == 1 ? 2 : 1)
     chunk_bwd_dstate_wg_kernel(const ChunkBwdArgs a) {
-  dstate_wg_chain<E, V, STAGES, 0>(a, int(blockIdx.z), chain_smem());
+  dstate_wg_chain<E, V, STAGES, 0>(a, int(blockIdx.z), chunk_detail::swizzled_smem());
 }
 
 // Passes 2 and 3 at once (the plan's chains_concurrent, K = V = 128), each chain in its one-stage form, so that an SM
@@ -422,9 +422,9 @@ __global__ void __launch_bounds__(kDStateWgThreads, 2) chunk_bwd_chains_wg_kerne
   constexpr int zd = V / kBV;
   const int z = int(blockIdx.z);
   if (z < zd)
-    dstate_wg_chain<E, V, 1, 0>(a, z, chain_smem());
+    dstate_wg_chain<E, V, 1, 0>(a, z, chunk_detail::swizzled_smem());
   else
-    state_wg_chain<E, V, 1, 0>(a, z - zd, chain_smem());
+    state_wg_chain<E, V, 1, 0>(a, z - zd, chunk_detail::swizzled_smem());
 }
 
 // chunk_bwd_chains_pair_kernel (kChainsOneCta): one CTA of two warpgroups per (item, value head, column tile z),
@@ -438,7 +438,7 @@ constexpr int kChainsThreads = 2 * kStateWgThreads;
 template <class E, int V>
 __global__ void __launch_bounds__(kChainsThreads, 1) chunk_bwd_chains_pair_kernel(const ChunkBwdArgs a) {
   const int z = int(blockIdx.z);
-  unsigned char* sm = chain_smem();
+  unsigned char* sm = chunk_detail::swizzled_smem();
   if (threadIdx.x < kDStateWgThreads) {
     if (z < V / kBV) dstate_wg_chain<E, V, 1, 1>(a, z, sm);
   } else {

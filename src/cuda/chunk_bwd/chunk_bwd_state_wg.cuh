@@ -159,13 +159,6 @@ __device__ __forceinline__ void chain_sync() {
     named_barrier<128>(BAR);
 }
 
-// The dynamic shared memory, aligned to 1024 bytes (the swizzle) by an offset from smem_raw, so that the compiler
-// still sees shared memory.
-__device__ __forceinline__ unsigned char* chain_smem() {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  return smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-}
-
 // Per step c: [barrier: stage c landed, S0^T] U = U0 - W S0 (wgmma), U stored, (diag(kb) U)^T split
 // [barrier: (diag(kb) U)^T] S <- e_n S + K^T (diag(kb) U) (wgmma, in the registers), then S0^T of chunk c + 1 and its
 // record S0 (bf16, the hi part). A summary stores only its end state (store_summary's columns of [M | N]).
@@ -379,7 +372,7 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z, uns
 template <class E, int V, int Stages>
 __global__ void __launch_bounds__(kStateWgThreads, Stages == 1 ? 2 : 1)
     chunk_bwd_state_wg_kernel(const ChunkBwdArgs a) {
-  state_wg_chain<E, V, Stages, 0>(a, int(blockIdx.z), chain_smem());
+  state_wg_chain<E, V, Stages, 0>(a, int(blockIdx.z), chunk_detail::swizzled_smem());
 }
 
 }  // namespace flashgdn::cuda::bwd_detail

@@ -22,6 +22,14 @@ namespace flashgdn::cuda::chunk_detail {
 constexpr int kC = 64;   // chunk size
 constexpr int kBV = 64;  // state columns per CTA
 
+// The dynamic shared memory from its first 1024-byte boundary (the 128-byte swizzle's period; the launches allocate
+// 1 KiB more than the kernel's tiles). An offset from the extern array, not integer pointer arithmetic: the compiler
+// then still knows every access through it is shared memory (LDS / STS, 32-bit addresses) instead of generic.
+__device__ __forceinline__ unsigned char* swizzled_smem() {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  return smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+}
+
 // Elem<BF16>: the 16-bit I/O type of a chunk kernel and its packed pair conversions (Storage<T>, device_util.cuh).
 template <bool BF16>
 struct Elem {
