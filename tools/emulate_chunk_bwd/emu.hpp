@@ -173,6 +173,10 @@ inline unsigned __ballot_sync(unsigned, bool p) {
   g_wbar[w]->arrive_and_wait();
   return bits;
 }
+// __any_sync over the whole warp (every lane reaches it).
+inline bool __any_sync(unsigned m, bool p) {
+  return __ballot_sync(m, p) != 0u;
+}
 inline int __popc(unsigned x) {
   return std::popcount(x);
 }

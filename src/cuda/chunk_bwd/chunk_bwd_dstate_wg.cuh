@@ -151,9 +151,7 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
   // of a walk) or a sequence ends; no dU.
   const int64_t nch = (w.len + kC - 1) / kC;
   const bool trim = fused_on(a);
-  // where a slot sits in its fused walk: slots fit 32 bits (B T Hv < 2^31 is validated), and a 32-bit remainder is
-  // a few instructions where a 64-bit one is a call
-  const auto in_walk = [&](int64_t slot) { return int(uint32_t(slot) % uint32_t(a.fused_walk)); };
+  const auto in_walk = [&](int64_t slot) { return fused_in_walk(a, slot); };
   const auto put_grad = [&](int64_t c, bool record) {
     const int64_t slot = chunk_slot(a, w.n, w.st, c);
     const bool rec_out = record && !sum && (!trim || c == nch - 1 || in_walk(slot + 1) == 0);
@@ -170,22 +168,13 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
         });
     }
   };
-  // The decay window (a.dec; docs/chunk_bwd.md "Decay window of the reverse chain"). With the fused pass only the
-  // gradients at the ends of its walks (the last slot of a walk) and dh0 are read. From dS(x), the gradient w.r.t. the
-  // end of chunk x, the next one read is dS(y), y < x the last slot of the walk before x's (or the walk's start for
-  // dh0). Where the chunks y + 1 .. e (e < x) decay by e^-21 with contractive transitions, dS(y) = Phi^T dS(e) + the
-  // terms of those chunks, and ||Phi^T dS(e)||_F <= e^-21 ||dS(e)||_F is dropped: the walk goes on at chunk e from
-  // dS(e) = 0 instead of at x. Every CTA of the (sequence, value head) finds the same e (the same table, the same sum).
+  // The decay window (a.dec; dstate_next_from): every CTA of the (sequence, value head) finds the same e (the same
+  // table, the same sum), and prep has formed dU0 for exactly the chunks walked (dstate_reads_du0).
   const bool window = trim && a.dec && !sum;
   const int64_t slot0 = chunk_slot(a, w.n, w.st, 0);  // chunk c's slot: slot0 + c
   // the chunk to walk next from dS(x): x, e < x (from a zero gradient), or c_begin - 1 (nothing left that is read)
   const auto next_from = [&](int64_t x) -> int64_t {
-    if (!window) return x;
-    const int64_t y = x - in_walk(slot0 + x) - 1;
-    if (y < w.c_begin && !(w.seg == 0 && a.dh0)) return w.c_begin - 1;
-    const int64_t e =
-        decay_window_end(a.dec + h * a.slots + slot0, y < w.c_begin ? w.c_begin : y + 1, x + 1, kDecayWindowLogTau);
-    return e >= 0 ? e : x;
+    return window ? dstate_next_from(a, h, slot0, w.c_begin, w.seg == 0 && a.dh0, x) : x;
   };
   const auto restart = [&] {  // dS = 0: the start of a decay window (the operand tiles, no record)
 #pragma unroll

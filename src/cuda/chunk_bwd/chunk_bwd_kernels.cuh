@@ -205,6 +205,73 @@ __device__ __forceinline__ bool chunk_bounded(const ChunkBwdArgs& a, const float
   return __all_sync(0xffffffffu, b0 >= 0.f && b0 <= 2.f && b1 >= 0.f && b1 <= 2.f) && a.l2norm;
 }
 
+// Where a chunk slot sits in its walk of the fused pass (walks of a.fused_walk consecutive slots). Slots fit 32 bits
+// (B T Hv < 2^31 is validated), and a 32-bit remainder is a few instructions where a 64-bit one is a call.
+__device__ __forceinline__ int fused_in_walk(const ChunkBwdArgs& a, int64_t slot) {
+  return int(uint32_t(slot) % uint32_t(a.fused_walk));
+}
+
+// The decay window of the reverse chain (docs/chunk_bwd.md "Decay window of the reverse chain"): the chunk the
+// dstate chain walks next from dS(x), the gradient w.r.t. the end of chunk x, in a walk over chunks [c_begin, ..) of
+// a sequence whose chunk 0 sits at slot0. With the fused pass only the gradients at the ends of its walks (the last
+// slot of a walk) and dh0 are read: from dS(x) the next one read is dS(y), y < x the last slot of the walk before
+// x's (or the walk's start, for dh0: first_dh0). Where the chunks y + 1 .. e (e < x) decay by e^-21 with contractive
+// transitions, dS(y) = Phi^T dS(e) + the terms of those chunks, and ||Phi^T dS(e)||_F <= e^-21 ||dS(e)||_F is
+// dropped: the walk goes on at chunk e from dS(e) = 0 instead of at x. Returns x, e, or c_begin - 1 (nothing left
+// that is read). The chain (chunk_bwd_dstate_wg.cuh) and prep (which forms dU0 only for the chunks the chain visits)
+// take it from here, so that the two agree.
+__device__ __forceinline__ int64_t dstate_next_from(const ChunkBwdArgs& a, int h, int64_t slot0, int64_t c_begin,
+                                                    bool first_dh0, int64_t x) {
+  const int64_t y = x - fused_in_walk(a, slot0 + x) - 1;
+  if (y < c_begin && !first_dh0) return c_begin - 1;
+  const int64_t e =
+      decay_window_end(a.dec + h * a.slots + slot0, y < c_begin ? c_begin : y + 1, x + 1, kDecayWindowLogTau);
+  return e >= 0 ? e : x;
+}
+
+// Whether the dstate chain reads chunk c's dU0 (sequence n from token st, len tokens; value head h): every chunk but
+// where it walks only decay windows (the wgmma chain under the fused pass with the decay table, unsplit: the split's
+// summaries walk every chunk). There it walks, from the last chunk x of each walk of the fused pass, the chunks
+// dstate_next_from(x) down to the walk's first; prep forms dU0 for those chunks alone. Reads pass 0's decay table
+// and beta flag (complete: an earlier launch).
+__device__ __forceinline__ bool dstate_reads_du0(const ChunkBwdArgs& a, int64_t n, int64_t st, int64_t len, int h,
+                                                 int64_t c) {
+  if (!a.dec || !a.dstate_wg || a.items || !fused_on(a)) return true;
+  const int64_t nch = (len + kC - 1) / kC, slot0 = chunk_slot(a, n, st, 0);
+  const int64_t last = c + (a.fused_walk - 1 - fused_in_walk(a, slot0 + c));  // the last slot of c's walk
+  return c <= dstate_next_from(a, h, slot0, 0, a.dh0 != nullptr, last < nch ? last : nch - 1);
+}
+
+// ---- pass 0: the decay table and the beta flag (grid (slots, Hv / 8 rounded up) x 256, a warp per (chunk slot,
+// value head)), ahead of prep, which reads both (dstate_reads_du0): gamma_n where the chunk's transitions are
+// contractions times e^g (unit keys, every beta in [0, 2]; else kDecayUnbounded), and a.beta_big where a beta exceeds
+// 1. The rows as prep resolves them (resolve_gate, the shuffle scan of gamma). A template (on the io type, which it
+// does not read) so that each type's translation unit has its own.
+template <class E>
+__global__ void __launch_bounds__(256) chunk_bwd_decay_kernel(const ChunkBwdArgs a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];  // gamma, beta: [8 warps][64] each
+  float(*gam)[kC] = reinterpret_cast<float(*)[kC]>(smem_raw);
+  float(*bet)[kC] = gam + 8;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, h = int(blockIdx.y) * 8 + warp;
+  const int64_t slot = blockIdx.x;
+  int64_t n, c, sb, st, len;
+  if (h >= a.Hv || !slot_chunk(a, slot, &n, &c)) return;  // per warp: no CTA barrier follows
+  seq_bounds(a, n, &sb, &st, &len);
+  const int nv = int(len - kC * c < kC ? len - kC * c : kC);
+  float gv[2] = {0.f, 0.f}, bv[2] = {0.f, 0.f};
+#pragma unroll
+  for (int u = 0; u < 2; ++u)
+    if (2 * lane + u < nv) resolve_gate(a, h, sb, st + kC * c + 2 * lane + u, &gv[u], &bv[u]);
+  chunk_detail::store_gamma_beta(gv, bv, lane, gam[warp], bet[warp]);
+  __syncwarp();
+  const float b0 = bet[warp][lane], b1 = bet[warp][lane + 32];
+  if (a.beta_big && __any_sync(0xffffffffu, b0 > 1.f || b1 > 1.f) && lane == 0) *a.beta_big = 1;
+  if (a.dec) {
+    const bool bounded = __all_sync(0xffffffffu, b0 >= 0.f && b0 <= 2.f && b1 >= 0.f && b1 <= 2.f) && a.l2norm;
+    if (lane == 0) a.dec[h * a.slots + slot] = bounded ? gam[warp][nv - 1] : kDecayUnbounded;
+  }
+}
+
 // ---- pass 1: prep (grid (slots, Hv)) -------------------------------------------------------------------------
 // Dead tiles are reused so that two CTAs fit an SM (<= 113 KiB at K = V = 128): q is dead after Q K^T, P after dU
 // (formed by warps 4-7 while warps 0-3 invert), L after the inversion. P is one bf16 tile (a GEMM operand that gdn-math
@@ -274,12 +341,15 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   const E* kg = static_cast<const E*>(a.k) + cp.b * a.k_sb + hk * a.k_sh;
   const E* vg = static_cast<const E*>(a.v) + cp.b * a.v_sb + h * a.v_sh;
   const E* dog = static_cast<const E*>(a.d_o) + cp.b * a.do_sb + h * a.do_sh;
+  // dU0 = scale P^T dO only where the dstate chain reads it (its decay windows, or every chunk): elsewhere no dO, no
+  // Q K^T, no P
+  const bool du0 = dstate_reads_du0(a, n, st, len, h, c);
   // Two copy groups: q, k (the first products' operands), then v, dO, which land during rho, Q K^T, K K^T and P
   copy_rows<E, K>(s.u1.q, qg, a.q_st, cp.t0, cp.nv, 0, tid);
   copy_rows<E, K>(s.k, kg, a.k_st, cp.t0, cp.nv, 0, tid);
   cp_async_commit();
   copy_rows<E, V>(s.v, vg, a.v_st, cp.t0, cp.nv, 0, tid);
-  copy_rows<E, V>(s.dO, dog, a.do_st, cp.t0, cp.nv, 0, tid);
+  if (du0) copy_rows<E, V>(s.dO, dog, a.do_st, cp.t0, cp.nv, 0, tid);
   cp_async_commit();
   // gamma = cumsum(g) by the forward's shuffle scan (warp 0), and beta, while the rows land; g = beta = 0 past nv
   if (warp == 0) {
@@ -323,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
     float qk[4][4] = {}, kk[4][4] = {};
     const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
     if (n0 <= m0 + 15) {  // warps 4, 5 hold only tiles above the diagonal (all masked): no products
-      warp_mma_t<false, false, K, 2, 16>(qk, in_tile(s.u1.q), in_tile(s.k), m0, n0, lane);
+      if (du0) warp_mma_t<false, false, K, 2, 16>(qk, in_tile(s.u1.q), in_tile(s.k), m0, n0, lane);
       warp_mma_t<false, false, K, 2, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
     }
     __syncthreads();  // q is consumed: P takes its place; rho complete
@@ -353,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
         }
         float* lr = &s.u2.L[r][frag_col(n0, nt, lane, e)];  // row stride kC + 1: no pair stores
         lr[0] = l[0], lr[1] = l[1];
-        store_bf2(&s.u1.pt.P[0][0], r * Sm::LC + frag_col(n0, nt, lane, e), pv[0], pv[1]);
+        if (du0) store_bf2(&s.u1.pt.P[0][0], r * Sm::LC + frag_col(n0, nt, lane, e), pv[0], pv[1]);
       }
     }
   }
@@ -423,11 +493,11 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
       put(Ab(warp, 0), LA, o, -1.f);
     }
   } else {
-    // dU = scale P^T dO (tensor cores; warp w: rows 16 (w % 4), the two column halves in turn), then the blocks of A
-    // above its diagonal zero
+    // dU = scale P^T dO where the dstate chain reads it (tensor cores; warp w: rows 16 (w % 4), the two column
+    // halves in turn), then the blocks of A above its diagonal zero
     constexpr int NT = V / 16;
 #pragma unroll 1
-    for (int half = 0; half < 2; ++half) {
+    for (int half = 0; half < 2 * du0; ++half) {
       float du[NT][4] = {};
       const int n0 = (V / 2) * half;
       warp_mma_t<true, true, kC, NT / 2, 16>(du, in_tile(s.u1.pt.P), in_tile(s.dO), m0, n0, lane);
@@ -450,12 +520,6 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   // meet at a named barrier of their own, so the four row blocks go on to their products independently.
   // beta > 1: W's left operand in three parts, hi + lo + rest (the W product below says why)
   const bool w_rest = beta_above_one(*reinterpret_cast<const float(*)[4][kC]>(s.gam), lane);
-  if (w_rest && a.beta_big && tid == 0) *a.beta_big = 1;  // (every writer stores the same value)
-  if (a.dec && warp == 0) {  // the decay table (the dstate chain's decay window): gamma_n where the chunk is bounded
-    const auto& rw = *reinterpret_cast<const float(*)[4][kC]>(s.gam);
-    const bool bounded = chunk_bounded(a, rw, lane);
-    if (lane == 0) a.dec[h * a.slots + slot] = bounded ? rw[0][cp.nv - 1] : kDecayUnbounded;
-  }
   {
     auto* Ag = reinterpret_cast<__nv_bfloat16*>(a.A + cp.rec * (kC * kC));
     const auto put16 = [](__nv_bfloat16* p, const uint32_t(&x)[4]) {
@@ -1436,6 +1500,7 @@ namespace flashgdn::cuda::bwd_detail {
 // ---- launch ----------------------------------------------------------------------------------------------------
 // Which kernels have had their launch attributes set (prepare_launch), one flag each.
 enum : int {
+  kDoneDecay,
   kDonePrep,
   kDoneState,
   kDoneStateWg2,
@@ -1587,7 +1652,11 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
   static std::atomic<uint64_t> done[kDoneCount];  // per kernel: its launch attributes are set
   const auto st = static_cast<cudaStream_t>(stream);
   const dim3 chunks(unsigned(a.slots), unsigned(a.Hv)), seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
-  int e = launch_one(chunk_bwd_prep_kernel<E, K, V>, chunks, sizeof(PrepSmem<E, K, V>), done[kDonePrep], st, a);
+  int e = 0;
+  if (a.dec || a.beta_big)  // pass 0: the decay table and the beta flag, which prep reads
+    e = launch_one(chunk_bwd_decay_kernel<E>, dim3(unsigned(a.slots), unsigned((a.Hv + 7) / 8)), 2 * 8 * kC * 4,
+                   done[kDoneDecay], st, a, 256);
+  if (e == 0) e = launch_one(chunk_bwd_prep_kernel<E, K, V>, chunks, sizeof(PrepSmem<E, K, V>), done[kDonePrep], st, a);
   if (e == 0 && a.slots > 0) e = launch_chains<E, K, V>(a, done, st);
   if (e == 0 && a.slots == 0)  // no chunk at all: only dh0 = dht (or 0), from the unsplit reverse chain
     e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
