@@ -877,6 +877,20 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   EXPECT_TRUE(pl.decay_window);
   EXPECT_NE(describe(pl, c.d).find("from the chunks of its decay window only (e^-21"), std::string::npos)
       << describe(pl, c.d);
+  // pass 0 writes the table, and prep forms dU0 only for the chunks the chain walks (every chunk under the split)
+  EXPECT_NE(describe(pl, c.d).find("the table by pass 0, grid (128, 4), a warp per (chunk slot, value head); prep "
+                                   "forms dU0 for the chunks walked alone"),
+            std::string::npos)
+      << describe(pl, c.d);
+  {
+    BwdCall sp = c;
+    sp.p.exec.chunk_bwd_segments = 4;
+    const ChunkBwdPlan ps = bwd_plan(sp);
+    ASSERT_TRUE(ps.split && ps.decay_window);
+    EXPECT_NE(describe(ps, sp.d).find("prep forms dU0 for every chunk (the split's summaries walk them all)"),
+              std::string::npos)
+        << describe(ps, sp.d);
+  }
   {
     BwdCall w = c;
     w.p.exec.chunk_bwd_window = 1;
