@@ -357,9 +357,10 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
     s += str_cat(
         "  dstate chain: each gradient the fused pass reads (a walk's end) and dh0 from the chunks of its "
         "decay window only (e^",
-        cuda::kDecayWindowLogTau, ", unit keys, beta in [0, 2]), where the gates allow; the table by pass 0, grid (",
-        slots, ", ", ceil_div(d.Hv, 8), "), a warp per (chunk slot, value head); prep forms dU0 ",
-        pl.split ? "for every chunk (the split's summaries walk them all)" : "for the chunks walked alone", "\n");
+        cuda::kDecayWindowLogTau, ", unit keys, beta in [0, 2]), where the gates allow",
+        pl.split ? ", and each summary of either chain over its own window" : "", "; the table by pass 0, grid (",
+        slots, ", ", ceil_div(d.Hv, 8),
+        "), a warp per (chunk slot, value head); prep forms dU0 for the chunks walked\n");
   s += str_cat("  split: ", pl.why, "\n");
   s += str_cat("  workspace: the records and scratch (chunk_bwd_workspace_size)");
   if (pl.split)

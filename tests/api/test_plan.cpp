@@ -877,9 +877,9 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   EXPECT_TRUE(pl.decay_window);
   EXPECT_NE(describe(pl, c.d).find("from the chunks of its decay window only (e^-21"), std::string::npos)
       << describe(pl, c.d);
-  // pass 0 writes the table, and prep forms dU0 only for the chunks the chain walks (every chunk under the split)
-  EXPECT_NE(describe(pl, c.d).find("the table by pass 0, grid (128, 4), a warp per (chunk slot, value head); prep "
-                                   "forms dU0 for the chunks walked alone"),
+  // pass 0 writes the table, and prep forms dU0 only for the chunks the chain walks
+  EXPECT_NE(describe(pl, c.d).find("where the gates allow; the table by pass 0, grid (128, 4), a warp per (chunk "
+                                   "slot, value head); prep forms dU0 for the chunks walked\n"),
             std::string::npos)
       << describe(pl, c.d);
   {
@@ -887,7 +887,9 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
     sp.p.exec.chunk_bwd_segments = 4;
     const ChunkBwdPlan ps = bwd_plan(sp);
     ASSERT_TRUE(ps.split && ps.decay_window);
-    EXPECT_NE(describe(ps, sp.d).find("prep forms dU0 for every chunk (the split's summaries walk them all)"),
+    // under the split the summaries of both chains walk their own windows too
+    EXPECT_NE(describe(ps, sp.d).find("where the gates allow, and each summary of either chain over its own window; "
+                                      "the table by pass 0"),
               std::string::npos)
         << describe(ps, sp.d);
   }

@@ -204,9 +204,17 @@ int main(int argc, char** argv) {
     c.Hv = 2;
     segments = 1;
   }
+  if (which == 27) {  // 26 with the chains' split forced: 4 segments of 5 chunks (head 0: every summary over its
+    c.T = 1280;       // decay window, the state chain's the last chunk of its segment, the dstate chain's the first)
+    c.K = 128;
+    c.V = 128;
+    c.Hqk = 2;
+    c.Hv = 2;
+    segments = 4;
+  }
   if (segments > 1) c.g_scale = 0.02;
   GdnInputs in = make_inputs(c);
-  if (which == 26)
+  if (which == 26 || which == 27)
     for (int64_t t = 0; t < c.T; ++t) in.g.set(t * 2, -0.5), in.g.set(t * 2 + 1, -0.02 * in.g.get(t * 2 + 1));
   if (which == 20) {
     for (int64_t row : {5, 64, 70, 149})
@@ -353,13 +361,54 @@ int main(int argc, char** argv) {
       diff += !(e <= 1e-5);
       printf("case %d output %zu: windows vs every chunk rel %.2e%s\n", which, i, e, e <= 1e-5 ? "" : "  FAIL");
     }
-    if (which == 26) {  // dO NaN in chunk 18: head 0's walk 0 (tokens < 1024) sees it only without the windows
-      for (int64_t t = 18 * 64; t < 19 * 64; ++t)
+    if (which == 27) {  // v NaN in chunk 2: only segment 0's state summary over every chunk carries it past chunk 4
+      const HostTensor v0 = in.v;
+      for (int64_t t = 2 * 64; t < 3 * 64; ++t)
+        for (int64_t i = 0; i < c.Hv * c.V; ++i) in.v.set(t * c.Hv * c.V + i, NAN);
+      const auto dq_finite_from5 = [&](const std::vector<HostTensor>& o, int64_t h) {  // dq of chunks 5 .. 19
+        for (int64_t t = 5 * 64; t < c.T; ++t)
+          for (int64_t j = 0; j < c.K; ++j)
+            if (!std::isfinite(o[0].get((t * c.Hqk + h) * c.K + j))) return false;
+        return true;
+      };
+      std::vector<HostTensor> wn, en;
+      run(false, c.dtype, DType::f32, wn, "f");
+      run(false, c.dtype, DType::f32, en, "fw");
+      const bool ok = dq_finite_from5(wn, 0) && !dq_finite_from5(wn, 1) && !dq_finite_from5(en, 0);
+      diff += !ok;
+      printf(
+          "case %d v NaN in chunk 2: dq of chunks 5-19 finite with windows head 0 %d head 1 %d, every chunk head 0 "
+          "%d%s\n",
+          which, dq_finite_from5(wn, 0), dq_finite_from5(wn, 1), dq_finite_from5(en, 0), ok ? "" : "  FAIL");
+      in.v = v0;
+      // dO NaN in chunk 7 (segment 1) and a beta below 0 in chunk 0 (head 0): segment 0's walk to dh0 has no window
+      // (chunk 0 unbounded), so dh0 takes segment 1's reverse summary through the scan, finite only over its window
+      const HostTensor b0 = in.beta, o0 = d_o;
+      in.beta.set(3 * c.Hv + 0, -0.1);
+      for (int64_t t = 7 * 64; t < 8 * 64; ++t)
+        for (int64_t i = 0; i < c.Hv * c.V; ++i) d_o.set(t * c.Hv * c.V + i, NAN);
+      const auto dh0_finite = [&](const std::vector<HostTensor>& o) {
+        for (int64_t i = 0; i < c.K * c.V; ++i)
+          if (!std::isfinite(o[5].get(i))) return false;
+        return true;
+      };
+      run(false, c.dtype, DType::f32, wn, "f");
+      run(false, c.dtype, DType::f32, en, "fw");
+      const bool ok2 = dh0_finite(wn) && !dh0_finite(en);
+      diff += !ok2;
+      printf("case %d dO NaN in chunk 7, beta < 0 in chunk 0: head 0's dh0 finite with windows %d, every chunk %d%s\n",
+             which, dh0_finite(wn), dh0_finite(en), ok2 ? "" : "  FAIL");
+      in.beta = b0, d_o = o0;
+    }
+    if (which == 26 || which == 27) {  // dO NaN in chunk 18: head 0's walk 0 (tokens < 1024) and dh0 see it only
+      for (int64_t t = 18 * 64; t < 19 * 64; ++t)  // without the windows (27: segment 3's reverse summary's window)
         for (int64_t i = 0; i < c.Hv * c.V; ++i) d_o.set(t * c.Hv * c.V + i, NAN);
       const auto walk0_finite = [&](const std::vector<HostTensor>& o, int64_t h) {
         for (int64_t t = 0; t < 1024; ++t)
           for (int64_t j = 0; j < c.V; ++j)
             if (!std::isfinite(o[2].get((t * c.Hv + h) * c.V + j))) return false;
+        for (int64_t i = 0; i < c.K * c.V; ++i)
+          if (!std::isfinite(o[5].get(h * c.K * c.V + i))) return false;
         return true;
       };
       std::vector<HostTensor> wn, en;
@@ -367,8 +416,10 @@ int main(int argc, char** argv) {
       run(false, c.dtype, DType::f32, en, "fw");
       const bool ok = walk0_finite(wn, 0) && !walk0_finite(wn, 1) && !walk0_finite(en, 0);
       diff += !ok;
-      printf("case %d dO NaN in chunk 18: walk 0 finite with windows head 0 %d head 1 %d, every chunk head 0 %d%s\n",
-             which, walk0_finite(wn, 0), walk0_finite(wn, 1), walk0_finite(en, 0), ok ? "" : "  FAIL");
+      printf(
+          "case %d dO NaN in chunk 18: walk 0 and dh0 finite with windows head 0 %d head 1 %d, every chunk head 0 "
+          "%d%s\n",
+          which, walk0_finite(wn, 0), walk0_finite(wn, 1), walk0_finite(en, 0), ok ? "" : "  FAIL");
     }
   }
   printf("smem prep %zu %zu state %zu state_wg %zu %zu dstate %zu dstate_wg %zu %zu grads %zu %zu\n",

@@ -6,7 +6,7 @@
 # (recurrent_harness.cpp), and of mixer_decode's pipe kernel against the CPU op (mixer_harness.cpp).
 # Usage: bash tools/emulate_chunk_bwd/run.sh [--tsan] [build dir with a CPU libflashgdn_static.a, default build-cpu]
 #   [cases]
-# (cases: numbers 0-26 for chunk_bwd, i0-i4 for the intra-chunk kernel, w0-w28 for the prefill, default all; 7-9 and
+# (cases: numbers 0-27 for chunk_bwd, i0-i4 for the intra-chunk kernel, w0-w28 for the prefill, default all; 7-9 and
 # 11 force the chains' segment split, 10 nearly parallel keys, 11-15 K = V = 128 bf16, 13-15 the GPU test's inputs:
 # 13 identical keys with beta = 1, g = 0, 14 g = -30, 15 a T = 500 Hv = 8 gated walk; 16, 17 beta = 2 with nearly
 # parallel / identical keys (K = V = 128 bf16, five chunks), 18, 19 the same with the chains' split forced,
@@ -14,7 +14,9 @@
 # walk of 16 / 32 chunks (T = 1024 / 2048, no split; 23 not in the default list), 24 23 with beta = 1.999 (not in the
 # default list), 25 K = V = 128 bf16 without GQA (varlen, an empty sequence, slack rows, the gate), 26 K = V = 128 bf16
 # without GQA, 20 chunks unsplit, one head decaying by e^-32 a chunk and one slowly (the dstate chain's decay windows:
-# 26f, ~2 min, not in the default list, also runs dO NaN in a skipped chunk); a chunk_bwd case N runs the
+# 26f, ~2 min, not in the default list, also runs dO NaN in a skipped chunk), 27 26 with the chains' split forced
+# (4 segments: the summaries' decay windows; 27f also runs v and dO NaN in chunks only the full summaries walk, not in
+# the default list); a chunk_bwd case N runs the
 # chains (at K = V = 128) on the plan's wgmma kernels (2 input stages), Ns1 on their one-stage forms one after the
 # other, Nc both at once (exec.chunk_bwd_chains = 2: a CTA per chain), Np both at once in one CTA (3; Ns1, Nc and Np
 # are compared bitwise with N), Nm pass 3 on the

@@ -230,16 +230,26 @@ __device__ __forceinline__ int64_t dstate_next_from(const ChunkBwdArgs& a, int h
 }
 
 // Whether the dstate chain reads chunk c's dU0 (sequence n from token st, len tokens; value head h): every chunk but
-// where it walks only decay windows (the wgmma chain under the fused pass with the decay table, unsplit: the split's
-// summaries walk every chunk). There it walks, from the last chunk x of each walk of the fused pass, the chunks
-// dstate_next_from(x) down to the walk's first; prep forms dU0 for those chunks alone. Reads pass 0's decay table
-// and beta flag (complete: an earlier launch).
+// where it walks only decay windows (the wgmma chain under the fused pass with the decay table). There it walks, from
+// the last chunk x of each walk of the fused pass (or of c's segment of the split), the chunks dstate_next_from(x)
+// down to the walk's first, and a segment's reverse summary walks the chunks of its own window (chain_work); prep
+// forms dU0 for those chunks alone. Reads pass 0's decay table and beta flag (complete: an earlier launch).
 __device__ __forceinline__ bool dstate_reads_du0(const ChunkBwdArgs& a, int64_t n, int64_t st, int64_t len, int h,
                                                  int64_t c) {
-  if (!a.dec || !a.dstate_wg || a.items || !fused_on(a)) return true;
+  if (!a.dec || !a.dstate_wg || !fused_on(a)) return true;
   const int64_t nch = (len + kC - 1) / kC, slot0 = chunk_slot(a, n, st, 0);
+  int64_t cb = 0, ce = nch;  // the walk's chunks: the sequence, or c's segment (chunk_index_kernel's)
+  bool first_dh0 = a.dh0 != nullptr;
+  if (a.items) {
+    const int64_t j = c / a.seg_chunks;
+    cb = j * a.seg_chunks, ce = cb + a.seg_chunks < nch ? cb + a.seg_chunks : nch, first_dh0 = first_dh0 && j == 0;
+    if (j > 0) {  // segment j's reverse summary: chunks e .. cb of its window, or all of them
+      const int64_t e = decay_window_end(a.dec + h * a.slots + slot0, cb, ce, kDecayWindowLogTau);
+      if (e < 0 || c <= e) return true;
+    }
+  }
   const int64_t last = c + (a.fused_walk - 1 - fused_in_walk(a, slot0 + c));  // the last slot of c's walk
-  return c <= dstate_next_from(a, h, slot0, 0, a.dh0 != nullptr, last < nch ? last : nch - 1);
+  return c <= dstate_next_from(a, h, slot0, cb, first_dh0, last < ce ? last : ce - 1);
 }
 
 // ---- pass 0: the decay table and the beta flag (grid (slots, Hv / 8 rounded up) x 256, a warp per (chunk slot,
@@ -649,11 +659,13 @@ __device__ __forceinline__ void copy_w(__nv_bfloat16 (&dst)[2][kC][tile_ld(K)], 
 
 // The chunk range of one chain CTA (ChainMode): a sequence's chunks [c_begin, c_end) and the CTA's kBV state
 // columns, j0 within V, or within the M part of a state chain summary (`hom`: the columns of I_K, no inhomogeneous
-// terms; the dstate chain's summaries hold N columns alone).
+// terms; the dstate chain's summaries hold N columns alone). A summary over its decay window walks only the window's
+// chunks, from zero (`drop_m`: its M is 0).
 struct ChainWork {
   int64_t item = 0, n = 0, sb = 0, st = 0, len = 0, c_begin = 0, c_end = 0;
   int seg = 0, nseg = 1, j0 = 0;
   bool hom = false, reverse = false;  // reverse: the dstate chain (its summaries in a.mn_rev)
+  bool drop_m = false;
 };
 
 // false: no work (grid slack past the last segment, or the reverse chain's first segment's summary, which no scan
@@ -680,6 +692,21 @@ __device__ __forceinline__ bool chain_work(const ChunkBwdArgs& a, bool reverse, 
   }
   w->n = it.n, w->seg = it.seg, w->nseg = it.nseg, w->c_begin = it.c_begin, w->c_end = it.c_end;
   seq_bounds(a, w->n, &w->sb, &w->st, &w->len);
+  if (a.chain_mode == kChainSummary && a.dec) {
+    // The summaries' decay windows (pass 0's table; docs/chunk_bwd.md "Segment split of the chains"), as the
+    // prefill's: where the chunks [c, c_end) decay by e^-21 with contractive transitions, the forward summary is
+    // [0 | N(c -> c_end)]; where [c_begin, e] do, the reverse one walks chunks e .. c_begin from a zero gradient
+    // (what it drops, Phi^T of the gradient at the end of chunk e, is <= e^-21 of it). The reverse scan reads M
+    // transposed, 0 as well (the same bound on Phi^T).
+    const float* d = a.dec + int64_t(blockIdx.y) * a.slots + chunk_slot(a, w->n, w->st, 0);
+    if (reverse) {
+      const int64_t e = decay_window_end(d, w->c_begin, w->c_end, kDecayWindowLogTau);
+      if (e >= 0) w->c_end = e + 1;
+    } else {
+      const int64_t c = decay_window_start(d, w->c_begin, w->c_end, kDecayWindowLogTau);
+      if (c >= 0) w->drop_m = w->hom, w->c_begin = w->hom ? w->c_end : c;
+    }
+  }
   return true;
 }
 
@@ -696,7 +723,7 @@ __device__ __forceinline__ float* chain_mn(const ChunkBwdArgs& a, bool reverse, 
 template <int K, int V>
 __device__ __forceinline__ float chain_start(const ChunkBwdArgs& a, const ChainWork& w, bool reverse, int h,
                                              const float* edge, int64_t sn, int64_t sh, int64_t sr, int i, int jj) {
-  if (a.chain_mode == kChainSummary) return w.hom && i == w.j0 + jj ? 1.f : 0.f;
+  if (a.chain_mode == kChainSummary) return w.hom && !w.drop_m && i == w.j0 + jj ? 1.f : 0.f;
   if (a.chain_mode == kChainSplit && w.seg != (reverse ? w.nseg - 1 : 0))
     return chain_mn<K, V>(a, reverse, reverse ? w.item + 1 : w.item - 1, h)[i * (K + V) + K + w.j0 + jj];
   return edge ? edge[w.n * sn + h * sh + state_off(a.state_vmajor, sr, i, w.j0 + jj)] : 0.f;
