@@ -361,65 +361,50 @@ int main(int argc, char** argv) {
       diff += !(e <= 1e-5);
       printf("case %d output %zu: windows vs every chunk rel %.2e%s\n", which, i, e, e <= 1e-5 ? "" : "  FAIL");
     }
-    if (which == 27) {  // v NaN in chunk 2: only segment 0's state summary over every chunk carries it past chunk 4
-      const HostTensor v0 = in.v;
-      for (int64_t t = 2 * 64; t < 3 * 64; ++t)
-        for (int64_t i = 0; i < c.Hv * c.V; ++i) in.v.set(t * c.Hv * c.V + i, NAN);
-      const auto dq_finite_from5 = [&](const std::vector<HostTensor>& o, int64_t h) {  // dq of chunks 5 .. 19
-        for (int64_t t = 5 * 64; t < c.T; ++t)
-          for (int64_t j = 0; j < c.K; ++j)
-            if (!std::isfinite(o[0].get((t * c.Hqk + h) * c.K + j))) return false;
-        return true;
-      };
+    // NaN probes: inputs poisoned in chunks that only the chains over every chunk ("fw") walk, for head 0 (e^-32 a
+    // chunk); head 1 (slow) has no window and must see them
+    const auto nan_chunk = [&](HostTensor& x, int64_t ch) {  // chunk ch's rows of a [T, Hv, V] input
+      for (int64_t t = ch * 64; t < (ch + 1) * 64; ++t)
+        for (int64_t i = 0; i < c.Hv * c.V; ++i) x.set(t * c.Hv * c.V + i, NAN);
+    };
+    const auto finite = [](const HostTensor& x, int64_t n, const auto& at) {
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(x.get(at(i)))) return false;
+      return true;
+    };
+    const auto probe = [&](const char* what, const auto& fin) {  // fin(outputs, head)
       std::vector<HostTensor> wn, en;
       run(false, c.dtype, DType::f32, wn, "f");
       run(false, c.dtype, DType::f32, en, "fw");
-      const bool ok = dq_finite_from5(wn, 0) && !dq_finite_from5(wn, 1) && !dq_finite_from5(en, 0);
+      const bool w0 = fin(wn, 0), w1 = fin(wn, 1), e0 = fin(en, 0), ok = w0 && !w1 && !e0;
       diff += !ok;
-      printf(
-          "case %d v NaN in chunk 2: dq of chunks 5-19 finite with windows head 0 %d head 1 %d, every chunk head 0 "
-          "%d%s\n",
-          which, dq_finite_from5(wn, 0), dq_finite_from5(wn, 1), dq_finite_from5(en, 0), ok ? "" : "  FAIL");
+      printf("case %d %s finite with windows head 0 %d head 1 %d, every chunk head 0 %d%s\n", which, what, w0, w1, e0,
+             ok ? "" : "  FAIL");
+    };
+    using Outs = std::vector<HostTensor>;
+    const auto dh0 = [&](const Outs& o, int64_t h) {
+      return finite(o[5], c.K * c.V, [&](int64_t i) { return h * c.K * c.V + i; });
+    };
+    if (which == 27) {
+      const HostTensor v0 = in.v, b0 = in.beta, o0 = d_o;
+      nan_chunk(in.v, 2);  // only segment 0's state summary over every chunk carries it past chunk 4
+      probe("v NaN in chunk 2: dq of chunks 5-19", [&](const Outs& o, int64_t h) {
+        return finite(o[0], (c.T - 5 * 64) * c.K,
+                      [&](int64_t i) { return ((5 * 64 + i / c.K) * c.Hqk + h) * c.K + i % c.K; });
+      });
       in.v = v0;
-      // dO NaN in chunk 7 (segment 1) and a beta below 0 in chunk 0 (head 0): segment 0's walk to dh0 has no window
-      // (chunk 0 unbounded), so dh0 takes segment 1's reverse summary through the scan, finite only over its window
-      const HostTensor b0 = in.beta, o0 = d_o;
+      // segment 0's walk to dh0 has no window (chunk 0 unbounded for head 0), so dh0 takes segment 1's reverse
+      // summary through the scan, finite only over its window
       in.beta.set(3 * c.Hv + 0, -0.1);
-      for (int64_t t = 7 * 64; t < 8 * 64; ++t)
-        for (int64_t i = 0; i < c.Hv * c.V; ++i) d_o.set(t * c.Hv * c.V + i, NAN);
-      const auto dh0_finite = [&](const std::vector<HostTensor>& o) {
-        for (int64_t i = 0; i < c.K * c.V; ++i)
-          if (!std::isfinite(o[5].get(i))) return false;
-        return true;
-      };
-      run(false, c.dtype, DType::f32, wn, "f");
-      run(false, c.dtype, DType::f32, en, "fw");
-      const bool ok2 = dh0_finite(wn) && !dh0_finite(en);
-      diff += !ok2;
-      printf("case %d dO NaN in chunk 7, beta < 0 in chunk 0: head 0's dh0 finite with windows %d, every chunk %d%s\n",
-             which, dh0_finite(wn), dh0_finite(en), ok2 ? "" : "  FAIL");
+      nan_chunk(d_o, 7);
+      probe("dO NaN in chunk 7, beta < 0 in chunk 0: dh0", dh0);
       in.beta = b0, d_o = o0;
     }
-    if (which == 26 || which == 27) {  // dO NaN in chunk 18: head 0's walk 0 (tokens < 1024) and dh0 see it only
-      for (int64_t t = 18 * 64; t < 19 * 64; ++t)  // without the windows (27: segment 3's reverse summary's window)
-        for (int64_t i = 0; i < c.Hv * c.V; ++i) d_o.set(t * c.Hv * c.V + i, NAN);
-      const auto walk0_finite = [&](const std::vector<HostTensor>& o, int64_t h) {
-        for (int64_t t = 0; t < 1024; ++t)
-          for (int64_t j = 0; j < c.V; ++j)
-            if (!std::isfinite(o[2].get((t * c.Hv + h) * c.V + j))) return false;
-        for (int64_t i = 0; i < c.K * c.V; ++i)
-          if (!std::isfinite(o[5].get(h * c.K * c.V + i))) return false;
-        return true;
-      };
-      std::vector<HostTensor> wn, en;
-      run(false, c.dtype, DType::f32, wn, "f");
-      run(false, c.dtype, DType::f32, en, "fw");
-      const bool ok = walk0_finite(wn, 0) && !walk0_finite(wn, 1) && !walk0_finite(en, 0);
-      diff += !ok;
-      printf(
-          "case %d dO NaN in chunk 18: walk 0 and dh0 finite with windows head 0 %d head 1 %d, every chunk head 0 "
-          "%d%s\n",
-          which, walk0_finite(wn, 0), walk0_finite(wn, 1), walk0_finite(en, 0), ok ? "" : "  FAIL");
+    if (which == 26 || which == 27) {  // dO NaN in chunk 18: head 0's walk 0 (tokens < 1024) and dh0 (27: segment 3's
+      nan_chunk(d_o, 18);              // reverse summary's window)
+      probe("dO NaN in chunk 18: walk 0 and dh0", [&](const Outs& o, int64_t h) {
+        return finite(o[2], 1024 * c.V, [&](int64_t i) { return ((i / c.V) * c.Hv + h) * c.V + i % c.V; }) && dh0(o, h);
+      });
     }
   }
   printf("smem prep %zu %zu state %zu state_wg %zu %zu dstate %zu dstate_wg %zu %zu grads %zu %zu\n",
