@@ -1055,6 +1055,38 @@ TEST(CudaChunkBwd, DecayWindowOfTheReverseChain) {
   EXPECT_TRUE(walk0_finite(run_gpu(b, neg), 0)) << "a beta below 0, clean inputs";
   EXPECT_FALSE(walk0_finite(run_gpu(b, poisoned(neg)), 0)) << "a beta below 0 in chunk 16: no window";
 
+  // The split's summaries over their windows (the plan's P = 8 segments of 5 chunks here): v NaN in chunk 2 reaches
+  // the chunks past segment 0 only through its forward summary over every chunk; dO NaN in chunk 7 reaches dh0, where
+  // chunk 0 is unbounded (no window from dh0), only through segment 1's reverse summary over every chunk.
+  const auto nan_chunk = [&](HostTensor& x, int64_t ch) {
+    for (int64_t t = ch * 64; t < (ch + 1) * 64; ++t)
+      for (int64_t i = 0; i < Hv * 128; ++i) x.set(t * Hv * 128 + i, std::numeric_limits<double>::quiet_NaN());
+  };
+  const auto dq_finite_from5 = [&](const Grads& g, int64_t h) {  // q/k head h = value head h (Hqk = Hv)
+    bool fin = true;
+    for (int64_t t = 5 * 64; t < T; ++t)
+      for (int64_t j = 0; j < 128; ++j) fin = fin && std::isfinite(g.dq.get((t * Hv + h) * 128 + j));
+    return fin;
+  };
+  const auto dh0_finite = [&](const Grads& g, int64_t h) {
+    bool fin = true;
+    for (int64_t i = 0; i < 128 * 128; ++i) fin = fin && std::isfinite(g.dh0.get(h * 128 * 128 + i));
+    return fin;
+  };
+  Problem vbad = pr;
+  nan_chunk(vbad.in.v, 2);
+  const Grads gv = run_gpu(b, vbad);
+  EXPECT_TRUE(dq_finite_from5(gv, 0)) << "v NaN in chunk 2: head 0's forward summary of segment 0 over its window";
+  EXPECT_FALSE(dq_finite_from5(gv, 1)) << "v NaN in chunk 2: head 1 (g = 0) summarizes every chunk";
+  EXPECT_FALSE(dq_finite_from5(run_gpu(every, vbad), 0)) << "v NaN in chunk 2: every chunk";
+  Problem dbad = pr;
+  dbad.in.beta.set(3 * Hv + 0, -0.1);
+  nan_chunk(dbad.d_o, 7);
+  const Grads gd = run_gpu(b, dbad);
+  EXPECT_TRUE(dh0_finite(gd, 0)) << "dO NaN in chunk 7: head 0's reverse summary of segment 1 over its window";
+  EXPECT_FALSE(dh0_finite(gd, 1)) << "dO NaN in chunk 7: head 1 (g = 0) summarizes every chunk";
+  EXPECT_FALSE(dh0_finite(run_gpu(every, dbad), 0)) << "dO NaN in chunk 7: every chunk";
+
   BwdCase v = bcase("window_varlen_gqa2", 1, 0, 2, 4, 128, 128);
   v.c.seqlens = {300, 2300, 0, 1500, 64};
   v.grads = 3;
