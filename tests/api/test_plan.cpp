@@ -26,6 +26,14 @@ TensorView shape_only(DType dt, std::initializer_list<int64_t> shape) {
   return make_tensor(nullptr, dt, shape);
 }
 
+// Whether a plan's printed text holds `what` (the whole text in the failure message).
+template <class Plan, class Dims>
+::testing::AssertionResult describes(const Plan& pl, const Dims& d, const std::string& what) {
+  const std::string text = describe(pl, d);
+  if (text.find(what) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "no \"" << what << "\" in:\n" << text;
+}
+
 // ---- chunk_fwd --------------------------------------------------------------------------------------------------
 struct ChunkShape {
   int64_t B = 1, T = 0, Hqk = 16, Hv = 16, K = 128, V = 128;
@@ -177,7 +185,7 @@ TEST(ChunkFwdPlan, WorkspaceLayout) {
   EXPECT_EQ(pl.ws_dec, pl.ws_seq_first + up256(2 * sizeof(int32_t)));
   EXPECT_EQ(pl.ws_mn, pl.ws_dec + up256(size_t(4 * pl.rec_slots) * sizeof(float)));  // [Hv, rec_slots] log decays
   EXPECT_EQ(pl.workspace_bytes, pl.ws_mn + size_t(pl.cap) * 4 * 64 * (64 + 128) * sizeof(float));
-  EXPECT_NE(describe(pl, c.d).find("decay table"), std::string::npos) << describe(pl, c.d);
+  EXPECT_TRUE(describes(pl, c.d, "decay table"));
 }
 
 // ---- the decay window of a segment summary (cuda/chunk_fwd/chunk_fwd.hpp, docs/chunk_fwd.md "Decay window"): the
@@ -683,7 +691,7 @@ TEST(PlanMixerDecode, ForcedSplitIsHonouredOrRejected) {
     ASSERT_TRUE(plan_mixer_decode(p, d, DeviceFacts{kH200Sms}, &pl).ok());
     EXPECT_EQ(pl.split, s);
     EXPECT_TRUE(pl.forced);
-    EXPECT_NE(describe(pl, d).find("exec.mixer_split = " + std::to_string(s)), std::string::npos);
+    EXPECT_TRUE(describes(pl, d, "exec.mixer_split = " + std::to_string(s)));
   }
   MixerDecodePlan pl;
   for (int32_t s : {-1, 3, 8}) {
@@ -870,28 +878,25 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   EXPECT_GT(pl.fused_walk, 0);
   EXPECT_EQ(pl.fused_cluster, 2);  // Hqk = 16, Hv = 32: the two value heads of a q/k head in a cluster
   EXPECT_EQ(pl.grads_pass, ChunkStatePass::mma_sync);
-  EXPECT_NE(describe(pl, c.d).find("grads pass: fused with the reverse chain"), std::string::npos) << describe(pl, c.d);
-  EXPECT_NE(describe(pl, c.d).find("clusters of the 2 value heads of a q/k head"), std::string::npos)
-      << describe(pl, c.d);
+  EXPECT_TRUE(describes(pl, c.d, "grads pass: fused with the reverse chain"));
+  EXPECT_TRUE(describes(pl, c.d, "clusters of the 2 value heads of a q/k head"));
   // the dstate chain's decay window with the fused pass, unless exec.chunk_bwd_window = 1
   EXPECT_TRUE(pl.decay_window);
-  EXPECT_NE(describe(pl, c.d).find("from the chunks of its decay window only (e^-21"), std::string::npos)
-      << describe(pl, c.d);
+  EXPECT_TRUE(describes(pl, c.d, "from the chunks of its decay window only (e^-21"));
   // pass 0 writes the table, and prep forms dU0 only for the chunks the chain walks
-  EXPECT_NE(describe(pl, c.d).find("where the gates allow; the table by pass 0, grid (128, 4), a warp per (chunk "
-                                   "slot, value head); prep forms dU0 for the chunks walked\n"),
-            std::string::npos)
-      << describe(pl, c.d);
+  EXPECT_TRUE(
+      describes(pl, c.d,
+                "where the gates allow; the table by pass 0, grid (128, 4), a warp per (chunk slot, value head); "
+                "prep forms dU0 for the chunks walked\n"));
   {
     BwdCall sp = c;
     sp.p.exec.chunk_bwd_segments = 4;
     const ChunkBwdPlan ps = bwd_plan(sp);
     ASSERT_TRUE(ps.split && ps.decay_window);
     // under the split the summaries of both chains walk their own windows too
-    EXPECT_NE(describe(ps, sp.d).find("where the gates allow, and each summary of either chain over its own window; "
-                                      "the table by pass 0"),
-              std::string::npos)
-        << describe(ps, sp.d);
+    EXPECT_TRUE(describes(ps, sp.d,
+                          "where the gates allow, and each summary of either chain over its own window; "
+                          "the table by pass 0"));
   }
   {
     BwdCall w = c;
@@ -916,13 +921,13 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   pl = bwd_plan(c);
   EXPECT_EQ(pl.fused_walk, 0);
   EXPECT_EQ(pl.grads_pass, ChunkStatePass::wgmma);
-  EXPECT_NE(describe(pl, c.d).find("grads pass: wgmma"), std::string::npos) << describe(pl, c.d);
+  EXPECT_TRUE(describes(pl, c.d, "grads pass: wgmma"));
   c.p.gate.allow_neg_eigval = false;
   c.p.exec.chunk_bwd_grads = 1;
   pl = bwd_plan(c);
   EXPECT_EQ(pl.fused_walk, 0);
   EXPECT_EQ(pl.grads_pass, ChunkStatePass::mma_sync);
-  EXPECT_NE(describe(pl, c.d).find("grads pass: mma.sync"), std::string::npos) << describe(pl, c.d);
+  EXPECT_TRUE(describes(pl, c.d, "grads pass: mma.sync"));
   c.p.exec.chunk_bwd_grads = 2;
   pl = bwd_plan(c);
   EXPECT_EQ(pl.fused_walk, 0);
