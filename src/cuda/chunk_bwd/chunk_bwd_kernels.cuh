@@ -198,10 +198,9 @@ __device__ __forceinline__ bool beta_above_one(const float (&rows)[4][kC], int l
 }
 
 // Whether every transition of a chunk is a contraction times e^g (gdn-math §1.3): unit keys (the in-kernel l2norm)
-// and every beta (the record's row 3; rows past the chunk end hold 0) in [0, 2]; a NaN beta fails. The same value in
-// every lane of every warp.
-__device__ __forceinline__ bool chunk_bounded(const ChunkBwdArgs& a, const float (&rows)[4][kC], int lane) {
-  const float b0 = rows[3][lane], b1 = rows[3][lane + 32];
+// and every beta of the chunk (b0, b1: the lane's two rows; rows past the chunk end hold 0) in [0, 2]; a NaN beta
+// fails. The same value in every lane of the warp.
+__device__ __forceinline__ bool chunk_bounded(const ChunkBwdArgs& a, float b0, float b1) {
   return __all_sync(0xffffffffu, b0 >= 0.f && b0 <= 2.f && b1 >= 0.f && b1 <= 2.f) && a.l2norm;
 }
 
@@ -277,7 +276,7 @@ __global__ void __launch_bounds__(256) chunk_bwd_decay_kernel(const ChunkBwdArgs
   const float b0 = bet[warp][lane], b1 = bet[warp][lane + 32];
   if (a.beta_big && __any_sync(0xffffffffu, b0 > 1.f || b1 > 1.f) && lane == 0) *a.beta_big = 1;
   if (a.dec) {
-    const bool bounded = __all_sync(0xffffffffu, b0 >= 0.f && b0 <= 2.f && b1 >= 0.f && b1 <= 2.f) && a.l2norm;
+    const bool bounded = chunk_bounded(a, b0, b1);
     if (lane == 0) a.dec[h * a.slots + slot] = bounded ? gam[warp][nv - 1] : kDecayUnbounded;
   }
 }
