@@ -228,6 +228,14 @@ __device__ __forceinline__ int64_t dstate_next_from(const ChunkBwdArgs& a, int h
   return e >= 0 ? e : x;
 }
 
+// The last chunk that the reverse summary of a segment [c_begin, c_end) walks (from there down to c_begin): the end
+// of its decay window, or c_end - 1. The summary (chain_work) and prep (dstate_reads_du0) take it from here.
+__device__ __forceinline__ int64_t reverse_summary_end(const ChunkBwdArgs& a, int h, int64_t slot0, int64_t c_begin,
+                                                       int64_t c_end) {
+  const int64_t e = decay_window_end(a.dec + h * a.slots + slot0, c_begin, c_end, kDecayWindowLogTau);
+  return e >= 0 ? e : c_end - 1;
+}
+
 // Whether the dstate chain reads chunk c's dU0 (sequence n from token st, len tokens; value head h): every chunk but
 // where it walks only decay windows (the wgmma chain under the fused pass with the decay table). There it walks, from
 // the last chunk x of each walk of the fused pass (or of c's segment of the split), the chunks dstate_next_from(x)
@@ -242,10 +250,7 @@ __device__ __forceinline__ bool dstate_reads_du0(const ChunkBwdArgs& a, int64_t 
   if (a.items) {
     const int64_t j = c / a.seg_chunks;
     cb = j * a.seg_chunks, ce = cb + a.seg_chunks < nch ? cb + a.seg_chunks : nch, first_dh0 = first_dh0 && j == 0;
-    if (j > 0) {  // segment j's reverse summary: chunks e .. cb of its window, or all of them
-      const int64_t e = decay_window_end(a.dec + h * a.slots + slot0, cb, ce, kDecayWindowLogTau);
-      if (e < 0 || c <= e) return true;
-    }
+    if (j > 0 && c <= reverse_summary_end(a, h, slot0, cb, ce)) return true;  // segment j's reverse summary
   }
   const int64_t last = c + (a.fused_walk - 1 - fused_in_walk(a, slot0 + c));  // the last slot of c's walk
   return c <= dstate_next_from(a, h, slot0, cb, first_dh0, last < ce ? last : ce - 1);
@@ -697,12 +702,12 @@ __device__ __forceinline__ bool chain_work(const ChunkBwdArgs& a, bool reverse, 
     // [0 | N(c -> c_end)]; where [c_begin, e] do, the reverse one walks chunks e .. c_begin from a zero gradient
     // (what it drops, Phi^T of the gradient at the end of chunk e, is <= e^-21 of it). The reverse scan reads M
     // transposed, 0 as well (the same bound on Phi^T).
-    const float* d = a.dec + int64_t(blockIdx.y) * a.slots + chunk_slot(a, w->n, w->st, 0);
+    const int h = blockIdx.y;
+    const int64_t slot0 = chunk_slot(a, w->n, w->st, 0);
     if (reverse) {
-      const int64_t e = decay_window_end(d, w->c_begin, w->c_end, kDecayWindowLogTau);
-      if (e >= 0) w->c_end = e + 1;
+      w->c_end = reverse_summary_end(a, h, slot0, w->c_begin, w->c_end) + 1;
     } else {
-      const int64_t c = decay_window_start(d, w->c_begin, w->c_end, kDecayWindowLogTau);
+      const int64_t c = decay_window_start(a.dec + h * a.slots + slot0, w->c_begin, w->c_end, kDecayWindowLogTau);
       if (c >= 0) w->drop_m = w->hom, w->c_begin = w->hom ? w->c_end : c;
     }
   }
