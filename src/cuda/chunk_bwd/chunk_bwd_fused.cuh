@@ -21,7 +21,7 @@
 //   5  dU -> hi + lo; Ob = diag(lam e rho_q) dO; G3 dQ^ += R0 K (stored); G4 dK^ += R1^T Q
 //   6  C2 dV' = A^T dU (A and dU split) -> dv = diag(b) dV', dbeta += rowdot(W', dV'), dgamma -= b e rho_k rowdot(KS,
 //      dV') (KS formed again), dVg = -diag(b e rho_k) dV', dV'' = -diag(b e) dV'; G7 dA = StrictLower(dU Wb^T) split
-//   7  X = A^T dA; G8 dK^ += dV'' S0^T; C3 dS <- e_n dS + Q^T Ob + K^T dVg (the next chunk's dS)
+//   7  X = A^T dA; K K^T (E's product); G8 dK^ += dV'' S0^T; C3 dS <- e_n dS + Q^T Ob + K^T dVg (the next chunk's dS)
 //   8  dL = -StrictLower(X A^T); E; dbeta += rowsum(dL (.) E); M1 = diag(b) dL (.) D; Z += diag(b) dL (.) E
 //   9  G10 dK^ += M1 diag(rho_k) K + (diag(rho_k) M1)^T K (stored); dgamma, its reverse cumsum -> dg; dbeta
 //
@@ -42,6 +42,7 @@ namespace flashgdn::cuda::bwd_detail {
 
 constexpr int kFusedThreads = 256;  // two warpgroups
 constexpr int kFusedMaxWalk = 32;   // chunk slots per walk, at most (the plan's fused_walk)
+constexpr float kLog2e = 1.4426950408889634f;
 
 // Shared memory: every tile 64 rows x 128 bytes, 128-byte swizzled, 1024-byte aligned. Dead tiles are reused as
 // the comments say (phase numbers of the header).
@@ -59,7 +60,7 @@ struct alignas(1024) FusedSmem {
   unsigned char x6[8192];        // R0 (4-5); dA lo (6-7)
   unsigned char x7[8192];        // R1 (4-5); X (7-8)
   float rows[2][4][kC];          // [buffer] the record's gamma, rho_q, rho_k, beta (buffered with k)
-  float f[6][kC];                // per token: e, kb, kb rho_k, lam e rho_q, b e rho_k, b e (0 past the chunk end)
+  float f[7][kC];  // per token: e, kb, kb rho_k, lam e rho_q, b e rho_k, b e (0 past the chunk end); gamma log2(e)
   // per-token partial sums (index [warpgroup] or [warp of the columns' warpgroup]), summed in phase 9
   float g1[2][kC], tau[2][kC], kap[2][kC], dbv[2][kC], dbl[2][kC], zrow[2][kC], zcol[4][kC];
   float red[8];       // <S0, dS> per warp
@@ -316,6 +317,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       const float b = rw[3][tid], e = tid < nv ? expf(gm) : 0.f, kb = tid < nv ? expf(gn - gm) : 0.f;
       s.f[0][tid] = e, s.f[1][tid] = kb, s.f[2][tid] = kb * rk, s.f[3][tid] = lam * e * rq;
       s.f[4][tid] = b * e * rk, s.f[5][tid] = b * e;
+      s.f[6][tid] = gm * kLog2e;  // D_rs = e^(gamma_r - gamma_s) = 2^(gl_r - gl_s): one FADD and one EX2 an entry
     }
     {
       float acc = 0.f;
@@ -343,6 +345,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     const float* fqg = s.f[3];
     const float* fbg = s.f[4];
     const float* fbe = s.f[5];
+    const float* gl = s.f[6];
     const float* gam = s.rows[buf][0];
     const float* rq = s.rows[buf][1];
     const float* rk = s.rows[buf][2];
@@ -421,7 +424,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const auto [r, c] = gwg::n32_at(wi, wgi, g, t4, jn, e);
-            ph[jn][e] = c <= r ? rq[r] * rk[c] * pq[jn][e] * expf(gam[r] - gam[c]) : 0.f;
+            ph[jn][e] = c <= r ? rq[r] * rk[c] * pq[jn][e] * exp2f(gl[r] - gl[c]) : 0.f;
           }
 #pragma unroll
         for (int jn = 0; jn < 4; ++jn)
@@ -513,7 +516,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
               const float z = dpl * ph[jn][e];
               zr[e >> 1] += z, zc[jn][e & 1] += z;
             }
-            dp[jn][e] = c <= r ? dpl * expf(gam[r] - gam[c]) : 0.f;
+            dp[jn][e] = c <= r ? dpl * exp2f(gl[r] - gl[c]) : 0.f;
           }
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) fz::put_row_sum(s.zrow[wgi], 16 * wi + g + 8 * hr, zr[hr], t4);
@@ -582,10 +585,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     wg::fence_async_smem();
     __syncthreads();
 
-    // ---- phase 6: C2 dV' = A^T dU (group 1), G7 dA = dU Wb^T (group 2); then K S0 again (group 3) for the row sums
-    // that need V, KS and dV' together (dbeta, kappa), which free v for dVg
+    // ---- phase 6: C2 dV' = A^T dU (group 1), G7 dA = dU Wb^T (group 2), K S0 again (group 3, waited after dV''s
+    // stores) for the row sums that need V, KS and dV' together (dbeta, kappa), which free v for dVg
     {
-      float dvp[8][4];
+      float dvp[8][4], ks[8][4];
       {
         float da[4][4];
         wg::fence();
@@ -603,6 +606,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
         gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(da), sl, o_x1, sl, o_x2 + 4096 * wgi, true);
         gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(da), sl, o_x1 + 16384, sl, o_x2 + 4096 * wgi, false);
         wg::commit();
+        fz::mma<64, 0, 1, 8>(
+            ks, slk, [](int j) { return fz::kmaj(j); }, sl,
+            [&](int j) { return o_s0 + uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
+        wg::commit();
 #pragma unroll
         for (int j = 0; j < 4; ++j) {  // Ob = diag(lam e rho_q) dO in place (dO's last reader was G1): 1024 pieces
           const int p = tid + 256 * j, r = p >> 4, kv = p & 15;
@@ -617,7 +624,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           }
           *at = w;
         }
-        wg::wait0();
+        wg::wait1();
 #pragma unroll
         for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
@@ -627,12 +634,6 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           }
         fz::put_rows<4>(sa + o_x5, sa + o_x6, da, 4 * wgi, wi, lane);
       }
-      float ks[8][4];
-      wg::fence();
-      fz::mma<64, 0, 1, 8>(
-          ks, slk, [](int j) { return fz::kmaj(j); }, sl,
-          [&](int j) { return o_s0 + uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
-      wg::commit();
       // dv = diag(b) dV' (rows < nv); dV'' = -diag(b e) dV' into x3 (G8's operand), two column groups at a time
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -671,7 +672,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     wg::fence_async_smem();
     __syncthreads();
 
-    // ---- phase 7: X = A^T dA (dA split) (group 1); G8 dK^ += dV'' S0^T, C3 dS <- e_n dS + Q^T Ob + K^T dVg (group 2)
+    // ---- phase 7: X = A^T dA (dA split) (group 1); K K^T, G8 dK^ += dV'' S0^T, C3 dS <- e_n dS + Q^T Ob + K^T dVg
+    // (group 2)
+    // K K^T of the raw keys (columns 32 wgi ..) for phase 8's E, issued with C3 so that phase 8 waits only for Y
+    float ee[4][4];
     {
       float xx[4][4];
       // C3 runs in every chunk (no branch inside a wgmma group); where the walk does not continue in the same
@@ -691,6 +695,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           xx, sl, [](int j) { return o_a + uint32_t(2048 * j); }, sl,
           [&](int j) { return o_x6 + uint32_t(64 * wgi + 2048 * j); }, false);
       wg::commit();
+      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(ee), slk, 0, slk, 4096 * wgi, true);
       gwg::mma_ss_k128<64>(reinterpret_cast<float(&)[32]>(dk), sl, o_x3, sl, o_s0 + 16384 * wgi, false);
 #pragma unroll
       for (int vh = 0; vh < 2; ++vh) {
@@ -714,7 +719,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
 
     // ---- phase 8: dL = -StrictLower(X A^T), E; dbeta, Z, M1
     {
-      float y[4][4], ee[4][4];
+      float y[4][4];
       wg::fence();
       fz::mma<32, 0, 0, 4>(
           y, sl, [](int j) { return o_x7 + uint32_t(32 * j); }, sl,
@@ -722,7 +727,6 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       fz::mma<32, 0, 0, 4>(
           y, sl, [](int j) { return o_x6 + uint32_t(32 * j); }, sl,
           [&](int j) { return o_a + uint32_t(4096 * wgi + 32 * j); }, false);
-      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(ee), slk, 0, slk, 4096 * wgi, true);
       wg::commit();
       wg::wait0();
       uint32_t xm[4][2], xr[4][2];
@@ -734,7 +738,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           const auto [r, c] = gwg::n32_at(wi, wgi, g, t4, jn, e);
           float m = 0.f;
           if (c < r) {
-            const float d = expf(gam[r] - gam[c]), dl = -y[jn][e], ev = rk[r] * rk[c] * ee[jn][e] * d;
+            const float d = exp2f(gl[r] - gl[c]), dl = -y[jn][e], ev = rk[r] * rk[c] * ee[jn][e] * d;
             const float dlb = bt[r] * dl;
             pl[e >> 1] = fmaf(dl, ev, pl[e >> 1]);
             const float z = dlb * ev;
