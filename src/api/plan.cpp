@@ -219,15 +219,21 @@ constexpr bool kFusedGradsByDefault = true;
 // walking CTA per chunk (no stores), in cheapest_segments' model with
 // the two chains' mean step (both chains take the same P, and their grids are alike). At one CTA per SM a split pays
 // only where the unsplit CTAs leave SMs idle: N Hv V / 32 >= SMs is never split. Concurrent chains: one grid of both
-// chains' CTAs at two per SM (2 SMs slots), each phase as long as the slower chain's step at kStepShared. The
-// reverse chain's summaries run only their V / 32 N columns (its M is the forward chain's, transposed), so the model
-// prices them above what they cost; not refitted: a cheaper price moves P at some shapes, unmeasured.
+// chains' CTAs at two per SM (2 SMs slots), each phase as long as the slower chain's step at kStepShared, and the
+// summaries priced as they run now: a summary walks its whole segment only where its head does not decay (its decay
+// window covers the rest in a chunk or a few, docs/chunk_bwd.md "Segment split of the chains"), so a quarter of them
+// (FlashQLA's benchmark gates hold a quarter of the heads at g = 0), each at half a walking step (the reverse chain's
+// summaries run only their V / 32 columns, and a windowed summary's M CTAs walk nothing). Fitted to the H200 sweep
+// (bench/results/2026-12-06-h200-session49.md, `--chunk-bwd-segments P` at T = 32K, U(-1, 0) and FlashQLA's gates):
+// P = 8 / 8 / 4 / 1 at Hv = 4 / 8 / 16 / 32, the fastest measured under both gate sets (Hv = 32: P = 2 is 3% faster
+// under U(-1, 0) and 13% slower under FlashQLA's gates); the whole-segment pricing chose P = 8 / 3 / 2 / 1, 16-22%
+// (Hv = 8) and 13% (Hv = 16) slower.
 int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, const ChunkBwdPlan& pl, std::string* why) {
   const int64_t cols = d.V / kChunkBwdChainCols, sum_cols = (d.K + d.V) / kChunkBwdChainCols;
   const double s_state = pl.state_pass == ChunkStatePass::wgmma ? kStepStateWg : kStepStateMma;
   const double s_dstate = pl.dstate_pass == ChunkStatePass::wgmma ? kStepDstateWg : kStepDstateMma;
   if (pl.chains_concurrent)
-    return cheapest_segments(d.N, avg, 2 * d.Hv * cols, 2 * d.Hv * sum_cols, 0.9, 1.0,
+    return cheapest_segments(d.N, avg, 2 * d.Hv * cols, 2 * d.Hv * sum_cols, 0.5, 0.25,
                              kStepShared * std::max(s_state, s_dstate), sms, "2 N Hv V / 32",
                              "chain CTAs of both chains", why, 2);
   return cheapest_segments(d.N, avg, d.Hv * cols, d.Hv * sum_cols, 0.9, 1.0, 0.5 * (s_state + s_dstate), sms,
