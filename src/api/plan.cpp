@@ -225,9 +225,9 @@ constexpr bool kFusedGradsByDefault = true;
 // (FlashQLA's benchmark gates hold a quarter of the heads at g = 0), each at half a walking step (the reverse chain's
 // summaries run only their V / 32 columns, and a windowed summary's M CTAs walk nothing). Fitted to the H200 sweep
 // (bench/results/2026-12-06-h200-session49.md, `--chunk-bwd-segments P` at T = 32K, U(-1, 0) and FlashQLA's gates):
-// P = 8 / 8 / 4 / 1 at Hv = 4 / 8 / 16 / 32, the fastest measured under both gate sets (Hv = 32: P = 2 is 3% faster
-// under U(-1, 0) and 13% slower under FlashQLA's gates); the whole-segment pricing chose P = 8 / 3 / 2 / 1, 16-22%
-// (Hv = 8) and 13% (Hv = 16) slower.
+// P = 8 / 8 / 4 / 1 at Hv = 4 / 8 / 16 / 32, the fastest measured over both gate sets (Hv = 4: P = 4 ties under
+// U(-1, 0) and is 24% slower under FlashQLA's gates; Hv = 32: P = 2 is 3% faster under U(-1, 0) and 13% slower under
+// FlashQLA's); the whole-segment pricing chose P = 8 / 3 / 2 / 1, 16-22% (Hv = 8) and 13% (Hv = 16) slower.
 int64_t auto_bwd_segments(const SeqDims& d, int64_t avg, int32_t sms, const ChunkBwdPlan& pl, std::string* why) {
   const int64_t cols = d.V / kChunkBwdChainCols, sum_cols = (d.K + d.V) / kChunkBwdChainCols;
   const double s_state = pl.state_pass == ChunkStatePass::wgmma ? kStepStateWg : kStepStateMma;

@@ -815,7 +815,7 @@ TEST(ChunkBwdPlan, AutomaticSegmentSplit) {
 
   s.T = 32768, s.Hqk = s.Hv = 8;  // more SMs, more segments
   EXPECT_GT(bwd_plan(bwd_call(s), 264).segments, bwd_plan(bwd_call(s), 66).segments);
-  // the H200 sweep's fastest P under both gate sets (plan.cpp, auto_bwd_segments): 8 / 8 / 4 at Hv = 4 / 8 / 16
+  // the H200 sweep's fastest P over both gate sets (plan.cpp, auto_bwd_segments): 8 / 8 / 4 at Hv = 4 / 8 / 16
   for (const auto [hv, P] : {std::pair{4, 8}, std::pair{8, 8}, std::pair{16, 4}}) {
     s.Hqk = s.Hv = hv;
     EXPECT_EQ(bwd_plan(bwd_call(s)).segments, P) << bwd_plan(bwd_call(s)).why;
