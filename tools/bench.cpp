@@ -533,9 +533,9 @@ BenchResult run_case(const std::string& name, int reps, const BenchOptions& opt)
     r = bench_train_bwd({131072}, 32, 32, std::max(3, reps / 4), opt);
   else if (name == "train_bwd_t32k_h4")
     r = bench_train_bwd({32768}, 4, 4, std::max(3, reps / 4), opt);
-  else if (name == "train_bwd_t32k_h8")  // the chains' split at P = 3 by the plan
+  else if (name == "train_bwd_t32k_h8")  // the chains' split at P = 8 by the plan
     r = bench_train_bwd({32768}, 8, 8, std::max(3, reps / 4), opt);
-  else if (name == "train_bwd_t32k_h16")  // P = 2 by the plan
+  else if (name == "train_bwd_t32k_h16")  // P = 4 by the plan
     r = bench_train_bwd({32768}, 16, 16, std::max(3, reps / 4), opt);
   else
     throw std::runtime_error("unknown case " + name);

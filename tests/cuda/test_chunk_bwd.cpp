@@ -995,6 +995,7 @@ TEST(CudaChunkBwd, DecayWindowOfTheReverseChain) {
   constexpr int64_t T = 40 * 64, Hv = 2, walk0 = 16 * 64;
   BwdCase b = bcase("window_fast_and_flat_heads", 1, T, 2, Hv, 128, 128);
   b.grads = 3;
+  b.segments = 8;  // the summary probes below place their NaN chunks by segments of 5 chunks, whatever the plan picks
   auto problem = [&](const BwdCase& bc) {
     Problem pr = make_problem(bc);
     for (int64_t t = 0; t < T; ++t) pr.in.g.set(t * Hv + 0, -0.5), pr.in.g.set(t * Hv + 1, 0.0);
@@ -1055,7 +1056,7 @@ TEST(CudaChunkBwd, DecayWindowOfTheReverseChain) {
   EXPECT_TRUE(walk0_finite(run_gpu(b, neg), 0)) << "a beta below 0, clean inputs";
   EXPECT_FALSE(walk0_finite(run_gpu(b, poisoned(neg)), 0)) << "a beta below 0 in chunk 16: no window";
 
-  // The split's summaries over their windows (the plan's P = 8 segments of 5 chunks here): v NaN in chunk 2 reaches
+  // The split's summaries over their windows (P = 8: segments of 5 chunks): v NaN in chunk 2 reaches
   // the chunks past segment 0 only through its forward summary over every chunk; dO NaN in chunk 7 reaches dh0, where
   // chunk 0 is unbounded (no window from dh0), only through segment 1's reverse summary over every chunk.
   const auto nan_chunk = [&](HostTensor& x, int64_t ch) {
