@@ -255,6 +255,9 @@ inline void wait0() {
 inline void wait1() {
   wait_group(1);
 }
+inline void wait2() {
+  wait_group(2);
+}
 inline void fence() {}             // wgmma.fence: register ordering, not modeled
 inline void fence_async_smem() {}  // fence.proxy.async: the proxies are not modeled
 template <int N>

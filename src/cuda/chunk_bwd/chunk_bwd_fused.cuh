@@ -12,7 +12,7 @@
 // e^gamma_r, kb_r = e^(gamma_n - gamma_r), D_rs = e^(gamma_r - gamma_s) (s <= r), q^ = rho_q q, k^ = rho_k k, lam the
 // scale; P^ = Q^ K^T (.) D, E = K^ K^T (.) D (s < r), A = (I + StrictLower(diag(b) E))^-1. Per chunk, in order:
 //
-//   1  dSb = bf16(dS); <S0, dS>
+//   1  dSb = bf16(dS); <S0, dS>; phase 2's Q K^T and K S0 issued; the chunk before's dg, dbeta (warp 7)
 //   2  P^ (Q K^T) -> P_lam = lam P^; KS = K S0 -> W' = V - diag(e rho_k) KS, Wb = diag(b) W';
 //      C1 dU = diag(kb rho_k) (K dSb); G1 dQ^ = diag(lam e) dO S0^T, dgamma += rho_q q . dQ^
 //   3  U = A Wb (-> Ub); dU += P_lam^T dO
@@ -23,13 +23,15 @@
 //      dV') (KS formed again), dVg = -diag(b e rho_k) dV', dV'' = -diag(b e) dV'; G7 dA = StrictLower(dU Wb^T) split
 //   7  X = A^T dA; K K^T (E's product); G8 dK^ += dV'' S0^T; C3 dS <- e_n dS + Q^T Ob + K^T dVg (the next chunk's dS)
 //   8  dL = -StrictLower(X A^T); E; dbeta += rowsum(dL (.) E); M1 = diag(b) dL (.) D; Z += diag(b) dL (.) E
-//   9  G10 dK^ += M1 diag(rho_k) K + (diag(rho_k) M1)^T K (stored); dgamma, its reverse cumsum -> dg; dbeta
+//   9  G10 dK^ += M1 diag(rho_k) K + (diag(rho_k) M1)^T K (stored); the per-row partial sums of dgamma, dbeta, tau
+//      complete (dg = the reverse cumsum of dgamma, and dbeta, go out in the next chunk's phase 1 or after the walk)
 //
 // Precision (docs/chunk_bwd.md "Fused gradients pass"): every product takes its operands as single bf16 (the inputs
 // exact) except C2 (A and dU as hi + lo), G7 (dU hi + lo) and X (dA hi + lo); fp32 accumulation, dS carried in fp32.
 // The two warpgroups run in lockstep: warpgroup j takes value half j of the token-row products with V columns, key
 // half j of those with K columns (dq, dk) and of dS, columns 32 j .. of the 64 x 64 ones. A CTA barrier separates the
-// phases; every wgmma group is waited within its phase.
+// phases; every wgmma group is waited within its phase (just before its epilogue), but Q K^T and K S0, which phase 1
+// issues and phase 2 waits for.
 #pragma once
 
 #include <cstddef>
@@ -60,10 +62,12 @@ struct alignas(1024) FusedSmem {
   unsigned char x6[8192];        // R0 (4-5); dA lo (6-7)
   unsigned char x7[8192];        // R1 (4-5); X (7-8)
   float rows[2][4][kC];          // [buffer] the record's gamma, rho_q, rho_k, beta (buffered with k)
-  float f[7][kC];  // per token: e, kb, kb rho_k, lam e rho_q, b e rho_k, b e (0 past the chunk end); gamma log2(e)
-  // per-token partial sums (index [warpgroup] or [warp of the columns' warpgroup]), summed in phase 9
+  float f[6][kC];                // per token: e, kb, kb rho_k, lam e rho_q, b e (0 past the chunk end); gamma log2(e)
+  // per token b e rho_k, and <S0, dS> per warp, [buffer] (with k): the chunk's dg / dbeta are formed in the next
+  // chunk's phase 1, which writes the other buffer
+  float fbg[2][kC], red[2][8];
+  // per-token partial sums (index [warpgroup] or [warp of the columns' warpgroup]), complete after phase 9
   float g1[2][kC], tau[2][kC], kap[2][kC], dbv[2][kC], dbl[2][kC], zrow[2][kC], zcol[4][kC];
-  float red[8];       // <S0, dS> per warp
   float ldot[2][kC];  // without GQA: per token and key half, dx^ . x (the l2norm chain of dq, dk)
   // the walk: per slot its sequence (-1: no chunk), chunk, rows, batch entry and first token
   int32_t wn[kFusedMaxWalk], wc[kFusedMaxWalk], wnv[kFusedMaxWalk];
@@ -178,6 +182,29 @@ __device__ __forceinline__ void put_row_sum(float* dst, int r, float x, int t4) 
   if (t4 == 0) dst[r] = x;
 }
 
+// The dg and dbeta of walk slot i (its partial sums, its buffer pb of the record rows, b e rho_k and <S0, dS>) by one
+// warp, lane l taking rows l and l + 32: dgamma, dbeta, tau summed in a fixed order, then gwg::store_dg_dbeta.
+__device__ __forceinline__ void store_dg_dbeta(const ChunkBwdArgs& a, const FusedSmem& s, int i, int pb, int h,
+                                               int lane) {
+  const int nv = s.wnv[i];
+  float dgam[2], dbeta[2], tau[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int r = lane + 32 * hr;
+    float zc = 0.f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) zc += s.zcol[w][r];
+    dgam[hr] =
+        (s.g1[0][r] + s.g1[1][r]) - s.fbg[pb][r] * (s.kap[0][r] + s.kap[1][r]) + ((s.zrow[0][r] + s.zrow[1][r]) - zc);
+    dbeta[hr] = (s.dbv[0][r] + s.dbv[1][r]) + (s.dbl[0][r] + s.dbl[1][r]);
+    tau[hr] = s.tau[0][r] + s.tau[1][r];
+  }
+  float sd = 0.f;
+  for (int w = 0; w < 8; ++w) sd += s.red[pb][w];
+  const float en = expf(s.rows[pb][0][nv - 1]);
+  gwg::store_dg_dbeta(a, (s.wsb[i] * a.T + s.wt0[i]) * a.Hv + h, nv, lane, dgam, dbeta, tau, en * sd);
+}
+
 }  // namespace fz
 
 template <class E>
@@ -218,7 +245,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     while (i >= 0 && s0.wn[i] < 0) --i;
   }
   bool carry = false, first = true;
-  int kbuf = 0;  // this chunk's k and record-row buffer; the next chunk's go into the other one
+  int pend = -1;  // the slot whose dg and dbeta are still to be formed (in the next chunk's phase 1, or at the end)
+  int kbuf = 0;   // this chunk's k and record-row buffer; the next chunk's go into the other one
   // With fused_cluster (GQA): this CTA's rank among its q/k head's value heads, and whether it has arrived at the
   // cluster barrier without waiting yet
   const int rank = a.fused_cluster > 1 ? h % a.fused_cluster : 0;
@@ -308,17 +336,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     const int hk = h / a.group;
     if (!carry) load_ds(i);
     cp_async_wait<1>();
-    __syncthreads();  // slot i's inputs but A landed (every thread's copies)
+    wg::fence_async_smem();  // this thread's landed copies, visible to the async proxy (wgmma) after the barrier
+    __syncthreads();         // slot i's inputs but A landed (every thread's copies)
 
-    // ---- phase 1: per-token factors; dSb = bf16(dS); <S0, dS>
-    if (tid < kC) {
-      const float(&rw)[4][kC] = s.rows[buf];
-      const float gn = rw[0][nv - 1], gm = rw[0][tid], rq = rw[1][tid], rk = rw[2][tid];
-      const float b = rw[3][tid], e = tid < nv ? expf(gm) : 0.f, kb = tid < nv ? expf(gn - gm) : 0.f;
-      s.f[0][tid] = e, s.f[1][tid] = kb, s.f[2][tid] = kb * rk, s.f[3][tid] = lam * e * rq;
-      s.f[4][tid] = b * e * rk, s.f[5][tid] = b * e;
-      s.f[6][tid] = gm * kLog2e;  // D_rs = e^(gamma_r - gamma_s) = 2^(gl_r - gl_s): one FADD and one EX2 an entry
-    }
+    // ---- phase 1: dSb = bf16(dS); <S0, dS>; per-token factors
+    float pq[4][4], ks[8][4];  // phase 2's Q K^T and K S0, issued in phase 1
     {
       float acc = 0.f;
 #pragma unroll
@@ -334,8 +356,30 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
             acc = fmaf(s2.x, ds[vh][jn][2 * hr], fmaf(s2.y, ds[vh][jn][2 * hr + 1], acc));
           }
       }
+      // Phase 2's products of the inputs alone (Q K^T, K S0) go out here, under the rest of phase 1 (none of it reads
+      // their results; they read none of its stores). Not before dS's reads above: ptxas does not follow wgmma groups
+      // across the loop's back edge and would wait for these two at the first read of dS (C3's accumulator); the pin
+      // keeps the compiler from sinking the dot's FMAs below them.
+      asm volatile("" : "+f"(acc));
+      wg::fence();
+      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(pq), sl, o_q, slk, 4096 * wgi, true);
+      wg::commit();
+      fz::mma<64, 0, 1, 8>(
+          ks, slk, [](int j) { return fz::kmaj(j); }, sl,
+          [&](int j) { return o_s0 + uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
+      wg::commit();
+      if (tid < kC) {
+        const float(&rw)[4][kC] = s.rows[buf];
+        const float gn = rw[0][nv - 1], gm = rw[0][tid], rq = rw[1][tid], rk = rw[2][tid];
+        const float b = rw[3][tid], e = tid < nv ? expf(gm) : 0.f, kb = tid < nv ? expf(gn - gm) : 0.f;
+        s.f[0][tid] = e, s.f[1][tid] = kb, s.f[2][tid] = kb * rk, s.f[3][tid] = lam * e * rq;
+        s.fbg[buf][tid] = b * e * rk, s.f[4][tid] = b * e;
+        s.f[5][tid] = gm * kLog2e;  // D_rs = e^(gamma_r - gamma_s) = 2^(gl_r - gl_s): one FADD and one EX2 an entry
+      }
       acc = lane_sum<1, 32>(acc);
-      if (lane == 0) s.red[tid >> 5] = acc;
+      if (lane == 0) s.red[buf][tid >> 5] = acc;
+      // the chunk before's dg and dbeta (its partial sums are rewritten from phase 4 on), under Q K^T and K S0
+      if (tid >= 224 && pend >= 0) fz::store_dg_dbeta(a, s, pend, buf ^ 1, h, lane);
     }
     wg::fence_async_smem();
     __syncthreads();
@@ -343,9 +387,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     const float* fkb = s.f[1];
     const float* fkr = s.f[2];
     const float* fqg = s.f[3];
-    const float* fbg = s.f[4];
-    const float* fbe = s.f[5];
-    const float* gl = s.f[6];
+    const float* fbg = s.fbg[buf];
+    const float* fbe = s.f[4];
+    const float* gl = s.f[5];
     const float* gam = s.rows[buf][0];
     const float* rq = s.rows[buf][1];
     const float* rk = s.rows[buf][2];
@@ -402,22 +446,16 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       return true;
     };
 
-    // ---- phase 2: Q K^T, K S0 (group 1); C1 K dS (group 2)
+    // ---- phase 2: C1 K dS (its own group, behind Q K^T and K S0 from phase 1); the epilogues of all three
     float ph[4][4], du[8][4];
     {
-      float pq[4][4], ks[8][4];
       wg::fence();
-      gwg::mma_ss_k128<32>(reinterpret_cast<float(&)[16]>(pq), sl, o_q, slk, 4096 * wgi, true);
-      fz::mma<64, 0, 1, 8>(
-          ks, slk, [](int j) { return fz::kmaj(j); }, sl,
-          [&](int j) { return o_s0 + uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
-      wg::commit();
       fz::mma<64, 0, 1, 8>(
           du, slk, [](int j) { return fz::kmaj(j); }, sl,
           [&](int j) { return o_x1 + uint32_t(8192 * wgi) + fz::mnmaj(j); }, true);
       wg::commit();
-      wg::wait1();
-      {  // P^ = rho_q rho_k (Q K^T) (.) D (s <= r), P_lam = lam P^ (rows, columns 32 wgi ..)
+      wg::wait2();  // Q K^T (K S0 and C1 in flight under P's epilogue)
+      {             // P^ = rho_q rho_k (Q K^T) (.) D (s <= r), P_lam = lam P^ (rows, columns 32 wgi ..)
         uint32_t x[4][2];
 #pragma unroll
         for (int jn = 0; jn < 4; ++jn)
@@ -433,7 +471,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
             x[jn][hr] = chunk_detail::Elem<true>::pack(lam * ph[jn][2 * hr], lam * ph[jn][2 * hr + 1]);
         gwg::store_rows_at<4>((sa + o_x5), x, 4 * wgi, wi, lane);
       }
-      {  // W' = V - diag(e rho_k) KS, Wb = diag(b) W' (value half wgi): hi into x2, lo into x6 / x7 (for U)
+      wg::wait1();  // K S0
+      {             // W' = V - diag(e rho_k) KS, Wb = diag(b) W' (value half wgi): hi into x2, lo into x6 / x7 (for U)
 #pragma unroll
         for (int jn = 0; jn < 8; ++jn)
 #pragma unroll
@@ -550,12 +589,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       float dq[8][4];
       wg::fence();
       gwg::mma_ss_k128<64>(reinterpret_cast<float(&)[32]>(dq), sl, o_do, sl, o_s0 + 16384 * wgi, true);
+      wg::commit();
       fz::mma<64, 1, 1, 4>(
           dk, sl, [](int j) { return o_x7 + uint32_t(2048 * j); }, sl,
           [&](int j) { return o_q + uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
       fz::put_rows<8>((sa + o_x1) + 8192 * wgi, (sa + o_x1) + 16384 + 8192 * wgi, du, 0, wi, lane);
-      wg::wait0();
+      wg::wait1();               // G1 (G4 stays in flight under dQ^'s scaling and G3)
       float gq[2] = {0.f, 0.f};  // dgamma += rho_q q . dQ^ of G1 (gdn-math §7.3 step 1)
 #pragma unroll
       for (int jn = 0; jn < 8; ++jn)
@@ -585,8 +625,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     wg::fence_async_smem();
     __syncthreads();
 
-    // ---- phase 6: C2 dV' = A^T dU (group 1), G7 dA = dU Wb^T (group 2), K S0 again (group 3, waited after dV''s
-    // stores) for the row sums that need V, KS and dV' together (dbeta, kappa), which free v for dVg
+    // ---- phase 6: C2 dV' = A^T dU (group 1), G7 dA = dU Wb^T (group 2), K S0 again (group 3) for the row sums that
+    // need V, KS and dV' together (dbeta, kappa), which free v for dVg; each group waited just before its epilogue
     {
       float dvp[8][4], ks[8][4];
       {
@@ -624,7 +664,21 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           }
           *at = w;
         }
-        wg::wait1();
+        wg::wait2();  // C2 (G7 and K S0 in flight under dv's stores)
+        // dv = diag(b) dV' (rows < nv); dV'' = -diag(b e) dV' into x3 (G8's operand), two column groups at a time
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int r = 16 * wi + g + 8 * hr;
+          const float b = bt[r];
+          E* const o = static_cast<E*>(a.dv) + sb * a.dv_sb + (t0 + r) * a.dv_st + h * a.dv_sh + 64 * wgi;
+          if (r < nv)
+#pragma unroll
+            for (int jn = 0; jn < 8; ++jn)
+              *reinterpret_cast<uint32_t*>(o + 8 * jn + 2 * t4) =
+                  Storage<E>::from2(b * dvp[jn][2 * hr], b * dvp[jn][2 * hr + 1]);
+        }
+        fz::put_rows_neg_scaled<8>(sa + o_x3 + 8192 * wgi, dvp, fbe, wi, lane);  // dV'' = -diag(b e) dV'
+        wg::wait1();  // G7 (K S0 in flight under dA's epilogue)
 #pragma unroll
         for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
@@ -634,19 +688,6 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           }
         fz::put_rows<4>(sa + o_x5, sa + o_x6, da, 4 * wgi, wi, lane);
       }
-      // dv = diag(b) dV' (rows < nv); dV'' = -diag(b e) dV' into x3 (G8's operand), two column groups at a time
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int r = 16 * wi + g + 8 * hr;
-        const float b = bt[r];
-        E* const o = static_cast<E*>(a.dv) + sb * a.dv_sb + (t0 + r) * a.dv_st + h * a.dv_sh + 64 * wgi;
-        if (r < nv)
-#pragma unroll
-          for (int jn = 0; jn < 8; ++jn)
-            *reinterpret_cast<uint32_t*>(o + 8 * jn + 2 * t4) =
-                Storage<E>::from2(b * dvp[jn][2 * hr], b * dvp[jn][2 * hr + 1]);
-      }
-      fz::put_rows_neg_scaled<8>(sa + o_x3 + 8192 * wgi, dvp, fbe, wi, lane);  // dV'' = -diag(b e) dV'
       wg::wait0();
       {  // dbeta += rowdot(W', dV'), kappa = rowdot(KS, dV') (W' = V - diag(e rho_k) KS), this value half
         float pb[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};
@@ -783,29 +824,16 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       wg::wait0();
       if (a.group == 1 || hand_over(dk, a.dkh)) finish_rows(dk, s.k[buf], rk, a.dk, a.dk_sb, a.dk_st, a.dk_sh);
     }
-    __syncthreads();  // every partial sum in
-    if (tid < 32) {   // rows r = lane, lane + 32: dgamma, dbeta, tau (the sums in a fixed order)
-      float dgam[2], dbeta[2], tau[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int r = lane + 32 * hr;
-        float zc = 0.f;
-#pragma unroll
-        for (int w = 0; w < 4; ++w) zc += s.zcol[w][r];
-        dgam[hr] =
-            (s.g1[0][r] + s.g1[1][r]) - fbg[r] * (s.kap[0][r] + s.kap[1][r]) + ((s.zrow[0][r] + s.zrow[1][r]) - zc);
-        dbeta[hr] = (s.dbv[0][r] + s.dbv[1][r]) + (s.dbl[0][r] + s.dbl[1][r]);
-        tau[hr] = s.tau[0][r] + s.tau[1][r];
-      }
-      float sd = 0.f;
-      for (int w = 0; w < 8; ++w) sd += s.red[w];
-      const float en = expf(gam[nv - 1]);
-      gwg::store_dg_dbeta(a, (sb * a.T + t0) * a.Hv + h, nv, lane, dgam, dbeta, tau, en * sd);
-    }
+    __syncthreads();  // every partial sum in: this chunk's dg and dbeta go out in the next chunk's phase 1
     // the partial sums, f and M1 (x2) are written again only after the next chunk's first barrier
     carry = cont;
     kbuf ^= 1;
+    pend = i;
     i = i2;
+  }
+  if (pend >= 0 && threadIdx.x >= 224) {  // the walk's last chunk
+    const auto& s = *reinterpret_cast<const FusedSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+    fz::store_dg_dbeta(a, s, pend, kbuf ^ 1, h, int(threadIdx.x) & 31);
   }
   if (arrived) mbar::cluster_wait();  // every arrive of a cluster barrier has its wait
 }

@@ -63,6 +63,10 @@ __device__ __forceinline__ void wait0() {
 __device__ __forceinline__ void wait1() {
   asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
 }
+// Wait until at most the two newest committed groups are still in flight.
+__device__ __forceinline__ void wait2() {
+  asm volatile("wgmma.wait_group.sync.aligned 2;\n" ::: "memory");
+}
 
 // The values of x are computed here, in program order with the volatile asm around it (wgmma.fence, the MMAs): an
 // empty volatile asm that reads and writes each one, so that the compiler cannot sink their computation into a
