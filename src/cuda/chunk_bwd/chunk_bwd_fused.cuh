@@ -42,8 +42,9 @@
 
 namespace flashgdn::cuda::bwd_detail {
 
-constexpr int kFusedThreads = 256;  // two warpgroups
-constexpr int kFusedMaxWalk = 32;   // chunk slots per walk, at most (the plan's fused_walk)
+constexpr int kFusedThreads = 256;                 // two warpgroups
+constexpr int kFusedMaxWalk = 32;                  // chunk slots per walk, at most (the plan's fused_walk)
+constexpr int kTailWarp = kFusedThreads / 32 - 1;  // forms a chunk's dg and dbeta (warps 0 and 1 form the factors)
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Shared memory: every tile 64 rows x 128 bytes, 128-byte swizzled, 1024-byte aligned. Dead tiles are reused as
@@ -205,6 +206,11 @@ __device__ __forceinline__ void store_dg_dbeta(const ChunkBwdArgs& a, const Fuse
   gwg::store_dg_dbeta(a, (s.wsb[i] * a.T + s.wt0[i]) * a.Hv + h, nv, lane, dgam, dbeta, tau, en * sd);
 }
 
+// The shared-memory block at the first 1024-byte boundary of the dynamic allocation (its swizzled tiles need it).
+__device__ __forceinline__ FusedSmem& smem_at(unsigned char* raw) {
+  return *reinterpret_cast<FusedSmem*>(raw + ((1024 - (smem_addr(raw) & 1023)) & 1023));
+}
+
 }  // namespace fz
 
 template <class E>
@@ -218,7 +224,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
   const int nw = int(a.slots - s_lo < a.fused_walk ? a.slots - s_lo : a.fused_walk);
   const float lam = a.scale;
   {
-    auto& s = *reinterpret_cast<FusedSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+    auto& s = fz::smem_at(smem_raw);
     const int tid = int(threadIdx.x);
     if (tid < nw) {
       int64_t n = 0, c = 0, sb = 0, st = 0, len = 0;
@@ -240,10 +246,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
   // dS (fp32, registers): key 64 wgi + 16 wi + g (+ 8), value 64 vh + 8 jn + 2 t4 (+ 1), m64n64 layout per half
   float ds[2][8][4];
   int i = nw - 1;
-  {
-    const auto& s0 = *reinterpret_cast<const FusedSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
-    while (i >= 0 && s0.wn[i] < 0) --i;
-  }
+  while (i >= 0 && fz::smem_at(smem_raw).wn[i] < 0) --i;
   bool carry = false, first = true;
   int pend = -1;  // the slot whose dg and dbeta are still to be formed (in the next chunk's phase 1, or at the end)
   int kbuf = 0;   // this chunk's k and record-row buffer; the next chunk's go into the other one
@@ -379,7 +382,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       acc = lane_sum<1, 32>(acc);
       if (lane == 0) s.red[buf][tid >> 5] = acc;
       // the chunk before's dg and dbeta (its partial sums are rewritten from phase 4 on), under Q K^T and K S0
-      if (tid >= 224 && pend >= 0) fz::store_dg_dbeta(a, s, pend, buf ^ 1, h, lane);
+      if (tid >= kTailWarp * 32 && pend >= 0) fz::store_dg_dbeta(a, s, pend, buf ^ 1, h, lane);
     }
     wg::fence_async_smem();
     __syncthreads();
@@ -831,10 +834,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     pend = i;
     i = i2;
   }
-  if (pend >= 0 && threadIdx.x >= 224) {  // the walk's last chunk
-    const auto& s = *reinterpret_cast<const FusedSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
-    fz::store_dg_dbeta(a, s, pend, kbuf ^ 1, h, int(threadIdx.x) & 31);
-  }
+  if (pend >= 0 && threadIdx.x >= kTailWarp * 32)  // the walk's last chunk
+    fz::store_dg_dbeta(a, fz::smem_at(smem_raw), pend, kbuf ^ 1, h, int(threadIdx.x) & 31);
   if (arrived) mbar::cluster_wait();  // every arrive of a cluster barrier has its wait
 }
 
