@@ -3,7 +3,8 @@
 # side-by-side peer benchmark. Logs and tables go to $OUT (the logs bundled in $OUT/logs.tar.gz, the summary tables
 # as separate files).
 # usage: scripts/device_run.sh [stage...]   stages: build gputest sanitize demo bench python mixer train side
-# (default: all); `pyinstall` installs the package without running pytest. The build puts the Python extension in
+# (default: all); `pyinstall` installs the package without running pytest; `ab` (bench/ab.sh over AB_TREES) and `ncu`
+# (a kernel profile) run only when named. The build puts the Python extension in
 # the tree too, and the mixer / train / side stages import that one, so they need no pip install.
 # The header-only build dependencies the image lacks travel as .deb in the git-ignored .deps/ (on this machine:
 # `mkdir .deps && cd .deps && apt-get download libcli11-dev nlohmann-json3-dev libdlpack-dev googletest libgtest-dev`),
@@ -28,12 +29,13 @@ summary=$OUT/summary.md
 } >"$summary"
 step() { echo; echo "=== $* ($(date +%T))"; }
 
+deps=${DEPS_DIR:-.deps}
+if (has build || has ab) && ls "$deps"/*.deb >/dev/null 2>&1; then  # header-only build deps the image lacks
+  for f in "$deps"/*.deb; do dpkg -x "$f" /; done                 # (dlpack, CLI11, json, gtest)
+fi
+
 if has build; then
   step build
-  deps=${DEPS_DIR:-.deps}
-  if ls "$deps"/*.deb >/dev/null 2>&1; then  # header-only build deps the image lacks (dlpack, CLI11, json, gtest)
-    for f in "$deps"/*.deb; do dpkg -x "$f" /; done
-  fi
   t0=$(date +%s)
   # The Python extension too, in tree (python/flashgdn/_C*.so): the Python stages use it without a pip install.
   cmake -S . -B "${BUILD_DIR:-build-dev}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHGDN_WITH_CUDA=ON \
@@ -79,6 +81,7 @@ if has sanitize; then
   #   SANITIZE_BUDGET  seconds for all tools together (default 540): a test gets what is left, at most
   #   SANITIZE_SUITE_TIMEOUT (default 400)
   #   SANITIZE_JOBS    tests under the tool at once (default 1)
+  #   SANITIZE_KERNEL  only kernels whose name contains this (compute-sanitizer --kernel-name kns=...; default all)
   # $OUT/sanitize.md: per tool and suite the status, the sanitizer summary and the slowest tests.
   step compute-sanitizer
   san=$OUT/sanitize.md
@@ -96,13 +99,14 @@ if has sanitize; then
     lim=$(( left < ${SANITIZE_SUITE_TIMEOUT:-400} ? left : ${SANITIZE_SUITE_TIMEOUT:-400} ))
     if [ "$lim" -le 10 ]; then echo "@@ rc=notrun s=0" >"$LOG/san_$1_$2.log"; return; fi
     t0=$(date +%s)
-    timeout "$lim" compute-sanitizer --tool "$1" --error-exitcode 9 $B/flashgdn_gpu_tests --gtest_filter="$2" \
+    timeout "$lim" compute-sanitizer --tool "$1" --error-exitcode 9 ${SANITIZE_KERNEL:+--kernel-name kns=$SANITIZE_KERNEL} \
+      $B/flashgdn_gpu_tests --gtest_filter="$2" \
       >"$LOG/san_$1_$2.log" 2>&1
     rc=$?
     echo "@@ rc=$rc s=$(( $(date +%s) - t0 )) lim=$lim" >>"$LOG/san_$1_$2.log"
   }
   export -f run_one
-  export B LOG t_start SANITIZE_BUDGET SANITIZE_SUITE_TIMEOUT
+  export B LOG t_start SANITIZE_BUDGET SANITIZE_SUITE_TIMEOUT SANITIZE_KERNEL
   export FLASHGDN_TEST_REPEATS=${FLASHGDN_TEST_REPEATS:-3}  # determinism loops: 3 launches under the tool
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     sed "s/^/$tool /" "$LOG/sanitize_tests.txt"
@@ -151,6 +155,30 @@ if has bench; then
   $B/flashgdn bench ${BENCH_CASES:-all} --json "$OUT/bench.json" >"$LOG/bench.log" 2>&1
   echo "bench rc=$?" | tee -a "$summary"
   sed -n '/^copy /p;/^| case/,$p' "$LOG/bench.log" | tee "$OUT/bench.md" >>"$summary"
+fi
+
+if has ab; then
+  # Source trees against each other (bench/ab.sh): AB_TREES "NAME=DIR ..." (the first the baseline; `.` this tree),
+  # AB_ROUNDS (2), AB_REPS (5), AB_CASES, AB_GATES ("u1 flashqla").
+  step A/B
+  bash bench/ab.sh -r "${AB_ROUNDS:-2}" -n "${AB_REPS:-5}" -g "${AB_GATES:-u1 flashqla}" -o "$LOG/ab" \
+    ${AB_CASES:+-c "$AB_CASES"} ${AB_TREES:-base=.} >"$LOG/ab.log" 2>&1
+  echo "ab rc=$?" | tee -a "$summary"
+  [ -f "$LOG/ab/ab.md" ] && cat "$LOG/ab/ab.md" | tee "$OUT/ab.md" >>"$summary"
+fi
+
+if has ncu; then
+  # One launch of each kernel of NCU_KERNELS (names or parts of them; default the backward's fused pass and chains)
+  # in `flashgdn bench NCU_CASE` under ncu's full set; the reports and their details pages go to the logs.
+  step ncu
+  for kn in ${NCU_KERNELS:-chunk_bwd_fused chunk_bwd_chains}; do
+    timeout "${NCU_TIMEOUT:-150}" ncu -k "regex:$kn" -c 1 --set full -f -o "$LOG/ncu-$kn" \
+      $B/flashgdn bench "${NCU_CASE:-train_bwd_t32k_h16_32}" --reps 1 --gates "${NCU_GATES:-u1}" >"$LOG/ncu-$kn.log" 2>&1
+    echo "ncu $kn rc=$?" | tee -a "$summary"
+    ncu --import "$LOG/ncu-$kn.ncu-rep" --page details >"$LOG/ncu-$kn.txt" 2>&1
+    grep -E "^  [a-z_]+.*\(|Duration|Compute \(SM\) Throughput|DRAM Throughput|L2 Cache Throughput|Issued Ipc|Eligible Warps|Warp Cycles Per Issued|Registers Per Thread" \
+      "$LOG/ncu-$kn.txt" | head -16 | tee -a "$summary"
+  done
 fi
 
 # The peers, unpacked once per machine (FLA's wheels to /tmp/fla, FlashQLA's site to /tmp/qla).
