@@ -10,6 +10,13 @@ mma.sync) and, for a cubin built with -lineinfo, the source lines that contribut
   nvcc ... -lineinfo -cubin -o x.cubin src/cuda/chunk_bwd/chunk_bwd_bf16.cu
   python3 tools/sass_profile.py x.cubin --kernel chunk_bwd_fused --lines 8
 
+With --sections REGEX (a -lineinfo cubin) it splits each loop's instructions by the sections of the kernel's source
+that the lines matching REGEX open (e.g. the fused pass's phase comments): an instruction belongs to the last match at
+or above the line it was inlined into (`nvdisasm -gi` names one level), so a helper's code counts where it is called;
+code whose line is in a file without a match (a helper called from a helper) counts with the instruction before it.
+
+  python3 tools/sass_profile.py x.cubin --kernel chunk_bwd_fused_kernelI13 --sections "// ---- phase"
+
 With --against BEFORE.cubin (the same source in another tree) it prints, per kernel in both, how each opcode's count
 changed, for the kernel and for its loops in order: work that a change put on a hot path shows as its instructions
 (ptxas may schedule a branch's arithmetic ahead of the branch and predicate only its stores, so a branch that is
@@ -47,9 +54,11 @@ def find_tool(name):
     return found
 
 
-def kernels(listing):
-    """Yield (name, [(address, (file, line) or None, instruction text)], {label: address}) per kernel."""
-    name, ins, labels, pending, where = None, [], {}, [], None
+def kernels(listing, outer=None):
+    """Yield (name, [(address, (file, line) or None, instruction text)], {label: address}) per kernel: the innermost
+    inlined line; with a dict `outer` (and a listing of `nvdisasm -gi`) also outer[address] = (path, line), the
+    outermost."""
+    name, ins, labels, pending, where, out = None, [], {}, [], None, None
     for raw in listing.splitlines():
         if raw.startswith(".text.") or raw.lstrip().startswith(".section"):  # a kernel's code ends at any section
             if name:
@@ -61,6 +70,8 @@ def kernels(listing):
         m = re.search(r'//## File "(.*?)", line (\d+)', raw)
         if m:
             where = (m.group(1).split("/")[-1], int(m.group(2)))
+            f, n = re.findall(r'"(.*?)", line (\d+)', raw)[-1]
+            out = (f, int(n))
             continue
         m = re.match(r"^(\.L_x_\d+):", raw)
         if m:
@@ -73,6 +84,8 @@ def kernels(listing):
                 labels[label] = addr
             pending = []
             ins.append((addr, where, m.group(2)))
+            if outer is not None and out:
+                outer[addr] = out
     if name:
         yield name, ins, labels
 
@@ -192,6 +205,28 @@ def outer_loops(ins, labels, min_kb):
     return sorted((b for b in big if not any(b < o for o in big)), key=min)
 
 
+def sections(sel, outer, pattern):
+    """Counter of opcodes per section: the last line matching pattern at or above each instruction's outermost line
+    (in that line's file), or "(above the first)"; where that file has no match, the section of the instruction
+    before."""
+    marks, per, name = {}, collections.defaultdict(collections.Counter), "(above the first)"
+    for addr, _, text in sel:
+        f, n = outer.get(addr, ("?", 0))
+        if f not in marks:
+            try:
+                with open(f) as src:
+                    marks[f] = [(i + 1, ln.strip()) for i, ln in enumerate(src) if re.search(pattern, ln)]
+            except OSError:
+                marks[f] = []
+        if marks[f]:  # else (a helper's file: nvdisasm names one inlining level) the section of the code before
+            name = "(above the first)"
+            for i, ln in marks[f]:
+                if i <= n:
+                    name = f"{os.path.basename(f)}:{i} {ln[:60]}"
+        per[name][opcode(text)] += 1
+    return per
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cubin")
@@ -201,12 +236,14 @@ def main():
     ap.add_argument("--against", metavar="BEFORE", help="print the opcode counts' changes against this cubin")
     ap.add_argument("--stalls", metavar="CSV", help="ncu's per-instruction stall samples of --kernel (see above)")
     ap.add_argument("--top", type=int, default=20, help="--stalls: lines and instructions to print (default 20)")
+    ap.add_argument("--sections", metavar="REGEX", help="split each loop by the source sections REGEX opens (-lineinfo)")
     args = ap.parse_args()
     nvdisasm = find_tool("nvdisasm")
     if not nvdisasm:
         ap.error("nvdisasm not found (PATH, $CUDA_HOME/bin, Triton's bundled copy)")
     def listing(cubin):
-        return subprocess.run([nvdisasm, "-g", cubin], check=True, capture_output=True, text=True).stdout
+        flag = "-gi" if args.sections else "-g"
+        return subprocess.run([nvdisasm, flag, cubin], check=True, capture_output=True, text=True).stdout
 
     before = {}  # name -> (whole kernel's opcodes, [each outermost loop's opcodes, in address order])
     if args.against:
@@ -228,7 +265,8 @@ def main():
         stalls(args.stalls, ins, controls(hexl).get(name, {}), args.top)
         return
 
-    for name, ins, labels in kernels(listing(args.cubin)):
+    outer = {}
+    for name, ins, labels in kernels(listing(args.cubin), outer):
         if args.kernel not in name or not ins:
             continue
         if args.against:
@@ -249,6 +287,10 @@ def main():
                   f"HGMMA {ops['HGMMA']}, HMMA {ops['HMMA']}, BAR {ops['BAR']}")
             for (f, line), n in collections.Counter(w for _, w, _ in sel if w).most_common(args.lines):
                 print(f"    {n:6d}  {f}:{line}")
+            if args.sections:
+                for sec, ops in sorted(sections(sel, outer, args.sections).items(), key=lambda x: x[0]):
+                    top = ", ".join(f"{op} {n}" for op, n in ops.most_common(5))
+                    print(f"    {sum(ops.values()):6d}  {sec}  (HGMMA {ops['HGMMA']}, BAR {ops['BAR']}; {top})")
 
 
 if __name__ == "__main__":
