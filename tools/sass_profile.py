@@ -63,6 +63,8 @@ def kernels(listing, outer=None):
         if raw.startswith(".text.") or raw.lstrip().startswith(".section"):  # a kernel's code ends at any section
             if name:
                 yield name, ins, labels
+                if outer is not None:  # a kernel's addresses start at 0: outer holds the kernel just yielded
+                    outer.clear()
             name, ins, labels, pending, where = None, [], {}, [], None
             if raw.startswith(".text."):
                 name = raw[len(".text."):].rstrip(":")
@@ -206,10 +208,10 @@ def outer_loops(ins, labels, min_kb):
 
 
 def sections(sel, outer, pattern):
-    """Counter of opcodes per section: the last line matching pattern at or above each instruction's outermost line
-    (in that line's file), or "(above the first)"; where that file has no match, the section of the instruction
-    before."""
-    marks, per, name = {}, collections.defaultdict(collections.Counter), "(above the first)"
+    """{(file, line, label): Counter of opcodes} per section: the last line matching pattern at or above each
+    instruction's outermost line (in that line's file), or "(above the first)"; where that file has no match, the
+    section of the instruction before."""
+    marks, per, name = {}, collections.defaultdict(collections.Counter), ("", 0, "(above the first)")
     for addr, _, text in sel:
         f, n = outer.get(addr, ("?", 0))
         if f not in marks:
@@ -219,10 +221,10 @@ def sections(sel, outer, pattern):
             except OSError:
                 marks[f] = []
         if marks[f]:  # else (a helper's file: nvdisasm names one inlining level) the section of the code before
-            name = "(above the first)"
+            name = ("", 0, "(above the first)")
             for i, ln in marks[f]:
                 if i <= n:
-                    name = f"{os.path.basename(f)}:{i} {ln[:60]}"
+                    name = (f, i, f"{os.path.basename(f)}:{i} {ln[:60]}")
         per[name][opcode(text)] += 1
     return per
 
@@ -288,7 +290,7 @@ def main():
             for (f, line), n in collections.Counter(w for _, w, _ in sel if w).most_common(args.lines):
                 print(f"    {n:6d}  {f}:{line}")
             if args.sections:
-                for sec, ops in sorted(sections(sel, outer, args.sections).items(), key=lambda x: x[0]):
+                for (_, _, sec), ops in sorted(sections(sel, outer, args.sections).items()):
                     top = ", ".join(f"{op} {n}" for op, n in ops.most_common(5))
                     print(f"    {sum(ops.values()):6d}  {sec}  (HGMMA {ops['HGMMA']}, BAR {ops['BAR']}; {top})")
 
