@@ -238,7 +238,7 @@ def main():
     ap.add_argument("--against", metavar="BEFORE", help="print the opcode counts' changes against this cubin")
     ap.add_argument("--stalls", metavar="CSV", help="ncu's per-instruction stall samples of --kernel (see above)")
     ap.add_argument("--top", type=int, default=20, help="--stalls: lines and instructions to print (default 20)")
-    ap.add_argument("--sections", metavar="REGEX", help="split each loop by the source sections REGEX opens (-lineinfo)")
+    ap.add_argument("--sections", metavar="REGEX", help="each loop by the source sections REGEX opens (-lineinfo)")
     args = ap.parse_args()
     nvdisasm = find_tool("nvdisasm")
     if not nvdisasm:
@@ -292,7 +292,8 @@ def main():
             if args.sections:
                 for (_, _, sec), ops in sorted(sections(sel, outer, args.sections).items()):
                     top = ", ".join(f"{op} {n}" for op, n in ops.most_common(5))
-                    print(f"    {sum(ops.values()):6d}  {sec}  (HGMMA {ops['HGMMA']}, BAR {ops['BAR']}; {top})")
+                    print(f"    {sum(ops.values()):6d}  {sec}  (HGMMA {ops['HGMMA']}, HMMA {ops['HMMA']}, "
+                          f"BAR {ops['BAR']}; {top})")
 
 
 if __name__ == "__main__":

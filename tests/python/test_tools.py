@@ -105,3 +105,23 @@ def test_sass_profile_stalls_name_the_waited_load(tmp_path):
     assert f"{waiter:x}" in first and f"{where[0]}:{where[1]}" in first, out
     assert any(f"SB{b}: " in first and "LDG" in first.split(f"SB{b}: ")[1] for b in sbs), out
     assert lines[1].startswith(f"{sum(91 if a == waiter else 2 for a, _, _ in ins)} samples: long_sb"), out
+
+
+@pytest.mark.skipif(NVCC is None or NVDISASM is None, reason="needs nvcc, nvdisasm")
+def test_sass_profile_sections_split_a_loop(tmp_path):
+    """--sections: the walk's loop split by two marker comments, the mma.sync block (8 HMMA) in the first, the spin
+    loop (no HMMA) in the second."""
+    src, cubin = tmp_path / "k.cu", tmp_path / "k.cubin"
+    marked = KERNEL.replace("#pragma unroll\n    for (int j", "    // ---- mma\n#pragma unroll\n    for (int j")
+    marked = marked.replace("    while (flag", "    // ---- spin\n    while (flag")
+    assert marked.count("// ----") == 2
+    src.write_text(marked)
+    subprocess.run([NVCC, "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-lineinfo", "-cubin", "-o", str(cubin),
+                    str(src)], check=True)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sass_profile.py"), str(cubin), "--kernel",
+                          "walk", "--min-kb", "0", "--sections", "// ----"],
+                         check=True, capture_output=True, text=True).stdout
+    mma = [line for line in out.splitlines() if "// ---- mma" in line]
+    spin = [line for line in out.splitlines() if "// ---- spin" in line]
+    assert mma and "(HGMMA 0, HMMA 8, BAR 0;" in mma[0], out
+    assert spin and "(HGMMA 0, HMMA 0, BAR 0;" in spin[0], out
