@@ -169,13 +169,17 @@ fi
 
 if has ncu; then
   # One launch of each kernel of NCU_KERNELS (names or parts of them; default the backward's fused pass and chains)
-  # in `flashgdn bench NCU_CASE` under ncu's full set; the reports and their details pages go to the logs.
+  # in `flashgdn bench NCU_CASE` under ncu's full set. The logs keep its details page and its per-instruction source
+  # export (gzipped; `tools/sass_profile.py --stalls` reads it), not the report itself, which could push the logs'
+  # archive past what comes back from the machine.
   step ncu
   for kn in ${NCU_KERNELS:-chunk_bwd_fused chunk_bwd_chains}; do
     timeout "${NCU_TIMEOUT:-150}" ncu -k "regex:$kn" -c 1 --set full -f -o "$LOG/ncu-$kn" \
       $B/flashgdn bench "${NCU_CASE:-train_bwd_t32k_h16_32}" --reps 1 --gates "${NCU_GATES:-u1}" >"$LOG/ncu-$kn.log" 2>&1
     echo "ncu $kn rc=$?" | tee -a "$summary"
     ncu --import "$LOG/ncu-$kn.ncu-rep" --page details >"$LOG/ncu-$kn.txt" 2>&1
+    ncu --import "$LOG/ncu-$kn.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip >"$LOG/ncu-$kn.csv.gz"
+    rm -f "$LOG/ncu-$kn.ncu-rep"
     grep -E "^  [a-z_]+.*\(|Duration|Compute \(SM\) Throughput|DRAM Throughput|L2 Cache Throughput|Issued Ipc|Eligible Warps|Warp Cycles Per Issued|Registers Per Thread" \
       "$LOG/ncu-$kn.txt" | head -16 | tee -a "$summary"
   done
