@@ -592,13 +592,14 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       float dq[8][4];
       wg::fence();
       gwg::mma_ss_k128<64>(reinterpret_cast<float(&)[32]>(dq), sl, o_do, sl, o_s0 + 16384 * wgi, true);
-      wg::commit();
       fz::mma<64, 1, 1, 4>(
           dk, sl, [](int j) { return o_x7 + uint32_t(2048 * j); }, sl,
           [&](int j) { return o_q + uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
       fz::put_rows<8>((sa + o_x1) + 8192 * wgi, (sa + o_x1) + 16384 + 8192 * wgi, du, 0, wi, lane);
-      wg::wait1();               // G1 (G4 stays in flight under dQ^'s scaling and G3)
+      // G1 and G4 as one group, waited whole: G1 waited alone keeps G4 in flight under dQ^'s scaling and G3, 9
+      // registers more and 0.2-0.8% slower (docs/chunk_bwd.md "Fused gradients pass")
+      wg::wait0();
       float gq[2] = {0.f, 0.f};  // dgamma += rho_q q . dQ^ of G1 (gdn-math §7.3 step 1)
 #pragma unroll
       for (int jn = 0; jn < 8; ++jn)
@@ -628,8 +629,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     wg::fence_async_smem();
     __syncthreads();
 
-    // ---- phase 6: C2 dV' = A^T dU (group 1), G7 dA = dU Wb^T (group 2), K S0 again (group 3) for the row sums that
-    // need V, KS and dV' together (dbeta, kappa), which free v for dVg; each group waited just before its epilogue
+    // ---- phase 6: C2 dV' = A^T dU (group 1), G7 dA = dU Wb^T (group 2), K S0 again (group 3, waited after dV''s
+    // stores) for the row sums that need V, KS and dV' together (dbeta, kappa), which free v for dVg
     {
       float dvp[8][4], ks[8][4];
       {
@@ -667,21 +668,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           }
           *at = w;
         }
-        wg::wait2();  // C2 (G7 and K S0 in flight under dv's stores)
-        // dv = diag(b) dV' (rows < nv); dV'' = -diag(b e) dV' into x3 (G8's operand), two column groups at a time
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int r = 16 * wi + g + 8 * hr;
-          const float b = bt[r];
-          E* const o = static_cast<E*>(a.dv) + sb * a.dv_sb + (t0 + r) * a.dv_st + h * a.dv_sh + 64 * wgi;
-          if (r < nv)
-#pragma unroll
-            for (int jn = 0; jn < 8; ++jn)
-              *reinterpret_cast<uint32_t*>(o + 8 * jn + 2 * t4) =
-                  Storage<E>::from2(b * dvp[jn][2 * hr], b * dvp[jn][2 * hr + 1]);
-        }
-        fz::put_rows_neg_scaled<8>(sa + o_x3 + 8192 * wgi, dvp, fbe, wi, lane);  // dV'' = -diag(b e) dV'
-        wg::wait1();  // G7 (K S0 in flight under dA's epilogue)
+        wg::wait1();  // C2 and G7 (K S0 in flight under dA's epilogue and dv's stores)
 #pragma unroll
         for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
@@ -691,6 +678,19 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           }
         fz::put_rows<4>(sa + o_x5, sa + o_x6, da, 4 * wgi, wi, lane);
       }
+      // dv = diag(b) dV' (rows < nv); dV'' = -diag(b e) dV' into x3 (G8's operand), two column groups at a time
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = 16 * wi + g + 8 * hr;
+        const float b = bt[r];
+        E* const o = static_cast<E*>(a.dv) + sb * a.dv_sb + (t0 + r) * a.dv_st + h * a.dv_sh + 64 * wgi;
+        if (r < nv)
+#pragma unroll
+          for (int jn = 0; jn < 8; ++jn)
+            *reinterpret_cast<uint32_t*>(o + 8 * jn + 2 * t4) =
+                Storage<E>::from2(b * dvp[jn][2 * hr], b * dvp[jn][2 * hr + 1]);
+      }
+      fz::put_rows_neg_scaled<8>(sa + o_x3 + 8192 * wgi, dvp, fbe, wi, lane);  // dV'' = -diag(b e) dV'
       wg::wait0();
       {  // dbeta += rowdot(W', dV'), kappa = rowdot(KS, dV') (W' = V - diag(e rho_k) KS), this value half
         float pb[2] = {0.f, 0.f}, pk[2] = {0.f, 0.f};
@@ -827,8 +827,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       wg::wait0();
       if (a.group == 1 || hand_over(dk, a.dkh)) finish_rows(dk, s.k[buf], rk, a.dk, a.dk_sb, a.dk_st, a.dk_sh);
     }
-    __syncthreads();  // every partial sum in: this chunk's dg and dbeta go out in the next chunk's phase 1
-    // the partial sums, f and M1 (x2) are written again only after the next chunk's first barrier
+    // no barrier here: the partial sums are complete at phase 8's barrier (the next chunk's phase 1 forms dg and
+    // dbeta from them), and the partial sums, f and M1 (x2) are written again only after the next chunk's first one
     carry = cont;
     kbuf ^= 1;
     pend = i;
