@@ -3,9 +3,9 @@
 # (case, gates) pair on each tree in turn, round after round, so that clock and thermal drift fall on all trees alike.
 #
 # usage: bash bench/ab.sh [-r ROUNDS] [-n REPS] [-c "CASE..."] [-g "GATES..."] [-o DIR] NAME=SOURCE...
-#   SOURCE  a source tree (its CLI built in SOURCE/build-ab; CMakeLists.txt, cmake, include, src and tools suffice:
-#           `git archive REV CMakeLists.txt cmake include src tools | tar -x -C DIR`); the first NAME is the baseline
-#           of the ratios
+#   SOURCE  a source tree (its CLI built in SOURCE/build-ab; CMakeLists.txt, cmake, include, src, tests and tools
+#           suffice, the CLI's bench including tests/test_util.hpp: `git archive REV CMakeLists.txt cmake include src
+#           tests tools | tar -x -C DIR`); the first NAME is the baseline of the ratios
 #   -r 2  -n 5  -c "train_bwd_t8k_h16_32 train_bwd_t32k_h16_32 train_bwd_varlen_4x8k"  -g "u1 flashqla"  -o ab-out
 # Writes DIR/ab.tsv (round, case, gates, name, ms: `flashgdn bench`'s CUDA-graph median) and DIR/ab.md (per pair
 # the milliseconds of each round and each tree's median over the rounds against the first tree's).

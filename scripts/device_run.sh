@@ -175,7 +175,7 @@ if has ncu; then
   step ncu
   for kn in ${NCU_KERNELS:-chunk_bwd_fused chunk_bwd_chains}; do
     timeout "${NCU_TIMEOUT:-150}" ncu -k "regex:$kn" -c 1 --set full -f -o "$LOG/ncu-$kn" \
-      $B/flashgdn bench "${NCU_CASE:-train_bwd_t32k_h16_32}" --reps 1 --gates "${NCU_GATES:-u1}" >"$LOG/ncu-$kn.log" 2>&1
+      $B/flashgdn bench "${NCU_CASE:-train_bwd_t32k_h16_32}" --reps 3 --gates "${NCU_GATES:-u1}" >"$LOG/ncu-$kn.log" 2>&1
     echo "ncu $kn rc=$?" | tee -a "$summary"
     ncu --import "$LOG/ncu-$kn.ncu-rep" --page details >"$LOG/ncu-$kn.txt" 2>&1
     ncu --import "$LOG/ncu-$kn.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip >"$LOG/ncu-$kn.csv.gz"
