@@ -685,6 +685,11 @@ Command add_bench(CLI::App& app) {
                   "the fused pass reads (exec.chunk_bwd_window; 0 auto)")
       ->check(integer_in<int32_t>(0, 1))
       ->type_name("W");
+  sub->add_option("--chunk-bwd-state", opt->exec.chunk_bwd_state,
+                  "the training backward's chunk start states: 1 its own state chain, 2 chunk_fwd's state pass "
+                  "(exec.chunk_bwd_state; 0 auto)")
+      ->check(integer_in<int32_t>(0, 2))
+      ->type_name("S");
   sub->add_option("--mixer-kernel", opt->exec.mixer_kernel,
                   "mixer_decode's kernel: 1 clustered, 2 pipe (exec.mixer_kernel; 0 auto)")
       ->check(integer_in<int32_t>(0, 2))

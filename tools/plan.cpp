@@ -23,7 +23,7 @@ std::string plan_help() {
       "                  sequences of T / N tokens), segments=P (exec.chunk_fwd_segments), sms\n"
       "  chunk_bwd keys: as chunk_fwd (Hv default 32), segments=P (exec.chunk_bwd_segments), chains=0|1|2|3\n"
       "                  (exec.chunk_bwd_chains), grads=0|1|2|3|4 (exec.chunk_bwd_grads),\n"
-      "                  window=0|1 (exec.chunk_bwd_window)\n"
+      "                  window=0|1 (exec.chunk_bwd_window), state=0|1|2 (exec.chunk_bwd_state)\n"
       "  recurrent keys: N T Hqk Hv K V (defaults 1 1 16 32 128 128), pool=f32|bf16|f16|none, layout=k|v,\n"
       "                  verify=0|1 (bf16 intermediate states, no commit), kernel=auto|persistent|direct|\n"
       "                  direct_pipe|wy|wy_mma (exec.recurrent_kernel), sms\n"
@@ -109,6 +109,7 @@ int run_plan(const std::string& op, const std::vector<std::string>& params) {
       p.exec.chunk_bwd_chains = int32_t(num("chains", 0));
       p.exec.chunk_bwd_grads = int32_t(num("grads", 0));
       p.exec.chunk_bwd_window = int32_t(num("window", 0));
+      p.exec.chunk_bwd_state = int32_t(num("state", 0));
       st = chunk_bwd_plan(p, &text, sms);
     }
   } else if (op == "mixer_decode") {

@@ -52,7 +52,10 @@
     "CUDA mixer_decode kernel: 0 auto, 1 clustered (V split: mixer_split), 2 pipe (T = 1, K-major pool)")         \
   S(int32_t, int32_t, chunk_bwd_window, 0,                                                                        \
     "CUDA chunk_bwd dstate chain: 0 auto (with the fused pass: the decay windows of the gradients it reads, "     \
-    "exact to below fp32 rounding), 1 every chunk")
+    "exact to below fp32 rounding), 1 every chunk")                                                               \
+  S(int32_t, int32_t, chunk_bwd_state, 0,                                                                         \
+    "CUDA chunk_bwd chunk start states: 0 auto, 1 the backward's state chain, 2 chunk_fwd's state pass (K = V = " \
+    "128, bf16, the fused pass, the chains unsplit)")
 
 /* Gate and beta as given, or raw projections turned into them inside the op (gdn-math 4):
  *   g = -exp(A_log) * softplus(a + dt_bias),  beta = sigmoid(b) (x2 with allow_neg_eigval). */

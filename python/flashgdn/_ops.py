@@ -22,7 +22,7 @@ _EXEC_FIELDS = tuple(_C.options_fields("exec"))  # the order the extension reads
 @contextlib.contextmanager
 def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_threads=0, chunk_fwd_segments=0,
                  chunk_bwd_segments=0, mixer_split=0, chunk_bwd_chains=0, chunk_bwd_grads=0, mixer_kernel=0,
-                 chunk_bwd_window=0):
+                 chunk_bwd_window=0, chunk_bwd_state=0):
     """Execution options of the calls inside the block (ExecOptions in flashgdn.hpp).
 
     check_indices validates device index tensors on the host (synchronizes: tests and debugging only);
@@ -35,7 +35,9 @@ def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_
     fused with the value heads' dq / dk summed by a pass of their own (4; 2-4: K = V = 128, bf16; 0: the plan's
     choice); chunk_bwd_window = 1 runs
     the backward's dstate chain over every chunk (0: where the fused pass runs, each gradient it reads comes from
-    the chunks of its decay window, exact to below fp32 rounding, where the gates allow); mixer_kernel runs
+    the chunks of its decay window, exact to below fp32 rounding, where the gates allow); chunk_bwd_state = 2 forms
+    the backward's chunk start states by the forward's state pass instead of its own state chain (1; K = V = 128,
+    bf16, with the fused pass and the chains unsplit; 0: the plan's choice); mixer_kernel runs
     mixer_decode on the clustered kernel (1) or the pipe kernel (2: one token per row, K-major bf16 or fp32 pool,
     1-D slots, no intermediate states, Kc <= 4; 0: the plan's choice).
     A differentiable forward called inside the block keeps its options for its backward, wherever backward() runs
@@ -45,7 +47,8 @@ def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_
                  cpu_threads=int(cpu_threads), chunk_fwd_segments=int(chunk_fwd_segments),
                  chunk_bwd_segments=int(chunk_bwd_segments), mixer_split=int(mixer_split),
                  chunk_bwd_chains=int(chunk_bwd_chains), chunk_bwd_grads=int(chunk_bwd_grads),
-                 mixer_kernel=int(mixer_kernel), chunk_bwd_window=int(chunk_bwd_window))
+                 mixer_kernel=int(mixer_kernel), chunk_bwd_window=int(chunk_bwd_window),
+                 chunk_bwd_state=int(chunk_bwd_state))
     token = _EXEC.set(tuple(given.get(name, 0) for name in _EXEC_FIELDS))  # fields not named here: 0 (auto)
     try:
         yield

@@ -211,6 +211,12 @@ constexpr int32_t kChunkBwdFusedWalk = 16;
 // per exchange, and a cluster waits for four free SMs at once).
 constexpr int64_t kChunkBwdFusedCluster = 2;
 constexpr bool kFusedGradsByDefault = true;
+// The chunk start states from chunk_fwd's state pass (ChunkBwdPlan::states_from_fwd) where it can take them and the
+// unsplit chains do not fit one wave (N Hv V / 32 > SMs: a CTA per chain, in waves); where they fit, one CTA of both
+// chains hides the state chain's steps beside the reverse chain's, and the forward's passes measured +10 .. +12%
+// under FlashQLA's gates (-3 .. -5% under U(-1, 0)); past one wave -9% under both (docs/chunk_bwd.md "Chunk start
+// states from the forward's state pass").
+constexpr bool kStatesFromFwdByDefault = true;
 
 // The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 152 KiB, the wgmma
 // one's warpgroup and 140 KiB, the mma.sync dstate kernel's 206 KiB, the wgmma one's 190 KiB with two stages: one per
@@ -296,6 +302,32 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   if (chains == 3 ||
       (chains == 0 && pl.chains_concurrent && !pl.split && d.N * d.Hv * (d.V / kChunkBwdChainCols) <= pl.sms))
     pl.chains_concurrent = cuda::kChainsOneCta;
+  const int32_t state = p.exec.chunk_bwd_state;
+  if (state < 0 || state > 2)
+    return FGDN_INVALID(
+        "chunk_bwd: exec.chunk_bwd_state: expected 0 (auto), 1 (the backward's state chain) or 2 (chunk_fwd's state "
+        "pass), got ",
+        state);
+  // chunk_fwd's state pass stores S0 where the fused pass reads it; the reverse chain's split would need the state
+  // chain's summaries (their M, transposed), so only unsplit chains; they run one after the other
+  const bool from_fwd_ok = fused && !pl.split && chains < 2;
+  if (state == 2 && !from_fwd_ok)
+    return FGDN_ERROR(
+        unsupported,
+        "chunk_bwd: exec.chunk_bwd_state = 2: the chunk start states from chunk_fwd's state pass need the "
+        "fused gradients pass (K = V = 128, bf16, no allow_neg_eigval), the chains unsplit and not "
+        "forced at once, got K=",
+        d.K, " V=", d.V, " ", dtype_name(p.q.dtype), fused ? ", fused" : ", not fused", pl.split ? ", split" : "",
+        chains >= 2 ? ", exec.chunk_bwd_chains >= 2" : "");
+  const bool one_wave = d.N * d.Hv * (d.V / kChunkBwdChainCols) <= pl.sms;
+  pl.states_from_fwd = state == 2 || (state == 0 && from_fwd_ok && !one_wave && kStatesFromFwdByDefault);
+  if (pl.states_from_fwd) {
+    ChunkDims cd;
+    static_cast<SeqDims&>(cd) = d;
+    FGDN_RETURN_IF_ERROR(plan_chunk_fwd(fwd_params_of(p), cd, dev, &pl.fwd));
+    pl.chains_concurrent = cuda::kChainsSerial;
+    pl.state_stages = pl.dstate_stages = 2;
+  }
   if (pl.split) {
     pl.ws_items = 0;
     pl.ws_seq_first = align_up(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem));
@@ -307,6 +339,19 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   }
   *out = std::move(pl);
   return Status::OK();
+}
+
+ChunkFwdParams fwd_params_of(const ChunkBwdParams& p) {
+  ChunkFwdParams f;
+#define FGDN_COPY_TENSOR(name, role, dtypes, layout, doc) f.name = p.name;
+#define FGDN_COPY_SCALAR(type, c_type, name, init, doc) f.name = p.name;
+  FLASHGDN_SEQ_INPUT_TENSORS(FGDN_COPY_TENSOR)
+  FLASHGDN_SEQ_SCALARS(FGDN_COPY_SCALAR)
+#undef FGDN_COPY_TENSOR
+#undef FGDN_COPY_SCALAR
+  f.chunk_size = p.chunk_size;
+  f.exec = p.exec;
+  return f;
 }
 
 std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
@@ -367,6 +412,17 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
         pl.split ? ", and each summary of either chain over its own window" : "", "; the table by pass 0, grid (",
         slots, ", ", ceil_div(d.Hv, 8),
         "), a warp per (chunk slot, value head); prep forms dU0 for the chunks walked\n");
+  if (pl.states_from_fwd) {
+    ChunkDims cd;
+    static_cast<SeqDims&>(cd) = d;
+    std::string f = describe(pl.fwd, cd);
+    for (size_t at = 0; (at = f.find('\n', at)) != std::string::npos && at + 1 < f.size(); at += 3)
+      f.replace(at, 1, "\n  ");
+    s += str_cat(
+        "  chunk start states (S0): chunk_fwd's intra and state passes, the state pass storing S0 instead of o; the "
+        "state chain runs only where a beta exceeds 1. ",
+        f);
+  }
   s += str_cat("  split: ", pl.why, "\n");
   s += str_cat("  workspace: the records and scratch (chunk_bwd_workspace_size)");
   if (pl.split)

@@ -78,6 +78,12 @@ struct ChunkBwdPlan {
   // dstate chain takes each gradient the fused pass reads (the end of a walk) or dh0 from the chunks of its decay
   // window only, from a zero gradient (docs/chunk_bwd.md "Decay window of the reverse chain")
   bool decay_window = false;
+  // The chunk start states S0 (the fused pass's operand) from chunk_fwd's intra and state passes (`fwd`, its own plan
+  // and split; the state pass in its STATES form: S0 records instead of o) instead of pass 2, which then runs only
+  // where a beta exceeds 1 (the wgmma pass 4 reads its U records); the chains one after the other, pass 3 on its
+  // two-stage kernel (exec.chunk_bwd_state; docs/chunk_bwd.md "Chunk start states from the forward's state pass")
+  bool states_from_fwd = false;
+  ChunkFwdPlan fwd;
   bool split = false;
   bool forced = false;     // exec.chunk_bwd_segments decided the split
   int64_t segments = 1;    // P: segments of a typical sequence
@@ -92,6 +98,9 @@ struct ChunkBwdPlan {
 inline constexpr int64_t kChunkBwdChainCols = 32;  // state columns per chain CTA
 
 Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFacts& dev, ChunkBwdPlan* out);
+// chunk_fwd's inputs of a chunk_bwd call (q, k, v, the gates, h0, cu_seqlens, the scalars; no outputs): the forward
+// that recomputes the backward's chunk start states (ChunkBwdPlan::states_from_fwd)
+ChunkFwdParams fwd_params_of(const ChunkBwdParams& p);
 std::string describe(const ChunkBwdPlan& pl, const SeqDims& d);
 
 // ---- recurrent ------------------------------------------------------------------------------------------------

@@ -856,8 +856,11 @@ TEST(ChunkBwdPlan, ChainsOverride) {
   EXPECT_EQ(bwd_plan(cu).chains_concurrent, cuda::kChainsOneCta);
   cu.p.exec.chunk_bwd_chains = 2;
   EXPECT_EQ(bwd_plan(cu).chains_concurrent, cuda::kChainsTwoCtas);
-  u.Hv = 64;  // 256 CTAs
-  EXPECT_EQ(bwd_plan(bwd_call(u)).chains_concurrent, cuda::kChainsTwoCtas);
+  u.Hv = 64;  // 256 CTAs: a CTA per chain (with the backward's own state chain; by default S0 is chunk_fwd's and
+              // the reverse chain runs alone: ChunkBwdPlan.StatesFromTheForward)
+  BwdCall c64 = bwd_call(u);
+  c64.p.exec.chunk_bwd_state = 1;
+  EXPECT_EQ(bwd_plan(c64).chains_concurrent, cuda::kChainsTwoCtas);
   c.p.exec.chunk_bwd_chains = 4;
   ChunkBwdPlan bad;
   Status st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
@@ -869,6 +872,65 @@ TEST(ChunkBwdPlan, ChainsOverride) {
   st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
   EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();
   EXPECT_NE(st.message().find("need K = V = 128, got K=64 V=64"), std::string::npos) << st.message();
+}
+
+// exec.chunk_bwd_state: the chunk start states from chunk_fwd's passes (its own plan and split, the state pass
+// storing S0 instead of o) by default where the fused pass runs, the backward's chains are unsplit and do not fit
+// one wave (N Hv V / 32 > SMs); the chains then run one after the other on their two-stage kernels. 1 keeps the
+// state chain, 2 forces the forward's passes (unsupported without the fused pass, or with the chains split or forced
+// at once); the text names it with the forward's plan.
+TEST(ChunkBwdPlan, StatesFromTheForward) {
+  ChunkShape s;
+  s.B = 4, s.T = 8192, s.Hqk = 16, s.Hv = 64;  // 1024 chain CTAs
+  BwdCall c = bwd_call(s);
+  ChunkBwdPlan pl = bwd_plan(c);
+  EXPECT_TRUE(pl.states_from_fwd);
+  EXPECT_EQ(pl.chains_concurrent, cuda::kChainsSerial);
+  EXPECT_EQ(pl.state_stages, 2);
+  EXPECT_EQ(pl.dstate_stages, 2);
+  EXPECT_GT(pl.fwd.workspace_bytes, 0u);
+  EXPECT_EQ(pl.fwd.rec_slots, 4 * 128);
+  EXPECT_TRUE(describes(pl, c.d, "chunk start states (S0): chunk_fwd's intra and state passes"));
+  EXPECT_TRUE(describes(pl, c.d, "\n    intra-chunk pass: "));
+  c.p.exec.chunk_bwd_state = 1;
+  pl = bwd_plan(c);
+  EXPECT_FALSE(pl.states_from_fwd);
+  EXPECT_EQ(pl.chains_concurrent, cuda::kChainsTwoCtas);
+  EXPECT_EQ(describe(pl, c.d).find("chunk start states"), std::string::npos);
+  // one wave (T = 32K Hv = 32: 128 chain CTAs): one CTA of both chains, unless forced
+  ChunkShape w;
+  w.T = 32768, w.Hqk = 16, w.Hv = 32;
+  BwdCall cw = bwd_call(w);
+  EXPECT_FALSE(bwd_plan(cw).states_from_fwd);
+  EXPECT_EQ(bwd_plan(cw).chains_concurrent, cuda::kChainsOneCta);
+  cw.p.exec.chunk_bwd_state = 2;
+  pl = bwd_plan(cw);
+  EXPECT_TRUE(pl.states_from_fwd);
+  EXPECT_EQ(pl.chains_concurrent, cuda::kChainsSerial);
+  EXPECT_TRUE(pl.fwd.split) << pl.fwd.why;  // the forward splits its 32 chains (P = 4)
+  // what the forward's passes cannot take: a split of the backward's chains, the chains forced at once, no fused pass
+  ChunkBwdPlan bad;
+  const auto refused = [&](const BwdCall& x, const char* what) {
+    const Status st = plan_chunk_bwd(x.p, x.d, DeviceFacts{kH200Sms}, &bad);
+    EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();
+    EXPECT_NE(st.message().find(what), std::string::npos) << st.message();
+  };
+  BwdCall x = cw;
+  x.p.exec.chunk_bwd_segments = 4;
+  refused(x, "exec.chunk_bwd_state = 2: the chunk start states from chunk_fwd's state pass need");
+  x = cw, x.p.exec.chunk_bwd_chains = 3;
+  refused(x, "exec.chunk_bwd_chains >= 2");
+  x = cw, x.p.exec.chunk_bwd_grads = 2;
+  refused(x, "not fused");
+  // without the fused pass nothing changes by default
+  x = c, x.p.exec.chunk_bwd_state = 0, x.p.exec.chunk_bwd_grads = 2;
+  EXPECT_FALSE(bwd_plan(x).states_from_fwd);
+  for (const int32_t v : {-1, 3}) {
+    x = cw, x.p.exec.chunk_bwd_state = v;
+    const Status st = plan_chunk_bwd(x.p, x.d, DeviceFacts{kH200Sms}, &bad);
+    EXPECT_EQ(st.code(), StatusCode::invalid_argument) << st.message();
+    EXPECT_NE(st.message().find("exec.chunk_bwd_state: expected 0 (auto), 1"), std::string::npos) << st.message();
+  }
 }
 
 // exec.chunk_bwd_grads: the fused pass (pass 4 with the reverse chain) by default where it runs (K = V = 128, bf16)

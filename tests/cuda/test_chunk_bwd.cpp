@@ -45,6 +45,7 @@ struct BwdCase {
   int32_t chains = 0;       // exec.chunk_bwd_chains: 0 the plan's choice, 1 one after the other, 2 / 3 both at once
   int32_t grads = 0;        // exec.chunk_bwd_grads: 0 the plan's choice, 1 mma.sync, 2 wgmma, 3 fused
   int32_t window = 0;       // exec.chunk_bwd_window: 0 the plan's choice, 1 every chunk of the dstate chain
+  int32_t state = 0;        // exec.chunk_bwd_state: 0 the plan's choice, 1 the state chain, 2 chunk_fwd's state pass
 };
 
 BwdCase bcase(const std::string& name, int64_t B, int64_t T, int64_t Hqk, int64_t Hv, int64_t K, int64_t V) {
@@ -159,6 +160,7 @@ void set_options(const BwdCase& bc, ChunkBwdParams* p) {
   p->exec.chunk_bwd_chains = bc.chains;
   p->exec.chunk_bwd_grads = bc.grads;
   p->exec.chunk_bwd_window = bc.window;
+  p->exec.chunk_bwd_state = bc.state;
 }
 
 // The oracle: the public API on CPU tensors in fp64, inputs cast from the device's values.
@@ -977,6 +979,57 @@ TEST(CudaChunkBwd, FusedGradsAgainstOracle) {
   b.c.seqlens = {2000, 0, 1500, 77, 0, 600};
   b.slack = 9;
   b.grads = 3;
+  check_deterministic(b);
+}
+
+// The chunk start states from chunk_fwd's state pass (exec.chunk_bwd_state = 2: its STATES form stores every chunk's
+// S0 record, no o; docs/chunk_bwd.md "Chunk start states from the forward's state pass"): the fused pass's cases but
+// the split (which this form does not take: the backward's chains unsplit where its plan would split them) against
+// the fp64 oracle. The forward's own plan splits the long walks of few heads (T = 1500 Hv = 4: its summaries and
+// scan, then S0 from the start states), and a beta of 2 (nearly
+// parallel keys) raises the beta flag on the device: the state chain then runs after the forward's pass and the
+// wgmma pass 4 reads its records. Then bitwise repeatable, eager and graph replay.
+TEST(CudaChunkBwd, StatesFromForwardAgainstOracle) {
+  REQUIRE_GPU();
+  BwdCase b = bcase("s0fwd_varlen_lengths_slack_gate", 1, 0, 2, 4, 128, 128);
+  b.c.seqlens = {1, 63, 0, 65, 131, 0, 64, 1100};
+  b.slack = 5;
+  b.gate = true;
+  b.state = 2;
+  check(b);
+  b = bcase("s0fwd_walk_t1500_gqa4_vmajor", 2, 1500, 1, 4, 128, 128);
+  b.c.g_scale = 0.02;
+  b.c.layout = StateLayout::v_major;
+  b.segments = 1;  // the backward's chains unsplit (the form's requirement), the forward's split
+  b.state = 2;
+  check(b);
+  b = bcase("s0fwd_no_h0_no_dht_gqa2", 1, 1200, 2, 4, 128, 128);
+  b.c.has_h0 = false;
+  b.has_dht = false;
+  b.c.g_scale = 0.02;
+  b.segments = 1;
+  b.state = 2;
+  check(b);
+  for (int special : {1, 2, 3, 4}) {
+    b = bcase(special == 1   ? "s0fwd_identical_keys"
+              : special == 2 ? "s0fwd_g_minus_30"
+              : special == 3 ? "s0fwd_near_parallel_keys"
+                             : "s0fwd_beta_two_near_parallel_keys",
+              1, special >= 3 ? 300 : 200, 1, 2, 128, 128);
+    b.special = special;
+    b.state = 2;
+    check(b);
+  }
+  b = bcase("s0fwd_mha_varlen_slack_no_l2norm", 1, 0, 4, 4, 128, 128);
+  b.c.seqlens = {70, 0, 1300, 5};
+  b.c.l2norm = false;
+  b.slack = 7;
+  b.state = 2;
+  check(b);
+  b = bcase("s0fwd_many_varlen_slack", 1, 0, 4, 16, 128, 128);
+  b.c.seqlens = {2000, 0, 1500, 77, 0, 600};
+  b.slack = 9;
+  b.state = 2;
   check_deterministic(b);
 }
 

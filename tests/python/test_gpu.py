@@ -232,6 +232,33 @@ def test_chunk_backward_decay_window_option():
         grads(2)
 
 
+def test_chunk_backward_states_from_forward_option():
+    # exec_options(chunk_bwd_state=2) takes the chunk start states from chunk_fwd's state pass instead of the
+    # backward's state chain (docs/chunk_bwd.md); both near the fp64 oracle and within bf16 operand rounding of each
+    # other (the two chains round S0 at different points); a split of the backward's chains is refused, naming it
+    T = 1500
+    q, k, v, g, beta = inputs(1, T, 1, 2, 128, 128, torch.bfloat16, seed=9)
+    do = torch.randn(1, T, 2, 128, device="cuda", dtype=torch.bfloat16)
+
+    def grads(state, segments=0):
+        xs = [x.clone().requires_grad_(True) for x in (q, k, v, g, beta)]
+        with flashgdn.exec_options(chunk_bwd_state=state, chunk_bwd_segments=segments):
+            o, _ = call(flashgdn.chunk_gated_delta_rule, *xs, use_qk_l2norm_in_kernel=True)
+            o.backward(do)
+        return [x.grad.double() for x in xs]
+
+    ref = [x.detach().cpu().double().requires_grad_(True) for x in (q, k, v, g, beta)]
+    with flashgdn.exec_options(cpu_fp64=True):
+        o_ref, _ = flashgdn.chunk_gated_delta_rule(*ref, use_qk_l2norm_in_kernel=True)
+        o_ref.backward(do.cpu().double())
+    fwd, chain = grads(2, segments=1), grads(1, segments=1)
+    for a, b, r, tol in zip(fwd, chain, ref, (8e-3, 8e-3, 8e-3, 2e-2, 2e-2)):
+        assert rel(a.cpu().numpy(), r.grad.numpy()) < tol
+        assert (a - b).norm() <= tol * b.norm()
+    with pytest.raises(Exception, match="chunk_bwd_state"):
+        grads(2, segments=4)
+
+
 def test_fused_recurrent_vs_oracle():
     lens = [1, 7, 0, 12]
     cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int64, device="cuda")

@@ -3,7 +3,8 @@
 // emulation of emu.hpp / emu_sm90.hpp through cuda::chunk_fwd and its plan, K = V = 128 (cases 9-11: K = V = 64, the
 // mma.sync state pass chunk_fwd_state.cuh), against the CPU oracle (the public API, fp64 recurrence) on fresh random
 // inputs with NaN-poisoned outputs and NaN slack rows. Bounds: gdn-math §10.3 as the GPU suite holds them
-// (tests/cuda/test_chunk_fwd.cpp): relative Frobenius error <= 5e-3 for o and hT, 1e-2 for the worst head. Built with
+// (tests/cuda/test_chunk_fwd.cpp): relative Frobenius error <= 5e-3 for o and hT, 1e-2 for the worst head; in the
+// bf16 wgmma cases also the state pass's STATES form (chunk_bwd's S0 records) against the same run's states. Built with
 // -fsanitize=thread (run.sh --tsan), ThreadSanitizer reports every pair of shared-memory accesses that no barrier,
 // mbarrier phase or async wait orders. Usage: state_wg_harness <case 0-28> (0: bf16, T = 200 (a partial last chunk),
 // GQA 2, h0; 1: varlen 70, 0, 130 with slack rows (the cp.async path inside the tensor, TMA at its end), fused gate; 2:
@@ -313,6 +314,85 @@ int main(int argc, char** argv) {
     const bool ok = e <= 5e-3 && w <= 1e-2;
     fails += !ok;
     printf("case %d %-5s rel %.3e worst head %.3e%s\n", which, k.name, e, w, ok ? "" : "  FAIL");
+  }
+  // The STATES form (chunk_fwd_states: chunk_bwd's S0 records; bf16 on wgmma): every chunk's record is bitwise the
+  // bf16 rounding (nearest even) of the forward's fp32 state after the chunk before (its checkpoints at interval 64,
+  // from the forward's own run) or of the start state for a sequence's first chunk; under the split a segment's first
+  // chunk starts from the scan's state (the summaries' products on 16-bit operands), the walk's state to within the
+  // forward's bound: relative Frobenius error <= 5e-3 per (chunk, head)
+  if (!mma_pass && c.dtype == DType::bf16) {
+    const int64_t maxlen = c.seqlens.empty() ? c.T : *std::max_element(c.seqlens.begin(), c.seqlens.end());
+    const int64_t n64 = std::max<int64_t>(maxlen / 64, 1);
+    HostTensor q = in.q.cast(c.dtype), k = in.k.cast(c.dtype), v = in.v.cast(c.dtype), g = in.g.cast(DType::f32),
+               b = in.beta.cast(DType::f32);
+    HostTensor h0 = in.h0.empty_shape() ? HostTensor() : in.h0.cast(DType::f32);
+    HostTensor al = alog.empty_shape() ? HostTensor() : alog.cast(DType::f32),
+               db = dtb.empty_shape() ? HostTensor() : dtb.cast(DType::f32);
+    HostTensor o(c.dtype, v.shape), ck = c.layout == StateLayout::k_major
+                                             ? HostTensor(DType::f32, {c.N(), n64, c.Hv, c.K, c.V})
+                                             : HostTensor(DType::f32, {c.N(), n64, c.Hv, c.V, c.K});
+    ChunkFwdParams p;
+    p.q = q.view(), p.k = k.view(), p.v = v.view(), p.g = g.view(), p.beta = b.view(), p.initial_state = h0.view();
+    p.cu_seqlens = in.cu.view(), p.A_log = al.view(), p.dt_bias = db.view();
+    p.o = o.view(), p.state_checkpoints = ck.view(), p.checkpoint_interval = 64;
+    p.use_qk_l2norm_in_kernel = c.l2norm;
+    p.state_layout = c.layout;
+    p.gate.use_gate_in_kernel = gate;
+    p.gate.use_beta_sigmoid_in_kernel = gate;
+    p.exec.chunk_fwd_segments = segments;
+    ChunkDims d;
+    ChunkFwdPlan pl;
+    Status s = validate(p, &d);
+    if (s.ok()) s = plan_chunk_fwd(p, d, DeviceFacts{132}, &pl);
+    std::vector<unsigned char> ws(pl.workspace_bytes, 0xff);
+    if (s.ok()) s = cuda::chunk_fwd(p, d, pl, ws.data(), ws.size(), nullptr);
+    std::vector<uint16_t> s0(size_t(pl.rec_slots * c.Hv * c.K * c.V), 0xffff);  // NaN where unwritten
+    if (s.ok()) s = cuda::chunk_fwd_states(p, d, pl, ws.data(), s0.data(), nullptr);
+    if (!s.ok()) printf("emu: %s\n", s.message().c_str());
+    const auto bf16 = [](double x) {  // the fp32 value's bf16 bits, rounded to nearest even
+      const float f = float(x);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    };
+    const int64_t nb = (c.T + 63) / 64, blk = c.K * c.V;
+    int64_t bad = 0, checked = 0, starts = 0;
+    double worst_start = 0.0;
+    for (int64_t n = 0; n < c.N() && s.ok(); ++n) {
+      const int64_t len = c.seqlens.empty() ? c.T : c.seqlens[size_t(n)];
+      const int64_t t0 = c.seqlens.empty() ? 0 : int64_t(in.cu.get(n));
+      for (int64_t ch = 0; ch * 64 < len; ++ch)
+        for (int64_t h = 0; h < c.Hv; ++h) {
+          const int64_t slot = c.seqlens.empty() ? n * nb + ch : n + (t0 + 64 * ch) / 64;
+          const bool seg_start = pl.split && ch > 0 && ch % pl.seg_chunks == 0;
+          double dd = 0.0, ww = 0.0;
+          for (int64_t i = 0; i < c.K; ++i)
+            for (int64_t j = 0; j < c.V; ++j) {
+              const int64_t e = c.layout == StateLayout::k_major ? i * c.V + j : j * c.K + i;
+              const double want = ch == 0 ? (h0.empty_shape() ? 0.0 : h0.get((n * c.Hv + h) * blk + e))
+                                          : ck.get(((n * n64 + ch - 1) * c.Hv + h) * blk + e);
+              const uint16_t got = s0[size_t((slot * c.Hv + h) * blk + i * c.V + j)];
+              if (seg_start) {
+                const uint32_t u = uint32_t(got) << 16;
+                float x;
+                std::memcpy(&x, &u, 4);
+                dd += (x - want) * (x - want), ww += want * want;
+              } else {
+                bad += got != bf16(want);
+                ++checked;
+              }
+            }
+          if (seg_start) {
+            const double e = std::sqrt(dd / std::max(ww, 1e-300));
+            worst_start = std::max(worst_start, e), bad += !(e <= 5e-3), ++starts;
+          }
+        }
+    }
+    printf(
+        "case %d S0 records (STATES form): %ld of %ld elements differ from the bf16 forward states; %ld segment "
+        "starts, worst %.2e%s\n",
+        which, long(bad), long(checked), long(starts), worst_start, bad || !s.ok() || !checked ? "  FAIL" : "");
+    fails += bad != 0 || !s.ok() || !checked;
   }
   // a length-0 sequence keeps its start state exactly
   for (int64_t n = 0; n < c.N(); ++n) {

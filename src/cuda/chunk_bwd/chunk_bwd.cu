@@ -37,7 +37,7 @@ int64_t slots_of(const SeqDims& d) {
 // 4 (256 + 64^2 + 128 V + K V) + 2 (2 64 K + K V) (W as bf16 hi + lo, S0 in bf16).
 struct WsLayout {
   size_t rows = 0, A = 0, W = 0, U = 0, dU = 0, S0 = 0, dS = 0, dqh = 0, dkh = 0, dgh = 0, dbh = 0, flag = 0, dec = 0,
-         total = 0;
+         fwd = 0, total = 0;
 };
 
 // The dq / dk scratch's heads (ChunkBwdArgs::dqk_heads): pass 4 on wgmma sums a q/k head's value heads itself
@@ -69,8 +69,9 @@ WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
   take(&w.dkh, qk_rows * K * f);
   take(&w.dgh, rows * f);
   take(&w.dbh, rows * f);
-  take(&w.flag, pl.fused_walk > 0 ? sizeof(int32_t) : 0);  // ChunkBwdArgs::beta_big
-  take(&w.dec, pl.decay_window ? rec * f : 0);             // ChunkBwdArgs::dec
+  take(&w.flag, pl.fused_walk > 0 ? sizeof(int32_t) : 0);         // ChunkBwdArgs::beta_big
+  take(&w.dec, pl.decay_window ? rec * f : 0);                    // ChunkBwdArgs::dec
+  take(&w.fwd, pl.states_from_fwd ? pl.fwd.workspace_bytes : 0);  // chunk_fwd_states' own
   w.total = off;
   return w;
 }
@@ -317,11 +318,17 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   a.dbh = reinterpret_cast<float*>(base + wl.dbh);
   if (pl.fused_walk > 0) a.beta_big = reinterpret_cast<int32_t*>(base + wl.flag);
   if (pl.decay_window) a.dec = reinterpret_cast<float*>(base + wl.dec);
+  a.s0_from_fwd = pl.states_from_fwd;
   const auto st = static_cast<cudaStream_t>(stream);
   // Slack rows (varlen: outside [cu[0], cu[N])) are never written by the chunk passes, and the kernels below never
   // read their scratch (covered()): no clearing pass over it.
   const bool bf16 = p.q.dtype == DType::bf16;
   if (a.beta_big) FGDN_CUDA_CHECK(cudaMemsetAsync(a.beta_big, 0, sizeof(int32_t), st));
+  if (pl.states_from_fwd) {  // S0 by chunk_fwd's passes (its plan, its part of the workspace)
+    ChunkDims cd;
+    static_cast<SeqDims&>(cd) = d;
+    FGDN_RETURN_IF_ERROR(chunk_fwd_states(fwd_params_of(p), cd, pl.fwd, base + wl.fwd, a.S0, stream));
+  }
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)
                                                 : launch_chunk_bwd_passes_f16(a, d.K, d.V, stream)));
   const int64_t qk_rows = d.B * d.T * d.Hqk, v_rows = d.B * d.T * d.Hv;

@@ -96,6 +96,9 @@ struct ChunkBwdArgs {
   // [1] with fused_walk: prep sets it where a chunk's beta exceeds 1; then pass 4 on wgmma runs instead of the fused
   // pass (each kernel reads it and returns at once when it is not its turn) and the chains store every record
   int32_t* beta_big;
+  // 1: S0 comes from chunk_fwd's state pass (launched ahead of these passes, ChunkBwdPlan::states_from_fwd), so pass 2
+  // runs and prep forms U0 only where the fused pass does not (beta_big: the wgmma pass 4 reads pass 2's U)
+  int32_t s0_from_fwd;
   // [Hv, slots] with the plan's decay_window (the fused pass, the dstate chain on wgmma, exec.chunk_bwd_window 0):
   // prep's decay table (gamma_n of a chunk whose transitions are contractions times e^g: unit keys, every beta in
   // [0, 2]; else kDecayUnbounded), by which the dstate chain takes each gradient the fused pass reads from its decay

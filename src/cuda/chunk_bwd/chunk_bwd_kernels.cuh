@@ -612,7 +612,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
     store_split_frags(reinterpret_cast<__nv_bfloat16*>(a.W + cp.rec * (2 * kC * K)), kC * K, K, acc, m0, n0, lane,
                       w_rest || !(a.state_wg && a.dstate_wg));
   }
-  {
+  if (!(a.s0_from_fwd && fused_on(a))) {  // U0: pass 2's input only (which then runs only where a beta exceeds 1)
     constexpr int NT = V / 16;
     float u0[NT][4] = {};
     const int n0 = (V / 2) * (warp >> 2);

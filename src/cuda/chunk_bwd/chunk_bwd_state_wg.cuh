@@ -176,6 +176,7 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z, uns
   // the warp index, broadcast from lane 0 so that the compiler sees it warp-uniform
   const int wi = __shfl_sync(0xffffffffu, tid >> 5, 0);
   const int h = blockIdx.y;
+  if (a.s0_from_fwd && fused_on(a)) return;  // S0 is chunk_fwd's, and nothing reads U
   ChainWork w;
   if (!chain_work<K>(a, false, &w, z)) return;
   const bool sum = a.chain_mode == kChainSummary, trim = fused_on(a);  // trim: U unread (the fused pass forms it)

@@ -83,7 +83,7 @@ ChunkStateMaps encode_state_maps(const ChunkKernelArgs& a) {
   m.on = tma::encode_4d_b16(q, a.q, {128, a.T, a.Hqk, a.B}, {a.q_st, a.q_sh, a.q_sb}, box) &&
          tma::encode_4d_b16(k, a.k, {128, a.T, a.Hqk, a.B}, {a.k_st, a.k_sh, a.k_sb}, box) &&
          tma::encode_4d_b16(v, a.v, {a.V, a.T, a.Hv, a.B}, {a.v_st, a.v_sh, a.v_sb}, box);
-  m.o_on = tma::encode_4d_b16(o, a.o, {a.V, a.T, a.Hv, a.B}, {a.o_st, a.o_sh, a.o_sb}, box);
+  m.o_on = a.o && tma::encode_4d_b16(o, a.o, {a.V, a.T, a.Hv, a.B}, {a.o_st, a.o_sh, a.o_sb}, box);
   return m;
 }
 
@@ -97,15 +97,13 @@ int launch_state(const ChunkKernelArgs& a, ChunkStatePass pass, const ChunkState
               : launch_chunk_state_f16(a, K, items, tiles, stream);
 }
 
-}  // namespace
-
-Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan& pl, void* ws, size_t ws_bytes,
-                 void* stream) {
-  if (d.N == 0 || d.Hv == 0) return Status::OK();
-  if (pl.workspace_bytes > 0 && (ws == nullptr || ws_bytes < pl.workspace_bytes))
-    return FGDN_INVALID("chunk_fwd: workspace: expected at least ", pl.workspace_bytes, " bytes, got ", ws_bytes);
+// The passes (intra, then the state pass directly or split), with every chunk's start state stored as chunk_bwd's S0
+// record where s0 is set (the state pass's STATES form: no o).
+Status run_passes(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan& pl, void* ws, uint16_t* s0,
+                  void* stream) {
   const bool bf16 = p.q.dtype == DType::bf16;
   ChunkKernelArgs a = make_args(p, d);
+  a.s0 = s0;
   const int64_t vt = d.V / kTile, kt = d.K / kTile;
   auto* base = static_cast<unsigned char*>(ws);
   // the intra-chunk pass: every (chunk, value head) record
@@ -135,6 +133,25 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan
   a.mode = kModeForwardSplit;
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch_state(a, pl.state_pass, maps, bf16, d.K, pl.cap, vt, stream)));
   return Status::OK();
+}
+
+}  // namespace
+
+Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan& pl, void* ws, size_t ws_bytes,
+                 void* stream) {
+  if (d.N == 0 || d.Hv == 0) return Status::OK();
+  if (pl.workspace_bytes > 0 && (ws == nullptr || ws_bytes < pl.workspace_bytes))
+    return FGDN_INVALID("chunk_fwd: workspace: expected at least ", pl.workspace_bytes, " bytes, got ", ws_bytes);
+  return run_passes(p, d, pl, ws, nullptr, stream);
+}
+
+Status chunk_fwd_states(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan& pl, void* ws, uint16_t* s0,
+                        void* stream) {
+  if (d.N == 0 || d.Hv == 0) return Status::OK();
+  if (pl.state_pass != ChunkStatePass::wgmma || p.q.dtype != DType::bf16)
+    return FGDN_ERROR(unsupported, "chunk_fwd_states: the S0 records need the wgmma state pass and bf16, got K=", d.K,
+                      " V=", d.V, " ", dtype_name(p.q.dtype));
+  return run_passes(p, d, pl, ws, s0, stream);
 }
 
 }  // namespace flashgdn::cuda

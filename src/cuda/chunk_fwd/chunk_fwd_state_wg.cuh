@@ -194,14 +194,17 @@ __device__ __forceinline__ void load_kt_frags(const unsigned char (&kt)[2][8192]
 // columns (the k and q tiles of phase 1, the record's fragments, K^T) is read by two warpgroups, the registers hold
 // both parts of A diag(beta) and both key blocks' K^T at once (phase 2 and the update each one wgmma group), and
 // P U runs as a group of its own behind the update, its wait after the next chunk's S0^T is stored. ptxas: 254
-// registers in forward mode, 250 (bf16) / 248 (f16) in summary mode, no spills.
+// registers in forward mode, 250 (bf16) / 248 (f16) in summary mode, 252 in the STATES form (bf16), no spills.
 constexpr int kStateWgThreads = 256;
 
-// SUMMARY: the summary mode of the split (no q, no output, no P U); a template parameter so that no wgmma group
-// has a data-dependent branch (ptxas serializes wgmma around accumulator moves at branch joins).
-template <bool BF16, bool SUMMARY>
+// SUMMARY: the summary mode of the split (no q, no output, no P U); STATES: the forward modes with every chunk's
+// start state stored in bf16 (a.s0, chunk_bwd's S0 record) instead of o (no q, no P U either: the backward's state
+// recompute). Template parameters so that no wgmma group has a data-dependent branch (ptxas serializes wgmma around
+// accumulator moves at branch joins).
+template <bool BF16, bool SUMMARY, bool STATES>
 __global__ void __launch_bounds__(kStateWgThreads, 1)
     chunk_fwd_state_wg_kernel(const ChunkKernelArgs a, const __grid_constant__ ChunkStateMaps maps) {
+  static_assert(!(SUMMARY && STATES) && (BF16 || !STATES), "state pass: STATES is a bf16 forward mode");
   using E = typename Elem<BF16>::T;
   using P = Elem<BF16>;
   constexpr int K = 128;
@@ -224,7 +227,7 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   if (!resolve_work(a, item, h, &wk)) return;
   if (!summary_walks(wk, blockIdx.z * 2, 2, K)) wk.c_end = wk.c_begin;
   const int64_t n = wk.n, bidx = wk.bidx, t0 = wk.t0, len = wk.len, c_begin = wk.c_begin, c_end = wk.c_end;
-  constexpr bool summary = SUMMARY, has_output = !SUMMARY;
+  constexpr bool summary = SUMMARY, has_output = !SUMMARY && !STATES;
   const int ntiles = summary ? (K + static_cast<int>(a.V)) / 64 : static_cast<int>(a.V) / 64;
   // the last half may have no tile (summary, odd count); forward mode has V / 64 = 2 tiles in one CTA (grid z = 1),
   // so both halves are active there, known at compile time
@@ -254,6 +257,19 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   const E* kbase = static_cast<const E*>(a.k) + bidx * a.k_sb + hk * a.k_sh;
   const E* vbase = static_cast<const E*>(a.v) + bidx * a.v_sb + h * a.v_sh + vcol0;
   E* obase = static_cast<E*>(a.o) + bidx * a.o_sb + h * a.o_sh + vcol0 + cb;
+  // STATES: chunk c's start state, key block mb (the packed pairs of its 16-bit copy: rows r0, r1 of the warp's keys),
+  // into its S0 record [K][V] (bf16, the rounding of the operand tile S0^T, gdn-math §10.2)
+  const auto store_s0 = [&](int64_t c, int mb, const uint32_t(&x)[NJ][2]) {
+    if constexpr (STATES) {
+      uint16_t* row =
+          a.s0 + (chunk_slot(a, n, t0, c) * a.Hv + h) * (K * a.V) + (64 * mb + r0) * a.V + vcol0 + cb + 2 * t4;
+#pragma unroll
+      for (int jn = 0; jn < NJ; ++jn) {
+        *reinterpret_cast<uint32_t*>(row + 8 * jn) = x[jn][0];
+        *reinterpret_cast<uint32_t*>(row + 8 * a.V + 8 * jn) = x[jn][1];
+      }
+    }
+  };
 
   // Every load of chunk ck into buffer bf, by one of two paths; both land the same tiles and complete full[bf] with
   // one arrival per thread. TMA (a chunk of 64 valid rows, or one that ends at the tensor's end, past which the
@@ -410,6 +426,7 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
       uint32_t x[NJ][2];
       pack_acc<BF16>(sacc[mb], x);
       store_transposed(st_slice + 8192 * mb, x, wi, lane);
+      if (STATES && c_begin < c_end) store_s0(c_begin, mb, x);
     }
   }
 
@@ -702,6 +719,7 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
         uint32_t x[NJ][2];
         pack_acc<BF16>(sacc[mb], x);
         store_transposed(st_slice + 8192 * mb, x, wi, lane);
+        if (STATES && c + 1 < c_end) store_s0(c + 1, mb, x);
       }
       wg::fence_async_smem();
       named_barrier<128>(1 + wgi);  // S0^T complete before the next chunk's phase 1 (no CTA-wide barrier orders it)
@@ -744,25 +762,29 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
 }
 
 // grid = (items, Hv, ceil(tiles / 2)): both value halves of V = 128 per CTA.
-template <bool BF16, bool SUMMARY>
+template <bool BF16, bool SUMMARY, bool STATES = false>
 int launch_chunk_state_wg_mode(const ChunkKernelArgs& a, const ChunkStateMaps& maps, int64_t items, int64_t tiles,
                                void* stream) {
   const size_t smem = sizeof(StateWgSmem) + 1024;  // + alignment of the swizzled regions to 1024 bytes
   static std::atomic<uint64_t> done_mask{0};
-  if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16, SUMMARY>, smem, done_mask)) return e;
+  if (const int e = prepare_launch(chunk_fwd_state_wg_kernel<BF16, SUMMARY, STATES>, smem, done_mask)) return e;
   if (items <= 0 || a.Hv <= 0 || tiles <= 0) return 0;
   // K = V = 128: the forward modes run both value halves of one CTA (the kernel takes both as active)
   if (a.V != 128 || (!SUMMARY && tiles != 2)) return static_cast<int>(cudaErrorInvalidValue);
   const dim3 grid(static_cast<unsigned>(items), static_cast<unsigned>(a.Hv), static_cast<unsigned>((tiles + 1) / 2));
-  chunk_fwd_state_wg_kernel<BF16, SUMMARY><<<grid, kStateWgThreads, smem, static_cast<cudaStream_t>(stream)>>>(a, maps);
+  const auto kernel = chunk_fwd_state_wg_kernel<BF16, SUMMARY, STATES>;
+  kernel<<<grid, kStateWgThreads, smem, static_cast<cudaStream_t>(stream)>>>(a, maps);
   return static_cast<int>(cudaGetLastError());
 }
 
 template <bool BF16>
 int launch_chunk_state_wg(const ChunkKernelArgs& a, const ChunkStateMaps& maps, int64_t items, int64_t tiles,
                           void* stream) {
-  return a.mode == kModeSummary ? launch_chunk_state_wg_mode<BF16, true>(a, maps, items, tiles, stream)
-                                : launch_chunk_state_wg_mode<BF16, false>(a, maps, items, tiles, stream);
+  if (a.mode == kModeSummary) return launch_chunk_state_wg_mode<BF16, true>(a, maps, items, tiles, stream);
+  if constexpr (BF16)
+    if (a.s0) return launch_chunk_state_wg_mode<BF16, false, true>(a, maps, items, tiles, stream);
+  if (a.s0) return static_cast<int>(cudaErrorInvalidValue);  // (chunk_bwd's S0 records are bf16)
+  return launch_chunk_state_wg_mode<BF16, false>(a, maps, items, tiles, stream);
 }
 
 }  // namespace flashgdn::cuda::chunk_detail
