@@ -299,8 +299,8 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   plan_segments(&pl, p.exec.chunk_bwd_segments, "exec.chunk_bwd_segments", d, avg, nch_total,
                 [&] { return auto_bwd_segments(d, avg, pl.sms, pl, &pl.why); });
   // one CTA of both chains where the unsplit chains fit one wave (above kStepShared)
-  if (chains == 3 ||
-      (chains == 0 && pl.chains_concurrent && !pl.split && d.N * d.Hv * (d.V / kChunkBwdChainCols) <= pl.sms))
+  const bool one_wave = d.N * d.Hv * (d.V / kChunkBwdChainCols) <= pl.sms;
+  if (chains == 3 || (chains == 0 && pl.chains_concurrent && !pl.split && one_wave))
     pl.chains_concurrent = cuda::kChainsOneCta;
   const int32_t state = p.exec.chunk_bwd_state;
   if (state < 0 || state > 2)
@@ -319,7 +319,6 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
         "forced at once, got K=",
         d.K, " V=", d.V, " ", dtype_name(p.q.dtype), fused ? ", fused" : ", not fused", pl.split ? ", split" : "",
         chains >= 2 ? ", exec.chunk_bwd_chains >= 2" : "");
-  const bool one_wave = d.N * d.Hv * (d.V / kChunkBwdChainCols) <= pl.sms;
   pl.states_from_fwd = state == 2 || (state == 0 && from_fwd_ok && !one_wave && kStatesFromFwdByDefault);
   if (pl.states_from_fwd) {
     ChunkDims cd;
