@@ -401,24 +401,24 @@ void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args) {
         for (auto& t : th) t.join();
       }
 }
-// The runtime calls of the launch paths.
+// The runtime calls of the launch paths (inline: a harness of two translation units links them once).
 extern "C" {
 inline cudaError_t cudaGetLastError() {
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaGetDevice(int* d) {
+inline cudaError_t CUDARTAPI cudaGetDevice(int* d) {
   *d = 0;
   return cudaSuccess;
 }
 // A launch with attributes (a cluster): not emulated, the emulation runs the forms launched with <<<>>>.
-cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void*, void**) {
+inline cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void*, void**) {
   std::fprintf(stderr, "cudaLaunchKernelEx: launches with attributes (clusters) are not emulated\n");
   return cudaErrorNotSupported;
 }
-const char* CUDARTAPI cudaGetErrorString(cudaError_t) {
+inline const char* CUDARTAPI cudaGetErrorString(cudaError_t) {
   return "emulated";
 }
-cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
+inline cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
   std::memset(p, v, n);
   return cudaSuccess;
 }

@@ -626,9 +626,9 @@ inline void thread_exit() {
 }  // namespace emu
 
 // The driver entry point of the runtime (cuda/common/tma.cu asks it for cuTensorMapEncodeTiled).
-extern "C" cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int,
-                                                                  unsigned long long,
-                                                                  cudaDriverEntryPointQueryResult* status) {
+extern "C" inline cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int,
+                                                                         unsigned long long,
+                                                                         cudaDriverEntryPointQueryResult* status) {
   const bool tiled = std::strcmp(symbol, "cuTensorMapEncodeTiled") == 0;
   *fn = tiled ? reinterpret_cast<void*>(&emu::tma::encode_tiled) : nullptr;
   if (status) *status = tiled ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;

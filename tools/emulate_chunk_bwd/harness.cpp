@@ -322,7 +322,8 @@ int main(int argc, char** argv) {
     p.exec.chunk_bwd_segments = segments;
     const bool kv128 = c.K == 128 && c.V == 128;
     p.exec.chunk_bwd_chains = form == "c" && kv128 ? 2 : form == "p" && kv128 ? 3 : 1;
-    p.exec.chunk_bwd_grads = form == "f" || form == "fw" ? 3 : form == "g" ? 2 : (form == "gm" ? 1 : 0);
+    p.exec.chunk_bwd_grads = form == "f" || form == "fw" || form == "s" ? 3 : form == "g" ? 2 : (form == "gm" ? 1 : 0);
+    p.exec.chunk_bwd_state = form == "s" ? 2 : 0;    // s: S0 from chunk_fwd's passes (fwd_passes.cpp)
     p.exec.chunk_bwd_window = form == "fw" ? 1 : 0;  // fw: the dstate chain over every chunk
     ChunkBwdPlan pl;
     s = plan_chunk_bwd(p, d, DeviceFacts{132}, &pl);
@@ -405,6 +406,14 @@ int main(int argc, char** argv) {
       probe("dO NaN in chunk 18: walk 0 and dh0", [&](const Outs& o, int64_t h) {
         return finite(o[2], 1024 * c.V, [&](int64_t i) { return ((i / c.V) * c.Hv + h) * c.V + i % c.V; }) && dh0(o, h);
       });
+    }
+  }
+  if (dstate == "s") {  // S0 from chunk_fwd's passes against pass 2's: both near the oracle (above), rounding apart
+    run(false, c.dtype, DType::f32, two, "f");
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double e = rel_err(got[i], two[i]);
+      diff += !(e <= 1e-2);
+      printf("case %d output %zu: S0 from chunk_fwd vs pass 2 rel %.2e%s\n", which, i, e, e <= 1e-2 ? "" : "  FAIL");
     }
   }
   printf("smem prep %zu %zu state %zu state_wg %zu %zu dstate %zu dstate_wg %zu %zu grads %zu %zu\n",

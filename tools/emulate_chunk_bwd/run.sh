@@ -21,7 +21,8 @@
 # other, Nc both at once (exec.chunk_bwd_chains = 2: a CTA per chain), Np both at once in one CTA (3; Ns1, Nc and Np
 # are compared bitwise with N), Nm pass 3 on the
 # mma.sync kernel, Ng / Ngm / Nf pass 4 on wgmma / mma.sync / the fused pass (exec.chunk_bwd_grads 2 / 1 / 3; Nf also
-# against Nfw, the same with exec.chunk_bwd_window = 1, within 1e-5; every
+# against Nfw, the same with exec.chunk_bwd_window = 1, within 1e-5), Ns the fused pass with the chunk start states
+# from chunk_fwd's passes (exec.chunk_bwd_state = 2, fwd_passes.cpp; also against Nf within 1e-2); every
 # form without the fused pass's clusters, which are not emulated: pass 5a sums the value heads; the plan takes the fused
 # pass at K = V = 128 bf16, the wgmma pass 4 where a beta exceeds 1 or under allow_neg_eigval); w0 bf16 GQA 2 with a partial last chunk, w1 varlen with a length-0 sequence and slack rows, w2 / w3
 # the split forced (decay windows / full summaries), w4 fp16 v-major with checkpoints, w5 the wgmma model alone
@@ -81,10 +82,13 @@ for c in $cases; do
   case "$c" in i*) h=intra_harness ;; w*) h=state_wg_harness ;; r*) h=recurrent_harness ;; m*) h=mixer_harness ;; *) h=harness ;; esac
   [[ " ${need[*]} " == *" $h "* ]] || need+=("$h")
 done
+# chunk_fwd's passes (fwd_passes.cpp) link into the harnesses that run them: the prefill's and chunk_bwd's (its chunk
+# start states from the forward)
+declare -A fwd=([harness]="$root/tools/emulate_chunk_bwd/fwd_passes.cpp" [state_wg_harness]="$root/tools/emulate_chunk_bwd/fwd_passes.cpp")
 for h in "${need[@]}"; do
   g++ -std=c++20 "${flags[@]}" -w -DFLASHGDN_WITH_CUDA=1 -I"$out" -I"$cuda/include" -I"$root/include" -I"$root/src" \
     -I"$root/tests/common" -I"$root/tools/emulate_chunk_bwd" "$root/tools/emulate_chunk_bwd/$h.cpp" \
-    "$lib" -lpthread -o "$out/$h"
+    ${fwd[$h]:-} "$lib" -lpthread -o "$out/$h"
 done
 status=0
 for c in $cases; do
@@ -111,6 +115,8 @@ for c in $cases; do
     "$out/harness" "${c%c}" c || status=1
   elif [[ "$c" == *p ]]; then
     "$out/harness" "${c%p}" p || status=1
+  elif [[ "$c" == *s ]]; then
+    "$out/harness" "${c%s}" s || status=1
   elif [[ "$c" == *fw ]]; then
     "$out/harness" "${c%fw}" fw || status=1
   elif [[ "$c" == *f ]]; then

@@ -25,37 +25,10 @@
 // cancellation, and A diag(beta) in two parts drifted the state along the key, linearly in the chunks)
 #include "emu.hpp"
 
-// The kernels see the emulation above.
-#include "chunk_fwd_intra.cuh"
-#include "chunk_fwd_state.cuh"
-#include "chunk_fwd_state_wg.cuh"
-namespace flashgdn::cuda {
-int launch_chunk_intra_bf16(const ChunkKernelArgs& a, int64_t K, void* s) {
-  return K == 64 ? chunk_detail::launch_chunk_intra<64, true>(a, s) : chunk_detail::launch_chunk_intra<128, true>(a, s);
-}
-int launch_chunk_intra_f16(const ChunkKernelArgs& a, int64_t K, void* s) {
-  return K == 64 ? chunk_detail::launch_chunk_intra<64, false>(a, s)
-                 : chunk_detail::launch_chunk_intra<128, false>(a, s);
-}
-int launch_chunk_state_wg_bf16(const ChunkKernelArgs& a, const ChunkStateMaps& m, int64_t items, int64_t tiles,
-                               void* s) {
-  return chunk_detail::launch_chunk_state_wg<true>(a, m, items, tiles, s);
-}
-int launch_chunk_state_wg_f16(const ChunkKernelArgs& a, const ChunkStateMaps& m, int64_t items, int64_t tiles,
-                              void* s) {
-  return chunk_detail::launch_chunk_state_wg<false>(a, m, items, tiles, s);
-}
-// The mma.sync state pass (K or V = 64): cases 9-11.
-int launch_chunk_state_bf16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* s) {
-  return chunk_detail::launch_chunk_state_for<true>(a, K, items, tiles, s);
-}
-int launch_chunk_state_f16(const ChunkKernelArgs& a, int64_t K, int64_t items, int64_t tiles, void* s) {
-  return chunk_detail::launch_chunk_state_for<false>(a, K, items, tiles, s);
-}
-}  // namespace flashgdn::cuda
+// chunk_fwd's passes and host code: fwd_passes.cpp (run.sh links it)
+#include "api/internal.hpp"
 #include "api/plan.hpp"
-#include "chunk_fwd_host.inc"
-#include "cuda/common/tma.cu"
+#include "cuda/common/tma.cuh"
 #include "test_util.hpp"
 
 #include <functional>
