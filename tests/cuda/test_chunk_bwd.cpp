@@ -921,26 +921,52 @@ TEST(CudaChunkBwd, GradsPassWgmmaAgainstMmaSync) {
   check_grads_pass(b);
 }
 
-// The fused gradients pass (exec.chunk_bwd_grads = 3: pass 4 with the reverse chain, walks of 16 chunk slots that
-// carry dS; docs/chunk_bwd.md "Fused gradients pass") against the oracle: partial chunks, empty sequences and slack
+// The fused pass's cases that the tests of its forms share (names prefixed): partial chunks, empty sequences and slack
 // rows with the fused gate; walks that cross sequence ends and continue a sequence (1500 tokens: 24 chunks, GQA 4,
-// V-major), the same with pass 5a summing the value heads (4) instead of the pass's clusters, and GQA 16 (no
-// cluster: pass 5a); the chains' split (pass 3's records from the split walks) without h0 and dht; identical keys,
-// g = -30, nearly parallel keys; without GQA (the l2norm chain in the pass) with and without the l2norm; then bitwise
-// repeatable, eager and graph replay, over more CTAs than SMs (clusters of 4).
-TEST(CudaChunkBwd, FusedGradsAgainstOracle) {
-  REQUIRE_GPU();
-  BwdCase b = bcase("fused_varlen_lengths_slack_gate", 1, 0, 2, 4, 128, 128);
+// V-major); identical keys, g = -30, nearly parallel keys; without GQA (the l2norm chain in the pass), without the
+// l2norm, slack rows zero; last, many varlen sequences with slack rows over more CTAs than SMs (the determinism case).
+std::vector<BwdCase> fused_cases(const std::string& prefix) {
+  std::vector<BwdCase> v;
+  BwdCase b = bcase(prefix + "_varlen_lengths_slack_gate", 1, 0, 2, 4, 128, 128);
   b.c.seqlens = {1, 63, 0, 65, 131, 0, 64, 1100};
   b.slack = 5;
   b.gate = true;
-  b.grads = 3;
-  check(b);
-  b = bcase("fused_walk_t1500_gqa4_vmajor", 2, 1500, 1, 4, 128, 128);
+  v.push_back(b);
+  b = bcase(prefix + "_walk_t1500_gqa4_vmajor", 2, 1500, 1, 4, 128, 128);
   b.c.g_scale = 0.02;
   b.c.layout = StateLayout::v_major;
-  b.grads = 3;
-  check(b);
+  v.push_back(b);
+  for (int special : {1, 2, 3}) {
+    b = bcase(prefix + (special == 1   ? "_identical_keys"
+                        : special == 2 ? "_g_minus_30"
+                                       : "_near_parallel_keys"),
+              1, special == 3 ? 300 : 200, 1, 2, 128, 128);
+    b.special = special;
+    v.push_back(b);
+  }
+  b = bcase(prefix + "_mha_varlen_slack_no_l2norm", 1, 0, 4, 4, 128, 128);
+  b.c.seqlens = {70, 0, 1300, 5};
+  b.c.l2norm = false;
+  b.slack = 7;
+  v.push_back(b);
+  b = bcase(prefix + "_many_varlen_slack", 1, 0, 4, 16, 128, 128);
+  b.c.seqlens = {2000, 0, 1500, 77, 0, 600};
+  b.slack = 9;
+  v.push_back(b);
+  return v;
+}
+
+// The fused gradients pass (exec.chunk_bwd_grads = 3: pass 4 with the reverse chain, walks of 16 chunk slots that
+// carry dS; docs/chunk_bwd.md "Fused gradients pass") against the oracle: fused_cases, then the walk case with pass
+// 5a summing the value heads (4) instead of the pass's clusters, GQA 16 (no cluster: pass 5a), the chains' split
+// (pass 3's records from the split walks) without h0 and dht, MHA with the gate; the last case bitwise repeatable,
+// eager and graph replay.
+TEST(CudaChunkBwd, FusedGradsAgainstOracle) {
+  REQUIRE_GPU();
+  std::vector<BwdCase> cs = fused_cases("fused");
+  for (BwdCase& b : cs) b.grads = 3;
+  for (size_t i = 0; i + 1 < cs.size(); ++i) check(cs[i]);
+  BwdCase b = cs[1];
   b.c.name = "fused_walk_t1500_gqa4_vmajor_pass5a";
   b.grads = 4;
   check(b);
@@ -955,82 +981,37 @@ TEST(CudaChunkBwd, FusedGradsAgainstOracle) {
   b.segments = 4;
   b.grads = 3;
   check(b);
-  for (int special : {1, 2, 3}) {
-    b = bcase(special == 1   ? "fused_identical_keys"
-              : special == 2 ? "fused_g_minus_30"
-                             : "fused_near_parallel_keys",
-              1, special == 3 ? 300 : 200, 1, 2, 128, 128);
-    b.special = special;
-    b.grads = 3;
-    check(b);
-  }
-  // without GQA the pass runs the l2norm chain itself (no pass 5a): with and without the l2norm, slack rows zero
-  b = bcase("fused_mha_varlen_slack_no_l2norm", 1, 0, 4, 4, 128, 128);
-  b.c.seqlens = {70, 0, 1300, 5};
-  b.c.l2norm = false;
-  b.slack = 7;
-  b.grads = 3;
-  check(b);
   b = bcase("fused_mha_b2_t700_gate", 2, 700, 2, 2, 128, 128);
   b.gate = true;
   b.grads = 3;
   check(b);
-  b = bcase("fused_many_varlen_slack", 1, 0, 4, 16, 128, 128);
-  b.c.seqlens = {2000, 0, 1500, 77, 0, 600};
-  b.slack = 9;
-  b.grads = 3;
-  check_deterministic(b);
+  check_deterministic(cs.back());
 }
 
 // The chunk start states from chunk_fwd's state pass (exec.chunk_bwd_state = 2: its STATES form stores every chunk's
-// S0 record, no o; docs/chunk_bwd.md "Chunk start states from the forward's state pass"): the fused pass's cases but
-// the split (which this form does not take: the backward's chains unsplit where its plan would split them) against
-// the fp64 oracle. The forward's own plan splits the long walks of few heads (T = 1500 Hv = 4: its summaries and
-// scan, then S0 from the start states), and a beta of 2 (nearly
-// parallel keys) raises the beta flag on the device: the state chain then runs after the forward's pass and the
-// wgmma pass 4 reads its records. Then bitwise repeatable, eager and graph replay.
+// S0 record, no o; docs/chunk_bwd.md "Chunk start states from the forward's state pass") against the fp64 oracle:
+// fused_cases with the backward's chains unsplit (the form's requirement), so that the forward's own plan splits the
+// long walks of few heads (T = 1500 Hv = 4: its summaries and scan, then S0 from the start states); then without h0
+// and dht (the forward split again), and a beta of 2 with nearly parallel keys, which raises the beta flag on the
+// device: pass 2 then runs after the forward's passes and the wgmma pass 4 reads its records. The last case bitwise
+// repeatable, eager and graph replay.
 TEST(CudaChunkBwd, StatesFromForwardAgainstOracle) {
   REQUIRE_GPU();
-  BwdCase b = bcase("s0fwd_varlen_lengths_slack_gate", 1, 0, 2, 4, 128, 128);
-  b.c.seqlens = {1, 63, 0, 65, 131, 0, 64, 1100};
-  b.slack = 5;
-  b.gate = true;
-  b.state = 2;
-  check(b);
-  b = bcase("s0fwd_walk_t1500_gqa4_vmajor", 2, 1500, 1, 4, 128, 128);
-  b.c.g_scale = 0.02;
-  b.c.layout = StateLayout::v_major;
-  b.segments = 1;  // the backward's chains unsplit (the form's requirement), the forward's split
-  b.state = 2;
-  check(b);
-  b = bcase("s0fwd_no_h0_no_dht_gqa2", 1, 1200, 2, 4, 128, 128);
+  std::vector<BwdCase> cs = fused_cases("s0fwd");
+  for (BwdCase& b : cs) b.state = 2, b.segments = 1;
+  for (size_t i = 0; i + 1 < cs.size(); ++i) check(cs[i]);
+  BwdCase b = bcase("s0fwd_no_h0_no_dht_gqa2", 1, 1200, 2, 4, 128, 128);
   b.c.has_h0 = false;
   b.has_dht = false;
   b.c.g_scale = 0.02;
   b.segments = 1;
   b.state = 2;
   check(b);
-  for (int special : {1, 2, 3, 4}) {
-    b = bcase(special == 1   ? "s0fwd_identical_keys"
-              : special == 2 ? "s0fwd_g_minus_30"
-              : special == 3 ? "s0fwd_near_parallel_keys"
-                             : "s0fwd_beta_two_near_parallel_keys",
-              1, special >= 3 ? 300 : 200, 1, 2, 128, 128);
-    b.special = special;
-    b.state = 2;
-    check(b);
-  }
-  b = bcase("s0fwd_mha_varlen_slack_no_l2norm", 1, 0, 4, 4, 128, 128);
-  b.c.seqlens = {70, 0, 1300, 5};
-  b.c.l2norm = false;
-  b.slack = 7;
+  b = bcase("s0fwd_beta_two_near_parallel_keys", 1, 300, 1, 2, 128, 128);
+  b.special = 4;
   b.state = 2;
   check(b);
-  b = bcase("s0fwd_many_varlen_slack", 1, 0, 4, 16, 128, 128);
-  b.c.seqlens = {2000, 0, 1500, 77, 0, 600};
-  b.slack = 9;
-  b.state = 2;
-  check_deterministic(b);
+  check_deterministic(cs.back());
 }
 
 // The dstate chain's decay window (docs/chunk_bwd.md "Decay window of the reverse chain"). Head 0 decays fast (g =
