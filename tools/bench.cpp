@@ -72,6 +72,7 @@ const std::vector<CaseDef>& case_list() {
       {"train_bwd_t32k_h16_32", "training backward (chunk_bwd) bf16 B=1 T=32768 Hqk=16 Hv=32"},
       {"train_bwd_varlen_4x8k", "training backward (chunk_bwd) bf16 varlen 4x8192 Hqk=16 Hv=64"},
       {"train_bwd_t128k_h32", "training backward (chunk_bwd) bf16 B=1 T=131072 Hqk=Hv=32"},
+      {"train_bwd_varlen_64x512", "training backward (chunk_bwd) bf16 varlen 64x512 Hqk=16 Hv=32"},
       {"train_bwd_t32k_h4", "training backward (chunk_bwd) bf16 B=1 T=32768 Hqk=Hv=4"},
       {"train_bwd_t32k_h8", "training backward (chunk_bwd) bf16 B=1 T=32768 Hqk=Hv=8"},
       {"train_bwd_t32k_h16", "training backward (chunk_bwd) bf16 B=1 T=32768 Hqk=Hv=16"},
@@ -531,6 +532,8 @@ BenchResult run_case(const std::string& name, int reps, const BenchOptions& opt)
     r = bench_train_bwd(std::vector<int64_t>(4, 8192), 16, 64, std::max(3, reps / 4), opt);
   else if (name == "train_bwd_t128k_h32")
     r = bench_train_bwd({131072}, 32, 32, std::max(3, reps / 4), opt);
+  else if (name == "train_bwd_varlen_64x512")  // many short sequences: the chains in waves (S0 from chunk_fwd)
+    r = bench_train_bwd(std::vector<int64_t>(64, 512), 16, 32, std::max(3, reps / 4), opt);
   else if (name == "train_bwd_t32k_h4")
     r = bench_train_bwd({32768}, 4, 4, std::max(3, reps / 4), opt);
   else if (name == "train_bwd_t32k_h8")  // the chains' split at P = 8 by the plan
