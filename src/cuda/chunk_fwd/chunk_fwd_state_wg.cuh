@@ -194,7 +194,7 @@ __device__ __forceinline__ void load_kt_frags(const unsigned char (&kt)[2][8192]
 // columns (the k and q tiles of phase 1, the record's fragments, K^T) is read by two warpgroups, the registers hold
 // both parts of A diag(beta) and both key blocks' K^T at once (phase 2 and the update each one wgmma group), and
 // P U runs as a group of its own behind the update, its wait after the next chunk's S0^T is stored. ptxas: 254
-// registers in forward mode, 250 (bf16) / 248 (f16) in summary mode, 252 in the STATES form (bf16), no spills.
+// registers in forward mode, 242 (bf16) / 250 (f16) in summary mode, 252 in the STATES form (bf16), no spills.
 constexpr int kStateWgThreads = 256;
 
 // SUMMARY: the summary mode of the split (no q, no output, no P U); STATES: the forward modes with every chunk's
@@ -256,7 +256,8 @@ __global__ void __launch_bounds__(kStateWgThreads, 1)
   const E* qbase = static_cast<const E*>(a.q) + bidx * a.q_sb + hk * a.q_sh;
   const E* kbase = static_cast<const E*>(a.k) + bidx * a.k_sb + hk * a.k_sh;
   const E* vbase = static_cast<const E*>(a.v) + bidx * a.v_sb + h * a.v_sh + vcol0;
-  E* obase = static_cast<E*>(a.o) + bidx * a.o_sb + h * a.o_sh + vcol0 + cb;
+  // (no o in the summary and STATES forms: a.o may be null there)
+  E* obase = has_output ? static_cast<E*>(a.o) + bidx * a.o_sb + h * a.o_sh + vcol0 + cb : nullptr;
   // STATES: chunk c's start state, key block mb (the packed pairs of its 16-bit copy: rows r0, r1 of the warp's keys),
   // into its S0 record [K][V] (bf16, the rounding of the operand tile S0^T, gdn-math §10.2)
   const auto store_s0 = [&](int64_t c, int mb, const uint32_t(&x)[NJ][2]) {
