@@ -321,9 +321,7 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
         chains >= 2 ? ", exec.chunk_bwd_chains >= 2" : "");
   pl.states_from_fwd = state == 2 || (state == 0 && from_fwd_ok && !one_wave && kStatesFromFwdByDefault);
   if (pl.states_from_fwd) {
-    ChunkDims cd;
-    static_cast<SeqDims&>(cd) = d;
-    FGDN_RETURN_IF_ERROR(plan_chunk_fwd(fwd_params_of(p), cd, dev, &pl.fwd));
+    FGDN_RETURN_IF_ERROR(plan_chunk_fwd(fwd_params_of(p), ChunkDims{d}, dev, &pl.fwd));
     pl.chains_concurrent = cuda::kChainsSerial;
     pl.state_stages = pl.dstate_stages = 2;
   }
@@ -412,9 +410,7 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
         slots, ", ", ceil_div(d.Hv, 8),
         "), a warp per (chunk slot, value head); prep forms dU0 for the chunks walked\n");
   if (pl.states_from_fwd) {
-    ChunkDims cd;
-    static_cast<SeqDims&>(cd) = d;
-    std::string f = describe(pl.fwd, cd);
+    std::string f = describe(pl.fwd, ChunkDims{d});
     for (size_t at = 0; (at = f.find('\n', at)) != std::string::npos && at + 1 < f.size(); at += 3)
       f.replace(at, 1, "\n  ");
     s += str_cat(

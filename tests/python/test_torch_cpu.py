@@ -88,7 +88,8 @@ def test_cuda_overrides_pass_through_and_leave_the_cpu_backward_alone():
         return [x.grad for x in xs]
 
     base = grads()
-    for opts in (dict(chunk_bwd_chains=1), dict(chunk_bwd_chains=2, chunk_bwd_segments=3), dict(chunk_bwd_grads=1)):
+    for opts in (dict(chunk_bwd_chains=1), dict(chunk_bwd_chains=2, chunk_bwd_segments=3), dict(chunk_bwd_grads=1),
+                 dict(chunk_bwd_state=2)):
         with flashgdn.exec_options(**opts):
             for a, b in zip(base, grads()):
                 assert torch.equal(a, b), opts

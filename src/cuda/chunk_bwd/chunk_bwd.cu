@@ -324,11 +324,8 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   // read their scratch (covered()): no clearing pass over it.
   const bool bf16 = p.q.dtype == DType::bf16;
   if (a.beta_big) FGDN_CUDA_CHECK(cudaMemsetAsync(a.beta_big, 0, sizeof(int32_t), st));
-  if (pl.states_from_fwd) {  // S0 by chunk_fwd's passes (its plan, its part of the workspace)
-    ChunkDims cd;
-    static_cast<SeqDims&>(cd) = d;
-    FGDN_RETURN_IF_ERROR(chunk_fwd_states(fwd_params_of(p), cd, pl.fwd, base + wl.fwd, a.S0, stream));
-  }
+  if (pl.states_from_fwd)  // S0 by chunk_fwd's passes (its plan, its part of the workspace)
+    FGDN_RETURN_IF_ERROR(chunk_fwd_states(fwd_params_of(p), ChunkDims{d}, pl.fwd, base + wl.fwd, a.S0, stream));
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)
                                                 : launch_chunk_bwd_passes_f16(a, d.K, d.V, stream)));
   const int64_t qk_rows = d.B * d.T * d.Hqk, v_rows = d.B * d.T * d.Hv;

@@ -121,12 +121,12 @@ struct ChunkKernelArgs {
   float* ht;  // [N, Hv, K, V] / [N, Hv, V, K] may be null
   int64_t ht_sn, ht_sh, ht_sr;
   float* ckpt;  // [N, C_max, Hv, K, V] / [N, C_max, Hv, V, K] may be null
-  // [rec_slots, Hv, K, V] may be null: every chunk's start state in bf16, K-major (chunk_bwd's S0 record, chunk c of
-  // sequence n at slot chunk_slot(n, c)); where set, the wgmma state pass (K = V = 128, bf16) stores it instead of o
-  uint16_t* s0;
   int64_t ck_sn, ck_sc, ck_sh, ck_sr;
   int64_t ckpt_interval;
   int64_t num_ckpt;
+  // [rec_slots, Hv, K, V] may be null: every chunk's start state in bf16, K-major (chunk_bwd's S0 record, chunk c of
+  // sequence n at slot chunk_slot(n, c)); where set, the wgmma state pass (K = V = 128, bf16) stores it instead of o
+  uint16_t* s0;
   const void* cu_seqlens;  // [N + 1] may be null (fixed length)
   int32_t cu_i64;
   int64_t B, T, N, Hqk, Hv, V;

@@ -782,10 +782,11 @@ template <bool BF16>
 int launch_chunk_state_wg(const ChunkKernelArgs& a, const ChunkStateMaps& maps, int64_t items, int64_t tiles,
                           void* stream) {
   if (a.mode == kModeSummary) return launch_chunk_state_wg_mode<BF16, true>(a, maps, items, tiles, stream);
+  if (!a.s0) return launch_chunk_state_wg_mode<BF16, false>(a, maps, items, tiles, stream);
   if constexpr (BF16)
-    if (a.s0) return launch_chunk_state_wg_mode<BF16, false, true>(a, maps, items, tiles, stream);
-  if (a.s0) return static_cast<int>(cudaErrorInvalidValue);  // (chunk_bwd's S0 records are bf16)
-  return launch_chunk_state_wg_mode<BF16, false>(a, maps, items, tiles, stream);
+    return launch_chunk_state_wg_mode<BF16, false, true>(a, maps, items, tiles, stream);
+  else
+    return static_cast<int>(cudaErrorInvalidValue);  // (chunk_bwd's S0 records are bf16)
 }
 
 }  // namespace flashgdn::cuda::chunk_detail
