@@ -156,7 +156,7 @@ def test_qwen3_next_cpu(unpatched):
 @pytest.mark.skipif(not cuda_ok(), reason="needs a CUDA GPU and flashgdn built with CUDA")
 def test_qwen3_next_cuda(unpatched):
     check_model("cuda", torch.bfloat16, 3e-2, train=False)
-    # training needs the CUDA backward: skip visibly while the library has none
+    # training needs the CUDA backward: skip visibly in a build without it
     q = torch.randn(1, 64, 1, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     v = torch.randn(1, 64, 1, 128, device="cuda", dtype=torch.bfloat16)
     g, beta = -torch.rand(1, 64, 1, device="cuda"), torch.rand(1, 64, 1, device="cuda", dtype=torch.bfloat16)
