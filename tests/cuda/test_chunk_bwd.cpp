@@ -925,6 +925,16 @@ TEST(CudaChunkBwd, GradsPassWgmmaAgainstMmaSync) {
 // rows with the fused gate; walks that cross sequence ends and continue a sequence (1500 tokens: 24 chunks, GQA 4,
 // V-major); identical keys, g = -30, nearly parallel keys; without GQA (the l2norm chain in the pass), without the
 // l2norm, slack rows zero; last, many varlen sequences with slack rows over more CTAs than SMs (the determinism case).
+// T = 1200 (19 chunks), GQA 2, without h0 and dht (the scans start from zero), slowly decaying gates (every chunk's
+// boundary state matters): the fused pass's tests set their split and form on it
+BwdCase no_h0_no_dht_case(const std::string& name) {
+  BwdCase b = bcase(name, 1, 1200, 2, 4, 128, 128);
+  b.c.has_h0 = false;
+  b.has_dht = false;
+  b.c.g_scale = 0.02;
+  return b;
+}
+
 std::vector<BwdCase> fused_cases(const std::string& prefix) {
   std::vector<BwdCase> v;
   BwdCase b = bcase(prefix + "_varlen_lengths_slack_gate", 1, 0, 2, 4, 128, 128);
@@ -974,10 +984,7 @@ TEST(CudaChunkBwd, FusedGradsAgainstOracle) {
   b.c.seqlens = {700, 0, 65};
   b.grads = 3;
   check(b);
-  b = bcase("fused_split_p4_no_h0_no_dht", 1, 1200, 2, 4, 128, 128);
-  b.c.has_h0 = false;
-  b.has_dht = false;
-  b.c.g_scale = 0.02;
+  b = no_h0_no_dht_case("fused_split_p4_no_h0_no_dht");
   b.segments = 4;
   b.grads = 3;
   check(b);
@@ -1000,10 +1007,7 @@ TEST(CudaChunkBwd, StatesFromForwardAgainstOracle) {
   std::vector<BwdCase> cs = fused_cases("s0fwd");
   for (BwdCase& b : cs) b.state = 2, b.segments = 1;
   for (size_t i = 0; i + 1 < cs.size(); ++i) check(cs[i]);
-  BwdCase b = bcase("s0fwd_no_h0_no_dht_gqa2", 1, 1200, 2, 4, 128, 128);
-  b.c.has_h0 = false;
-  b.has_dht = false;
-  b.c.g_scale = 0.02;
+  BwdCase b = no_h0_no_dht_case("s0fwd_no_h0_no_dht_gqa2");
   b.segments = 1;
   b.state = 2;
   check(b);
