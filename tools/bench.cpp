@@ -375,12 +375,13 @@ BenchResult bench_mixer(int64_t N, DType pool_dtype, int reps, const ExecOptions
 // The prefill's and the training backward's g per (token, value head), g of shape [1, T, Hv]: "uniform" U(-0.1, 0);
 // "u1" U(-1, 0) (bench/train_step.py's); "logsigmoid"
 // logsigmoid(N(0, 1)) (fast decay); "flashqla" FlashQLA's benchmark gates, logsigmoid(N(0, 1)) / 16 with every
-// fourth value head at g = 0 (no decay: the segment split's summaries then cover whole segments).
+// fourth value head at g = 0 (no decay: the segment split's summaries then cover whole segments); "logsigmoid16"
+// the same without the g = 0 heads (what the decaying heads alone take: the one-wave chains' tail is the difference).
 void fill_gates(DeviceTensor& g, int64_t T, int64_t Hv, const std::string& gates) {
   if (gates == "uniform" || gates == "u1") return fill_random(g, 24, gates == "u1" ? -1.0 : -0.1, 0.0, true);
   HostTensor h(DType::f32, {T * Hv});
   test::Rng rng(24);
-  const double scale = gates == "flashqla" ? 1.0 / 16 : 1.0;
+  const double scale = gates == "flashqla" || gates == "logsigmoid16" ? 1.0 / 16 : 1.0;
   for (int64_t i = 0; i < T * Hv; ++i) {
     const double x = rng.normal(), logsig = x < 0 ? x - std::log1p(std::exp(x)) : -std::log1p(std::exp(-x));
     h.set(i, gates == "flashqla" && i % Hv % 4 == 0 ? 0.0 : scale * logsig);
@@ -657,8 +658,8 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--gates", opt->gates,
                   "the prefill's and the training backward's g per token: uniform U(-0.1, 0), u1 U(-1, 0) "
                   "(bench/train_step.py's), logsigmoid logsigmoid(N(0, 1)), flashqla logsigmoid(N(0, 1)) / 16 with "
-                  "every fourth value head at 0")
-      ->check(CLI::IsMember({"uniform", "u1", "logsigmoid", "flashqla"}))
+                  "every fourth value head at 0, logsigmoid16 the same on every head")
+      ->check(CLI::IsMember({"uniform", "u1", "logsigmoid", "flashqla", "logsigmoid16"}))
       ->capture_default_str();
   sub->add_option("--ws-offset", opt->ws_offset,
                   "start the prefill's and the backward's workspace this many bytes into its allocation (a multiple "
