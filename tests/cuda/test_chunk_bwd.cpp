@@ -921,10 +921,6 @@ TEST(CudaChunkBwd, GradsPassWgmmaAgainstMmaSync) {
   check_grads_pass(b);
 }
 
-// The fused pass's cases that the tests of its forms share (names prefixed): partial chunks, empty sequences and slack
-// rows with the fused gate; walks that cross sequence ends and continue a sequence (1500 tokens: 24 chunks, GQA 4,
-// V-major); identical keys, g = -30, nearly parallel keys; without GQA (the l2norm chain in the pass), without the
-// l2norm, slack rows zero; last, many varlen sequences with slack rows over more CTAs than SMs (the determinism case).
 // T = 1200 (19 chunks), GQA 2, without h0 and dht (the scans start from zero), slowly decaying gates (every chunk's
 // boundary state matters): the fused pass's tests set their split and form on it
 BwdCase no_h0_no_dht_case(const std::string& name) {
@@ -935,6 +931,10 @@ BwdCase no_h0_no_dht_case(const std::string& name) {
   return b;
 }
 
+// The fused pass's cases that the tests of its forms share (names prefixed): partial chunks, empty sequences and slack
+// rows with the fused gate; walks that cross sequence ends and continue a sequence (1500 tokens: 24 chunks, GQA 4,
+// V-major); identical keys, g = -30, nearly parallel keys; without GQA (the l2norm chain in the pass), without the
+// l2norm, slack rows zero; last, many varlen sequences with slack rows over more CTAs than SMs (the determinism case).
 std::vector<BwdCase> fused_cases(const std::string& prefix) {
   std::vector<BwdCase> v;
   BwdCase b = bcase(prefix + "_varlen_lengths_slack_gate", 1, 0, 2, 4, 128, 128);
