@@ -207,7 +207,9 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
     // e_n = e^{gamma_{n-1}} before product 1 (for dS <- e_n dS); every other factor and operand of the step is formed
     // while product 1 runs
     const float gl = g.rows[0][nv - 1], en = expf(gl);
-    const bool w_lo_terms = beta_above_one(g.rows, lane);  // (read before a one-stage walk refills the stage)
+    // W's lo terms where the chunk's beta exceeds 1; with the fused pass on no beta does (pass 0's flag), and the
+    // step skips the shuffle reduction ahead of product 1 (read before a one-stage walk refills the stage)
+    const bool w_lo_terms = !trim && beta_above_one(g.rows, lane);
     if (w_lo_terms) {  // W's lo tile of this chunk, copied only where read (no prefetch writes the stage's lo tile)
       copy_w_tile(s.stg[bf].w[1], a, rec, 1, tid);
       cp_async_commit();

@@ -264,7 +264,9 @@ __device__ __forceinline__ void state_wg_chain(const ChunkBwdArgs& a, int z, uns
     float u[NJ][4];  // written by the first wgmma (accumulate = 0)
     float(&uv)[4 * NJ] = reinterpret_cast<float(&)[4 * NJ]>(u);
     const uint32_t wst = uint32_t(bf) * uint32_t(sizeof(typename Smem::Stage));
-    const bool w_lo_terms = beta_above_one(g.rows, lane);
+    // W's lo terms where the chunk's beta exceeds 1; with the fused pass on no beta does (pass 0's flag), and the
+    // step skips the shuffle reduction ahead of product 1
+    const bool w_lo_terms = !trim && beta_above_one(g.rows, lane);
     if (w_lo_terms) {  // W's lo tile of this chunk, copied only where read (prep writes it only there)
       copy_w_tile(s.stg[bf].w + 2, a, rec, 1, tid);
       cp_async_commit();
