@@ -284,17 +284,22 @@ __device__ __forceinline__ void dstate_wg_walk(const ChunkBwdArgs& a, DStateWgSm
       }
     };
     if constexpr (!kF16) load_p2();
+    // dU's epilogue reads, ahead of the wait (it orders shared-memory reads, so nothing after it is hoisted): kb_r =
+    // rho_k,r e^{gamma_{n-1} - gamma_r} of rows r0, r0 + 8 and this thread's dU0 elements, so that from product 1's
+    // end to the second barrier only the epilogue's arithmetic and stores remain
+    float kb[2];
+    row_kb(kb, g.rows, gl, nv, 16 * wi, lane);
+    float2 d0[NJ][2];
+    for_pairs<NJ>(16 * wi, 0, lane,
+                  [&](int jn, int e, int r, int j) { d0[jn][e / 2] = *reinterpret_cast<const float2*>(&g.du0[r][j]); });
     wg::wait0();
     if constexpr (kF16) load_p2();
-    {  // dU = dU0 + diag(kb) K dS stored (fp32, over dU0); -dU as hi + lo, transposed, for product 2; kb_r =
-       // rho_k,r e^{gamma_{n-1} - gamma_r} of rows r0, r0 + 8
-      float kb[2];
-      row_kb(kb, g.rows, gl, nv, 16 * wi, lane);
+    {  // dU = dU0 + diag(kb) K dS stored (fp32, over dU0); -dU as hi + lo, transposed, for product 2
       float* dUg = a.dU + rec * (kC * V) + w.j0;
       float nd[NJ][4];
       for_pairs<NJ>(16 * wi, 0, lane, [&](int jn, int e, int r, int j) {
-        const float2 d0 = *reinterpret_cast<const float2*>(&g.du0[r][j]);
-        const float2 uv = make_float2(fmaf(kb[e / 2], u[jn][e], d0.x), fmaf(kb[e / 2], u[jn][e + 1], d0.y));
+        const float2 uv =
+            make_float2(fmaf(kb[e / 2], u[jn][e], d0[jn][e / 2].x), fmaf(kb[e / 2], u[jn][e + 1], d0[jn][e / 2].y));
         if (!sum && !trim) *reinterpret_cast<float2*>(dUg + r * V + j) = uv;
         nd[jn][e] = -uv.x, nd[jn][e + 1] = -uv.y;
       });
