@@ -325,6 +325,9 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
     pl.chains_concurrent = cuda::kChainsSerial;
     pl.state_stages = pl.dstate_stages = 2;
   }
+  // The fused pass as a programmatic dependent of one CTA of both chains: it starts on the SMs whose chain CTAs have
+  // ended, on the value heads whose chains are complete (docs/chunk_bwd.md "The fused pass after the chains")
+  pl.fused_follows = fused && pl.chains_concurrent == cuda::kChainsOneCta;
   if (pl.split) {
     pl.ws_items = 0;
     pl.ws_seq_first = align_up(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem));
@@ -367,6 +370,9 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
                 pl.fused_cluster > 0 ? str_cat("; clusters of the ", pl.fused_cluster,
                                                " value heads of a q/k head, rank 0 sums their dq, dk (no dq / dk pass)")
                                      : "",
+                pl.fused_follows ? "; launched as a programmatic dependent of the chains, each row of the grid "
+                                   "taking the value heads whose chain CTAs ended next"
+                                 : "",
                 "\n");
   else if (pl.grads_pass == ChunkStatePass::wgmma)
     s += str_cat(

@@ -854,8 +854,16 @@ TEST(ChunkBwdPlan, ChainsOverride) {
   u.Hqk = 16, u.Hv = 32;
   BwdCall cu = bwd_call(u);
   EXPECT_EQ(bwd_plan(cu).chains_concurrent, cuda::kChainsOneCta);
+  // the fused pass follows one CTA of both chains (a programmatic dependent, its heads in the order their chains end)
+  EXPECT_TRUE(bwd_plan(cu).fused_follows);
+  EXPECT_TRUE(describes(bwd_plan(cu), cu.d, "launched as a programmatic dependent of the chains"));
   cu.p.exec.chunk_bwd_chains = 2;
   EXPECT_EQ(bwd_plan(cu).chains_concurrent, cuda::kChainsTwoCtas);
+  EXPECT_FALSE(bwd_plan(cu).fused_follows);
+  EXPECT_EQ(describe(bwd_plan(cu), cu.d).find("programmatic dependent"), std::string::npos);
+  cu.p.exec.chunk_bwd_chains = 3, cu.p.exec.chunk_bwd_grads = 2;  // no fused pass: nothing follows
+  EXPECT_FALSE(bwd_plan(cu).fused_follows);
+  cu.p.exec.chunk_bwd_grads = 0;
   u.Hv = 64;  // 256 CTAs: a CTA per chain (with the backward's own state chain; by default S0 is chunk_fwd's and
               // the reverse chain runs alone: ChunkBwdPlan.StatesFromTheForward)
   BwdCall c64 = bwd_call(u);

@@ -39,7 +39,8 @@ struct BwdCase {
   int64_t slack = 0;        // varlen: extra rows past cu[N]
   int special = 0;          // 1: identical keys, beta = 1, g = 0; 2: g = -30; 3: nearly parallel keys, beta = 1, g = 0;
                             // 4: nearly parallel keys, beta = 2, weak decay; 5: identical keys, beta = 2, g = 0;
-                            // 6: 5 with beta = 1.999
+                            // 6: 5 with beta = 1.999; 7: FlashQLA's gate pattern, g = 0 on every fourth value
+                            // head and -0.5 on the others
   int32_t segments = 0;     // exec.chunk_bwd_segments: 0 the plan's choice, 1 unsplit, P > 1 the chains' split
   double gate_decay = 1.0;  // the fused gate's e^{A_log} scaled by it
   int32_t chains = 0;       // exec.chunk_bwd_chains: 0 the plan's choice, 1 one after the other, 2 / 3 both at once
@@ -105,6 +106,8 @@ Problem make_problem(const BwdCase& bc) {
       for (int64_t i = 0; i < K; ++i) in.k.set(row * K + i, in.k.get(i));
     in.beta.fill(bc.special == 5 ? 2.0 : 1.999);
     in.g.fill(0.0);
+  } else if (bc.special == 7) {
+    for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, i % c.Hv % 4 == 0 ? 0.0 : -0.5);  // g [.., T, Hv]
   }
   if (bc.gate) {
     for (int64_t i = 0; i < in.g.numel(); ++i) in.g.set(i, rng.normal());
@@ -1164,6 +1167,29 @@ TEST(CudaChunkBwd, DeterministicAndGraphReplayEqualsEager) {
   b.c.name = "determinism_varlen_gqa_gate_both_chains";
   b.segments = 1;
   check_deterministic(b);
+}
+
+// The fused pass follows one CTA of both chains (ChunkBwdPlan::fused_follows: a programmatic dependent whose CTAs
+// take their value heads in the order the heads' chain CTAs end). Under FlashQLA's gate pattern that order is not the
+// heads' own: the g = 0 heads' dstate chain walks every chunk, the others' chains only their decay windows and end
+// first. Against the oracle, bitwise against a CTA per chain (the fused pass launched after the chains, in head
+// order), and bitwise over repeats and graph replay; with GQA 2 (units of a q/k head's two value heads, the fused
+// pass's clusters) and without.
+TEST(CudaChunkBwd, FusedPassFollowsTheChains) {
+  REQUIRE_GPU();
+  for (const int64_t Hqk : {4, 8}) {
+    BwdCase b = bcase("follows_t2560_hqk" + std::to_string(Hqk) + "_hv8", 1, 40 * 64, Hqk, 8, 128, 128);
+    b.special = 7;
+    b.chains = 3;
+    SCOPED_TRACE(b.c.name);
+    const Problem pr = make_problem(b);
+    const Grads got = run_gpu(b, pr);
+    expect_close(b, pr, run_oracle(b, pr), got);
+    BwdCase apart = b;
+    apart.chains = 2;
+    EXPECT_TRUE(same_bits(got, run_gpu(apart, pr))) << "one CTA of both chains against a CTA per chain";
+    check_deterministic(b);
+  }
 }
 
 // The mma.sync grads pass is persistent (one CTA per SM walks the (chunk slot, value head) items with the next item's

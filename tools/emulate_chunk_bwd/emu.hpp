@@ -364,6 +364,21 @@ inline void emu_cp_async_wait_all() {
   emu_cp_async_wait<0>();
 }
 #include "emu_sm90.hpp"
+// The flags between CTAs (ptx.cuh) as host atomics. The emulation runs one CTA after another and one launch after
+// another, so a CTA that waits for a flag finds it set by an earlier launch.
+inline int32_t emu_ld_acquire_gpu(const int32_t* p) {
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+inline void emu_st_release_gpu(int32_t* p, int32_t v) {
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+inline int32_t emu_atom_add_acq_rel_gpu(int32_t* p, int32_t v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+}
+inline void __threadfence() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+inline void __nanosleep(unsigned) {}
 template <class Kern, class... Args>
 void emu_launch(Kern kernel, dim3 grid, unsigned block, Args... args);
 // launch_pdl (cuda_check.cuh): programmatic dependent launch orders nothing on the host, a plain launch here.

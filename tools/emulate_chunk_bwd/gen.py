@@ -155,7 +155,10 @@ for name, out in SOURCES:
                "  if constexpr (std::is_same_v<H2, __nv_bfloat162>) return __uint_as_float((e & 1) ? w & 0xffff0000u : w << 16);\n"
                "  __half_raw r;\n  r.x = uint16_t((e & 1) ? w >> 16 : w);\n  return __half2float(__half(r));", s, flags=re.S)
     # programmatic dependent launch (griddepcontrol): nothing to wait for or trigger in a host emulation
-    s = s.replace("pdl_start();", ";")
+    s = s.replace("pdl_start();", ";").replace("pdl_wait();", ";").replace("pdl_trigger();", ";")
+    # the flags between CTAs (ptx.cuh): host atomics (emu.hpp)
+    for f in ("ld_acquire_gpu", "st_release_gpu", "atom_add_acq_rel_gpu"):
+        s = re.sub(r"(?<![\w:])%s\(" % f, "emu_%s(" % f, s)
     s = re.sub(r"(?<![\w:])launch_pdl\(", "emu_launch_pdl(", s)
     # exp_ftz (chunk_fwd_intra.cuh): e^x as ex2.approx.ftz(x log2 e)
     s = s.replace('asm("ex2.approx.ftz.f32 %0, %1;\\n" : "=f"(y) : "f"(x * 1.4426950408889634f));', "y = std::exp(x);")

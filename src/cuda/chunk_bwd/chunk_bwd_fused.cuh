@@ -73,6 +73,7 @@ struct alignas(1024) FusedSmem {
   // the walk: per slot its sequence (-1: no chunk), chunk, rows, batch entry and first token
   int32_t wn[kFusedMaxWalk], wc[kFusedMaxWalk], wnv[kFusedMaxWalk];
   int64_t wsb[kFusedMaxWalk], wt0[kFusedMaxWalk];
+  int32_t head;  // following the chains: this CTA's value head (unit_head)
 };
 static_assert(sizeof(FusedSmem) + 1024 <= 227 * 1024, "fused grads: one CTA's shared memory");
 
@@ -211,15 +212,34 @@ __device__ __forceinline__ FusedSmem& smem_at(unsigned char* raw) {
   return *reinterpret_cast<FusedSmem*>(raw + ((1024 - (smem_addr(raw) & 1023)) & 1023));
 }
 
+// Following the chains (a.order): this CTA's value head, rank y % cs of the unit queued (y / cs)-th, y its grid row
+// (a cluster's CTAs share the row pair, so they take one unit). Thread 0 waits until the unit's chain CTAs have all
+// released it; its acquire and the barrier after it order every thread's reads of their records after their stores.
+// The rows are dispatched in order, so the first CTAs to run take the units that end first.
+__device__ __forceinline__ int unit_head(const ChunkBwdArgs& a, FusedSmem& s) {
+  const int cs = a.fused_cluster > 1 ? a.fused_cluster : 1, y = int(blockIdx.y);
+  if (threadIdx.x == 0) {
+    const int32_t* q = a.order + 1 + a.Hv / cs + y / cs;
+    int32_t u;
+    while ((u = ld_acquire_gpu(q)) == 0) __nanosleep(256);
+    s.head = (u - 1) * cs + y % cs;
+  }
+  __syncthreads();
+  return s.head;
+}
+
 }  // namespace fz
 
 template <class E>
 __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const ChunkBwdArgs a) {
   static_assert(std::is_same_v<E, __nv_bfloat16>, "the fused gradients pass takes bf16 inputs");
   constexpr int K = 128, V = 128;
-  if (!fused_on(a)) return;  // a beta above 1: pass 4 on wgmma instead
+  if (!fused_on(a)) {  // a beta above 1: pass 4 on wgmma instead, launched after this grid, reads the chains' records
+    if (a.order) pdl_wait();
+    return;
+  }
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int h = int(blockIdx.y);
+  const int h = a.order ? fz::unit_head(a, fz::smem_at(smem_raw)) : int(blockIdx.y);
   const int64_t s_lo = int64_t(blockIdx.x) * a.fused_walk;
   const int nw = int(a.slots - s_lo < a.fused_walk ? a.slots - s_lo : a.fused_walk);
   const float lam = a.scale;
@@ -837,6 +857,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
   if (pend >= 0 && threadIdx.x >= kTailWarp * 32)  // the walk's last chunk
     fz::store_dg_dbeta(a, fz::smem_at(smem_raw), pend, kbuf ^ 1, h, int(threadIdx.x) & 31);
   if (arrived) mbar::cluster_wait();  // every arrive of a cluster barrier has its wait
+  // Following the chains, one CTA waits for their grid, so that this grid's completion (what the launches after it
+  // wait for) implies theirs (dh0; the records). The last row's: its unit is the last queued, so the wait is short.
+  if (a.order && blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1) pdl_wait();
 }
 
 }  // namespace flashgdn::cuda::bwd_detail

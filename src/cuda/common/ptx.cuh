@@ -24,6 +24,32 @@ __device__ __forceinline__ void pdl_start() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
+// The two halves apart, for a kernel that takes its inputs from the kernel before it through flags of its own
+// (chunk_bwd's fused pass: a value head's items once that head's chain CTAs have released it) and waits for that
+// kernel's completion only where its own completion must imply it.
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void pdl_trigger() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// ---- flags between CTAs, at GPU scope: a release publishes every write that precedes it (this thread's, and the
+// CTA's before a barrier this thread passed), an acquire that reads the released value sees them.
+__device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(int32_t* p, int32_t v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+// old = *p, *p = old + v, acquire and release
+__device__ __forceinline__ int32_t atom_add_acq_rel_gpu(int32_t* p, int32_t v) {
+  int32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
 
 // ---- cp.async: global -> shared copies that need no registers ------------------------------------------------
 // A thread that copies a vector and later reads it back itself needs only the wait, no barrier.
