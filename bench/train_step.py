@@ -2,10 +2,10 @@
 """Training forward + backward of chunk_gated_delta_rule (bf16, K = V = 128, l2norm in kernel, final state in the
 loss) for flashgdn and, when importable in this process, FlashQLA: eager step time (median of 10 after warm-up,
 CUDA events), the step replayed as one CUDA graph (median of 10; "n/a" where an implementation cannot be
-captured), the kernel time of one step (torch.profiler, CUDA kernels summed), TFLOP/s of the graph (or eager)
-time by gdn-math §9.2 / §9.3 (forward + backward count), the floor max(compulsory bytes / copy rate, FLOPs / bf16
-GEMM rate) with both rates measured in this run, and gradients checked against each other. Host overhead of an
-eager step = eager - graph. FLA 0.6 routes its chunk ops to FlashQLA when flash_qla is importable: run FLA in
+captured), the kernel time of one step (torch.profiler: the union of its kernels' spans, so that kernels that
+overlap count once), TFLOP/s of the graph (or eager) time by gdn-math §9.2 / §9.3 (forward + backward count), the
+floor max(compulsory bytes / copy rate, FLOPs / bf16 GEMM rate) with both rates measured in this run, and gradients
+checked against each other. Host overhead of an eager step = eager - graph. FLA 0.6 routes its chunk ops to FlashQLA when flash_qla is importable: run FLA in
 another process.
 
     python3 bench/train_step.py [--out FILE.json] [--peer flashqla|fla|none] [--shapes 8k,32k,4x8k] [--kernels N]
@@ -102,6 +102,17 @@ def cost(lens, hqk, hv, K=128, V=128, C=64):
     return flops, byts
 
 
+def busy_ms(spans_us):
+    """The GPU's busy time in ms: the union of the kernels' [start, end) spans (us), so that kernels that overlap (a
+    programmatic dependent waiting inside its kernel for the one before it) count once."""
+    busy, end = 0.0, float("-inf")
+    for a, b in sorted(spans_us):
+        if b > end:
+            busy += b - max(a, end)
+            end = b
+    return busy / 1e3
+
+
 def time_step(step, top=0):
     for _ in range(3):
         step()
@@ -111,7 +122,8 @@ def time_step(step, top=0):
         step()
         torch.cuda.synchronize()
     avgs = prof.key_averages()
-    kern = sum(e.device_time_total for e in avgs) / 1e3
+    kern = busy_ms([(e.time_range.start, e.time_range.end) for e in prof.events()
+                    if e.device_type == torch.autograd.DeviceType.CUDA])
     for e in sorted(avgs, key=lambda e: -e.device_time_total)[:top]:  # where the step's kernel time goes
         print(f"    {e.device_time_total / 1e3:8.3f} ms  {e.count:3d}x  {e.key[:110]}")
     return eager, graph_ms(step), kern
