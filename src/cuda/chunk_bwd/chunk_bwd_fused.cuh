@@ -220,13 +220,17 @@ struct FusedItem {
 
 // Following the chains (a.order): the CTA, or its cluster, takes the next ticket t as it starts, so that whatever order
 // the hardware runs them in, the CTAs that run first take the units whose chains ended first: unit u of queue entry
-// t / walks, walk t % walks, value head u cs + rank (a cluster's CTAs take one ticket, rank 0's, handed to the others
-// through shared memory, and its value heads). Thread 0 then waits until the entry is set (the unit's chain CTAs have
-// all released it); its acquire and the barrier after it order every thread's reads of the unit's records after their
-// stores.
+// t / walks, walk t % walks, value head u cs + rank (a cluster's CTAs take one ticket, rank 0's, which it stores into
+// the others' shared memory between two cluster barriers: the first so that they have started, the second so that
+// they see it). Thread 0 then waits until the entry is set (the unit's chain CTAs have all released it); its acquire
+// and the barrier after it order every thread's reads of the unit's records after their stores.
 __device__ __forceinline__ FusedItem follow_item(const ChunkBwdArgs& a, FusedSmem& s) {
   const int cs = a.fused_cluster > 1 ? a.fused_cluster : 1, walks = int(gridDim.x);
   const int rank = int(blockIdx.y) % cs;  // the cluster's rank: clusters of cs CTAs along y
+  if (cs > 1) {  // every CTA of the cluster has started: its shared memory may be written by another
+    mbar::cluster_arrive();
+    mbar::cluster_wait();
+  }
   if (threadIdx.x == 0 && rank == 0) {
     const int32_t t = atom_add_acq_rel_gpu(a.order + 1, 1);
     s.item[0] = t;
