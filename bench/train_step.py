@@ -5,8 +5,8 @@ CUDA events), the step replayed as one CUDA graph (median of 10; "n/a" where an 
 captured), the kernel time of one step (torch.profiler: the union of its kernels' spans, so that kernels that
 overlap count once), TFLOP/s of the graph (or eager) time by gdn-math §9.2 / §9.3 (forward + backward count), the
 floor max(compulsory bytes / copy rate, FLOPs / bf16 GEMM rate) with both rates measured in this run, and gradients
-checked against each other. Host overhead of an eager step = eager - graph. FLA 0.6 routes its chunk ops to FlashQLA when flash_qla is importable: run FLA in
-another process.
+checked against each other. Host overhead of an eager step = eager - graph. FLA 0.6 routes its chunk ops to
+FlashQLA when flash_qla is importable: run FLA in another process.
 
     python3 bench/train_step.py [--out FILE.json] [--peer flashqla|fla|none] [--shapes 8k,32k,4x8k] [--kernels N]
 """
