@@ -43,7 +43,7 @@ if has build; then
     cmake --build "${BUILD_DIR:-build-dev}" -j 16 >"$LOG/build.log" 2>&1
   rc=$?
   echo "build rc=$rc in $(( $(date +%s) - t0 )) s" | tee -a "$summary"
-  grep -E "error|spill|lmem|Used [0-9]+ registers" "$LOG/build.log" | grep -B0 -E "error|bytes spill|lmem" | grep -v " 0 bytes spill" | head -20 | tee -a "$summary"
+  grep -E "error|spill|lmem|Used [0-9]+ registers" "$LOG/build.log" | grep -E "error|bytes spill|lmem" | grep -v " 0 bytes spill" | head -20 | tee -a "$summary"
   [ $rc -ne 0 ] && { tail -50 "$LOG/build.log"; tar czf "$OUT/logs.tar.gz" -C "$OUT" logs; exit 1; }
 fi
 B=${BUILD_DIR:-build-dev}
