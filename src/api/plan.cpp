@@ -370,8 +370,8 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
                 pl.fused_cluster > 0 ? str_cat("; clusters of the ", pl.fused_cluster,
                                                " value heads of a q/k head, rank 0 sums their dq, dk (no dq / dk pass)")
                                      : "",
-                pl.fused_follows ? "; launched as a programmatic dependent of the chains, each CTA (cluster) taking "
-                                   "the next walk of the value heads whose chain CTAs ended first"
+                pl.fused_follows ? "; launched as a programmatic dependent of the chains, each row of the grid "
+                                   "taking the value heads whose chain CTAs ended next"
                                  : "",
                 "\n");
   else if (pl.grads_pass == ChunkStatePass::wgmma)

@@ -376,9 +376,6 @@ inline void wait(uint64_t* b, uint32_t parity) {
 inline void cluster_arrive() {
   fail("barrier.cluster: clusters are not emulated (run the form without them)");
 }
-inline void st_cluster_u32(uint32_t, uint32_t, uint32_t) {
-  fail("st.shared::cluster: clusters are not emulated (run the form without them)");
-}
 inline void cluster_wait() {
   fail("barrier.cluster: clusters are not emulated (run the form without them)");
 }

@@ -75,7 +75,7 @@ WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
   take(&w.dgh, rows * f);
   take(&w.dbh, rows * f);
   // ChunkBwdArgs::beta_big, then ChunkBwdArgs::order (one memset clears both)
-  take(&w.flag, pl.fused_walk > 0 ? sizeof(int32_t) * size_t(1 + (pl.fused_follows ? 2 + 2 * units_of(d, pl) : 0)) : 0);
+  take(&w.flag, pl.fused_walk > 0 ? sizeof(int32_t) * size_t(1 + (pl.fused_follows ? 1 + 2 * units_of(d, pl) : 0)) : 0);
   take(&w.dec, pl.decay_window ? rec * f : 0);                    // ChunkBwdArgs::dec
   take(&w.fwd, pl.states_from_fwd ? pl.fwd.workspace_bytes : 0);  // chunk_fwd_states' own
   w.total = off;
@@ -332,7 +332,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   const bool bf16 = p.q.dtype == DType::bf16;
   if (a.beta_big)
     FGDN_CUDA_CHECK(
-        cudaMemsetAsync(a.beta_big, 0, sizeof(int32_t) * size_t(a.order ? 3 + 2 * units_of(d, pl) : 1), st));
+        cudaMemsetAsync(a.beta_big, 0, sizeof(int32_t) * size_t(a.order ? 2 + 2 * units_of(d, pl) : 1), st));
   if (pl.states_from_fwd)  // S0 by chunk_fwd's passes (its plan, its part of the workspace)
     FGDN_RETURN_IF_ERROR(chunk_fwd_states(fwd_params_of(p), ChunkDims{d}, pl.fwd, base + wl.fwd, a.S0, stream));
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)

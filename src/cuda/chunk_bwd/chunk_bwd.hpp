@@ -96,11 +96,11 @@ struct ChunkBwdArgs {
   // [1] with fused_walk: prep sets it where a chunk's beta exceeds 1; then pass 4 on wgmma runs instead of the fused
   // pass (each kernel reads it and returns at once when it is not its turn) and the chains store every record
   int32_t* beta_big;
-  // [2 + 2 units], zeroed ahead of the passes; may be null. Where the fused pass follows the chains' one launch
-  // (ChunkBwdPlan::fused_follows), units = Hv / cs, cs = max(fused_cluster, 1), unit u the value heads u cs ..
-  // u cs + cs - 1: [0] the queue's length, [1] the fused pass's tickets taken, [2 + u] the chain CTAs of unit u that
-  // have ended, [2 + units + p] u + 1 for the p-th unit whose chain CTAs have all ended (0: none yet). Ticket t of
-  // the fused pass (a CTA's, or a cluster's) is walk t % walks of unit [2 + units + t / walks] (chunk_bwd_fused.cuh)
+  // [1 + 2 Hv / max(fused_cluster, 1)], zeroed ahead of the passes; may be null. Where the fused pass follows the
+  // chains' one launch (ChunkBwdPlan::fused_follows): [0] the queue's length, [1 + u] the chain CTAs of unit u (the
+  // fused_cluster value heads u cs .. u cs + cs - 1, cs = max(fused_cluster, 1)) that have ended, [1 + units + p]
+  // u + 1 for the p-th unit whose chain CTAs have all ended (0: none yet). The fused pass's CTAs of grid row y take
+  // unit [1 + units + y / cs] (chunk_bwd_fused.cuh)
   int32_t* order;
   // 1: S0 comes from chunk_fwd's state pass (launched ahead of these passes, ChunkBwdPlan::states_from_fwd), so pass 2
   // runs and prep forms U0 only where the fused pass does not (beta_big: the wgmma pass 4 reads pass 2's U)

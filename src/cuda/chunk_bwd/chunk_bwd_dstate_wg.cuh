@@ -445,8 +445,8 @@ __device__ __forceinline__ void release_unit(const ChunkBwdArgs& a) {
   const int cs = a.fused_cluster > 1 ? a.fused_cluster : 1, units = a.Hv / cs, u = int(blockIdx.y) / cs;
   const int32_t ctas = int32_t(gridDim.x * gridDim.z) * cs;  // the unit's chain CTAs
   __threadfence();
-  if (atom_add_acq_rel_gpu(a.order + 2 + u, 1) == ctas - 1)
-    st_release_gpu(a.order + 2 + units + atom_add_acq_rel_gpu(a.order, 1), u + 1);
+  if (atom_add_acq_rel_gpu(a.order + 1 + u, 1) == ctas - 1)
+    st_release_gpu(a.order + 1 + units + atom_add_acq_rel_gpu(a.order, 1), u + 1);
 }
 
 template <class E, int V>

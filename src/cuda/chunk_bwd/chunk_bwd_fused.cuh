@@ -73,7 +73,7 @@ struct alignas(1024) FusedSmem {
   // the walk: per slot its sequence (-1: no chunk), chunk, rows, batch entry and first token
   int32_t wn[kFusedMaxWalk], wc[kFusedMaxWalk], wnv[kFusedMaxWalk];
   int64_t wsb[kFusedMaxWalk], wt0[kFusedMaxWalk];
-  int32_t item[2];  // following the chains: this CTA's ticket and value head (follow_item)
+  int32_t head;  // following the chains: this CTA's value head (unit_head)
 };
 static_assert(sizeof(FusedSmem) + 1024 <= 227 * 1024, "fused grads: one CTA's shared memory");
 
@@ -212,45 +212,20 @@ __device__ __forceinline__ FusedSmem& smem_at(unsigned char* raw) {
   return *reinterpret_cast<FusedSmem*>(raw + ((1024 - (smem_addr(raw) & 1023)) & 1023));
 }
 
-// This CTA's item: value head `head`, walk `walk` of a.fused_walk chunk slots; `last`: the last ticket.
-struct FusedItem {
-  int head, walk;
-  bool last;
-};
-
-// Following the chains (a.order): the CTA, or its cluster, takes the next ticket t as it starts, so that whatever order
-// the hardware runs them in, the CTAs that run first take the units whose chains ended first: unit u of queue entry
-// t / walks, walk t % walks, value head u cs + rank (a cluster's CTAs take one ticket, rank 0's, which it stores into
-// the others' shared memory between two cluster barriers: the first so that they have started, the second so that
-// they see it). Thread 0 then waits until the entry is set (the unit's chain CTAs have all released it); its acquire
-// and the barrier after it order every thread's reads of the unit's records after their stores.
-__device__ __forceinline__ FusedItem follow_item(const ChunkBwdArgs& a, FusedSmem& s) {
-  const int cs = a.fused_cluster > 1 ? a.fused_cluster : 1, walks = int(gridDim.x);
-  const int rank = int(blockIdx.y) % cs;  // the cluster's rank: clusters of cs CTAs along y
-  if (cs > 1) {  // every CTA of the cluster has started: its shared memory may be written by another
-    mbar::cluster_arrive();
-    mbar::cluster_wait();
-  }
-  if (threadIdx.x == 0 && rank == 0) {
-    const int32_t t = atom_add_acq_rel_gpu(a.order + 1, 1);
-    s.item[0] = t;
-    for (int r = 1; r < cs; ++r) mbar::st_cluster_u32(smem_addr(&s.item[0]), uint32_t(r), uint32_t(t));
-  }
-  if (cs > 1) {
-    mbar::cluster_arrive();
-    mbar::cluster_wait();
-  } else {
-    __syncthreads();
-  }
+// Following the chains (a.order): this CTA's value head, rank y % cs of the unit queued (y / cs)-th, y its grid row
+// (a cluster's CTAs share the row pair, so they take one unit). Thread 0 waits until the unit's chain CTAs have all
+// released it; its acquire and the barrier after it order every thread's reads of their records after their stores.
+// The rows are dispatched in order, so the first CTAs to run take the units that end first.
+__device__ __forceinline__ int unit_head(const ChunkBwdArgs& a, FusedSmem& s) {
+  const int cs = a.fused_cluster > 1 ? a.fused_cluster : 1, y = int(blockIdx.y);
   if (threadIdx.x == 0) {
-    const int32_t* q = a.order + 2 + a.Hv / cs + s.item[0] / walks;
+    const int32_t* q = a.order + 1 + a.Hv / cs + y / cs;
     int32_t u;
     while ((u = ld_acquire_gpu(q)) == 0) __nanosleep(256);
-    s.item[1] = (u - 1) * cs + rank;
+    s.head = (u - 1) * cs + y % cs;
   }
   __syncthreads();
-  const int t = s.item[0];
-  return {s.item[1], t % walks, t == walks * (int(gridDim.y) / cs) - 1};
+  return s.head;
 }
 
 }  // namespace fz
@@ -264,10 +239,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     return;
   }
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const fz::FusedItem it =
-      a.order ? fz::follow_item(a, fz::smem_at(smem_raw)) : fz::FusedItem{int(blockIdx.y), int(blockIdx.x), false};
-  const int h = it.head;
-  const int64_t s_lo = int64_t(it.walk) * a.fused_walk;
+  const int h = a.order ? fz::unit_head(a, fz::smem_at(smem_raw)) : int(blockIdx.y);
+  const int64_t s_lo = int64_t(blockIdx.x) * a.fused_walk;
   const int nw = int(a.slots - s_lo < a.fused_walk ? a.slots - s_lo : a.fused_walk);
   const float lam = a.scale;
   {
@@ -885,8 +858,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     fz::store_dg_dbeta(a, fz::smem_at(smem_raw), pend, kbuf ^ 1, h, int(threadIdx.x) & 31);
   if (arrived) mbar::cluster_wait();  // every arrive of a cluster barrier has its wait
   // Following the chains, one CTA waits for their grid, so that this grid's completion (what the launches after it
-  // wait for) implies theirs (dh0; the records): the last ticket's, whose unit is the last queued (a short wait).
-  if (it.last) pdl_wait();
+  // wait for) implies theirs (dh0; the records). The last row's: its unit is the last queued, so the wait is short.
+  if (a.order && blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1) pdl_wait();
 }
 
 }  // namespace flashgdn::cuda::bwd_detail
