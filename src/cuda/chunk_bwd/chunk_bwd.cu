@@ -46,9 +46,11 @@ int64_t dqk_heads_of(const SeqDims& d, const ChunkBwdPlan& pl) {
   return pl.grads_pass == ChunkStatePass::wgmma ? d.Hqk : d.Hv;
 }
 
-// The fused pass's units (ChunkBwdArgs::order): its clusters' value heads, or single value heads.
-int64_t units_of(const SeqDims& d, const ChunkBwdPlan& pl) {
-  return d.Hv / std::max<int64_t>(pl.fused_cluster, 1);
+// int32 words of ChunkBwdArgs::beta_big and ChunkBwdArgs::order (the queue length, per unit its count and queue entry;
+// units: the fused pass's clusters' value heads, or single value heads), one region cleared by one memset
+int64_t flag_words(const SeqDims& d, const ChunkBwdPlan& pl) {
+  if (pl.fused_walk <= 0) return 0;
+  return 1 + (pl.fused_follows ? 1 + 2 * (d.Hv / std::max<int64_t>(pl.fused_cluster, 1)) : 0);
 }
 
 WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
@@ -74,8 +76,7 @@ WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
   take(&w.dkh, qk_rows * K * f);
   take(&w.dgh, rows * f);
   take(&w.dbh, rows * f);
-  // ChunkBwdArgs::beta_big, then ChunkBwdArgs::order (one memset clears both)
-  take(&w.flag, pl.fused_walk > 0 ? sizeof(int32_t) * size_t(1 + (pl.fused_follows ? 1 + 2 * units_of(d, pl) : 0)) : 0);
+  take(&w.flag, sizeof(int32_t) * size_t(flag_words(d, pl)));     // ChunkBwdArgs::beta_big, then ::order
   take(&w.dec, pl.decay_window ? rec * f : 0);                    // ChunkBwdArgs::dec
   take(&w.fwd, pl.states_from_fwd ? pl.fwd.workspace_bytes : 0);  // chunk_fwd_states' own
   w.total = off;
@@ -330,9 +331,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   // Slack rows (varlen: outside [cu[0], cu[N])) are never written by the chunk passes, and the kernels below never
   // read their scratch (covered()): no clearing pass over it.
   const bool bf16 = p.q.dtype == DType::bf16;
-  if (a.beta_big)
-    FGDN_CUDA_CHECK(
-        cudaMemsetAsync(a.beta_big, 0, sizeof(int32_t) * size_t(a.order ? 2 + 2 * units_of(d, pl) : 1), st));
+  if (a.beta_big) FGDN_CUDA_CHECK(cudaMemsetAsync(a.beta_big, 0, sizeof(int32_t) * size_t(flag_words(d, pl)), st));
   if (pl.states_from_fwd)  // S0 by chunk_fwd's passes (its plan, its part of the workspace)
     FGDN_RETURN_IF_ERROR(chunk_fwd_states(fwd_params_of(p), ChunkDims{d}, pl.fwd, base + wl.fwd, a.S0, stream));
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)
