@@ -206,8 +206,8 @@ constexpr bool kGradsWgByDefault = true;
 // Chunk slots per CTA walk of the fused gradients pass (cuda::bwd_detail::kFusedMaxWalk at most): its CTAs walk
 // independently from pass 3's records, so the walk length trades the reverse chain's steps against the CTAs' count.
 constexpr int32_t kChunkBwdFusedWalk = 16;
-// The fused pass's clusters (exec.chunk_bwd_grads 3, the default): a GQA group of 2 value heads per q/k head. Groups
-// of 4 in clusters measured 7% slower than pass 5a's sum at varlen 4 x 8K Hv = 64 (rank 0 reads three partial sums
+// The fused pass's pairs (exec.chunk_bwd_grads 3, the default): a GQA group of 2 value heads per q/k head. Groups
+// of 4 (as clusters) measured 7% slower than pass 5a's sum at varlen 4 x 8K Hv = 64 (rank 0 reads three partial sums
 // per exchange, and a cluster waits for four free SMs at once).
 constexpr int64_t kChunkBwdFusedCluster = 2;
 constexpr bool kFusedGradsByDefault = true;
@@ -284,7 +284,7 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   // pass's splits do not (docs/chunk_bwd.md "Fused gradients pass").
   const bool fused = grads >= 3 || (grads == 0 && grads_wg_ok && !p.gate.allow_neg_eigval && kFusedGradsByDefault);
   pl.fused_walk = fused ? kChunkBwdFusedWalk : 0;
-  // With two value heads per q/k head their CTAs run as one cluster and its rank 0 sums their dq, dk: no pass 5a,
+  // With two value heads per q/k head their CTAs pair up and rank 0 sums their dq, dk: no pass 5a,
   // whose scratch round trip costs more than the exchange in the pass (docs/chunk_bwd.md "Fused gradients pass")
   const int64_t group = d.Hv / std::max<int64_t>(d.Hqk, 1);
   pl.fused_cluster = fused && grads != 4 && group == kChunkBwdFusedCluster ? int32_t(group) : 0;
@@ -367,11 +367,14 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
                 "), 256 threads per CTA, each a walk of ", pl.fused_walk,
                 " chunk slots of a value head in reverse (dS carried; pass 3's record where a walk or sequence "
                 "ends)",
-                pl.fused_cluster > 0 ? str_cat("; clusters of the ", pl.fused_cluster,
-                                               " value heads of a q/k head, rank 0 sums their dq, dk (no dq / dk pass)")
-                                     : "",
-                pl.fused_follows ? "; launched as a programmatic dependent of the chains, each row of the grid "
-                                   "taking the value heads whose chain CTAs ended next"
+                pl.fused_cluster > 0
+                    ? str_cat("; the CTAs of the ", pl.fused_cluster,
+                              " value heads of a q/k head in pairs, the later started summing their dq, dk from the "
+                              "others' rows (flags; no dq / dk pass)")
+                    : "",
+                "; each CTA takes the next ticket as it starts",
+                pl.fused_follows ? "; launched as a programmatic dependent of the chains, the tickets taking the walks "
+                                   "of the value heads whose chain CTAs ended first"
                                  : "",
                 "\n");
   else if (pl.grads_pass == ChunkStatePass::wgmma)

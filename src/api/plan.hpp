@@ -63,8 +63,8 @@ struct ChunkBwdPlan {
   // > 0: pass 4 fused with the reverse chain (K = V = 128, bf16; docs/chunk_bwd.md "Fused gradients pass"), one CTA
   // per walk of this many chunk slots and value head, dq / dk per value head (pass 5a sums them); grads_pass unused
   int32_t fused_walk = 0;
-  // With fused_walk and two value heads per q/k head: their CTAs in clusters of 2, rank 0 sums their dq, dk and runs
-  // the l2norm chain (no pass 5a); 0: pass 5a sums them (exec.chunk_bwd_grads = 4, or another group)
+  // With fused_walk and two value heads per q/k head: their CTAs in pairs of 2, rank 0 sums their dq, dk and runs the
+  // l2norm chain (no pass 5a); 0: pass 5a sums them (exec.chunk_bwd_grads = 4, or another group)
   int32_t fused_cluster = 0;
   // With fused_walk and one CTA of both chains: the fused pass launched as a programmatic dependent of the chains'
   // launch, its CTAs taking their value heads in the order the heads' chain CTAs end (cuda::ChunkBwdArgs::order)

@@ -954,7 +954,7 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   EXPECT_EQ(pl.fused_cluster, 2);  // Hqk = 16, Hv = 32: the two value heads of a q/k head in a cluster
   EXPECT_EQ(pl.grads_pass, ChunkStatePass::mma_sync);
   EXPECT_TRUE(describes(pl, c.d, "grads pass: fused with the reverse chain"));
-  EXPECT_TRUE(describes(pl, c.d, "clusters of the 2 value heads of a q/k head"));
+  EXPECT_TRUE(describes(pl, c.d, "the CTAs of the 2 value heads of a q/k head in pairs"));
   // the dstate chain's decay window with the fused pass, unless exec.chunk_bwd_window = 1
   EXPECT_TRUE(pl.decay_window);
   EXPECT_TRUE(describes(pl, c.d, "from the chunks of its decay window only (e^-21"));

@@ -372,14 +372,6 @@ inline void wait(uint64_t* b, uint32_t parity) {
   }
 }
 
-// Clusters are not emulated (one CTA runs at a time): a kernel that reaches a cluster barrier fails here.
-inline void cluster_arrive() {
-  fail("barrier.cluster: clusters are not emulated (run the form without them)");
-}
-inline void cluster_wait() {
-  fail("barrier.cluster: clusters are not emulated (run the form without them)");
-}
-
 }  // namespace mbar
 
 namespace tma {

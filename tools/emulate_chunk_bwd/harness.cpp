@@ -331,7 +331,6 @@ int main(int argc, char** argv) {
       printf("plan: %s\n", s.message().c_str());
       return;
     }
-    pl.fused_cluster = 0;  // clusters are not emulated: the fused pass leaves the GQA sum to pass 5a
     if (form == "mma") pl.dstate_pass = ChunkStatePass::mma_sync;
     if (form == "1") pl.state_stages = pl.dstate_stages = 1;
     printf("%s", describe(pl, d).c_str());

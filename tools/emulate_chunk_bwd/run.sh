@@ -22,9 +22,9 @@
 # are compared bitwise with N), Nm pass 3 on the
 # mma.sync kernel, Ng / Ngm / Nf pass 4 on wgmma / mma.sync / the fused pass (exec.chunk_bwd_grads 2 / 1 / 3; Nf also
 # against Nfw, the same with exec.chunk_bwd_window = 1, within 1e-5), Ns the fused pass with the chunk start states
-# from chunk_fwd's passes (exec.chunk_bwd_state = 2, fwd_passes.cpp; also against Nf within 1e-2); every
-# form without the fused pass's clusters, which are not emulated: pass 5a sums the value heads; the plan takes the fused
-# pass at K = V = 128 bf16, the wgmma pass 4 where a beta exceeds 1 or under allow_neg_eigval); w0 bf16 GQA 2 with a partial last chunk, w1 varlen with a length-0 sequence and slack rows, w2 / w3
+# from chunk_fwd's passes (exec.chunk_bwd_state = 2, fwd_passes.cpp; also against Nf within 1e-2); with
+# GQA 2 the fused pass's pairs of value heads (rank 0 sums their dq, dk; the emulation runs the CTAs in ticket order);
+# the plan takes the fused pass at K = V = 128 bf16, the wgmma pass 4 where a beta exceeds 1 or under allow_neg_eigval); w0 bf16 GQA 2 with a partial last chunk, w1 varlen with a length-0 sequence and slack rows, w2 / w3
 # the split forced (decay windows / full summaries), w4 fp16 v-major with checkpoints, w5 the wgmma model alone
 # against plain products, w6 nearly parallel keys, w7 identical keys with a full last chunk, w8 the same with the
 # split forced, w9-w11 K = V = 64 on the mma.sync state pass (bf16 GQA 2, w6's and w7's inputs), w12, w13 beta near 2

@@ -46,11 +46,11 @@ int64_t dqk_heads_of(const SeqDims& d, const ChunkBwdPlan& pl) {
   return pl.grads_pass == ChunkStatePass::wgmma ? d.Hqk : d.Hv;
 }
 
-// int32 words of ChunkBwdArgs::beta_big and ChunkBwdArgs::order (the queue length, per unit its count and queue entry;
-// units: the fused pass's clusters' value heads, or single value heads), one region cleared by one memset
-int64_t flag_words(const SeqDims& d, const ChunkBwdPlan& pl) {
+// ChunkBwdArgs::order's words: the queue, the tickets, and with pairs of value heads their exchange flags.
+int64_t order_words(const SeqDims& d, const ChunkBwdPlan& pl) {
   if (pl.fused_walk <= 0) return 0;
-  return 1 + (pl.fused_follows ? 1 + 2 * (d.Hv / std::max<int64_t>(pl.fused_cluster, 1)) : 0);
+  const int64_t units = d.Hv / std::max<int64_t>(pl.fused_cluster, 1), walks = ceil_div(slots_of(d), pl.fused_walk);
+  return 2 + 2 * units + (pl.fused_cluster > 1 ? 8 * walks * units : 0);
 }
 
 WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
@@ -76,7 +76,8 @@ WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
   take(&w.dkh, qk_rows * K * f);
   take(&w.dgh, rows * f);
   take(&w.dbh, rows * f);
-  take(&w.flag, sizeof(int32_t) * size_t(flag_words(d, pl)));     // ChunkBwdArgs::beta_big, then ::order
+  // ChunkBwdArgs::beta_big, then ChunkBwdArgs::order (one memset clears both)
+  take(&w.flag, pl.fused_walk > 0 ? sizeof(int32_t) * size_t(1 + order_words(d, pl)) : 0);
   take(&w.dec, pl.decay_window ? rec * f : 0);                    // ChunkBwdArgs::dec
   take(&w.fwd, pl.states_from_fwd ? pl.fwd.workspace_bytes : 0);  // chunk_fwd_states' own
   w.total = off;
@@ -324,14 +325,15 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   a.dgh = reinterpret_cast<float*>(base + wl.dgh);
   a.dbh = reinterpret_cast<float*>(base + wl.dbh);
   if (pl.fused_walk > 0) a.beta_big = reinterpret_cast<int32_t*>(base + wl.flag);
-  if (pl.fused_follows) a.order = a.beta_big + 1;
+  if (pl.fused_walk > 0) a.order = a.beta_big + 1;
+  a.follow = pl.fused_follows;
   if (pl.decay_window) a.dec = reinterpret_cast<float*>(base + wl.dec);
   a.s0_from_fwd = pl.states_from_fwd;
   const auto st = static_cast<cudaStream_t>(stream);
   // Slack rows (varlen: outside [cu[0], cu[N])) are never written by the chunk passes, and the kernels below never
   // read their scratch (covered()): no clearing pass over it.
   const bool bf16 = p.q.dtype == DType::bf16;
-  if (a.beta_big) FGDN_CUDA_CHECK(cudaMemsetAsync(a.beta_big, 0, sizeof(int32_t) * size_t(flag_words(d, pl)), st));
+  if (a.beta_big) FGDN_CUDA_CHECK(cudaMemsetAsync(a.beta_big, 0, sizeof(int32_t) * size_t(1 + order_words(d, pl)), st));
   if (pl.states_from_fwd)  // S0 by chunk_fwd's passes (its plan, its part of the workspace)
     FGDN_RETURN_IF_ERROR(chunk_fwd_states(fwd_params_of(p), ChunkDims{d}, pl.fwd, base + wl.fwd, a.S0, stream));
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)

@@ -89,19 +89,22 @@ struct ChunkBwdArgs {
   // pass 4 fused with the reverse chain (chunk_bwd_fused.cuh; K = V = 128, bf16): one CTA per (walk of fused_walk
   // chunk slots, value head); 0: grads_wg decides
   int32_t fused_walk;
-  // with fused_walk and GQA: the fused pass's CTAs of a q/k head's value heads form clusters of this many (the
-  // group; the plan takes 2), and rank 0 sums their dq, dk (in head order) and runs the l2norm chain: no pass 5a;
-  // 0: pass 5a sums them
+  // with fused_walk and GQA: the fused pass's CTAs of a q/k head's value heads pair up, this many (the group; the
+  // plan takes 2), and rank 0 sums their dq, dk (in head order) and runs the l2norm chain: no pass 5a; 0: pass 5a
+  // sums them
   int32_t fused_cluster;
   // [1] with fused_walk: prep sets it where a chunk's beta exceeds 1; then pass 4 on wgmma runs instead of the fused
   // pass (each kernel reads it and returns at once when it is not its turn) and the chains store every record
   int32_t* beta_big;
-  // [1 + 2 Hv / max(fused_cluster, 1)], zeroed ahead of the passes; may be null. Where the fused pass follows the
-  // chains' one launch (ChunkBwdPlan::fused_follows): [0] the queue's length, [1 + u] the chain CTAs of unit u (the
-  // fused_cluster value heads u cs .. u cs + cs - 1, cs = max(fused_cluster, 1)) that have ended, [1 + units + p]
-  // u + 1 for the p-th unit whose chain CTAs have all ended (0: none yet). The fused pass's CTAs of grid row y take
-  // unit [1 + units + y / cs] (chunk_bwd_fused.cuh)
+  // With fused_walk: [2 + 2 units + 8 walks units (pairs only)], zeroed ahead of the passes (units = Hv / cs, cs =
+  // max(fused_cluster, 1), unit u the value heads u cs .. u cs + cs - 1; walks = ceil(slots / fused_walk)): [0] the
+  // queue's length, [1] the fused pass's tickets taken, [2 + u] the chain CTAs of unit u that have ended, [2 + units +
+  // p] u + 1 for the p-th unit whose chain CTAs have all ended (0: none yet), then per (walk, unit) pair and warp the
+  // count of dq / dk row exchanges published (chunk_bwd_fused.cuh)
   int32_t* order;
+  // 1: the fused pass follows the chains (ChunkBwdPlan::fused_follows): the chains fill order's queue and the fused
+  // pass takes its units from it; 0: unit p / walks for pair p
+  int32_t follow;
   // 1: S0 comes from chunk_fwd's state pass (launched ahead of these passes, ChunkBwdPlan::states_from_fwd), so pass 2
   // runs and prep forms U0 only where the fused pass does not (beta_big: the wgmma pass 4 reads pass 2's U)
   int32_t s0_from_fwd;

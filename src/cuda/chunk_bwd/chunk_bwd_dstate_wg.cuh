@@ -431,7 +431,7 @@ __global__ void __launch_bounds__(kDStateWgThreads, 2) chunk_bwd_chains_wg_kerne
 // neighbour, under decay windows, then walks on beside another state CTA). The plan takes it where the grid fits one
 // wave: its CTA holds the slot until the longer of its two chains ends.
 //
-// Where the fused pass follows (a.order, ChunkBwdPlan::fused_follows) each CTA lets it be scheduled at once (its CTAs
+// Where the fused pass follows (a.follow, ChunkBwdPlan::fused_follows) each CTA lets it be scheduled at once (its CTAs
 // take only SMs that no chain CTA holds: a CTA of each needs most of an SM's shared memory) and, once both chains of
 // its tile are stored, counts itself done in its unit; the unit's last CTA queues the unit (release_unit).
 constexpr int kChainsThreads = 2 * kStateWgThreads;
@@ -445,8 +445,8 @@ __device__ __forceinline__ void release_unit(const ChunkBwdArgs& a) {
   const int cs = a.fused_cluster > 1 ? a.fused_cluster : 1, units = a.Hv / cs, u = int(blockIdx.y) / cs;
   const int32_t ctas = int32_t(gridDim.x * gridDim.z) * cs;  // the unit's chain CTAs
   __threadfence();
-  if (atom_add_acq_rel_gpu(a.order + 1 + u, 1) == ctas - 1)
-    st_release_gpu(a.order + 1 + units + atom_add_acq_rel_gpu(a.order, 1), u + 1);
+  if (atom_add_acq_rel_gpu(a.order + 2 + u, 1) == ctas - 1)
+    st_release_gpu(a.order + 2 + units + atom_add_acq_rel_gpu(a.order, 1), u + 1);
 }
 
 template <class E, int V>
@@ -459,7 +459,7 @@ __global__ void __launch_bounds__(kChainsThreads, 1) chunk_bwd_chains_pair_kerne
   } else {
     state_wg_chain<E, V, 1, 2>(a, z, sm + sizeof(DStateWgSmem<1>));
   }
-  if (a.order && a.chain_mode != kChainSummary) release_unit(a);
+  if (a.follow && a.chain_mode != kChainSummary) release_unit(a);
 }
 static_assert(sizeof(DStateWgSmem<1>) % 1024 == 0 &&
                   sizeof(DStateWgSmem<1>) + sizeof(StateWgSmem<1>) + 1024 <= 227 * 1024,

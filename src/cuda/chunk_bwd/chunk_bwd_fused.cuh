@@ -4,7 +4,7 @@
 // step per chunk; taken from pass 3's record where a walk or a sequence ends), and forms every gradient of §7.3 per
 // chunk from q, k, v, dO, A (prep's split), S0 (pass 2's bf16 record) and dS alone: U, dU, W' and the rest are formed
 // here, no U or dU record is read. Out: dv; dq and dk (the l2norm chain run here) without GQA, or with two value heads
-// per q/k head from rank 0 of the pair's cluster, which adds rank 1's rows; else w.r.t. the normalized q, k per value
+// per q/k head from rank 0 of the pair, which adds rank 1's rows; else w.r.t. the normalized q, k per value
 // head (fp32 scratch; pass 5a sums the value heads and runs the l2norm chain); dg and dbeta w.r.t. the resolved g,
 // beta (fp32 scratch).
 //
@@ -37,7 +37,6 @@
 #include <cstddef>
 
 #include "cuda/chunk_bwd/chunk_bwd_grads_wg.cuh"
-#include "cuda/common/mbarrier.cuh"
 #include "cuda/common/wgmma.cuh"
 
 namespace flashgdn::cuda::bwd_detail {
@@ -73,7 +72,7 @@ struct alignas(1024) FusedSmem {
   // the walk: per slot its sequence (-1: no chunk), chunk, rows, batch entry and first token
   int32_t wn[kFusedMaxWalk], wc[kFusedMaxWalk], wnv[kFusedMaxWalk];
   int64_t wsb[kFusedMaxWalk], wt0[kFusedMaxWalk];
-  int32_t head;  // following the chains: this CTA's value head (unit_head)
+  int32_t item[2];  // following the chains: this CTA's ticket and value head (follow_item)
 };
 static_assert(sizeof(FusedSmem) + 1024 <= 227 * 1024, "fused grads: one CTA's shared memory");
 
@@ -212,20 +211,47 @@ __device__ __forceinline__ FusedSmem& smem_at(unsigned char* raw) {
   return *reinterpret_cast<FusedSmem*>(raw + ((1024 - (smem_addr(raw) & 1023)) & 1023));
 }
 
-// Following the chains (a.order): this CTA's value head, rank y % cs of the unit queued (y / cs)-th, y its grid row
-// (a cluster's CTAs share the row pair, so they take one unit). Thread 0 waits until the unit's chain CTAs have all
-// released it; its acquire and the barrier after it order every thread's reads of their records after their stores.
-// The rows are dispatched in order, so the first CTAs to run take the units that end first.
-__device__ __forceinline__ int unit_head(const ChunkBwdArgs& a, FusedSmem& s) {
-  const int cs = a.fused_cluster > 1 ? a.fused_cluster : 1, y = int(blockIdx.y);
+// This CTA's item: value head `head`, walk `walk` of a.fused_walk chunk slots; `pair` the index of its (walk, unit)
+// (its exchange flags); `rank` among the unit's value heads (0: the one that sums their dq, dk); `last`: the last
+// ticket.
+struct FusedItem {
+  int head, walk, pair, rank;
+  bool last;
+};
+
+// Each CTA takes the next ticket t as it starts (ChunkBwdArgs::order): pair p = t / cs of units of cs value heads,
+// rank cs - 1 - t % cs in it, so that the rank that waits for the others' rows (0) starts after them and never holds
+// an SM that they need; unit u = p / walks (following the chains: the unit of queue entry p / walks, which thread 0
+// waits for), walk p % walks, value head u cs + rank. Following the chains, the CTAs that run first take the units
+// whose chains ended first, and thread 0's acquire of the entry and the barrier after it order every thread's reads
+// of the unit's records after their stores.
+__device__ __forceinline__ FusedItem fused_item(const ChunkBwdArgs& a, FusedSmem& s) {
+  const int cs = a.fused_cluster > 1 ? a.fused_cluster : 1, walks = int(gridDim.x);
+  if (threadIdx.x == 0) s.item[0] = atom_add_acq_rel_gpu(a.order + 1, 1);
+  __syncthreads();
+  const int t = s.item[0], p = t / cs, rank = cs - 1 - t % cs;
   if (threadIdx.x == 0) {
-    const int32_t* q = a.order + 1 + a.Hv / cs + y / cs;
-    int32_t u;
-    while ((u = ld_acquire_gpu(q)) == 0) __nanosleep(256);
-    s.head = (u - 1) * cs + y % cs;
+    int32_t u = p / walks + 1;
+    if (a.follow) {
+      const int32_t* q = a.order + 2 + a.Hv / cs + p / walks;
+      while ((u = ld_acquire_gpu(q)) == 0) __nanosleep(256);
+    }
+    s.item[1] = (u - 1) * cs + rank;
   }
   __syncthreads();
-  return s.head;
+  return {s.item[1], p % walks, p, rank, t == walks * int(gridDim.y) - 1};
+}
+
+// The exchange of a pair's dq^ / dk^ rows (fused_cluster > 1): a warp of a rank above 0 publishes its rows with one
+// count on its flag (every lane's fence, then lane 0's add after the warp's barrier); the same warp of rank 0 waits
+// until the flag holds n counts of each other rank (every lane polls: each lane's own acquire orders its loads).
+__device__ __forceinline__ void publish_rows(int32_t* flag, int lane) {
+  __threadfence();
+  __syncwarp();
+  if (lane == 0) atom_add_acq_rel_gpu(flag, 1);
+}
+__device__ __forceinline__ void await_rows(const int32_t* flag, int32_t n) {
+  while (ld_acquire_gpu(flag) < n) __nanosleep(32);
 }
 
 }  // namespace fz
@@ -235,12 +261,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
   static_assert(std::is_same_v<E, __nv_bfloat16>, "the fused gradients pass takes bf16 inputs");
   constexpr int K = 128, V = 128;
   if (!fused_on(a)) {  // a beta above 1: pass 4 on wgmma instead, launched after this grid, reads the chains' records
-    if (a.order) pdl_wait();
+    if (a.follow) pdl_wait();
     return;
   }
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int h = a.order ? fz::unit_head(a, fz::smem_at(smem_raw)) : int(blockIdx.y);
-  const int64_t s_lo = int64_t(blockIdx.x) * a.fused_walk;
+  const fz::FusedItem it = fz::fused_item(a, fz::smem_at(smem_raw));
+  const int h = it.head;
+  const int64_t s_lo = int64_t(it.walk) * a.fused_walk;
   const int nw = int(a.slots - s_lo < a.fused_walk ? a.slots - s_lo : a.fused_walk);
   const float lam = a.scale;
   {
@@ -270,10 +297,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
   bool carry = false, first = true;
   int pend = -1;  // the slot whose dg and dbeta are still to be formed (in the next chunk's phase 1, or at the end)
   int kbuf = 0;   // this chunk's k and record-row buffer; the next chunk's go into the other one
-  // With fused_cluster (GQA): this CTA's rank among its q/k head's value heads, and whether it has arrived at the
-  // cluster barrier without waiting yet
-  const int rank = a.fused_cluster > 1 ? h % a.fused_cluster : 0;
-  bool arrived = false;
+  // With fused_cluster (GQA): this CTA's rank among its q/k head's value heads, its warp's exchange flag and the
+  // exchanges so far
+  const int rank = it.rank;
+  int32_t* const xflag =
+      a.order + 2 + 2 * (a.Hv / (a.fused_cluster > 1 ? a.fused_cluster : 1)) + 8 * it.pair + int(threadIdx.x >> 5);
+  int32_t xn = 0;
   while (i >= 0) {
     // Thread indices and shared addresses formed anew per chunk from an opaque tid and base: formed once before the
     // loop, every address derived from them (hoisted by the compiler) stays live through all phases and spills.
@@ -451,20 +480,18 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     };
 
     // With GQA, dq^ or dk^ of this value head (d) to the scratch (fp32, per value head: pass 5a sums the heads), or
-    // with a cluster: rank 1 stores it and arrives (it waits only before it arrives again, so it runs ahead by up to
-    // one exchange); rank 0 arrives, waits, adds rank 1's rows and returns true: it then holds the q/k head's sum and
+    // in a pair (fused_cluster): a rank above 0 stores it and publishes it (it runs ahead: every exchange has rows of
+    // its own); rank 0 waits for the others' rows, adds them and returns true: it then holds the q/k head's sum and
     // ends the work (the l2norm chain, the store). Rank 0 summing both dq and dk measured faster than the ranks taking
     // turns, where each CTA waits for the other once a chunk.
     const auto hand_over = [&](float(&d)[8][4], float* scratch) {
       const int64_t row0 = (sb * a.T + t0) * a.Hv + h;
       if (rank > 0 || a.fused_cluster <= 1) {
-        if (arrived) mbar::cluster_wait();
         fz::store_key_rows(scratch, d, row0, a.Hv, nv, wgi, wi, lane);
-        if (a.fused_cluster > 1) mbar::cluster_arrive(), arrived = true;
+        if (a.fused_cluster > 1) fz::publish_rows(xflag, lane);
         return false;
       }
-      mbar::cluster_arrive();
-      mbar::cluster_wait();
+      fz::await_rows(xflag, ++xn * (a.fused_cluster - 1));
       for (int p = 1; p < a.fused_cluster; ++p) fz::add_key_rows(d, scratch, row0 + p, a.Hv, nv, wgi, wi, lane);
       return true;
     };
@@ -856,10 +883,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
   }
   if (pend >= 0 && threadIdx.x >= kTailWarp * 32)  // the walk's last chunk
     fz::store_dg_dbeta(a, fz::smem_at(smem_raw), pend, kbuf ^ 1, h, int(threadIdx.x) & 31);
-  if (arrived) mbar::cluster_wait();  // every arrive of a cluster barrier has its wait
   // Following the chains, one CTA waits for their grid, so that this grid's completion (what the launches after it
-  // wait for) implies theirs (dh0; the records). The last row's: its unit is the last queued, so the wait is short.
-  if (a.order && blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1) pdl_wait();
+  // wait for) implies theirs (dh0; the records): the last ticket's, whose unit is the last queued (a short wait).
+  if (a.follow && it.last) pdl_wait();
 }
 
 }  // namespace flashgdn::cuda::bwd_detail

@@ -1548,23 +1548,13 @@ enum : int {
   kDoneCount
 };
 
-// cluster_y > 1: clusters of that many CTAs along y (grid.y a multiple of it; the launch fails otherwise); pdl: a
-// programmatic dependent launch (cuda_check.cuh) of the kernel before it in the stream
+// pdl: a programmatic dependent launch (cuda_check.cuh) of the kernel before it in the stream
 template <class Kernel>
 int launch_one(Kernel kernel, dim3 grid, size_t smem, std::atomic<uint64_t>& done, cudaStream_t st,
-               const ChunkBwdArgs& a, int threads = kThreads, int cluster_y = 1, bool pdl = false) {
+               const ChunkBwdArgs& a, int threads = kThreads, bool pdl = false) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return 0;
   const int e = prepare_launch(kernel, smem, done);
   if (e != 0) return e;
-  if (cluster_y > 1) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = dim3(unsigned(threads)), cfg.dynamicSmemBytes = smem, cfg.stream = st;
-    cudaLaunchAttribute attr[2] = {{}, pdl_attribute()};
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = unsigned(cluster_y), attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr, cfg.numAttrs = pdl ? 2 : 1;
-    return static_cast<int>(cudaLaunchKernelEx(&cfg, kernel, a));
-  }
   if (pdl) return static_cast<int>(launch_pdl(kernel, grid, dim3(unsigned(threads)), smem, st, a));
   kernel<<<grid, threads, smem, st>>>(a);
   return static_cast<int>(cudaGetLastError());
@@ -1695,14 +1685,13 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
     e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
   if constexpr (K == 128 && V == 128 && std::is_same_v<E, __nv_bfloat16>) {
     if (e == 0 && a.fused_walk > kFusedMaxWalk) return static_cast<int>(cudaErrorInvalidValue);  // the walk table
-    // Pass 4 fused with the reverse chain: one CTA per (walk, value head), in clusters of a q/k head's value heads
-    // where a.fused_cluster says so; a programmatic dependent of the chains where it follows them (a.order: right
+    // Pass 4 fused with the reverse chain: one CTA per (walk, value head), in pairs of a q/k head's value heads
+    // where a.fused_cluster says so; a programmatic dependent of the chains where it follows them (a.follow: right
     // after one CTA of both chains)
     if (e == 0 && a.fused_walk > 0)
       e = launch_one(chunk_bwd_fused_kernel<E>,
                      dim3(unsigned((a.slots + a.fused_walk - 1) / a.fused_walk), unsigned(a.Hv)),
-                     sizeof(FusedSmem) + 1024, done[kDoneFused], st, a, kFusedThreads, a.fused_cluster,
-                     a.order != nullptr && a.slots > 0);
+                     sizeof(FusedSmem) + 1024, done[kDoneFused], st, a, kFusedThreads, a.follow && a.slots > 0);
     // Pass 4 on wgmma: one CTA per (chunk slot, q/k head), its value heads in turn. Beside the fused pass it runs
     // instead where a beta exceeds 1 (prep's flag: each returns at once when it is not its turn), with its own dq / dk
     // scratch heads (the wgmma pass's own args otherwise: the same fields).

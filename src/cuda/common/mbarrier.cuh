@@ -41,14 +41,4 @@ __device__ __forceinline__ void wait(uint64_t* b, uint32_t parity) {
       : "memory");
 }
 
-// The cluster's hardware barrier, split in its two halves: every thread of every CTA of the cluster arrives (release:
-// its prior writes, global ones too, are visible to the cluster once the phase completes), then waits (acquire)
-// before it arrives again. A CTA may run ahead between its arrive and its wait.
-__device__ __forceinline__ void cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
 }  // namespace flashgdn::cuda::mbar
