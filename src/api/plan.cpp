@@ -214,8 +214,8 @@ constexpr bool kFusedGradsByDefault = true;
 // The chunk start states from chunk_fwd's state pass (ChunkBwdPlan::states_from_fwd) where it can take them and the
 // unsplit chains do not fit one wave (N Hv V / 32 > SMs: a CTA per chain, in waves); where they fit, one CTA of both
 // chains hides the state chain's steps beside the reverse chain's, and the forward's passes measured +10 .. +12%
-// under FlashQLA's gates (-3 .. -5% under U(-1, 0)); past one wave -9% under both (docs/chunk_bwd.md "Chunk start
-// states from the forward's state pass").
+// under FlashQLA's gates (-3 .. -5% under U(-1, 0)), before the fused pass followed the reverse chain alone (to be
+// measured); past one wave -9% under both (docs/chunk_bwd.md "Chunk start states from the forward's state pass").
 constexpr bool kStatesFromFwdByDefault = true;
 
 // The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 152 KiB, the wgmma
@@ -325,9 +325,11 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
     pl.chains_concurrent = cuda::kChainsSerial;
     pl.state_stages = pl.dstate_stages = 2;
   }
-  // The fused pass as a programmatic dependent of one CTA of both chains: it starts on the SMs whose chain CTAs have
-  // ended, on the value heads whose chains are complete (docs/chunk_bwd.md "The fused pass after the chains")
-  pl.fused_follows = fused && pl.chains_concurrent == cuda::kChainsOneCta;
+  // The fused pass as a programmatic dependent of one CTA of both chains, or of the reverse chain alone on wgmma (with
+  // the start states from chunk_fwd's passes): it starts on the SMs whose chain CTAs have ended, on the value heads
+  // whose chains are complete (docs/chunk_bwd.md "The fused pass after the chains")
+  pl.fused_follows = fused && (pl.chains_concurrent == cuda::kChainsOneCta ||
+                               (pl.states_from_fwd && pl.dstate_pass == ChunkStatePass::wgmma));
   if (pl.split) {
     pl.ws_items = 0;
     pl.ws_seq_first = align_up(size_t(pl.cap) * sizeof(cuda::ChunkWorkItem));
@@ -362,21 +364,21 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
                           ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, d.varlen ? " (varlen)" : "", "\n");
   s += str_cat("  prep pass: grid (", slots, ", ", d.Hv, "), one record per (chunk slot, value head); grads pass: ");
   if (pl.fused_walk > 0)
-    s +=
-        str_cat("fused with the reverse chain, grid (", ceil_div(slots, pl.fused_walk), ", ", d.Hv,
-                "), 256 threads per CTA, each a walk of ", pl.fused_walk,
-                " chunk slots of a value head in reverse (dS carried; pass 3's record where a walk or sequence "
-                "ends)",
-                pl.fused_cluster > 0
-                    ? str_cat("; the CTAs of the ", pl.fused_cluster,
-                              " value heads of a q/k head in pairs, the later started summing their dq, dk from the "
-                              "others' rows (flags; no dq / dk pass)")
-                    : "",
-                "; each CTA takes the next ticket as it starts",
-                pl.fused_follows ? "; launched as a programmatic dependent of the chains, the tickets taking the walks "
-                                   "of the value heads whose chain CTAs ended first"
-                                 : "",
-                "\n");
+    s += str_cat("fused with the reverse chain, grid (", ceil_div(slots, pl.fused_walk), ", ", d.Hv,
+                 "), 256 threads per CTA, each a walk of ", pl.fused_walk,
+                 " chunk slots of a value head in reverse (dS carried; pass 3's record where a walk or sequence "
+                 "ends)",
+                 pl.fused_cluster > 0
+                     ? str_cat("; the CTAs of the ", pl.fused_cluster,
+                               " value heads of a q/k head in pairs, the later started summing their dq, dk from the "
+                               "others' rows (flags; no dq / dk pass)")
+                     : "",
+                 "; each CTA takes the next ticket as it starts",
+                 pl.fused_follows
+                     ? "; launched as a programmatic dependent of the chains (both, or the reverse one alone), the "
+                       "tickets taking the walks of the value heads whose chain CTAs ended first"
+                     : "",
+                 "\n");
   else if (pl.grads_pass == ChunkStatePass::wgmma)
     s += str_cat(
         "wgmma, grid (", slots, ", ", d.Hqk, "), 256 threads per CTA, each the ", d.Hv / std::max<int64_t>(d.Hqk, 1),

@@ -915,6 +915,7 @@ TEST(ChunkBwdPlan, StatesFromTheForward) {
   pl = bwd_plan(cw);
   EXPECT_TRUE(pl.states_from_fwd);
   EXPECT_EQ(pl.chains_concurrent, cuda::kChainsSerial);
+  EXPECT_TRUE(pl.fused_follows);            // the fused pass follows the reverse chain alone
   EXPECT_TRUE(pl.fwd.split) << pl.fwd.why;  // the forward splits its 32 chains (P = 4)
   // what the forward's passes cannot take: a split of the backward's chains, the chains forced at once, no fused pass
   ChunkBwdPlan bad;

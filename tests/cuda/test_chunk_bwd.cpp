@@ -1189,6 +1189,12 @@ TEST(CudaChunkBwd, FusedPassFollowsTheChains) {
     apart.chains = 2;
     EXPECT_TRUE(same_bits(got, run_gpu(apart, pr))) << "one CTA of both chains against a CTA per chain";
     check_deterministic(b);
+    // the chunk start states from chunk_fwd's passes: the fused pass follows the reverse chain alone
+    BwdCase fwd = b;
+    fwd.chains = 0, fwd.state = 2;
+    fwd.c.name += "_fwd_states";
+    expect_close(fwd, pr, run_oracle(fwd, pr), run_gpu(fwd, pr));
+    check_deterministic(fwd);
   }
 }
 

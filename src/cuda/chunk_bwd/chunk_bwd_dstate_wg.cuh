@@ -397,10 +397,28 @@ __device__ __forceinline__ void dstate_wg_chain(const ChunkBwdArgs& a, int z, un
   dstate_wg_walk<E, V, STAGES, BAR>(a, s, w, int(blockIdx.y), tid, wi, lane);
 }
 
+// This CTA's chains (or its reverse chain) are stored: count it in its unit (ChunkBwdArgs::order); the unit's last CTA
+// appends the unit to the queue. Every thread's stores precede the barrier; thread 0's fence and release publish them,
+// and the last CTA's acquire of the count carries the unit's other CTAs' releases into its own.
+__device__ __forceinline__ void release_unit(const ChunkBwdArgs& a) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const int cs = a.fused_cluster > 1 ? a.fused_cluster : 1, units = a.Hv / cs, u = int(blockIdx.y) / cs;
+  const int32_t ctas = int32_t(gridDim.x * gridDim.z) * cs;  // the unit's chain CTAs
+  __threadfence();
+  if (atom_add_acq_rel_gpu(a.order + 2 + u, 1) == ctas - 1)
+    st_release_gpu(a.order + 2 + units + atom_add_acq_rel_gpu(a.order, 1), u + 1);
+}
+
+// Where the fused pass follows the reverse chain alone (a.follow with the chunk start states from chunk_fwd's passes,
+// ChunkBwdPlan::fused_follows) the chain's CTAs let it be scheduled at once and release their units as the chains
+// kernels do (chunk_bwd_chains_pair_kernel).
 template <class E, int V, int STAGES>
 __global__ void __launch_bounds__(kDStateWgThreads, STAGES == 1 ? 2 : 1)
     chunk_bwd_dstate_wg_kernel(const ChunkBwdArgs a) {
+  pdl_trigger();
   dstate_wg_chain<E, V, STAGES, 0>(a, int(blockIdx.z), chunk_detail::swizzled_smem());
+  if (a.follow && a.chain_mode != kChainSummary) release_unit(a);
 }
 
 // Passes 2 and 3 at once (the plan's chains_concurrent, K = V = 128), each chain in its one-stage form, so that an SM
@@ -435,19 +453,6 @@ __global__ void __launch_bounds__(kDStateWgThreads, 2) chunk_bwd_chains_wg_kerne
 // take only SMs that no chain CTA holds: a CTA of each needs most of an SM's shared memory) and, once both chains of
 // its tile are stored, counts itself done in its unit; the unit's last CTA queues the unit (release_unit).
 constexpr int kChainsThreads = 2 * kStateWgThreads;
-
-// This CTA's chains are stored: count it in its unit (ChunkBwdArgs::order); the unit's last CTA appends the unit to
-// the queue. Every thread's stores precede the barrier; thread 0's fence and release publish them, and the last CTA's
-// acquire of the count carries the unit's other CTAs' releases into its own.
-__device__ __forceinline__ void release_unit(const ChunkBwdArgs& a) {
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  const int cs = a.fused_cluster > 1 ? a.fused_cluster : 1, units = a.Hv / cs, u = int(blockIdx.y) / cs;
-  const int32_t ctas = int32_t(gridDim.x * gridDim.z) * cs;  // the unit's chain CTAs
-  __threadfence();
-  if (atom_add_acq_rel_gpu(a.order + 2 + u, 1) == ctas - 1)
-    st_release_gpu(a.order + 2 + units + atom_add_acq_rel_gpu(a.order, 1), u + 1);
-}
 
 template <class E, int V>
 __global__ void __launch_bounds__(kChainsThreads, 1) chunk_bwd_chains_pair_kernel(const ChunkBwdArgs a) {
