@@ -1191,7 +1191,7 @@ TEST(CudaChunkBwd, FusedPassFollowsTheChains) {
     check_deterministic(b);
     // the chunk start states from chunk_fwd's passes: the fused pass follows the reverse chain alone
     BwdCase fwd = b;
-    fwd.chains = 0, fwd.state = 2;
+    fwd.chains = 0, fwd.state = 2, fwd.segments = 1;  // chunk_fwd's states need the chains unsplit
     fwd.c.name += "_fwd_states";
     expect_close(fwd, pr, run_oracle(fwd, pr), run_gpu(fwd, pr));
     check_deterministic(fwd);
