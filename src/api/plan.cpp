@@ -214,8 +214,8 @@ constexpr bool kFusedGradsByDefault = true;
 // The chunk start states from chunk_fwd's state pass (ChunkBwdPlan::states_from_fwd) where it can take them and the
 // unsplit chains do not fit one wave (N Hv V / 32 > SMs: a CTA per chain, in waves); where they fit, one CTA of both
 // chains hides the state chain's steps beside the reverse chain's, and the forward's passes measured +10 .. +12%
-// under FlashQLA's gates (-3 .. -5% under U(-1, 0)), before the fused pass followed the reverse chain alone (to be
-// measured); past one wave -9% under both (docs/chunk_bwd.md "Chunk start states from the forward's state pass").
+// under FlashQLA's gates (-3 .. -5% under U(-1, 0)), +10% with the fused pass following the reverse chain alone; past
+// one wave -9% under both (docs/chunk_bwd.md "Chunk start states from the forward's state pass").
 constexpr bool kStatesFromFwdByDefault = true;
 
 // The segment count of the backward's chains. A chain CTA (the mma.sync state kernel's 8 warps and 152 KiB, the wgmma
