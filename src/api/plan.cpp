@@ -371,12 +371,11 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
                  pl.fused_cluster > 0
                      ? str_cat("; the CTAs of the ", pl.fused_cluster,
                                " value heads of a q/k head in pairs, the later started summing their dq, dk from the "
-                               "others' rows (flags; no dq / dk pass)")
+                               "others' rows (flags; no dq / dk pass), each CTA taking the next ticket as it starts")
                      : "",
-                 "; each CTA takes the next ticket as it starts",
                  pl.fused_follows
                      ? "; launched as a programmatic dependent of the chains (both, or the reverse one alone), the "
-                       "tickets taking the walks of the value heads whose chain CTAs ended first"
+                       "first CTAs to run taking the walks of the value heads whose chain CTAs ended first"
                      : "",
                  "\n");
   else if (pl.grads_pass == ChunkStatePass::wgmma)

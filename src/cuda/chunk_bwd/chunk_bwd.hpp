@@ -98,9 +98,9 @@ struct ChunkBwdArgs {
   int32_t* beta_big;
   // With fused_walk: [2 + 2 units + 8 walks units (pairs only)], zeroed ahead of the passes (units = Hv / cs, cs =
   // max(fused_cluster, 1), unit u the value heads u cs .. u cs + cs - 1; walks = ceil(slots / fused_walk)): [0] the
-  // queue's length, [1] the fused pass's tickets taken, [2 + u] the chain CTAs of unit u that have ended, [2 + units +
-  // p] u + 1 for the p-th unit whose chain CTAs have all ended (0: none yet), then per (walk, unit) pair and warp the
-  // count of dq / dk row exchanges published (chunk_bwd_fused.cuh)
+  // queue's length, [1] the fused pass's tickets taken (pairs only), [2 + u] the chain CTAs of unit u that have
+  // ended, [2 + units + p] u + 1 for the p-th unit whose chain CTAs have all ended (0: none yet), then per (walk,
+  // unit) pair and warp the count of dq / dk row exchanges published (chunk_bwd_fused.cuh)
   int32_t* order;
   // 1: the fused pass follows the chains (ChunkBwdPlan::fused_follows): the chains fill order's queue and the fused
   // pass takes its units from it; 0: unit p / walks for pair p

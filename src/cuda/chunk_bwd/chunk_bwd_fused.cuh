@@ -219,17 +219,23 @@ struct FusedItem {
   bool last;
 };
 
-// Each CTA takes the next ticket t as it starts (ChunkBwdArgs::order): pair p = t / cs of units of cs value heads,
-// rank cs - 1 - t % cs in it, so that the rank that waits for the others' rows (0) starts after them and never holds
-// an SM that they need; unit u = p / walks (following the chains: the unit of queue entry p / walks, which thread 0
-// waits for), walk p % walks, value head u cs + rank. Following the chains, the CTAs that run first take the units
-// whose chains ended first, and thread 0's acquire of the entry and the barrier after it order every thread's reads
-// of the unit's records after their stores.
+// With pairs (cs value heads of a q/k head exchanging rows), each CTA takes the next ticket t as it starts
+// (ChunkBwdArgs::order): pair p = t / cs, rank cs - 1 - t % cs in it, so that the rank that waits for the others'
+// rows (0) starts after them and never holds an SM that they need. Without pairs no CTA waits on another of its grid
+// and t is the CTA's linear index (rows are dispatched in order, so the first to run still take the first units; no
+// atomic and barrier at the start). Unit u = p / walks (following the chains: the unit of queue entry p / walks, which
+// thread 0 waits for), walk p % walks, value head u cs + rank. Following the chains, the CTAs that run first take the
+// units whose chains ended first, and thread 0's acquire of the entry and the barrier after it order every thread's
+// reads of the unit's records after their stores.
 __device__ __forceinline__ FusedItem fused_item(const ChunkBwdArgs& a, FusedSmem& s) {
   const int cs = a.fused_cluster > 1 ? a.fused_cluster : 1, walks = int(gridDim.x);
-  if (threadIdx.x == 0) s.item[0] = atom_add_acq_rel_gpu(a.order + 1, 1);
-  __syncthreads();
-  const int t = s.item[0], p = t / cs, rank = cs - 1 - t % cs;
+  int t = int(blockIdx.y) * walks + int(blockIdx.x);
+  if (cs > 1) {
+    if (threadIdx.x == 0) s.item[0] = atom_add_acq_rel_gpu(a.order + 1, 1);
+    __syncthreads();
+    t = s.item[0];
+  }
+  const int p = t / cs, rank = cs - 1 - t % cs;
   if (threadIdx.x == 0) {
     int32_t u = p / walks + 1;
     if (a.follow) {
