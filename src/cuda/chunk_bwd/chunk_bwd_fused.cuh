@@ -72,7 +72,7 @@ struct alignas(1024) FusedSmem {
   // the walk: per slot its sequence (-1: no chunk), chunk, rows, batch entry and first token
   int32_t wn[kFusedMaxWalk], wc[kFusedMaxWalk], wnv[kFusedMaxWalk];
   int64_t wsb[kFusedMaxWalk], wt0[kFusedMaxWalk];
-  int32_t item[2];  // following the chains: this CTA's ticket and value head (follow_item)
+  int32_t item[2];  // this CTA's ticket (with pairs) and value head (fused_item)
 };
 static_assert(sizeof(FusedSmem) + 1024 <= 227 * 1024, "fused grads: one CTA's shared memory");
 
@@ -213,7 +213,7 @@ __device__ __forceinline__ FusedSmem& smem_at(unsigned char* raw) {
 
 // This CTA's item: value head `head`, walk `walk` of a.fused_walk chunk slots; `pair` the index of its (walk, unit)
 // (its exchange flags); `rank` among the unit's value heads (0: the one that sums their dq, dk); `last`: the last
-// ticket.
+// item (ticket or linear index).
 struct FusedItem {
   int head, walk, pair, rank;
   bool last;
@@ -890,7 +890,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
   if (pend >= 0 && threadIdx.x >= kTailWarp * 32)  // the walk's last chunk
     fz::store_dg_dbeta(a, fz::smem_at(smem_raw), pend, kbuf ^ 1, h, int(threadIdx.x) & 31);
   // Following the chains, one CTA waits for their grid, so that this grid's completion (what the launches after it
-  // wait for) implies theirs (dh0; the records): the last ticket's, whose unit is the last queued (a short wait).
+  // wait for) implies theirs (dh0; the records): the last item's, whose unit is the last queued (a short wait).
   if (a.follow && it.last) pdl_wait();
 }
 
