@@ -46,11 +46,12 @@ int64_t dqk_heads_of(const SeqDims& d, const ChunkBwdPlan& pl) {
   return pl.grads_pass == ChunkStatePass::wgmma ? d.Hqk : d.Hv;
 }
 
-// ChunkBwdArgs::order's words: the queue, the tickets, and with pairs of value heads their exchange flags.
-int64_t order_words(const SeqDims& d, const ChunkBwdPlan& pl) {
+// int32 words of ChunkBwdArgs::beta_big (1) and ChunkBwdArgs::order (the queue, the tickets, and with pairs of value
+// heads their exchange flags), one region cleared by one memset
+int64_t flag_words(const SeqDims& d, const ChunkBwdPlan& pl) {
   if (pl.fused_walk <= 0) return 0;
   const int64_t units = d.Hv / std::max<int64_t>(pl.fused_cluster, 1), walks = ceil_div(slots_of(d), pl.fused_walk);
-  return 2 + 2 * units + (pl.fused_cluster > 1 ? 8 * walks * units : 0);
+  return 1 + 2 + 2 * units + (pl.fused_cluster > 1 ? 8 * walks * units : 0);
 }
 
 WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
@@ -76,8 +77,7 @@ WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
   take(&w.dkh, qk_rows * K * f);
   take(&w.dgh, rows * f);
   take(&w.dbh, rows * f);
-  // ChunkBwdArgs::beta_big, then ChunkBwdArgs::order (one memset clears both)
-  take(&w.flag, pl.fused_walk > 0 ? sizeof(int32_t) * size_t(1 + order_words(d, pl)) : 0);
+  take(&w.flag, sizeof(int32_t) * size_t(flag_words(d, pl)));     // ChunkBwdArgs::beta_big, then ::order
   take(&w.dec, pl.decay_window ? rec * f : 0);                    // ChunkBwdArgs::dec
   take(&w.fwd, pl.states_from_fwd ? pl.fwd.workspace_bytes : 0);  // chunk_fwd_states' own
   w.total = off;
@@ -333,7 +333,7 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   // Slack rows (varlen: outside [cu[0], cu[N])) are never written by the chunk passes, and the kernels below never
   // read their scratch (covered()): no clearing pass over it.
   const bool bf16 = p.q.dtype == DType::bf16;
-  if (a.beta_big) FGDN_CUDA_CHECK(cudaMemsetAsync(a.beta_big, 0, sizeof(int32_t) * size_t(1 + order_words(d, pl)), st));
+  if (a.beta_big) FGDN_CUDA_CHECK(cudaMemsetAsync(a.beta_big, 0, sizeof(int32_t) * size_t(flag_words(d, pl)), st));
   if (pl.states_from_fwd)  // S0 by chunk_fwd's passes (its plan, its part of the workspace)
     FGDN_RETURN_IF_ERROR(chunk_fwd_states(fwd_params_of(p), ChunkDims{d}, pl.fwd, base + wl.fwd, a.S0, stream));
   FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)
