@@ -66,8 +66,9 @@ struct ChunkBwdPlan {
   // With fused_walk and two value heads per q/k head: their CTAs in pairs of 2, rank 0 sums their dq, dk and runs the
   // l2norm chain (no pass 5a); 0: pass 5a sums them (exec.chunk_bwd_grads = 4, or another group)
   int32_t fused_cluster = 0;
-  // With fused_walk and one CTA of both chains: the fused pass launched as a programmatic dependent of the chains'
-  // launch, its CTAs taking their value heads in the order the heads' chain CTAs end (cuda::ChunkBwdArgs::order)
+  // With fused_walk and one CTA of both chains, or the reverse chain alone on wgmma (states_from_fwd): the fused pass
+  // launched as a programmatic dependent of the chains' launch, its CTAs taking their value heads in the order the
+  // heads' chain CTAs end (cuda::ChunkBwdArgs::order)
   bool fused_follows = false;
   // The wgmma passes' input stages: 2 (double-buffered, one CTA per SM: the faster at one chain alone) or 1 (early
   // refill, two CTAs per SM: both chains at once, `chains`). docs/chunk_bwd.md "Pass 2 on wgmma", "Pass 3 on wgmma".

@@ -952,7 +952,7 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   BwdCall c = bwd_call(s);
   ChunkBwdPlan pl = bwd_plan(c);
   EXPECT_GT(pl.fused_walk, 0);
-  EXPECT_EQ(pl.fused_cluster, 2);  // Hqk = 16, Hv = 32: the two value heads of a q/k head in a cluster
+  EXPECT_EQ(pl.fused_cluster, 2);  // Hqk = 16, Hv = 32: the two value heads of a q/k head in a pair
   EXPECT_EQ(pl.grads_pass, ChunkStatePass::mma_sync);
   EXPECT_TRUE(describes(pl, c.d, "grads pass: fused with the reverse chain"));
   EXPECT_TRUE(describes(pl, c.d, "the CTAs of the 2 value heads of a q/k head in pairs"));

@@ -1169,12 +1169,13 @@ TEST(CudaChunkBwd, DeterministicAndGraphReplayEqualsEager) {
   check_deterministic(b);
 }
 
-// The fused pass follows one CTA of both chains (ChunkBwdPlan::fused_follows: a programmatic dependent whose CTAs
-// take their value heads in the order the heads' chain CTAs end). Under FlashQLA's gate pattern that order is not the
+// The fused pass follows one CTA of both chains, or the reverse chain alone where the start states come from
+// chunk_fwd's passes (ChunkBwdPlan::fused_follows: a programmatic dependent whose CTAs take their value heads in the
+// order the heads' chain CTAs end). Under FlashQLA's gate pattern that order is not the
 // heads' own: the g = 0 heads' dstate chain walks every chunk, the others' chains only their decay windows and end
 // first. Against the oracle, bitwise against a CTA per chain (the fused pass launched after the chains, in head
 // order), and bitwise over repeats and graph replay; with GQA 2 (units of a q/k head's two value heads, the fused
-// pass's clusters) and without.
+// pass's pairs) and without.
 TEST(CudaChunkBwd, FusedPassFollowsTheChains) {
   REQUIRE_GPU();
   for (const int64_t Hqk : {4, 8}) {

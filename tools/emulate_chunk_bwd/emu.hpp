@@ -364,8 +364,8 @@ inline void emu_cp_async_wait_all() {
   emu_cp_async_wait<0>();
 }
 #include "emu_sm90.hpp"
-// The flags between CTAs (ptx.cuh) as host atomics. The emulation runs one CTA after another and one launch after
-// another, so a CTA that waits for a flag finds it set by an earlier launch.
+// The flags between CTAs (ptx.cuh) as host atomics. The emulation runs one launch after another and a launch's CTAs in
+// ticket order, so a CTA that waits for a flag finds it set by an earlier launch or an earlier ticket's CTA.
 inline int32_t emu_ld_acquire_gpu(const int32_t* p) {
   return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }

@@ -1691,7 +1691,7 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
     if (e == 0 && a.fused_walk > 0)
       e = launch_one(chunk_bwd_fused_kernel<E>,
                      dim3(unsigned((a.slots + a.fused_walk - 1) / a.fused_walk), unsigned(a.Hv)),
-                     sizeof(FusedSmem) + 1024, done[kDoneFused], st, a, kFusedThreads, a.follow && a.slots > 0);
+                     sizeof(FusedSmem) + 1024, done[kDoneFused], st, a, kFusedThreads, a.follow);
     // Pass 4 on wgmma: one CTA per (chunk slot, q/k head), its value heads in turn. Beside the fused pass it runs
     // instead where a beta exceeds 1 (prep's flag: each returns at once when it is not its turn), with its own dq / dk
     // scratch heads (the wgmma pass's own args otherwise: the same fields).

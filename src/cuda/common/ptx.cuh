@@ -14,24 +14,24 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 // ---- programmatic dependent launch (sm_90; the host side is pdl_attribute, cuda_check.cuh) -------------------
-// A kernel launched with the PDL attribute may start while the previous kernel in the stream still runs; it calls
-// pdl_start() before its first global read or write. griddepcontrol.wait blocks until that kernel has completed and
-// its writes are visible (a no-op without the attribute); launch_dependents then lets the next kernel in the stream
-// be scheduled, so its launch and prologue overlap this grid (its own wait still waits for this grid's completion:
-// the trigger's place decides speed, never correctness). Triggering before the wait would let a chain of steps
-// launch ahead and hold SM slots idle.
-__device__ __forceinline__ void pdl_start() {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-// The two halves apart, for a kernel that takes its inputs from the kernel before it through flags of its own
-// (chunk_bwd's fused pass: a value head's items once that head's chain CTAs have released it) and waits for that
-// kernel's completion only where its own completion must imply it.
+// griddepcontrol.wait blocks until the previous kernel in the stream has completed and its writes are visible (a
+// no-op without the PDL attribute); launch_dependents lets the next kernel in the stream be scheduled, so its launch
+// and prologue overlap this grid (its own wait still waits for this grid's completion: the trigger's place decides
+// speed, never correctness). The two apart serve a kernel that takes its inputs from the kernel before it through
+// flags of its own (chunk_bwd's fused pass: a value head's items once that head's chain CTAs have released it) and
+// waits for that kernel's completion only where its own completion must imply it.
 __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 __device__ __forceinline__ void pdl_trigger() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+// A kernel launched with the PDL attribute may start while the previous kernel in the stream still runs; it calls
+// pdl_start() before its first global read or write. Triggering before the wait would let a chain of steps launch
+// ahead and hold SM slots idle.
+__device__ __forceinline__ void pdl_start() {
+  pdl_wait();
+  pdl_trigger();
 }
 
 // ---- flags between CTAs, at GPU scope: a release publishes every write that precedes it (this thread's, and the
