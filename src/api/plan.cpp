@@ -421,11 +421,15 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
         "), a warp per (chunk slot, value head); prep forms dU0 for the chunks walked\n");
   if (pl.states_from_fwd) {
     std::string f = describe(pl.fwd, ChunkDims{d});
+    // chunk_fwd's intra pass does not run: prep writes its records
+    const std::string intra = "intra-chunk pass: ";
+    if (const size_t at = f.find(intra); at != std::string::npos)
+      f.replace(at, f.find('\n', at) - at, "intra-chunk records: written by prep (no intra-chunk pass)");
     for (size_t at = 0; (at = f.find('\n', at)) != std::string::npos && at + 1 < f.size(); at += 3)
       f.replace(at, 1, "\n  ");
     s += str_cat(
-        "  chunk start states (S0): chunk_fwd's intra and state passes, the state pass storing S0 instead of o; the "
-        "state chain runs only where a beta exceeds 1. ",
+        "  chunk start states (S0): chunk_fwd's state pass on the intra-chunk records that prep writes, storing S0 "
+        "instead of o; the state chain runs only where a beta exceeds 1. ",
         f);
   }
   s += str_cat("  split: ", pl.why, "\n");

@@ -898,8 +898,9 @@ TEST(ChunkBwdPlan, StatesFromTheForward) {
   EXPECT_EQ(pl.dstate_stages, 2);
   EXPECT_GT(pl.fwd.workspace_bytes, 0u);
   EXPECT_EQ(pl.fwd.rec_slots, 4 * 128);
-  EXPECT_TRUE(describes(pl, c.d, "chunk start states (S0): chunk_fwd's intra and state passes"));
-  EXPECT_TRUE(describes(pl, c.d, "\n    intra-chunk pass: "));
+  EXPECT_TRUE(describes(pl, c.d, "chunk start states (S0): chunk_fwd's state pass on the intra-chunk records"));
+  EXPECT_TRUE(describes(pl, c.d, "\n    intra-chunk records: written by prep (no intra-chunk pass)"));
+  EXPECT_FALSE(describes(pl, c.d, "intra-chunk pass: "));
   c.p.exec.chunk_bwd_state = 1;
   pl = bwd_plan(c);
   EXPECT_FALSE(pl.states_from_fwd);

@@ -10,11 +10,11 @@
 // The kernels see the emulation above.
 #include "chunk_bwd_kernels.cuh"
 namespace flashgdn::cuda {
-int launch_chunk_bwd_passes_bf16(const ChunkBwdArgs& a, int64_t K, int64_t V, void* s) {
-  return bwd_detail::launch_passes_for<__nv_bfloat16>(a, K, V, s);
+int launch_chunk_bwd_passes_bf16(const ChunkBwdArgs& a, int64_t K, int64_t V, PassRange r, void* s) {
+  return bwd_detail::launch_passes_for<__nv_bfloat16>(a, K, V, r, s);
 }
-int launch_chunk_bwd_passes_f16(const ChunkBwdArgs& a, int64_t K, int64_t V, void* s) {
-  return bwd_detail::launch_passes_for<__half>(a, K, V, s);
+int launch_chunk_bwd_passes_f16(const ChunkBwdArgs& a, int64_t K, int64_t V, PassRange r, void* s) {
+  return bwd_detail::launch_passes_for<__half>(a, K, V, r, s);
 }
 // Five emulated SMs: the persistent grads kernel walks several items per CTA in every case (its grid is the SM count).
 int device_sm_count(int) {

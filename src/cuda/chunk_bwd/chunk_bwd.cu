@@ -334,10 +334,26 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   // read their scratch (covered()): no clearing pass over it.
   const bool bf16 = p.q.dtype == DType::bf16;
   if (a.beta_big) FGDN_CUDA_CHECK(cudaMemsetAsync(a.beta_big, 0, sizeof(int32_t) * size_t(flag_words(d, pl)), st));
-  if (pl.states_from_fwd)  // S0 by chunk_fwd's passes (its plan, its part of the workspace)
-    FGDN_RETURN_IF_ERROR(chunk_fwd_states(fwd_params_of(p), ChunkDims{d}, pl.fwd, base + wl.fwd, a.S0, stream));
-  FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, stream)
-                                                : launch_chunk_bwd_passes_f16(a, d.K, d.V, stream)));
+  const auto passes = [&](PassRange r) {
+    return static_cast<cudaError_t>(bf16 ? launch_chunk_bwd_passes_bf16(a, d.K, d.V, r, stream)
+                                         : launch_chunk_bwd_passes_f16(a, d.K, d.V, r, stream));
+  };
+  if (pl.states_from_fwd) {
+    // S0 by chunk_fwd's state pass (its plan, its part of the workspace), between prep and the chains, on the intra
+    // records that prep writes (and the decay table that pass 0 writes where chunk_fwd's plan splits) instead of
+    // chunk_fwd's intra pass: the same record slots (chunk_slot) and value heads
+    if (pl.fwd.rec_slots != a.slots)
+      return FGDN_ERROR(internal, "chunk_bwd: chunk_fwd's record slots ", pl.fwd.rec_slots, " != the backward's ",
+                        a.slots);
+    unsigned char* const fws = base + wl.fwd;
+    a.frec = fws + pl.fwd.ws_rec;
+    if (pl.fwd.split) a.fdec = reinterpret_cast<float*>(fws + pl.fwd.ws_dec);
+    FGDN_CUDA_CHECK(passes(kPassesFront));
+    FGDN_RETURN_IF_ERROR(chunk_fwd_states(fwd_params_of(p), ChunkDims{d}, pl.fwd, fws, a.S0, true, stream));
+    FGDN_CUDA_CHECK(passes(kPassesBack));
+  } else {
+    FGDN_CUDA_CHECK(passes(kPassesAll));
+  }
   const int64_t qk_rows = d.B * d.T * d.Hqk, v_rows = d.B * d.T * d.Hv;
   if (qk_rows > 0 && qk_planned(a)) {
     const unsigned blocks = unsigned(ceil_div(qk_rows, 256 / (d.K / 4)));  // K / 4 lanes per row

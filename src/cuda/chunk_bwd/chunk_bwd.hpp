@@ -105,9 +105,14 @@ struct ChunkBwdArgs {
   // 1: the fused pass follows the chains (ChunkBwdPlan::fused_follows): the chains fill order's queue and the fused
   // pass takes its units from it; 0: unit p / walks for pair p
   int32_t follow;
-  // 1: S0 comes from chunk_fwd's state pass (launched ahead of these passes, ChunkBwdPlan::states_from_fwd), so pass 2
-  // runs and prep forms U0 only where the fused pass does not (beta_big: the wgmma pass 4 reads pass 2's U)
+  // 1: S0 comes from chunk_fwd's state pass (launched between prep and the chains, ChunkBwdPlan::states_from_fwd), so
+  // pass 2 runs and prep forms U0 only where the fused pass does not (beta_big: the wgmma pass 4 reads pass 2's U)
   int32_t s0_from_fwd;
+  // With s0_from_fwd: chunk_fwd's intra-chunk records (chunk_fwd.hpp: header and A diag(beta), hi + lo, + its rest
+  // where beta exceeds 1; not P, which the STATES form does not read), written by prep in place of chunk_fwd's intra
+  // pass, and its decay table where chunk_fwd's plan splits (written by pass 0). Both may be null.
+  unsigned char* frec;  // [slots, Hv, kRecBytes]
+  float* fdec;          // [Hv, slots]
   // [Hv, slots] with the plan's decay_window (the fused pass, the dstate chain on wgmma, exec.chunk_bwd_window 0):
   // prep's decay table (gamma_n of a chunk whose transitions are contractions times e^g: unit keys, every beta in
   // [0, 2]; else kDecayUnbounded), by which the dstate chain takes each gradient the fused pass reads from its decay
@@ -152,10 +157,14 @@ enum ChainsForm : int32_t { kChainsSerial = 0, kChainsTwoCtas = 1, kChainsOneCta
 // without the inhomogeneous terms in the M columns (grid (items_cap, Hv, (K + V) / 32)).
 enum ChainMode : int32_t { kChainWhole = 0, kChainSplit = 1, kChainSummary = 2 };
 
+// Which of the chunk passes a launch runs: pass 0 and prep (kPassesFront), the rest (kPassesBack), or all; with
+// s0_from_fwd chunk_fwd's state pass runs between the two, on the records prep writes.
+enum PassRange : int32_t { kPassesFront = 1, kPassesBack = 2, kPassesAll = 3 };
+
 // The chunk passes, per 16-bit input type (chunk_bwd_{bf16,f16}.cu). Return a cudaError_t as int.
 // K, V in {64, 128}.
-int launch_chunk_bwd_passes_bf16(const ChunkBwdArgs& a, int64_t K, int64_t V, void* stream);
-int launch_chunk_bwd_passes_f16(const ChunkBwdArgs& a, int64_t K, int64_t V, void* stream);
+int launch_chunk_bwd_passes_bf16(const ChunkBwdArgs& a, int64_t K, int64_t V, PassRange r, void* stream);
+int launch_chunk_bwd_passes_f16(const ChunkBwdArgs& a, int64_t K, int64_t V, PassRange r, void* stream);
 // Resident CTAs per SM of the wgmma pass 2 (K = V = 128) with `stages` input stages (1 or 2) at its launch's shared
 // memory, into *ctas (cudaOccupancyMaxActiveBlocksPerMultiprocessor: registers and shared memory as compiled; the
 // tests check that the one-stage form fits two). Returns a cudaError_t as int.

@@ -3,8 +3,8 @@
 
 namespace flashgdn::cuda {
 
-int launch_chunk_bwd_passes_bf16(const ChunkBwdArgs& a, int64_t K, int64_t V, void* stream) {
-  return bwd_detail::launch_passes_for<__nv_bfloat16>(a, K, V, stream);
+int launch_chunk_bwd_passes_bf16(const ChunkBwdArgs& a, int64_t K, int64_t V, PassRange r, void* stream) {
+  return bwd_detail::launch_passes_for<__nv_bfloat16>(a, K, V, r, stream);
 }
 
 int chunk_bwd_state_wg_ctas_per_sm_bf16(int stages, int* ctas) {

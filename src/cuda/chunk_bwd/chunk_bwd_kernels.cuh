@@ -257,10 +257,10 @@ __device__ __forceinline__ bool dstate_reads_du0(const ChunkBwdArgs& a, int64_t 
 }
 
 // ---- pass 0: the decay table and the beta flag (grid (slots, Hv / 8 rounded up) x 256, a warp per (chunk slot,
-// value head)), ahead of prep, which reads both (dstate_reads_du0): gamma_n where the chunk's transitions are
-// contractions times e^g (unit keys, every beta in [0, 2]; else kDecayUnbounded), and a.beta_big where a beta exceeds
-// 1. The rows as prep resolves them (resolve_gate, the shuffle scan of gamma). A template (on the io type, which it
-// does not read) so that each type's translation unit has its own.
+// value head)), ahead of prep, which reads both (dstate_reads_du0), and chunk_fwd's decay table (a.fdec, the same
+// entries): gamma_n where the chunk's transitions are contractions times e^g (unit keys, every beta in [0, 2]; else
+// kDecayUnbounded), and a.beta_big where a beta exceeds 1. The rows as prep resolves them (resolve_gate, the shuffle
+// scan of gamma). A template (on the io type, which it does not read) so that each type's translation unit has its own.
 template <class E>
 __global__ void __launch_bounds__(256) chunk_bwd_decay_kernel(const ChunkBwdArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];  // gamma, beta: [8 warps][64] each
@@ -280,9 +280,11 @@ __global__ void __launch_bounds__(256) chunk_bwd_decay_kernel(const ChunkBwdArgs
   __syncwarp();
   const float b0 = bet[warp][lane], b1 = bet[warp][lane + 32];
   if (a.beta_big && __any_sync(0xffffffffu, b0 > 1.f || b1 > 1.f) && lane == 0) *a.beta_big = 1;
-  if (a.dec) {
+  if (a.dec || a.fdec) {  // chunk_fwd's table (its split's summaries) holds the same entries
     const bool bounded = chunk_bounded(a, b0, b1);
-    if (lane == 0) a.dec[h * a.slots + slot] = bounded ? gam[warp][nv - 1] : kDecayUnbounded;
+    const float d = bounded ? gam[warp][nv - 1] : kDecayUnbounded;
+    if (lane == 0 && a.dec) a.dec[h * a.slots + slot] = d;
+    if (lane == 0 && a.fdec) a.fdec[h * a.slots + slot] = d;
   }
 }
 
@@ -332,6 +334,46 @@ __device__ __forceinline__ SplitTile split_tile(const __nv_bfloat16 (&t)[2][R][L
 template <class E, int N, int LD>
 __device__ __forceinline__ InTile<E> in_tile(const E (&t)[N][LD]) {
   return InTile<E>{&t[0][0], LD};
+}
+
+// chunk_fwd's intra-chunk record of one (chunk slot, value head) at rec (ChunkBwdArgs::frec, chunk_fwd.hpp), from
+// prep's rows and A in shared memory, so that chunk_fwd's state pass needs no intra pass of its own: the header (ek,
+// eq, dk, e^gamma_n and the largest beta of each row half, rows past the chunk end 0) and A diag(beta) as hi + lo A
+// fragments of the ten causal 16 x 16 blocks (warp w: blocks w and w + 8), + its rest where beta exceeds 1. Not P,
+// which the state pass's STATES form does not read.
+template <class Sm>
+__device__ __forceinline__ void store_fwd_record(const ChunkBwdArgs& a, const Sm& s, unsigned char* rec, bool rest,
+                                                 int tid) {
+  using P = chunk_detail::Elem<true>;
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  if (tid < kC) {
+    float* const hdr = reinterpret_cast<float*>(rec);
+    const float gr = s.gam[tid], gn = s.gam[kC - 1], e = expf(gr);  // gamma_n: row 63 (g = 0 past the chunk end)
+    hdr[tid] = s.rk[tid] * e;
+    hdr[64 + tid] = a.scale * s.rq[tid] * e;
+    hdr[128 + tid] = s.rk[tid] * expf(gn - gr);
+    if (tid == 0) hdr[192] = expf(gn);
+    float bm = s.b[tid];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, o));
+    if (lane == 0) hdr[193 + warp] = bm;
+  }
+  for (int idx = warp; idx < 10; idx += kThreads / 32) {
+    int bi, bj;
+    chunk_detail::causal_block(idx, &bi, &bj);
+    float cf[2][4];  // m16n8 C fragments of the block: rows 16 bi + g (+ 8), columns 16 bj + 8 nt + 2 t4 (+ 1)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = 16 * bi + g + 8 * hf, c = 16 * bj + 8 * nt + 2 * t4;
+        cf[nt][2 * hf] = s.A[r][c] * s.b[c];
+        cf[nt][2 * hf + 1] = s.A[r][c + 1] * s.b[c + 1];
+      }
+    chunk_detail::store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
+    if (rest)
+      chunk_detail::store_arest<P>(reinterpret_cast<uint4*>(rec + kRecCopyBytes + idx * kRecRestBlockBytes), cf, lane);
+  }
 }
 
 template <class E, int K, int V>
@@ -620,6 +662,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
     warp_mma_t<false, true, kC, NT / 2, 16>(u0, Ab, in_tile(s.v), m0, n0, lane);
     store_frags(a.U + cp.rec * (kC * V), V, u0, m0, n0, lane, 1.f);
   }
+  if constexpr (kBf16 && K == 128 && V == 128)  // chunk_fwd_states' condition
+    if (a.frec) store_fwd_record(a, s, a.frec + cp.rec * kRecBytes, w_rest, tid);
 }
 
 // ---- passes 2 and 3: the chains (grid (N, Hv, V / 32)) -------------------------------------------------------
@@ -1671,16 +1715,20 @@ int launch_chains(const ChunkBwdArgs& a0, std::atomic<uint64_t>* done, cudaStrea
 }
 
 template <class E, int K, int V>
-int launch_passes(const ChunkBwdArgs& a, void* stream) {
+int launch_passes(const ChunkBwdArgs& a, PassRange range, void* stream) {
   static std::atomic<uint64_t> done[kDoneCount];  // per kernel: its launch attributes are set
   const auto st = static_cast<cudaStream_t>(stream);
   const dim3 chunks(unsigned(a.slots), unsigned(a.Hv)), seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
   int e = 0;
-  if (a.dec || a.beta_big)  // pass 0: the decay table and the beta flag, which prep reads
-    e = launch_one(chunk_bwd_decay_kernel<E>, dim3(unsigned(a.slots), unsigned((a.Hv + 7) / 8)), 2 * 8 * kC * 4,
-                   done[kDoneDecay], st, a, 256);
-  if (e == 0) e = launch_one(chunk_bwd_prep_kernel<E, K, V>, chunks, sizeof(PrepSmem<E, K, V>), done[kDonePrep], st, a);
-  if (e == 0 && a.slots > 0) e = launch_chains<E, K, V>(a, done, st);
+  if (range & kPassesFront) {
+    if (a.dec || a.beta_big || a.fdec)  // pass 0: the decay tables and the beta flag, which prep reads
+      e = launch_one(chunk_bwd_decay_kernel<E>, dim3(unsigned(a.slots), unsigned((a.Hv + 7) / 8)), 2 * 8 * kC * 4,
+                     done[kDoneDecay], st, a, 256);
+    if (e == 0)
+      e = launch_one(chunk_bwd_prep_kernel<E, K, V>, chunks, sizeof(PrepSmem<E, K, V>), done[kDonePrep], st, a);
+  }
+  if (e != 0 || !(range & kPassesBack)) return e;
+  if (a.slots > 0) e = launch_chains<E, K, V>(a, done, st);
   if (e == 0 && a.slots == 0)  // no chunk at all: only dh0 = dht (or 0), from the unsplit reverse chain
     e = launch_one(chunk_bwd_dstate_kernel<E, K, V>, seqs, sizeof(DStateSmem<E, K>), done[kDoneDState], st, a);
   if constexpr (K == 128 && V == 128 && std::is_same_v<E, __nv_bfloat16>) {
@@ -1719,11 +1767,11 @@ int launch_passes(const ChunkBwdArgs& a, void* stream) {
 }
 
 template <class E>
-int launch_passes_for(const ChunkBwdArgs& a, int64_t K, int64_t V, void* stream) {
-  if (K == 64 && V == 64) return launch_passes<E, 64, 64>(a, stream);
-  if (K == 64 && V == 128) return launch_passes<E, 64, 128>(a, stream);
-  if (K == 128 && V == 64) return launch_passes<E, 128, 64>(a, stream);
-  if (K == 128 && V == 128) return launch_passes<E, 128, 128>(a, stream);
+int launch_passes_for(const ChunkBwdArgs& a, int64_t K, int64_t V, PassRange r, void* stream) {
+  if (K == 64 && V == 64) return launch_passes<E, 64, 64>(a, r, stream);
+  if (K == 64 && V == 128) return launch_passes<E, 64, 128>(a, r, stream);
+  if (K == 128 && V == 64) return launch_passes<E, 128, 64>(a, r, stream);
+  if (K == 128 && V == 128) return launch_passes<E, 128, 128>(a, r, stream);
   return static_cast<int>(cudaErrorInvalidValue);
 }
 

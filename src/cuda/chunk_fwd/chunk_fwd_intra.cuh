@@ -54,43 +54,6 @@ struct IntraSmem {
   float bmax[2][2];  // the largest beta of rows 0-31, 32-63 of value head j in [j % 2] (the header's slots 193, 194)
 };
 
-// Store a 16x16 block given as two m16n8 C fragments c[2][4] (this lane's part) as 16-bit hi + lo A fragments.
-template <class P>
-__device__ __forceinline__ void store_afrag(uint4* dst, const float (&c)[2][4], int lane) {
-  uint32_t hi[4], lo[4];
-#pragma unroll
-  for (int q2 = 0; q2 < 4; ++q2) {  // a0 (g, 2t), a1 (g + 8, 2t), a2 (g, 2t + 8), a3 (g + 8, 2t + 8)
-    const int n2 = q2 >> 1, e0 = (q2 & 1) * 2;
-    hi[q2] = P::pack(c[n2][e0], c[n2][e0 + 1]);
-    const float2 f = P::unpack(hi[q2]);
-    lo[q2] = P::pack(c[n2][e0] - f.x, c[n2][e0 + 1] - f.y);
-  }
-  dst[lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-  dst[32 + lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-}
-
-// Store the third part of a 16x16 block given as two m16n8 C fragments c[2][4] (this lane's part): c - hi - lo
-// (exact in fp32; hi, lo as store_afrag rounds them) rounded to 16 bits, one uint4 per lane.
-template <class P>
-__device__ __forceinline__ void store_arest(uint4* dst, const float (&c)[2][4], int lane) {
-  uint32_t re[4];
-#pragma unroll
-  for (int q2 = 0; q2 < 4; ++q2) {
-    const int n2 = q2 >> 1, e0 = (q2 & 1) * 2;
-    const float2 f = P::unpack(P::pack(c[n2][e0], c[n2][e0 + 1]));
-    const float r0 = c[n2][e0] - f.x, r1 = c[n2][e0 + 1] - f.y;
-    const float2 l = P::unpack(P::pack(r0, r1));
-    re[q2] = P::pack(r0 - l.x, r1 - l.y);
-  }
-  dst[lane] = make_uint4(re[0], re[1], re[2], re[3]);
-}
-
-// Causal 16x16 block idx (0..9, order (0,0) (1,0) (1,1) (2,0) ...) -> (i, j), i >= j.
-__device__ __forceinline__ void causal_block(int idx, int* i, int* j) {
-  *i = idx >= 6 ? 3 : (idx >= 3 ? 2 : (idx >= 1 ? 1 : 0));
-  *j = idx - *i * (*i + 1) / 2;
-}
-
 // e^x as ex2.approx.ftz(x log2 e): the MUFU op of __expf without its denormal-range fixup (results below 2^-126
 // flush to zero; they only scale entries of L and P that vanish next to the unit diagonal and the fp32 sums).
 __device__ __forceinline__ float exp_ftz(float x) {
