@@ -151,13 +151,20 @@ Status plan_chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const DeviceF
   return Status::OK();
 }
 
-std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
+namespace {
+// chunk_fwd's plan in words; records_by_prep: chunk_bwd's prep writes the intra-chunk records (ChunkBwdPlan's
+// states_from_fwd), so no intra pass runs
+std::string describe_fwd(const ChunkFwdPlan& pl, const ChunkDims& d, bool records_by_prep) {
   using detail::str_cat;
   const int64_t vt = d.V / kChunkFwdTile, kt = d.K / kChunkFwdTile;
   std::string s = str_cat("chunk_fwd on CUDA, ", pl.sms, " SMs: N = ", d.N, " sequences, T = ", d.T, ", Hqk = ", d.Hqk,
                           ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, d.varlen ? " (varlen)" : "", "\n");
-  s += str_cat("  intra-chunk pass: ", pl.rec_slots * d.Hqk, " CTAs (chunk slot, q/k head), each its GQA group of ",
-               d.Hv / d.Hqk, " value heads; one record of ", cuda::kRecBytes, " bytes per (chunk slot, value head)\n");
+  if (records_by_prep)
+    s += "  intra-chunk records: written by prep (no intra-chunk pass)\n";
+  else
+    s +=
+        str_cat("  intra-chunk pass: ", pl.rec_slots * d.Hqk, " CTAs (chunk slot, q/k head), each its GQA group of ",
+                d.Hv / d.Hqk, " value heads; one record of ", cuda::kRecBytes, " bytes per (chunk slot, value head)\n");
   const char* pass = state_pass_name(pl.state_pass);
   const char* pass_why = pl.state_pass == ChunkStatePass::wgmma ? "K = V = 128" : "K or V = 64";
   if (!pl.split) {
@@ -179,6 +186,11 @@ std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
                  pl.ws_mn - pl.ws_dec, ", summaries ", pl.workspace_bytes - pl.ws_mn, ")");
   s += "\n";
   return s;
+}
+}  // namespace
+
+std::string describe(const ChunkFwdPlan& pl, const ChunkDims& d) {
+  return describe_fwd(pl, d, false);
 }
 
 // ---- chunk_bwd ------------------------------------------------------------------------------------------------
@@ -420,11 +432,7 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
         slots, ", ", ceil_div(d.Hv, 8),
         "), a warp per (chunk slot, value head); prep forms dU0 for the chunks walked\n");
   if (pl.states_from_fwd) {
-    std::string f = describe(pl.fwd, ChunkDims{d});
-    // chunk_fwd's intra pass does not run: prep writes its records
-    const std::string intra = "intra-chunk pass: ";
-    if (const size_t at = f.find(intra); at != std::string::npos)
-      f.replace(at, f.find('\n', at) - at, "intra-chunk records: written by prep (no intra-chunk pass)");
+    std::string f = describe_fwd(pl.fwd, ChunkDims{d}, true);
     for (size_t at = 0; (at = f.find('\n', at)) != std::string::npos && at + 1 < f.size(); at += 3)
       f.replace(at, 1, "\n  ");
     s += str_cat(

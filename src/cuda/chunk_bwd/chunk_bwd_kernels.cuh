@@ -346,18 +346,7 @@ __device__ __forceinline__ void store_fwd_record(const ChunkBwdArgs& a, const Sm
                                                  int tid) {
   using P = chunk_detail::Elem<true>;
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  if (tid < kC) {
-    float* const hdr = reinterpret_cast<float*>(rec);
-    const float gr = s.gam[tid], gn = s.gam[kC - 1], e = expf(gr);  // gamma_n: row 63 (g = 0 past the chunk end)
-    hdr[tid] = s.rk[tid] * e;
-    hdr[64 + tid] = a.scale * s.rq[tid] * e;
-    hdr[128 + tid] = s.rk[tid] * expf(gn - gr);
-    if (tid == 0) hdr[192] = expf(gn);
-    float bm = s.b[tid];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, o));
-    if (lane == 0) hdr[193 + warp] = bm;
-  }
+  if (tid < kC) chunk_detail::store_rec_header(reinterpret_cast<float*>(rec), tid, s.gam, s.rq, s.rk, s.b, a.scale);
   for (int idx = warp; idx < 10; idx += kThreads / 32) {
     int bi, bj;
     chunk_detail::causal_block(idx, &bi, &bj);

@@ -70,6 +70,24 @@ __device__ __forceinline__ void store_arest(uint4* dst, const float (&c)[2][4], 
   dst[lane] = make_uint4(re[0], re[1], re[2], re[3]);
 }
 
+// Row r of a record's header (ek, eq, dk; e^gamma_n by row 0; the largest beta of r's 32-row half by its first row)
+// from the chunk's gamma (gamma_n at row 63: padded rows have g = 0), rho and beta, by the 64 threads of two whole
+// warps, r = 0 .. 63. Returns that largest beta: the state pass adds A diag(beta)'s third part only where it exceeds
+// 1 (docs/chunk_fwd.md "Numerics").
+__device__ __forceinline__ float store_rec_header(float* hdr, int r, const float* gam, const float* rq, const float* rk,
+                                                  const float* beta, float scale) {
+  const float gr = gam[r], gn = gam[kC - 1];
+  hdr[r] = rk[r] * __expf(gr);
+  hdr[64 + r] = scale * rq[r] * __expf(gr);
+  hdr[128 + r] = rk[r] * __expf(gn - gr);
+  if (r == 0) hdr[192] = __expf(gn);
+  float bm = beta[r];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, o));
+  if ((r & 31) == 0) hdr[193 + (r >> 5)] = bm;
+  return bm;
+}
+
 // Causal 16x16 block idx (0..9, order (0,0) (1,0) (1,1) (2,0) ...) -> (i, j), i >= j.
 __device__ __forceinline__ void causal_block(int idx, int* i, int* j) {
   *i = idx >= 6 ? 3 : (idx >= 3 ? 2 : (idx >= 1 ? 1 : 0));

@@ -561,18 +561,8 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     // rounds below)
     if (tid >= kC) {
       const int r = tid - kC;
-      float* hdr = reinterpret_cast<float*>(rec);
-      const float gr = gam[r], gn = gam[kC - 1];
-      hdr[r] = sm.rk[r] * __expf(gr);
-      hdr[64 + r] = a.scale * sm.rq[r] * __expf(gr);
-      hdr[128 + r] = sm.rk[r] * __expf(gn - gr);
-      if (r == 0) hdr[192] = __expf(gn);
-      // the largest beta of rows 32 (r / 32) .. + 31: the state pass adds R's lo part to U = A diag(beta) R only
-      // where beta exceeds 1 (docs/chunk_fwd.md "Numerics")
-      float bm = bet[r];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, o));
-      if ((r & 31) == 0) hdr[193 + (r >> 5)] = bm, sm.bmax[j & 1][r >> 5] = bm;
+      const float bm = store_rec_header(reinterpret_cast<float*>(rec), r, gam, sm.rq, sm.rk, bet, a.scale);
+      if ((r & 31) == 0) sm.bmax[j & 1][r >> 5] = bm;
     }
     // ---- L_rs = beta_r kk_rs exp(gamma_r - gamma_s), s < r, into shared memory (fp32); P_rs = qk_rs exp(gamma_r -
     // gamma_s), s <= r (diagonal included: the output reads the post-update state), to the record as fragments.
