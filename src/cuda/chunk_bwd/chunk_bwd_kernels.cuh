@@ -389,11 +389,14 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   // dU0 = scale P^T dO only where the dstate chain reads it (its decay windows, or every chunk): elsewhere no dO, no
   // Q K^T, no P
   const bool du0 = dstate_reads_du0(a, n, st, len, h, c);
+  // U0 = A diag(b) V only where pass 2 reads it: with the chunk start states from chunk_fwd's state pass it runs only
+  // where a beta exceeds 1 (then the fused pass does not); elsewhere no v, no A diag(b)
+  const bool u0 = !(a.s0_from_fwd && fused_on(a));
   // Two copy groups: q, k (the first products' operands), then v, dO, which land during rho, Q K^T, K K^T and P
   copy_rows<E, K>(s.u1.q, qg, a.q_st, cp.t0, cp.nv, 0, tid);
   copy_rows<E, K>(s.k, kg, a.k_st, cp.t0, cp.nv, 0, tid);
   cp_async_commit();
-  copy_rows<E, V>(s.v, vg, a.v_st, cp.t0, cp.nv, 0, tid);
+  if (u0) copy_rows<E, V>(s.v, vg, a.v_st, cp.t0, cp.nv, 0, tid);
   if (du0) copy_rows<E, V>(s.dO, dog, a.do_st, cp.t0, cp.nv, 0, tid);
   cp_async_commit();
   // gamma = cumsum(g) by the forward's shuffle scan (warp 0), and beta, while the rows land; g = beta = 0 past nv
@@ -560,10 +563,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
                  __float_as_uint(x.w));
   }
   // A is only a GEMM operand of pass 4: stored as its bf16 split, hi [64][64] then lo. The scaled left operands,
-  // split once (into the places of L, P and T, all consumed): A diag(b e^gamma rho_k) and A diag(b). The warps w and
-  // w + 4, which take rows 16 (w % 4) .. + 16 of W and U0, split those rows (8 columns a thread, 16-byte stores) and
-  // meet at a named barrier of their own, so the four row blocks go on to their products independently.
-  // beta > 1: W's left operand in three parts, hi + lo + rest (the W product below says why)
+  // split once (into the places of L, P and T, all consumed): A diag(b e^gamma rho_k) and, for U0, A diag(b). The warps
+  // w and w + 4, which take rows 16 (w % 4) .. + 16 of W and U0, split those rows (8 columns a thread, 16-byte stores)
+  // and meet at a named barrier of their own, so the four row blocks go on to their products independently. beta > 1:
+  // W's left operand in three parts, hi + lo + rest (the W product below says why)
   const bool w_rest = beta_above_one(*reinterpret_cast<const float(*)[4][kC]>(s.gam), lane);
   {
     auto* Ag = reinterpret_cast<__nv_bfloat16*>(a.A + cp.rec * (kC * kC));
@@ -600,8 +603,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
       put16(&s.u2.ab.Awh[r][c0], wh);
       put16(&s.Awl[r][c0], wl);
       if (w_rest) put16(&s.Awr[r][c0], wr);
-      put16(&s.u2.ab.Abh[r][c0], bh);
-      put16(&s.u1.Abl[r][c0], bl);
+      if (u0) {
+        put16(&s.u2.ab.Abh[r][c0], bh);
+        put16(&s.u1.Abl[r][c0], bl);
+      }
     }
   }
   switch (warp & 3) {  // rows m0 .. m0 + 15 of both scaled operands split; ids as constants: ptxas reserves 6 barriers
@@ -643,7 +648,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
     store_split_frags(reinterpret_cast<__nv_bfloat16*>(a.W + cp.rec * (2 * kC * K)), kC * K, K, acc, m0, n0, lane,
                       w_rest || !(a.state_wg && a.dstate_wg));
   }
-  if (!(a.s0_from_fwd && fused_on(a))) {  // U0: pass 2's input only (which then runs only where a beta exceeds 1)
+  if (u0) {
     constexpr int NT = V / 16;
     float u0[NT][4] = {};
     const int n0 = (V / 2) * (warp >> 2);
