@@ -392,6 +392,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   // U0 = A diag(b) V only where pass 2 reads it: with the chunk start states from chunk_fwd's state pass it runs only
   // where a beta exceeds 1 (then the fused pass does not); elsewhere no v, no A diag(b)
   const bool u0 = !(a.s0_from_fwd && fused_on(a));
+  // W, an operand of the chains only: where pass 2 walks (u0) or the dstate chain reads this chunk (with dU0)
+  const bool wrec = u0 || du0;
   // Two copy groups: q, k (the first products' operands), then v, dO, which land during rho, Q K^T, K K^T and P
   copy_rows<E, K>(s.u1.q, qg, a.q_st, cp.t0, cp.nv, 0, tid);
   copy_rows<E, K>(s.k, kg, a.k_st, cp.t0, cp.nv, 0, tid);
@@ -600,9 +602,11 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
       }
       st_global_v4(Ag + r * kC + c0, ah[0], ah[1], ah[2], ah[3]);
       st_global_v4(Ag + kC * kC + r * kC + c0, al[0], al[1], al[2], al[3]);
-      put16(&s.u2.ab.Awh[r][c0], wh);
-      put16(&s.Awl[r][c0], wl);
-      if (w_rest) put16(&s.Awr[r][c0], wr);
+      if (wrec) {
+        put16(&s.u2.ab.Awh[r][c0], wh);
+        put16(&s.Awl[r][c0], wl);
+        if (w_rest) put16(&s.Awr[r][c0], wr);
+      }
       if (u0) {
         put16(&s.u2.ab.Abh[r][c0], bh);
         put16(&s.u1.Abl[r][c0], bl);
@@ -635,7 +639,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   // as good as fp32 products: the transition within 1.1e-4 of 1 (the fp32 rounding of lambda, amplified 2n times:
   // (1 - lambda)^n ~ 1 + n (lambda - 2); W in fp32 gives the same). At beta <= 1 the transition contracts along the
   // keys (|1 - lambda|^n) and nothing accumulates: two parts, no MMA more.
-  {
+  if (wrec) {
     constexpr int NT = K / 16;
     float acc[NT][4] = {};
     const int n0 = (K / 2) * (warp >> 2);
