@@ -1019,6 +1019,12 @@ TEST(CudaChunkBwd, StatesFromForwardAgainstOracle) {
   b.state = 2;
   check(b);
   check_deterministic(cs.back());
+  // Past one wave (Hv V / 32 = 160 chain CTAs on 132 SMs) the plan's own choice: chunk_fwd's start states, the chains
+  // in waves. FlashQLA's gate pattern (g = 0 on every fourth value head: those reverse chains walk every chunk, the
+  // others their windows, so prep forms W and dU0 in some chunks only), GQA 4 (pass 5a), two walks of the fused pass.
+  b = bcase("s0fwd_plan_in_waves_gqa4", 1, 20 * 64, 10, 40, 128, 128);
+  b.special = 7;
+  check(b);
 }
 
 // The dstate chain's decay window (docs/chunk_bwd.md "Decay window of the reverse chain"). Head 0 decays fast (g =
