@@ -447,7 +447,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
       warp_mma_t<false, false, K, 2, 16>(kk, in_tile(s.k), in_tile(s.k), m0, n0, lane);
     }
     __syncthreads();  // q is consumed: P takes its place; rho complete
-    if (tid < kC)
+    if (tid < kC && wrec)
       s.wk[tid] = s.b[tid] * expf(s.gam[tid]) * s.rk[tid];  // W = A diag(b e^gamma) K^ (read after 2 barriers)
     float gr[2], rqr[2], brk[2];  // gamma_r, rho_q,r, b_r rho_k,r of rows r = m0 + lane / 4 (+ 8)
 #pragma unroll
@@ -579,35 +579,46 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
 #pragma unroll
     for (int e = i0; e < 16 * kC / 8; e += 64) {
       const int r = m0 + (e >> 3), c0 = 8 * (e & 7);
-      uint32_t ah[4], al[4], wh[4], wl[4], wr[4], bh[4], bl[4];
-      float wk[8], bc[8];
-      *reinterpret_cast<float4*>(&wk[0]) = *reinterpret_cast<const float4*>(&s.wk[c0]);
-      *reinterpret_cast<float4*>(&wk[4]) = *reinterpret_cast<const float4*>(&s.wk[c0 + 4]);
-      *reinterpret_cast<float4*>(&bc[0]) = *reinterpret_cast<const float4*>(&s.b[c0]);
-      *reinterpret_cast<float4*>(&bc[4]) = *reinterpret_cast<const float4*>(&s.b[c0 + 4]);
+      float x[8];  // A's row r, columns c0 .. c0 + 7
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = s.A[r][c0 + i];
+      uint32_t ah[4], al[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float x0 = s.A[r][c0 + 2 * i], x1 = s.A[r][c0 + 2 * i + 1];
-        Split2 v = split_pair<false>(x0, x1);
+        const Split2 v = split_pair<false>(x[2 * i], x[2 * i + 1]);
         ah[i] = v.hi, al[i] = v.lo;
-        const float y0 = x0 * wk[2 * i], y1 = x1 * wk[2 * i + 1];
-        v = split_pair<false>(y0, y1);
-        wh[i] = v.hi, wl[i] = v.lo;
-        if (w_rest) {  // the rest y - hi - lo (exact in fp32), rounded: hi + lo + rest holds y to ~2^-26
-          const float2 h = chunk_detail::Elem<true>::unpack(v.hi), l = chunk_detail::Elem<true>::unpack(v.lo);
-          wr[i] = chunk_detail::Elem<true>::pack((y0 - h.x) - l.x, (y1 - h.y) - l.y);
-        }
-        v = split_pair<false>(x0 * bc[2 * i], x1 * bc[2 * i + 1]);
-        bh[i] = v.hi, bl[i] = v.lo;
       }
       st_global_v4(Ag + r * kC + c0, ah[0], ah[1], ah[2], ah[3]);
       st_global_v4(Ag + kC * kC + r * kC + c0, al[0], al[1], al[2], al[3]);
-      if (wrec) {
+      if (wrec) {  // the scaled operands only where their products run (the split is ALU work on prep's path)
+        uint32_t wh[4], wl[4], wr[4];
+        float wk[8];
+        *reinterpret_cast<float4*>(&wk[0]) = *reinterpret_cast<const float4*>(&s.wk[c0]);
+        *reinterpret_cast<float4*>(&wk[4]) = *reinterpret_cast<const float4*>(&s.wk[c0 + 4]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float y0 = x[2 * i] * wk[2 * i], y1 = x[2 * i + 1] * wk[2 * i + 1];
+          const Split2 v = split_pair<false>(y0, y1);
+          wh[i] = v.hi, wl[i] = v.lo;
+          if (w_rest) {  // the rest y - hi - lo (exact in fp32), rounded: hi + lo + rest holds y to ~2^-26
+            const float2 h = chunk_detail::Elem<true>::unpack(v.hi), l = chunk_detail::Elem<true>::unpack(v.lo);
+            wr[i] = chunk_detail::Elem<true>::pack((y0 - h.x) - l.x, (y1 - h.y) - l.y);
+          }
+        }
         put16(&s.u2.ab.Awh[r][c0], wh);
         put16(&s.Awl[r][c0], wl);
         if (w_rest) put16(&s.Awr[r][c0], wr);
       }
       if (u0) {
+        uint32_t bh[4], bl[4];
+        float bc[8];
+        *reinterpret_cast<float4*>(&bc[0]) = *reinterpret_cast<const float4*>(&s.b[c0]);
+        *reinterpret_cast<float4*>(&bc[4]) = *reinterpret_cast<const float4*>(&s.b[c0 + 4]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const Split2 v = split_pair<false>(x[2 * i] * bc[2 * i], x[2 * i + 1] * bc[2 * i + 1]);
+          bh[i] = v.hi, bl[i] = v.lo;
+        }
         put16(&s.u2.ab.Abh[r][c0], bh);
         put16(&s.u1.Abl[r][c0], bl);
       }
