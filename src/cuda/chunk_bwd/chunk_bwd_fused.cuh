@@ -157,25 +157,29 @@ __device__ __forceinline__ void store_key_rows(float* dst, const float (&d)[8][4
     }
 }
 
-// d += the key-half rows that store_key_rows wrote from another value head's CTA at src + (row0 + r Hv) K (rows < nv),
-// every load issued before the first add.
+// d += the key-half rows that store_key_rows wrote from NH consecutive value heads' CTAs at src + (row0 + p + r Hv) K
+// (rows < nv), in head order, every load issued before the first add.
+template <int NH = 1>
 __device__ __forceinline__ void add_key_rows(float (&d)[8][4], const float* src, int64_t row0, int64_t Hv, int nv,
                                              int wgi, int wi, int lane) {
   constexpr int K = 128;
-  float2 x[8][2];
+  float2 x[NH][8][2];
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int r = 16 * wi + (lane >> 2) + 8 * hr;
+  for (int p = 0; p < NH; ++p)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = 16 * wi + (lane >> 2) + 8 * hr;
+      const float* row = src + (row0 + p + r * Hv) * K + 64 * wgi + 2 * (lane & 3);
+#pragma unroll
+      for (int jn = 0; jn < 8; ++jn)
+        x[p][jn][hr] = r < nv ? *reinterpret_cast<const float2*>(row + 8 * jn) : make_float2(0.f, 0.f);
+    }
+#pragma unroll
+  for (int p = 0; p < NH; ++p)
 #pragma unroll
     for (int jn = 0; jn < 8; ++jn)
-      x[jn][hr] = r < nv
-                      ? *reinterpret_cast<const float2*>(src + (row0 + r * Hv) * K + 64 * wgi + 8 * jn + 2 * (lane & 3))
-                      : make_float2(0.f, 0.f);
-  }
 #pragma unroll
-  for (int jn = 0; jn < 8; ++jn)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) d[jn][2 * hr] += x[jn][hr].x, d[jn][2 * hr + 1] += x[jn][hr].y;
+      for (int hr = 0; hr < 2; ++hr) d[jn][2 * hr] += x[p][jn][hr].x, d[jn][2 * hr + 1] += x[p][jn][hr].y;
 }
 
 // The sum over the four lanes of a quad (one row's columns in an accumulator) of x; lane t4 == 0 stores it.
@@ -905,14 +909,18 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           const auto q_at = [qr, &a](int r, int c) {
             return chunk_detail::widen_pair<true>(*reinterpret_cast<const uint32_t*>(qr + r * a.q_st + c));
           };
+          // the group's rows two heads at a time (their loads in flight together: the sum is bound by their latency)
+          const auto sum_rows = [&](const float* src) {
 #pragma unroll
-          for (int jn = 0; jn < 8; ++jn) dk[jn][0] = dk[jn][1] = dk[jn][2] = dk[jn][3] = 0.f;
-          for (int p = 0; p < a.fused_gather; ++p) fz::add_key_rows(dk, a.dqh, row0 + p, a.Hv, nv, wgi, wi, lane);
+            for (int jn = 0; jn < 8; ++jn) dk[jn][0] = dk[jn][1] = dk[jn][2] = dk[jn][3] = 0.f;
+            int p = 0;
+            for (; p + 2 <= a.fused_gather; p += 2) fz::add_key_rows<2>(dk, src, row0 + p, a.Hv, nv, wgi, wi, lane);
+            if (p < a.fused_gather) fz::add_key_rows(dk, src, row0 + p, a.Hv, nv, wgi, wi, lane);
+          };
+          sum_rows(a.dqh);
           finish_rows(dk, q_at, rq, a.dq, a.dq_sb, a.dq_st, a.dq_sh);
           __syncthreads();  // s.ldot: dq's row dots read, dk's written next
-#pragma unroll
-          for (int jn = 0; jn < 8; ++jn) dk[jn][0] = dk[jn][1] = dk[jn][2] = dk[jn][3] = 0.f;
-          for (int p = 0; p < a.fused_gather; ++p) fz::add_key_rows(dk, a.dkh, row0 + p, a.Hv, nv, wgi, wi, lane);
+          sum_rows(a.dkh);
           finish_rows(dk, tile_at(s.k[buf]), rk, a.dk, a.dk_sb, a.dk_st, a.dk_sh);
         }
       }
