@@ -182,6 +182,22 @@ __device__ __forceinline__ void add_key_rows(float (&d)[8][4], const float* src,
       for (int hr = 0; hr < 2; ++hr) d[jn][2 * hr] += x[p][jn][hr].x, d[jn][2 * hr + 1] += x[p][jn][hr].y;
 }
 
+// A per-token table's values at this thread's rows (16 wi + g, + 8) and columns (32 wgi + 8 jn + 2 t4, + 1) of an
+// m64n32 accumulator (gwg::n32_at), read once per epilogue instead of once per element: 2 + 4 loads for 16 elements.
+struct Tok32 {
+  float r[2];
+  float2 c[4];
+  __device__ __forceinline__ float row(int e) const { return r[e >> 1]; }
+  __device__ __forceinline__ float col(int jn, int e) const { return e & 1 ? c[jn].y : c[jn].x; }
+};
+__device__ __forceinline__ Tok32 tok32(const float* f, int wi, int wgi, int g, int t4) {
+  Tok32 t;
+  t.r[0] = f[16 * wi + g], t.r[1] = f[16 * wi + g + 8];
+#pragma unroll
+  for (int jn = 0; jn < 4; ++jn) t.c[jn] = *reinterpret_cast<const float2*>(f + 32 * wgi + 8 * jn + 2 * t4);
+  return t;
+}
+
 // The sum over the four lanes of a quad (one row's columns in an accumulator) of x; lane t4 == 0 stores it.
 __device__ __forceinline__ void put_row_sum(float* dst, int r, float x, int t4) {
   x = lane_sum<1, 4>(x);
@@ -528,12 +544,15 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       wg::wait2();  // Q K^T (K S0 and C1 in flight under P's epilogue)
       {             // P^ = rho_q rho_k (Q K^T) (.) D (s <= r), P_lam = lam P^ (rows, columns 32 wgi ..)
         uint32_t x[4][2];
+        const fz::Tok32 tq = fz::tok32(rq, wi, wgi, g, t4), tk = fz::tok32(rk, wi, wgi, g, t4),
+                        tg = fz::tok32(gl, wi, wgi, g, t4);
 #pragma unroll
         for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const auto [r, c] = gwg::n32_at(wi, wgi, g, t4, jn, e);
-            ph[jn][e] = c <= r ? rq[r] * rk[c] * pq[jn][e] * exp2f(gl[r] - gl[c]) : 0.f;
+            const float p = tq.row(e) * tk.col(jn, e) * pq[jn][e] * exp2f(tg.row(e) - tg.col(jn, e));
+            ph[jn][e] = c <= r ? p : 0.f;
           }
 #pragma unroll
         for (int jn = 0; jn < 4; ++jn)
@@ -616,17 +635,17 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       wg::wait1();
       {  // Pm = lam Lower(dO U^T) (.) D in place; Z = dP (.) P^ (P^ holds D)
         float zr[2] = {0.f, 0.f}, zc[4][2] = {};
+        const fz::Tok32 tg = fz::tok32(gl, wi, wgi, g, t4);
 #pragma unroll
         for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const auto [r, c] = gwg::n32_at(wi, wgi, g, t4, jn, e);
             const float dpl = lam * dp[jn][e];
-            if (c < r) {
-              const float z = dpl * ph[jn][e];
-              zr[e >> 1] += z, zc[jn][e & 1] += z;
-            }
-            dp[jn][e] = c <= r ? dpl * exp2f(gl[r] - gl[c]) : 0.f;
+            const float z = c < r ? dpl * ph[jn][e] : 0.f;
+            zr[e >> 1] += z, zc[jn][e & 1] += z;
+            const float pm = dpl * exp2f(tg.row(e) - tg.col(jn, e));
+            dp[jn][e] = c <= r ? pm : 0.f;
           }
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) fz::put_row_sum(s.zrow[wgi], 16 * wi + g + 8 * hr, zr[hr], t4);
@@ -640,13 +659,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       __syncthreads();  // both warpgroups' G2 read U lo (x6, x7): R0 and R1 take x5-x7
       float r0v[4][4];
       uint32_t x1r[4][2];
+      const fz::Tok32 tq = fz::tok32(rq, wi, wgi, g, t4), tk = fz::tok32(rk, wi, wgi, g, t4);
 #pragma unroll
       for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          const int r = 16 * wi + g + 8 * hr, c = 32 * wgi + 8 * jn + 2 * t4;
-          r0v[jn][2 * hr] = dp[jn][2 * hr] * rk[c], r0v[jn][2 * hr + 1] = dp[jn][2 * hr + 1] * rk[c + 1];
-          x1r[jn][hr] = chunk_detail::Elem<true>::pack(rq[r] * dp[jn][2 * hr], rq[r] * dp[jn][2 * hr + 1]);
+          r0v[jn][2 * hr] = dp[jn][2 * hr] * tk.c[jn].x, r0v[jn][2 * hr + 1] = dp[jn][2 * hr + 1] * tk.c[jn].y;
+          x1r[jn][hr] = chunk_detail::Elem<true>::pack(tq.r[hr] * dp[jn][2 * hr], tq.r[hr] * dp[jn][2 * hr + 1]);
         }
       fz::put_rows<4>((sa + o_x6), (sa + o_x5), r0v, 4 * wgi, wi, lane);  // R0 = Pm diag(rho_k) as hi + lo
       gwg::store_rows_at<4>((sa + o_x7), x1r, 4 * wgi, wi, lane);         // R1 = diag(rho_q) Pm
@@ -843,6 +862,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       wg::wait0();
       uint32_t xm[4][2], xr[4][2];
       float pl[2] = {0.f, 0.f}, zr[2] = {0.f, 0.f}, zc[4][2] = {};
+      const fz::Tok32 tk = fz::tok32(rk, wi, wgi, g, t4), tg = fz::tok32(gl, wi, wgi, g, t4);
+      const float bt2[2] = {bt[16 * wi + g], bt[16 * wi + g + 8]};
 #pragma unroll
       for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
@@ -850,8 +871,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           const auto [r, c] = gwg::n32_at(wi, wgi, g, t4, jn, e);
           float m = 0.f;
           if (c < r) {
-            const float d = exp2f(gl[r] - gl[c]), dl = -y[jn][e], ev = rk[r] * rk[c] * ee[jn][e] * d;
-            const float dlb = bt[r] * dl;
+            const float d = exp2f(tg.row(e) - tg.col(jn, e)), dl = -y[jn][e];
+            const float ev = tk.row(e) * tk.col(jn, e) * ee[jn][e] * d;
+            const float dlb = bt2[e >> 1] * dl;
             pl[e >> 1] = fmaf(dl, ev, pl[e >> 1]);
             const float z = dlb * ev;
             zr[e >> 1] += z, zc[jn][e & 1] += z;
@@ -863,9 +885,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       for (int jn = 0; jn < 4; ++jn)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          const int r = 16 * wi + g + 8 * hr, c = 32 * wgi + 8 * jn + 2 * t4;
-          xm[jn][hr] = chunk_detail::Elem<true>::pack(y[jn][2 * hr] * rk[c], y[jn][2 * hr + 1] * rk[c + 1]);
-          xr[jn][hr] = chunk_detail::Elem<true>::pack(rk[r] * y[jn][2 * hr], rk[r] * y[jn][2 * hr + 1]);
+          xm[jn][hr] = chunk_detail::Elem<true>::pack(y[jn][2 * hr] * tk.c[jn].x, y[jn][2 * hr + 1] * tk.c[jn].y);
+          xr[jn][hr] = chunk_detail::Elem<true>::pack(tk.r[hr] * y[jn][2 * hr], tk.r[hr] * y[jn][2 * hr + 1]);
         }
       gwg::store_rows_at<4>((sa + o_x2), xm, 4 * wgi, wi, lane);
       gwg::store_rows_at<4>((sa + o_x2) + 8192, xr, 4 * wgi, wi, lane);
