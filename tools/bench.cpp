@@ -679,12 +679,10 @@ Command add_bench(CLI::App& app) {
                   "chain, 3 both at once in one CTA (exec.chunk_bwd_chains; 0 auto)")
       ->check(integer_in<int32_t>(0, 3))
       ->type_name("C");
-  sub->add_option(
-         "--chunk-bwd-grads", opt->exec.chunk_bwd_grads,
-         "the training backward's gradients pass: 1 mma.sync, 2 wgmma, 3 fused with the reverse chain, "
-         "4 fused, the value heads' dq / dk summed by pass 5a, 5 fused, summed by the last value head's CTA to store "
-         "them (exec.chunk_bwd_grads; 0 auto)")
-      ->check(integer_in<int32_t>(0, 5))
+  sub->add_option("--chunk-bwd-grads", opt->exec.chunk_bwd_grads,
+                  "the training backward's gradients pass: 1 mma.sync, 2 wgmma, 3 fused with the reverse chain, "
+                  "4 fused, the value heads' dq / dk summed by pass 5a (exec.chunk_bwd_grads; 0 auto)")
+      ->check(integer_in<int32_t>(0, 4))
       ->type_name("G");
   sub->add_option("--chunk-bwd-window", opt->exec.chunk_bwd_window,
                   "the training backward's dstate chain: 1 every chunk, not only the decay windows of the gradients "

@@ -22,7 +22,7 @@ std::string plan_help() {
       "  chunk_fwd keys: B T Hqk Hv K V (defaults 1 32768 16 16 128 128), dtype=bf16|f16, seqs=N (varlen: N\n"
       "                  sequences of T / N tokens), segments=P (exec.chunk_fwd_segments), sms\n"
       "  chunk_bwd keys: as chunk_fwd (Hv default 32), segments=P (exec.chunk_bwd_segments), chains=0|1|2|3\n"
-      "                  (exec.chunk_bwd_chains), grads=0|1|2|3|4|5 (exec.chunk_bwd_grads),\n"
+      "                  (exec.chunk_bwd_chains), grads=0|1|2|3|4 (exec.chunk_bwd_grads),\n"
       "                  window=0|1 (exec.chunk_bwd_window), state=0|1|2 (exec.chunk_bwd_state)\n"
       "  recurrent keys: N T Hqk Hv K V (defaults 1 1 16 32 128 128), pool=f32|bf16|f16|none, layout=k|v,\n"
       "                  verify=0|1 (bf16 intermediate states, no commit), kernel=auto|persistent|direct|\n"

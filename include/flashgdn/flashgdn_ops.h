@@ -47,8 +47,7 @@
     "CUDA chunk_bwd chains: 0 auto, 1 one after the other, 2 both at once (K = V = 128)")                         \
   S(int32_t, int32_t, chunk_bwd_grads, 0,                                                                         \
     "CUDA chunk_bwd gradients pass: 0 auto, 1 mma.sync, 2 wgmma, 3 fused with the reverse chain, 4 fused with "   \
-    "the value heads' dq / dk summed by a pass of their own, 5 fused with them summed by the last value head's "  \
-    "CTA to store them (2-5: K = V = 128, bf16)")                                                                 \
+    "the value heads' dq / dk summed by a pass of their own (2-4: K = V = 128, bf16)")                            \
   S(int32_t, int32_t, mixer_kernel, 0,                                                                            \
     "CUDA mixer_decode kernel: 0 auto, 1 clustered (V split: mixer_split), 2 pipe (T = 1, K-major pool)")         \
   S(int32_t, int32_t, chunk_bwd_window, 0,                                                                        \

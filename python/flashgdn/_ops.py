@@ -32,8 +32,8 @@ def exec_options(check_indices=False, cpu_fp64=False, cpu_algo="recurrent", cpu_
     (1, 2 or 4 CTAs per value head; 0: the plan's choice); chunk_bwd_chains runs the training backward's two state
     chains one after the other (1) or both at once (K = V = 128: 2 a CTA per chain, 3 one CTA of both; 0: the plan's
     choice); chunk_bwd_grads runs its gradients pass on mma.sync (1), wgmma (2), fused with the reverse chain (3) or
-    fused with the value heads' dq / dk summed by a pass of their own (4) or by the last value head's CTA to
-    store them (5; 2-5: K = V = 128, bf16; 0: the plan's choice); chunk_bwd_window = 1 runs
+    fused with the value heads' dq / dk summed by a pass of their own (4; 2-4: K = V = 128, bf16; 0: the plan's
+    choice); chunk_bwd_window = 1 runs
     the backward's dstate chain over every chunk (0: where the fused pass runs, each gradient it reads comes from
     the chunks of its decay window, exact to below fp32 rounding, where the gates allow); chunk_bwd_state = 2 forms
     the backward's chunk start states by the forward's state pass instead of its own state chain (1; K = V = 128,

@@ -222,9 +222,6 @@ constexpr int32_t kChunkBwdFusedWalk = 16;
 // of 4 (as clusters) measured 7% slower than pass 5a's sum at varlen 4 x 8K Hv = 64 (rank 0 reads three partial sums
 // per exchange, and a cluster waits for four free SMs at once).
 constexpr int64_t kChunkBwdFusedCluster = 2;
-// Groups above the pairs' 2: the last CTA of a group to store a chunk's rows sums them (ChunkBwdPlan::fused_gather)
-// instead of pass 5a. Off until measured against pass 5a on a GPU (exec.chunk_bwd_grads = 5 takes it at every group).
-constexpr bool kFusedGatherByDefault = false;
 constexpr bool kFusedGradsByDefault = true;
 // The chunk start states from chunk_fwd's state pass (ChunkBwdPlan::states_from_fwd) where it can take them and the
 // unsplit chains do not fit one wave (N Hv V / 32 > SMs: a CTA per chain, in waves); where they fit, one CTA of both
@@ -284,11 +281,10 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
       chains >= 2 || (chains == 0 && wg && kChainsConcurrentByDefault) ? cuda::kChainsTwoCtas : cuda::kChainsSerial;
   pl.state_stages = pl.dstate_stages = pl.chains_concurrent ? 1 : 2;
   const int32_t grads = p.exec.chunk_bwd_grads;
-  if (grads < 0 || grads > 5)
+  if (grads < 0 || grads > 4)
     return FGDN_INVALID(
         "chunk_bwd: exec.chunk_bwd_grads: expected 0 (auto), 1 (mma.sync), 2 (wgmma), 3 (fused with the reverse "
-        "chain), 4 (fused, the value heads' dq / dk summed by pass 5a) or 5 (fused, summed by the last CTA of the "
-        "value heads to store them), got ",
+        "chain) or 4 (fused, the value heads' dq / dk summed by pass 5a), got ",
         grads);
   const bool grads_wg_ok = wg && p.q.dtype == DType::bf16;
   if (grads >= 2 && !grads_wg_ok)
@@ -303,11 +299,7 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   // With two value heads per q/k head their CTAs pair up and rank 0 sums their dq, dk: no pass 5a,
   // whose scratch round trip costs more than the exchange in the pass (docs/chunk_bwd.md "Fused gradients pass")
   const int64_t group = d.Hv / std::max<int64_t>(d.Hqk, 1);
-  pl.fused_cluster = fused && grads != 4 && grads != 5 && group == kChunkBwdFusedCluster ? int32_t(group) : 0;
-  // Other groups: the last of the group's CTAs to store a chunk's rows sums them (grads 5 at every group; the default
-  // above the pairs' group when kFusedGatherByDefault), or pass 5a does
-  const bool gather = grads == 5 || (grads != 4 && group > kChunkBwdFusedCluster && kFusedGatherByDefault);
-  pl.fused_gather = fused && gather && group > 1 ? int32_t(group) : 0;
+  pl.fused_cluster = fused && grads != 4 && group == kChunkBwdFusedCluster ? int32_t(group) : 0;
   const int32_t window = p.exec.chunk_bwd_window;
   if (window < 0 || window > 1)
     return FGDN_INVALID("chunk_bwd: exec.chunk_bwd_window: expected 0 (auto) or 1 (off), got ", window);
@@ -384,25 +376,20 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
                           ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, d.varlen ? " (varlen)" : "", "\n");
   s += str_cat("  prep pass: grid (", slots, ", ", d.Hv, "), one record per (chunk slot, value head); grads pass: ");
   if (pl.fused_walk > 0)
-    s += str_cat(
-        "fused with the reverse chain, grid (", ceil_div(slots, pl.fused_walk), ", ", d.Hv,
-        "), 256 threads per CTA, each a walk of ", pl.fused_walk,
-        " chunk slots of a value head in reverse (dS carried; pass 3's record where a walk or sequence "
-        "ends)",
-        pl.fused_cluster > 0
-            ? str_cat("; the CTAs of the ", pl.fused_cluster,
-                      " value heads of a q/k head in pairs, the later started summing their dq, dk from the "
-                      "others' rows (flags; no dq / dk pass), each CTA taking the next ticket as it starts")
-            : "",
-        pl.fused_gather > 0
-            ? str_cat("; the last of the ", pl.fused_gather,
-                      " value heads' CTAs of a q/k head to store a chunk's dq, dk rows sums them in head order "
-                      "(a count per chunk slot and q/k head; no dq / dk pass)")
-            : "",
-        pl.fused_follows ? "; launched as a programmatic dependent of the chains (both, or the reverse one alone), the "
-                           "first CTAs to run taking the walks of the value heads whose chain CTAs ended first"
-                         : "",
-        "\n");
+    s += str_cat("fused with the reverse chain, grid (", ceil_div(slots, pl.fused_walk), ", ", d.Hv,
+                 "), 256 threads per CTA, each a walk of ", pl.fused_walk,
+                 " chunk slots of a value head in reverse (dS carried; pass 3's record where a walk or sequence "
+                 "ends)",
+                 pl.fused_cluster > 0
+                     ? str_cat("; the CTAs of the ", pl.fused_cluster,
+                               " value heads of a q/k head in pairs, the later started summing their dq, dk from the "
+                               "others' rows (flags; no dq / dk pass), each CTA taking the next ticket as it starts")
+                     : "",
+                 pl.fused_follows
+                     ? "; launched as a programmatic dependent of the chains (both, or the reverse one alone), the "
+                       "first CTAs to run taking the walks of the value heads whose chain CTAs ended first"
+                     : "",
+                 "\n");
   else if (pl.grads_pass == ChunkStatePass::wgmma)
     s += str_cat(
         "wgmma, grid (", slots, ", ", d.Hqk, "), 256 threads per CTA, each the ", d.Hv / std::max<int64_t>(d.Hqk, 1),

@@ -66,10 +66,6 @@ struct ChunkBwdPlan {
   // With fused_walk and two value heads per q/k head: their CTAs in pairs of 2, rank 0 sums their dq, dk and runs the
   // l2norm chain (no pass 5a); 0: pass 5a sums them (exec.chunk_bwd_grads = 4, or another group)
   int32_t fused_cluster = 0;
-  // With fused_walk and a GQA group of this many value heads (above 2, or exec.chunk_bwd_grads = 5): every CTA stores
-  // its chunk's dq^, dk^ rows, and the last of the group's CTAs to store them sums them in head order and runs the
-  // l2norm chain (no pass 5a, no CTA waits for another); 0: none
-  int32_t fused_gather = 0;
   // With fused_walk and one CTA of both chains, or the reverse chain alone on wgmma (states_from_fwd): the fused pass
   // launched as a programmatic dependent of the chains' launch, its CTAs taking their value heads in the order the
   // heads' chain CTAs end (cuda::ChunkBwdArgs::order)

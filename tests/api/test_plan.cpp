@@ -945,9 +945,8 @@ TEST(ChunkBwdPlan, StatesFromTheForward) {
 
 // exec.chunk_bwd_grads: the fused pass (pass 4 with the reverse chain) by default where it runs (K = V = 128, bf16)
 // but for allow_neg_eigval, which takes pass 4 on wgmma; mma.sync elsewhere; 1 forces mma.sync, 2 wgmma, 3 the fused
-// pass, 4 the fused pass with pass 5a's GQA sum, 5 the fused pass with the gather at every group (2-5 unsupported
-// outside their contract, the message says what they need); the text names it. With two value heads per q/k head the
-// fused pass runs them as a pair; other groups take pass 5a (the gather is not the default yet).
+// pass, 4 the fused pass with pass 5a's GQA sum (2-4 unsupported outside their contract, the message says what they
+// need); the text names it. With two value heads per q/k head the fused pass runs them as one cluster.
 TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   ChunkShape s;
   s.T = 8192, s.Hv = 32;
@@ -993,16 +992,7 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   for (const auto& [hqk, cluster] : {std::pair{8, 0}, std::pair{2, 0}, std::pair{32, 0}}) {  // groups 4, 16, 1
     ChunkShape g = s;
     g.Hqk = hqk;
-    BwdCall gc = bwd_call(g);
-    EXPECT_EQ(bwd_plan(gc).fused_cluster, cluster) << "Hqk " << hqk;
-    EXPECT_EQ(bwd_plan(gc).fused_gather, 0) << "Hqk " << hqk;
-    gc.p.exec.chunk_bwd_grads = 5;  // the gather at groups above 1, never pairs
-    const ChunkBwdPlan pg = bwd_plan(gc);
-    EXPECT_EQ(pg.fused_cluster, 0) << "Hqk " << hqk;
-    EXPECT_EQ(pg.fused_gather, hqk == 32 ? 0 : 32 / hqk) << "Hqk " << hqk;
-    if (hqk != 32)
-      EXPECT_TRUE(
-          describes(pg, gc.d, "the last of the " + std::to_string(32 / hqk) + " value heads' CTAs of a q/k head"));
+    EXPECT_EQ(bwd_plan(bwd_call(g)).fused_cluster, cluster) << "Hqk " << hqk;
   }
   c.p.gate.use_beta_sigmoid_in_kernel = true, c.p.gate.allow_neg_eigval = true;
   pl = bwd_plan(c);
@@ -1026,12 +1016,8 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   EXPECT_GT(bwd_plan(c).fused_walk, 0);
   EXPECT_TRUE(bwd_plan(c).decay_window);
   EXPECT_EQ(bwd_plan(c).fused_cluster, 0);
-  EXPECT_EQ(bwd_plan(c).fused_gather, 0);
-  EXPECT_EQ(describe(bwd_plan(c), c.d).find("in pairs"), std::string::npos);
-  c.p.exec.chunk_bwd_grads = 5;  // the gather at a group of 2 too
-  EXPECT_EQ(bwd_plan(c).fused_cluster, 0);
-  EXPECT_EQ(bwd_plan(c).fused_gather, 2);
-  c.p.exec.chunk_bwd_grads = 6;
+  EXPECT_EQ(describe(bwd_plan(c), c.d).find("clusters of"), std::string::npos);
+  c.p.exec.chunk_bwd_grads = 5;
   ChunkBwdPlan bad;
   Status st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
   EXPECT_EQ(st.code(), StatusCode::invalid_argument) << st.message();
@@ -1040,7 +1026,7 @@ TEST(ChunkBwdPlan, GradsPassChoiceAndOverride) {
   c = bwd_call(s);
   EXPECT_EQ(bwd_plan(c).grads_pass, ChunkStatePass::mma_sync);
   EXPECT_EQ(bwd_plan(c).fused_walk, 0);
-  for (int32_t g : {2, 3, 4, 5}) {
+  for (int32_t g : {2, 3, 4}) {
     c.p.exec.chunk_bwd_grads = g;
     st = plan_chunk_bwd(c.p, c.d, DeviceFacts{kH200Sms}, &bad);
     EXPECT_EQ(st.code(), StatusCode::unsupported) << st.message();

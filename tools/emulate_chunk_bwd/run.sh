@@ -6,7 +6,7 @@
 # (recurrent_harness.cpp), and of mixer_decode's pipe kernel against the CPU op (mixer_harness.cpp).
 # Usage: bash tools/emulate_chunk_bwd/run.sh [--tsan] [build dir with a CPU libflashgdn_static.a, default build-cpu]
 #   [cases]
-# (cases: numbers 0-28 for chunk_bwd, i0-i4 for the intra-chunk kernel, w0-w28 for the prefill, default all; 7-9 and
+# (cases: numbers 0-27 for chunk_bwd, i0-i4 for the intra-chunk kernel, w0-w28 for the prefill, default all; 7-9 and
 # 11 force the chains' segment split, 10 nearly parallel keys, 11-15 K = V = 128 bf16, 13-15 the GPU test's inputs:
 # 13 identical keys with beta = 1, g = 0, 14 g = -30, 15 a T = 500 Hv = 8 gated walk; 16, 17 beta = 2 with nearly
 # parallel / identical keys (K = V = 128 bf16, five chunks), 18, 19 the same with the chains' split forced,
@@ -16,12 +16,11 @@
 # without GQA, 20 chunks unsplit, one head decaying by e^-32 a chunk and one slowly (the dstate chain's decay windows:
 # 26f, ~2 min, not in the default list, also runs dO NaN in a skipped chunk), 27 26 with the chains' split forced
 # (4 segments: the summaries' decay windows; 27f also runs v and dO NaN in chunks only the full summaries walk, not in
-# the default list), 28 25 with GQA 4 (Hv = 8); a chunk_bwd case N runs the
+# the default list); a chunk_bwd case N runs the
 # chains (at K = V = 128) on the plan's wgmma kernels (2 input stages), Ns1 on their one-stage forms one after the
 # other, Nc both at once (exec.chunk_bwd_chains = 2: a CTA per chain), Np both at once in one CTA (3; Ns1, Nc and Np
 # are compared bitwise with N), Nm pass 3 on the
-# mma.sync kernel, Ng / Ngm / Nf pass 4 on wgmma / mma.sync / the fused pass (exec.chunk_bwd_grads 2 / 1 / 3; Nf4 / Nf5
-# the fused pass with pass 5a's GQA sum / the gather (4 / 5; Nf5 also against Nf4, bitwise); Nf also
+# mma.sync kernel, Ng / Ngm / Nf pass 4 on wgmma / mma.sync / the fused pass (exec.chunk_bwd_grads 2 / 1 / 3; Nf also
 # against Nfw, the same with exec.chunk_bwd_window = 1, within 1e-5), Ns the fused pass with the chunk start states
 # from chunk_fwd's passes (exec.chunk_bwd_state = 2, fwd_passes.cpp; also against Nf within 1e-2); with
 # GQA 2 the fused pass's pairs of value heads (rank 0 sums their dq, dk; the emulation runs the CTAs in ticket order);
@@ -118,8 +117,6 @@ for c in $cases; do
     "$out/harness" "${c%p}" p || status=1
   elif [[ "$c" == *s ]]; then
     "$out/harness" "${c%s}" s || status=1
-  elif [[ "$c" == *f4 || "$c" == *f5 ]]; then
-    "$out/harness" "${c%f?}" "f${c: -1}" || status=1
   elif [[ "$c" == *fw ]]; then
     "$out/harness" "${c%fw}" fw || status=1
   elif [[ "$c" == *f ]]; then

@@ -46,18 +46,12 @@ int64_t dqk_heads_of(const SeqDims& d, const ChunkBwdPlan& pl) {
   return pl.grads_pass == ChunkStatePass::wgmma ? d.Hqk : d.Hv;
 }
 
-// int32 words of ChunkBwdArgs::order: the queue, the tickets, with pairs of value heads their exchange flags; then
-// with the gather its tally (from word order_words)
-int64_t order_words(const SeqDims& d, const ChunkBwdPlan& pl) {
-  const int64_t units = d.Hv / std::max<int64_t>(pl.fused_cluster, 1), walks = ceil_div(slots_of(d), pl.fused_walk);
-  return 2 + 2 * units + (pl.fused_cluster > 1 ? 8 * walks * units : 0);
-}
-
-// int32 words of ChunkBwdArgs::beta_big (1) and ChunkBwdArgs::order (order_words, then the gather's tally), one
-// region cleared by one memset
+// int32 words of ChunkBwdArgs::beta_big (1) and ChunkBwdArgs::order (the queue, the tickets, and with pairs of value
+// heads their exchange flags), one region cleared by one memset
 int64_t flag_words(const SeqDims& d, const ChunkBwdPlan& pl) {
   if (pl.fused_walk <= 0) return 0;
-  return 1 + order_words(d, pl) + (pl.fused_gather > 1 ? slots_of(d) * d.Hqk : 0);
+  const int64_t units = d.Hv / std::max<int64_t>(pl.fused_cluster, 1), walks = ceil_div(slots_of(d), pl.fused_walk);
+  return 1 + 2 + 2 * units + (pl.fused_cluster > 1 ? 8 * walks * units : 0);
 }
 
 WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
@@ -91,11 +85,10 @@ WsLayout ws_layout(const SeqDims& d, const ChunkBwdPlan& pl) {
 }
 
 // Whether pass 5a (chunk_bwd_qk_kernel) ends the dq / dk work: not where pass 4 on wgmma did it (planned, or the
-// fused pass's stand-in when a beta exceeds 1: prep's flag) or the fused pass did it (no GQA, its pairs or its
-// gather). The
+// fused pass's stand-in when a beta exceeds 1: prep's flag) or the fused pass did it (no GQA, or its clusters). The
 // host launches 5a only where the plan leaves it the work (qk_planned); the flag is read on the device.
 __host__ __device__ __forceinline__ bool qk_planned(const ChunkBwdArgs& a) {
-  return !a.grads_wg && !(a.fused_walk > 0 && (a.group == 1 || a.fused_cluster > 1 || a.fused_gather > 1));
+  return !a.grads_wg && !(a.fused_walk > 0 && (a.group == 1 || a.fused_cluster > 1));
 }
 __device__ __forceinline__ bool qk_pass_runs(const ChunkBwdArgs& a) {
   return qk_planned(a) && !(a.beta_big && *a.beta_big);
@@ -309,7 +302,6 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   a.grads_wg = pl.grads_pass == ChunkStatePass::wgmma;
   a.fused_walk = pl.fused_walk;
   a.fused_cluster = pl.fused_cluster;
-  a.fused_gather = pl.fused_gather;
   a.dqk_heads = int32_t(dqk_heads_of(d, pl));
   auto* base = static_cast<unsigned char*>(ws);
   if (pl.split) {  // the split's part follows the records and scratch (wl.total is 256-byte aligned)
@@ -334,7 +326,6 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
   a.dbh = reinterpret_cast<float*>(base + wl.dbh);
   if (pl.fused_walk > 0) a.beta_big = reinterpret_cast<int32_t*>(base + wl.flag);
   if (pl.fused_walk > 0) a.order = a.beta_big + 1;
-  if (pl.fused_gather > 1) a.tally = a.order + order_words(d, pl);
   a.follow = pl.fused_follows;
   if (pl.decay_window) a.dec = reinterpret_cast<float*>(base + wl.dec);
   a.s0_from_fwd = pl.states_from_fwd;

@@ -93,13 +93,6 @@ struct ChunkBwdArgs {
   // plan takes 2), and rank 0 sums their dq, dk (in head order) and runs the l2norm chain: no pass 5a; 0: pass 5a
   // sums them
   int32_t fused_cluster;
-  // with fused_walk and GQA (ChunkBwdPlan::fused_gather): the group; every CTA stores its dq^, dk^ rows to the scratch
-  // and the last of a q/k head's value-head CTAs to store a chunk's rows (tally) sums them in head order and runs the
-  // l2norm chain: no pass 5a; 0: none
-  int32_t fused_gather;
-  // with fused_gather: [slots, Hqk] the value-head CTAs that have stored a chunk's rows (in order's region, zeroed
-  // with it)
-  int32_t* tally;
   // [1] with fused_walk: prep sets it where a chunk's beta exceeds 1; then pass 4 on wgmma runs instead of the fused
   // pass (each kernel reads it and returns at once when it is not its turn) and the chains store every record
   int32_t* beta_big;

@@ -4,9 +4,9 @@
 // step per chunk; taken from pass 3's record where a walk or a sequence ends), and forms every gradient of §7.3 per
 // chunk from q, k, v, dO, A (prep's split), S0 (pass 2's bf16 record) and dS alone: U, dU, W' and the rest are formed
 // here, no U or dU record is read. Out: dv; dq and dk (the l2norm chain run here) without GQA, or with two value heads
-// per q/k head from rank 0 of the pair, which adds rank 1's rows, or with the gather (fused_gather) from the last of
-// the group's CTAs to store a chunk's rows; else w.r.t. the normalized q, k per value head (fp32 scratch; pass 5a
-// sums the value heads and runs the l2norm chain); dg and dbeta w.r.t. the resolved g, beta (fp32 scratch).
+// per q/k head from rank 0 of the pair, which adds rank 1's rows; else w.r.t. the normalized q, k per value
+// head (fp32 scratch; pass 5a sums the value heads and runs the l2norm chain); dg and dbeta w.r.t. the resolved g,
+// beta (fp32 scratch).
 //
 // Notation per chunk (n <= 64 rows; rows past n zero with g = 0, beta = 0): gamma the chunk-local cumsum of g, e_r =
 // e^gamma_r, kb_r = e^(gamma_n - gamma_r), D_rs = e^(gamma_r - gamma_s) (s <= r), q^ = rho_q q, k^ = rho_k k, lam the
@@ -72,8 +72,7 @@ struct alignas(1024) FusedSmem {
   // the walk: per slot its sequence (-1: no chunk), chunk, rows, batch entry and first token
   int32_t wn[kFusedMaxWalk], wc[kFusedMaxWalk], wnv[kFusedMaxWalk];
   int64_t wsb[kFusedMaxWalk], wt0[kFusedMaxWalk];
-  // this CTA's ticket (with pairs) and value head (fused_item); [0] then the gather's count at each chunk's end
-  int32_t item[2];
+  int32_t item[2];  // this CTA's ticket (with pairs) and value head (fused_item)
 };
 static_assert(sizeof(FusedSmem) + 1024 <= 227 * 1024, "fused grads: one CTA's shared memory");
 
@@ -157,29 +156,25 @@ __device__ __forceinline__ void store_key_rows(float* dst, const float (&d)[8][4
     }
 }
 
-// d += the key-half rows that store_key_rows wrote from NH consecutive value heads' CTAs at src + (row0 + p + r Hv) K
-// (rows < nv), in head order, every load issued before the first add.
-template <int NH = 1>
+// d += the key-half rows that store_key_rows wrote from another value head's CTA at src + (row0 + r Hv) K (rows < nv),
+// every load issued before the first add.
 __device__ __forceinline__ void add_key_rows(float (&d)[8][4], const float* src, int64_t row0, int64_t Hv, int nv,
                                              int wgi, int wi, int lane) {
   constexpr int K = 128;
-  float2 x[NH][8][2];
+  float2 x[8][2];
 #pragma unroll
-  for (int p = 0; p < NH; ++p)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = 16 * wi + (lane >> 2) + 8 * hr;
-      const float* row = src + (row0 + p + r * Hv) * K + 64 * wgi + 2 * (lane & 3);
-#pragma unroll
-      for (int jn = 0; jn < 8; ++jn)
-        x[p][jn][hr] = r < nv ? *reinterpret_cast<const float2*>(row + 8 * jn) : make_float2(0.f, 0.f);
-    }
-#pragma unroll
-  for (int p = 0; p < NH; ++p)
+  for (int hr = 0; hr < 2; ++hr) {
+    const int r = 16 * wi + (lane >> 2) + 8 * hr;
 #pragma unroll
     for (int jn = 0; jn < 8; ++jn)
+      x[jn][hr] = r < nv
+                      ? *reinterpret_cast<const float2*>(src + (row0 + r * Hv) * K + 64 * wgi + 8 * jn + 2 * (lane & 3))
+                      : make_float2(0.f, 0.f);
+  }
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) d[jn][2 * hr] += x[p][jn][hr].x, d[jn][2 * hr + 1] += x[p][jn][hr].y;
+  for (int jn = 0; jn < 8; ++jn)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) d[jn][2 * hr] += x[jn][hr].x, d[jn][2 * hr + 1] += x[jn][hr].y;
 }
 
 // A per-token table's values at this thread's rows (16 wi + g, + 8) and columns (32 wgi + 8 jn + 2 t4, + 1) of an
@@ -233,9 +228,11 @@ __device__ __forceinline__ FusedSmem& smem_at(unsigned char* raw) {
 }
 
 // This CTA's item: value head `head`, walk `walk` of a.fused_walk chunk slots; `pair` the index of its (walk, unit)
-// (its exchange flags); `rank` among the unit's value heads (0: the one that sums their dq, dk).
+// (its exchange flags); `rank` among the unit's value heads (0: the one that sums their dq, dk); `last`: the last
+// item (ticket or linear index).
 struct FusedItem {
   int head, walk, pair, rank;
+  bool last;
 };
 
 // With pairs (cs value heads of a q/k head exchanging rows), each CTA takes the next ticket t as it starts
@@ -264,14 +261,7 @@ __device__ __forceinline__ FusedItem fused_item(const ChunkBwdArgs& a, FusedSmem
     s.item[1] = (u - 1) * cs + rank;
   }
   __syncthreads();
-  return {s.item[1], p % walks, p, rank};
-}
-
-// Whether this CTA has the last item (ticket or linear index), formed after the walk: a flag held through the loop
-// costs a spill. The ticket is still in s.item[0] with pairs (only the gather, never with pairs, reuses it).
-__device__ __forceinline__ bool fused_last(const ChunkBwdArgs& a, const FusedSmem& s) {
-  const int walks = int(gridDim.x), t = a.fused_cluster > 1 ? s.item[0] : int(blockIdx.y) * walks + int(blockIdx.x);
-  return t == walks * int(gridDim.y) - 1;
+  return {s.item[1], p % walks, p, rank, t == walks * int(gridDim.y) - 1};
 }
 
 // The exchange of a pair's dq^ / dk^ rows (fused_cluster > 1): a warp of a rank above 0 publishes its rows with one
@@ -481,15 +471,15 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     // Without GQA: dx = rho (dx^ - (dx^ . x^) x^) = rho (dx^ - rho^2 (dx^ . x) x) for a key-half accumulator of dx^
     // (gdn-math §7.6; x the raw row in its tile, rho = 1 without the l2norm), stored in the io dtype for rows < nv.
     // The row dot spans both warpgroups' keys: partial sums, a CTA barrier, then the stores.
-    // x_at(r, c): the raw row r's elements c, c + 1 of this warpgroup's key half (its tile, or global memory).
-    const auto finish_rows = [&](const float(&d)[8][4], auto x_at, const float* rho, void* out, int64_t o_sb,
-                                 int64_t o_st, int64_t o_sh) {
+    const auto finish_rows = [&](const float(&d)[8][4], const unsigned char(&xt)[2][8192], const float* rho, void* out,
+                                 int64_t o_sb, int64_t o_st, int64_t o_sh) {
       float p[2] = {0.f, 0.f};
 #pragma unroll
       for (int jn = 0; jn < 8; ++jn)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          const float2 x = x_at(16 * wi + g + 8 * hr, 8 * jn + 2 * t4);
+          const float2 x = chunk_detail::widen_pair<true>(
+              *reinterpret_cast<const uint32_t*>(&xt[wgi][gwg::at16(16 * wi + g + 8 * hr, 8 * jn + 2 * t4)]));
           p[hr] = fmaf(d[jn][2 * hr], x.x, fmaf(d[jn][2 * hr + 1], x.y, p[hr]));
         }
 #pragma unroll
@@ -503,17 +493,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
         E* const o = static_cast<E*>(out) + sb * o_sb + (t0 + r) * o_st + hk * o_sh + 64 * wgi;
 #pragma unroll
         for (int jn = 0; jn < 8; ++jn) {
-          const float2 x = x_at(r, 8 * jn + 2 * t4);
+          const float2 x = chunk_detail::widen_pair<true>(
+              *reinterpret_cast<const uint32_t*>(&xt[wgi][gwg::at16(r, 8 * jn + 2 * t4)]));
           *reinterpret_cast<uint32_t*>(o + 8 * jn + 2 * t4) =
               Storage<E>::from2(rr * (d[jn][2 * hr] - c * x.x), rr * (d[jn][2 * hr + 1] - c * x.y));
         }
       }
-    };
-
-    const auto tile_at = [&](const unsigned char(&xt)[2][8192]) {  // x_at of a raw q or k tile
-      return [&xt, wgi](int r, int c) {
-        return chunk_detail::widen_pair<true>(*reinterpret_cast<const uint32_t*>(&xt[wgi][gwg::at16(r, c)]));
-      };
     };
 
     // With GQA, dq^ or dk^ of this value head (d) to the scratch (fp32, per value head: pass 5a sums the heads), or
@@ -711,7 +696,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
       }
       wg::wait0();
       // dQ^ (w.r.t. the normalized q): complete here without GQA or on a cluster's rank 0: its l2norm chain, stored
-      if (a.group == 1 || hand_over(dq, a.dqh)) finish_rows(dq, tile_at(s.q), rq, a.dq, a.dq_sb, a.dq_st, a.dq_sh);
+      if (a.group == 1 || hand_over(dq, a.dqh)) finish_rows(dq, s.q, rq, a.dq, a.dq_sb, a.dq_st, a.dq_sh);
     }
     wg::fence_async_smem();
     __syncthreads();
@@ -914,37 +899,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
           [&](int j) { return uint32_t(8192 * wgi + 2048 * j); }, false);
       wg::commit();
       wg::wait0();
-      if (a.group == 1 || hand_over(dk, a.dkh)) finish_rows(dk, tile_at(s.k[buf]), rk, a.dk, a.dk_sb, a.dk_st, a.dk_sh);
-      if (a.fused_gather > 1) {
-        // The gather: every thread's rows visible at gpu scope (its fence), then one count for this CTA; the last of
-        // the group's CTAs to count sums the group's rows in head order (its own from the scratch too: the same
-        // bits whichever CTA is last) and runs the l2norm chain. q's tile holds the next chunk's rows by now (phase
-        // 7's loads): the raw q comes from global memory; k's buffer is still this chunk's.
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) s.item[0] = atom_add_acq_rel_gpu(a.tally + (s_lo + i) * a.Hqk + hk, 1);
-        __syncthreads();
-        if (s.item[0] == a.fused_gather - 1) {
-          const int64_t row0 = (sb * a.T + t0) * a.Hv + int64_t(hk) * a.fused_gather;
-          const E* const qr = static_cast<const E*>(a.q) + sb * a.q_sb + t0 * a.q_st + hk * a.q_sh + 64 * wgi;
-          const auto q_at = [qr, &a](int r, int c) {
-            return chunk_detail::widen_pair<true>(*reinterpret_cast<const uint32_t*>(qr + r * a.q_st + c));
-          };
-          // the group's rows two heads at a time (their loads in flight together: the sum is bound by their latency)
-          const auto sum_rows = [&](const float* src) {
-#pragma unroll
-            for (int jn = 0; jn < 8; ++jn) dk[jn][0] = dk[jn][1] = dk[jn][2] = dk[jn][3] = 0.f;
-            int p = 0;
-            for (; p + 2 <= a.fused_gather; p += 2) fz::add_key_rows<2>(dk, src, row0 + p, a.Hv, nv, wgi, wi, lane);
-            if (p < a.fused_gather) fz::add_key_rows(dk, src, row0 + p, a.Hv, nv, wgi, wi, lane);
-          };
-          sum_rows(a.dqh);
-          finish_rows(dk, q_at, rq, a.dq, a.dq_sb, a.dq_st, a.dq_sh);
-          __syncthreads();  // s.ldot: dq's row dots read, dk's written next
-          sum_rows(a.dkh);
-          finish_rows(dk, tile_at(s.k[buf]), rk, a.dk, a.dk_sb, a.dk_st, a.dk_sh);
-        }
-      }
+      if (a.group == 1 || hand_over(dk, a.dkh)) finish_rows(dk, s.k[buf], rk, a.dk, a.dk_sb, a.dk_st, a.dk_sh);
     }
     // no barrier here: the partial sums are complete at phase 8's barrier (the next chunk's phase 1 forms dg and
     // dbeta from them), and the partial sums, f and M1 (x2) are written again only after the next chunk's first one
@@ -957,7 +912,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) chunk_bwd_fused_kernel(const
     fz::store_dg_dbeta(a, fz::smem_at(smem_raw), pend, kbuf ^ 1, h, int(threadIdx.x) & 31);
   // Following the chains, one CTA waits for their grid, so that this grid's completion (what the launches after it
   // wait for) implies theirs (dh0; the records): the last item's, whose unit is the last queued (a short wait).
-  if (a.follow && fz::fused_last(a, fz::smem_at(smem_raw))) pdl_wait();
+  if (a.follow && it.last) pdl_wait();
 }
 
 }  // namespace flashgdn::cuda::bwd_detail
