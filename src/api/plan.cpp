@@ -335,7 +335,10 @@ Status plan_chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const DeviceFac
   if (pl.states_from_fwd) {
     FGDN_RETURN_IF_ERROR(plan_chunk_fwd(fwd_params_of(p), ChunkDims{d}, dev, &pl.fwd));
     pl.chains_concurrent = cuda::kChainsSerial;
-    pl.state_stages = pl.dstate_stages = 2;
+    // the reverse chain in its one-stage form, two CTAs per SM: past one wave its steps are latency-bound, and the
+    // second CTA's step covers the first's (pass 2 only runs where a beta exceeds 1)
+    pl.state_stages = 2;
+    pl.dstate_stages = 1;
   }
   // The fused pass as a programmatic dependent of one CTA of both chains, or of the reverse chain alone on wgmma (with
   // the start states from chunk_fwd's passes): it starts on the SMs whose chain CTAs have ended, on the value heads

@@ -895,7 +895,7 @@ TEST(ChunkBwdPlan, StatesFromTheForward) {
   EXPECT_TRUE(pl.states_from_fwd);
   EXPECT_EQ(pl.chains_concurrent, cuda::kChainsSerial);
   EXPECT_EQ(pl.state_stages, 2);
-  EXPECT_EQ(pl.dstate_stages, 2);
+  EXPECT_EQ(pl.dstate_stages, 1);
   EXPECT_GT(pl.fwd.workspace_bytes, 0u);
   EXPECT_EQ(pl.fwd.rec_slots, 4 * 128);
   EXPECT_TRUE(describes(pl, c.d, "chunk start states (S0): chunk_fwd's state pass on the intra-chunk records"));
