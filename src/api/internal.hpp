@@ -94,11 +94,10 @@ namespace cuda {
 Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan& plan, void* ws, size_t ws_bytes,
                  void* stream);
 // chunk_fwd's passes storing every chunk's start state as chunk_bwd's S0 record (bf16 [slots, Hv, K, V]) instead of
-// o (K = V = 128, bf16; ChunkBwdPlan::states_from_fwd): ws holds plan.workspace_bytes. records_written: the intra
-// pass's records (and its decay table where the plan splits) are in ws already (chunk_bwd's prep writes them), so
-// only the state pass runs.
+// o (K = V = 128, bf16; ChunkBwdPlan::states_from_fwd): ws holds plan.workspace_bytes. bwd_A, bwd_rows (may be null):
+// chunk_bwd's A split and rows records, which the intra pass then writes too (ChunkKernelArgs::bwd_A).
 Status chunk_fwd_states(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan& plan, void* ws, uint16_t* s0,
-                        bool records_written, void* stream);
+                        float* bwd_A, float* bwd_rows, void* stream);
 size_t chunk_bwd_workspace_size(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& plan);
 Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& plan, void* ws, size_t ws_bytes,
                  void* stream);

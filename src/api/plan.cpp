@@ -152,19 +152,16 @@ Status plan_chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const DeviceF
 }
 
 namespace {
-// chunk_fwd's plan in words; records_by_prep: chunk_bwd's prep writes the intra-chunk records (ChunkBwdPlan's
-// states_from_fwd), so no intra pass runs
-std::string describe_fwd(const ChunkFwdPlan& pl, const ChunkDims& d, bool records_by_prep) {
+// chunk_fwd's plan in words; for_bwd: the passes of chunk_bwd's states_from_fwd, whose intra pass writes chunk_bwd's
+// A and rows records too
+std::string describe_fwd(const ChunkFwdPlan& pl, const ChunkDims& d, bool for_bwd) {
   using detail::str_cat;
   const int64_t vt = d.V / kChunkFwdTile, kt = d.K / kChunkFwdTile;
   std::string s = str_cat("chunk_fwd on CUDA, ", pl.sms, " SMs: N = ", d.N, " sequences, T = ", d.T, ", Hqk = ", d.Hqk,
                           ", Hv = ", d.Hv, ", K = ", d.K, ", V = ", d.V, d.varlen ? " (varlen)" : "", "\n");
-  if (records_by_prep)
-    s += "  intra-chunk records: written by prep (no intra-chunk pass)\n";
-  else
-    s +=
-        str_cat("  intra-chunk pass: ", pl.rec_slots * d.Hqk, " CTAs (chunk slot, q/k head), each its GQA group of ",
-                d.Hv / d.Hqk, " value heads; one record of ", cuda::kRecBytes, " bytes per (chunk slot, value head)\n");
+  s += str_cat("  intra-chunk pass: ", pl.rec_slots * d.Hqk, " CTAs (chunk slot, q/k head), each its GQA group of ",
+               d.Hv / d.Hqk, " value heads; one record of ", cuda::kRecBytes, " bytes per (chunk slot, value head)",
+               for_bwd ? ", and chunk_bwd's A (its bf16 split) and rows" : "", "\n");
   const char* pass = state_pass_name(pl.state_pass);
   const char* pass_why = pl.state_pass == ChunkStatePass::wgmma ? "K = V = 128" : "K or V = 64";
   if (!pl.split) {
@@ -439,8 +436,9 @@ std::string describe(const ChunkBwdPlan& pl, const SeqDims& d) {
     for (size_t at = 0; (at = f.find('\n', at)) != std::string::npos && at + 1 < f.size(); at += 3)
       f.replace(at, 1, "\n  ");
     s += str_cat(
-        "  chunk start states (S0): chunk_fwd's state pass on the intra-chunk records that prep writes, storing S0 "
-        "instead of o; the state chain runs only where a beta exceeds 1. ",
+        "  chunk start states (S0): chunk_fwd's passes, the state pass storing S0 instead of o, the intra pass "
+        "writing the A and rows records (prep forms only W, dU0 where a chain reads them, and its CTAs elsewhere "
+        "return at once); the state chain runs only where a beta exceeds 1. ",
         f);
   }
   s += str_cat("  split: ", pl.why, "\n");

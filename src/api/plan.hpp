@@ -82,11 +82,12 @@ struct ChunkBwdPlan {
   // dstate chain takes each gradient the fused pass reads (the end of a walk) or dh0 from the chunks of its decay
   // window only, from a zero gradient (docs/chunk_bwd.md "Decay window of the reverse chain")
   bool decay_window = false;
-  // The chunk start states S0 (the fused pass's operand) from chunk_fwd's state pass (`fwd`, its own plan and split;
-  // the state pass in its STATES form: S0 records instead of o) on the intra-chunk records that prep writes (no
-  // intra pass), between prep and the chains, instead of pass 2, which then runs only where a beta exceeds 1 (the
-  // wgmma pass 4 reads its U records); the chains one after the other, pass 3 on its two-stage kernel
-  // (exec.chunk_bwd_state; docs/chunk_bwd.md "Chunk start states from the forward's state pass")
+  // The chunk start states S0 (the fused pass's operand) from chunk_fwd's passes (`fwd`, its own plan and split; the
+  // state pass in its STATES form: S0 records instead of o; the intra pass writing the backward's A and rows records
+  // too, so that prep runs only where a chain reads W), between prep and the chains, instead of pass 2, which then
+  // runs only where a beta exceeds 1 (the wgmma pass 4 reads its U records); the chains one after the other, pass 3
+  // on its one-stage kernel (exec.chunk_bwd_state; docs/chunk_bwd.md "Chunk start states from the forward's state
+  // pass")
   bool states_from_fwd = false;
   ChunkFwdPlan fwd;
   bool split = false;

@@ -884,7 +884,8 @@ TEST(ChunkBwdPlan, ChainsOverride) {
 
 // exec.chunk_bwd_state: the chunk start states from chunk_fwd's passes (its own plan and split, the state pass
 // storing S0 instead of o) by default where the fused pass runs, the backward's chains are unsplit and do not fit
-// one wave (N Hv V / 32 > SMs); the chains then run one after the other on their two-stage kernels. 1 keeps the
+// one wave (N Hv V / 32 > SMs); the chains then run one after the other, the state chain on its two-stage kernel
+// (it runs only where a beta exceeds 1), the reverse chain on its one-stage kernel (two CTAs per SM). 1 keeps the
 // state chain, 2 forces the forward's passes (unsupported without the fused pass, or with the chains split or forced
 // at once); the text names it with the forward's plan.
 TEST(ChunkBwdPlan, StatesFromTheForward) {
@@ -898,9 +899,8 @@ TEST(ChunkBwdPlan, StatesFromTheForward) {
   EXPECT_EQ(pl.dstate_stages, 1);
   EXPECT_GT(pl.fwd.workspace_bytes, 0u);
   EXPECT_EQ(pl.fwd.rec_slots, 4 * 128);
-  EXPECT_TRUE(describes(pl, c.d, "chunk start states (S0): chunk_fwd's state pass on the intra-chunk records"));
-  EXPECT_TRUE(describes(pl, c.d, "\n    intra-chunk records: written by prep (no intra-chunk pass)"));
-  EXPECT_FALSE(describes(pl, c.d, "intra-chunk pass: "));
+  EXPECT_TRUE(describes(pl, c.d, "chunk start states (S0): chunk_fwd's passes, the state pass storing S0"));
+  EXPECT_TRUE(describes(pl, c.d, "value head), and chunk_bwd's A (its bf16 split) and rows\n"));
   c.p.exec.chunk_bwd_state = 1;
   pl = bwd_plan(c);
   EXPECT_FALSE(pl.states_from_fwd);

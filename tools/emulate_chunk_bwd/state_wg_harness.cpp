@@ -320,7 +320,7 @@ int main(int argc, char** argv) {
     std::vector<unsigned char> ws(pl.workspace_bytes, 0xff);
     if (s.ok()) s = cuda::chunk_fwd(p, d, pl, ws.data(), ws.size(), nullptr);
     std::vector<uint16_t> s0(size_t(pl.rec_slots * c.Hv * c.K * c.V), 0xffff);  // NaN where unwritten
-    if (s.ok()) s = cuda::chunk_fwd_states(p, d, pl, ws.data(), s0.data(), false, nullptr);
+    if (s.ok()) s = cuda::chunk_fwd_states(p, d, pl, ws.data(), s0.data(), nullptr, nullptr, nullptr);
     if (!s.ok()) printf("emu: %s\n", s.message().c_str());
     const auto bf16 = [](double x) {  // the fp32 value's bf16 bits, rounded to nearest even
       const float f = float(x);

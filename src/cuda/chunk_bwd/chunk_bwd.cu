@@ -339,17 +339,15 @@ Status chunk_bwd(const ChunkBwdParams& p, const SeqDims& d, const ChunkBwdPlan& 
                                          : launch_chunk_bwd_passes_f16(a, d.K, d.V, r, stream));
   };
   if (pl.states_from_fwd) {
-    // S0 by chunk_fwd's state pass (its plan, its part of the workspace), between prep and the chains, on the intra
-    // records that prep writes (and the decay table that pass 0 writes where chunk_fwd's plan splits) instead of
-    // chunk_fwd's intra pass: the same record slots (chunk_slot) and value heads
+    // S0 by chunk_fwd's passes (its plan, its part of the workspace), between prep and the chains: its intra pass
+    // writes the backward's A and rows records beside its own (the same record slots, chunk_slot, and value heads),
+    // so prep forms only the chains' operands W, dU0 (and U0), in the chunks that read them
     if (pl.fwd.rec_slots != a.slots)
       return FGDN_ERROR(internal, "chunk_bwd: chunk_fwd's record slots ", pl.fwd.rec_slots, " != the backward's ",
                         a.slots);
     unsigned char* const fws = base + wl.fwd;
-    a.frec = fws + pl.fwd.ws_rec;
-    if (pl.fwd.split) a.fdec = reinterpret_cast<float*>(fws + pl.fwd.ws_dec);
     FGDN_CUDA_CHECK(passes(kPassesFront));
-    FGDN_RETURN_IF_ERROR(chunk_fwd_states(fwd_params_of(p), ChunkDims{d}, pl.fwd, fws, a.S0, true, stream));
+    FGDN_RETURN_IF_ERROR(chunk_fwd_states(fwd_params_of(p), ChunkDims{d}, pl.fwd, fws, a.S0, a.A, a.rows, stream));
     FGDN_CUDA_CHECK(passes(kPassesBack));
   } else {
     FGDN_CUDA_CHECK(passes(kPassesAll));

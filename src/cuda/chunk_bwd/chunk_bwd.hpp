@@ -105,14 +105,10 @@ struct ChunkBwdArgs {
   // 1: the fused pass follows the chains (ChunkBwdPlan::fused_follows): the chains fill order's queue and the fused
   // pass takes its units from it; 0: unit p / walks for pair p
   int32_t follow;
-  // 1: S0 comes from chunk_fwd's state pass (launched between prep and the chains, ChunkBwdPlan::states_from_fwd), so
-  // pass 2 runs and prep forms U0 only where the fused pass does not (beta_big: the wgmma pass 4 reads pass 2's U)
+  // 1: S0 comes from chunk_fwd's passes (launched between prep and the chains, ChunkBwdPlan::states_from_fwd), whose
+  // intra pass writes the A and rows records: prep forms only W, dU0 and U0 where they are read, pass 2 runs and prep
+  // forms U0 only where the fused pass does not (beta_big: the wgmma pass 4 reads pass 2's U)
   int32_t s0_from_fwd;
-  // With s0_from_fwd: chunk_fwd's intra-chunk records (chunk_fwd.hpp: header and A diag(beta), hi + lo, + its rest
-  // where beta exceeds 1; not P, which the STATES form does not read), written by prep in place of chunk_fwd's intra
-  // pass, and its decay table where chunk_fwd's plan splits (written by pass 0). Both may be null.
-  unsigned char* frec;  // [slots, Hv, kRecBytes]
-  float* fdec;          // [Hv, slots]
   // [Hv, slots] with the plan's decay_window (the fused pass, the dstate chain on wgmma, exec.chunk_bwd_window 0):
   // prep's decay table (gamma_n of a chunk whose transitions are contractions times e^g: unit keys, every beta in
   // [0, 2]; else kDecayUnbounded), by which the dstate chain takes each gradient the fused pass reads from its decay

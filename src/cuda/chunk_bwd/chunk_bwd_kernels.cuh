@@ -257,10 +257,10 @@ __device__ __forceinline__ bool dstate_reads_du0(const ChunkBwdArgs& a, int64_t 
 }
 
 // ---- pass 0: the decay table and the beta flag (grid (slots, Hv / 8 rounded up) x 256, a warp per (chunk slot,
-// value head)), ahead of prep, which reads both (dstate_reads_du0), and chunk_fwd's decay table (a.fdec, the same
-// entries): gamma_n where the chunk's transitions are contractions times e^g (unit keys, every beta in [0, 2]; else
-// kDecayUnbounded), and a.beta_big where a beta exceeds 1. The rows as prep resolves them (resolve_gate, the shuffle
-// scan of gamma). A template (on the io type, which it does not read) so that each type's translation unit has its own.
+// value head)), ahead of prep, which reads both (dstate_reads_du0): gamma_n where the chunk's transitions are
+// contractions times e^g (unit keys, every beta in [0, 2]; else kDecayUnbounded), and a.beta_big where a beta
+// exceeds 1. The rows as prep resolves them (resolve_gate, the shuffle scan of gamma). A template (on the io type,
+// which it does not read) so that each type's translation unit has its own.
 template <class E>
 __global__ void __launch_bounds__(256) chunk_bwd_decay_kernel(const ChunkBwdArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];  // gamma, beta: [8 warps][64] each
@@ -280,11 +280,9 @@ __global__ void __launch_bounds__(256) chunk_bwd_decay_kernel(const ChunkBwdArgs
   __syncwarp();
   const float b0 = bet[warp][lane], b1 = bet[warp][lane + 32];
   if (a.beta_big && __any_sync(0xffffffffu, b0 > 1.f || b1 > 1.f) && lane == 0) *a.beta_big = 1;
-  if (a.dec || a.fdec) {  // chunk_fwd's table (its split's summaries) holds the same entries
-    const bool bounded = chunk_bounded(a, b0, b1);
-    const float d = bounded ? gam[warp][nv - 1] : kDecayUnbounded;
-    if (lane == 0 && a.dec) a.dec[h * a.slots + slot] = d;
-    if (lane == 0 && a.fdec) a.fdec[h * a.slots + slot] = d;
+  if (a.dec) {
+    const bool bounded = chunk_bounded(a, b0, b1);  // every lane (a vote)
+    if (lane == 0) a.dec[h * a.slots + slot] = bounded ? gam[warp][nv - 1] : kDecayUnbounded;
   }
 }
 
@@ -336,35 +334,6 @@ __device__ __forceinline__ InTile<E> in_tile(const E (&t)[N][LD]) {
   return InTile<E>{&t[0][0], LD};
 }
 
-// chunk_fwd's intra-chunk record of one (chunk slot, value head) at rec (ChunkBwdArgs::frec, chunk_fwd.hpp), from
-// prep's rows and A in shared memory, so that chunk_fwd's state pass needs no intra pass of its own: the header (ek,
-// eq, dk, e^gamma_n and the largest beta of each row half, rows past the chunk end 0) and A diag(beta) as hi + lo A
-// fragments of the ten causal 16 x 16 blocks (warp w: blocks w and w + 8), + its rest where beta exceeds 1. Not P,
-// which the state pass's STATES form does not read.
-template <class Sm>
-__device__ __forceinline__ void store_fwd_record(const ChunkBwdArgs& a, const Sm& s, unsigned char* rec, bool rest,
-                                                 int tid) {
-  using P = chunk_detail::Elem<true>;
-  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  if (tid < kC) chunk_detail::store_rec_header(reinterpret_cast<float*>(rec), tid, s.gam, s.rq, s.rk, s.b, a.scale);
-  for (int idx = warp; idx < 10; idx += kThreads / 32) {
-    int bi, bj;
-    chunk_detail::causal_block(idx, &bi, &bj);
-    float cf[2][4];  // m16n8 C fragments of the block: rows 16 bi + g (+ 8), columns 16 bj + 8 nt + 2 t4 (+ 1)
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int r = 16 * bi + g + 8 * hf, c = 16 * bj + 8 * nt + 2 * t4;
-        cf[nt][2 * hf] = s.A[r][c] * s.b[c];
-        cf[nt][2 * hf + 1] = s.A[r][c + 1] * s.b[c + 1];
-      }
-    chunk_detail::store_afrag<P>(reinterpret_cast<uint4*>(rec + kRecHdrBytes + idx * kRecBlockBytes), cf, lane);
-    if (rest)
-      chunk_detail::store_arest<P>(reinterpret_cast<uint4*>(rec + kRecCopyBytes + idx * kRecRestBlockBytes), cf, lane);
-  }
-}
-
 template <class E, int K, int V>
 __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const ChunkBwdArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -394,6 +363,9 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
   const bool u0 = !(a.s0_from_fwd && fused_on(a));
   // W, an operand of the chains only: where pass 2 walks (u0) or the dstate chain reads this chunk (with dU0)
   const bool wrec = u0 || du0;
+  // With S0 from chunk_fwd's passes its intra pass writes the A and rows records (ChunkKernelArgs::bwd_A): prep runs
+  // only where a chain reads W (the CTA's values alike in every thread: no barrier has run)
+  if (a.s0_from_fwd && !wrec) return;
   // Two copy groups: q, k (the first products' operands), then v, dO, which land during rho, Q K^T, K K^T and P
   copy_rows<E, K>(s.u1.q, qg, a.q_st, cp.t0, cp.nv, 0, tid);
   copy_rows<E, K>(s.k, kg, a.k_st, cp.t0, cp.nv, 0, tid);
@@ -558,8 +530,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
       s.A[16 * bi + ((e >> 4) & 15)][16 * bj + (e & 15)] = 0.f;
     }
   }
-  __syncthreads();          // A complete; P, L, T consumed
-  if (tid < kRowRec / 4) {  // the record rows gamma, rho_q, rho_k, beta: the four adjacent arrays, 16 bytes a thread
+  __syncthreads();                            // A complete; P, L, T consumed
+  if (tid < kRowRec / 4 && !a.s0_from_fwd) {  // the record rows gamma, rho_q, rho_k, beta: the four adjacent arrays
     const float4 x = reinterpret_cast<const float4*>(s.gam)[tid];
     st_global_v4(a.rows + cp.rec * kRowRec + 4 * tid, __float_as_uint(x.x), __float_as_uint(x.y), __float_as_uint(x.z),
                  __float_as_uint(x.w));
@@ -588,8 +560,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
         const Split2 v = split_pair<false>(x[2 * i], x[2 * i + 1]);
         ah[i] = v.hi, al[i] = v.lo;
       }
-      st_global_v4(Ag + r * kC + c0, ah[0], ah[1], ah[2], ah[3]);
-      st_global_v4(Ag + kC * kC + r * kC + c0, al[0], al[1], al[2], al[3]);
+      if (!a.s0_from_fwd) {  // else the intra pass's
+        st_global_v4(Ag + r * kC + c0, ah[0], ah[1], ah[2], ah[3]);
+        st_global_v4(Ag + kC * kC + r * kC + c0, al[0], al[1], al[2], al[3]);
+      }
       if (wrec) {  // the scaled operands only where their products run (the split is ALU work on prep's path)
         uint32_t wh[4], wl[4], wr[4];
         float wk[8];
@@ -671,8 +645,6 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
     warp_mma_t<false, true, kC, NT / 2, 16>(u0, Ab, in_tile(s.v), m0, n0, lane);
     store_frags(a.U + cp.rec * (kC * V), V, u0, m0, n0, lane, 1.f);
   }
-  if constexpr (kBf16 && K == 128 && V == 128)  // chunk_fwd_states' condition
-    if (a.frec) store_fwd_record(a, s, a.frec + cp.rec * kRecBytes, w_rest, tid);
 }
 
 // ---- passes 2 and 3: the chains (grid (N, Hv, V / 32)) -------------------------------------------------------
@@ -1730,7 +1702,7 @@ int launch_passes(const ChunkBwdArgs& a, PassRange range, void* stream) {
   const dim3 chunks(unsigned(a.slots), unsigned(a.Hv)), seqs(unsigned(a.N), unsigned(a.Hv), unsigned(V / kBV));
   int e = 0;
   if (range & kPassesFront) {
-    if (a.dec || a.beta_big || a.fdec)  // pass 0: the decay tables and the beta flag, which prep reads
+    if (a.dec || a.beta_big)  // pass 0: the decay table and the beta flag, which prep reads
       e = launch_one(chunk_bwd_decay_kernel<E>, dim3(unsigned(a.slots), unsigned((a.Hv + 7) / 8)), 2 * 8 * kC * 4,
                      done[kDoneDecay], st, a, 256);
     if (e == 0)

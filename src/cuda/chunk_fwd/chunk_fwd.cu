@@ -98,12 +98,14 @@ int launch_state(const ChunkKernelArgs& a, ChunkStatePass pass, const ChunkState
 }
 
 // The passes (intra, then the state pass directly or split), with every chunk's start state stored as chunk_bwd's S0
-// record where s0 is set (the state pass's STATES form: no o); no intra pass where the records are written already.
+// record where s0 is set (the state pass's STATES form: no o), and chunk_bwd's A and rows records where bwd_A, bwd_rows
+// are.
 Status run_passes(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan& pl, void* ws, uint16_t* s0,
-                  bool records_written, void* stream) {
+                  float* bwd_A, float* bwd_rows, void* stream) {
   const bool bf16 = p.q.dtype == DType::bf16;
   ChunkKernelArgs a = make_args(p, d);
   a.s0 = s0;
+  a.bwd_A = bwd_A, a.bwd_rows = bwd_rows;
   const int64_t vt = d.V / kTile, kt = d.K / kTile;
   auto* base = static_cast<unsigned char*>(ws);
   // the intra-chunk pass: every (chunk, value head) record
@@ -112,9 +114,8 @@ Status run_passes(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPla
   a.nchunk_b = ceil_div(d.T, kChunk);
   // the split's summaries shrink to their decay windows: the intra pass tabulates every chunk's log decay
   if (pl.split) a.dec = reinterpret_cast<float*>(base + pl.ws_dec);
-  if (!records_written)
-    FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_intra_bf16(a, d.K, stream)
-                                                  : launch_chunk_intra_f16(a, d.K, stream)));
+  FGDN_CUDA_CHECK(static_cast<cudaError_t>(bf16 ? launch_chunk_intra_bf16(a, d.K, stream)
+                                                : launch_chunk_intra_f16(a, d.K, stream)));
   const ChunkStateMaps maps = pl.state_pass == ChunkStatePass::wgmma ? encode_state_maps(a) : ChunkStateMaps{};
   if (!pl.split) {
     FGDN_CUDA_CHECK(static_cast<cudaError_t>(launch_state(a, pl.state_pass, maps, bf16, d.K, d.N, vt, stream)));
@@ -143,16 +144,16 @@ Status chunk_fwd(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan
   if (d.N == 0 || d.Hv == 0) return Status::OK();
   if (pl.workspace_bytes > 0 && (ws == nullptr || ws_bytes < pl.workspace_bytes))
     return FGDN_INVALID("chunk_fwd: workspace: expected at least ", pl.workspace_bytes, " bytes, got ", ws_bytes);
-  return run_passes(p, d, pl, ws, nullptr, false, stream);
+  return run_passes(p, d, pl, ws, nullptr, nullptr, nullptr, stream);
 }
 
 Status chunk_fwd_states(const ChunkFwdParams& p, const ChunkDims& d, const ChunkFwdPlan& pl, void* ws, uint16_t* s0,
-                        bool records_written, void* stream) {
+                        float* bwd_A, float* bwd_rows, void* stream) {
   if (d.N == 0 || d.Hv == 0) return Status::OK();
   if (pl.state_pass != ChunkStatePass::wgmma || p.q.dtype != DType::bf16)
     return FGDN_ERROR(unsupported, "chunk_fwd_states: the S0 records need the wgmma state pass and bf16, got K=", d.K,
                       " V=", d.V, " ", dtype_name(p.q.dtype));
-  return run_passes(p, d, pl, ws, s0, records_written, stream);
+  return run_passes(p, d, pl, ws, s0, bwd_A, bwd_rows, stream);
 }
 
 }  // namespace flashgdn::cuda

@@ -430,10 +430,46 @@ __device__ __forceinline__ bool chunk_of_slot(const ChunkKernelArgs& a, int64_t 
   return *c >= 0 && *c * kC < *len;
 }
 
+// chunk_bwd's records of value head h (BWD: ChunkKernelArgs::bwd_A, bwd_rows) from A complete in shared memory (Am,
+// leading dimension LDF; above the diagonal blocks not read: zeros go out) and the rows: the split of A, hi = bf16(A)
+// and lo = bf16(A - hi), 8 columns of a row a thread and step in 16-byte stores; gamma, rho_q, rho_k (0 past the chunk
+// end, as chunk_bwd's prep has them), beta.
+template <int LDF>
+__device__ __forceinline__ void store_bwd_records(const ChunkKernelArgs& a, int64_t rec, const float* Am,
+                                                  const float* gam, const float* rq, const float* rk, const float* bet,
+                                                  int nvalid, int tid) {
+  uint4* const dst = reinterpret_cast<uint4*>(a.bwd_A + rec * (kC * kC));  // hi: 512 pieces of 8 columns, then lo
+#pragma unroll 1
+  for (int e = tid; e < kC * kC / 8; e += 128) {
+    const int r = e >> 3, c0 = 8 * (e & 7);
+    uint32_t hi[4] = {0u, 0u, 0u, 0u}, lo[4] = {0u, 0u, 0u, 0u};
+    if ((c0 >> 4) <= (r >> 4)) {  // a block on or below the diagonal
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 x = *reinterpret_cast<const float2*>(&Am[r * LDF + c0 + 2 * i]);
+        hi[i] = Elem<true>::pack(x.x, x.y);
+        const float2 h = Elem<true>::unpack(hi[i]);
+        lo[i] = Elem<true>::pack(x.x - h.x, x.y - h.y);
+      }
+    }
+    dst[e] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    dst[kC * kC / 8 + e] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  }
+  if (tid < kC) {
+    float* const rw = a.bwd_rows + rec * (4 * kC);
+    const bool valid = tid < nvalid;
+    rw[tid] = gam[tid];
+    rw[kC + tid] = valid ? rq[tid] : 0.f;
+    rw[2 * kC + tid] = valid ? rk[tid] : 0.f;
+    rw[3 * kC + tid] = bet[tid];
+  }
+}
+
 // One CTA per (chunk slot, q/k head): the products K K^T and Q K^T (and the l2 norms) are computed once and kept in
 // registers, then every value head of the GQA group (group = Hv / Hqk) builds its own L, inverse and P from them
 // with its own gates. Warp w holds five blocks (kWarpProducts: 2 or 3 of L, 3 or 2 of P) through the head loop.
-template <int K, bool BF16>
+// BWD: chunk_bwd's records too (store_bwd_records; its own instance, so that the prefill's carries none of it).
+template <int K, bool BF16, bool BWD>
 __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKernelArgs a) {
   using E = typename Elem<BF16>::T;
   using P = Elem<BF16>;
@@ -660,7 +696,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
         if (bi == 3) mma16_f32<false>(acc, Ab(3, 2), LDF, W[2 - 2 * bj], LDT, g8, t4);
         mma16_f32<false>(acc, Ab(bi, bi), LDF, W[bi - 2 * bj], LDT, g8, t4);
         emit(bi * (bi + 1) / 2 + bj, acc, -1.f);
-        if (a_rest()) put(Ab(bi, bj), LDF, acc, -1.f);
+        if (BWD || a_rest()) put(Ab(bi, bj), LDF, acc, -1.f);
       };
       // round 2
       zero(acc);
@@ -684,26 +720,37 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
       } else {
         lower_left(w, 0);
       }
-      if (a_rest()) {     // uniform over the CTA
-        __syncthreads();  // A complete in shared memory
+      if (BWD || a_rest()) __syncthreads();  // A complete in shared memory (a_rest: uniform over the CTA)
+      if (a_rest())
         for (int idx = w; idx < 10; idx += 4) emit(idx, nullptr, 1.f, true);
-      }
+      if constexpr (BWD) store_bwd_records<LDF>(a, slot * a.Hv + h, Am, gam, sm.rq, sm.rk, bet, nvalid, tid);
     }
     __syncthreads();  // the next head rewrites gamma, beta, L and A
   }
 }
 
-template <int K, bool BF16>
-int launch_chunk_intra(const ChunkKernelArgs& a, void* stream) {
+template <int K, bool BF16, bool BWD>
+int launch_intra(const ChunkKernelArgs& a, void* stream) {
   using E = typename Elem<BF16>::T;
   const size_t smem = sizeof(IntraSmem<K, E>);
   static std::atomic<uint64_t> done_mask{0};
-  if (const int e = prepare_launch(chunk_fwd_intra_kernel<K, BF16>, smem, done_mask)) return e;
+  if (const int e = prepare_launch(chunk_fwd_intra_kernel<K, BF16, BWD>, smem, done_mask)) return e;
   if (a.rec_slots <= 0 || a.Hv <= 0) return 0;
   const int64_t ctas = a.rec_slots * a.Hqk;  // one CTA per (slot, q/k head), the GQA group inside
   if (ctas > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
-  chunk_fwd_intra_kernel<K, BF16><<<static_cast<unsigned>(ctas), 128, smem, static_cast<cudaStream_t>(stream)>>>(a);
+  const auto kernel = chunk_fwd_intra_kernel<K, BF16, BWD>;
+  kernel<<<static_cast<unsigned>(ctas), 128, smem, static_cast<cudaStream_t>(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
+}
+
+// chunk_bwd's records (a.bwd_A, a.bwd_rows) only where chunk_bwd takes its start states from these passes: K = 128,
+// bf16 (chunk_fwd_states' condition)
+template <int K, bool BF16>
+int launch_chunk_intra(const ChunkKernelArgs& a, void* stream) {
+  if constexpr (K == 128 && BF16)
+    if (a.bwd_A && a.bwd_rows) return launch_intra<K, BF16, true>(a, stream);
+  if (a.bwd_A || a.bwd_rows) return static_cast<int>(cudaErrorInvalidValue);
+  return launch_intra<K, BF16, false>(a, stream);
 }
 
 }  // namespace flashgdn::cuda::chunk_detail
