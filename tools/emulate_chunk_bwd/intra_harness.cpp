@@ -60,8 +60,8 @@ int run(const std::vector<int32_t>& cu, int64_t Hqk, int64_t Hv, bool gate) {
   std::vector<unsigned char> rec(a.rec_slots * Hv * kRecBytes, 0xff);
   std::vector<float> dec(Hv * a.rec_slots, NAN);
   a.rec = rec.data(), a.dec = dec.data();
-  emu_launch(chunk_fwd_intra_kernel<K, true, false>, dim3(unsigned(a.rec_slots * Hqk)), 128,
-             a);  // launch_chunk_intra's grid
+  // launch_chunk_intra's grid and instance (no chunk_bwd records)
+  emu_launch(chunk_fwd_intra_kernel<K, true, false>, dim3(unsigned(a.rec_slots * Hqk)), 128, a);
 
   // A diag(beta) of every (chunk, head) from its record (hi + lo fragments, store_afrag's layout) against fp64
   double num = 0, den = 0;

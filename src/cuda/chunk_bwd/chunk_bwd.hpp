@@ -106,8 +106,8 @@ struct ChunkBwdArgs {
   // pass takes its units from it; 0: unit p / walks for pair p
   int32_t follow;
   // 1: S0 comes from chunk_fwd's passes (launched between prep and the chains, ChunkBwdPlan::states_from_fwd), whose
-  // intra pass writes the A and rows records: prep forms only W, dU0 and U0 where they are read, pass 2 runs and prep
-  // forms U0 only where the fused pass does not (beta_big: the wgmma pass 4 reads pass 2's U)
+  // intra pass writes the A and rows records: prep runs only where a chain reads W, and pass 2 runs and prep forms U0
+  // only where the fused pass does not (beta_big: the wgmma pass 4 reads pass 2's U)
   int32_t s0_from_fwd;
   // [Hv, slots] with the plan's decay_window (the fused pass, the dstate chain on wgmma, exec.chunk_bwd_window 0):
   // prep's decay table (gamma_n of a chunk whose transitions are contractions times e^g: unit keys, every beta in

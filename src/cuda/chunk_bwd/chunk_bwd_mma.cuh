@@ -12,21 +12,8 @@
 
 namespace flashgdn::cuda::bwd_detail {
 
-struct Split2 {
-  uint32_t hi, lo;  // two bf16 each: (x0, x1) = hi + lo
-};
-template <bool EXACT>
-__device__ __forceinline__ Split2 split_pair(float x0, float x1) {
-  Split2 s;
-  s.hi = chunk_detail::Elem<true>::pack(x0, x1);
-  if constexpr (EXACT) {
-    s.lo = 0;
-  } else {
-    const float2 h = chunk_detail::Elem<true>::unpack(s.hi);
-    s.lo = chunk_detail::Elem<true>::pack(x0 - h.x, x1 - h.y);
-  }
-  return s;
-}
+using chunk_detail::Split2;  // a pair's bf16 split, hi + lo (chunk_fwd_common.cuh)
+using chunk_detail::split_pair;
 
 // ---- operands as 16-bit tiles in shared memory, fragments by ldmatrix ------------------------------------------
 // A tile holds a matrix M row-major at p[r * ld + c], ld = 8 (mod 64) elements: the eight 16-byte rows of an

@@ -154,7 +154,7 @@ struct ChunkKernelArgs {
   int64_t rec_slots;   // B * ceil(T / 64) (fixed length) or N + ceil(T / 64) (varlen)
   int64_t nchunk_b;    // ceil(T / 64): chunks per batch entry (fixed length)
   // chunk_bwd's records of the same (chunk slot, value head), written beside the record where chunk_bwd takes its
-  // chunk start states from these passes (chunk_fwd_states), so that its prep needs no inverse of its own:
+  // chunk start states from these passes (chunk_fwd_states), so that its prep runs only where a chain reads W:
   float* bwd_A;     // [rec_slots, Hv, 64 x 64 words] may be null: A = (I + L)^-1 as bf16 hi [64][64] then lo, zero
                     // above the diagonal
   float* bwd_rows;  // [rec_slots, Hv, 4, 64] may be null: gamma, rho_q, rho_k, beta (rho 0 past the chunk end)

@@ -38,7 +38,25 @@ struct Elem {
   static __device__ __forceinline__ float2 unpack(uint32_t u) { return Storage<T>::to2(u); }
 };
 
-// ---- the records of the intra-chunk pass (chunk_fwd.hpp), written there and by chunk_bwd's prep
+// Two fp32 values as their bf16 split, x = hi + lo with |lo| <= 2^-9 |x| (EXACT: lo = 0, for values that are bf16
+// already): the operand form of the backward's fp32 GEMM operands, and of the A records the intra pass writes for it.
+struct Split2 {
+  uint32_t hi, lo;  // two bf16 each: (x0, x1) = hi + lo
+};
+template <bool EXACT>
+__device__ __forceinline__ Split2 split_pair(float x0, float x1) {
+  Split2 s;
+  s.hi = Elem<true>::pack(x0, x1);
+  if constexpr (EXACT) {
+    s.lo = 0;
+  } else {
+    const float2 h = Elem<true>::unpack(s.hi);
+    s.lo = Elem<true>::pack(x0 - h.x, x1 - h.y);
+  }
+  return s;
+}
+
+// ---- the records of the intra-chunk pass (chunk_fwd.hpp)
 // Store a 16x16 block given as two m16n8 C fragments c[2][4] (this lane's part) as 16-bit hi + lo A fragments.
 template <class P>
 __device__ __forceinline__ void store_afrag(uint4* dst, const float (&c)[2][4], int lane) {

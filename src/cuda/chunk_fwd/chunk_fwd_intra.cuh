@@ -447,9 +447,8 @@ __device__ __forceinline__ void store_bwd_records(const ChunkKernelArgs& a, int6
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float2 x = *reinterpret_cast<const float2*>(&Am[r * LDF + c0 + 2 * i]);
-        hi[i] = Elem<true>::pack(x.x, x.y);
-        const float2 h = Elem<true>::unpack(hi[i]);
-        lo[i] = Elem<true>::pack(x.x - h.x, x.y - h.y);
+        const Split2 v = split_pair<false>(x.x, x.y);
+        hi[i] = v.hi, lo[i] = v.lo;
       }
     }
     dst[e] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
