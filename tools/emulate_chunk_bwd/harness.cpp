@@ -1,6 +1,6 @@
 // The CUDA chunk_bwd (src/cuda/chunk_bwd/) run in the host emulation of emu.hpp against the CPU oracle (fp64
 // recurrence through the public API), on fresh random inputs with NaN outputs and NaN slack rows. Prints the
-// relative error of every gradient. Usage: harness <case 0-25> [chains: 2 | 1 | c | p | mma] (run.sh builds and runs
+// relative error of every gradient. Usage: harness <case 0-28> [chains: 2 | 1 | c | p | mma] (run.sh builds and runs
 // all). At K = V = 128 the second argument runs the chains on the wgmma kernels with 2 input stages (the plan's
 // choice), with 1 stage each (one after the other), with 1 stage both at once (exec.chunk_bwd_chains = 2: a CTA per
 // chain; 3: one CTA of both), or pass 3 on the mma.sync kernel; 1, c and p are also compared bitwise with 2 (the same
@@ -187,13 +187,13 @@ int main(int argc, char** argv) {
     c.Hqk = 1;
     c.Hv = 2;
   }
-  if (which == 25) {  // K = V = 128 bf16 without GQA: varlen with an empty sequence, slack rows, the fused gate
-    c.seqlens = {130, 0, 64, 1};
+  if (which == 25 || which == 28) {  // K = V = 128 bf16 without GQA (28: GQA 4, the fused pass's per-value-head
+    c.seqlens = {130, 0, 64, 1};     // scratch and pass 5a): varlen with an empty sequence, slack rows, the fused gate
     slack = 3;
     c.K = 128;
     c.V = 128;
     c.Hqk = 2;
-    c.Hv = 2;
+    c.Hv = which == 28 ? 8 : 2;
     gate = true;
   }
   if (which == 26) {  // K = V = 128 bf16 without GQA, 20 chunks (fused walks of 16 and 4), the chains unsplit: head 0
