@@ -153,6 +153,8 @@ Status chunk_fwd_states(const ChunkFwdParams& p, const ChunkDims& d, const Chunk
   if (pl.state_pass != ChunkStatePass::wgmma || p.q.dtype != DType::bf16)
     return FGDN_ERROR(unsupported, "chunk_fwd_states: the S0 records need the wgmma state pass and bf16, got K=", d.K,
                       " V=", d.V, " ", dtype_name(p.q.dtype));
+  // the intra pass's instance that writes bwd_A, bwd_rows forms no P: its records serve a state pass without o
+  if (s0 == nullptr) return FGDN_ERROR(internal, "chunk_fwd_states: s0 (the S0 records) is null");
   return run_passes(p, d, pl, ws, s0, bwd_A, bwd_rows, stream);
 }
 

@@ -22,7 +22,8 @@ namespace flashgdn::cuda {
 //                    (rho: the l2-norm factors of the q and k rows, 1 without l2norm; gamma_n at row 63)
 //   uint4 a[10][2][32]   A diag(beta) as 16-bit m16n8k16 A fragments, hi ([0]) and lo ([1]) parts, one uint4 per
 //                        lane, of the ten causal 16x16 blocks (i, j), i >= j, block index i (i + 1) / 2 + j
-//   uint4 p[10][2][32]   P = scale diag(rho_q) (QK^T (.) D) diag(rho_k) (diagonal included), the same way
+//   uint4 p[10][2][32]   P = scale diag(rho_q) (QK^T (.) D) diag(rho_k) (diagonal included), the same way (not
+//                        written where the state pass stores S0 instead of o: chunk_bwd's start states)
 //   uint4 r[10][32]      A diag(beta) - hi - lo rounded to 16 bits (its rest, the third part), the same way; written
 //                        and read only where the chunk's largest beta exceeds 1 (docs/chunk_fwd.md "Numerics")
 // The state passes copy the first kRecCopyBytes (header, A, P) and read the rest from global memory where needed.

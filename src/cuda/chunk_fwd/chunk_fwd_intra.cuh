@@ -99,6 +99,10 @@ inline constexpr WarpProducts kWarpProducts[4] = {
 constexpr unsigned warp_block_code(int w) {
   return w == 0 ? 0x21010u : (w == 1 ? 0x98585u : (w == 2 ? 0x24343u : 0x97676u));
 }
+// Whether warp w's block b is one of L (K K^T) or of P (Q K^T).
+constexpr bool is_L_block(int w, int b) {
+  return b < 2 || (b == 4 && w >= 2);
+}
 __device__ __forceinline__ int warp_block_idx(int w, int b) {
   return static_cast<int>((warp_block_code(w) >> (4 * b)) & 15u);
 }
@@ -111,7 +115,7 @@ constexpr bool warp_products_valid() {
       const ProductBlock& pb = kWarpProducts[w].blk[b];
       const ProductTile& ta = kWarpProducts[w].tile[pb.fa];
       const ProductTile& tb = kWarpProducts[w].tile[pb.fb];
-      const bool is_L = b < 2 || (b == 4 && w >= 2);
+      const bool is_L = is_L_block(w, b);
       const int idx = pb.i * (pb.i + 1) / 2 + pb.j;
       if (pb.j > pb.i || ta.row != pb.i || ta.q == is_L || tb.q || tb.row != pb.j) return false;
       if (static_cast<int>((warp_block_code(w) >> (4 * b)) & 15u) != idx) return false;
@@ -187,7 +191,7 @@ constexpr unsigned warp_tiles_as(int w, bool b_operand) {
 // A tile is loaded once per role: in the A layout (matrices rows 0-7 | 8-15 x k 0-7 | 8-15 as m0 m1 m2 m3) and, where
 // it is a B operand, in the order m0 m2 m1 m3, so that each n-tile's register pair (m0, m2), (m1, m3) is adjacent as
 // the mma instruction takes it (one pair from the A-layout registers costs two moves per pair and k-step).
-template <int W, int K, int LDQ, bool BF16, class E>
+template <int W, int K, int LDQ, bool BF16, bool NOP, class E>
 __device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q, const E* k, float* rq, float* rk,
                                               bool l2norm, int lane) {
   constexpr WarpProducts wp = kWarpProducts[W];
@@ -225,6 +229,7 @@ __device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q,
     }
 #pragma unroll
     for (int b = 0; b < 5; ++b) {
+      if (NOP && !is_L_block(W, b)) continue;
       const uint32_t(&fa)[4] = fra[wp.blk[b].fa];
       const uint32_t(&fb)[4] = frb[wp.blk[b].fb];
       mma_m16n8k16<BF16>(acc[b][0], fa, fb[0], fb[1]);
@@ -250,14 +255,15 @@ __device__ __forceinline__ void warp_products(float (&acc)[5][2][4], const E* q,
 
 // The norms as row scalings of warp W's products: rho_k,r rho_k,s (k_r . k_s) (L) or scale rho_q,r rho_k,s
 // (q_r . k_s) (P).
-template <int W>
+template <int W, bool NOP>
 __device__ __forceinline__ void scale_products(float (&acc)[5][2][4], const float* rq, const float* rk, float scale,
                                                int lane) {
   constexpr WarpProducts wp = kWarpProducts[W];
   const int g8 = lane >> 2, t4 = lane & 3;
 #pragma unroll
   for (int b = 0; b < 5; ++b) {
-    const bool is_L = b < 2 || (b == 4 && W >= 2);
+    const bool is_L = is_L_block(W, b);
+    if (NOP && !is_L) continue;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const float2 rs = *reinterpret_cast<const float2*>(&rk[16 * wp.blk[b].j + nt * 8 + 2 * t4]);
@@ -362,7 +368,7 @@ __device__ __forceinline__ void build_P_block(unsigned char* rec_p, const float 
 // Warp W's part of L (into shared memory) and P (to the record, P fragments at rec_p) for one value head from the
 // products acc (warp_products) and the head's gamma and beta. Blocks 0, 1 (L) and 2, 3 (P) are the same two blocks
 // (kWarpProducts), so their decays are evaluated once: three blocks of decays per warp, not five.
-template <int W, int LDF, class P>
+template <int W, int LDF, class P, bool NOP>
 __device__ __forceinline__ void build_LP(const float (&acc)[5][2][4], float* L, unsigned char* rec_p, const float* gam,
                                          const float* beta, int lane) {
   constexpr WarpProducts wp = kWarpProducts[W];
@@ -373,15 +379,17 @@ __device__ __forceinline__ void build_LP(const float (&acc)[5][2][4], float* L, 
   float d[2][4];
   block_decays<wp.blk[0].i, wp.blk[0].j>(d, gam, g8, t4);
   build_L_block<wp.blk[0].i, wp.blk[0].j, LDF>(L, acc[0], d, beta, g8, t4);
-  build_P_block<wp.blk[0].i, wp.blk[0].j, P>(rec_p, acc[2], d, lane);
-  block_decays<wp.blk[4].i, wp.blk[4].j>(d, gam, g8, t4);
-  if constexpr (W >= 2)
+  if constexpr (!NOP) build_P_block<wp.blk[0].i, wp.blk[0].j, P>(rec_p, acc[2], d, lane);
+  if constexpr (W >= 2) {
+    block_decays<wp.blk[4].i, wp.blk[4].j>(d, gam, g8, t4);
     build_L_block<wp.blk[4].i, wp.blk[4].j, LDF>(L, acc[4], d, beta, g8, t4);
-  else
+  } else if constexpr (!NOP) {
+    block_decays<wp.blk[4].i, wp.blk[4].j>(d, gam, g8, t4);
     build_P_block<wp.blk[4].i, wp.blk[4].j, P>(rec_p, acc[4], d, lane);
+  }
   block_decays<wp.blk[1].i, wp.blk[1].j>(d, gam, g8, t4);
   build_L_block<wp.blk[1].i, wp.blk[1].j, LDF>(L, acc[1], d, beta, g8, t4);
-  build_P_block<wp.blk[1].i, wp.blk[1].j, P>(rec_p, acc[3], d, lane);
+  if constexpr (!NOP) build_P_block<wp.blk[1].i, wp.blk[1].j, P>(rec_p, acc[3], d, lane);
 }
 
 // slot_chunk and seq_bounds (chunk_fwd_common.cuh) with the varlen search done by the warp at once: the chunk c of
@@ -467,7 +475,9 @@ __device__ __forceinline__ void store_bwd_records(const ChunkKernelArgs& a, int6
 // One CTA per (chunk slot, q/k head): the products K K^T and Q K^T (and the l2 norms) are computed once and kept in
 // registers, then every value head of the GQA group (group = Hv / Hqk) builds its own L, inverse and P from them
 // with its own gates. Warp w holds five blocks (kWarpProducts: 2 or 3 of L, 3 or 2 of P) through the head loop.
-// BWD: chunk_bwd's records too (store_bwd_records; its own instance, so that the prefill's carries none of it).
+// BWD: chunk_bwd's records too (store_bwd_records; its own instance, so that the prefill's carries none of it), and no
+// P: chunk_bwd's state pass stores S0, not o, and reads the record's header and A alone (no Q K^T products, 10 KiB
+// less of record a chunk and value head).
 template <int K, bool BF16, bool BWD>
 __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKernelArgs a) {
   using E = typename Elem<BF16>::T;
@@ -577,14 +587,15 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
   // scalings of the products (never applied to the 16-bit rows). C fragments in registers for the whole head loop.
   float acc5[5][2][4];
   per_warp([&](auto wc) {
-    warp_products<decltype(wc)::value, K, LDQ, BF16>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.l2norm != 0, lane);
+    warp_products<decltype(wc)::value, K, LDQ, BF16, BWD>(acc5, sm.x.in.q, sm.x.in.k, sm.rq, sm.rk, a.l2norm != 0,
+                                                          lane);
   });
   if (!a.l2norm && tid < kC) {
     sm.rq[tid] = 1.f;
     sm.rk[tid] = 1.f;
   }
   __syncthreads();  // rho in shared memory; q, k dead: A and T reuse them
-  per_warp([&](auto wc) { scale_products<decltype(wc)::value>(acc5, sm.rq, sm.rk, a.scale, lane); });
+  per_warp([&](auto wc) { scale_products<decltype(wc)::value, BWD>(acc5, sm.rq, sm.rk, a.scale, lane); });
 
   for (int j = 0; j < a.group; ++j) {
     const int h = h0 + j;
@@ -606,7 +617,7 @@ __global__ void __launch_bounds__(128, 4) chunk_fwd_intra_kernel(const ChunkKern
     // Then A = (I + L)^-1 in fp32 (gdn-math §5.7): each warp inverts the diagonal block of L it built itself, so only
     // its own stores have to be visible (__syncwarp), and the warps that finish L first start their inverse.
     unsigned char* const rec_p = rec + kRecHdrBytes + kRecABytes;
-    per_warp([&](auto wc) { build_LP<decltype(wc)::value, LDF, P>(acc5, sm.L, rec_p, gam, bet, lane); });
+    per_warp([&](auto wc) { build_LP<decltype(wc)::value, LDF, P, BWD>(acc5, sm.L, rec_p, gam, bet, lane); });
     __syncwarp();
     diag_inverse16_rows(sm.L, sm.x.inv.A, LDF, 16 * warp_diag_block(w), lane);
     __syncthreads();
