@@ -1,6 +1,6 @@
 // The CUDA chunk_bwd (src/cuda/chunk_bwd/) run in the host emulation of emu.hpp against the CPU oracle (fp64
 // recurrence through the public API), on fresh random inputs with NaN outputs and NaN slack rows. Prints the
-// relative error of every gradient. Usage: harness <case 0-28> [chains: 2 | 1 | c | p | mma] (run.sh builds and runs
+// relative error of every gradient. Usage: harness <case 0-29> [chains: 2 | 1 | c | p | mma] (run.sh builds and runs
 // all). At K = V = 128 the second argument runs the chains on the wgmma kernels with 2 input stages (the plan's
 // choice), with 1 stage each (one after the other), with 1 stage both at once (exec.chunk_bwd_chains = 2: a CTA per
 // chain; 3: one CTA of both), or pass 3 on the mma.sync kernel; 1, c and p are also compared bitwise with 2 (the same
@@ -163,6 +163,13 @@ int main(int argc, char** argv) {
     if (which == 15) c.Hqk = 4, c.Hv = 8, gate = true;
     c.seed = 9100 + uint64_t(c.T) * 37 + uint64_t(c.Hv) * 5 + uint64_t(c.K);
   }
+  if (which == 29) {  // 13's identical keys (beta = 1, g = 0) with GQA 4: pass 5a's sum of four value heads and the
+    c.K = 128;        // l2norm chain where dk^ is nearly parallel to k
+    c.V = 128;
+    c.Hqk = 1;
+    c.Hv = 4;
+    c.T = 128;
+  }
   // Cases 16, 17: allow_neg_eigval's extreme, beta = 2 (a chunk transition with an eigenvalue -1: nothing
   // contracts the reverse chain) with nearly parallel (16) or identical (17) keys, K = V = 128 bf16, five chunks
   // (fused_numerics.py's make_extreme_cases). Cases 22, 23: 17's construction on one walk of 16 / 32 chunks (the
@@ -239,7 +246,7 @@ int main(int argc, char** argv) {
     in.beta.fill(which == 24 ? 1.999 : 2.0);
     in.g.fill(0.0);
   }
-  if (which == 6 || which == 13) {
+  if (which == 6 || which == 13 || which == 29) {
     for (int64_t row = 1; row < in.k.numel() / c.K; ++row)
       for (int64_t i = 0; i < c.K; ++i) in.k.set(row * c.K + i, in.k.get(i));
     in.beta.fill(1.0);
