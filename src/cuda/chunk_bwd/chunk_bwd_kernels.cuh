@@ -554,13 +554,13 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_kernel(const Chunk
       float x[8];  // A's row r, columns c0 .. c0 + 7
 #pragma unroll
       for (int i = 0; i < 8; ++i) x[i] = s.A[r][c0 + i];
-      uint32_t ah[4], al[4];
+      if (!a.s0_from_fwd) {  // else the intra pass's record: no split here
+        uint32_t ah[4], al[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const Split2 v = split_pair<false>(x[2 * i], x[2 * i + 1]);
-        ah[i] = v.hi, al[i] = v.lo;
-      }
-      if (!a.s0_from_fwd) {  // else the intra pass's
+        for (int i = 0; i < 4; ++i) {
+          const Split2 v = split_pair<false>(x[2 * i], x[2 * i + 1]);
+          ah[i] = v.hi, al[i] = v.lo;
+        }
         st_global_v4(Ag + r * kC + c0, ah[0], ah[1], ah[2], ah[3]);
         st_global_v4(Ag + kC * kC + r * kC + c0, al[0], al[1], al[2], al[3]);
       }
